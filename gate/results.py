@@ -1,0 +1,175 @@
+"""What a run found: frozen records handed from the runner to the reporters.
+
+Reporters only read these; they never re-run anything.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from gate.guard_levels import Direction, GuardSpec
+
+
+class Phase(enum.Enum):
+    """When during a region a transfer was seen.
+
+    JAX checks some moves (an uncommitted array sent to another device)
+    only on a call's first, slow-path execution, so the gate guards the
+    first call as well as warmed-up, steady-state calls.
+    """
+
+    FIRST_CALL = "first call"
+    STEADY_STATE = "steady state"
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """A line of the user's code: the innermost frame outside jax, numpy and the gate."""
+
+    path: str  # relative to the repo root when under it, else absolute
+    line: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One transfer the guard reported."""
+
+    direction: Direction
+    explicit: bool
+    dtype: str | None  # e.g. "float32"; None when JAX did not say
+    shape: tuple[int, ...] | None
+    location: SourceLocation | None
+    phase: Phase
+    failing: bool  # whether the region's guard levels make this a failure
+    message: str  # JAX's own text, kept for the report body
+    boundary: str | None = None  # the declared boundary it happened in
+
+    @property
+    def kind(self) -> str:
+        return "explicit" if self.explicit else "implicit"
+
+    def describe(self) -> str:
+        """``host-to-device float32[8]``: direction, dtype and shape."""
+        what = self.direction.label
+        if self.dtype is not None:
+            dims = ",".join(str(d) for d in self.shape) if self.shape is not None else "?"
+            what += f" {self.dtype}[{dims}]"
+        return what
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    """Step time over the timed runs, in seconds, setup and warm-up excluded."""
+
+    repeats: int
+    min_s: float
+    p25_s: float
+    median_s: float
+    p75_s: float
+    max_s: float
+
+
+@dataclass(frozen=True)
+class BoundaryCost:
+    """Time spent inside one declared boundary during the timed runs."""
+
+    name: str  # the boundary's ``module:qualname``
+    calls: int  # over all timed runs
+    total_s: float  # over all timed runs
+    per_step_s: float  # total_s / timed runs
+
+
+class CheckName(enum.Enum):
+    FINITE = "finite"
+    REFERENCE = "reference"
+    CUSTOM = "custom"
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    name: CheckName
+    passed: bool
+    detail: str  # what was compared and, on failure, what differed
+
+
+class ErrorKind(enum.Enum):
+    """Why a region could not be judged."""
+
+    SETUP = "setup raised"
+    STEP = "step raised"
+    BAD_INPUT = "setup returned something unusable"
+    BAD_OUTPUT = "step returned something unusable"
+    CHECK = "result check could not run"
+    IMPORT = "callable did not import"
+    INTERNAL = "gate error"
+
+
+@dataclass(frozen=True)
+class RegionError:
+    kind: ErrorKind
+    message: str  # one line
+    details: str  # traceback or other full text
+    location: SourceLocation | None = None
+
+
+@dataclass(frozen=True)
+class RegionResult:
+    suite: str
+    name: str
+    policy_path: str
+    policy_line: int
+    guard: GuardSpec
+    transfers: tuple[Transfer, ...] = ()
+    error: RegionError | None = None
+    timing: TimingStats | None = None
+    boundaries: tuple[BoundaryCost, ...] = ()
+    checks: tuple[CheckOutcome, ...] = ()
+    has_checks: bool = False
+    wall_s: float = 0.0
+
+    @property
+    def classname(self) -> str:
+        return f"{self.suite}.{self.name}"
+
+    @property
+    def failing_transfers(self) -> tuple[Transfer, ...]:
+        return tuple(t for t in self.transfers if t.failing)
+
+    @property
+    def transfers_failed(self) -> bool:
+        return bool(self.failing_transfers)
+
+    @property
+    def checks_failed(self) -> bool:
+        return any(not c.passed for c in self.checks)
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and not self.transfers_failed and not self.checks_failed
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    """One policy file's regions."""
+
+    name: str
+    policy_path: str
+    regions: tuple[RegionResult, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    suites: tuple[SuiteResult, ...]
+
+    @property
+    def regions(self) -> tuple[RegionResult, ...]:
+        return tuple(r for s in self.suites for r in s.regions)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.regions)
