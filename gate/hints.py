@@ -1,0 +1,41 @@
+"""The usual fix for each kind of finding, one line each, shown next to the finding."""
+
+from __future__ import annotations
+
+from gate.guard_levels import Direction
+from gate.results import Transfer
+
+# One entry per Direction; tests check that none is missing, so a new
+# direction cannot reach a report without a hint.
+_IMPLICIT_FIXES: dict[Direction, str] = {
+    Direction.HOST_TO_DEVICE: (
+        "put inputs on the device in setup or the data loader (jax.device_put); don't pass "
+        "NumPy arrays or Python scalars to jitted functions or to eager jnp ops on device arrays"
+    ),
+    Direction.DEVICE_TO_HOST: (
+        "fetch it at a declared boundary with jax.device_get, or log its shape instead of its "
+        "value (print(x), float(x), np.asarray(x) and `if x:` all copy it to the host)"
+    ),
+    Direction.DEVICE_TO_DEVICE: (
+        "commit inputs to one device (jax.device_put(x, device)) or give all inputs the same "
+        "sharding"
+    ),
+}
+
+_EXPLICIT_OUTSIDE_BOUNDARY_FIX = (
+    "move it into a function declared under `boundaries:` in the policy, where explicit "
+    "transfers are expected"
+)
+
+_EXPLICIT_INSIDE_BOUNDARY_NOTE = "explicit transfer inside a declared boundary, where it belongs"
+
+
+def hint_for(transfer: Transfer) -> str:
+    """The usual fix for `transfer`, as one line of text."""
+    if transfer.explicit:
+        # Under the *_explicit levels an explicit transfer only fails
+        # outside a boundary; inside one it is the intended place.
+        if transfer.boundary is not None:
+            return _EXPLICIT_INSIDE_BOUNDARY_NOTE
+        return _EXPLICIT_OUTSIDE_BOUNDARY_FIX
+    return _IMPLICIT_FIXES[transfer.direction]

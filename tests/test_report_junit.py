@@ -1,0 +1,600 @@
+"""The JUnit writer: valid against tests/junit.xsd, counts that add up, failures never lost."""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from pathlib import Path
+
+import junit_xml  # not `from junit_xml import TestCase`: pytest would try to collect it
+import pytest
+import xmlschema
+
+from gate import report_junit
+from gate.guard_levels import Direction, GuardLevel, GuardSpec
+from gate.hints import hint_for
+from gate.report_junit import ReportWriteError, render_junit, write_junit
+from gate.results import (
+    BoundaryCost,
+    CheckName,
+    CheckOutcome,
+    ErrorKind,
+    Phase,
+    RegionError,
+    RegionResult,
+    RunResult,
+    SourceLocation,
+    SuiteResult,
+    TimingStats,
+    Transfer,
+)
+
+XSD = Path(__file__).parent / "junit.xsd"
+POLICY = "policies/train.yaml"
+
+# --- building results by hand -------------------------------------------------------------
+
+
+def at(
+    path: str = "examples/bad.py", line: int = 12, function: str = "train_step"
+) -> SourceLocation:
+    return SourceLocation(path, line, function)
+
+
+def transfer(
+    direction: Direction = Direction.HOST_TO_DEVICE,
+    *,
+    dtype: str | None = "float32",
+    shape: tuple[int, ...] | None = (8,),
+    location: SourceLocation | None = None,
+    phase: Phase = Phase.FIRST_CALL,
+    failing: bool = True,
+    explicit: bool = False,
+    boundary: str | None = None,
+    message: str | None = None,
+) -> Transfer:
+    return Transfer(
+        direction=direction,
+        explicit=explicit,
+        dtype=dtype,
+        shape=shape,
+        location=location if location is not None else at(),
+        phase=phase,
+        failing=failing,
+        message=message or f"Disallowed {direction.label} transfer: aval=ShapedArray(float32[8])",
+        boundary=boundary,
+    )
+
+
+TIMING = TimingStats(
+    repeats=20, min_s=0.0011, p25_s=0.0012, median_s=0.00123, p75_s=0.0013, max_s=0.0021
+)
+BOUNDARY = BoundaryCost(name="pkg.io:save", calls=20, total_s=0.0031, per_step_s=0.000155)
+
+
+def region(name: str = "step", **changes: object) -> RegionResult:
+    base = RegionResult(
+        suite="train",
+        name=name,
+        policy_path=POLICY,
+        policy_line=7,
+        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
+        timing=TIMING,
+        boundaries=(BOUNDARY,),
+        wall_s=0.5,
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def run_of(*regions: RegionResult) -> RunResult:
+    return RunResult((SuiteResult("train", POLICY, regions),))
+
+
+BOOM = RegionError(
+    ErrorKind.SETUP,
+    "ValueError: boom",
+    'Traceback (most recent call last):\n  File "examples/setup.py", line 3\nValueError: boom',
+    at("examples/setup.py", 3, "make_batch"),
+)
+
+SAMPLES: dict[str, RunResult] = {
+    "empty run": RunResult(()),
+    "empty suite": run_of(),
+    "passing": run_of(region()),
+    "host-to-device": run_of(region(transfers=(transfer(),))),
+    "device-to-host": run_of(region(transfers=(transfer(Direction.DEVICE_TO_HOST, shape=()),))),
+    "device-to-device": run_of(region(transfers=(transfer(Direction.DEVICE_TO_DEVICE),))),
+    "several and logged": run_of(
+        region(
+            transfers=(
+                transfer(location=at(line=12)),
+                transfer(Direction.DEVICE_TO_HOST, location=at(line=14), phase=Phase.STEADY_STATE),
+                transfer(Direction.DEVICE_TO_DEVICE, location=at(line=16)),
+                transfer(Direction.DEVICE_TO_HOST, failing=False, location=at(line=20)),
+            )
+        )
+    ),
+    "logged only": run_of(region(transfers=(transfer(failing=False),))),
+    "explicit outside boundary": run_of(
+        region(
+            guard=GuardSpec.uniform(GuardLevel.DISALLOW_EXPLICIT),
+            transfers=(transfer(Direction.DEVICE_TO_HOST, explicit=True),),
+        )
+    ),
+    "no location, no dtype": run_of(
+        region(
+            transfers=(
+                Transfer(
+                    Direction.HOST_TO_DEVICE, False, None, None, None, Phase.FIRST_CALL, True, ""
+                ),
+            )
+        )
+    ),
+    "error": run_of(region(error=BOOM, transfers=(transfer(),))),
+    "error with checks": run_of(region(error=BOOM, has_checks=True)),
+    "error without location": run_of(region(error=replace(BOOM, location=None))),
+    "failed checks": run_of(
+        region(
+            has_checks=True,
+            checks=(
+                CheckOutcome(CheckName.FINITE, True, "all 8 values finite"),
+                CheckOutcome(CheckName.REFERENCE, False, "max abs diff 0.3 > 1e-05"),
+                CheckOutcome(CheckName.CUSTOM, False, "loss went up"),
+            ),
+        )
+    ),
+    "passing checks": run_of(
+        region(has_checks=True, checks=(CheckOutcome(CheckName.FINITE, True, "ok"),))
+    ),
+    "ansi and unicode": run_of(
+        region(
+            name="größe ✓ 数据",
+            transfers=(transfer(message="\x1b[31mDisallowed\x1b[0m host-to-device 数据 \x00"),),
+            error=None,
+        ),
+        region(
+            name="err",
+            error=RegionError(
+                ErrorKind.STEP, "\x1b[1mKeyError\x1b[0m: 'ключ'\nsecond line", "\x1b[31mtb\r\n"
+            ),
+        ),
+    ),
+    "no timing, tiny wall time": run_of(region(timing=None, boundaries=(), wall_s=1e-5)),
+    "two suites": RunResult(
+        (
+            SuiteResult("train", POLICY, (region(), region("bad", transfers=(transfer(),)))),
+            SuiteResult(
+                "serve",
+                "policies/serve.yaml",
+                (replace(region("e", error=BOOM, has_checks=True), suite="serve"),),
+            ),
+        )
+    ),
+}
+
+
+# --- reading reports back -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def schema() -> xmlschema.XMLSchema:
+    return xmlschema.XMLSchema(XSD)
+
+
+def written(run: RunResult, tmp_path: Path, schema: xmlschema.XMLSchema) -> ET.Element:
+    """Write `run`, validate it against the XSD, check the counts, return the root."""
+    path = tmp_path / "report.xml"
+    write_junit(run, path)
+    schema.validate(str(path))
+    root = ET.parse(path).getroot()
+    assert_counts_add_up(root)
+    return root
+
+
+def assert_counts_add_up(root: ET.Element) -> None:
+    totals = {"tests": 0, "failures": 0, "errors": 0}
+    for suite in root.findall("testsuite"):
+        cases = suite.findall("testcase")
+        found = {
+            "tests": len(cases),
+            "failures": sum(len(c.findall("failure")) for c in cases),
+            "errors": sum(len(c.findall("error")) for c in cases),
+        }
+        assert {k: int(suite.get(k, "-1")) for k in found} == found
+        for key, value in found.items():
+            totals[key] += value
+    # junit-xml writes no totals on an empty <testsuites/>; readers take 0.
+    default = "0" if not root.findall("testsuite") else "-1"
+    assert {k: int(root.get(k, default)) for k in totals} == totals
+
+
+def case(root: ET.Element, name: str) -> ET.Element:
+    [element] = [c for c in root.iter("testcase") if c.get("name") == name]
+    return element
+
+
+def only(element: ET.Element, tag: str) -> ET.Element:
+    [child] = element.findall(tag)
+    return child
+
+
+# --- every report -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("run", SAMPLES.values(), ids=SAMPLES.keys())
+def test_every_report_is_valid_and_its_counts_add_up(
+    run: RunResult, tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    root = written(run, tmp_path, schema)
+    assert len(root.findall("testsuite")) == len(run.suites)
+    for result in [*root.iter("failure"), *root.iter("error")]:
+        assert (result.get("message") or "").strip()
+        assert "\n" not in (result.get("message") or "")
+
+
+@pytest.mark.parametrize("run", SAMPLES.values(), ids=SAMPLES.keys())
+def test_every_region_that_does_not_pass_has_a_failure_or_error(
+    run: RunResult, tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    root = written(run, tmp_path, schema)
+    for result in run.regions:
+        cases = [c for c in root.iter("testcase") if c.get("classname") == result.classname]
+        outcomes = [o for c in cases for o in (*c.findall("failure"), *c.findall("error"))]
+        assert bool(outcomes) == (not result.passed), result.name
+
+
+def test_layout_one_suite_per_policy_and_cases_per_region(
+    tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    root = written(SAMPLES["two suites"], tmp_path, schema)
+    suites = root.findall("testsuite")
+    assert [(s.get("name"), s.get("file")) for s in suites] == [
+        ("train", POLICY),
+        ("serve", "policies/serve.yaml"),
+    ]
+    assert [(c.get("classname"), c.get("name")) for c in root.iter("testcase")] == [
+        ("train.step", "step: transfers"),
+        ("train.bad", "bad: transfers"),
+        ("serve.e", "e: transfers"),
+        ("serve.e", "e: result checks"),
+    ]
+
+
+# --- transfers ----------------------------------------------------------------------------
+
+
+def test_one_failing_transfer_message_says_what_and_where(
+    tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    root = written(SAMPLES["host-to-device"], tmp_path, schema)
+    testcase = case(root, "step: transfers")
+    failure = only(testcase, "failure")
+    assert failure.get("message") == (
+        "implicit host-to-device transfer float32[8] at examples/bad.py:12 (first call)"
+    )
+    assert (testcase.get("file"), testcase.get("line")) == ("examples/bad.py", "12")
+    assert testcase.get("time") == "0.500000"
+
+
+@pytest.mark.parametrize("direction", list(Direction))
+def test_each_direction_is_named_with_its_hint(
+    direction: Direction, tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    finding = transfer(direction, dtype="bfloat16", shape=(2, 3))
+    root = written(run_of(region(transfers=(finding,))), tmp_path, schema)
+    failure = only(case(root, "step: transfers"), "failure")
+    assert f"implicit {direction.label} transfer bfloat16[2,3] at examples/bad.py:12" in (
+        failure.get("message") or ""
+    )
+    assert hint_for(finding) in (failure.text or "")
+
+
+def test_several_failing_transfers_name_the_first_and_count_the_rest(
+    tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    root = written(SAMPLES["several and logged"], tmp_path, schema)
+    testcase = case(root, "step: transfers")
+    failure = only(testcase, "failure")
+    assert failure.get("message") == (
+        "3 failing transfers: implicit host-to-device transfer float32[8] "
+        "at examples/bad.py:12 (first call) and 2 more"
+    )
+    body = failure.text or ""
+    failing_part, logged_part = body.split("other transfer (logged or allowed, not failing)")
+    for line in (12, 14, 16):
+        assert f"examples/bad.py:{line} in train_step" in failing_part
+    assert "examples/bad.py:20" in logged_part
+    assert "examples/bad.py:20" not in failing_part
+    assert "(steady state)" in failing_part
+
+
+def test_failure_body_has_everything_a_reviewer_needs(
+    tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    finding = transfer(Direction.DEVICE_TO_HOST, boundary="pkg.io:save", message="raw JAX text")
+    guard = GuardSpec(GuardLevel.DISALLOW, GuardLevel.LOG_EXPLICIT, GuardLevel.DISALLOW)
+    root = written(run_of(region(guard=guard, transfers=(finding,))), tmp_path, schema)
+    testcase = case(root, "step: transfers")
+    body = only(testcase, "failure").text or ""
+    for expected in (
+        "examples/bad.py:12 in train_step",
+        "(first call)",
+        "boundary: pkg.io:save",
+        "JAX: raw JAX text",
+        f"fix: {hint_for(finding)}",
+        "host-to-device=disallow, device-to-host=log_explicit, device-to-device=disallow",
+        "inside declared boundaries: host-to-device=disallow, device-to-host=log,",
+        "median 1.23 ms",
+        "20 repeats",
+        "pkg.io:save: 20 calls, 3.10 ms total, 155 µs per step",
+        f"{POLICY}:7",
+    ):
+        assert expected in body
+    stdout = only(testcase, "system-out").text or ""
+    for expected in ("median 1.23 ms", "pkg.io:save: 20 calls", "device-to-host=log_explicit"):
+        assert expected in stdout
+
+
+def test_properties_carry_the_numbers(tmp_path: Path, schema: xmlschema.XMLSchema) -> None:
+    root = written(SAMPLES["host-to-device"], tmp_path, schema)
+    properties = {p.get("name"): p.get("value") for p in root.iter("property")}
+    assert properties["step.timing.median_s"] == "0.00123"
+    assert properties["step.timing.repeats"] == "20"
+    assert properties["step.boundary[pkg.io:save].calls"] == "20"
+    assert properties["step.boundary[pkg.io:save].per_step_s"] == "0.000155"
+    assert properties["step.guard.host_to_device"] == "disallow"
+    assert properties["step.transfers.failing"] == "1"
+    assert properties["step.policy"] == f"{POLICY}:7"
+
+
+def test_passing_region_points_at_its_policy_and_shows_logged_transfers(
+    tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    root = written(SAMPLES["logged only"], tmp_path, schema)
+    testcase = case(root, "step: transfers")
+    assert testcase.findall("failure") == []
+    assert (testcase.get("file"), testcase.get("line")) == (POLICY, "7")
+    stdout = only(testcase, "system-out").text or ""
+    assert "examples/bad.py:12 in train_step: implicit host-to-device float32[8]" in stdout
+
+
+def test_explicit_transfer_outside_a_boundary(tmp_path: Path, schema: xmlschema.XMLSchema) -> None:
+    root = written(SAMPLES["explicit outside boundary"], tmp_path, schema)
+    failure = only(case(root, "step: transfers"), "failure")
+    assert failure.get("message") == (
+        "explicit device-to-host transfer float32[8] outside a declared boundary "
+        "at examples/bad.py:12 (first call)"
+    )
+    assert "boundaries:" in (failure.text or "")
+
+
+def test_transfer_without_location_falls_back_to_the_policy(
+    tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    root = written(SAMPLES["no location, no dtype"], tmp_path, schema)
+    testcase = case(root, "step: transfers")
+    assert (testcase.get("file"), testcase.get("line")) == (POLICY, "7")
+    assert only(testcase, "failure").get("message") == (
+        "implicit host-to-device transfer at an unknown location (first call)"
+    )
+
+
+# --- errors and checks ----------------------------------------------------------------------
+
+
+def test_error_replaces_the_transfer_verdict(tmp_path: Path, schema: xmlschema.XMLSchema) -> None:
+    root = written(SAMPLES["error"], tmp_path, schema)
+    testcase = case(root, "step: transfers")
+    assert testcase.findall("failure") == []
+    error = only(testcase, "error")
+    assert error.get("message") == "setup raised: ValueError: boom"
+    assert "Traceback (most recent call last)" in (error.text or "")
+    assert "1 transfer seen before the error" in (error.text or "")
+    assert (testcase.get("file"), testcase.get("line")) == ("examples/setup.py", "3")
+
+
+def test_error_without_location_points_at_the_policy(
+    tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    root = written(SAMPLES["error without location"], tmp_path, schema)
+    testcase = case(root, "step: transfers")
+    assert (testcase.get("file"), testcase.get("line")) == (POLICY, "7")
+
+
+def test_error_makes_the_checks_case_an_error_too(
+    tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    root = written(SAMPLES["error with checks"], tmp_path, schema)
+    checks = case(root, "step: result checks")
+    error = only(checks, "error")
+    assert error.get("message") == "result checks not run: setup raised: ValueError: boom"
+    assert root.get("errors") == "2"
+
+
+def test_failed_checks(tmp_path: Path, schema: xmlschema.XMLSchema) -> None:
+    root = written(SAMPLES["failed checks"], tmp_path, schema)
+    assert case(root, "step: transfers").findall("failure") == []
+    checks = case(root, "step: result checks")
+    failure = only(checks, "failure")
+    assert failure.get("message") == "2 result checks failed: reference, custom"
+    body = failure.text or ""
+    assert "pass finite: all 8 values finite" in body
+    assert "FAIL reference: max abs diff 0.3 > 1e-05" in body
+    assert "FAIL custom: loss went up" in body
+    assert (checks.get("file"), checks.get("line")) == (POLICY, "7")
+
+
+def test_one_failed_check_is_named_with_its_detail(
+    tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    failed = CheckOutcome(CheckName.REFERENCE, False, "max abs diff 0.3 > 1e-05")
+    root = written(run_of(region(has_checks=True, checks=(failed,))), tmp_path, schema)
+    failure = only(case(root, "step: result checks"), "failure")
+    assert failure.get("message") == "result check failed: reference: max abs diff 0.3 > 1e-05"
+
+
+def test_checks_case_only_when_the_region_has_checks(
+    tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    root = written(SAMPLES["passing"], tmp_path, schema)
+    assert [c.get("name") for c in root.iter("testcase")] == ["step: transfers"]
+    root = written(SAMPLES["passing checks"], tmp_path, schema)
+    assert [c.get("name") for c in root.iter("testcase")] == [
+        "step: transfers",
+        "step: result checks",
+    ]
+    assert case(root, "step: result checks").findall("failure") == []
+
+
+# --- text that junit-xml would mangle -----------------------------------------------------------
+
+
+def test_ansi_codes_are_escaped_visibly_and_unicode_kept(
+    tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    root = written(SAMPLES["ansi and unicode"], tmp_path, schema)
+    failing = case(root, "größe ✓ 数据: transfers")
+    body = only(failing, "failure").text or ""
+    assert "\\x1b[31mDisallowed\\x1b[0m host-to-device 数据 \\x00" in body
+    error = only(case(root, "err: transfers"), "error")
+    assert error.get("message") == "step raised: \\x1b[1mKeyError\\x1b[0m: 'ключ' second line"
+    assert "\\x1b[31mtb" in (error.text or "")
+    assert "\x1b" not in (tmp_path / "report.xml").read_text(encoding="utf-8")
+
+
+def test_escaping_covers_exactly_what_junit_xml_strips() -> None:
+    # Pins junit-xml's _clean_illegal_xml_chars: if an upgrade strips more,
+    # text would be lost again; if it strips less, we escape needlessly.
+    every_char = "".join(map(chr, range(0x110000)))
+    kept = set(junit_xml._clean_illegal_xml_chars(every_char))
+    stripped = {c for c in every_char if c not in kept}
+    escaped = {c for c in every_char if report_junit._visible(c) != c}
+    assert escaped == stripped
+    assert junit_xml._clean_illegal_xml_chars(report_junit._visible(every_char)) == (
+        report_junit._visible(every_char)
+    )
+
+
+def test_tiny_wall_time_keeps_times_plain_decimals(
+    tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    root = written(SAMPLES["no timing, tiny wall time"], tmp_path, schema)
+    assert "e" not in (root.get("time") or "")
+    assert "Step time: not measured" in (
+        only(case(root, "step: transfers"), "system-out").text or ""
+    )
+
+
+def test_schema_is_strict(schema: xmlschema.XMLSchema) -> None:
+    def report(testcase_body: str, time: str = "1.5") -> str:
+        return (
+            f'<testsuites><testsuite name="s" tests="1" failures="0" errors="0" time="{time}">'
+            f'<testcase name="c" file="x.py" line="3">{testcase_body}</testcase>'
+            "</testsuite></testsuites>"
+        )
+
+    assert schema.is_valid(report('<failure type="t" message="m">body</failure>'))
+    assert not schema.is_valid(report('<failure type="t">body</failure>'))
+    assert not schema.is_valid(report('<failure type="t" message=" ">body</failure>'))
+    assert not schema.is_valid(report('<errors type="t" message="m"/>'))
+    assert not schema.is_valid(report('<rerunFailure type="t"/>'))
+    assert not schema.is_valid(report("", time="1e-05"))
+
+
+# --- never an empty failure ---------------------------------------------------------------------
+
+
+def test_junit_xml_drops_a_failure_without_message_or_output() -> None:
+    # Pins the junit-xml 1.9 trap the writer works around; if this starts
+    # failing, junit-xml changed and report_junit's guards can be revisited.
+    silent = junit_xml.TestCase("silent")
+    silent.add_failure_info()
+    loud = junit_xml.TestCase("loud")
+    loud.add_failure_info(message="boom")
+    root = ET.fromstring(junit_xml.to_xml_report_string([junit_xml.TestSuite("s", [silent, loud])]))
+    assert [len(c.findall("failure")) for c in root.iter("testcase")] == [0, 1]
+    assert root.get("failures") == "1"
+    assert not silent.is_failure()
+
+
+def test_writer_falls_back_when_a_message_is_empty() -> None:
+    planned = report_junit._Case(
+        "step: transfers",
+        "train.step",
+        POLICY,
+        7,
+        None,
+        "",
+        report_junit._Outcome("failure", "t", "  ", ""),
+    )
+    junit_case = report_junit._junit_case(planned)
+    root = ET.fromstring(junit_xml.to_xml_report_string([junit_xml.TestSuite("s", [junit_case])]))
+    failure = only(case(root, "step: transfers"), "failure")
+    assert failure.get("message") == "step: transfers: failure"
+
+
+def test_writer_refuses_a_report_that_lost_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def drop(
+        self: object, message: object = None, output: object = None, failure_type: object = None
+    ) -> None:
+        return None
+
+    monkeypatch.setattr(junit_xml.TestCase, "add_failure_info", drop)
+    path = tmp_path / "report.xml"
+    with pytest.raises(AssertionError, match="expected"):
+        write_junit(SAMPLES["host-to-device"], path)
+    assert not path.exists()
+
+
+# --- writing the file -------------------------------------------------------------------------
+
+
+def test_write_creates_folders_and_leaves_no_temporary_file(tmp_path: Path) -> None:
+    path = tmp_path / "out" / "nested" / "report.xml"
+    write_junit(SAMPLES["host-to-device"], path)
+    assert os.listdir(path.parent) == ["report.xml"]
+    assert path.read_text(encoding="utf-8") == render_junit(SAMPLES["host-to-device"])
+
+
+def test_write_replaces_an_existing_report_whole(tmp_path: Path) -> None:
+    path = tmp_path / "report.xml"
+    path.write_text("x" * 1_000_000, encoding="utf-8")
+    write_junit(SAMPLES["passing"], path)
+    assert path.read_text(encoding="utf-8") == render_junit(SAMPLES["passing"])
+    assert os.listdir(tmp_path) == ["report.xml"]
+
+
+def test_failed_write_keeps_the_old_report_and_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "report.xml"
+    path.write_text("old report", encoding="utf-8")
+
+    def broken_fsync(descriptor: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    with pytest.raises(ReportWriteError, match="Input/output error"):
+        write_junit(SAMPLES["passing"], path)
+    assert path.read_text(encoding="utf-8") == "old report"
+    assert os.listdir(tmp_path) == ["report.xml"]
+
+
+@pytest.mark.parametrize("make_unwritable", ["parent is a file", "path is a folder"])
+def test_unwritable_path_raises_report_write_error(make_unwritable: str, tmp_path: Path) -> None:
+    if make_unwritable == "parent is a file":
+        (tmp_path / "blocker").write_text("", encoding="utf-8")
+        path = tmp_path / "blocker" / "report.xml"
+    else:
+        path = tmp_path / "report.xml"
+        path.mkdir()
+    with pytest.raises(ReportWriteError) as caught:
+        write_junit(SAMPLES["passing"], path)
+    message = str(caught.value)
+    assert str(path) in message
+    assert "\n" not in message
+    assert "writable path" in message
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
