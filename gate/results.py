@@ -106,6 +106,7 @@ class ErrorKind(enum.Enum):
     BAD_OUTPUT = "step returned something unusable"
     CHECK = "result check could not run"
     IMPORT = "callable did not import"
+    POLICY = "invalid policy"
     INTERNAL = "gate error"
 
 

@@ -1,0 +1,1 @@
+"""Example JAX code that the shipped policies in ``policies/`` gate."""

@@ -1,0 +1,5 @@
+"""``python -m gate``: the same as the ``transfer-gate`` command."""
+
+from gate.cli import main
+
+raise SystemExit(main())

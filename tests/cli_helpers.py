@@ -1,0 +1,119 @@
+"""Running the real CLI on throwaway repos, and reading what it wrote."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+import xmlschema
+
+TESTS = Path(__file__).resolve().parent
+JUNIT_XSD = TESTS / "junit.xsd"
+
+# Regions in tests run a handful of times: enough to cover every phase
+# (first call, warm-up, steady state, timed) without paying for statistics.
+FAST_DEFAULTS = "defaults: {warmup: 1, guarded_runs: 1, repeats: 2}\n"
+
+
+@dataclass(repr=False)
+class GateRun:
+    """One finished ``transfer-gate`` process and where its report should be."""
+
+    args: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    report: Path
+
+    def __str__(self) -> str:  # shown by pytest when an assertion on the run fails
+        return (
+            f"transfer-gate {' '.join(self.args)} -> exit {self.returncode}\n"
+            f"--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
+        )
+
+    __repr__ = __str__
+
+    def junit(self) -> ET.Element:
+        """The report, checked against the bundled XSD and the count invariant."""
+        assert self.report.is_file(), f"no report at {self.report}\n{self}"
+        validate_junit(self.report)
+        return ET.parse(self.report).getroot()
+
+    def testcase(self, name: str) -> ET.Element:
+        root = self.junit()
+        found = [c for c in root.iter("testcase") if c.get("name") == name]
+        names = [c.get("name") for c in root.iter("testcase")]
+        assert len(found) == 1, f"testcase {name!r} not found once in {names}\n{self}"
+        return found[0]
+
+
+def validate_junit(path: Path) -> None:
+    """Schema-valid, and the counts in the attributes match the elements."""
+    xmlschema.XMLSchema(JUNIT_XSD).validate(path)
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    totals = {"tests": 0, "failures": 0, "errors": 0}
+    for suite in suites:
+        cases = suite.findall("testcase")
+        counted = {
+            "tests": len(cases),
+            "failures": sum(len(c.findall("failure")) for c in cases),
+            "errors": sum(len(c.findall("error")) for c in cases),
+        }
+        for key, value in counted.items():
+            assert int(suite.get(key, "0")) == value, (key, suite.get("name"))
+            totals[key] += value
+    if root.tag == "testsuites":
+        for key, value in totals.items():
+            assert int(root.get(key, "0")) == value, ("testsuites", key)
+
+
+def make_repo(root: Path, files: dict[str, str]) -> Path:
+    """Write ``files`` (path -> text, dedented) under ``root``."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return root
+
+
+def gate_env(devices: int = 1, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["JAX_PLATFORMS"] = "cpu"
+    env.pop("PYTHONPATH", None)
+    env.update(extra or {})
+    return env
+
+
+def run_gate(
+    repo: Path,
+    *args: str,
+    devices: int = 1,
+    env: dict[str, str] | None = None,
+    report: str = "reports/transfer-gate.xml",
+    timeout: float = 300,
+) -> GateRun:
+    """``python -m gate ARGS`` in ``repo``, as CI would run it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gate", *args],
+        cwd=repo,
+        env=gate_env(devices, env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return GateRun(tuple(args), done.returncode, done.stdout, done.stderr, repo / report)
+
+
+def line_of(path: Path, needle: str) -> int:
+    """The 1-based line of the only line in ``path`` that contains ``needle``."""
+    lines = [i for i, text in enumerate(path.read_text().splitlines(), 1) if needle in text]
+    assert len(lines) == 1, (needle, lines)
+    return lines[0]

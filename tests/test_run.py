@@ -1,0 +1,260 @@
+"""`transfer-gate run` end to end, on throwaway repos, through the real CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_helpers import FAST_DEFAULTS, line_of, make_repo, run_gate
+
+STEPS = '''
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@jax.jit
+def double(x):
+    return x * 2.0
+
+
+def device_batch():
+    return (jax.device_put(np.ones((8, 4), np.float32)),)
+
+
+def numpy_batch():
+    return (np.ones((8, 4), np.float32),)
+
+
+def clean_step(x):
+    return double(x)
+
+
+def numpy_step(x):
+    return double(x)  # the NumPy batch is copied to the device here
+
+
+def scalar_step(x):
+    y = double(x)
+    return y * 0.5  # eager op with a Python scalar
+
+
+def raising_step(x):
+    raise ValueError("the step broke")
+
+
+@jax.jit
+def nan_step(x):
+    return x * jnp.nan  # a constant inside jit: no transfer, just a bad result
+'''
+
+
+def policy(*regions: str, header: str = "") -> str:
+    body = "".join(regions)
+    return f"version: 1\n{header}{FAST_DEFAULTS}regions:\n{body}"
+
+
+def region(name: str, step: str, setup: str = "steps:device_batch", extra: str = "") -> str:
+    return f"  - name: {name}\n    step: steps:{step}\n    setup: {setup}\n{extra}"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path, {"steps.py": STEPS})
+
+
+def test_numpy_batch_fails_at_its_line(repo: Path) -> None:
+    make_repo(repo, {"policies/p.yaml": policy(region("np", "numpy_step", "steps:numpy_batch"))})
+    run = run_gate(repo, "run")
+    assert run.returncode == 1, run
+    case = run.testcase("np: transfers")
+    failure = case.find("failure")
+    assert failure is not None, run
+    line = line_of(repo / "steps.py", "copied to the device here")
+    message = failure.get("message", "")
+    assert "host-to-device" in message
+    assert "float32[8,4]" in message
+    assert f"steps.py:{line}" in message
+    assert case.get("file") == "steps.py"
+    assert case.get("line") == str(line)
+    assert case.get("classname") == "p.np"
+    assert f"steps.py:{line}" in run.stdout
+
+
+def test_clean_region_passes_with_timing(repo: Path) -> None:
+    make_repo(repo, {"policies/p.yaml": policy(region("clean", "clean_step"))})
+    run = run_gate(repo, "run")
+    assert run.returncode == 0, run
+    case = run.testcase("clean: transfers")
+    assert case.find("failure") is None
+    assert case.find("error") is None
+    out = case.findtext("system-out") or ""
+    assert "median" in out, out
+    assert "1 passed, 0 failed" in run.stdout
+
+
+def test_python_scalar_in_eager_op_fails(repo: Path) -> None:
+    make_repo(repo, {"policies/p.yaml": policy(region("scalar", "scalar_step"))})
+    run = run_gate(repo, "run")
+    assert run.returncode == 1, run
+    failure = run.testcase("scalar: transfers").find("failure")
+    assert failure is not None, run
+    line = line_of(repo / "steps.py", "eager op with a Python scalar")
+    assert f"steps.py:{line}" in failure.get("message", "")
+    assert "float32[]" in failure.get("message", "")
+
+
+D2D = '''
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@jax.jit
+def add(x, y):
+    return x + y
+
+
+def inputs():
+    committed = jax.device_put(np.ones(4, np.float32), jax.devices()[1])
+    uncommitted = jnp.ones(4)  # made without a device: JAX may move it
+    return uncommitted, committed
+
+
+def step(uncommitted, committed):
+    return add(uncommitted, committed)  # moved to device 1 implicitly
+'''
+
+
+def test_uncommitted_device_to_device_move_is_caught(tmp_path: Path) -> None:
+    # JAX checks this move only on a call's slow path; with warm-up before the
+    # guarded runs it would pass silently, so the first call must be guarded.
+    repo = make_repo(
+        tmp_path,
+        {
+            "d2d.py": D2D,
+            "policies/p.yaml": policy(
+                "  - name: d2d\n    step: d2d:step\n    setup: d2d:inputs\n"
+            ),
+        },
+    )
+    run = run_gate(repo, "run", devices=2)
+    assert run.returncode == 1, run
+    failure = run.testcase("d2d: transfers").find("failure")
+    assert failure is not None, run
+    line = line_of(repo / "d2d.py", "moved to device 1 implicitly")
+    assert "device-to-device" in failure.get("message", "")
+    assert f"d2d.py:{line}" in failure.get("message", "")
+    assert "first call" in failure.get("message", "")
+
+
+BOUNDARY = '''
+import jax
+import numpy as np
+
+import metrics
+from metrics import upload
+
+
+def host_batch():
+    return (np.arange(6, dtype=np.float32),)
+
+
+def via_module(x):
+    return metrics.upload(x)
+
+
+def via_from_import(x):
+    return upload(x)
+
+
+def outside_boundary(x):
+    return jax.device_put(x)  # explicit, but not in a declared boundary
+'''
+
+METRICS = '''
+import jax
+
+
+def upload(x):
+    return jax.device_put(x)
+'''
+
+
+@pytest.mark.parametrize("step", ["via_module", "via_from_import"])
+def test_boundary_is_honoured_under_both_import_styles(tmp_path: Path, step: str) -> None:
+    repo = make_repo(
+        tmp_path,
+        {
+            "metrics.py": METRICS,
+            "bsteps.py": BOUNDARY,
+            "policies/p.yaml": policy(
+                f"  - name: b\n    step: bsteps:{step}\n    setup: bsteps:host_batch\n"
+                "    guard: disallow_explicit\n    boundaries: [metrics:upload]\n"
+            ),
+        },
+    )
+    run = run_gate(repo, "run")
+    assert run.returncode == 0, run
+    out = run.testcase("b: transfers").findtext("system-out") or ""
+    assert "metrics:upload" in out, out
+
+
+def test_explicit_transfer_outside_boundary_fails_under_disallow_explicit(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(
+        tmp_path,
+        {
+            "metrics.py": METRICS,
+            "bsteps.py": BOUNDARY,
+            "policies/p.yaml": policy(
+                "  - name: b\n    step: bsteps:outside_boundary\n    setup: bsteps:host_batch\n"
+                "    guard: disallow_explicit\n    boundaries: [metrics:upload]\n"
+            ),
+        },
+    )
+    run = run_gate(repo, "run")
+    assert run.returncode == 1, run
+    message = run.testcase("b: transfers").find("failure").get("message", "")  # type: ignore[union-attr]
+    line = line_of(repo / "bsteps.py", "explicit, but not in a declared boundary")
+    assert "explicit host-to-device" in message
+    assert f"bsteps.py:{line}" in message
+
+
+def test_raising_step_is_an_error_and_others_still_run(repo: Path) -> None:
+    make_repo(
+        repo,
+        {
+            "policies/p.yaml": policy(
+                region("boom", "raising_step"), region("clean", "clean_step")
+            )
+        },
+    )
+    run = run_gate(repo, "run")
+    assert run.returncode == 1, run
+    error = run.testcase("boom: transfers").find("error")
+    assert error is not None, run
+    assert "ValueError: the step broke" in error.get("message", "")
+    assert "raise ValueError" in (error.text or "")
+    clean = run.testcase("clean: transfers")
+    assert clean.find("failure") is None
+    assert clean.find("error") is None
+
+
+def test_failing_result_check(repo: Path) -> None:
+    make_repo(
+        repo,
+        {
+            "policies/p.yaml": policy(
+                region("nan", "nan_step", extra="    checks: {finite: true}\n"),
+            )
+        },
+    )
+    run = run_gate(repo, "run")
+    assert run.returncode == 1, run
+    assert run.testcase("nan: transfers").find("failure") is None
+    failure = run.testcase("nan: result checks").find("failure")
+    assert failure is not None, run
+    assert "finite" in failure.get("message", "")
+    assert "32 of 32 values are NaN or Inf" in (failure.text or "")
