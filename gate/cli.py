@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gate import __version__
 from gate.exit_codes import ExitCode
-from gate.guard_levels import GuardSpec, GuardLevel
+from gate.guard_levels import GuardLevel, GuardSpec
 from gate.policy import PolicyError, Problem, discover_policy_files, load_policy
 from gate.policy_model import Policy
 from gate.report_junit import ReportWriteError, write_junit
@@ -166,7 +166,8 @@ def _check_writable(report: Path) -> None:
         existing = existing.parent
     if not existing.is_dir():
         raise ReportWriteError(
-            f"{report}: cannot create folder {folder} ({existing} is a file); choose another --junit"
+            f"{report}: cannot create folder {folder} ({existing} is a file); "
+            "choose another --junit"
         )
     probe = existing / f".transfer-gate-probe-{time.monotonic_ns()}"
     try:

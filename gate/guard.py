@@ -17,7 +17,9 @@ from gate.guard_levels import Direction, GuardSpec
 # JAX's wording, e.g. "INVALID_ARGUMENT: Disallowed host-to-device transfer:
 # aval=ShapedArray(float32[8]), dst_sharding=...". Matched loosely on purpose:
 # only the direction is required, dtype and shape are extras when present.
-_DISALLOWED = re.compile(r"Disallowed (?P<direction>host-to-device|device-to-host|device-to-device)")
+_DISALLOWED = re.compile(
+    r"Disallowed (?P<direction>host-to-device|device-to-host|device-to-device)"
+)
 _AVAL = re.compile(r"aval=ShapedArray\((?P<dtype>[a-z0-9_]+)\[(?P<shape>[0-9, ]*)\]")
 
 _CONFIG_NAMES = {
@@ -57,7 +59,7 @@ def _global_levels(jax: Any, spec: GuardSpec) -> Iterator[None]:
     # starts would run under the global setting and escape. So the global
     # setting follows the region too.
     saved = {d: getattr(jax.config, name) for d, name in _CONFIG_NAMES.items()}
-    saved_all = getattr(jax.config, "jax_transfer_guard")
+    saved_all = jax.config.jax_transfer_guard
     try:
         for direction, name in _CONFIG_NAMES.items():
             jax.config.update(name, spec.level(direction).value)
@@ -92,7 +94,7 @@ def full_tracebacks() -> Iterator[None]:
     """
     import jax
 
-    saved = getattr(jax.config, "jax_traceback_filtering")
+    saved = jax.config.values["jax_traceback_filtering"]
     try:
         jax.config.update("jax_traceback_filtering", "off")
         yield

@@ -42,7 +42,14 @@ from gate.report_terminal import (
     one_line,
     transfer_location,
 )
-from gate.results import RegionError, RegionResult, RunResult, SuiteResult, Transfer
+from gate.results import (
+    ErrorKind,
+    RegionError,
+    RegionResult,
+    RunResult,
+    SuiteResult,
+    Transfer,
+)
 
 
 class ReportWriteError(Exception):
@@ -225,6 +232,9 @@ def _junit_case(case: _Case) -> TestCase:
     return junit_case
 
 
+_RUN_LEVEL_ERRORS = frozenset({ErrorKind.POLICY, ErrorKind.INTERNAL})
+
+
 def _cases(region: RegionResult) -> list[_Case]:
     policy_file, policy_line = region.policy_path, region.policy_line
     # junit-xml omits `time` when it is 0; rounding to the millisecond keeps
@@ -236,9 +246,12 @@ def _cases(region: RegionResult) -> list[_Case]:
     if region.error is not None:
         error = region.error
         where = error.location
+        # An invalid policy or a gate bug is not about any region's transfers:
+        # name the testcase after what broke ("policy", "gate").
+        name = region.name if error.kind in _RUN_LEVEL_ERRORS else f"{region.name}: transfers"
         cases = [
             _Case(
-                f"{region.name}: transfers",
+                name,
                 region.classname,
                 where.path if where is not None else policy_file,
                 where.line if where is not None else policy_line,

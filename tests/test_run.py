@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import FAST_DEFAULTS, line_of, make_repo, run_gate
 
-STEPS = '''
+STEPS = """
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -46,7 +46,7 @@ def raising_step(x):
 @jax.jit
 def nan_step(x):
     return x * jnp.nan  # a constant inside jit: no transfer, just a bad result
-'''
+"""
 
 
 def policy(*regions: str, header: str = "") -> str:
@@ -104,7 +104,7 @@ def test_python_scalar_in_eager_op_fails(repo: Path) -> None:
     assert "float32[]" in failure.get("message", "")
 
 
-D2D = '''
+D2D = """
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -123,7 +123,7 @@ def inputs():
 
 def step(uncommitted, committed):
     return add(uncommitted, committed)  # moved to device 1 implicitly
-'''
+"""
 
 
 def test_uncommitted_device_to_device_move_is_caught(tmp_path: Path) -> None:
@@ -133,9 +133,7 @@ def test_uncommitted_device_to_device_move_is_caught(tmp_path: Path) -> None:
         tmp_path,
         {
             "d2d.py": D2D,
-            "policies/p.yaml": policy(
-                "  - name: d2d\n    step: d2d:step\n    setup: d2d:inputs\n"
-            ),
+            "policies/p.yaml": policy("  - name: d2d\n    step: d2d:step\n    setup: d2d:inputs\n"),
         },
     )
     run = run_gate(repo, "run", devices=2)
@@ -148,7 +146,7 @@ def test_uncommitted_device_to_device_move_is_caught(tmp_path: Path) -> None:
     assert "first call" in failure.get("message", "")
 
 
-BOUNDARY = '''
+BOUNDARY = """
 import jax
 import numpy as np
 
@@ -170,15 +168,15 @@ def via_from_import(x):
 
 def outside_boundary(x):
     return jax.device_put(x)  # explicit, but not in a declared boundary
-'''
+"""
 
-METRICS = '''
+METRICS = """
 import jax
 
 
 def upload(x):
     return jax.device_put(x)
-'''
+"""
 
 
 @pytest.mark.parametrize("step", ["via_module", "via_from_import"])
@@ -225,11 +223,7 @@ def test_explicit_transfer_outside_boundary_fails_under_disallow_explicit(
 def test_raising_step_is_an_error_and_others_still_run(repo: Path) -> None:
     make_repo(
         repo,
-        {
-            "policies/p.yaml": policy(
-                region("boom", "raising_step"), region("clean", "clean_step")
-            )
-        },
+        {"policies/p.yaml": policy(region("boom", "raising_step"), region("clean", "clean_step"))},
     )
     run = run_gate(repo, "run")
     assert run.returncode == 1, run

@@ -1,0 +1,206 @@
+"""The command line's contract: subcommands, exit codes, reports on every path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import FAST_DEFAULTS, TESTS, gate_env, make_repo, run_gate
+
+from gate.exit_codes import ExitCode
+
+CLEAN = """
+import jax
+import numpy as np
+
+
+@jax.jit
+def step(x):
+    return x + 1.0
+
+
+def inputs():
+    return (jax.device_put(np.zeros(3, np.float32)),)
+
+
+def leaky(x):
+    return step(np.zeros(3, np.float32))
+
+
+def touch_and_step(x):
+    open("step-ran", "w").close()
+    return step(x)
+"""
+
+
+def policy(*steps: str) -> str:
+    regions = "".join(f"  - name: {s}\n    step: mod:{s}\n    setup: mod:inputs\n" for s in steps)
+    return f"version: 1\n{FAST_DEFAULTS}regions:\n{regions}"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path, {"mod.py": CLEAN})
+
+
+def test_help_documents_every_exit_code() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gate", "run", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=gate_env(),
+    )
+    for code in ExitCode:
+        assert f"{code.value}  {code.meaning}" in done.stdout
+
+
+def test_readme_documents_every_exit_code() -> None:
+    readme = (TESTS.parent / "README.md").read_text()
+    for code in ExitCode:
+        assert f"| {code.value} | {code.meaning} |" in readme
+
+
+def test_exit_0_when_every_region_passes(repo: Path) -> None:
+    make_repo(repo, {"policies/p.yaml": policy("step")})
+    run = run_gate(repo, "run")
+    assert run.returncode == ExitCode.OK, run
+    run.junit()
+
+
+def test_exit_1_when_a_region_fails(repo: Path) -> None:
+    make_repo(repo, {"policies/p.yaml": policy("step", "leaky")})
+    run = run_gate(repo, "run")
+    assert run.returncode == ExitCode.REGION_FAILED, run
+    assert "1 passed, 1 failed" in run.stdout
+
+
+def test_exit_2_for_an_invalid_policy_runs_nothing_and_still_reports(repo: Path) -> None:
+    make_repo(
+        repo,
+        {"policies/p.yaml": policy("touch_and_step") + "    gaurd: disallow\n"},
+    )
+    run = run_gate(repo, "run")
+    assert run.returncode == ExitCode.USAGE, run
+    assert "policies/p.yaml:7: regions[0]: unknown key 'gaurd' (did you mean 'guard'?)" in (
+        run.stderr
+    )
+    assert "Traceback" not in run.stderr
+    assert not (repo / "step-ran").exists()
+    error = run.testcase("policy").find("error")
+    assert error is not None, run
+    assert run.testcase("policy").get("file") == "policies/p.yaml"
+    assert run.testcase("policy").get("line") == "7"
+
+
+def test_exit_2_for_a_callable_that_does_not_import(repo: Path) -> None:
+    make_repo(
+        repo,
+        {"policies/p.yaml": "version: 1\nregions:\n  - name: r\n    step: mod:stpe\n"},
+    )
+    run = run_gate(repo, "run")
+    assert run.returncode == ExitCode.USAGE, run
+    assert "policies/p.yaml:4" in run.stderr
+    assert "stpe" in run.stderr
+    assert "did you mean 'step'" in run.stderr
+
+
+def test_exit_2_for_an_unknown_region(repo: Path) -> None:
+    make_repo(repo, {"policies/p.yaml": policy("step")})
+    run = run_gate(repo, "run", "--region", "nope")
+    assert run.returncode == ExitCode.USAGE, run
+    assert "--region nope: no such region; the policies define: step" in run.stderr
+
+
+def test_exit_2_for_an_unwritable_report_path(repo: Path) -> None:
+    make_repo(repo, {"policies/p.yaml": policy("touch_and_step"), "blocker": "a file\n"})
+    run = run_gate(repo, "run", "--junit", "blocker/report.xml")
+    assert run.returncode == ExitCode.USAGE, run
+    assert "blocker/report.xml" in run.stderr
+    assert "--junit" in run.stderr
+    assert not (repo / "step-ran").exists()
+
+
+def test_exit_3_when_the_gate_itself_breaks_still_writes_a_report(repo: Path) -> None:
+    # Inject a fault into the gate (not the user's code) through sitecustomize,
+    # the way a real bug would surface: an exception from inside the runner.
+    make_repo(
+        repo,
+        {
+            "policies/p.yaml": policy("step"),
+            "inject/sitecustomize.py": """
+                import gate.runner
+
+                def broken(*args, **kwargs):
+                    raise KeyError("injected gate bug")
+
+                gate.runner.run_policies = broken
+            """,
+        },
+    )
+    run = run_gate(repo, "run", env={"PYTHONPATH": str(repo / "inject")})
+    assert run.returncode == ExitCode.INTERNAL, run
+    assert "this is a bug" in run.stderr
+    error = run.testcase("gate").find("error")
+    assert error is not None, run
+    assert "injected gate bug" in error.get("message", "")
+
+
+def test_region_filter_runs_only_the_named_region(repo: Path) -> None:
+    make_repo(repo, {"policies/p.yaml": policy("step", "leaky")})
+    run = run_gate(repo, "run", "--region", "p.step")
+    assert run.returncode == ExitCode.OK, run
+    names = [c.get("name") for c in run.junit().iter("testcase")]
+    assert names == ["step: transfers"]
+
+
+def test_paths_and_junit_location(repo: Path) -> None:
+    make_repo(repo, {"elsewhere/a.yaml": policy("step"), "elsewhere/b.yml": policy("leaky")})
+    run = run_gate(repo, "run", "elsewhere/a.yaml", "--junit", "out/r.xml", report="out/r.xml")
+    assert run.returncode == ExitCode.OK, run
+    assert [s.get("name") for s in run.junit().iter("testsuite")] == ["a"]
+    both = run_gate(repo, "run", "elsewhere", "--junit", "out/r.xml", report="out/r.xml")
+    assert both.returncode == ExitCode.REGION_FAILED, both
+    assert [s.get("name") for s in both.junit().iter("testsuite")] == ["a", "b"]
+
+
+def test_validate_checks_without_running(repo: Path) -> None:
+    make_repo(repo, {"policies/p.yaml": policy("touch_and_step")})
+    run = run_gate(repo, "validate")
+    assert run.returncode == ExitCode.OK, run
+    assert "1 policies, 1 regions: valid" in run.stdout
+    assert not (repo / "step-ran").exists()
+
+
+def test_validate_reports_every_problem_of_a_file_at_once(repo: Path) -> None:
+    make_repo(
+        repo,
+        {
+            "policies/p.yaml": (
+                "version: 1\nregions:\n"
+                "  - name: a\n    step: mod:nope\n    guard: forbid\n"
+                "  - name: a\n    step: mod:step\n"
+            )
+        },
+    )
+    run = run_gate(repo, "validate")
+    assert run.returncode == ExitCode.USAGE, run
+    lines = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    assert any("policies/p.yaml:5" in line and "forbid" in line for line in lines), run
+    assert any("policies/p.yaml:6" in line and "duplicate" in line for line in lines), run
+
+
+def test_console_script_is_installed(repo: Path) -> None:
+    make_repo(repo, {"policies/p.yaml": policy("step")})
+    script = Path(sys.executable).parent / "transfer-gate"
+    done = subprocess.run(
+        [str(script), "validate"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=gate_env(),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
