@@ -7,6 +7,7 @@ boundary: ``fetch_metrics`` brings the loss to the host with
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import jax
@@ -22,7 +23,7 @@ LEARNING_RATE = 0.05
 
 def init_params(key: jax.Array) -> Params:
     params = []
-    for fan_in, fan_out in zip(LAYER_SIZES[:-1], LAYER_SIZES[1:]):
+    for fan_in, fan_out in itertools.pairwise(LAYER_SIZES):
         key, w_key = jax.random.split(key)
         w = jax.random.normal(w_key, (fan_in, fan_out)) * jnp.sqrt(2.0 / fan_in)
         params.append({"w": w, "b": jnp.zeros((fan_out,))})
@@ -74,6 +75,6 @@ def check_outputs(outputs: Any) -> bool:
     params, loss = outputs
     shapes_ok = all(
         layer["w"].shape == (fan_in, fan_out)
-        for layer, fan_in, fan_out in zip(params, LAYER_SIZES[:-1], LAYER_SIZES[1:])
+        for layer, fan_in, fan_out in zip(params, LAYER_SIZES[:-1], LAYER_SIZES[1:], strict=False)
     )
     return bool(np.ndim(loss) == 0 and float(loss) > 0.0 and shapes_ok)

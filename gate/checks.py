@@ -64,7 +64,7 @@ def check_reference(leaves: Leaves, path: Path, rtol: float, atol: float) -> Che
             "regenerate it with `transfer-gate run --write-references`",
         )
     problems = []
-    for (leaf_path, value), want in zip(leaves, expected):
+    for (leaf_path, value), want in zip(leaves, expected, strict=False):
         where = leaf_path or "output"
         if value.shape != want.shape:
             problems.append(f"{where}: shape {value.shape} != reference {want.shape}")
