@@ -26,7 +26,7 @@ from gate.boundary import BoundaryMonitor
 from gate.checks import Leaves, run_checks
 from gate.guard import EXPLICIT_ENTRY_POINTS, full_tracebacks, guarded, parse_violation
 from gate.policy_model import Policy, Region
-from gate.resolve import ResolveError, import_callable, python_path
+from gate.resolve import ResolveError, import_boundary, import_callable, python_path
 from gate.results import (
     CheckOutcome,
     ErrorKind,
@@ -64,12 +64,7 @@ class Callables:
 def import_region(policy: Policy, region: Region) -> Callables:
     """Import what ``region`` names; `ResolveError` if anything doesn't import."""
     paths = policy.python_path
-    boundaries = []
-    for ref in region.boundaries:
-        fn = import_callable(ref, paths)
-        if not isinstance(fn, types.FunctionType):
-            raise ResolveError(f"boundary {ref.spec} is not a plain Python function")
-        boundaries.append((ref.spec, fn))
+    boundaries = [(ref.spec, import_boundary(ref, paths)) for ref in region.boundaries]
     custom = region.checks.custom
     return Callables(
         step=import_callable(region.step, paths),

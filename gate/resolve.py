@@ -1,0 +1,232 @@
+"""Import the ``module:qualname`` callables a policy names, and say why one doesn't import.
+
+Every message here is one line for a CI log: what failed, where (the policy's
+file:line, or the user's file:line for an exception raised on import), and the
+fix. Never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import pkgutil
+import sys
+import sysconfig
+import traceback
+import types
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from gate.policy import Problem, display_path
+from gate.policy_model import CallableRef, Policy
+from gate.schema import did_you_mean
+
+
+class ResolveError(Exception):
+    """A policy's callable could not be imported; the message is one line."""
+
+
+@contextmanager
+def python_path(paths: Sequence[Path], repo_root: Path | None = None) -> Iterator[None]:
+    """Put ``paths`` (a policy's python_path), then the repo root, first on `sys.path`.
+
+    The repo root defaults to the working directory. `sys.path` is restored in
+    place on exit, whatever the body did to it; imported modules stay imported.
+    """
+    saved = list(sys.path)
+    sys.path[:0] = _entries(paths, repo_root)
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+
+
+def _entries(paths: Sequence[Path], repo_root: Path | None) -> list[str]:
+    root = Path.cwd() if repo_root is None else repo_root
+    # The policy's own folders first: they are the more specific.
+    return list(dict.fromkeys(os.path.abspath(p) for p in (*paths, root)))
+
+
+def import_callable(
+    ref: CallableRef, python_path: Sequence[Path], repo_root: Path | None = None
+) -> Callable[..., Any]:
+    """The callable ``ref`` names, imported with ``python_path`` on `sys.path`.
+
+    Raises `ResolveError` when the module does not import, the attribute is
+    missing, or it is not callable.
+    """
+    root = Path.cwd() if repo_root is None else repo_root
+    module = _import_module(ref.module, python_path, root)
+    return _lookup(module, ref)
+
+
+def import_boundary(
+    ref: CallableRef, python_path: Sequence[Path], repo_root: Path | None = None
+) -> types.FunctionType:
+    """Like `import_callable`, but only a plain Python function will do.
+
+    The gate patches a boundary's code object, which is what catches both
+    ``module.fn()`` and ``from module import fn`` call sites; a jitted or
+    otherwise wrapped callable has no code object of its own to patch.
+    """
+    found = import_callable(ref, python_path, repo_root)
+    if not isinstance(found, types.FunctionType):
+        raise ResolveError(_not_a_function(ref, found))
+    return found
+
+
+def check_callables(policy: Policy, repo_root: Path) -> list[Problem]:
+    """One `Problem` per callable of ``policy`` that does not import, in file order.
+
+    Covers every region's step, setup, boundaries and checks.custom. A module
+    that fails to import is tried once; each reference to it gets the problem.
+    """
+    failed: dict[str, ResolveError] = {}
+    problems: list[Problem] = []
+    path = policy.path.as_posix()
+    for i, region in enumerate(policy.regions):
+        refs: list[tuple[str, CallableRef, bool]] = [(f"regions[{i}].step", region.step, False)]
+        if region.setup is not None:
+            refs.append((f"regions[{i}].setup", region.setup, False))
+        refs += [
+            (f"regions[{i}].boundaries[{j}]", b, True) for j, b in enumerate(region.boundaries)
+        ]
+        if region.checks.custom is not None:
+            refs.append((f"regions[{i}].checks.custom", region.checks.custom, False))
+        for where, ref, boundary in refs:
+            try:
+                if ref.module in failed:
+                    raise failed[ref.module]
+                try:
+                    module = _import_module(ref.module, policy.python_path, repo_root)
+                except ResolveError as exc:
+                    failed[ref.module] = exc
+                    raise
+                found = _lookup(module, ref)
+                if boundary and not isinstance(found, types.FunctionType):
+                    raise ResolveError(_not_a_function(ref, found))
+            except ResolveError as exc:
+                problems.append(Problem(path, ref.line, where, str(exc)))
+    return sorted(problems, key=lambda p: p.line or 0)
+
+
+def _import_module(name: str, paths: Sequence[Path], repo_root: Path) -> types.ModuleType:
+    with python_path(paths, repo_root):
+        searched = [display_path(Path(p), repo_root) for p in _entries(paths, repo_root)]
+        # Files made after start-up (a fresh checkout, a test's tmp_path) must be seen.
+        importlib.invalidate_caches()
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+                raise ResolveError(_not_found(name, exc.name, searched, repo_root)) from None
+            fix = f"install {exc.name!r} or fix the import" if exc.name else "fix the import"
+            raise ResolveError(_raised_on_import(name, exc, repo_root, fix)) from None
+        except (Exception, SystemExit) as exc:  # user code: anything may escape it
+            raise ResolveError(_raised_on_import(name, exc, repo_root)) from None
+
+
+def _not_found(name: str, missing: str, searched: Sequence[str], repo_root: Path) -> str:
+    parent_name, _, child = missing.rpartition(".")
+    parent = sys.modules.get(parent_name) if parent_name else None
+    if parent is not None and hasattr(parent, "__path__"):
+        children = [m.name for m in pkgutil.iter_modules(parent.__path__)]
+        folders = ", ".join(sorted(display_path(Path(p), repo_root) for p in parent.__path__))
+        return (
+            f"module {name!r} not found: package {parent_name!r} ({folders}) has no module"
+            f" {child!r}{did_you_mean(child, children)}"
+        )
+    listed = ", ".join("the repo root" if p == "." else p for p in searched)
+    return (
+        f"module {name!r} not found in {listed} or installed packages;"
+        " add the folder that holds it to the policy's `python_path:`"
+    )
+
+
+def _raised_on_import(
+    name: str, exc: BaseException, repo_root: Path, fix: str = "fix the module"
+) -> str:
+    at = _user_frame(exc, repo_root)
+    where = f" (at {at})" if at else ""
+    return f"importing {name!r} raised {_one_line(exc)}{where}; {fix}"
+
+
+def _user_frame(exc: BaseException, repo_root: Path) -> str | None:
+    """``file:line`` of the innermost frame in the user's code that ``exc`` passed through."""
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+        # The bad line is in a file that never ran, so it is in no frame.
+        return f"{display_path(Path(exc.filename), repo_root)}:{exc.lineno}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    for frame in reversed(frames):
+        filename = frame.filename
+        if filename.startswith("<") or _is_library(filename):
+            continue
+        return f"{display_path(Path(filename), repo_root)}:{frame.lineno}"
+    return None
+
+
+def _is_library(filename: str) -> bool:
+    # The standard library and installed packages: a json.loads that raised
+    # inside the user's module should be reported at the user's line.
+    return any(filename.startswith(prefix + os.sep) for prefix in _LIBRARY_PATHS)
+
+
+_LIBRARY_PATHS = tuple(
+    {
+        *(
+            os.path.abspath(sysconfig.get_paths()[key])
+            for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        ),
+        os.path.dirname(os.path.abspath(__file__)),  # the gate itself
+    }
+)
+
+
+def _lookup(module: types.ModuleType, ref: CallableRef) -> Callable[..., Any]:
+    found: object = module
+    parts = ref.qualname.split(".")
+    for depth, part in enumerate(parts):
+        owner = (
+            f"module {ref.module!r}"
+            if depth == 0
+            else repr(f"{ref.module}:{'.'.join(parts[:depth])}")
+        )
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            names = [n for n in dir(found) if not n.startswith("__")]
+            raise ResolveError(
+                f"{owner} has no attribute {part!r}{did_you_mean(part, names)}"
+            ) from None
+        except Exception as exc:  # a property or module __getattr__ that raised
+            raise ResolveError(f"getting {part!r} from {owner} raised {_one_line(exc)}") from None
+    if not callable(found):
+        raise ResolveError(f"{ref.spec!r} is {_kind(found)}, not callable; point at a function")
+    return found
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _kind(obj: object) -> str:
+    name = type(obj).__name__
+    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
+
+
+def _not_a_function(ref: CallableRef, found: object) -> str:
+    if isinstance(found, functools.partial):
+        kind = "a functools.partial"
+    elif hasattr(found, "__wrapped__"):
+        kind = f"a wrapped function ({type(found).__name__}, e.g. from jax.jit)"
+    else:
+        kind = _kind(found)
+    return (
+        f"boundary {ref.spec!r} is {kind}, not a plain Python function; declare the plain"
+        " function that calls jax.device_get (the gate patches its code, so both"
+        " `module.fn()` and `from module import fn` call sites are caught)"
+    )
