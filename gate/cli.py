@@ -8,6 +8,7 @@ JUnit report behind, because a missing report reads as "0 tests, all passed".
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
@@ -15,10 +16,24 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gate import __version__
+from gate.baseline import DEFAULT_NAME as DEFAULT_BASELINE_NAME
+from gate.baseline import (
+    BaselineError,
+    accepted_from,
+    apply_baseline,
+    default_path,
+    load_baseline,
+    write_baseline,
+)
+from gate.doctor import EXIT_CODES_HELP as DOCTOR_EXIT_CODES_HELP
+from gate.doctor import Accelerator, main_doctor
 from gate.exit_codes import ExitCode
 from gate.guard_levels import GuardLevel, GuardSpec
+from gate.merge import MergeError, main_merge
 from gate.policy import PolicyError, Problem, discover_policy_files, load_policy
 from gate.policy_model import Policy
+from gate.report_github import report_to_github
+from gate.report_json import write_json
 from gate.report_junit import ReportWriteError, write_junit
 from gate.report_terminal import format_summary
 from gate.resolve import check_callables
@@ -30,9 +45,13 @@ from gate.results import (
     SourceLocation,
     SuiteResult,
 )
+from gate.scheduler import Cancellation, cancel_on_signals, run_isolated
+from gate.shard import parse_shard, select_shard
+from gate.transfer_map import prepare_environment
 
 DEFAULT_POLICIES = "policies"
 DEFAULT_JUNIT = "reports/transfer-gate.xml"
+DEFAULT_BASELINE_HELP = f"{DEFAULT_BASELINE_NAME} in the first PATH's folder"
 
 
 class UsageError(Exception):
@@ -80,6 +99,43 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="run only this region (NAME or SUITE.NAME); repeatable",
     )
+    run.add_argument(
+        "--shard",
+        type=parse_shard,
+        metavar="K/N",
+        help="run only shard K of N: the regions are split the same way on every machine "
+        "(merge the shards' reports with `transfer-gate merge`)",
+    )
+    run.add_argument(
+        "--json",
+        metavar="FILE",
+        help="also write the full transfer map as JSON (format: README, 'JSON report')",
+    )
+    run.add_argument(
+        "--baseline",
+        metavar="FILE",
+        help="fail only on transfers not accepted in this baseline (default: "
+        f"{DEFAULT_BASELINE_HELP}, used when it exists)",
+    )
+    run.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="ignore any baseline: every implicit transfer fails",
+    )
+
+    baseline = commands.add_parser(
+        "baseline",
+        help="run every region and accept the transfers it has today in a baseline file",
+        epilog=_exit_codes_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    baseline.add_argument("paths", nargs="*", metavar="PATH")
+    baseline.add_argument(
+        "--baseline",
+        metavar="FILE",
+        help=f"where to write it (default: {DEFAULT_BASELINE_HELP})",
+    )
+    baseline.add_argument("--region", action="append", metavar="NAME", help=argparse.SUPPRESS)
 
     validate = commands.add_parser(
         "validate",
@@ -88,6 +144,26 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     validate.add_argument("paths", nargs="*", metavar="PATH")
+
+    doctor = commands.add_parser(
+        "doctor",
+        help="show what JAX sees here (devices, versions, settings) and check for an accelerator",
+        epilog=DOCTOR_EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    doctor.add_argument(
+        "--expect",
+        choices=[a.value for a in Accelerator],
+        help="fail (exit 1) unless JAX runs on this kind of device",
+    )
+
+    merge = commands.add_parser(
+        "merge",
+        help="combine the JUnit reports of several shards into one",
+        description="Combine reports (JUnit .xml) into OUT; OUT may be one of the inputs.",
+    )
+    merge.add_argument("output", metavar="OUT")
+    merge.add_argument("inputs", nargs="+", metavar="IN")
     return parser
 
 
@@ -200,42 +276,147 @@ def _selected(policies: list[Policy], wanted: list[str] | None) -> frozenset[str
     return frozenset(wanted)
 
 
-def _cmd_run(args: argparse.Namespace, repo_root: Path) -> ExitCode:
-    from gate.runner import run_policies
+def _execute(
+    args: argparse.Namespace,
+    repo_root: Path,
+    report: Path | None,
+    cancel: Cancellation | None = None,
+) -> RunResult:
+    """Load, check and run the policies; on the way out a report is always written.
 
-    report = Path(args.junit)
-    _check_writable(report)
+    Each region runs in a worker process (`gate.scheduler`); what the workers
+    print is forwarded to stderr, so stdout keeps only the summary.
+    """
     try:
         policies = _load_all(args.paths, repo_root)
     except PolicyError as exc:
-        write_junit(_problem_results(exc.problems), report)
+        if report is not None:
+            problems = _problem_results(exc.problems)
+            write_junit(problems, report)
+            report_to_github(problems, report)
         raise
     only = _selected(policies, args.region)
+    if getattr(args, "shard", None) is not None:
+        shard = select_shard(policies, args.shard, only)
+        print(shard.describe())
+        only = shard.regions
     try:
-        result = run_policies(policies, repo_root, only)
+        return run_isolated(policies, repo_root, only, cancel=cancel, forward=sys.stderr)
     except Exception as exc:
-        write_junit(_internal_error_result(exc), report)
+        if report is not None:
+            write_junit(_internal_error_result(exc), report)
         raise
+
+
+def _baseline_for(args: argparse.Namespace, repo_root: Path) -> tuple[Path, bool]:
+    """The baseline file to use and whether the user named it."""
+    if args.baseline:
+        return Path(args.baseline), True
+    return default_path(args.paths, repo_root, DEFAULT_POLICIES), False
+
+
+def _cmd_run(args: argparse.Namespace, repo_root: Path) -> ExitCode:
+    # From here until the report is written, SIGINT/SIGTERM (CI cancelling
+    # the job) stop the running region instead of the gate: see the README,
+    # "When a region crashes, hangs or is cancelled".
+    with cancel_on_signals() as cancel:
+        return _run_and_report(args, repo_root, cancel)
+
+
+def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellation) -> ExitCode:
+    report = Path(args.junit)
+    _check_writable(report)
+    json_report = Path(args.json) if args.json else None
+    if json_report is not None:
+        _check_writable(json_report)
+    accepted = None
+    baseline_path, named = _baseline_for(args, repo_root)
+    if not args.no_baseline and (named or baseline_path.is_file()):
+        accepted = load_baseline(baseline_path)
+    result = _execute(args, repo_root, report, cancel)
+    if accepted is not None:
+        shown = _shown(baseline_path, repo_root)
+        paths = " ".join(args.paths)
+        command = f"transfer-gate baseline {paths} --baseline {shown}".replace("  ", " ")
+        result = apply_baseline(result, accepted, command)
     write_junit(result, report)
+    if json_report is not None:
+        write_json(result, json_report)
     print(format_summary(result))
-    print(f"report: {report}")
+    if accepted is not None:
+        print(f"baseline: {_shown(baseline_path, repo_root)} ({len(accepted)} accepted)")
+    print(f"report: {report}" + (f", {json_report}" if json_report else ""))
+    report_to_github(result, report)
+    return _verdict(result, cancel)
+
+
+def _verdict(result: RunResult, cancel: Cancellation) -> ExitCode:
+    """The exit code of a run whose report is written; says why on stderr when it isn't 0 or 1.
+
+    A gate bug inside one region (INTERNAL) leaves the other regions judged,
+    but the run exits 3 all the same: the failure is the gate's, not the code's.
+    """
+    if cancel.signal is not None:
+        print(f"error: run cancelled by {cancel.signal.name}", file=sys.stderr)
+    bugs = [r for r in result.regions if r.error and r.error.kind is ErrorKind.INTERNAL]
+    if bugs:
+        names = ", ".join(r.classname for r in bugs)
+        print(
+            f"error: transfer-gate itself failed while running {names}; this is a bug, "
+            "please report it with the report's traceback",
+            file=sys.stderr,
+        )
+        return ExitCode.INTERNAL
     return ExitCode.OK if result.passed else ExitCode.REGION_FAILED
+
+
+def _shown(path: Path, repo_root: Path) -> str:
+    try:
+        return path.resolve().relative_to(repo_root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _cmd_baseline(args: argparse.Namespace, repo_root: Path) -> ExitCode:
+    path, _ = _baseline_for(args, repo_root)
+    _check_writable(path)
+    result = _execute(args, repo_root, None)
+    errored = [r for r in result.regions if r.error is not None]
+    if errored:
+        print(format_summary(result))
+        raise UsageError(
+            f"{len(errored)} region(s) errored, so their transfers are unknown; "
+            "fix them and run `transfer-gate baseline` again (the baseline was not written)"
+        )
+    entries = accepted_from(result)
+    write_baseline(entries, path)
+    print(f"baseline: {_shown(path, repo_root)}: {len(entries)} accepted transfer line(s)")
+    return ExitCode.OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (see `gate.exit_codes`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "doctor":
+        # Before prepare_environment: doctor reports the settings the job gave the gate.
+        return main_doctor(args.expect)
     repo_root = Path.cwd()
+    # Before anything imports jax (user modules do, while policies are checked).
+    prepare_environment(os.environ)
     try:
         if args.command == "validate":
             return _cmd_validate(args, repo_root)
+        if args.command == "baseline":
+            return _cmd_baseline(args, repo_root)
+        if args.command == "merge":
+            return main_merge(args.output, args.inputs)
         return _cmd_run(args, repo_root)
     except PolicyError as exc:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)
         return ExitCode.USAGE
-    except (UsageError, ReportWriteError) as exc:
+    except (UsageError, ReportWriteError, BaselineError, MergeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     except Exception:

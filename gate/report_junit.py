@@ -32,12 +32,12 @@ from typing import Literal
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
+from gate.findings import Finding, group
 from gate.guard_levels import Direction, GuardSpec
 from gate.hints import hint_for
 from gate.report_terminal import (
     format_boundary,
     format_check,
-    format_finding,
     format_timing,
     one_line,
     transfer_location,
@@ -48,7 +48,6 @@ from gate.results import (
     RegionResult,
     RunResult,
     SuiteResult,
-    Transfer,
 )
 
 
@@ -157,6 +156,11 @@ def write_junit(run: RunResult, path: Path) -> None:
     Raises ReportWriteError when the path cannot be written.
     """
     data = render_junit(run).encode("utf-8")
+    _write_atomically(path, data)
+
+
+def write_report_file(path: Path, data: bytes) -> None:
+    """Write an already rendered report to `path` the way `write_junit` does (atomically)."""
     _write_atomically(path, data)
 
 
@@ -286,7 +290,7 @@ def _cases(region: RegionResult) -> list[_Case]:
             )
         return cases
 
-    failing = region.failing_transfers
+    failing = [f for f in group(region.transfers) if f.failing]
     if failing:
         first = failing[0].location
         file, line = (first.path, first.line) if first is not None else (policy_file, policy_line)
@@ -328,51 +332,50 @@ def _cases(region: RegionResult) -> list[_Case]:
     return cases
 
 
-def _transfers_message(failing: tuple[Transfer, ...]) -> str:
-    """``implicit host-to-device transfer float32[8] at examples/bad.py:12 (first call)``."""
-    first = failing[0]
-    # describe() is "<direction> <dtype>[<shape>]"; reuse its array spelling.
-    array = first.describe().removeprefix(first.direction.label)
-    where = str(first.location) if first.location is not None else "an unknown location"
-    scope = " outside a declared boundary" if first.explicit and first.boundary is None else ""
-    message = (
-        f"{first.kind} {first.direction.label} transfer{array}{scope} at {where} "
-        f"({first.phase.value})"
-    )
+def _transfers_message(failing: list[Finding]) -> str:
+    """``implicit host-to-device float32[8] at a.py:12, 3x per step`` (+ how many more lines)."""
+    message = failing[0].headline()
     if len(failing) > 1:
-        message = f"{len(failing)} failing transfers: {message} and {len(failing) - 1} more"
+        others = ", ".join(f.where() for f in failing[1:4])
+        more = len(failing) - 4
+        tail = f", and {more} more" if more > 0 else ""
+        message = f"{len(failing)} lines move data: {message}; also {others}{tail}"
     return message
 
 
 def _transfers_body(region: RegionResult) -> str:
-    failing = region.failing_transfers
+    findings = group(region.transfers)
+    failing = [f for f in findings if f.failing]
     parts = [
-        f"{_count(len(failing), 'failing transfer')}:\n"
-        + "\n".join(_transfer_entry(t, region) for t in failing)
+        f"{_count(len(failing), 'line')} with failing transfers, most frequent first:\n"
+        + "\n".join(_finding_entry(f, region) for f in failing)
     ]
-    others = [t for t in region.transfers if not t.failing]
+    others = [f for f in findings if not f.failing]
     if others:
         parts.append(
-            f"{_count(len(others), 'other transfer')} (logged or allowed, not failing):\n"
-            + "\n".join(_transfer_entry(t, region) for t in others)
+            f"{_count(len(others), 'other line')} moving data (logged or allowed, not failing):\n"
+            + "\n".join(_finding_entry(f, region) for f in others)
         )
     parts.append(_details(region))
     return "\n\n".join(parts)
 
 
-def _transfer_entry(transfer: Transfer, region: RegionResult) -> str:
-    function = transfer.location.function if transfer.location is not None else "?"
-    levels = region.guard.inside_boundary() if transfer.boundary is not None else region.guard
-    lines = [
-        f"- {transfer_location(transfer, region)} in {function}: {format_finding(transfer)}",
-        f"  guard level: {levels.level(transfer.direction).value}",
-    ]
-    if transfer.location is None:
+def _finding_entry(finding: Finding, region: RegionResult) -> str:
+    transfer = finding.sample_with_shape()
+    function = finding.location.function if finding.location is not None else "?"
+    where = transfer_location(transfer, region)
+    levels = region.guard.inside_boundary() if finding.boundary is not None else region.guard
+    verdict = "FAILS" if finding.failing else "allowed"
+    lines = [f"- {where} in {function}: {finding.kind} {finding.what()} — {finding.counts()}"]
+    if finding.source:
+        lines.append(f"    {finding.source}")
+    if finding.scope():
+        lines.append(f"  {finding.scope()}")
+    lines.append(f"  guard level: {levels.level(finding.direction).value} ({verdict})")
+    if finding.location is None:
         lines.append("  (no frame of your code found; the location is the region's policy entry)")
-    if transfer.boundary is not None:
-        lines.append(f"  boundary: {transfer.boundary}")
     jax_lines = transfer.message.splitlines() or ["(no message)"]
-    lines.append(f"  JAX: {jax_lines[0]}")
+    lines.append(f"  seen by: {jax_lines[0]}")
     lines.extend(f"       {rest}" for rest in jax_lines[1:])
     lines.append(f"  fix: {hint_for(transfer)}")
     return "\n".join(lines)
@@ -382,7 +385,7 @@ def _system_out(region: RegionResult) -> str:
     """Every transfer seen, then the region's details: what EnricoMi shows for any case."""
     if not region.transfers:
         return _details(region)
-    entries = "\n".join(_transfer_entry(t, region) for t in region.transfers)
+    entries = "\n".join(_finding_entry(f, region) for f in group(region.transfers))
     return f"{entries}\n\n{_details(region)}"
 
 
@@ -392,12 +395,16 @@ def _details(region: RegionResult) -> str:
     inside = region.guard.inside_boundary()
     if inside != region.guard:
         lines.append(f"  inside declared boundaries: {_guard_levels(inside)}")
-    failing = len(region.failing_transfers)
+    findings = group(region.transfers)
+    failing = sum(1 for f in findings if f.failing)
     lines.append(
-        f"Transfers seen: {len(region.transfers)} ({failing} failing)"
-        if region.transfers
-        else "Transfers seen: none"
+        f"Lines moving data: {len(findings)} ({failing} failing)"
+        if findings
+        else "Lines moving data: none"
     )
+    if region.fixed:
+        lines.append("Accepted in the baseline but no longer seen:")
+        lines.extend(f"- {entry}" for entry in region.fixed)
     if region.timing is not None:
         lines.append(f"Step time: {format_timing(region.timing)}")
     else:
@@ -407,6 +414,7 @@ def _details(region: RegionResult) -> str:
         lines.extend(f"- {format_boundary(b)}" for b in region.boundaries)
     else:
         lines.append("Boundary costs: no boundaries declared")
+    lines.extend(f"Note: {note}" for note in region.notes)
     lines.append(f"Wall time: {region.wall_s:.3f} s")
     lines.append(f"Region declared at {region.policy_path}:{region.policy_line}")
     return "\n".join(lines) + "\n"
@@ -428,8 +436,8 @@ def _error_body(region: RegionResult, error: RegionError) -> str:
         parts.append(error.details.rstrip("\n"))
     if region.transfers:
         parts.append(
-            f"{_count(len(region.transfers), 'transfer')} seen before the error:\n"
-            + "\n".join(_transfer_entry(t, region) for t in region.transfers)
+            "Transfers seen before the error:\n"
+            + "\n".join(_finding_entry(f, region) for f in group(region.transfers))
         )
     parts.append(_details(region))
     return "\n\n".join(parts)

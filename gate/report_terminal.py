@@ -7,6 +7,7 @@ same thing in the same words.
 
 from __future__ import annotations
 
+from gate.findings import group
 from gate.hints import hint_for
 from gate.results import (
     BoundaryCost,
@@ -105,7 +106,12 @@ def format_summary(run: RunResult, color: bool = False) -> str:
     width = max((len(r.classname) for r in regions), default=0)
     lines = [_region_line(region, width, color) for region in regions]
 
-    findings = [line for region in regions if not region.passed for line in _findings(region)]
+    findings = [
+        line
+        for region in regions
+        if not region.passed or region.notes
+        for line in _findings(region)
+    ]
     if findings:
         lines.append("")
         lines.extend(findings)
@@ -136,11 +142,15 @@ def _region_line(region: RegionResult, width: int, color: bool) -> str:
     if region.error is not None:
         return f"{head}  {region.error.kind.value}: {one_line(region.error.message)}"
 
-    failing = len(region.failing_transfers)
-    columns = [f"{failing} failing transfer" + ("" if failing == 1 else "s")]
-    others = len(region.transfers) - failing
+    findings = group(region.transfers)
+    failing = sum(1 for f in findings if f.failing)
+    columns = [f"{failing} failing line" + ("" if failing == 1 else "s")]
+    accepted = sum(1 for f in findings if f.sample.accepted)
+    others = len(findings) - failing - accepted
+    if accepted:
+        columns[0] += f" (+{accepted} accepted by the baseline)"
     if others:
-        columns[0] += f" (+{others} logged)"
+        columns[0] += f" (+{others} allowed)"
     if region.has_checks:
         failed_checks = [c.name.value for c in region.checks if not c.passed]
         if failed_checks:
@@ -161,11 +171,20 @@ def _findings(region: RegionResult) -> list[str]:
     if region.error is not None:
         where = str(region.error.location) if region.error.location is not None else policy
         lines.append(f"  {where}: {region.error.kind.value}: {one_line(region.error.message)}")
+        lines.extend(f"  note: {note}" for note in region.notes)
         return lines
-    lines.extend(
-        f"  {transfer_location(t, region)}: {format_finding(t)} — {hint_for(t)}"
-        for t in region.failing_transfers
-    )
+    failing = [f for f in group(region.transfers) if f.failing]
+    for finding in failing:
+        where = transfer_location(finding.sample, region)
+        scope = f" {finding.scope()}" if finding.scope() else ""
+        source = f"   {finding.source}" if finding.source else ""
+        lines.append(
+            f"  {where}: {finding.kind} {finding.what()}{scope}, {finding.counts()}{source}"
+        )
+    # One hint per kind of finding, not one per line: the same fix reads once.
+    hints = dict.fromkeys(hint_for(f.sample) for f in failing)
+    lines.extend(f"  fix: {hint}" for hint in hints)
+    lines.extend(f"  note: {note}" for note in region.notes)
     lines.extend(
         f"  {policy}: result check failed: {c.name.value}: {one_line(c.detail)}"
         for c in region.checks

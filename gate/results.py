@@ -46,8 +46,30 @@ class Transfer:
     location: SourceLocation | None
     phase: Phase
     failing: bool  # whether the region's guard levels make this a failure
-    message: str  # JAX's own text, kept for the report body
+    message: str  # JAX's own text (or how the gate saw it), kept for the report body
     boundary: str | None = None  # the declared boundary it happened in
+    count: int = 1  # times per step (the most seen in one run of this phase)
+    source: str | None = None  # the text of the offending line
+    thread: str | None = None  # set when a thread the step started made it
+    accepted: bool = False  # listed in the baseline: would fail, but is accepted
+
+    @property
+    def nbytes(self) -> int | None:
+        """Bytes moved per occurrence, where JAX said dtype and shape."""
+        if self.dtype is None or self.shape is None:
+            return None
+        try:
+            import numpy as np
+
+            itemsize = np.dtype(self.dtype).itemsize
+        except TypeError:  # bfloat16 and friends without ml_dtypes registered
+            itemsize = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}.get(self.dtype, 0)
+            if not itemsize:
+                return None
+        size = 1
+        for dim in self.shape:
+            size *= dim
+        return size * itemsize
 
     @property
     def kind(self) -> str:
@@ -108,6 +130,10 @@ class ErrorKind(enum.Enum):
     IMPORT = "callable did not import"
     POLICY = "invalid policy"
     INTERNAL = "gate error"
+    # The region's worker process was lost (gate.scheduler); the rest ran in a fresh one.
+    CRASH = "worker crashed"
+    TIMEOUT = "timed out"
+    CANCELLED = "run cancelled"
 
 
 @dataclass(frozen=True)
@@ -132,6 +158,8 @@ class RegionResult:
     checks: tuple[CheckOutcome, ...] = ()
     has_checks: bool = False
     wall_s: float = 0.0
+    notes: tuple[str, ...] = ()  # what a reader must know to trust the verdict
+    fixed: tuple[str, ...] = ()  # baseline entries that no longer happen
 
     @property
     def classname(self) -> str:

@@ -14,17 +14,22 @@ Why this order:
 
 from __future__ import annotations
 
+import linecache
+import re
+import threading
 import time
 import traceback
 import types
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gate.boundary import BoundaryMonitor
 from gate.checks import Leaves, run_checks
 from gate.guard import EXPLICIT_ENTRY_POINTS, full_tracebacks, guarded, parse_violation
+from gate.guard_levels import Direction, GuardLevel, GuardSpec
 from gate.policy_model import Policy, Region
 from gate.resolve import ResolveError, import_boundary, import_callable, python_path
 from gate.results import (
@@ -34,11 +39,13 @@ from gate.results import (
     RegionError,
     RegionResult,
     RunResult,
+    SourceLocation,
     SuiteResult,
     Transfer,
 )
 from gate.source import UserCode, frames_of, user_frames_text
 from gate.timing import summarize
+from gate.transfer_map import Observed, capture_works, mapped
 
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
 
@@ -164,11 +171,84 @@ class RegionRun:
             violation = parse_violation(exc)
             if violation is None:
                 raise RegionAbort(self._error_from(ErrorKind.STEP, exc)) from exc
-            self.transfers.append(self._transfer_from(exc, phase))
+            found = self._transfer_from(exc, phase)
+            if not any(_same_site(found, known) for known in self.transfers):
+                self.transfers.append(found)
             return
         finally:
             self.monitor.guard = None
         self.check_outputs(outputs)
+
+    def mapped_calls(self, phase: Phase, runs: int) -> None:
+        """``runs`` runs under the logging levels, every transfer charged to its line.
+
+        Always ``log_explicit``: the map shows explicit transfers too (in
+        boundaries or not); whether one fails is judged afterwards from the
+        region's own levels.
+        """
+        import jax
+
+        per_run: list[Counter[_SiteKey]] = []
+        details: dict[_SiteKey, Observed] = {}
+        explicit = _explicit_functions(jax)
+        main_thread = threading.current_thread().name
+        for _ in range(runs):
+            inputs = self.fresh_inputs()
+            try:
+                with (
+                    mapped(self.code, explicit=explicit, boundary_of=self.monitor.current) as log,
+                    guarded(GuardSpec.uniform(GuardLevel.LOG_EXPLICIT)),
+                ):
+                    outputs = self.call_step(inputs)
+            except Exception as exc:
+                raise RegionAbort(self._error_from(ErrorKind.STEP, exc)) from exc
+            self.check_outputs(outputs)
+            counts: Counter[_SiteKey] = Counter()
+            for seen in log.observed:
+                key = _SiteKey(
+                    seen.direction,
+                    seen.explicit,
+                    seen.location,
+                    seen.boundary,
+                    None if seen.thread == main_thread else _thread_label(seen.thread),
+                )
+                counts[key] += 1
+                known = details.get(key)
+                if known is None or (known.dtype is None and seen.dtype is not None):
+                    details[key] = seen
+            per_run.append(counts)
+        for key in sorted(details, key=_site_order):
+            seen = details[key]
+            self.transfers.append(
+                Transfer(
+                    direction=key.direction,
+                    explicit=key.explicit,
+                    dtype=seen.dtype,
+                    shape=seen.shape,
+                    location=key.location,
+                    phase=phase,
+                    failing=self._fails(key.direction, key.explicit, key.boundary),
+                    message="seen in JAX's transfer-guard log",
+                    boundary=key.boundary,
+                    count=max(counts[key] for counts in per_run),
+                    source=self._source_line(key.location),
+                    thread=key.thread,
+                )
+            )
+
+    def _fails(self, direction: Direction, explicit: bool, boundary: str | None) -> bool:
+        level = self.region.guard.level(direction)
+        if boundary is not None:
+            level = level.inside_boundary
+        return level.fails_explicit if explicit else level.fails_implicit
+
+    def _source_line(self, location: SourceLocation | None) -> str | None:
+        if location is None:
+            return None
+        path = Path(location.path)
+        if not path.is_absolute():
+            path = self.code.repo_root / path
+        return linecache.getline(str(path), location.line).strip() or None
 
     def timed_calls(self) -> tuple[list[float], Any]:
         """Step times over ``repeats`` runs, and the last run's outputs."""
@@ -198,20 +278,18 @@ class RegionRun:
             and f"{Path('jax', '_src')}" in callee.filename
         )
         boundary = self._boundary_in(frames)
-        level = self.region.guard.level(violation.direction)
-        if boundary is not None:
-            level = level.inside_boundary
-        failing = level.fails_explicit if explicit else level.fails_implicit
+        location = self.code.locate(frames)
         return Transfer(
             direction=violation.direction,
             explicit=explicit,
             dtype=violation.dtype,
             shape=violation.shape,
-            location=self.code.locate(frames),
+            location=location,
             phase=phase,
-            failing=failing,
+            failing=self._fails(violation.direction, explicit, boundary),
             message=str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
             boundary=boundary,
+            source=self._source_line(location),
         )
 
     def _boundary_in(self, frames: list[traceback.FrameSummary]) -> str | None:
@@ -237,6 +315,51 @@ class RegionRun:
             else full
         )
         return RegionError(kind, summary, details, self.code.locate(frames))
+
+
+def _explicit_functions(jax: Any) -> tuple[Callable[..., Any], ...]:
+    """The explicit-transfer functions this JAX version has (some are deprecated away)."""
+    found = []
+    for name in sorted(EXPLICIT_ENTRY_POINTS):
+        try:
+            found.append(getattr(jax, name))
+        except AttributeError:
+            continue
+    return tuple(found)
+
+
+def _thread_label(name: str) -> str:
+    """A thread's name without the counter that changes every run ("Thread-7 (worker)")."""
+    return re.sub(r"^Thread-\d+\s*", "", name).strip("()") or "thread"
+
+
+def _same_site(a: Transfer, b: Transfer) -> bool:
+    return (a.direction, a.location, a.phase, a.explicit) == (
+        b.direction,
+        b.location,
+        b.phase,
+        b.explicit,
+    )
+
+
+class _SiteKey(NamedTuple):
+    """What makes two observed transfers the same finding."""
+
+    direction: Direction
+    explicit: bool
+    location: SourceLocation | None
+    boundary: str | None
+    thread: str | None
+
+
+def _site_order(key: _SiteKey) -> tuple[str, int, str, bool]:
+    where = key.location
+    return (
+        where.path if where else "~",
+        where.line if where else 0,
+        key.direction.value,
+        key.explicit,
+    )
 
 
 def host_leaves(outputs: Any) -> tuple[Any, Leaves]:
@@ -279,16 +402,32 @@ def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> Region
     import jax
 
     region = run.region
+    can_map = capture_works()
+    notes: list[str] = []
+    if not can_map:
+        notes.append(
+            "JAX's transfer-guard log did not reach the gate (was jax imported before the "
+            "gate could set TF_CPP_MIN_LOG_LEVEL?), so there is no transfer map: the region "
+            "was judged with the guard in disallow mode, which shows only the first transfer "
+            "of each run."
+        )
     # Forget compiled calls from earlier regions, so that this region's first
     # call takes the slow path where JAX checks every move.
     jax.clear_caches()
     checks: tuple[CheckOutcome, ...] = ()
     try:
         with full_tracebacks(), run.monitor.installed(run.callables.boundaries):
-            run.guarded_call(Phase.FIRST_CALL)
+            if can_map:
+                run.mapped_calls(Phase.FIRST_CALL, 1)
+            else:
+                run.guarded_call(Phase.FIRST_CALL)
             for _ in range(region.warmup):
                 run.unguarded_call()
-            for _ in range(region.guarded_runs):
+            if can_map:
+                run.mapped_calls(Phase.STEADY_STATE, region.guarded_runs)
+            # JAX's own verdict, once in steady state (every run without a
+            # map): a transfer the map somehow missed still fails the region.
+            for _ in range(1 if can_map else region.guarded_runs):
                 run.guarded_call(Phase.STEADY_STATE)
             run.monitor.reset_costs()
             samples, outputs = run.timed_calls()
@@ -300,12 +439,13 @@ def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> Region
             except Exception as exc:
                 raise RegionAbort(run._error_from(ErrorKind.CHECK, exc)) from exc
     except RegionAbort as abort:
-        return result(transfers=tuple(run.transfers), error=abort.error)
+        return result(transfers=tuple(run.transfers), error=abort.error, notes=tuple(notes))
     return result(
         transfers=tuple(run.transfers),
         timing=summarize(samples),
         boundaries=costs,
         checks=checks,
+        notes=tuple(notes),
     )
 
 

@@ -53,6 +53,9 @@ def transfer(
     explicit: bool = False,
     boundary: str | None = None,
     message: str | None = None,
+    count: int = 1,
+    source: str | None = None,
+    thread: str | None = None,
 ) -> Transfer:
     return Transfer(
         direction=direction,
@@ -64,6 +67,9 @@ def transfer(
         failing=failing,
         message=message or f"Disallowed {direction.label} transfer: aval=ShapedArray(float32[8])",
         boundary=boundary,
+        count=count,
+        source=source,
+        thread=thread,
     )
 
 
@@ -116,6 +122,29 @@ SAMPLES: dict[str, RunResult] = {
         )
     ),
     "logged only": run_of(region(transfers=(transfer(failing=False),))),
+    "first call and steady state at one line": run_of(
+        region(
+            transfers=(
+                transfer(source="y = x + np.ones(8)"),
+                transfer(phase=Phase.STEADY_STATE, count=3, dtype=None, shape=None),
+            )
+        )
+    ),
+    "six failing lines": run_of(
+        region(transfers=tuple(transfer(location=at(line=line)) for line in range(10, 16)))
+    ),
+    "thread": run_of(
+        region(
+            transfers=(
+                transfer(Direction.DEVICE_TO_HOST, phase=Phase.STEADY_STATE, thread="worker"),
+            )
+        )
+    ),
+    "notes": run_of(
+        region(transfers=(transfer(),), notes=("no transfer map", "second note")),
+        region("ok", notes=("no transfer map",)),
+        region("e", error=BOOM, notes=("no transfer map",)),
+    ),
     "explicit outside boundary": run_of(
         region(
             guard=GuardSpec.uniform(GuardLevel.DISALLOW_EXPLICIT),
@@ -271,10 +300,19 @@ def test_one_failing_transfer_message_says_what_and_where(
     testcase = case(root, "step: transfers")
     failure = only(testcase, "failure")
     assert failure.get("message") == (
-        "implicit host-to-device transfer float32[8] at examples/bad.py:12 (first call)"
+        "implicit host-to-device transfer float32[8] at examples/bad.py:12, 1x on the first call"
     )
     assert (testcase.get("file"), testcase.get("line")) == ("examples/bad.py", "12")
     assert testcase.get("time") == "0.500000"
+    body = failure.text or ""
+    assert body.startswith(
+        "1 line with failing transfers, most frequent first:\n"
+        "- examples/bad.py:12 in train_step: implicit host-to-device float32[8]"
+        " — 1x on the first call\n"
+        "  guard level: disallow (FAILS)\n"
+        "  seen by: Disallowed host-to-device transfer: aval=ShapedArray(float32[8])\n"
+        f"  fix: {hint_for(transfer())}\n"
+    )
 
 
 @pytest.mark.parametrize("direction", list(Direction))
@@ -290,38 +328,146 @@ def test_each_direction_is_named_with_its_hint(
     assert hint_for(finding) in (failure.text or "")
 
 
-def test_several_failing_transfers_name_the_first_and_count_the_rest(
+def test_several_failing_lines_name_the_most_frequent_and_list_the_rest(
     tmp_path: Path, schema: xmlschema.XMLSchema
 ) -> None:
     root = written(SAMPLES["several and logged"], tmp_path, schema)
     testcase = case(root, "step: transfers")
     failure = only(testcase, "failure")
+    # Line 14 happens every step, so it leads, and the annotation goes there.
     assert failure.get("message") == (
-        "3 failing transfers: implicit host-to-device transfer float32[8] "
-        "at examples/bad.py:12 (first call) and 2 more"
+        "3 lines move data: implicit device-to-host transfer float32[8] "
+        "at examples/bad.py:14, 1x per step; also examples/bad.py:12, examples/bad.py:16"
+    )
+    assert (testcase.get("file"), testcase.get("line")) == ("examples/bad.py", "14")
+    body = failure.text or ""
+    assert body.startswith("3 lines with failing transfers, most frequent first:\n")
+    failing_part, logged_part = body.split(
+        "1 other line moving data (logged or allowed, not failing):"
+    )
+    entries = [
+        "- examples/bad.py:14 in train_step: implicit device-to-host float32[8] — 1x per step",
+        "- examples/bad.py:12 in train_step: implicit host-to-device float32[8]"
+        " — 1x on the first call",
+        "- examples/bad.py:16 in train_step: implicit device-to-device float32[8]"
+        " — 1x on the first call",
+    ]
+    positions = [failing_part.index(entry) for entry in entries]
+    assert positions == sorted(positions)
+    assert failing_part.count("(FAILS)") == 3
+    assert "examples/bad.py:20 in train_step: implicit device-to-host float32[8]" in logged_part
+    assert "guard level: disallow (allowed)" in logged_part
+    assert "examples/bad.py:20" not in failing_part
+    for direction in Direction:
+        assert f"fix: {hint_for(transfer(direction))}" in failing_part
+
+
+@pytest.mark.parametrize(
+    ("lines", "tail"),
+    [
+        (4, "also examples/bad.py:11, examples/bad.py:12, examples/bad.py:13"),
+        (5, "also examples/bad.py:11, examples/bad.py:12, examples/bad.py:13, and 1 more"),
+        (6, "also examples/bad.py:11, examples/bad.py:12, examples/bad.py:13, and 2 more"),
+    ],
+)
+def test_many_failing_lines_name_three_more_then_count(
+    lines: int, tail: str, tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    transfers = tuple(transfer(location=at(line=line)) for line in range(10, 10 + lines))
+    root = written(run_of(region(transfers=transfers)), tmp_path, schema)
+    failure = only(case(root, "step: transfers"), "failure")
+    assert failure.get("message") == (
+        f"{lines} lines move data: implicit host-to-device transfer float32[8] "
+        f"at examples/bad.py:10, 1x on the first call; {tail}"
     )
     body = failure.text or ""
-    failing_part, logged_part = body.split("other transfer (logged or allowed, not failing)")
-    for line in (12, 14, 16):
-        assert f"examples/bad.py:{line} in train_step" in failing_part
-    assert "examples/bad.py:20" in logged_part
-    assert "examples/bad.py:20" not in failing_part
-    assert "(steady state)" in failing_part
+    assert body.startswith(f"{lines} lines with failing transfers, most frequent first:\n")
+    for line in range(10, 10 + lines):
+        assert f"- examples/bad.py:{line} in train_step:" in body
+
+
+def test_first_call_and_steady_state_at_one_line_are_one_finding(
+    tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    root = written(SAMPLES["first call and steady state at one line"], tmp_path, schema)
+    testcase = case(root, "step: transfers")
+    failure = only(testcase, "failure")
+    # The steady-state sighting has no dtype; the first call's fills it in.
+    assert failure.get("message") == (
+        "implicit host-to-device transfer float32[8] at examples/bad.py:12, "
+        "3x per step, 1x on the first call"
+    )
+    assert (testcase.get("file"), testcase.get("line")) == ("examples/bad.py", "12")
+    body = failure.text or ""
+    entry = (
+        "- examples/bad.py:12 in train_step: implicit host-to-device float32[8]"
+        " — 3x per step, 1x on the first call\n"
+        "    y = x + np.ones(8)\n"
+    )
+    assert body.startswith(f"1 line with failing transfers, most frequent first:\n{entry}")
+    assert body.count("- examples/bad.py:12") == 1
+    assert body.count("fix: ") == 1
+    stdout = only(testcase, "system-out").text or ""
+    assert stdout.startswith(entry)
+    assert stdout.count("- examples/bad.py:12") == 1
+
+
+def test_a_line_in_a_loop_counts_per_step(tmp_path: Path, schema: xmlschema.XMLSchema) -> None:
+    looped = transfer(Direction.DEVICE_TO_HOST, phase=Phase.STEADY_STATE, count=3)
+    root = written(run_of(region(transfers=(looped,))), tmp_path, schema)
+    failure = only(case(root, "step: transfers"), "failure")
+    assert failure.get("message") == (
+        "implicit device-to-host transfer float32[8] at examples/bad.py:12, 3x per step"
+    )
+    entry = "- examples/bad.py:12 in train_step: implicit device-to-host float32[8] — 3x per step"
+    assert entry in (failure.text or "")
+
+
+def test_thread_is_named_in_message_and_body(tmp_path: Path, schema: xmlschema.XMLSchema) -> None:
+    root = written(SAMPLES["thread"], tmp_path, schema)
+    failure = only(case(root, "step: transfers"), "failure")
+    assert failure.get("message") == (
+        "implicit device-to-host transfer float32[8] in thread worker "
+        "at examples/bad.py:12, 1x per step"
+    )
+    assert (
+        "- examples/bad.py:12 in train_step: implicit device-to-host float32[8] — 1x per step\n"
+        "  in thread worker\n"
+    ) in (failure.text or "")
+
+
+def test_notes_reach_the_body_and_system_out(tmp_path: Path, schema: xmlschema.XMLSchema) -> None:
+    root = written(SAMPLES["notes"], tmp_path, schema)
+    failing = case(root, "step: transfers")
+    for text in (only(failing, "failure").text, only(failing, "system-out").text):
+        assert "Note: no transfer map\nNote: second note\n" in (text or "")
+    passing = case(root, "ok: transfers")
+    assert passing.findall("failure") == []
+    assert "Note: no transfer map\n" in (only(passing, "system-out").text or "")
+    errored = case(root, "e: transfers")
+    assert "Note: no transfer map\n" in (only(errored, "error").text or "")
+    assert "Note:" not in (only(failing, "failure").get("message") or "")
 
 
 def test_failure_body_has_everything_a_reviewer_needs(
     tmp_path: Path, schema: xmlschema.XMLSchema
 ) -> None:
-    finding = transfer(Direction.DEVICE_TO_HOST, boundary="pkg.io:save", message="raw JAX text")
+    finding = transfer(
+        Direction.DEVICE_TO_HOST,
+        boundary="pkg.io:save",
+        message="raw JAX text",
+        source="y = float(loss)",
+    )
     guard = GuardSpec(GuardLevel.DISALLOW, GuardLevel.LOG_EXPLICIT, GuardLevel.DISALLOW)
     root = written(run_of(region(guard=guard, transfers=(finding,))), tmp_path, schema)
     testcase = case(root, "step: transfers")
     body = only(testcase, "failure").text or ""
     for expected in (
         "examples/bad.py:12 in train_step",
-        "(first call)",
-        "boundary: pkg.io:save",
-        "JAX: raw JAX text",
+        "1x on the first call",
+        "\n  in boundary pkg.io:save\n",
+        "seen by: raw JAX text",
+        "y = float(loss)",
         f"fix: {hint_for(finding)}",
         "host-to-device=disallow, device-to-host=log_explicit, device-to-device=disallow",
         "inside declared boundaries: host-to-device=disallow, device-to-host=log,",
@@ -356,7 +502,11 @@ def test_passing_region_points_at_its_policy_and_shows_logged_transfers(
     assert testcase.findall("failure") == []
     assert (testcase.get("file"), testcase.get("line")) == (POLICY, "7")
     stdout = only(testcase, "system-out").text or ""
-    assert "examples/bad.py:12 in train_step: implicit host-to-device float32[8]" in stdout
+    assert (
+        "- examples/bad.py:12 in train_step: implicit host-to-device float32[8]"
+        " — 1x on the first call\n"
+        "  guard level: disallow (allowed)\n"
+    ) in stdout
 
 
 def test_explicit_transfer_outside_a_boundary(tmp_path: Path, schema: xmlschema.XMLSchema) -> None:
@@ -364,8 +514,9 @@ def test_explicit_transfer_outside_a_boundary(tmp_path: Path, schema: xmlschema.
     failure = only(case(root, "step: transfers"), "failure")
     assert failure.get("message") == (
         "explicit device-to-host transfer float32[8] outside a declared boundary "
-        "at examples/bad.py:12 (first call)"
+        "at examples/bad.py:12, 1x on the first call"
     )
+    assert "\n  outside a declared boundary\n" in (failure.text or "")
     assert "boundaries:" in (failure.text or "")
 
 
@@ -375,9 +526,13 @@ def test_transfer_without_location_falls_back_to_the_policy(
     root = written(SAMPLES["no location, no dtype"], tmp_path, schema)
     testcase = case(root, "step: transfers")
     assert (testcase.get("file"), testcase.get("line")) == (POLICY, "7")
-    assert only(testcase, "failure").get("message") == (
-        "implicit host-to-device transfer at an unknown location (first call)"
+    failure = only(testcase, "failure")
+    assert failure.get("message") == (
+        "implicit host-to-device transfer at an unknown line, 1x on the first call"
     )
+    body = failure.text or ""
+    assert f"- {POLICY}:7 in ?: implicit host-to-device — 1x on the first call" in body
+    assert "(no frame of your code found; the location is the region's policy entry)" in body
 
 
 # --- errors and checks ----------------------------------------------------------------------
@@ -390,7 +545,11 @@ def test_error_replaces_the_transfer_verdict(tmp_path: Path, schema: xmlschema.X
     error = only(testcase, "error")
     assert error.get("message") == "setup raised: ValueError: boom"
     assert "Traceback (most recent call last)" in (error.text or "")
-    assert "1 transfer seen before the error" in (error.text or "")
+    assert (
+        "Transfers seen before the error:\n"
+        "- examples/bad.py:12 in train_step: implicit host-to-device float32[8]"
+        " — 1x on the first call\n"
+    ) in (error.text or "")
     assert (testcase.get("file"), testcase.get("line")) == ("examples/setup.py", "3")
 
 

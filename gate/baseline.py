@@ -1,0 +1,209 @@
+"""The baseline: implicit transfers a repository has accepted, so the gate fails only new ones.
+
+A finding is matched by a fingerprint that survives unrelated edits: the
+region, direction, kind, file, enclosing function and the text of the line
+(whitespace-normalised), plus its rank among identical lines of that
+function. Line numbers are left out on purpose: code added above a line must
+not turn an accepted transfer into a new one.
+
+The file is JSON, sorted and indented, one entry per accepted line, so a
+reviewer sees in the PR diff when someone accepts a new transfer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from gate.atomic import write_text_atomically
+from gate.findings import Finding, group
+from gate.results import RegionResult, RunResult
+
+FORMAT = "jax-transfer-gate.baseline"
+VERSION = 1
+DEFAULT_NAME = "transfer-gate-baseline.json"
+
+
+class BaselineError(Exception):
+    """The baseline file is unreadable or not a baseline; one line, names the file and the fix."""
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """One accepted line: what it is, and how often it may move data."""
+
+    region: str  # suite.region
+    fingerprint: str
+    direction: str
+    kind: str
+    path: str
+    function: str
+    source: str
+    per_step: int
+    first_call: int
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.direction} in {self.path} ({self.function}): {self.source}"
+
+
+def _normalized(source: str | None) -> str:
+    return " ".join((source or "").split())
+
+
+def fingerprints(region: str, findings: Sequence[Finding]) -> dict[Finding, str]:
+    """A stable fingerprint for each finding of one region."""
+    seen: dict[tuple[str, ...], int] = {}
+    result: dict[Finding, str] = {}
+    ordered = sorted(findings, key=lambda f: (f.location.line if f.location else 0))
+    for finding in ordered:
+        where = finding.location
+        identity = (
+            region,
+            finding.direction.value,
+            finding.kind,
+            where.path if where else "",
+            where.function if where else "",
+            _normalized(finding.source),
+            finding.boundary or "",
+            finding.thread or "",
+        )
+        rank = seen.get(identity, 0)
+        seen[identity] = rank + 1
+        text = "\x1f".join((*identity, str(rank)))
+        result[finding] = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return result
+
+
+def accepted_from(run: RunResult) -> list[Accepted]:
+    """Every failing finding of ``run``, as baseline entries."""
+    entries = []
+    for region in run.regions:
+        findings = [f for f in group(region.transfers) if f.failing]
+        for finding, print_ in fingerprints(region.classname, findings).items():
+            where = finding.location
+            entries.append(
+                Accepted(
+                    region=region.classname,
+                    fingerprint=print_,
+                    direction=finding.direction.label,
+                    kind=finding.kind,
+                    path=where.path if where else "",
+                    function=where.function if where else "",
+                    source=_normalized(finding.source),
+                    per_step=finding.per_step,
+                    first_call=finding.first_call,
+                )
+            )
+    return sorted(entries, key=lambda e: (e.region, e.path, e.function, e.source, e.fingerprint))
+
+
+def write_baseline(entries: Iterable[Accepted], path: Path) -> None:
+    """Write the baseline atomically, sorted and stable for diffs."""
+    document = {
+        "format": FORMAT,
+        "version": VERSION,
+        "comment": "Implicit transfers accepted by `transfer-gate baseline`; "
+        "the gate fails only on transfers not listed here.",
+        "accepted": [e.__dict__ for e in entries],
+    }
+    text = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    write_text_atomically(path, text)
+
+
+def load_baseline(path: Path) -> list[Accepted]:
+    """Read a baseline file written by `write_baseline`."""
+    fix = "regenerate it with `transfer-gate baseline`"
+    try:
+        document: Any = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BaselineError(f"{path}: cannot read the baseline ({exc.strerror})") from exc
+    except json.JSONDecodeError as exc:
+        raise BaselineError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); {fix}") from exc
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise BaselineError(f"{path}: not a transfer-gate baseline; {fix}")
+    if document.get("version") != VERSION:
+        raise BaselineError(
+            f"{path}: baseline version {document.get('version')!r} is not {VERSION}; {fix}"
+        )
+    entries = document.get("accepted")
+    if not isinstance(entries, list):
+        raise BaselineError(f"{path}: 'accepted' must be a list; {fix}")
+    try:
+        return [Accepted(**entry) for entry in entries]
+    except TypeError as exc:
+        raise BaselineError(f"{path}: malformed entry ({exc}); {fix}") from exc
+
+
+def apply_baseline(run: RunResult, accepted: Sequence[Accepted], command: str) -> RunResult:
+    """``run`` with accepted transfers no longer failing and fixed ones reported.
+
+    A finding fails when it is new, or when it happens more often than its
+    entry accepts. ``command`` is what ratchets the baseline down, quoted in
+    the report when an accepted transfer has disappeared.
+    """
+    by_region: dict[str, dict[str, Accepted]] = {}
+    for entry in accepted:
+        by_region.setdefault(entry.region, {})[entry.fingerprint] = entry
+    suites = []
+    for suite in run.suites:
+        regions = tuple(
+            _judge(region, by_region.get(region.classname, {}), command) for region in suite.regions
+        )
+        suites.append(replace(suite, regions=regions))
+    return replace(run, suites=tuple(suites))
+
+
+def _judge(region: RegionResult, accepted: dict[str, Accepted], command: str) -> RegionResult:
+    if region.error is not None and not region.transfers:
+        return region  # nothing ran far enough to say what was fixed
+    findings = [f for f in group(region.transfers) if f.failing]
+    prints = fingerprints(region.classname, findings)
+    notes = list(region.notes)
+    forgiven: set[tuple[object, ...]] = set()
+    for finding, print_ in prints.items():
+        entry = accepted.get(print_)
+        if entry is None:
+            notes.append(f"new since the baseline: {finding.headline()}")
+            continue
+        if finding.per_step > entry.per_step or finding.first_call > entry.first_call:
+            notes.append(
+                f"more often than the baseline accepts: {finding.headline()} "
+                f"(accepted: {entry.per_step}x per step, {entry.first_call}x on the first call)"
+            )
+            continue
+        forgiven.add(_site(finding))
+    transfers = tuple(
+        replace(t, failing=False, accepted=True)
+        if t.failing and (t.direction, t.explicit, t.location, t.boundary, t.thread) in forgiven
+        else t
+        for t in region.transfers
+    )
+    current = set(prints.values())
+    fixed = tuple(
+        entry.describe()
+        for print_, entry in sorted(accepted.items())
+        if print_ not in current and region.error is None
+    )
+    if fixed:
+        notes.append(
+            f"{len(fixed)} accepted transfer(s) no longer happen; ratchet the baseline down "
+            f"with `{command}`"
+        )
+    return replace(region, transfers=transfers, notes=tuple(notes), fixed=fixed)
+
+
+def _site(finding: Finding) -> tuple[object, ...]:
+    return (finding.direction, finding.explicit, finding.location, finding.boundary, finding.thread)
+
+
+def default_path(paths: Sequence[str], repo_root: Path, default_folder: str) -> Path:
+    """``<policy folder>/transfer-gate-baseline.json``, next to the policies."""
+    first = Path(paths[0]) if paths else Path(default_folder)
+    if not first.is_absolute():
+        first = repo_root / first
+    folder = first if first.is_dir() or not first.suffix else first.parent
+    return folder / DEFAULT_NAME

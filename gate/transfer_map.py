@@ -1,0 +1,311 @@
+"""The transfer map: every transfer of a run, charged to the user line that made it.
+
+JAX's guard in ``log`` mode writes one C++ warning per transfer to file
+descriptor 2 and names no source line; ``disallow`` names the line but stops
+at the first offender. So for the map the gate runs the step under the
+logging levels with fd 2 pointed at a temporary file (a file, not a pipe: a
+full pipe would block the writer) and traces the user's code: at every
+call, line and return event in the user's files it reads what the guard
+appended and charges it to the line that was executing.
+
+Each guard line carries the native id of the thread that wrote it, so a
+transfer made by a thread the step started is charged to that thread's line.
+Lines that are not the guard's (the step's own prints to stderr) are passed
+through to the real stderr when the run ends.
+
+The guard's lines vanish when ``TF_CPP_MIN_LOG_LEVEL`` is 2 or more when
+jaxlib loads. The gate sets it before importing jax (`prepare_environment`),
+and `capture_works` checks with a deliberate transfer that the lines really
+arrive, so a lost log can never look like a clean step.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sys
+import tempfile
+import threading
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gate.guard_levels import Direction
+from gate.results import SourceLocation
+from gate.source import UserCode
+
+# "W1130 14:10:32.989305 2240 guard_lib.cc:125] host-to-device transfer: aval=..."
+# The file:line part changes between JAX versions and the fast path may leave
+# the description empty, so only the direction is required.
+_GUARD_LINE = re.compile(r"(?P<direction>host-to-device|device-to-host|device-to-device) transfer")
+_THREAD_ID = re.compile(r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+(?P<tid>\d+) ")
+_AVAL = re.compile(r"aval=ShapedArray\((?P<dtype>[a-z0-9_]+)\[(?P<shape>[0-9, ]*)\]")
+
+
+def prepare_environment(environ: dict[str, str] | os._Environ[str]) -> None:
+    """Make sure jaxlib will write the guard's warnings, before jax is imported.
+
+    CI images often set ``TF_CPP_MIN_LOG_LEVEL=2`` to cut noise; it is read
+    once, when jaxlib loads, and hides every guard line. Level 1 keeps the
+    warnings (the guard's) and drops jaxlib's info chatter.
+    """
+    level = environ.get("TF_CPP_MIN_LOG_LEVEL", "")
+    if not level.isdigit() or int(level) > 1:
+        environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
+
+
+@dataclass(frozen=True)
+class GuardLine:
+    """One transfer as the guard logged it."""
+
+    direction: Direction
+    dtype: str | None
+    shape: tuple[int, ...] | None
+    native_thread: int | None
+
+
+def parse_guard_line(line: str) -> GuardLine | None:
+    """The transfer a log line reports, or None for any other line."""
+    found = _GUARD_LINE.search(line)
+    if found is None:
+        return None
+    tid = _THREAD_ID.match(line)
+    aval = _AVAL.search(line)
+    dtype = shape = None
+    if aval is not None:
+        dtype = aval["dtype"]
+        dims = aval["shape"].replace(" ", "")
+        shape = tuple(int(d) for d in dims.split(",")) if dims else ()
+    return GuardLine(
+        Direction.from_label(found["direction"]),
+        dtype,
+        shape,
+        int(tid["tid"]) if tid else None,
+    )
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A transfer seen during a mapped run, with where it came from."""
+
+    direction: Direction
+    dtype: str | None
+    shape: tuple[int, ...] | None
+    location: SourceLocation | None
+    explicit: bool
+    boundary: str | None
+    thread: str
+
+
+@dataclass
+class _ThreadState:
+    name: str
+    location: SourceLocation | None = None
+    explicit_depth: int = 0
+    boundary: str | None = None
+
+
+@dataclass
+class TransferLog:
+    """What one mapped run saw, in order."""
+
+    observed: list[Observed] = field(default_factory=list)
+    passthrough: list[str] = field(default_factory=list)
+
+
+class _Mapper:
+    def __init__(
+        self,
+        code: UserCode,
+        explicit_codes: frozenset[types.CodeType],
+        boundary_of: Callable[[], str | None],
+        log_file: Any,
+    ) -> None:
+        self.code = code
+        self.explicit_codes = explicit_codes
+        self.boundary_of = boundary_of
+        self.file = log_file
+        self.log = TransferLog()
+        self.lock = threading.Lock()
+        self.partial = ""
+        self.threads: dict[int, _ThreadState] = {}  # by native thread id
+        self.user_files: dict[str, bool] = {}
+
+    # -- reading the log ----------------------------------------------------
+
+    def _state(self) -> _ThreadState:
+        native = threading.get_native_id()
+        state = self.threads.get(native)
+        if state is None:
+            state = self.threads[native] = _ThreadState(threading.current_thread().name)
+        return state
+
+    def flush(self) -> None:
+        """Charge everything the guard appended to the lines now executing."""
+        with self.lock:
+            chunk = self.file.read()
+            if chunk:
+                self._charge(self.partial + chunk)
+
+    def finish(self) -> None:
+        self.flush()
+        with self.lock:
+            if self.partial:  # a last line without its newline
+                self._charge(self.partial + "\n")
+
+    def _charge(self, text: str) -> None:
+        lines = text.split("\n")
+        self.partial = lines.pop()
+        me = self._state()
+        for line in lines:
+            parsed = parse_guard_line(line)
+            if parsed is None:
+                self.log.passthrough.append(line)
+                continue
+            state = self.threads.get(parsed.native_thread or -1, me)
+            self.log.observed.append(
+                Observed(
+                    parsed.direction,
+                    parsed.dtype,
+                    parsed.shape,
+                    state.location,
+                    state.explicit_depth > 0,
+                    state.boundary,
+                    state.name,
+                )
+            )
+
+    # -- tracing ------------------------------------------------------------
+
+    def _is_user(self, filename: str) -> bool:
+        known = self.user_files.get(filename)
+        if known is None:
+            known = self.user_files[filename] = self.code.is_user(filename)
+        return known
+
+    def _location(self, frame: types.FrameType) -> SourceLocation:
+        filename = frame.f_code.co_filename
+        return SourceLocation(self.code.relative(filename), frame.f_lineno, frame.f_code.co_name)
+
+    def _innermost_user(self, frame: types.FrameType | None) -> SourceLocation | None:
+        while frame is not None:
+            if self._is_user(frame.f_code.co_filename):
+                return self._location(frame)
+            frame = frame.f_back
+        return None
+
+    def global_trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        # Only frames of the user's code (and explicit transfer functions they
+        # call) are traced; jax calling jax never changes the user's line, so
+        # it costs no read of the log.
+        if event != "call":
+            return None
+        code = frame.f_code
+        if self._is_user(code.co_filename):
+            self.flush()
+            state = self._state()
+            state.location = self._location(frame)
+            state.boundary = self.boundary_of()
+            return self._local_trace
+        if code in self.explicit_codes and self._called_from_user(frame):
+            self.flush()
+            self._state().explicit_depth += 1
+            return self._explicit_trace
+        return None
+
+    def _called_from_user(self, frame: types.FrameType) -> bool:
+        caller = frame.f_back
+        # A boundary is reached through the interposition trampoline.
+        while caller is not None and self.code.is_library(caller.f_code.co_filename):
+            if caller.f_code.co_filename.startswith("<transfer-gate"):
+                caller = caller.f_back
+                continue
+            return False
+        return caller is not None
+
+    def _local_trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        if event == "line":
+            self.flush()
+            state = self._state()
+            state.location = self._location(frame)
+            state.boundary = self.boundary_of()
+        elif event == "return":
+            self.flush()
+            state = self._state()
+            state.location = self._innermost_user(frame.f_back)
+            state.boundary = self.boundary_of()
+        return self._local_trace
+
+    def _explicit_trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        if event == "return":
+            self.flush()
+            self._state().explicit_depth -= 1
+        return None if event == "return" else self._explicit_trace
+
+
+@contextmanager
+def mapped(
+    code: UserCode,
+    *,
+    explicit: tuple[Callable[..., Any], ...] = (),
+    boundary_of: Callable[[], str | None] = lambda: None,
+) -> Iterator[TransferLog]:
+    """Record every transfer the guard logs inside the block, per user line.
+
+    The caller sets the guard to a logging level; this only listens.
+    ``explicit`` are the functions whose transfers count as explicit when the
+    user's code calls them (``jax.device_put``, ``jax.device_get``).
+    """
+    explicit_codes = frozenset(fn.__code__ for fn in explicit if isinstance(fn, types.FunctionType))
+    sys.stderr.flush()
+    # Two file descriptions on one temporary file: the guard appends through
+    # fd 2 while the mapper reads from its own offset.
+    handle, path = tempfile.mkstemp(prefix="transfer-gate-", suffix=".log")
+    os.close(handle)
+    writer = os.open(path, os.O_WRONLY | os.O_APPEND)
+    reader = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
+    os.unlink(path)
+    saved_fd = os.dup(2)
+    mapper = _Mapper(code, explicit_codes, boundary_of, reader)
+    saved_trace = sys.gettrace()
+    saved_thread_trace = threading.gettrace()
+    os.dup2(writer, 2)
+    try:
+        threading.settrace(mapper.global_trace)
+        sys.settrace(mapper.global_trace)
+        yield mapper.log
+    finally:
+        sys.settrace(saved_trace)
+        threading.settrace(saved_thread_trace)
+        sys.stderr.flush()
+        mapper.finish()
+        os.dup2(saved_fd, 2)
+        os.close(saved_fd)
+        os.close(writer)
+        reader.close()
+        if mapper.log.passthrough:
+            sys.stderr.write("\n".join(mapper.log.passthrough) + "\n")
+            sys.stderr.flush()
+
+
+@functools.cache
+def capture_works() -> bool:
+    """Whether the guard's log lines reach the gate in this process.
+
+    Makes one deliberate implicit transfer under ``log`` and looks for its
+    line. Checked once per process: the answer is fixed when jaxlib loads.
+    """
+    import jax
+    import numpy as np
+
+    from gate.guard import guarded
+    from gate.guard_levels import GuardLevel, GuardSpec
+
+    probe = UserCode(repo_root=Path(__file__).resolve().parent)
+    with mapped(probe) as log, guarded(GuardSpec.uniform(GuardLevel.LOG)):
+        jax.block_until_ready(jax.numpy.zeros(()) + np.float32(1))
+    return any(o.direction is Direction.HOST_TO_DEVICE for o in log.observed)

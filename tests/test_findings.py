@@ -1,0 +1,248 @@
+"""Transfers grouped by the line that made them, in the order every reporter shows them."""
+
+from __future__ import annotations
+
+import pytest
+
+from gate.findings import Finding, group
+from gate.guard_levels import Direction
+from gate.results import Phase, SourceLocation, Transfer
+
+
+def at(line: int = 12, path: str = "examples/bad.py") -> SourceLocation:
+    return SourceLocation(path, line, "train_step")
+
+
+def transfer(
+    direction: Direction = Direction.HOST_TO_DEVICE,
+    *,
+    location: SourceLocation | None = None,
+    phase: Phase = Phase.FIRST_CALL,
+    count: int = 1,
+    dtype: str | None = "float32",
+    shape: tuple[int, ...] | None = (8,),
+    failing: bool = True,
+    explicit: bool = False,
+    boundary: str | None = None,
+    thread: str | None = None,
+    source: str | None = None,
+    message: str = "seen in JAX's transfer-guard log",
+) -> Transfer:
+    return Transfer(
+        direction=direction,
+        explicit=explicit,
+        dtype=dtype,
+        shape=shape,
+        location=location if location is not None else at(),
+        phase=phase,
+        failing=failing,
+        message=message,
+        boundary=boundary,
+        count=count,
+        source=source,
+        thread=thread,
+    )
+
+
+def only(findings: tuple[Finding, ...]) -> Finding:
+    [finding] = findings
+    return finding
+
+
+def test_no_transfers_no_findings() -> None:
+    assert group([]) == ()
+
+
+def test_one_first_call_transfer() -> None:
+    finding = only(group([transfer()]))
+    assert (finding.first_call, finding.per_step) == (1, 0)
+    assert finding.counts() == "1x on the first call"
+    assert finding.what() == "host-to-device float32[8]"
+    assert finding.where() == "examples/bad.py:12"
+    assert finding.scope() == ""
+    assert finding.headline() == (
+        "implicit host-to-device transfer float32[8] at examples/bad.py:12, 1x on the first call"
+    )
+
+
+def test_a_line_in_a_loop_counts_per_step() -> None:
+    finding = only(group([transfer(phase=Phase.STEADY_STATE, count=3)]))
+    assert (finding.first_call, finding.per_step) == (0, 3)
+    assert finding.counts() == "3x per step"
+    assert finding.headline() == (
+        "implicit host-to-device transfer float32[8] at examples/bad.py:12, 3x per step"
+    )
+
+
+def test_first_call_and_steady_state_at_one_line_are_one_finding() -> None:
+    findings = group(
+        [
+            transfer(Direction.DEVICE_TO_HOST),
+            transfer(Direction.DEVICE_TO_HOST, phase=Phase.STEADY_STATE, count=3),
+        ]
+    )
+    finding = only(findings)
+    assert (finding.first_call, finding.per_step) == (1, 3)
+    assert finding.counts() == "3x per step, 1x on the first call"
+    assert finding.headline() == (
+        "implicit device-to-host transfer float32[8] at examples/bad.py:12, "
+        "3x per step, 1x on the first call"
+    )
+
+
+def test_the_guards_steady_state_sighting_does_not_add_to_the_maps_count() -> None:
+    # The map counts a line 3x per run; JAX's own guarded run sees it once more.
+    # Per step is the most seen in one run, not the sum of the two sightings.
+    guarded = transfer(phase=Phase.STEADY_STATE, count=1, dtype=None, shape=None)
+    mapped = transfer(phase=Phase.STEADY_STATE, count=3)
+    for order in ([guarded, mapped], [mapped, guarded]):
+        finding = only(group(order))
+        assert finding.per_step == 3
+        assert finding.counts() == "3x per step"
+
+
+@pytest.mark.parametrize("shaped_first", [True, False])
+def test_dtype_and_shape_come_from_whichever_transfer_has_them(shaped_first: bool) -> None:
+    # A steady-state guard line often has no aval in JAX's message.
+    bare = transfer(phase=Phase.STEADY_STATE, dtype=None, shape=None, message="guard text")
+    shaped = transfer(dtype="bfloat16", shape=(2, 3), message="map text")
+    members = [shaped, bare] if shaped_first else [bare, shaped]
+    finding = only(group(members))
+    assert (finding.dtype, finding.shape) == ("bfloat16", (2, 3))
+    assert finding.what() == "host-to-device bfloat16[2,3]"
+    assert finding.sample_with_shape().describe() == "host-to-device bfloat16[2,3]"
+    assert finding.headline() == (
+        "implicit host-to-device transfer bfloat16[2,3] at examples/bad.py:12, "
+        "1x per step, 1x on the first call"
+    )
+
+
+def test_no_dtype_anywhere_names_only_the_direction() -> None:
+    finding = only(group([transfer(dtype=None, shape=None, location=at(5))]))
+    assert finding.what() == "host-to-device"
+    assert finding.headline() == (
+        "implicit host-to-device transfer at examples/bad.py:5, 1x on the first call"
+    )
+
+
+def test_unknown_location() -> None:
+    bare = Transfer(Direction.HOST_TO_DEVICE, False, None, None, None, Phase.FIRST_CALL, True, "")
+    finding = only(group([bare]))
+    assert finding.where() == "an unknown line"
+    assert finding.headline() == (
+        "implicit host-to-device transfer at an unknown line, 1x on the first call"
+    )
+
+
+def test_source_and_failing_come_from_any_grouped_transfer() -> None:
+    findings = group(
+        [
+            transfer(phase=Phase.FIRST_CALL, failing=False),
+            transfer(phase=Phase.STEADY_STATE, source="y = x + np.ones(8)"),
+        ]
+    )
+    finding = only(findings)
+    assert finding.source == "y = x + np.ones(8)"
+    assert finding.failing
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"direction": Direction.DEVICE_TO_HOST},
+        {"explicit": True},
+        {"boundary": "pkg.io:save"},
+        {"thread": "worker"},
+        {"location": at(13)},
+        {"location": at(12, "examples/other.py")},
+    ],
+    ids=["direction", "explicit", "boundary", "thread", "line", "path"],
+)
+def test_a_different_direction_kind_scope_or_line_is_another_finding(
+    other: dict[str, object],
+) -> None:
+    findings = group([transfer(), transfer(**other)])  # type: ignore[arg-type]
+    assert len(findings) == 2
+
+
+def test_failing_first_then_most_per_step_then_most_on_the_first_call() -> None:
+    allowed_hot = transfer(location=at(1), phase=Phase.STEADY_STATE, count=9, failing=False)
+    first_only = transfer(location=at(2))
+    first_call_twice = transfer(location=at(3), count=2)
+    once_per_step = transfer(location=at(4), phase=Phase.STEADY_STATE, count=1)
+    thrice_per_step = transfer(location=at(5), phase=Phase.STEADY_STATE, count=3)
+    findings = group([allowed_hot, first_only, first_call_twice, once_per_step, thrice_per_step])
+    assert [f.where() for f in findings] == [
+        "examples/bad.py:5",
+        "examples/bad.py:4",
+        "examples/bad.py:3",
+        "examples/bad.py:2",
+        "examples/bad.py:1",
+    ]
+    assert [f.failing for f in findings] == [True, True, True, True, False]
+
+
+def test_ties_are_ordered_by_path_then_line_then_direction() -> None:
+    findings = group(
+        [
+            transfer(location=at(9, "b.py")),
+            transfer(Direction.DEVICE_TO_HOST, location=at(9, "a.py")),
+            transfer(location=at(9, "a.py")),
+            transfer(location=at(2, "b.py")),
+            Transfer(Direction.HOST_TO_DEVICE, False, None, None, None, Phase.FIRST_CALL, True, ""),
+        ]
+    )
+    assert [(f.where(), f.direction) for f in findings] == [
+        ("a.py:9", Direction.DEVICE_TO_HOST),
+        ("a.py:9", Direction.HOST_TO_DEVICE),
+        ("b.py:2", Direction.HOST_TO_DEVICE),
+        ("b.py:9", Direction.HOST_TO_DEVICE),
+        ("an unknown line", Direction.HOST_TO_DEVICE),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "scope", "headline"),
+    [
+        (
+            {"thread": "worker"},
+            "in thread worker",
+            "implicit device-to-host transfer float32[8] in thread worker "
+            "at examples/bad.py:12, 1x per step",
+        ),
+        (
+            {"explicit": True},
+            "outside a declared boundary",
+            "explicit device-to-host transfer float32[8] outside a declared boundary "
+            "at examples/bad.py:12, 1x per step",
+        ),
+        (
+            {"explicit": True, "boundary": "pkg.io:save"},
+            "in boundary pkg.io:save",
+            "explicit device-to-host transfer float32[8] in boundary pkg.io:save "
+            "at examples/bad.py:12, 1x per step",
+        ),
+        (
+            {"boundary": "pkg.io:save", "thread": "worker"},
+            "in boundary pkg.io:save in thread worker",
+            "implicit device-to-host transfer float32[8] in boundary pkg.io:save "
+            "in thread worker at examples/bad.py:12, 1x per step",
+        ),
+        (
+            {"explicit": True, "thread": "worker"},
+            "outside a declared boundary in thread worker",
+            "explicit device-to-host transfer float32[8] outside a declared boundary "
+            "in thread worker at examples/bad.py:12, 1x per step",
+        ),
+    ],
+    ids=["thread", "explicit outside", "explicit inside", "boundary and thread", "explicit thread"],
+)
+def test_scope_names_the_boundary_and_the_thread(
+    changes: dict[str, object], scope: str, headline: str
+) -> None:
+    finding = only(
+        group([transfer(Direction.DEVICE_TO_HOST, phase=Phase.STEADY_STATE, **changes)])  # type: ignore[arg-type]
+    )
+    assert finding.scope() == scope
+    assert finding.headline() == headline
+    assert finding.kind == ("explicit" if changes.get("explicit") else "implicit")

@@ -1,0 +1,182 @@
+"""The transfer map: every transfer with its line and count, and the baseline on top of it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import FAST_DEFAULTS, GateRun, line_of, make_repo, run_gate
+
+MANY = """
+import jax
+import numpy as np
+
+
+@jax.jit
+def double(x):
+    return x * 2.0
+
+
+def inputs():
+    return (jax.device_put(np.ones(4, np.float32)),)
+
+
+def add_one(x):
+    return x + 1.0  # inside a helper
+
+
+def step(x):
+    y = double(np.ones((8, 4), np.float32))  # a NumPy batch
+    for _ in range(3):
+        x = x * 0.5  # in a loop of three
+    x = add_one(x)
+    return x, y
+"""
+
+POLICY = (
+    f"version: 1\n{FAST_DEFAULTS}regions:\n"
+    "  - name: many\n    step: steps:step\n    setup: steps:inputs\n"
+)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path, {"steps.py": MANY, "policies/p.yaml": POLICY})
+
+
+def transfers(run: GateRun, path: Path) -> list[dict[str, object]]:
+    document = json.loads(path.read_text())
+    assert document["format"] == "jax-transfer-gate.report"
+    assert document["version"] == 1
+    (suite,) = document["suites"]
+    (region,) = suite["regions"]
+    found: list[dict[str, object]] = region["transfers"]
+    return found
+
+
+def by_line(found: list[dict[str, object]]) -> dict[int, dict[str, object]]:
+    return {int(str(t["line"])): t for t in found if t["line"] is not None}
+
+
+@pytest.mark.parametrize("log_level", [None, "1", "2", "3"])
+def test_every_line_with_its_count_under_any_log_level(repo: Path, log_level: str | None) -> None:
+    env = {"TF_CPP_MIN_LOG_LEVEL": log_level} if log_level is not None else {}
+    run = run_gate(repo, "run", "--json", "reports/map.json", env=env)
+    assert run.returncode == 1, run
+    lines = by_line(transfers(run, repo / "reports/map.json"))
+    batch = line_of(repo / "steps.py", "a NumPy batch")
+    loop = line_of(repo / "steps.py", "in a loop of three")
+    helper = line_of(repo / "steps.py", "inside a helper")
+    assert set(lines) == {batch, loop, helper}, run
+    assert lines[loop]["per_step"] == 3
+    assert lines[loop]["first_call"] == 3
+    assert lines[batch]["per_step"] == 1
+    assert lines[batch]["shape"] == [8, 4]
+    assert lines[batch]["dtype"] == "float32"
+    assert lines[batch]["bytes"] == 8 * 4 * 4
+    assert lines[helper]["function"] == "add_one"
+    for found in lines.values():
+        assert found["direction"] == "host-to-device"
+        assert found["kind"] == "implicit"
+        assert found["failing"] is True
+    # The JUnit failure names all three, most frequent first, and points at it.
+    case = run.testcase("many: transfers")
+    failure = case.find("failure")
+    assert failure is not None
+    message = failure.get("message", "")
+    assert message.startswith("3 lines move data: implicit host-to-device transfer")
+    assert f"steps.py:{loop}, 3x per step" in message
+    assert f"steps.py:{batch}" in message
+    assert f"steps.py:{helper}" in message
+    assert case.get("line") == str(loop)
+    assert "x = x * 0.5" in (failure.text or "")
+
+
+def test_the_steps_own_stderr_is_passed_through(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path,
+        {
+            "steps.py": MANY.replace(
+                "    x = add_one(x)\n",
+                "    x = add_one(x)\n"
+                "    print('hello from the step', file=__import__('sys').stderr)\n",
+            ),
+            "policies/p.yaml": POLICY,
+        },
+    )
+    run = run_gate(repo, "run")
+    assert run.returncode == 1, run
+    assert "hello from the step" in run.stderr
+    assert "guard_lib" not in run.stderr  # the guard's own lines are consumed
+
+
+def test_baseline_accepts_then_tolerates_shifts_and_catches_new(repo: Path) -> None:
+    made = run_gate(repo, "baseline")
+    assert made.returncode == 0, made
+    baseline = repo / "policies" / "transfer-gate-baseline.json"
+    text = baseline.read_text()
+    document = json.loads(text)
+    assert len(document["accepted"]) == 3
+    assert "line" not in document["accepted"][0]
+    # Stable: a second baseline of the same code is byte-identical.
+    assert run_gate(repo, "baseline").returncode == 0
+    assert baseline.read_text() == text
+
+    accepted = run_gate(repo, "run")
+    assert accepted.returncode == 0, accepted
+    assert "baseline: policies/transfer-gate-baseline.json (3 accepted)" in accepted.stdout
+
+    # Unrelated edits above every line: still accepted.
+    steps = repo / "steps.py"
+    steps.write_text("# a new header comment\n\n\nimport os\n" + steps.read_text())
+    shifted = run_gate(repo, "run")
+    assert shifted.returncode == 0, shifted
+
+    # One new transfer: fails, naming only it.
+    steps.write_text(
+        steps.read_text().replace(
+            "    return x, y\n", "    z = x - 2.0  # new transfer\n    return z, y\n"
+        )
+    )
+    new = run_gate(repo, "run")
+    assert new.returncode == 1, new
+    failure = new.testcase("many: transfers").find("failure")
+    assert failure is not None
+    line = line_of(steps, "new transfer")
+    assert failure.get("message", "").startswith(
+        f"implicit host-to-device transfer float32[] at steps.py:{line}"
+    )
+    assert "new since the baseline" in new.stdout
+
+
+def test_more_often_than_accepted_fails(repo: Path) -> None:
+    assert run_gate(repo, "baseline").returncode == 0
+    steps = repo / "steps.py"
+    steps.write_text(steps.read_text().replace("range(3)", "range(5)"))
+    run = run_gate(repo, "run")
+    assert run.returncode == 1, run
+    assert "more often than the baseline accepts" in run.stdout
+    assert "5x per step" in run.stdout
+
+
+def test_removed_transfer_is_reported_as_fixed_with_the_ratchet_command(repo: Path) -> None:
+    assert run_gate(repo, "baseline").returncode == 0
+    steps = repo / "steps.py"
+    steps.write_text(steps.read_text().replace("    x = add_one(x)\n", ""))
+    run = run_gate(repo, "run")
+    assert run.returncode == 0, run
+    assert "1 accepted transfer(s) no longer happen" in run.stdout
+    assert "transfer-gate baseline --baseline policies/transfer-gate-baseline.json" in run.stdout
+    out = run.testcase("many: transfers").findtext("system-out") or ""
+    assert "no longer happen" in out
+
+
+def test_a_corrupt_baseline_is_a_usage_error(repo: Path) -> None:
+    (repo / "policies" / "transfer-gate-baseline.json").write_text("{not json")
+    run = run_gate(repo, "run")
+    assert run.returncode == 2, run
+    assert "transfer-gate-baseline.json:1: not valid JSON" in run.stderr
+    assert "transfer-gate baseline" in run.stderr
+    ignored = run_gate(repo, "run", "--no-baseline")
+    assert ignored.returncode == 1, ignored
