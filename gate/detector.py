@@ -1,0 +1,527 @@
+"""Device-to-host fetches seen from Python, on every backend.
+
+JAX's transfer guard never fires for a device-to-host transfer on the CPU
+backend: the buffer already lives in host memory, so nothing is copied
+(FIELD-NOTES, "What is and isn't caught"). The gate still wants to tell a
+step that calls ``float(loss)`` from one that does not, so on CPU (and next
+to the guard on GPU and TPU, where the two can be compared) it watches the
+two doors through which Python code reads an array's value:
+
+1. ``jax._src.array.ArrayImpl._value``, a property that every Python-level
+   read goes through: ``print``/``str``/``repr``/``format``, ``float``/
+   ``int``/``bool``/``complex``/``index``, ``tolist``, ``tobytes``,
+   ``__array__`` (so ``np.asarray`` on GPU/TPU and on sharded arrays),
+   pickling and ``jax.device_get``. See ``ArrayImpl._value`` in
+   https://github.com/jax-ml/jax/blob/main/jax/_src/array.py. A call while
+   ``_npy_value`` is still None is a real fetch; a value whose host copy is
+   already cached is returned without a transfer and is not counted.
+2. The Python buffer protocol. jaxlib exports a zero-copy buffer for a
+   single-device CPU array (``PyArray_bf_getbuffer`` in jaxlib's
+   ``py_array.cc``), and NumPy tries that before ``__array__``, so on CPU
+   ``np.asarray(x)``, ``np.array(x)`` and ``x.item()`` never touch
+   ``_value``. While the detector runs, the array type's buffer export is
+   switched off (its ``tp_as_buffer`` slot points at a copy without
+   ``bf_getbuffer``); NumPy then falls back to ``__array__``, which reads
+   ``_value``, with the same zero-copy result. Side effect while active:
+   ``memoryview(x)`` and ``bytes(x)`` on a jax array raise ``TypeError``.
+   Where the slot cannot be reached safely (not CPython, a free-threaded or
+   ``Py_TRACE_REFS`` build, an unexpected type layout) the detector still
+   runs and `FetchLog.blind_spots` says what it cannot see.
+
+Explicit fetches are told apart by interposing ``jax.device_get`` (see
+`gate.interpose`, so ``from jax import device_get`` call sites count too)
+with a thread-local flag. In JAX 0.10.2 the only callers of
+``device_get`` inside jax are ``device_get`` itself (extended dtypes) and
+``multihost_utils.broadcast_one_to_all``, both explicit requests of the
+user, so no implicit fetch is classified explicit.
+
+Never seen here: ``__dlpack__``/``np.from_dlpack``, ``copy_to_host_async``
+on its own, and host callbacks inside jitted code (see `gate.callbacks`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import sysconfig
+import threading
+import traceback
+import types
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from gate.callbacks import in_host_callback
+from gate.guard_levels import Direction
+from gate.interpose import interposed, is_trampoline_frame
+from gate.results import Phase, SourceLocation, Transfer
+from gate.source import UserCode
+
+
+class DetectorUnavailable(RuntimeError):
+    """A JAX hook the detector relies on is missing: device-to-host is not checked."""
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """One read of a device array's value by host code."""
+
+    direction: Direction  # always DEVICE_TO_HOST; kept so fetches read like transfers
+    dtype: str  # e.g. "float32"
+    shape: tuple[int, ...]
+    nbytes: int
+    explicit: bool  # inside jax.device_get
+    boundary: str | None  # the declared boundary running in that thread, if any
+    location: SourceLocation | None  # the user's line
+    thread: str  # threading name of the thread that fetched
+    what: str  # how the host read it: "__str__", "__float__", "__array__", "device_get", ...
+    repeat: bool  # this very array object was fetched earlier in the same log
+    in_callback: bool = False  # inside a host callback counted by gate.callbacks
+    # The read raised, so nothing reached the host: on GPU/TPU the guard
+    # refuses it this way under ``disallow``. JAX's message, one line.
+    refused: str | None = None
+
+    @property
+    def is_transfer(self) -> bool:
+        """The first fetch of an array object moves data (or would have, if refused);
+        later ones read the host copy it left."""
+        return not self.repeat
+
+    def describe(self) -> str:
+        """``device-to-host float32[8,4]``, as `Transfer.describe` spells it."""
+        return f"{self.direction.label} {self.dtype}[{','.join(str(d) for d in self.shape)}]"
+
+    def as_transfer(self, phase: Phase, failing: bool) -> Transfer:
+        """The record reporters read; the runner decides ``phase`` and ``failing``."""
+        kind = "explicit" if self.explicit else "implicit"
+        message = (
+            f"gate detector: {kind} {self.describe()} ({self.nbytes} bytes) read by "
+            f"{self.what} in thread {self.thread}"
+        )
+        if self.refused is not None:
+            message += f"; refused: {self.refused}"
+        return Transfer(
+            direction=self.direction,
+            explicit=self.explicit,
+            dtype=self.dtype,
+            shape=self.shape,
+            location=self.location,
+            phase=phase,
+            failing=failing,
+            message=message,
+            boundary=self.boundary,
+        )
+
+
+@dataclass
+class FetchLog:
+    """What one `detect_fetches` block saw. Safe to read from any thread."""
+
+    code: UserCode
+    boundary_of: Callable[[], str | None]
+    blind_spots: tuple[str, ...] = ()  # what this log cannot see on this interpreter
+    _fetches: list[Fetch] = field(default_factory=list)
+    # id(array) -> weak reference: arrays are unhashable, and ids are reused
+    # once an array dies, so the reference confirms it is the same object.
+    _seen: dict[int, weakref.ref[Any]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def fetches(self) -> tuple[Fetch, ...]:
+        """Every fetch, in the order seen, repeats included."""
+        with self._lock:
+            return tuple(self._fetches)
+
+    @property
+    def transfers(self) -> tuple[Fetch, ...]:
+        """The fetches that moved data (or tried to): the first of each array object."""
+        return tuple(f for f in self.fetches if f.is_transfer)
+
+    def fetched_earlier(self, tree: Any) -> bool:
+        """True if any array leaf of ``tree`` is an object this log saw fetched."""
+        import jax
+
+        with self._lock:
+            return any(self._is_seen(leaf) for leaf in jax.tree_util.tree_leaves(tree))
+
+    def _is_seen(self, array: Any) -> bool:
+        ref = self._seen.get(id(array))
+        return ref is not None and ref() is array
+
+    def _record(
+        self,
+        array: Any,
+        frames: Sequence[traceback.FrameSummary],
+        explicit: bool,
+        in_callback: bool,
+        refused: str | None,
+    ) -> None:
+        user = _user_index(self.code, frames)
+        fetch_what = _what(frames, user)
+        location = self.code.locate(frames)
+        boundary = self.boundary_of()
+        with self._lock:
+            repeat = self._is_seen(array)
+            if not repeat and refused is None:
+                self._seen[id(array)] = weakref.ref(array)
+            self._fetches.append(
+                Fetch(
+                    direction=Direction.DEVICE_TO_HOST,
+                    dtype=str(array.dtype),
+                    shape=tuple(int(d) for d in array.shape),
+                    nbytes=int(array.nbytes),
+                    explicit=explicit,
+                    boundary=boundary,
+                    location=location,
+                    thread=threading.current_thread().name,
+                    what=fetch_what,
+                    repeat=repeat,
+                    in_callback=in_callback,
+                    refused=refused,
+                )
+            )
+
+
+# --- how the host read the value -----------------------------------------------------------------
+
+# Frames between the user's line and ``_value`` that name the operation,
+# mapped to the name reported. ``_item`` is how jax spells ``Array.item``.
+_READERS = {
+    name: name
+    for name in (
+        "__str__",
+        "__repr__",
+        "__format__",
+        "__float__",
+        "__int__",
+        "__bool__",
+        "__complex__",
+        "__index__",
+        "__hex__",
+        "__oct__",
+        "__array__",
+        "__iter__",
+        "__reduce__",
+        "tolist",
+        "tobytes",
+        "item",
+        "device_get",
+    )
+} | {"_item": "item"}
+_JAX_DIR = f"{os.sep}jax{os.sep}"
+
+
+def _user_index(code: UserCode, frames: Sequence[traceback.FrameSummary]) -> int | None:
+    """Index of the frame `UserCode.locate` names, with the same fallback."""
+    for accept in (code.is_user, lambda f: not code.is_library(f)):
+        for index in range(len(frames) - 1, -1, -1):
+            if accept(frames[index].filename):
+                return index
+    return None
+
+
+def _what(frames: Sequence[traceback.FrameSummary], user: int | None) -> str:
+    """The outermost jax reader between the user's line and ``_value``.
+
+    Outermost, because jax readers call each other (``device_get`` ends in
+    ``__array__``) and the one the user's line called says what they did.
+    Falls back to the frame that read ``_value`` (e.g. a jax internal that
+    folds a closed-over array into a constant).
+    """
+    after = frames[user + 1 :] if user is not None else frames
+    for frame in after:
+        name = _READERS.get(frame.name)
+        if name and (_JAX_DIR in frame.filename or is_trampoline_frame(frame.filename)):
+            return name
+    return after[-1].name if after else "_value"
+
+
+# --- the hooks ---------------------------------------------------------------------------------
+
+
+class _BufferProcs(ctypes.Structure):
+    # CPython's PyBufferProcs: two function pointers.
+    _fields_ = (("bf_getbuffer", ctypes.c_void_p), ("bf_releasebuffer", ctypes.c_void_p))
+
+
+_WORD = ctypes.sizeof(ctypes.c_void_p)
+# Word offsets in CPython's PyTypeObject (Include/cpython/object.h, 3.10 to
+# 3.14, default builds): three words of PyObject_VAR_HEAD, then tp_name,
+# tp_basicsize, tp_itemsize, tp_dealloc, tp_vectorcall_offset, tp_getattr,
+# tp_setattr, tp_as_async, tp_repr, tp_as_number, tp_as_sequence,
+# tp_as_mapping, tp_hash, tp_call, tp_str, tp_getattro, tp_setattro,
+# tp_as_buffer. Checked against known types before anything is written.
+_TP_NAME, _TP_BASICSIZE, _TP_ITEMSIZE, _TP_AS_BUFFER = 3, 4, 5, 20
+
+
+def _type_word(tp: type, index: int) -> ctypes.c_void_p:
+    return ctypes.c_void_p.from_address(id(tp) + index * _WORD)
+
+
+def _layout_matches(tp: type) -> bool:
+    name = ctypes.c_char_p.from_address(id(tp) + _TP_NAME * _WORD).value or b""
+    basicsize = ctypes.c_ssize_t.from_address(id(tp) + _TP_BASICSIZE * _WORD).value
+    itemsize = ctypes.c_ssize_t.from_address(id(tp) + _TP_ITEMSIZE * _WORD).value
+    return (
+        name.decode(errors="replace").rpartition(".")[2] == tp.__name__
+        and basicsize == tp.__basicsize__
+        and itemsize == tp.__itemsize__
+    )
+
+
+def _buffer_slot(tp: type) -> ctypes.c_void_p | str:
+    """``tp``'s ``tp_as_buffer`` slot, or why it cannot be reached safely."""
+    if sys.implementation.name != "cpython":
+        return f"{sys.implementation.name} is not CPython"
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return "free-threaded CPython has another type layout"
+    if hasattr(sys, "getobjects"):
+        return "a Py_TRACE_REFS build of CPython has another type layout"
+    for known in (int, bytearray, tp):
+        if not _layout_matches(known):
+            return f"{known.__name__} does not have the expected PyTypeObject layout"
+    # int exports no buffer, bytearray does: the offset points at tp_as_buffer.
+    if _type_word(int, _TP_AS_BUFFER).value or not _type_word(bytearray, _TP_AS_BUFFER).value:
+        return "tp_as_buffer is not where expected"
+    slot = _type_word(tp, _TP_AS_BUFFER)
+    if not slot.value or not _BufferProcs.from_address(slot.value).bf_getbuffer:
+        return f"{tp.__name__} exports no buffer"
+    return slot
+
+
+# The replacement procs must outlive any reader; they are a few bytes.
+_kept_procs: list[_BufferProcs] = []
+
+
+@contextmanager
+def _buffer_export_off(slot: ctypes.c_void_p) -> Iterator[None]:
+    """Point ``slot`` at procs without ``bf_getbuffer`` for the block.
+
+    ``bf_releasebuffer`` stays, so a view exported before the block is
+    still released properly during it. The GIL makes the pointer swap
+    atomic for other threads.
+    """
+    saved = slot.value
+    assert saved is not None
+    procs = _BufferProcs(None, _BufferProcs.from_address(saved).bf_releasebuffer)
+    _kept_procs.append(procs)
+    try:
+        slot.value = ctypes.addressof(procs)
+        yield
+    finally:
+        slot.value = saved
+
+
+@dataclass(frozen=True)
+class _Hooks:
+    array_type: type
+    value_property: property
+    device_get: types.FunctionType
+    buffer_slot: ctypes.c_void_p | None
+    blind_spots: tuple[str, ...]
+
+
+def _find_hooks() -> _Hooks:
+    """Everything the detector patches, checked before anything is patched."""
+    import jax
+
+    try:
+        from jax._src.array import ArrayImpl
+    except ImportError as exc:
+        raise DetectorUnavailable(
+            f"jax {jax.__version__} has no jax._src.array.ArrayImpl ({exc}): "
+            "device-to-host fetches cannot be watched"
+        ) from exc
+    if not hasattr(ArrayImpl, "_npy_value"):
+        raise DetectorUnavailable(
+            f"jax {jax.__version__}: ArrayImpl has no _npy_value; a cached host copy "
+            "cannot be told from a fetch"
+        )
+    prop = ArrayImpl.__dict__.get("_value")
+    if not isinstance(prop, property) or prop.fget is None:
+        raise DetectorUnavailable(
+            f"jax {jax.__version__}: ArrayImpl._value is no longer a property "
+            f"({type(prop).__name__}); device-to-host fetches cannot be watched"
+        )
+    device_get = jax.device_get
+    if not isinstance(device_get, types.FunctionType):
+        raise DetectorUnavailable(
+            f"jax {jax.__version__}: jax.device_get is a {type(device_get).__name__}, not a "
+            "Python function; explicit fetches cannot be told from implicit ones"
+        )
+    slot = _buffer_slot(ArrayImpl)
+    blind: tuple[str, ...] = ()
+    if isinstance(slot, str):
+        blind = (
+            "np.asarray(x), np.array(x) and x.item() on single-device CPU arrays "
+            f"(NumPy reads them through the buffer protocol, which cannot be watched: {slot})",
+        )
+    return _Hooks(ArrayImpl, prop, device_get, None if isinstance(slot, str) else slot, blind)
+
+
+@dataclass
+class _Registry:
+    """The active logs, and the installed hooks while any is active."""
+
+    lock: threading.Lock
+    active: list[FetchLog]
+    installed: ExitStack | None = None
+    hooks: _Hooks | None = None  # as found before patching; nested blocks reuse them
+
+
+_registry = _Registry(threading.Lock(), [])
+_local = threading.local()  # .explicit: device_get depth; .busy: inside our own code
+
+
+def _explicit_depth() -> int:
+    depth: int = getattr(_local, "explicit", 0)
+    return depth
+
+
+def _device_get_wrapper(
+    original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    _local.explicit = _explicit_depth() + 1
+    try:
+        return original(*args, **kwargs)
+    finally:
+        _local.explicit -= 1
+
+
+def _record_everywhere(array: Any, caller: types.FrameType, refused: str | None) -> None:
+    _local.busy = True
+    try:
+        frames = traceback.extract_stack(caller)
+        explicit = _explicit_depth() > 0
+        in_callback = in_host_callback()
+        with _registry.lock:
+            logs = list(_registry.active)
+        for log in logs:
+            log._record(array, frames, explicit, in_callback, refused)
+    finally:
+        _local.busy = False
+
+
+def _value_property(hooks: _Hooks) -> property:
+    read = hooks.value_property.fget
+    assert read is not None
+
+    def _value(self: Any) -> Any:
+        # A cached host copy is returned without a transfer; and the
+        # detector's own work must never be recorded as a fetch.
+        if getattr(_local, "busy", False) or self._npy_value is not None:
+            return read(self)
+        caller = sys._getframe(1)
+        try:
+            value = read(self)
+        except Exception as exc:
+            # The guard (GPU/TPU, disallow) raises here: record the attempt so
+            # that the guard's finding and the detector's can be compared.
+            lines = str(exc).strip().splitlines()
+            _record_everywhere(self, caller, lines[0] if lines else type(exc).__name__)
+            raise
+        _record_everywhere(self, caller, None)
+        return value
+
+    return property(_value, doc=hooks.value_property.__doc__)
+
+
+@contextmanager
+def _patched(hooks: _Hooks) -> Iterator[None]:
+    with ExitStack() as stack:
+        tp = hooks.array_type
+        original = hooks.value_property
+
+        def restore() -> None:
+            setattr(tp, "_value", original)  # noqa: B010 (mypy cannot see the attribute)
+
+        setattr(tp, "_value", _value_property(hooks))  # noqa: B010
+        stack.callback(restore)
+        stack.enter_context(interposed(hooks.device_get, _device_get_wrapper))
+        if hooks.buffer_slot is not None:
+            stack.enter_context(_buffer_export_off(hooks.buffer_slot))
+        yield
+
+
+@contextmanager
+def detect_fetches(code: UserCode, boundary_of: Callable[[], str | None]) -> Iterator[FetchLog]:
+    """Record every device-to-host fetch, in any thread, while the block runs.
+
+    ``boundary_of()`` is asked, in the fetching thread, which declared
+    boundary is running (`gate.boundary.BoundaryMonitor.current`). Blocks
+    may nest or overlap across threads: the hooks are installed while at
+    least one is active and removed, in ``finally``, when the last ends.
+    Raises `DetectorUnavailable` before changing anything when this JAX
+    lacks a hook.
+    """
+    with _registry.lock:
+        if _registry.installed is None or _registry.hooks is None:
+            # Found only while nothing is patched: patched, the hooks would
+            # look like the detector's own.
+            hooks = _find_hooks()
+            stack = ExitStack()
+            stack.enter_context(_patched(hooks))
+            _registry.installed, _registry.hooks = stack, hooks
+        log = FetchLog(code, boundary_of, _registry.hooks.blind_spots)
+        _registry.active.append(log)
+    try:
+        yield log
+    finally:
+        with _registry.lock:
+            _registry.active.remove(log)
+            if not _registry.active and _registry.installed is not None:
+                stack, _registry.installed, _registry.hooks = _registry.installed, None, None
+                stack.close()
+
+
+# --- helpers for the fresh-inputs warning ------------------------------------------------------
+
+
+def host_copy_cached(tree: Any) -> bool:
+    """True if any array leaf of ``tree`` already holds a host copy of its value.
+
+    Reading such an array moves nothing, so neither the guard nor the
+    detector would see the step's fetch of it: setup must make fresh
+    arrays. (On CPU a single-device array never caches a copy, it is
+    zero-copy; `FetchLog.fetched_earlier` covers that case.)
+    """
+    import jax
+
+    for leaf in jax.tree_util.tree_leaves(tree):
+        if isinstance(leaf, jax.Array):
+            try:
+                cached = leaf._npy_value  # type: ignore[attr-defined]
+            except AttributeError as exc:
+                raise DetectorUnavailable(
+                    f"jax {jax.__version__}: arrays have no _npy_value; host copies cannot be seen"
+                ) from exc
+            if cached is not None:
+                return True
+    return False
+
+
+def reused_leaves(prev_inputs: Any, new_inputs: Any) -> tuple[str, ...]:
+    """Paths (``jax.tree_util.keystr``) of array leaves of ``new_inputs`` that are
+    the very same objects as leaves of ``prev_inputs``."""
+    import jax
+
+    before = {id(leaf) for leaf in jax.tree_util.tree_leaves(prev_inputs)}
+    flat, _ = jax.tree_util.tree_flatten_with_path(new_inputs)
+    return tuple(
+        jax.tree_util.keystr(path)
+        for path, leaf in flat
+        if isinstance(leaf, jax.Array) and id(leaf) in before
+    )
+
+
+def same_objects(prev_inputs: Any, new_inputs: Any) -> bool:
+    """True if setup handed back any array object it returned for the last run.
+
+    ``prev_inputs`` must still be alive (ids are compared). An array fetched
+    in the last run would not be fetched again in this one, so the gate
+    would miss the transfer.
+    """
+    return bool(reused_leaves(prev_inputs, new_inputs))
