@@ -58,7 +58,7 @@ def fingerprints(region: str, findings: Sequence[Finding]) -> dict[Finding, str]
     """A stable fingerprint for each finding of one region."""
     seen: dict[tuple[str, ...], int] = {}
     result: dict[Finding, str] = {}
-    ordered = sorted(findings, key=lambda f: (f.location.line if f.location else 0))
+    ordered = sorted(findings, key=lambda f: f.location.line if f.location else 0)
     for finding in ordered:
         where = finding.location
         identity = (

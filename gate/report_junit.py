@@ -250,9 +250,13 @@ def _cases(region: RegionResult) -> list[_Case]:
     if region.error is not None:
         error = region.error
         where = error.location
-        # An invalid policy or a gate bug is not about any region's transfers:
-        # name the testcase after what broke ("policy", "gate").
-        name = region.name if error.kind in _RUN_LEVEL_ERRORS else f"{region.name}: transfers"
+        # An invalid policy, or a gate bug outside any region, is not about a
+        # region's transfers: name the testcase after what broke ("policy",
+        # "gate"). A gate bug while a region ran keeps the region's testcase.
+        run_level = error.kind in _RUN_LEVEL_ERRORS and (
+            error.kind is ErrorKind.POLICY or not region.policy_path
+        )
+        name = region.name if run_level else f"{region.name}: transfers"
         cases = [
             _Case(
                 name,

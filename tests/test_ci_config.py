@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 GITHUB = REPO / ".github"
 WORKFLOWS = sorted((GITHUB / "workflows").glob("*.y*ml"))
 GATE_WORKFLOW = GITHUB / "workflows" / "transfer-gate.yml"
+SHARDED_WORKFLOW = GITHUB / "workflows" / "transfer-gate-sharded.yml"
 CI_WORKFLOW = GITHUB / "workflows" / "ci.yml"
 ACTION = GITHUB / "actions" / "transfer-gate" / "action.yml"
 ACTIONLINT_CONFIG = GITHUB / "actionlint.yaml"
@@ -191,7 +192,7 @@ def actionlint_findings(tmp_path_factory: pytest.TempPathFactory) -> list[dict[s
 
 def test_workflows_exist() -> None:
     names = {p.name for p in WORKFLOWS}
-    assert {"ci.yml", "transfer-gate.yml"} <= names
+    assert {"ci.yml", "transfer-gate.yml", "transfer-gate-sharded.yml"} <= names
 
 
 def test_actionlint_finds_nothing_but_declared_runner_labels(
@@ -362,7 +363,7 @@ def test_gate_job_keeps_fork_pull_requests_off_the_runner(gate_workflow: dict[st
 
 def test_gate_job_runs_the_gate_and_publishes_the_report(gate_workflow: dict[str, Any]) -> None:
     steps = gate_workflow["jobs"]["gate"]["steps"]
-    assert [s["run"] for s in steps if s.get("run", "").startswith("transfer-gate")] == [
+    assert [s["run"] for s in steps if s.get("run", "").startswith("transfer-gate run")] == [
         GATE_COMMAND
     ]
     publish = step_named(steps, "Publish report")
@@ -376,6 +377,18 @@ def test_gate_job_runs_the_gate_and_publishes_the_report(gate_workflow: dict[str
     # Steps after the gate run only if they come after it.
     names = [s.get("name") for s in steps]
     assert names.index("Run transfer gate") < names.index("Publish report")
+
+
+def test_gate_job_checks_for_a_gpu_with_doctor_before_running(
+    gate_workflow: dict[str, Any],
+) -> None:
+    steps = gate_workflow["jobs"]["gate"]["steps"]
+    check = step_named(steps, "Check that JAX sees a GPU")
+    assert check["run"] == "transfer-gate doctor --expect gpu"
+    # Doctor must see what the gate will see: no JAX_PLATFORMS of its own.
+    assert "env" not in check
+    names = [s.get("name") for s in steps]
+    assert names.index("Check that JAX sees a GPU") < names.index("Run transfer gate")
 
 
 def test_verdict_job_always_runs_and_needs_the_gate(gate_workflow: dict[str, Any]) -> None:
@@ -479,9 +492,10 @@ def test_action_is_composite_with_documented_interface(action: dict[str, Any]) -
     assert action["inputs"]["policies"]["default"] == "policies/"
     assert action["inputs"]["junit"]["default"] == JUNIT_PATH
     assert action["outputs"]["exit-code"]["value"] == "${{ steps.gate.outputs.exit-code }}"
+    assert action["inputs"]["expect"]["default"] == "gpu"
     publish = step_named(action["runs"]["steps"], "Publish report")
     assert publish["uses"].startswith("mikepenz/action-junit-report@")
-    assert publish["if"] == "${{ !cancelled() }}"
+    assert publish["if"] == AFTER_THE_GATE
     assert publish["with"]["report_paths"] == "${{ inputs.junit }}"
 
 
@@ -543,11 +557,155 @@ def test_action_fails_unless_the_gate_passed(
     action: dict[str, Any], tmp_path: Path, gate_exit: str, fails: bool, says: str
 ) -> None:
     step = step_named(action["runs"]["steps"], "Fail unless the gate passed")
-    assert step["if"] == "${{ !cancelled() }}"
+    assert step["if"] == AFTER_THE_GATE
     assert step["env"] == {"GATE_EXIT_CODE": "${{ steps.gate.outputs.exit-code }}"}
     proc, _, _ = run_step_script(step["run"], {"GATE_EXIT_CODE": gate_exit}, tmp_path)
     assert proc.returncode == (1 if fails else 0), shown(proc)
     assert says in proc.stdout, shown(proc)
+
+
+# Publishing and the verdict follow the gate step, and stay out of the way when the environment
+# check failed and the gate never ran (no report, nothing to publish).
+AFTER_THE_GATE = "${{ !cancelled() && steps.gate.outcome != 'skipped' }}"
+
+
+@pytest.mark.parametrize(
+    ("expect", "argv"),
+    [
+        ("gpu", ["doctor", "--expect", "gpu"]),
+        ("cpu", ["doctor", "--expect", "cpu"]),
+        ("", ["doctor"]),
+    ],
+)
+def test_action_checks_the_environment_first(
+    action: dict[str, Any], tmp_path: Path, fake_gate: Path, expect: str, argv: list[str]
+) -> None:
+    steps = action["runs"]["steps"]
+    assert [s.get("name") for s in steps][:2] == ["Check the environment", "Run transfer gate"]
+    step = steps[0]
+    assert step["env"] == {"GATE_EXPECT": "${{ inputs.expect }}"}
+    assert "if" not in step  # a failed check stops the action before the gate runs
+    argv_file = tmp_path / "argv"
+    env = {"GATE_EXPECT": expect, "FAKE_ARGV": str(argv_file), "FAKE_EXIT": "0"}
+    proc, _, _ = run_step_script(step["run"], env, tmp_path, path_prefix=fake_gate)
+    assert proc.returncode == 0, shown(proc)
+    assert argv_file.read_text().splitlines() == argv
+
+
+@pytest.mark.parametrize(("gate_exit", "says"), [(1, ""), (127, "not installed")])
+def test_action_environment_check_fails_the_action(
+    action: dict[str, Any], tmp_path: Path, fake_gate: Path, gate_exit: int, says: str
+) -> None:
+    step = step_named(action["runs"]["steps"], "Check the environment")
+    env = {"GATE_EXPECT": "gpu", "FAKE_ARGV": str(tmp_path / "argv"), "FAKE_EXIT": str(gate_exit)}
+    proc, _, _ = run_step_script(step["run"], env, tmp_path, path_prefix=fake_gate)
+    assert proc.returncode == gate_exit, shown(proc)
+    assert says in proc.stdout, shown(proc)
+
+
+def test_action_steps_after_the_gate_wait_for_it(action: dict[str, Any]) -> None:
+    steps = action["runs"]["steps"]
+    upload = step_named(steps, "Upload report")
+    assert upload["if"].startswith(AFTER_THE_GATE.removesuffix(" }}"))
+    assert "inputs.artifact-name != ''" in upload["if"]
+
+
+# --- the sharded workflow ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sharded() -> dict[str, Any]:
+    return load_yaml(SHARDED_WORKFLOW)
+
+
+def test_sharded_workflow_runs_only_by_hand_here(sharded: dict[str, Any]) -> None:
+    # One GPU run per pull request: the sharded form is the documented alternative.
+    assert set(triggers(sharded)) == {"workflow_dispatch"}
+
+
+def test_shard_job_runs_one_shard_of_n_on_the_gpu(sharded: dict[str, Any]) -> None:
+    job = sharded["jobs"]["shard"]
+    assert job["runs-on"] == ["self-hosted", "linux", "x64", "gpu"]
+    assert "--gpus all" in job["container"]["options"]
+    assert job["container"]["image"] == "${{ needs.image.outputs.ref }}"
+    assert job["strategy"]["fail-fast"] is False
+    assert list(job["strategy"]["matrix"]) == ["shard"]  # strategy.job-total is N
+    shards = job["strategy"]["matrix"]["shard"]
+    assert shards == list(range(1, len(shards) + 1))
+    steps = job["steps"]
+    assert (
+        step_named(steps, "Check that JAX sees a GPU")["run"] == "transfer-gate doctor --expect gpu"
+    )
+    gate = step_named(steps, "Run transfer gate")
+    assert gate["env"] == {"SHARD": "${{ matrix.shard }}", "SHARDS": "${{ strategy.job-total }}"}
+    assert gate["run"] == (
+        'transfer-gate run --shard "$SHARD/$SHARDS" '
+        '--junit "reports/shards/transfer-gate-$SHARD.xml" policies/'
+    )
+    upload = step_named(steps, "Upload shard report")
+    assert upload["if"] == "${{ !cancelled() }}"
+    assert upload["with"]["name"] == "transfer-gate-shard-${{ matrix.shard }}"
+    assert upload["with"]["path"] == "reports/shards/"
+
+
+def test_shard_job_keeps_fork_pull_requests_off_the_runner(
+    sharded: dict[str, Any], gate_workflow: dict[str, Any]
+) -> None:
+    condition = " ".join(sharded["jobs"]["shard"]["if"].split())
+    gate_condition = " ".join(gate_workflow["jobs"]["gate"]["if"].split())
+    assert condition == f"github.event_name == 'workflow_dispatch' || {gate_condition}"
+
+
+def test_merge_job_merges_every_shard_and_publishes_one_report(sharded: dict[str, Any]) -> None:
+    job = sharded["jobs"]["merge"]
+    assert set(job["needs"]) == {"image", "shard"}
+    assert "!cancelled()" in job["if"]
+    assert "needs.shard.result != 'skipped'" in job["if"]
+    assert job["permissions"] == {"checks": "write"}
+    assert "--gpus" not in job["container"]["options"]
+    download, merge, publish, upload = job["steps"]
+    assert download["uses"].startswith("actions/download-artifact@")
+    assert download["with"] == {
+        "pattern": "transfer-gate-shard-*",
+        "path": "reports/shards",
+        "merge-multiple": True,
+    }
+    assert merge["run"] == "transfer-gate merge reports/transfer-gate.xml reports/shards/*.xml"
+    assert publish["uses"].startswith("mikepenz/action-junit-report@")
+    assert publish["with"]["report_paths"] == JUNIT_PATH
+    assert publish["with"]["require_tests"] is True
+    assert upload["with"]["path"] == JUNIT_PATH
+
+
+@pytest.mark.parametrize(
+    ("results", "exit_code", "says"),
+    [
+        # (IMAGE_RESULT, SHARDS_RESULT, MERGE_RESULT)
+        (("success", "success", "success"), 0, "ran and passed"),
+        (("success", "failure", "success"), 1, "shard of the transfer gate ended with result"),
+        (("success", "cancelled", "skipped"), 1, "result 'cancelled'"),
+        (("success", "skipped", "skipped"), 1, "safe-to-test"),
+        (("failure", "skipped", "skipped"), 1, "TRANSFER_GATE_IMAGE"),
+        (("success", "success", "failure"), 1, "merging their reports ended with result"),
+    ],
+)
+def test_sharded_verdict_fails_unless_every_shard_passed(
+    sharded: dict[str, Any],
+    tmp_path: Path,
+    results: tuple[str, str, str],
+    exit_code: int,
+    says: str,
+) -> None:
+    verdict = sharded["jobs"]["verdict"]
+    assert verdict["if"] == "always()"
+    assert set(verdict["needs"]) == {"image", "shard", "merge"}
+    (step,) = verdict["steps"]
+    env = dict(zip(("IMAGE_RESULT", "SHARDS_RESULT", "MERGE_RESULT"), results, strict=True))
+    assert set(step["env"]) == set(env)
+    proc, _, summary = run_step_script(step["run"], env, tmp_path)
+    assert proc.returncode == exit_code, shown(proc)
+    assert says in proc.stdout, shown(proc)
+    assert says in summary
 
 
 # --- Dockerfile ----------------------------------------------------------------------------------

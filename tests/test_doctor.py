@@ -1,0 +1,328 @@
+"""``transfer-gate doctor``: what JAX sees, and ``--expect`` failing with the likely cause.
+
+The GPU and TPU verdicts are checked on hand-built diagnoses, so the CPU
+machines that run this suite cover every branch; the CLI tests run the real
+command on the CPU.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import io
+import types
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_gate
+
+from gate.doctor import (
+    DOCTOR_FAILED,
+    DOCTOR_OK,
+    Accelerator,
+    DeviceGroup,
+    Diagnosis,
+    Setting,
+    _cache,
+    _cuda,
+    _cuda_versions,
+    _cudnn,
+    _settings,
+    expectation_problem,
+    format_diagnosis,
+    main_doctor,
+)
+
+H200 = Diagnosis(
+    python="3.12.3",
+    system="Linux 6.8 x86_64",
+    jax_version="0.10.2",
+    jaxlib_version="0.10.2",
+    plugins=(("jax-cuda12-plugin", "0.10.2"), ("jax-cuda12-pjrt", "0.10.2")),
+    backend="gpu",
+    devices=(DeviceGroup("gpu", "NVIDIA H200", 8, "9.0"),),
+    backend_error=None,
+    cuda=(("CUDA runtime", "12.8 (JAX built against 12.8)"), ("cuDNN", "9.8.0")),
+    nvidia_device_files=True,
+    tpu_device_files=False,
+    environ={},
+    settings=(Setting("JAX_PLATFORMS", None, "JAX takes the best backend"),),
+    guard=(("jax_transfer_guard", "None"),),
+)
+
+CPU_ONLY = replace(
+    H200,
+    plugins=(),
+    backend="cpu",
+    devices=(DeviceGroup("cpu", "cpu", 1),),
+    cuda=(),
+    nvidia_device_files=False,
+)
+
+
+def test_a_gpu_machine_meets_expect_gpu() -> None:
+    assert expectation_problem(H200, Accelerator.GPU) is None
+    text = format_diagnosis(H200)
+    assert "devices        NVIDIA H200 x8 (compute capability 9.0)" in text
+    assert "CUDA runtime   12.8 (JAX built against 12.8)" in text
+    assert "plugins        jax-cuda12-plugin 0.10.2, jax-cuda12-pjrt 0.10.2" in text
+    assert "device-to-host" not in text  # the CPU note is for CPU runs only
+
+
+def test_cpu_only_jaxlib_without_gpus_names_both_causes() -> None:
+    problem = expectation_problem(CPU_ONLY, Accelerator.GPU)
+    assert problem is not None
+    first, *causes = problem.splitlines()
+    assert first == "expected a GPU, but JAX runs on cpu (cpu x1)."
+    assert causes[0].startswith("likely cause: a CPU-only jaxlib: no jax-cuda12-plugin")
+    assert "--gpus all" in causes[1]
+    assert len(causes) == 2
+
+
+def test_plugin_without_gpus_blames_the_container() -> None:
+    problem = expectation_problem(replace(CPU_ONLY, plugins=H200.plugins), Accelerator.GPU)
+    assert problem is not None
+    (cause,) = problem.splitlines()[1:]
+    assert "no NVIDIA GPU in this container (no /dev/nvidia0): start it with --gpus all" in cause
+
+
+def test_jax_platforms_cpu_is_named_first() -> None:
+    diagnosis = replace(H200, backend="cpu", environ={"JAX_PLATFORMS": "cpu"})
+    problem = expectation_problem(diagnosis, Accelerator.GPU)
+    assert problem is not None
+    assert problem.splitlines()[1] == (
+        "likely cause: JAX_PLATFORMS=cpu keeps JAX off the GPU; unset it"
+    )
+
+
+def test_missing_compute_capability_is_a_cause() -> None:
+    diagnosis = replace(
+        H200,
+        backend=None,
+        devices=(),
+        backend_error="RuntimeError: Unable to initialize backend 'cuda'",
+        environ={"NVIDIA_DRIVER_CAPABILITIES": "utility"},
+    )
+    problem = expectation_problem(diagnosis, Accelerator.GPU)
+    assert problem is not None
+    assert problem.startswith(
+        "expected a GPU, but JAX could not start a backend (RuntimeError: Unable to initialize"
+    )
+    assert "NVIDIA_DRIVER_CAPABILITIES=utility lacks 'compute'" in problem
+
+
+def test_everything_in_place_but_no_gpu_points_at_the_driver() -> None:
+    diagnosis = replace(H200, backend="cpu", devices=(DeviceGroup("cpu", "cpu", 1),))
+    problem = expectation_problem(diagnosis, Accelerator.GPU)
+    assert problem is not None
+    assert "check nvidia-smi" in problem
+
+
+def test_jax_s_own_reason_for_a_failed_backend_comes_first() -> None:
+    why = "INTERNAL: no supported devices found for platform CUDA"
+    diagnosis = replace(
+        H200,
+        backend="cpu",
+        devices=(DeviceGroup("cpu", "cpu", 1),),
+        backend_errors=(("cuda", why),),
+    )
+    problem = expectation_problem(diagnosis, Accelerator.GPU)
+    assert problem is not None
+    assert problem.splitlines()[1:] == [
+        f"likely cause: JAX could not start its cuda backend: {why}"
+    ]
+    assert f"cuda failed    {why}" in format_diagnosis(diagnosis)
+
+
+def test_tpu_causes() -> None:
+    problem = expectation_problem(CPU_ONLY, Accelerator.TPU)
+    assert problem is not None
+    assert "libtpu is not installed" in problem
+    assert "not a TPU VM" in problem
+    tpu = replace(CPU_ONLY, backend="tpu", devices=(DeviceGroup("tpu", "TPU v5 lite", 4),))
+    assert expectation_problem(tpu, Accelerator.TPU) is None
+
+
+def test_expect_cpu_on_a_gpu_machine() -> None:
+    problem = expectation_problem(H200, Accelerator.CPU)
+    assert problem is not None
+    assert problem.startswith("expected a CPU, but JAX runs on gpu (NVIDIA H200 x8")
+    assert "set JAX_PLATFORMS=cpu" in problem
+
+
+def test_jax_that_does_not_import() -> None:
+    broken = replace(
+        CPU_ONLY,
+        jax_version=None,
+        jaxlib_version=None,
+        backend=None,
+        devices=(),
+        backend_error="ModuleNotFoundError: No module named 'jax'",
+    )
+    problem = expectation_problem(broken, Accelerator.CPU)
+    assert (
+        problem
+        == "expected a CPU, but jax does not import (ModuleNotFoundError: No module named 'jax')."
+    )
+    assert "jax            not importable" in format_diagnosis(broken)
+
+
+@pytest.mark.parametrize(
+    ("version", "text"), [(12080, "12.8"), (12020, "12.2"), (13000, "13.0"), (11080, "11.8")]
+)
+def test_cuda_versions_read_as_cuda_writes_them(version: int, text: str) -> None:
+    assert _cuda(version) == text
+
+
+@pytest.mark.parametrize(
+    ("version", "text"), [(90800, "9.8.0"), (91001, "9.10.1"), (8906, "8.9.6")]
+)
+def test_cudnn_versions_read_as_cudnn_writes_them(version: int, text: str) -> None:
+    assert _cudnn(version) == text
+
+
+def test_cuda_versions_come_from_the_plugins_versions_module(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import jax._src.lib
+
+    def missing() -> int:
+        raise RuntimeError("libcudnn.so.9: cannot open shared object file")
+
+    fake = types.SimpleNamespace(
+        cuda_runtime_get_version=lambda: 12080,
+        cuda_runtime_build_version=lambda: 12060,
+        cuda_driver_get_version=lambda: 0,  # no driver loaded
+        cudnn_get_version=missing,
+        cudnn_build_version=lambda: 90800,
+    )
+    monkeypatch.setattr(jax._src.lib, "cuda_versions", fake)
+    assert _cuda_versions() == (
+        ("CUDA runtime", "12.8 (JAX built against 12.6)"),
+        ("CUDA driver", "not found"),
+        ("cuDNN", "not found (JAX built against 9.8.0)"),
+    )
+    monkeypatch.setattr(jax._src.lib, "cuda_versions", None)
+    assert _cuda_versions() == ()
+
+
+def test_main_reports_and_exits_by_the_expectation() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        assert main_doctor("gpu", {}, H200) == DOCTOR_OK
+        assert main_doctor("gpu", {"GITHUB_ACTIONS": "true"}, CPU_ONLY) == DOCTOR_FAILED
+    assert "ok: JAX runs on the expected GPU" in out.getvalue()
+    assert "error: expected a GPU, but JAX runs on cpu" in err.getvalue()
+    (command,) = [line for line in out.getvalue().splitlines() if line.startswith("::")]
+    assert command.startswith("::error title=transfer-gate doctor::expected a GPU, but JAX")
+    assert "%0Alikely cause: a CPU-only jaxlib" in command
+
+
+# --- settings --------------------------------------------------------------
+
+
+def settings_of(environ: dict[str, str]) -> dict[str, Setting]:
+    return {s.name: s for s in _settings(environ, None, None)}
+
+
+def test_log_level_2_hides_the_guards_lines_but_not_from_the_gate() -> None:
+    level = settings_of({"TF_CPP_MIN_LOG_LEVEL": "2"})["TF_CPP_MIN_LOG_LEVEL"]
+    assert "every line of the guard's `log` and `log_explicit` levels is lost" in level.meaning
+    assert "the gate runs with 1" in level.meaning
+    unset = settings_of({})["TF_CPP_MIN_LOG_LEVEL"]
+    assert unset.value is None
+    assert "jax sets 1 when it is imported" in unset.meaning
+
+
+def test_per_direction_guard_variables_are_flagged_as_ignored() -> None:
+    settings = settings_of({"JAX_TRANSFER_GUARD_DEVICE_TO_HOST": "disallow"})
+    ignored = settings["JAX_TRANSFER_GUARD_DEVICE_TO_HOST"]
+    assert ignored.warning
+    assert ignored.meaning.startswith("ignored: JAX resets the per-direction levels")
+
+
+def test_compilation_cache_folder_is_checked_for_writing(tmp_path: Path) -> None:
+    assert _cache(str(tmp_path), 1.0).meaning == (
+        "writable; JAX stores compilations that took at least 1 s"
+    )
+    assert _cache(str(tmp_path / "new" / "deeper"), None).meaning == "writable"
+    assert not (tmp_path / "new").exists()  # the probe leaves nothing behind
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert _cache(str(blocker), None).meaning.startswith("not a folder")
+    assert _cache(str(blocker / "below"), None).warning
+    assert _cache(None, None).meaning.startswith("no persistent compilation cache")
+
+
+# --- through the real CLI ------------------------------------------------------------------------
+
+
+def test_doctor_on_this_cpu_machine(tmp_path: Path) -> None:
+    run = run_gate(tmp_path, "doctor", env={"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "c")})
+    assert run.returncode == DOCTOR_OK, run
+    for label in ("transfer-gate", "python", "jax", "jaxlib", "plugins", "backend", "devices"):
+        assert any(line.startswith(f"{label} ") for line in run.stdout.splitlines()), run
+    assert "backend        cpu" in run.stdout
+    assert "devices        cpu x1" in run.stdout
+    assert "  JAX_PLATFORMS=cpu\n    JAX uses only cpu" in run.stdout
+    assert f"  JAX_COMPILATION_CACHE_DIR={tmp_path / 'c'}\n    writable" in run.stdout
+    assert "  jax_transfer_guard = unset (allow)" in run.stdout
+    assert "a CPU run does not judge that direction" in run.stdout
+
+
+def test_doctor_expect_cpu_passes_and_expect_gpu_fails_here(tmp_path: Path) -> None:
+    ok = run_gate(tmp_path, "doctor", "--expect", "cpu")
+    assert ok.returncode == DOCTOR_OK, ok
+    assert "ok: JAX runs on the expected CPU" in ok.stdout
+    # run_gate pins JAX_PLATFORMS=cpu, so this fails the same way on a GPU machine.
+    missing = run_gate(tmp_path, "doctor", "--expect", "gpu", env={"GITHUB_ACTIONS": "true"})
+    assert missing.returncode == DOCTOR_FAILED, missing
+    assert "error: expected a GPU, but JAX runs on cpu (cpu x1)." in missing.stderr
+    assert "likely cause: JAX_PLATFORMS=cpu keeps JAX off the GPU; unset it" in missing.stderr
+    assert "::error title=transfer-gate doctor::expected a GPU" in missing.stdout
+
+
+def test_doctor_when_jax_cannot_start_the_requested_backend(tmp_path: Path) -> None:
+    # No CUDA plugin on the CI machines: JAX_PLATFORMS=cuda cannot start.
+    run = run_gate(tmp_path, "doctor", env={"JAX_PLATFORMS": "cuda"})
+    if "backend        gpu" in run.stdout:
+        pytest.skip("this machine has a working CUDA jax; the failure path needs one without")
+    assert run.returncode == DOCTOR_FAILED, run
+    assert "error: JAX cannot start: " in run.stderr
+    assert "likely cause: " in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_doctor_refuses_an_unknown_accelerator(tmp_path: Path) -> None:
+    run = run_gate(tmp_path, "doctor", "--expect", "npu")
+    assert run.returncode == 2, run
+    assert "invalid choice: 'npu'" in run.stderr
+
+
+def test_doctor_help_documents_its_exit_codes(tmp_path: Path) -> None:
+    run = run_gate(tmp_path, "doctor", "--help")
+    assert run.returncode == 0, run
+    assert "  1  the --expect'ed accelerator is missing, or JAX cannot start" in run.stdout
+
+
+def _cuda_plugin_installed() -> bool:
+    for name in ("jax-cuda12-plugin", "jax-cuda13-plugin"):
+        try:
+            importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return True
+    return False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda_plugin_installed(), reason="needs a CUDA GPU and JAX's CUDA plugin")
+def test_doctor_expect_gpu_on_a_gpu(tmp_path: Path) -> None:
+    # The CPU tests above cover the same logic on hand-built diagnoses.
+    run = run_gate(tmp_path, "doctor", "--expect", "gpu", env={"JAX_PLATFORMS": ""})
+    assert run.returncode == DOCTOR_OK, run
+    assert "backend        gpu" in run.stdout
+    assert "compute capability" in run.stdout
+    assert "CUDA runtime" in run.stdout
+    assert "ok: JAX runs on the expected GPU" in run.stdout

@@ -1,0 +1,430 @@
+"""GitHub Actions output: workflow-command annotations and the Markdown job summary."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from cli_helpers import FAST_DEFAULTS, line_of, make_repo, run_gate
+
+from gate.exit_codes import ExitCode
+from gate.guard_levels import Direction, GuardLevel, GuardSpec
+from gate.report_github import (
+    MAX_DETAILS_CHARS,
+    MAX_ERROR_ANNOTATIONS,
+    MAX_SUMMARY_BYTES,
+    annotation_lines,
+    escape_data,
+    escape_property,
+    render_summary,
+    report_to_github,
+    workflow_command,
+)
+from gate.results import (
+    BoundaryCost,
+    CheckName,
+    CheckOutcome,
+    ErrorKind,
+    Phase,
+    RegionError,
+    RegionResult,
+    RunResult,
+    SourceLocation,
+    SuiteResult,
+    TimingStats,
+    Transfer,
+)
+
+REPORT = "reports/transfer-gate.xml"
+GITHUB = {"GITHUB_ACTIONS": "true"}
+
+
+def transfer(
+    line: int = 12,
+    *,
+    direction: Direction = Direction.HOST_TO_DEVICE,
+    phase: Phase = Phase.FIRST_CALL,
+    path: str = "examples/bad.py",
+    failing: bool = True,
+) -> Transfer:
+    return Transfer(
+        direction=direction,
+        explicit=False,
+        dtype="float32",
+        shape=(8,),
+        location=SourceLocation(path, line, "train_step"),
+        phase=phase,
+        failing=failing,
+        message="Disallowed host-to-device transfer",
+    )
+
+
+def region(name: str, **changes: object) -> RegionResult:
+    base = RegionResult(
+        suite="train",
+        name=name,
+        policy_path="policies/train.yaml",
+        policy_line=7,
+        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
+        timing=TimingStats(20, 0.0011, 0.0012, 0.00123, 0.0013, 0.0021),
+        boundaries=(BoundaryCost("pkg.io:save", 20, 0.0031, 0.000155),),
+        wall_s=0.5,
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def run_of(*regions: RegionResult) -> RunResult:
+    return RunResult((SuiteResult("train", "policies/train.yaml", regions),))
+
+
+def error(message: str = "ValueError: boom", details: str = "Traceback ...") -> RegionError:
+    return RegionError(
+        ErrorKind.STEP, message, details, SourceLocation("examples/bad.py", 30, "train_step")
+    )
+
+
+FAILED_CHECK = CheckOutcome(CheckName.REFERENCE, False, "max abs diff 0.3 > 1e-05")
+
+
+# --- escaping ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "data", "prop"),
+    [
+        ("plain", "plain", "plain"),
+        ("100%", "100%25", "100%25"),
+        ("a\nb", "a%0Ab", "a%0Ab"),
+        ("a\r\nb", "a%0D%0Ab", "a%0D%0Ab"),
+        ("a:b,c", "a:b,c", "a%3Ab%2Cc"),
+        # % first, so an escape already in the text stays literal text.
+        ("%0A", "%250A", "%250A"),
+        ("::error::x", "::error::x", "%3A%3Aerror%3A%3Ax"),
+    ],
+)
+def test_escaping_follows_githubs_rules(text: str, data: str, prop: str) -> None:
+    assert escape_data(text) == data
+    assert escape_property(text) == prop
+
+
+def test_workflow_command_leaves_out_missing_properties() -> None:
+    assert workflow_command("error", "m") == "::error::m"
+    assert workflow_command("error", "m", file="a.py", line=None, title="t") == (
+        "::error file=a.py,title=t::m"
+    )
+    assert workflow_command("warning", "x\ny", title="a:b") == "::warning title=a%3Ab::x%0Ay"
+
+
+def test_property_values_with_commas_and_colons_stay_one_property() -> None:
+    run = run_of(region("step", transfers=(transfer(path="odd,dir/a:b.py"),)))
+    (line,) = annotation_lines(run, REPORT)
+    assert line.startswith("::error file=odd%2Cdir/a%3Ab.py,line=12,title=")
+
+
+def test_hostile_messages_cannot_start_a_workflow_command_of_their_own() -> None:
+    hostile = "boom\n::add-mask::secret\r\n::stop-commands::x 100%"
+    run = run_of(
+        region("step", error=error(message=hostile)),
+        region("check", checks=(CheckOutcome(CheckName.CUSTOM, False, hostile),)),
+    )
+    lines = annotation_lines(run, REPORT)
+    assert len(lines) == 2
+    for line in lines:
+        assert "\n" not in line
+        assert "\r" not in line
+        assert line.startswith("::error ")
+        assert "100%25" in line
+
+
+# --- annotations: what, where, how many ----------------------------------------------------------
+
+
+def test_annotations_put_transfers_first_then_errors_then_checks() -> None:
+    run = run_of(
+        region("checked", checks=(FAILED_CHECK,), has_checks=True),
+        region("broken", error=error()),
+        region("leaky", transfers=(transfer(17),)),
+    )
+    lines = annotation_lines(run, REPORT)
+    assert [line.split("title=")[1].split("::")[0] for line in lines] == [
+        "transfer-gate%3A train.leaky%3A implicit host-to-device transfer",
+        "transfer-gate%3A train.broken%3A step raised",
+        "transfer-gate%3A train.checked%3A result check failed%3A reference",
+    ]
+    assert lines[0].startswith("::error file=examples/bad.py,line=17,")
+    assert lines[1].startswith("::error file=examples/bad.py,line=30,")
+    assert lines[2].startswith("::error file=policies/train.yaml,line=7,")
+    assert "%0Afix: put inputs on the device" in lines[0]
+    assert lines[2].endswith("::max abs diff 0.3 > 1e-05")
+
+
+def test_one_annotation_per_line_of_code_whatever_the_phases() -> None:
+    run = run_of(
+        region(
+            "leaky",
+            transfers=(
+                transfer(12, phase=Phase.FIRST_CALL),
+                transfer(12, phase=Phase.STEADY_STATE),
+                transfer(13, failing=False),
+            ),
+        )
+    )
+    (line,) = annotation_lines(run, REPORT)
+    assert "line=12" in line
+    assert "per step" in line
+    assert "first call" in line
+
+
+def test_passing_run_has_no_annotations() -> None:
+    assert annotation_lines(run_of(region("ok")), REPORT) == []
+
+
+def test_a_gate_error_without_a_file_is_annotated_without_one() -> None:
+    bug = RegionResult(
+        suite="transfer-gate",
+        name="gate",
+        policy_path="",
+        policy_line=0,
+        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
+        error=RegionError(ErrorKind.INTERNAL, "transfer-gate itself failed", "Traceback"),
+    )
+    (line,) = annotation_lines(RunResult((SuiteResult("transfer-gate", "", (bug,)),)), REPORT)
+    assert line.startswith("::error title=transfer-gate%3A transfer-gate.gate%3A gate error::")
+
+
+@pytest.mark.parametrize(("findings", "errors"), [(9, 9), (10, 10), (11, 10), (25, 10)])
+def test_at_most_ten_error_annotations_then_a_count(findings: int, errors: int) -> None:
+    run = run_of(region("leaky", transfers=tuple(transfer(100 + i) for i in range(findings))))
+    lines = annotation_lines(run, REPORT)
+    assert MAX_ERROR_ANNOTATIONS == 10
+    assert sum(1 for line in lines if line.startswith("::error ")) == errors
+    left = findings - errors
+    if left:
+        assert lines[-1].startswith("::warning title=transfer-gate::")
+        assert f"{left} more finding" in lines[-1]
+        assert REPORT in lines[-1]
+        assert len(lines) == errors + 1
+    else:
+        assert len(lines) == errors
+
+
+def test_the_most_important_findings_win_the_ten_slots() -> None:
+    checks = tuple(CheckOutcome(CheckName.CUSTOM, False, f"check {i}") for i in range(8))
+    run = run_of(
+        region("checked", checks=checks, has_checks=True),
+        region("leaky", transfers=tuple(transfer(100 + i) for i in range(8))),
+    )
+    errors = [line for line in annotation_lines(run, REPORT) if line.startswith("::error")]
+    assert sum("transfer::" in line for line in errors) == 8
+    assert sum("result check failed" in line for line in errors) == 2
+
+
+# --- the job summary -----------------------------------------------------------------------------
+
+
+def test_summary_has_a_row_per_region_and_the_findings() -> None:
+    run = run_of(
+        region("ok"),
+        region(
+            "leaky",
+            transfers=(
+                transfer(12),
+                transfer(14),
+                transfer(20, direction=Direction.DEVICE_TO_HOST),
+            ),
+        ),
+        region("broken", error=error(), timing=None, boundaries=()),
+        region("checked", checks=(FAILED_CHECK,), has_checks=True),
+    )
+    text = render_summary(run, REPORT)
+    assert text.startswith("## transfer-gate: 1 passed, 3 failed\n")
+    rows = [line for line in text.splitlines() if line.startswith("| `train.")]
+    assert rows == [
+        "| `train.ok` | pass | none | 1.23 ms | pkg.io:save: 20 calls, 3.10 ms total, "
+        "155 µs per step |",
+        "| `train.leaky` | **FAIL**: transfers | host-to-device: 2 lines, device-to-host: 1 line "
+        "| 1.23 ms | pkg.io:save: 20 calls, 3.10 ms total, 155 µs per step |",
+        "| `train.broken` | **ERROR**: step raised | — | — | — |",
+        "| `train.checked` | **FAIL**: checks: reference | none | 1.23 ms "
+        "| pkg.io:save: 20 calls, 3.10 ms total, 155 µs per step |",
+    ]
+    assert "- `examples/bad.py:12`: implicit host-to-device float32\\[8\\]" in text
+    assert "  fix: put inputs on the device" in text
+    assert "- `examples/bad.py:30`: step raised: ValueError: boom" in text
+    assert "<details><summary>details</summary>" in text
+    assert "- `policies/train.yaml:7`: result check failed: reference: max abs diff" in text
+    assert text.endswith(f"\nFull report: `{REPORT}`\n")
+
+
+def test_summary_escapes_user_text_and_fences_tracebacks() -> None:
+    traceback = "Traceback\n```\nnot the end of the block\n````\n  <b>x</b>"
+    run = run_of(region("broken", error=error("<script>alert(1)</script> | *x*", traceback)))
+    text = render_summary(run, REPORT)
+    assert "\\<script\\>alert(1)\\</script\\> \\| \\*x\\*" in text
+    assert "<script>" not in text
+    # The fence is longer than any run of backticks inside, so the block holds it all.
+    assert "  `````text\n  Traceback\n" in text
+    assert "\n  `````\n" in text
+
+
+def test_summary_cuts_a_huge_traceback() -> None:
+    run = run_of(region("broken", error=error(details="x" * (MAX_DETAILS_CHARS * 5))))
+    text = render_summary(run, REPORT)
+    assert len(text) < MAX_DETAILS_CHARS + 5_000
+    assert f"{MAX_DETAILS_CHARS * 4} more characters in the report" in text
+
+
+def test_summary_of_an_empty_run_says_no_regions_ran() -> None:
+    text = render_summary(RunResult(()), REPORT)
+    assert text.startswith("## transfer-gate: no regions ran\n")
+    assert "|" not in text
+
+
+@pytest.mark.parametrize("limit", [2_000, 50_000, MAX_SUMMARY_BYTES])
+def test_summary_stays_within_the_limit_and_says_what_it_left_out(limit: int) -> None:
+    regions = [
+        region(
+            f"r{i:05d}",
+            transfers=tuple(transfer(j) for j in range(3)),
+            error=error(details="frame\n" * 400) if i % 2 else None,
+        )
+        for i in range(3_000)
+    ]
+    text = render_summary(run_of(*regions), REPORT, limit)
+    assert len(text.encode("utf-8")) <= limit
+    assert "_Summary cut to fit GitHub's limit of 1024 KiB per step: " in text
+    assert text.endswith(f"\nFull report: `{REPORT}`\n")
+    assert text.startswith("## transfer-gate: 0 passed, 3000 failed\n")
+
+
+def test_summary_that_fits_is_not_cut() -> None:
+    text = render_summary(run_of(region("ok")), REPORT, 10_000)
+    assert "Summary cut" not in text
+
+
+def test_summary_is_empty_when_not_even_the_heading_fits() -> None:
+    assert render_summary(run_of(region("ok")), REPORT, 20) == ""
+
+
+# --- report_to_github ----------------------------------------------------------------------------
+
+
+def test_nothing_outside_github_actions(tmp_path: Path) -> None:
+    summary = tmp_path / "summary.md"
+    summary.write_text("before\n")
+    out = io.StringIO()
+    run = run_of(region("leaky", transfers=(transfer(),)))
+    for environ in ({}, {"GITHUB_ACTIONS": "false"}, {"GITHUB_ACTIONS": "1"}):
+        report_to_github(run, REPORT, {**environ, "GITHUB_STEP_SUMMARY": str(summary)}, out)
+    assert out.getvalue() == ""
+    assert summary.read_text() == "before\n"
+
+
+def test_summary_is_appended_within_what_the_step_has_left(tmp_path: Path) -> None:
+    summary = tmp_path / "summary.md"
+    earlier = "x" * (MAX_SUMMARY_BYTES - 3_000) + "\n"
+    summary.write_text(earlier)
+    out = io.StringIO()
+    run = run_of(*(region(f"r{i}", transfers=(transfer(),)) for i in range(200)))
+    report_to_github(run, REPORT, {**GITHUB, "GITHUB_STEP_SUMMARY": str(summary)}, out)
+    written = summary.read_bytes()
+    assert written.startswith(earlier.encode())
+    assert len(written) <= MAX_SUMMARY_BYTES
+    assert b"Summary cut" in written
+    assert out.getvalue().count("::error ") == 10
+
+
+def test_a_full_or_unwritable_summary_costs_a_warning_not_the_run(tmp_path: Path) -> None:
+    full = tmp_path / "full.md"
+    full.write_text("x" * MAX_SUMMARY_BYTES)
+    out = io.StringIO()
+    report_to_github(
+        run_of(region("ok")), REPORT, {**GITHUB, "GITHUB_STEP_SUMMARY": str(full)}, out
+    )
+    assert out.getvalue().startswith("::warning title=transfer-gate::no room left in the job")
+    assert full.stat().st_size == MAX_SUMMARY_BYTES
+
+    out = io.StringIO()
+    report_to_github(
+        run_of(region("ok")), REPORT, {**GITHUB, "GITHUB_STEP_SUMMARY": str(tmp_path)}, out
+    )
+    assert out.getvalue().startswith("::warning title=transfer-gate::cannot write the job summary")
+
+
+# --- through the real CLI ------------------------------------------------------------------------
+
+STEPS = """
+import jax
+import numpy as np
+
+
+@jax.jit
+def step(x):
+    return x + 1.0
+
+
+def inputs():
+    return (jax.device_put(np.zeros(3, np.float32)),)
+
+
+def leaky(x):
+    return step(np.zeros(3, np.float32))
+"""
+
+
+def policy(*steps: str) -> str:
+    regions = "".join(f"  - name: {s}\n    step: mod:{s}\n    setup: mod:inputs\n" for s in steps)
+    return f"version: 1\n{FAST_DEFAULTS}regions:\n{regions}"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(
+        tmp_path / "repo", {"mod.py": STEPS, "policies/p.yaml": policy("step", "leaky")}
+    )
+
+
+def test_run_in_github_actions_annotates_and_writes_the_summary(repo: Path, tmp_path: Path) -> None:
+    summary = tmp_path / "step_summary.md"
+    summary.write_text("written earlier in the step\n")
+    env = {**GITHUB, "GITHUB_STEP_SUMMARY": str(summary)}
+    run = run_gate(repo, "run", env=env)
+    assert run.returncode == ExitCode.REGION_FAILED, run
+    line = line_of(repo / "mod.py", "return step(np.zeros")
+    errors = [x for x in run.stdout.splitlines() if x.startswith("::error ")]
+    assert errors == [
+        f"::error file=mod.py,line={line},title=transfer-gate%3A p.leaky%3A implicit "
+        "host-to-device transfer::implicit host-to-device float32[3], 1x per step, 1x on the "
+        "first call%0Afix: put inputs on the device in setup or the data loader "
+        "(jax.device_put); don't pass NumPy arrays or Python scalars to jitted functions or to "
+        "eager jnp ops on device arrays"
+    ], run
+    text = summary.read_text()
+    assert text.startswith("written earlier in the step\n\n## transfer-gate: 1 passed, 1 failed\n")
+    assert "| `p.step` | pass | none |" in text
+    assert "| `p.leaky` | **FAIL**: transfers | host-to-device: 1 line |" in text
+    assert f"- `mod.py:{line}`: implicit host-to-device float32\\[3\\]" in text
+    assert "Full report: `reports/transfer-gate.xml`" in text
+    run.junit()
+
+
+def test_run_outside_github_actions_prints_no_workflow_commands(repo: Path, tmp_path: Path) -> None:
+    summary = tmp_path / "step_summary.md"
+    summary.write_text("")
+    run = run_gate(repo, "run", env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert run.returncode == ExitCode.REGION_FAILED, run
+    assert "::" not in run.stdout
+    assert summary.read_text() == ""
+
+
+def test_invalid_policy_is_annotated_on_its_line(repo: Path, tmp_path: Path) -> None:
+    make_repo(repo, {"policies/p.yaml": policy("step") + "    gaurd: disallow\n"})
+    summary = tmp_path / "step_summary.md"
+    run = run_gate(repo, "run", env={**GITHUB, "GITHUB_STEP_SUMMARY": str(summary)})
+    assert run.returncode == ExitCode.USAGE, run
+    (line,) = [x for x in run.stdout.splitlines() if x.startswith("::error ")]
+    assert line.startswith("::error file=policies/p.yaml,line=7,title=transfer-gate%3A p.policy")
+    assert "unknown key 'gaurd'" in line
+    assert "**ERROR**: invalid policy" in summary.read_text()
