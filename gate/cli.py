@@ -8,6 +8,7 @@ JUnit report behind, because a missing report reads as "0 tests, all passed".
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -45,7 +46,12 @@ from gate.results import (
     SourceLocation,
     SuiteResult,
 )
-from gate.scheduler import Cancellation, cancel_on_signals, run_isolated
+from gate.scheduler import (
+    Cancellation,
+    cancel_on_signals,
+    keep_accelerators_for_workers,
+    run_isolated,
+)
 from gate.shard import parse_shard, select_shard
 from gate.transfer_map import prepare_environment
 
@@ -121,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-baseline",
         action="store_true",
         help="ignore any baseline: every implicit transfer fails",
+    )
+    run.add_argument(
+        "--require-platform",
+        choices=("gpu", "tpu", "cpu"),
+        help="fail every region (exit 1) when JAX runs elsewhere; overrides the policies' "
+        "`platform:`",
     )
 
     baseline = commands.add_parser(
@@ -287,6 +299,7 @@ def _execute(
     Each region runs in a worker process (`gate.scheduler`); what the workers
     print is forwarded to stderr, so stdout keeps only the summary.
     """
+    keep_accelerators_for_workers()  # before _load_all imports the user's modules
     try:
         policies = _load_all(args.paths, repo_root)
     except PolicyError as exc:
@@ -295,6 +308,9 @@ def _execute(
             write_junit(problems, report)
             report_to_github(problems, report)
         raise
+    required = getattr(args, "require_platform", None)
+    if required is not None:
+        policies = [dataclasses.replace(p, platform=required) for p in policies]
     only = _selected(policies, args.region)
     if getattr(args, "shard", None) is not None:
         shard = select_shard(policies, args.shard, only)

@@ -337,13 +337,25 @@ def _cases(region: RegionResult) -> list[_Case]:
 
 
 def _transfers_message(failing: list[Finding]) -> str:
-    """``implicit host-to-device float32[8] at a.py:12, 3x per step`` (+ how many more lines)."""
+    """``implicit host-to-device transfer float32[8] at a.py:12, 3x per step`` (+ the rest)."""
     message = failing[0].headline()
     if len(failing) > 1:
-        others = ", ".join(f.where() for f in failing[1:4])
+        lines = {f.where() for f in failing}
+        shown = []
+        for finding in failing[1:4]:
+            # Two directions at one line read as two entries of the same place.
+            same_place = finding.where() == failing[0].where() or len(lines) < len(failing)
+            shown.append(
+                f"{finding.direction.label} at {finding.where()}" if same_place else finding.where()
+            )
         more = len(failing) - 4
         tail = f", and {more} more" if more > 0 else ""
-        message = f"{len(failing)} lines move data: {message}; also {others}{tail}"
+        head = (
+            f"{len(failing)} lines move data"
+            if len(lines) == len(failing)
+            else f"{len(failing)} transfers at {len(lines)} line{'s' if len(lines) > 1 else ''}"
+        )
+        message = f"{head}: {message}; also {', '.join(shown)}{tail}"
     return message
 
 
@@ -418,6 +430,11 @@ def _details(region: RegionResult) -> str:
         lines.extend(f"- {format_boundary(b)}" for b in region.boundaries)
     else:
         lines.append("Boundary costs: no boundaries declared")
+    if region.platform:
+        lines.append(f"Platform: {region.platform}")
+    if region.coverage:
+        judged = "; ".join(f"{label}: {judge}" for label, judge in region.coverage)
+        lines.append(f"Checked by: {judged}")
     lines.extend(f"Note: {note}" for note in region.notes)
     lines.append(f"Wall time: {region.wall_s:.3f} s")
     lines.append(f"Region declared at {region.policy_path}:{region.policy_line}")
@@ -466,9 +483,14 @@ def _properties(suite: SuiteResult) -> dict[str, str]:
     ``step.boundary[pkg.io:save].calls``.
     """
     properties: dict[str, str] = {}
+    platforms = sorted({r.platform for r in suite.regions if r.platform})
+    if platforms:
+        properties["platform"] = "; ".join(platforms)
     for region in suite.regions:
         prefix = f"{region.name}."
         properties[prefix + "policy"] = f"{region.policy_path}:{region.policy_line}"
+        for label, judge in region.coverage:
+            properties[f"{prefix}checked_by.{label}"] = judge
         for direction in Direction:
             properties[f"{prefix}guard.{direction.value}"] = region.guard.level(direction).value
         properties[prefix + "transfers.total"] = str(len(region.transfers))

@@ -128,6 +128,7 @@ class ErrorKind(enum.Enum):
     BAD_OUTPUT = "step returned something unusable"
     CHECK = "result check could not run"
     IMPORT = "callable did not import"
+    PLATFORM = "wrong platform"
     POLICY = "invalid policy"
     INTERNAL = "gate error"
     # The region's worker process was lost (gate.scheduler); the rest ran in a fresh one.
@@ -160,6 +161,10 @@ class RegionResult:
     wall_s: float = 0.0
     notes: tuple[str, ...] = ()  # what a reader must know to trust the verdict
     fixed: tuple[str, ...] = ()  # baseline entries that no longer happen
+    platform: str = ""  # what JAX ran on, e.g. "cpu (cpu x1), jax 0.10.2, jaxlib 0.10.2"
+    # Per direction (label), what judged it: "jax guard", "gate detector",
+    # "jax guard + gate detector" or "not checked".
+    coverage: tuple[tuple[str, str], ...] = ()
 
     @property
     def classname(self) -> str:

@@ -125,18 +125,19 @@ def test_exit_2_for_an_unwritable_report_path(repo: Path) -> None:
 
 def test_exit_3_when_the_gate_itself_breaks_still_writes_a_report(repo: Path) -> None:
     # Inject a fault into the gate (not the user's code) through sitecustomize,
-    # the way a real bug would surface: an exception from inside the runner.
+    # the way a real bug would surface: an exception from inside the gate's own
+    # process (tests/test_isolation.py covers one inside a worker).
     make_repo(
         repo,
         {
             "policies/p.yaml": policy("step"),
             "inject/sitecustomize.py": """
-                import gate.runner
+                import gate.scheduler
 
                 def broken(*args, **kwargs):
                     raise KeyError("injected gate bug")
 
-                gate.runner.run_policies = broken
+                gate.scheduler.run_isolated = broken
             """,
         },
     )

@@ -1,0 +1,610 @@
+"""Runs that survive anything: crashes, hangs, cancellation, gate bugs, bad input.
+
+Every test goes through the real CLI; regions run in worker processes
+(`gate.scheduler`, `gate.worker`), so a broken region takes down only itself.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_helpers import FAST_DEFAULTS, GateRun, gate_env, line_of, make_repo, run_gate
+
+from gate.exit_codes import ExitCode
+from gate.scheduler import cancel_on_signals
+from gate.source import UserCode
+from gate.worker_output import StackDump, split_output
+
+STEPS = """
+import ctypes
+import os
+import signal
+import sys
+import time
+
+import jax
+import numpy as np
+
+
+@jax.jit
+def double(x):
+    return x * 2.0
+
+
+def batch():
+    return (jax.device_put(np.ones(4, np.float32)),)
+
+
+def record(name):
+    with open(f"pid-{name}", "a") as out:
+        out.write(f"{os.getpid()}\\n")
+
+
+def first(x):
+    record("first")
+    return double(x)
+
+
+def second(x):
+    record("second")
+    return double(x)
+
+
+def third(x):
+    record("third")
+    return double(x)
+
+
+def aborts(x):
+    print("about to abort")
+    os.abort()  # the abort line
+
+
+def segfaults(x):
+    print("about to segfault")
+    ctypes.string_at(0)  # the segfault line
+
+
+def hangs(x):
+    print("about to hang")
+    with open("hang-started", "w") as out:
+        out.write(str(os.getpid()))
+    time.sleep(120)  # the hang line
+
+
+def raises(x):
+    raise ValueError("the step broke")
+
+
+def sigkilled(x):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def exits_hard(x):
+    os._exit(3)
+
+
+def exits(x):
+    sys.exit("the step called sys.exit")
+"""
+
+
+def region(name: str, step: str, extra: str = "") -> str:
+    return f"  - name: {name}\n    step: steps:{step}\n    setup: steps:batch\n{extra}"
+
+
+def policy(*regions: str) -> str:
+    return f"version: 1\n{FAST_DEFAULTS}regions:\n{''.join(regions)}"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path, {"steps.py": STEPS})
+
+
+def error_of(run: GateRun, name: str) -> tuple[str, str, str]:
+    """(type, message, body) of the region's error."""
+    error = run.testcase(f"{name}: transfers").find("error")
+    assert error is not None, f"{name} has no error\n{run}"
+    return error.get("type", ""), error.get("message", ""), error.text or ""
+
+
+def assert_passed(run: GateRun, name: str) -> None:
+    case = run.testcase(f"{name}: transfers")
+    assert case.find("error") is None, run
+    assert case.find("failure") is None, run
+
+
+def pids(repo: Path, name: str) -> set[int]:
+    return {int(line) for line in (repo / f"pid-{name}").read_text().split()}
+
+
+def test_crash_hang_and_raise_leave_the_other_regions_judged(repo: Path) -> None:
+    make_repo(
+        repo,
+        {
+            "policies/p.yaml": policy(
+                region("before", "first"),
+                region("abort", "aborts"),
+                region("segv", "segfaults"),
+                region("hang", "hangs", "    timeout_s: 2\n"),
+                region("boom", "raises"),
+                region("after", "second"),
+            )
+        },
+    )
+    started = time.monotonic()
+    run = run_gate(repo, "run", timeout=120)
+    assert time.monotonic() - started < 60, run
+    assert run.returncode == ExitCode.REGION_FAILED, run
+    assert_passed(run, "before")
+    assert_passed(run, "after")
+    assert "2 passed, 4 failed" in run.stdout, run
+
+    steps = repo / "steps.py"
+    for name, signal_name, marker, printed in (
+        ("abort", "SIGABRT", "the abort line", "about to abort"),
+        ("segv", "SIGSEGV", "the segfault line", "about to segfault"),
+    ):
+        kind, message, body = error_of(run, name)
+        assert kind == "crash", run
+        assert f"killed by {signal_name}" in message, run
+        assert f"last output: {printed}" in message, run
+        assert printed in body, run
+        # faulthandler's stack names the line that crashed; PR tools annotate it.
+        case = run.testcase(f"{name}: transfers")
+        assert (case.get("file"), case.get("line")) == ("steps.py", str(line_of(steps, marker)))
+
+    kind, message, body = error_of(run, "hang")
+    assert kind == "timeout", run
+    assert "still running after 2 s (timeout_s)" in message, run
+    assert "about to hang" in body, run
+    case = run.testcase("hang: transfers")
+    assert case.get("line") == str(line_of(steps, "the hang line")), run
+    assert float(case.get("time", "0")) < 10, run
+
+    kind, message, _ = error_of(run, "boom")
+    assert kind == "step", run
+    assert "ValueError: the step broke" in message, run
+
+    # What the steps print reaches the CI log (stderr), named by region;
+    # stdout keeps the summary.
+    assert "[p.abort] about to abort" in run.stderr, run
+    assert "[p." not in run.stdout, run
+
+
+def test_a_healthy_worker_is_reused_and_a_crashed_one_replaced(repo: Path) -> None:
+    make_repo(
+        repo,
+        {
+            "policies/p.yaml": policy(
+                region("one", "first"),
+                region("two", "second"),
+                region("abort", "aborts"),
+                region("three", "third"),
+            )
+        },
+    )
+    run = run_gate(repo, "run")
+    assert run.returncode == ExitCode.REGION_FAILED, run
+    one, two, three = pids(repo, "first"), pids(repo, "second"), pids(repo, "third")
+    assert len(one) == 1, one  # every run of a region in one worker
+    assert one == two, run
+    assert three.isdisjoint(one), run
+
+
+def test_other_ways_a_worker_dies(repo: Path) -> None:
+    make_repo(
+        repo,
+        {
+            "policies/p.yaml": policy(
+                region("killed", "sigkilled"),
+                region("exit_hard", "exits_hard"),
+                region("exit", "exits"),
+                region("after", "first"),
+            )
+        },
+    )
+    run = run_gate(repo, "run")
+    assert run.returncode == ExitCode.REGION_FAILED, run
+    kind, message, _ = error_of(run, "killed")
+    assert kind == "crash", run
+    assert "killed by SIGKILL" in message, run
+    assert "out-of-memory killer" in message, run
+    kind, message, _ = error_of(run, "exit_hard")
+    assert (kind, message) == ("crash", "worker crashed: exited with code 3"), run
+    # sys.exit is an exception: the worker survives it and runs the next region.
+    kind, message, body = error_of(run, "exit")
+    assert kind == "step", run
+    assert "SystemExit(the step called sys.exit) raised" in message, run
+    assert "sys.exit(" in body, run
+    assert_passed(run, "after")
+
+
+def start_gate(repo: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gate", *args],
+        cwd=repo,
+        env=gate_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(path: Path, gate: subprocess.Popen[str], limit_s: float = 60) -> None:
+    end = time.monotonic() + limit_s
+    while not path.exists():
+        if gate.poll() is not None or time.monotonic() > end:
+            out, err = gate.communicate()
+            raise AssertionError(f"{path.name} never appeared\n{out}\n{err}")
+        time.sleep(0.05)
+    time.sleep(0.1)  # the step is now sleeping
+
+
+def finished(gate: subprocess.Popen[str], repo: Path) -> GateRun:
+    out, err = gate.communicate(timeout=60)
+    return GateRun(("run",), gate.returncode, out, err, repo / "reports/transfer-gate.xml")
+
+
+def process_gone(pid: int, limit_s: float = 10) -> bool:
+    """Whether ``pid`` is gone (a zombie counts as gone) within ``limit_s``."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_cancelling_the_run_still_writes_the_report(repo: Path, signum: signal.Signals) -> None:
+    make_repo(
+        repo,
+        {
+            "policies/p.yaml": policy(
+                region("done", "first"),
+                region("hang", "hangs"),
+                region("later", "second"),
+            )
+        },
+    )
+    gate = start_gate(repo, "run")
+    wait_for(repo / "hang-started", gate)
+    worker = int((repo / "hang-started").read_text())
+    gate.send_signal(signum)
+    run = finished(gate, repo)
+
+    assert run.returncode == ExitCode.REGION_FAILED, run
+    assert f"run cancelled by {signum.name}" in run.stderr, run
+    assert_passed(run, "done")
+    kind, message, body = error_of(run, "hang")
+    assert kind == "cancelled", run
+    assert f"{signum.name} arrived while this region was running" in message, run
+    assert "about to hang" in body, run
+    kind, message, _ = error_of(run, "later")
+    assert kind == "cancelled", run
+    assert f"{signum.name} arrived before this region started" in message, run
+    assert not (repo / "pid-second").exists(), run
+    assert process_gone(worker), "the worker outlived the cancelled run"
+
+
+def test_a_killed_gate_takes_its_worker_along(repo: Path) -> None:
+    # SIGKILL leaves the gate no time to clean up: the worker notices that its
+    # jobs pipe closed mid-region and kills its own process group.
+    make_repo(repo, {"policies/p.yaml": policy(region("hang", "hangs"))})
+    gate = start_gate(repo, "run")
+    wait_for(repo / "hang-started", gate)
+    worker = int((repo / "hang-started").read_text())
+    gate.kill()
+    gate.communicate(timeout=30)
+    assert process_gone(worker), "the worker outlived the gate"
+
+
+def test_a_gate_bug_inside_a_worker_is_an_internal_error_for_that_region(repo: Path) -> None:
+    make_repo(
+        repo,
+        {
+            "policies/p.yaml": policy(region("buggy", "first"), region("fine", "second")),
+            "inject/sitecustomize.py": """
+                import gate.runner
+
+                original = gate.runner.run_region
+
+                def broken(policy, region, repo_root):
+                    if region.name == "buggy":
+                        raise KeyError("injected gate bug")
+                    return original(policy, region, repo_root)
+
+                gate.runner.run_region = broken
+            """,
+        },
+    )
+    run = run_gate(repo, "run", env={"PYTHONPATH": str(repo / "inject")})
+    assert run.returncode == ExitCode.INTERNAL, run
+    assert "transfer-gate itself failed while running p.buggy; this is a bug" in run.stderr
+    kind, message, body = error_of(run, "buggy")
+    assert kind == "internal", run
+    assert "injected gate bug" in message, run
+    assert "this is a bug" in message, run
+    assert 'raise KeyError("injected gate bug")' in body, run
+    assert_passed(run, "fine")
+
+
+def test_a_worker_that_cannot_start_errors_each_region_and_stops_trying(repo: Path) -> None:
+    make_repo(
+        repo,
+        {
+            "policies/p.yaml": policy(
+                region("a", "first"), region("b", "first"), region("c", "first")
+            )
+        },
+    )
+    run = run_gate(repo, "run", env={"JAX_PLATFORMS": "no_such_platform"})
+    assert run.returncode == ExitCode.REGION_FAILED, run
+    for name in ("a", "b", "c"):
+        kind, message, body = error_of(run, name)
+        assert kind == "crash", run
+        assert "the worker process could not start: it exited with code 1" in message, run
+        assert "no_such_platform" in body, run
+    assert "not tried again" in error_of(run, "c")[1], run
+
+
+def test_a_worker_that_does_not_start_in_time_is_a_timeout(repo: Path) -> None:
+    make_repo(
+        repo,
+        {
+            "policies/p.yaml": policy(region("slow", "first", "    timeout_s: 1\n")),
+            # Workers run as `python -m gate.worker JOBS_FD RESULTS_FD`.
+            "inject/sitecustomize.py": """
+                import sys
+                import time
+
+                if sys.argv[0] == "-m" and sys.argv[1:2] and sys.argv[1].isdigit():
+                    print("worker start-up stuck", flush=True)
+                    time.sleep(60)
+            """,
+        },
+    )
+    run = run_gate(repo, "run", env={"PYTHONPATH": str(repo / "inject")})
+    assert run.returncode == ExitCode.REGION_FAILED, run
+    kind, message, body = error_of(run, "slow")
+    assert kind == "timeout", run
+    assert "the worker process did not start within 1 s (timeout_s)" in message, run
+    assert "worker start-up stuck" in body, run
+
+
+def test_the_gate_process_keeps_off_accelerators_and_workers_do_not(repo: Path) -> None:
+    # The gate imports the user's modules to check the policy; one that makes
+    # an array on import must not start a GPU backend (and its preallocated
+    # memory) in the gate's own process. Workers keep the environment's choice.
+    make_repo(
+        repo,
+        {
+            "probe.py": """
+                import os
+
+                import jax
+
+                with open("platforms", "a") as out:
+                    out.write(f"{os.getpid()} {jax.config.jax_platforms!r}\\n")
+
+                from steps import batch, first
+            """,
+            "policies/p.yaml": (
+                f"version: 1\n{FAST_DEFAULTS}regions:\n"
+                "  - name: probe\n    step: probe:first\n    setup: probe:batch\n"
+            ),
+        },
+    )
+    run = run_gate(repo, "run", env={"JAX_PLATFORMS": ""})
+    assert run.returncode == ExitCode.OK, run
+    (worker,) = pids(repo, "first")
+    seen = dict(line.split(" ", 1) for line in (repo / "platforms").read_text().splitlines())
+    assert seen.pop(str(worker)) == "''", seen
+    assert list(seen.values()) == ["'cpu'"], seen
+
+
+# -- bad input at run time -------------------------------------------------------
+
+BAD = """
+import jax
+import numpy as np
+
+
+@jax.jit
+def double(x):
+    return x * 2.0
+
+
+def batch():
+    return (jax.device_put(np.ones(4, np.float32)),)
+
+
+def setup_raises():
+    raise RuntimeError("no data today")  # the setup line
+
+
+def setup_returns_a_list():
+    return [np.ones(4, np.float32)]
+
+
+def step(x):
+    return double(x)
+
+
+def returns_none(x):
+    double(x)
+
+
+def returns_text(x):
+    return "done"
+
+
+def returns_two(x):
+    return double(x), double(x)
+
+
+def check_raises(outputs):
+    raise AssertionError("custom check exploded")
+"""
+
+# name -> (policy entry, testcase, element, type, text in the message)
+BAD_CASES = {
+    "setup_raises": (
+        "    step: bad:step\n    setup: bad:setup_raises\n",
+        "transfers",
+        "error",
+        "setup",
+        "RuntimeError: no data today",
+    ),
+    "setup_list": (
+        "    step: bad:step\n    setup: bad:setup_returns_a_list\n",
+        "transfers",
+        "error",
+        "bad_input",
+        "bad:setup_returns_a_list returned list",
+    ),
+    "returns_none": (
+        "    step: bad:returns_none\n    setup: bad:batch\n",
+        "transfers",
+        "error",
+        "bad_output",
+        "bad:returns_none returned None",
+    ),
+    "returns_text": (
+        "    step: bad:returns_text\n    setup: bad:batch\n",
+        "transfers",
+        "error",
+        "bad_output",
+        "returned str",
+    ),
+    "ref_shape": (
+        "    step: bad:step\n    setup: bad:batch\n    checks: {reference: refs/three.npz}\n",
+        "result checks",
+        "failure",
+        "result-check",
+        "shape (4,) != reference (3,)",
+    ),
+    "ref_dtype": (
+        "    step: bad:step\n    setup: bad:batch\n    checks: {reference: refs/text.npz}\n",
+        "result checks",
+        "failure",
+        "result-check",
+        "cannot compare float32",
+    ),
+    "ref_leaves": (
+        "    step: bad:returns_two\n    setup: bad:batch\n"
+        "    checks: {reference: refs/three.npz}\n",
+        "result checks",
+        "failure",
+        "result-check",
+        "outputs have 2 leaves",
+    ),
+    "check_raises": (
+        "    step: bad:step\n    setup: bad:batch\n    checks: {custom: bad:check_raises}\n",
+        "result checks",
+        "failure",
+        "result-check",
+        "custom check exploded",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def bad_input_run(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    """One run of every bad-input region, side by side with a good one."""
+    repo = tmp_path_factory.mktemp("bad-input")
+    entries = "".join(f"  - name: {name}\n{entry}" for name, (entry, *_) in BAD_CASES.items())
+    make_repo(
+        repo,
+        {
+            "bad.py": BAD,
+            "policies/p.yaml": (
+                f"version: 1\n{FAST_DEFAULTS}regions:\n{entries}"
+                "  - name: good\n    step: bad:step\n    setup: bad:batch\n"
+            ),
+        },
+    )
+    (repo / "policies/refs").mkdir()
+    np.savez(repo / "policies/refs/three.npz", np.zeros(3, np.float32))
+    np.savez(repo / "policies/refs/text.npz", np.array(["a", "b", "c", "d"]))
+    return run_gate(repo, "run")
+
+
+@pytest.mark.parametrize("name", list(BAD_CASES))
+def test_bad_input_at_run_time_is_reported_per_region(bad_input_run: GateRun, name: str) -> None:
+    _, testcase, element, kind, text = BAD_CASES[name]
+    run = bad_input_run
+    assert run.returncode == ExitCode.REGION_FAILED, run
+    found = run.testcase(f"{name}: {testcase}").find(element)
+    assert found is not None, f"{name}: no <{element}>\n{run}"
+    assert found.get("type") == kind, run
+    assert text in found.get("message", "") + (found.text or ""), run
+    assert_passed(run, "good")
+
+
+def test_setup_error_points_at_the_setup_line(bad_input_run: GateRun) -> None:
+    case = bad_input_run.testcase("setup_raises: transfers")
+    bad = bad_input_run.report.parent.parent / "bad.py"
+    assert (case.get("file"), case.get("line")) == ("bad.py", str(line_of(bad, "the setup line")))
+
+
+# -- the pieces --------------------------------------------------------------------
+
+
+def test_cancel_on_signals_turns_signals_into_a_request_and_restores_handlers() -> None:
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    with cancel_on_signals() as cancel:
+        assert not cancel.requested
+        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGINT)  # a second signal changes nothing
+        assert cancel.signal is signal.SIGTERM
+        readable = os.read(cancel.fileno(), 1)
+        assert readable, "the wakeup pipe is readable once cancelled"
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+DUMP = """\
+printed by the step
+Fatal Python error: Segmentation fault
+
+Thread 0x00007f0e91abb6c0 (most recent call first):
+  File "{root}/gate/worker.py", line 165 in _read_jobs
+  File "/usr/lib/python3.11/threading.py", line 982 in run
+
+Current thread 0x00007f0e9262ab80 (most recent call first):
+  File "/usr/lib/python3.11/ctypes/__init__.py", line 519 in string_at
+  File "{repo}/steps.py", line 22 in segfaults
+  File "{root}/gate/runner.py", line 124 in call_step
+  File "{root}/gate/worker.py", line 191 in run_job
+
+Extension modules: numpy._core._multiarray_umath (total: 1)
+"""
+
+
+def test_stack_dump_names_the_user_line_and_keeps_only_user_threads(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parent.parent
+    lines = DUMP.format(root=root, repo=tmp_path).splitlines()
+    printed, dumped = split_output(lines)
+    assert printed == ["printed by the step"]
+    dump = StackDump.parse(dumped)
+    code = UserCode(tmp_path)
+    where = dump.location(code, crashed=True)
+    assert where is not None
+    assert (where.path, where.line, where.function) == ("steps.py", 22, "segfaults")
+    text = dump.text(code)
+    assert text.startswith("Fatal Python error: Segmentation fault\n\nCurrent thread")
+    assert "_read_jobs" not in text
+    assert "Extension modules" not in text
