@@ -493,6 +493,7 @@ def _build(document: yaml.Node, shown: Path, file: Path) -> Policy:
         if path_list is not None
         else (),
         regions=tuple(regions),
+        platform=str(value(top, "platform", "")) or None,
     )
 
 

@@ -66,3 +66,4 @@ class Policy:
     suite: str
     python_path: tuple[Path, ...]  # absolute
     regions: tuple[Region, ...]
+    platform: str | None = None  # "cpu", "gpu" or "tpu": the run fails elsewhere

@@ -116,6 +116,14 @@ def format_summary(run: RunResult, color: bool = False) -> str:
         lines.append("")
         lines.extend(findings)
 
+    platforms = sorted({r.platform for r in regions if r.platform})
+    if platforms:
+        lines.insert(0, f"platform: {'; '.join(platforms)}")
+        unchecked = sorted(
+            {d for r in regions for d, judge in r.coverage if judge == "not checked"}
+        )
+        if unchecked:
+            lines.insert(1, f"NOT CHECKED on this platform: {', '.join(unchecked)} transfers")
     passed = sum(1 for region in regions if region.passed)
     if lines:
         lines.append("")

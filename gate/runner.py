@@ -14,6 +14,7 @@ Why this order:
 
 from __future__ import annotations
 
+import functools
 import linecache
 import re
 import threading
@@ -21,15 +22,27 @@ import time
 import traceback
 import types
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from gate.boundary import BoundaryMonitor
+from gate.callbacks import CallbackHookMissing, CallbackLog, CallbackSite, count_callbacks
 from gate.checks import Leaves, run_checks
+from gate.detector import (
+    DetectorUnavailable,
+    FetchLog,
+    detect_fetches,
+    host_copy_cached,
+    reused_leaves,
+)
 from gate.guard import EXPLICIT_ENTRY_POINTS, full_tracebacks, guarded, parse_violation
 from gate.guard_levels import Direction, GuardLevel, GuardSpec
+from gate.interpose import is_trampoline_frame
+from gate.platform import PlatformInfo, check_required, direction_coverage
+from gate.platform import detect as detect_platform
 from gate.policy_model import Policy, Region
 from gate.resolve import ResolveError, import_boundary, import_callable, python_path
 from gate.results import (
@@ -45,7 +58,7 @@ from gate.results import (
 )
 from gate.source import UserCode, frames_of, user_frames_text
 from gate.timing import summarize
-from gate.transfer_map import Observed, capture_works, mapped
+from gate.transfer_map import capture_works, mapped
 
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
 
@@ -91,6 +104,12 @@ class RegionRun:
     callables: Callables
     monitor: BoundaryMonitor = field(default_factory=BoundaryMonitor)
     transfers: list[Transfer] = field(default_factory=list)
+    platform: PlatformInfo | None = None
+    callbacks: CallbackLog | None = None  # set while host callbacks are counted
+    detector_missing: str | None = None  # why the device-to-host detector could not run
+    disagreements: set[str] = field(default_factory=set)
+    input_warnings: dict[str, None] = field(default_factory=dict)  # ordered set
+    previous_inputs: Inputs | None = None
 
     # -- inputs and outputs -------------------------------------------------
 
@@ -103,9 +122,9 @@ class RegionRun:
         except Exception as exc:
             raise RegionAbort(self._error_from(ErrorKind.SETUP, exc)) from exc
         if isinstance(made, tuple):
-            return made, {}
+            return self._checked_fresh((made, {}))
         if isinstance(made, dict) and all(isinstance(k, str) for k in made):
-            return (), made
+            return self._checked_fresh(((), made))
         spec = self.region.setup.spec if self.region.setup else "setup"
         raise RegionAbort(
             RegionError(
@@ -116,6 +135,28 @@ class RegionRun:
                 f"setup returned {made!r:.500}",
             )
         )
+
+    def _checked_fresh(self, inputs: Inputs) -> Inputs:
+        """Warn when setup's inputs could hide a transfer: reused, or already on the host."""
+        setup = self.region.setup.spec if self.region.setup else "setup"
+        if self.previous_inputs is not None:
+            reused = reused_leaves(self.previous_inputs, inputs)
+            if reused:
+                self.input_warnings[
+                    f"{setup} handed back the same array objects as the last run "
+                    f"({', '.join(reused[:3])}): a value fetched once hides the next fetch "
+                    "of it; build new arrays in setup"
+                ] = None
+        try:
+            if host_copy_cached(inputs):
+                self.input_warnings[
+                    f"{setup} returned arrays whose host copy is already cached: the step's "
+                    "fetch of them moves nothing and cannot be seen; build new arrays in setup"
+                ] = None
+        except DetectorUnavailable:
+            pass  # this JAX keeps no visible host copy; nothing to warn about
+        self.previous_inputs = inputs
+        return inputs
 
     def call_step(self, inputs: Inputs) -> Any:
         import jax
@@ -184,18 +225,37 @@ class RegionRun:
 
         Always ``log_explicit``: the map shows explicit transfers too (in
         boundaries or not); whether one fails is judged afterwards from the
-        region's own levels.
+        region's own levels. Three witnesses: JAX's guard log, the gate's
+        device-to-host detector, and the host-callback counter.
         """
         import jax
 
         per_run: list[Counter[_SiteKey]] = []
-        details: dict[_SiteKey, Observed] = {}
+        details: dict[_SiteKey, _Sighting] = {}
         explicit = _explicit_functions(jax)
         main_thread = threading.current_thread().name
+
+        def key_of(
+            direction: Direction,
+            is_explicit: bool,
+            location: SourceLocation | None,
+            boundary: str | None,
+            thread: str,
+        ) -> _SiteKey:
+            label = None if thread == main_thread else _thread_label(thread)
+            return _SiteKey(direction, is_explicit, location, boundary, label)
+
+        def note(key: _SiteKey, dtype: str | None, shape: Any, seen_by: str) -> None:
+            known = details.get(key)
+            if known is None or (known.dtype is None and dtype is not None):
+                details[key] = _Sighting(dtype, shape, seen_by)
+
         for _ in range(runs):
             inputs = self.fresh_inputs()
+            callbacks_before = self.callbacks.counts() if self.callbacks else {}
             try:
                 with (
+                    self._detector() as fetches,
                     mapped(self.code, explicit=explicit, boundary_of=self.monitor.current) as log,
                     guarded(GuardSpec.uniform(GuardLevel.LOG_EXPLICIT)),
                 ):
@@ -203,38 +263,91 @@ class RegionRun:
             except Exception as exc:
                 raise RegionAbort(self._error_from(ErrorKind.STEP, exc)) from exc
             self.check_outputs(outputs)
-            counts: Counter[_SiteKey] = Counter()
+            ran: dict[CallbackSite, int] = {}
+            if self.callbacks is not None:
+                self.callbacks.settle()
+                ran = {site: n for site, n in self.callbacks.delta(callbacks_before).items() if n}
+            # A host callback runs inside compiled code, where no line of the
+            # user's is executing; what the guard logs then (the callback's
+            # result going back to the device) belongs to the callback's site.
+            only_site = next(iter(ran)) if len(ran) == 1 else None
+            guard_counts: Counter[_SiteKey] = Counter()
             for seen in log.observed:
-                key = _SiteKey(
-                    seen.direction,
-                    seen.explicit,
-                    seen.location,
-                    seen.boundary,
-                    None if seen.thread == main_thread else _thread_label(seen.thread),
+                location, seen_by = seen.location, "JAX's transfer-guard log"
+                if location is None and only_site is not None:
+                    location = only_site.location
+                    seen_by += f", during host callback {only_site.describe()}"
+                key = key_of(seen.direction, seen.explicit, location, seen.boundary, seen.thread)
+                guard_counts[key] += 1
+                note(key, seen.dtype, seen.shape, seen_by)
+            detector_counts: Counter[_SiteKey] = Counter()
+            for fetch in fetches.transfers if fetches is not None else ():
+                if fetch.in_callback:
+                    continue  # charged to the callback's own site below
+                key = key_of(
+                    fetch.direction, fetch.explicit, fetch.location, fetch.boundary, fetch.thread
                 )
-                counts[key] += 1
-                known = details.get(key)
-                if known is None or (known.dtype is None and seen.dtype is not None):
-                    details[key] = seen
+                detector_counts[key] += 1
+                note(key, fetch.dtype, fetch.shape, f"the gate's detector ({fetch.what})")
+            counts = self._merge_witnesses(guard_counts, detector_counts)
+            for site, times in ran.items():
+                key = _SiteKey(Direction.DEVICE_TO_HOST, False, site.location, None, None)
+                counts[key] += times
+                details[key] = _Sighting(None, None, f"host callback {site.describe()}")
             per_run.append(counts)
         for key in sorted(details, key=_site_order):
-            seen = details[key]
+            sighting = details[key]
             self.transfers.append(
                 Transfer(
                     direction=key.direction,
                     explicit=key.explicit,
-                    dtype=seen.dtype,
-                    shape=seen.shape,
+                    dtype=sighting.dtype,
+                    shape=sighting.shape,
                     location=key.location,
                     phase=phase,
                     failing=self._fails(key.direction, key.explicit, key.boundary),
-                    message="seen in JAX's transfer-guard log",
+                    message=f"seen by {sighting.seen_by}",
                     boundary=key.boundary,
                     count=max(counts[key] for counts in per_run),
                     source=self._source_line(key.location),
                     thread=key.thread,
                 )
             )
+
+    @contextmanager
+    def _detector(self) -> Iterator[FetchLog | None]:
+        """The device-to-host detector for one run, or None where it cannot run."""
+        with ExitStack() as stack:
+            log = None
+            if self.detector_missing is None:
+                try:
+                    log = stack.enter_context(detect_fetches(self.code, self.monitor.current))
+                except DetectorUnavailable as exc:  # raised before anything was patched
+                    self.detector_missing = str(exc)
+            yield log
+
+    def _merge_witnesses(
+        self, guard: Counter[_SiteKey], detector: Counter[_SiteKey]
+    ) -> Counter[_SiteKey]:
+        """One count per site; where the guard and the detector disagree, say so.
+
+        The guard sees device-to-host only on GPU and TPU; there both watch
+        the same fetches and should agree, so a site only one of them saw
+        is worth a note (and still counts).
+        """
+        merged = Counter(guard)
+        for key, count in detector.items():
+            merged[key] = max(merged[key], count)
+        if self.platform is not None and self.platform.platform in ("gpu", "tpu"):
+            fetch_sites = {k for k in merged if k.direction is Direction.DEVICE_TO_HOST}
+            for key in sorted(fetch_sites, key=_site_order):
+                if guard[key] != detector[key]:
+                    where = str(key.location) if key.location else "an unknown line"
+                    self.disagreements.add(
+                        f"device-to-host at {where}: JAX's guard saw {guard[key]}, "
+                        f"the gate's detector saw {detector[key]}"
+                    )
+        return merged
 
     def _fails(self, direction: Direction, explicit: bool, boundary: str | None) -> bool:
         level = self.region.guard.level(direction)
@@ -270,7 +383,7 @@ class RegionRun:
     def _transfer_from(self, exc: BaseException, phase: Phase) -> Transfer:
         violation = parse_violation(exc)
         assert violation is not None
-        frames = frames_of(exc.__traceback__)
+        frames = [f for f in frames_of(exc.__traceback__) if not is_trampoline_frame(f.filename)]
         callee = self.code.callee_after_user(frames)
         explicit = (
             callee is not None
@@ -342,6 +455,12 @@ def _same_site(a: Transfer, b: Transfer) -> bool:
     )
 
 
+class _Sighting(NamedTuple):
+    dtype: str | None
+    shape: tuple[int, ...] | None
+    seen_by: str
+
+
 class _SiteKey(NamedTuple):
     """What makes two observed transfers the same finding."""
 
@@ -398,12 +517,23 @@ def run_region(policy: Policy, region: Region, repo_root: Path) -> RegionResult:
         return _run_imported(RegionRun(policy, region, code, callables), result)
 
 
-def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> RegionResult:
-    import jax
+@functools.cache
+def platform_info() -> PlatformInfo:
+    """What JAX runs on in this process; fixed once JAX has started."""
+    return detect_platform()
 
-    region = run.region
-    can_map = capture_works()
-    notes: list[str] = []
+
+def _coverage(run: RegionRun, can_map: bool) -> tuple[tuple[str, str], ...]:
+    """Per direction, what judged it: JAX's guard, the gate's detector, or nothing."""
+    assert run.platform is not None
+    # The detector watches the mapped runs only; without a map it did not run.
+    active = can_map and run.detector_missing is None
+    found = direction_coverage(run.platform, detector_active=active)
+    return tuple((direction.label, judge) for direction, judge in found.items())
+
+
+def _notes(run: RegionRun, can_map: bool, callbacks_missing: str | None) -> list[str]:
+    notes = []
     if not can_map:
         notes.append(
             "JAX's transfer-guard log did not reach the gate (was jax imported before the "
@@ -411,20 +541,53 @@ def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> Region
             "was judged with the guard in disallow mode, which shows only the first transfer "
             "of each run."
         )
+    if run.detector_missing is not None:
+        notes.append(f"device-to-host detector unavailable: {run.detector_missing}")
+    if callbacks_missing is not None:
+        notes.append(f"host callbacks not counted: {callbacks_missing}")
+    where = run.platform.describe() if run.platform else "this platform"
+    for direction, judge in _coverage(run, can_map):
+        if judge == "not checked":
+            notes.append(
+                f"{direction} transfers were NOT checked on {where}: "
+                "this region's pass says nothing about them"
+            )
+    notes.extend(sorted(run.disagreements))
+    notes.extend(run.input_warnings)
+    return notes
+
+
+def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> RegionResult:
+    import jax
+
+    region = run.region
+    run.platform = platform_info()
+    base = {"platform": run.platform.describe()}
+    wrong_platform = check_required(run.policy.platform, run.platform)
+    if wrong_platform is not None:
+        return result(error=RegionError(ErrorKind.PLATFORM, wrong_platform, wrong_platform), **base)
+    can_map = capture_works()
+    callbacks_missing: str | None = None
     # Forget compiled calls from earlier regions, so that this region's first
     # call takes the slow path where JAX checks every move.
     jax.clear_caches()
     checks: tuple[CheckOutcome, ...] = ()
     try:
         with full_tracebacks(), run.monitor.installed(run.callables.boundaries):
-            if can_map:
-                run.mapped_calls(Phase.FIRST_CALL, 1)
-            else:
-                run.guarded_call(Phase.FIRST_CALL)
-            for _ in range(region.warmup):
-                run.unguarded_call()
-            if can_map:
-                run.mapped_calls(Phase.STEADY_STATE, region.guarded_runs)
+            with ExitStack() as counting:
+                try:
+                    run.callbacks = counting.enter_context(count_callbacks(run.code))
+                except CallbackHookMissing as exc:
+                    callbacks_missing = str(exc)
+                if can_map:
+                    run.mapped_calls(Phase.FIRST_CALL, 1)
+                else:
+                    run.guarded_call(Phase.FIRST_CALL)
+                for _ in range(region.warmup):
+                    run.unguarded_call()
+                if can_map:
+                    run.mapped_calls(Phase.STEADY_STATE, region.guarded_runs)
+            run.callbacks = None
             # JAX's own verdict, once in steady state (every run without a
             # map): a transfer the map somehow missed still fails the region.
             for _ in range(1 if can_map else region.guarded_runs):
@@ -439,13 +602,21 @@ def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> Region
             except Exception as exc:
                 raise RegionAbort(run._error_from(ErrorKind.CHECK, exc)) from exc
     except RegionAbort as abort:
-        return result(transfers=tuple(run.transfers), error=abort.error, notes=tuple(notes))
+        return result(
+            transfers=tuple(run.transfers),
+            error=abort.error,
+            notes=tuple(_notes(run, can_map, callbacks_missing)),
+            coverage=_coverage(run, can_map),
+            **base,
+        )
     return result(
         transfers=tuple(run.transfers),
         timing=summarize(samples),
         boundaries=costs,
         checks=checks,
-        notes=tuple(notes),
+        notes=tuple(_notes(run, can_map, callbacks_missing)),
+        coverage=_coverage(run, can_map),
+        **base,
     )
 
 

@@ -82,14 +82,19 @@ def make_repo(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def gate_env(devices: int = 1, extra: dict[str, str] | None = None) -> dict[str, str]:
+def gate_env(devices: int = 1, extra: dict[str, str | None] | None = None) -> dict[str, str]:
+    """The environment a gate under test sees; a None in ``extra`` removes that variable."""
     # GITHUB_*: when the suite itself runs in GitHub Actions, a gate under test
     # must not annotate the real run or write to its job summary.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "GITHUB_"))}
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     env["JAX_PLATFORMS"] = "cpu"
     env.pop("PYTHONPATH", None)
-    env.update(extra or {})
+    for key, value in (extra or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
     return env
 
 
@@ -97,7 +102,7 @@ def run_gate(
     repo: Path,
     *args: str,
     devices: int = 1,
-    env: dict[str, str] | None = None,
+    env: dict[str, str | None] | None = None,
     report: str = "reports/transfer-gate.xml",
     timeout: float = 300,
 ) -> GateRun:
