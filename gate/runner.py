@@ -51,9 +51,7 @@ from gate.results import (
     Phase,
     RegionError,
     RegionResult,
-    RunResult,
     SourceLocation,
-    SuiteResult,
     Transfer,
 )
 from gate.source import UserCode, frames_of, user_frames_text
@@ -618,19 +616,3 @@ def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> Region
         coverage=_coverage(run, can_map),
         **base,
     )
-
-
-def run_policies(
-    policies: list[Policy], repo_root: Path, only: frozenset[str] | None = None
-) -> RunResult:
-    """Run every region (or those named in ``only``) of every policy, in order."""
-    suites = []
-    for policy in policies:
-        regions = tuple(
-            run_region(policy, region, repo_root)
-            for region in policy.regions
-            if only is None or region.name in only or f"{policy.suite}.{region.name}" in only
-        )
-        if regions:
-            suites.append(SuiteResult(policy.suite, policy.path.as_posix(), regions))
-    return RunResult(tuple(suites))
