@@ -48,7 +48,12 @@ def _leaf_order(name: str) -> tuple[int, str]:
 def write_reference(path: Path, leaves: Leaves) -> None:
     """Save the outputs as a reference file the ``reference`` check reads."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, *[value for _, value in leaves])
+    # Through a temporary file: a run killed mid-write must not leave a
+    # truncated reference that every later run fails on.
+    temp = path.with_name(f".{path.name}.tmp")
+    with temp.open("wb") as out:
+        np.savez(out, *[value for _, value in leaves])
+    temp.replace(path)
 
 
 def check_reference(leaves: Leaves, path: Path, rtol: float, atol: float) -> CheckOutcome:
@@ -109,7 +114,16 @@ def run_checks(
     found: list[CheckOutcome] = []
     if checks.finite:
         found.append(check_finite(leaves))
-    if checks.reference is not None:
+    if checks.reference is not None and checks.write_reference:
+        write_reference(checks.reference, leaves)
+        found.append(
+            CheckOutcome(
+                CheckName.REFERENCE,
+                True,
+                f"wrote {len(leaves)} leaves to {checks.reference} (--write-references)",
+            )
+        )
+    elif checks.reference is not None:
         found.append(check_reference(leaves, checks.reference, checks.rtol, checks.atol))
     if custom is not None and checks.custom is not None:
         found.append(check_custom(outputs, custom, checks.custom.spec))

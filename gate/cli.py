@@ -129,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="ignore any baseline: every implicit transfer fails",
     )
     run.add_argument(
+        "--write-references",
+        action="store_true",
+        help="write each region's outputs to its checks.reference file (creating or "
+        "replacing it) instead of comparing them; review the change before committing it",
+    )
+    run.add_argument(
         "--require-platform",
         choices=("gpu", "tpu", "cpu"),
         help="fail every region (exit 1) when JAX runs elsewhere; overrides the policies' "
@@ -179,14 +185,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load_all(paths: Sequence[str], repo_root: Path) -> list[Policy]:
+def _load_all(
+    paths: Sequence[str], repo_root: Path, *, write_references: bool = False
+) -> list[Policy]:
     """Every policy under ``paths``, or one PolicyError with every file's problems."""
     files = discover_policy_files(paths or [DEFAULT_POLICIES], repo_root)
     policies: list[Policy] = []
     problems: list[Problem] = []
     for file in files:
         try:
-            policy = load_policy(file, repo_root)
+            policy = load_policy(file, repo_root, write_references=write_references)
         except PolicyError as exc:
             problems.extend(exc.problems)
             continue
@@ -301,7 +309,9 @@ def _execute(
     """
     keep_accelerators_for_workers()  # before _load_all imports the user's modules
     try:
-        policies = _load_all(args.paths, repo_root)
+        policies = _load_all(
+            args.paths, repo_root, write_references=getattr(args, "write_references", False)
+        )
     except PolicyError as exc:
         if report is not None:
             problems = _problem_results(exc.problems)

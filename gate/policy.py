@@ -113,12 +113,14 @@ def discover_policy_files(paths: Sequence[str], repo_root: Path) -> list[Path]:
     return sorted(found)
 
 
-def load_policy(path: Path, repo_root: Path) -> Policy:
+def load_policy(path: Path, repo_root: Path, *, write_references: bool = False) -> Policy:
     """Parse and validate one policy file.
 
     A relative ``path`` is taken relative to ``repo_root``. Raises `PolicyError`
     with every problem found in the file. Callables are only checked for form
-    here; `gate.resolve.check_callables` imports them.
+    here; `gate.resolve.check_callables` imports them. With ``write_references``
+    (``run --write-references``) reference files need not exist yet: the run
+    writes them.
     """
     root = _absolute(repo_root)
     file = _absolute(root / path)
@@ -152,13 +154,13 @@ def load_policy(path: Path, repo_root: Path) -> Policy:
         violations = checker.run(document)
         if checker.walkable:
             violations += validate(document)
-            violations += _check_meaning(document, file.parent, root)
+            violations += _check_meaning(document, file.parent, root, write_references)
     except RecursionError:
         raise fail(None, _TOO_DEEP) from None
     if violations:
         problems = [Problem(shown, v.line, v.where, v.message) for v in violations]
         raise PolicyError(sorted(problems, key=lambda p: p.line or 0))
-    return _build(document, Path(shown), file)
+    return _build(document, Path(shown), file, write_references)
 
 
 # --- pass 1: the YAML itself --------------------------------------------------
@@ -322,7 +324,9 @@ def _line(node: yaml.Node) -> int:
     return int(node.start_mark.line) + 1
 
 
-def _check_meaning(document: yaml.Node, policy_dir: Path, root: Path) -> list[Violation]:
+def _check_meaning(
+    document: yaml.Node, policy_dir: Path, root: Path, write_references: bool
+) -> list[Violation]:
     found: list[Violation] = []
     top = _mapping(document)
     folder = display_path(policy_dir, root)
@@ -373,7 +377,7 @@ def _check_meaning(document: yaml.Node, policy_dir: Path, root: Path) -> list[Vi
         found += _check_finite(checks, f"{where}.checks", ("rtol", "atol"))
         reference = checks.get("reference")
         written = _string(reference)
-        if reference is not None and written is not None:
+        if reference is not None and written is not None and not write_references:
             message = _reference_problem(_absolute(policy_dir / written), root)
             if message is not None:
                 found.append(Violation(_line(reference), f"{where}.checks.reference", message))
@@ -400,6 +404,9 @@ def _check_finite(
     return found
 
 
+_REGENERATE = "regenerate it with `transfer-gate run --write-references`"
+
+
 def _reference_problem(file: Path, root: Path) -> str | None:
     """Why ``file`` cannot serve as a reference, or None when it can."""
     # numpy only when a policy has a reference: `validate` stays quick.
@@ -409,7 +416,7 @@ def _reference_problem(file: Path, root: Path) -> str | None:
     if not file.exists():
         return (
             f"reference file {shown} does not exist (the path is relative to the policy's"
-            " folder); create it or fix the path"
+            " folder); create it with `transfer-gate run --write-references` or fix the path"
         )
     if file.is_dir():
         return f"reference {shown} is a folder; name an .npz file made with numpy.savez"
@@ -420,15 +427,15 @@ def _reference_problem(file: Path, root: Path) -> str | None:
             return f"reference {shown} is a single .npy array; save it with numpy.savez as .npz"
         if not magic.startswith(b"PK"):
             # np.load would try it as a pickle and say so, which misleads.
-            return f"reference {shown} is not a valid .npz file (not a zip archive); regenerate it"
+            return f"reference {shown} is not a valid .npz file (not a zip archive); " + _REGENERATE
         with np.load(file, allow_pickle=False) as loaded:
             names = list(loaded.files)
             for name in names:
                 loaded[name]  # reading each array is what finds a truncated or pickled one
     except Exception as exc:
-        return f"reference {shown} is not a valid .npz file ({_one_line(exc)}); regenerate it"
+        return f"reference {shown} is not a valid .npz file ({_one_line(exc)}); " + _REGENERATE
     if not names:
-        return f"reference {shown} holds no arrays; regenerate it"
+        return f"reference {shown} holds no arrays; " + _REGENERATE
     return None
 
 
@@ -440,7 +447,7 @@ def _one_line(exc: BaseException) -> str:
 # --- building the Policy ------------------------------------------------------
 
 
-def _build(document: yaml.Node, shown: Path, file: Path) -> Policy:
+def _build(document: yaml.Node, shown: Path, file: Path, write_references: bool) -> Policy:
     """The `Policy` for a document that passed every check."""
     top = _mapping(document)
     policy_dir = file.parent
@@ -481,6 +488,7 @@ def _build(document: yaml.Node, shown: Path, file: Path) -> Policy:
                     rtol=float(value(checks, "rtol", DEFAULT_RTOL)),
                     atol=float(value(checks, "atol", DEFAULT_ATOL)),
                     custom=_callable(custom) if custom is not None else None,
+                    write_reference=write_references and reference is not None,
                 ),
             )
         )

@@ -34,6 +34,9 @@ class Checks:
     rtol: float
     atol: float
     custom: CallableRef | None
+    # Set by `run --write-references`, never by a policy: this run writes the
+    # reference file from the outputs instead of comparing against it.
+    write_reference: bool = False
 
     @property
     def any(self) -> bool:

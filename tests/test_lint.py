@@ -15,8 +15,8 @@ BIN = Path(sys.executable).parent
 @pytest.mark.parametrize(
     "command",
     [
-        ["ruff", "check", "gate", "tests", "examples"],
-        ["ruff", "format", "--check", "gate", "tests", "examples"],
+        ["ruff", "check", "gate", "tests", "examples", "benchmarks"],
+        ["ruff", "format", "--check", "gate", "tests", "examples", "benchmarks"],
         ["mypy"],
     ],
     ids=["ruff-check", "ruff-format", "mypy-strict"],

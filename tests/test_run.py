@@ -252,3 +252,24 @@ def test_failing_result_check(repo: Path) -> None:
     assert failure is not None, run
     assert "finite" in failure.get("message", "")
     assert "32 of 32 values are NaN or Inf" in (failure.text or "")
+
+
+def test_write_references_then_compare(repo: Path) -> None:
+    checks = "    checks: {reference: refs/clean.npz, rtol: 0.0, atol: 0.0}\n"
+    make_repo(repo, {"policies/p.yaml": policy(region("clean", "clean_step", extra=checks))})
+    missing = run_gate(repo, "run")
+    assert missing.returncode == 2, missing
+    assert "create it with `transfer-gate run --write-references`" in missing.stderr
+    written = run_gate(repo, "run", "--write-references")
+    assert written.returncode == 0, written
+    assert (repo / "policies/refs/clean.npz").is_file()
+    compared = run_gate(repo, "run")
+    assert compared.returncode == 0, compared
+    out = compared.testcase("clean: result checks").findtext("system-out") or ""
+    assert "1 leaves match clean.npz" in out
+    # A different step against the same reference: the comparison bites.
+    (repo / "policies/p.yaml").write_text(policy(region("clean", "scalar_step", extra=checks)))
+    differs = run_gate(repo, "run", "--region", "clean")
+    failure = differs.testcase("clean: result checks").find("failure")
+    assert failure is not None, differs
+    assert "32 of 32 values differ" in (failure.text or "")
