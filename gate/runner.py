@@ -304,7 +304,7 @@ class RegionRun:
                     location=key.location,
                     phase=phase,
                     failing=self._fails(key.direction, key.explicit, key.boundary),
-                    message=f"seen by {sighting.seen_by}",
+                    message=sighting.seen_by,
                     boundary=key.boundary,
                     count=max(counts[key] for counts in per_run),
                     source=self._source_line(key.location),
@@ -398,7 +398,8 @@ class RegionRun:
             location=location,
             phase=phase,
             failing=self._fails(violation.direction, explicit, boundary),
-            message=str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+            message="JAX's guard, refusing the transfer: "
+            + (str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__),
             boundary=boundary,
             source=self._source_line(location),
         )

@@ -26,7 +26,7 @@ def transfer(
     boundary: str | None = None,
     thread: str | None = None,
     source: str | None = None,
-    message: str = "seen in JAX's transfer-guard log",
+    message: str = "JAX's transfer-guard log",
 ) -> Transfer:
     return Transfer(
         direction=direction,
