@@ -15,6 +15,7 @@ Why this order:
 from __future__ import annotations
 
 import functools
+import inspect
 import linecache
 import re
 import threading
@@ -275,6 +276,11 @@ class RegionRun:
                 if location is None and only_site is not None:
                     location = only_site.location
                     seen_by += f", during host callback {only_site.describe()}"
+                elif location is None and seen.thread == main_thread:
+                    # No line of the user's ran: the step is itself a jitted
+                    # function, and JAX moved its arguments (setup's outputs).
+                    location = self.step_location()
+                    seen_by += ", while calling the step with setup's outputs"
                 key = key_of(seen.direction, seen.explicit, location, seen.boundary, seen.thread)
                 guard_counts[key] += 1
                 note(key, seen.dtype, seen.shape, seen_by)
@@ -347,6 +353,20 @@ class RegionRun:
                     )
         return merged
 
+    def step_location(self) -> SourceLocation | None:
+        """Where the step is defined (through ``jax.jit``'s ``__wrapped__``), if it is Python."""
+        code = getattr(inspect.unwrap(self.callables.step), "__code__", None)
+        if code is None or not self.code.is_user(code.co_filename):
+            return None
+        line = code.co_firstlineno
+        # co_firstlineno is the first decorator's line; name the `def` itself.
+        for offset in range(20):
+            text = linecache.getline(code.co_filename, line + offset).lstrip()
+            if text.startswith(("def ", "async def ")):
+                line += offset
+                break
+        return SourceLocation(self.code.relative(code.co_filename), line, code.co_name)
+
     def _fails(self, direction: Direction, explicit: bool, boundary: str | None) -> bool:
         level = self.region.guard.level(direction)
         if boundary is not None:
@@ -389,7 +409,7 @@ class RegionRun:
             and f"{Path('jax', '_src')}" in callee.filename
         )
         boundary = self._boundary_in(frames)
-        location = self.code.locate(frames)
+        location = self.code.locate(frames) or self.step_location()
         return Transfer(
             direction=violation.direction,
             explicit=explicit,

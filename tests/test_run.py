@@ -81,6 +81,22 @@ def test_numpy_batch_fails_at_its_line(repo: Path) -> None:
     assert f"steps.py:{line}" in run.stdout
 
 
+def test_a_jitted_step_fed_a_numpy_batch_is_charged_to_the_step(repo: Path) -> None:
+    # No line of the user's runs while JAX moves a jitted step's arguments:
+    # the transfer is charged to the step's `def`, never to "an unknown line".
+    make_repo(repo, {"policies/p.yaml": policy(region("jit", "double", "steps:numpy_batch"))})
+    run = run_gate(repo, "run")
+    assert run.returncode == 1, run
+    failure = run.testcase("jit: transfers").find("failure")
+    assert failure is not None, run
+    line = line_of(repo / "steps.py", "def double(x):")
+    assert failure.get("message", "") == (
+        f"implicit host-to-device transfer float32[8,4] at steps.py:{line}, "
+        "1x per step, 1x on the first call"
+    )
+    assert "while calling the step with setup's outputs" in (failure.text or "")
+
+
 def test_clean_region_passes_with_timing(repo: Path) -> None:
     make_repo(repo, {"policies/p.yaml": policy(region("clean", "clean_step"))})
     run = run_gate(repo, "run")
