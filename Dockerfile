@@ -2,28 +2,30 @@
 #
 # The JAX transfer gate on an NVIDIA GPU.
 #
-# Base image: the official Python image, not nvidia/cuda. jax[cuda12] and jax[cuda13] install the
-# CUDA runtime, cuBLAS, cuDNN, NCCL and ptxas as pip wheels, and JAX loads those, not a system CUDA.
-# The host only has to provide the NVIDIA driver, and the NVIDIA Container Toolkit mounts it in
-# when the container starts with `--gpus all`. An nvidia/cuda:*-cudnn-runtime base would add
-# several GB of a second CUDA that JAX never loads, and its version could drift from the wheels'.
-# Python 3.12: jax needs >= 3.11. Debian 13 (trixie) is the current Debian stable.
+# Base image: nvidia/cuda's "base" flavour for CUDA 12.8 on Ubuntu 24.04. It is the smallest CUDA
+# image (the CUDA runtime and the forward-compatibility libraries, ~100 MB, no cuDNN): JAX's
+# jax[cuda12] / jax[cuda13] extras install cuBLAS, cuDNN, NCCL and ptxas as pip wheels and load
+# those, so a -cudnn-runtime or -devel image would only add gigabytes JAX never loads. The image
+# also sets NVIDIA_VISIBLE_DEVICES / NVIDIA_DRIVER_CAPABILITIES for the NVIDIA Container Toolkit,
+# which mounts the host's driver when the container starts with `--gpus all`. Ubuntu 24.04 brings
+# Python 3.12 (jax needs >= 3.11).
 #
 # For reproducible builds, pin the base image by digest. Look the digest up with
-#   docker buildx imagetools inspect python:3.12-slim-trixie
+#   docker buildx imagetools inspect nvidia/cuda:12.8.1-base-ubuntu24.04
 # (the "Digest:" line), then build with
-#   docker build --build-arg BASE_IMAGE=python:3.12-slim-trixie@sha256:<digest> .
+#   docker build --build-arg BASE_IMAGE=nvidia/cuda:12.8.1-base-ubuntu24.04@sha256:<digest> .
 # Dependabot's and Renovate's docker updaters can keep such a digest current.
 #
 # Build:  docker build -t jax-transfer-gate .
-#         docker build --build-arg JAX_CUDA=cuda13 -t jax-transfer-gate .   (CUDA 13 needs a newer driver)
+#         CUDA 13 (needs a newer driver): docker build --build-arg JAX_CUDA=cuda13 \
+#           --build-arg BASE_IMAGE=nvidia/cuda:13.0.1-base-ubuntu24.04 -t jax-transfer-gate .
 # Run:    docker run --rm --gpus all --user "$(id -u):$(id -g)" \
 #           -v "$PWD:/repo" -v jax-cache:/cache/jax jax-transfer-gate
 #         This runs `transfer-gate run` in the repository mounted at /repo. Arguments after the image
 #         name replace `run`, e.g. `... jax-transfer-gate run --junit reports/transfer-gate.xml policies/`.
 #         --user makes the reports belong to you rather than to the image's user.
 
-ARG BASE_IMAGE=python:3.12-slim-trixie
+ARG BASE_IMAGE=nvidia/cuda:12.8.1-base-ubuntu24.04
 
 FROM ${BASE_IMAGE} AS build
 
@@ -36,11 +38,17 @@ ENV PIP_NO_CACHE_DIR=1 \
     PATH=/opt/venv/bin:$PATH
 
 # pip only warns about an unknown extra and then installs a CPU-only jax, so check the name first.
+# Python comes from Ubuntu's archive, unpinned (DL3008): the archive drops superseded versions, so
+# an exact pin would break the build at the next security update.
+# hadolint ignore=DL3008
 RUN case "${JAX_CUDA}" in \
       cuda12|cuda13) ;; \
       *) echo "JAX_CUDA must be cuda12 or cuda13, not '${JAX_CUDA}'" >&2; exit 1 ;; \
     esac \
- && python -m venv /opt/venv
+ && apt-get update \
+ && apt-get install -y --no-install-recommends python3 python3-venv \
+ && rm -rf /var/lib/apt/lists/* \
+ && python3 -m venv /opt/venv
 
 # JAX and its CUDA wheels go in first, as the largest layer: it is rebuilt only when these arguments
 # change, not on every change to the gate.
@@ -58,12 +66,13 @@ FROM ${BASE_IMAGE}
 LABEL org.opencontainers.image.title="jax-transfer-gate" \
       org.opencontainers.image.description="Runs JAX code regions under JAX's transfer guard and writes a JUnit report"
 
-# git lets actions/checkout make a real clone inside the container. Without git it downloads a
-# tarball through the REST API instead. git is not pinned to a version (DL3008): Debian's archive
-# drops superseded versions, so an exact pin would break the build at the next security update.
+# python3: the interpreter /opt/venv was made with. git lets actions/checkout make a real clone
+# inside the container (without git it downloads a tarball through the REST API instead). Neither
+# is pinned to a version (DL3008): Ubuntu's archive drops superseded versions, so an exact pin
+# would break the build at the next security update.
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends git \
+ && apt-get install -y --no-install-recommends python3 git \
  && rm -rf /var/lib/apt/lists/*
 
 COPY --from=build /opt/venv /opt/venv
@@ -79,7 +88,8 @@ RUN groupadd --gid 10001 gate \
 # TF_CPP_MIN_LOG_LEVEL=0: the transfer guard's log-mode messages are C++ warnings, and a level of 2,
 # which many CI images set, hides every one of them.
 # NVIDIA_DRIVER_CAPABILITIES: without "compute" the container toolkit mounts only the utility
-# libraries (nvidia-smi), not libcuda. nvidia/cuda images set this, a plain image has to set it.
+# libraries (nvidia-smi), not libcuda. The base image sets it; it is repeated here so that a
+# BASE_IMAGE override without it still gets a working GPU.
 # JAX_COMPILATION_CACHE_DIR: JAX's persistent compilation cache. Mount a volume there so that
 # later runs skip recompiling.
 ENV PATH=/opt/venv/bin:$PATH \

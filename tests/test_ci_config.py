@@ -750,7 +750,7 @@ def test_dockerfile_installs_jax_with_the_chosen_cuda_and_the_gate() -> None:
     runs = " ".join(a for k, a in instructions if k == "RUN")
     assert '"jax[${JAX_CUDA}]==${JAX_VERSION}"' in runs
     assert re.search(r"pip install \.(\s|$)", runs)
-    assert "python -m venv /opt/venv" in runs
+    assert "python3 -m venv /opt/venv" in runs
 
 
 def test_dockerfile_final_stage_runs_the_gate_as_a_non_root_user() -> None:
@@ -788,3 +788,15 @@ def test_dockerignore_keeps_what_pip_install_needs() -> None:
         assert not ignored(needed), f".dockerignore drops {needed}, which `pip install .` needs"
     for local in (".git", ".venv", "reports", "tests/ci-lint/node_modules"):
         assert ignored(local), f".dockerignore should leave out {local}"
+
+
+def test_dockerfile_builds_on_a_cuda_base_image_with_python_in_both_stages() -> None:
+    instructions = dockerfile_instructions()
+    (base,) = [a for k, a in instructions if k == "ARG" and a.startswith("BASE_IMAGE=")]
+    # The smallest CUDA flavour: JAX's pip wheels bring cuDNN and the rest.
+    assert re.fullmatch(r"BASE_IMAGE=nvidia/cuda:\d+\.\d+\.\d+-base-ubuntu\d+\.\d+", base)
+    froms = [a.split()[0] for k, a in instructions if k == "FROM"]
+    assert froms == ["${BASE_IMAGE}", "${BASE_IMAGE}"]
+    # /opt/venv is copied into the final stage; its interpreter must be there too.
+    final_runs = " ".join(a for k, a in final_stage(instructions) if k == "RUN")
+    assert re.search(r"apt-get install [^&]*\bpython3\b", final_runs)
