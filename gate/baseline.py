@@ -98,7 +98,11 @@ def accepted_from(run: RunResult) -> list[Accepted]:
                     first_call=finding.first_call,
                 )
             )
-    return sorted(entries, key=lambda e: (e.region, e.path, e.function, e.source, e.fingerprint))
+    return sorted(entries, key=_entry_order)
+
+
+def _entry_order(entry: Accepted) -> tuple[str, ...]:
+    return (entry.region, entry.path, entry.function, entry.source, entry.fingerprint)
 
 
 def write_baseline(entries: Iterable[Accepted], path: Path) -> None:
@@ -108,7 +112,7 @@ def write_baseline(entries: Iterable[Accepted], path: Path) -> None:
         "version": VERSION,
         "comment": "Implicit transfers accepted by `transfer-gate baseline`; "
         "the gate fails only on transfers not listed here.",
-        "accepted": [e.__dict__ for e in entries],
+        "accepted": [e.__dict__ for e in sorted(entries, key=_entry_order)],
     }
     text = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     write_text_atomically(path, text)

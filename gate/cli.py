@@ -153,7 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help=f"where to write it (default: {DEFAULT_BASELINE_HELP})",
     )
-    baseline.add_argument("--region", action="append", metavar="NAME", help=argparse.SUPPRESS)
+    baseline.add_argument(
+        "--region",
+        action="append",
+        metavar="NAME",
+        help="re-baseline only this region (NAME or SUITE.NAME), keeping the others' entries; "
+        "repeatable",
+    )
 
     validate = commands.add_parser(
         "validate",
@@ -203,9 +209,37 @@ def _load_all(
             problems.extend(found)
         else:
             policies.append(policy)
+    problems.extend(_clashing_regions(policies))
     if problems:
         raise PolicyError(tuple(problems))
     return policies
+
+
+def _clashing_regions(policies: Sequence[Policy]) -> list[Problem]:
+    """Regions that share ``suite.region`` across files.
+
+    The report, the baseline and --region all name a region by
+    ``suite.region``; two of them would share a baseline entry and a
+    testcase, so one could hide the other.
+    """
+    first: dict[str, tuple[Policy, int]] = {}
+    problems = []
+    for policy in policies:
+        for index, region in enumerate(policy.regions):
+            name = f"{policy.suite}.{region.name}"
+            seen = first.setdefault(name, (policy, region.line))
+            if seen[0] is not policy:
+                other, line = seen
+                problems.append(
+                    Problem(
+                        policy.path.as_posix(),
+                        region.line,
+                        f"regions[{index}]",
+                        f"region {name!r} is also defined in {other.path.as_posix()}:{line}; "
+                        "give one of the files its own `suite:` name",
+                    )
+                )
+    return problems
 
 
 def _problem_results(problems: Sequence[Problem]) -> RunResult:
@@ -414,9 +448,15 @@ def _cmd_baseline(args: argparse.Namespace, repo_root: Path) -> ExitCode:
             f"{len(errored)} region(s) errored, so their transfers are unknown; "
             "fix them and run `transfer-gate baseline` again (the baseline was not written)"
         )
+    # Regions this run did not cover (--region) keep their accepted entries.
+    ran = {r.classname for r in result.regions}
+    kept = [e for e in load_baseline(path) if e.region not in ran] if path.is_file() else []
     entries = accepted_from(result)
-    write_baseline(entries, path)
-    print(f"baseline: {_shown(path, repo_root)}: {len(entries)} accepted transfer line(s)")
+    write_baseline([*kept, *entries], path)
+    print(
+        f"baseline: {_shown(path, repo_root)}: {len(entries)} accepted transfer line(s) "
+        f"from {len(ran)} region(s)" + (f", {len(kept)} kept for other regions" if kept else "")
+    )
     return ExitCode.OK
 
 

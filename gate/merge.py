@@ -1,9 +1,7 @@
 """``transfer-gate merge OUT IN...``: one report from the reports of several shards.
 
 The kind of report is read from the file suffix, and each kind has its own
-merger in `MERGERS`. JUnit (``.xml``) is the one kind so far; the JSON
-report gets its merger once its format is settled, and until then a
-``.json`` path is refused with a message that says so.
+merger in `MERGERS`: JUnit (``.xml``) and the gate's JSON report (``.json``).
 
 JUnit: testsuites with the same name and file (one policy file run in
 several shards) become one testsuite again, as in an unsharded run. Every
@@ -15,12 +13,15 @@ report holds. The report is written atomically, like the gate's own.
 
 from __future__ import annotations
 
+import json
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from gate.atomic import write_text_atomically
 from gate.report_junit import write_report_file
 
 
@@ -69,14 +70,12 @@ def merge_reports(output: Path, inputs: Sequence[Path]) -> MergeSummary:
             "merge .xml with .xml"
         )
     (suffix,) = suffixes
-    if suffix in NOT_YET:
-        raise MergeError(NOT_YET[suffix])
     merger = MERGERS.get(suffix)
     if merger is None:
         known = ", ".join(sorted(MERGERS))
         raise MergeError(
             f"{output}: cannot tell what kind of report '{suffix or '(no suffix)'}' is; "
-            f"merge takes {known} (JUnit) files"
+            f"merge takes {known} files (JUnit, JSON)"
         )
     return merger(output, inputs)
 
@@ -230,11 +229,52 @@ def _duplicates(suites: list[ET.Element]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(repeated))
 
 
-MERGERS: dict[str, Merger] = {".xml": merge_junit}
+# --- JSON ----------------------------------------------------------------------------------------
 
-# Report kinds the gate writes but cannot merge yet, and what to do meanwhile.
-NOT_YET: dict[str, str] = {
-    ".json": (
-        "merging JSON reports is not supported yet; merge the shards' JUnit reports (.xml) instead"
-    ),
-}
+
+def merge_json(output: Path, inputs: Sequence[Path]) -> MergeSummary:
+    """Merge the gate's JSON reports: suites of one policy file become one again."""
+    from gate.report_json import FORMAT, VERSION
+
+    suites: dict[tuple[str, str], dict[str, Any]] = {}
+    gate_versions = set()
+    for path in inputs:
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise MergeError(f"{path}: cannot read it ({exc.strerror})") from exc
+        except json.JSONDecodeError as exc:
+            raise MergeError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from exc
+        if not isinstance(document, dict) or document.get("format") != FORMAT:
+            raise MergeError(f"{path}: not a transfer-gate JSON report (written by run --json)")
+        if document.get("version") != VERSION:
+            raise MergeError(
+                f"{path}: report version {document.get('version')!r}, this gate merges "
+                f"version {VERSION}; merge reports of one gate version"
+            )
+        gate_versions.add(str(document.get("gate_version")))
+        for suite in document.get("suites", []):
+            key = (str(suite.get("name")), str(suite.get("policy")))
+            merged = suites.setdefault(key, {**suite, "regions": []})
+            merged["regions"].extend(suite.get("regions", []))
+    regions = [r for suite in suites.values() for r in suite["regions"]]
+    document = {
+        "format": FORMAT,
+        "version": VERSION,
+        "gate_version": ", ".join(sorted(gate_versions)),
+        "passed": all(r.get("status") == "passed" for r in regions),
+        "suites": list(suites.values()),
+    }
+    write_text_atomically(output, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    names = [str(r.get("classname")) for r in regions]
+    return MergeSummary(
+        inputs=len(inputs),
+        suites=len(suites),
+        tests=len(regions),
+        failures=sum(1 for r in regions if r.get("status") == "failed"),
+        errors=sum(1 for r in regions if r.get("status") == "error"),
+        duplicates=tuple(dict.fromkeys(n for n in names if names.count(n) > 1)),
+    )
+
+
+MERGERS: dict[str, Merger] = {".xml": merge_junit, ".json": merge_json}

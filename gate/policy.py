@@ -80,9 +80,10 @@ def display_path(path: Path, repo_root: Path) -> str:
 def discover_policy_files(paths: Sequence[str], repo_root: Path) -> list[Path]:
     """The policy files named by ``paths``: files as given, folders' ``*.yaml``/``*.yml``.
 
-    Relative paths are taken relative to ``repo_root``. Folders are not searched
-    recursively. Returns absolute paths, sorted, each once; raises `PolicyError`
-    naming every path that is missing or holds no policy.
+    Relative paths are taken relative to ``repo_root``. Folders are searched
+    recursively (hidden folders excepted): a policy left out of the run would
+    be a silent pass. Returns absolute paths, sorted, each once; raises
+    `PolicyError` naming every path that is missing or holds no policy.
     """
     root = _absolute(repo_root)
     found: set[Path] = set()
@@ -90,7 +91,13 @@ def discover_policy_files(paths: Sequence[str], repo_root: Path) -> list[Path]:
     for given in paths:
         target = _absolute(root / given)
         if target.is_dir():
-            files = [p for p in target.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file()]
+            files = [
+                p
+                for p in target.rglob("*")
+                if p.suffix in (".yaml", ".yml")
+                and p.is_file()
+                and not any(part.startswith(".") for part in p.relative_to(target).parts)
+            ]
             if not files:
                 problems.append(
                     Problem(

@@ -25,7 +25,7 @@ import types
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -61,6 +61,10 @@ from gate.transfer_map import capture_works, mapped
 
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
 
+# How long threads the step started may run on after it returned, while the
+# map still watches them.
+THREAD_GRACE_S = 5.0
+
 
 class RegionAbort(Exception):
     """The region cannot be judged; carries the error for the report."""
@@ -78,6 +82,9 @@ class Callables:
     setup: Callable[..., Any] | None
     boundaries: tuple[tuple[str, types.FunctionType], ...]
     custom: Callable[[Any], Any] | None
+    # Each boundary's own code object, taken before the gate interposes it:
+    # the frames of a boundary's body run this code.
+    boundary_codes: dict[types.CodeType, str] = field(default_factory=dict)
 
 
 def import_region(policy: Policy, region: Region) -> Callables:
@@ -90,6 +97,7 @@ def import_region(policy: Policy, region: Region) -> Callables:
         setup=import_callable(region.setup, paths) if region.setup else None,
         boundaries=tuple(boundaries),
         custom=import_callable(custom, paths) if custom else None,
+        boundary_codes={fn.__code__: name for name, fn in boundaries},
     )
 
 
@@ -201,7 +209,11 @@ class RegionRun:
         return outputs
 
     def guarded_call(self, phase: Phase) -> None:
-        """One run under the region's guard; a disallowed transfer is recorded."""
+        """One run under the region's guard; a disallowed transfer is recorded.
+
+        JAX refusing a transfer is its own verdict: the record always fails,
+        whatever the map concluded about the same line.
+        """
         inputs = self.fresh_inputs()
         self.monitor.guard = self.region.guard
         try:
@@ -210,9 +222,18 @@ class RegionRun:
         except Exception as exc:
             violation = parse_violation(exc)
             if violation is None:
+                if any(t.failing for t in self.transfers):
+                    # Most likely a refused transfer in a thread broke the
+                    # step; the failing transfers already say what to fix.
+                    self.input_warnings[
+                        f"under the region's guard the step raised {type(exc).__name__}: "
+                        f"{_first_line(exc)} (a refused transfer elsewhere, e.g. in a "
+                        "thread, can cause this)"
+                    ] = None
+                    return
                 raise RegionAbort(self._error_from(ErrorKind.STEP, exc)) from exc
-            found = self._transfer_from(exc, phase)
-            if not any(_same_site(found, known) for known in self.transfers):
+            found = replace(self._transfer_from(exc, phase), failing=True)
+            if not any(_same_site(found, known) and known.failing for known in self.transfers):
                 self.transfers.append(found)
             return
         finally:
@@ -252,13 +273,21 @@ class RegionRun:
         for _ in range(runs):
             inputs = self.fresh_inputs()
             callbacks_before = self.callbacks.counts() if self.callbacks else {}
+            threads_before = set(threading.enumerate())
             try:
                 with (
                     self._detector() as fetches,
-                    mapped(self.code, explicit=explicit, boundary_of=self.monitor.current) as log,
+                    mapped(
+                        self.code,
+                        explicit=explicit,
+                        boundary_codes=self.callables.boundary_codes,
+                    ) as log,
                     guarded(GuardSpec.uniform(GuardLevel.LOG_EXPLICIT)),
                 ):
                     outputs = self.call_step(inputs)
+                    self._join_step_threads(threads_before)
+            except RegionAbort:
+                raise
             except Exception as exc:
                 raise RegionAbort(self._error_from(ErrorKind.STEP, exc)) from exc
             self.check_outputs(outputs)
@@ -353,6 +382,31 @@ class RegionRun:
                     )
         return merged
 
+    def _join_step_threads(self, before: set[threading.Thread]) -> None:
+        """Wait for the threads the step started, while the map still watches.
+
+        A transfer a background thread makes after the step returned would
+        otherwise never be seen; a thread still running after the grace
+        period makes the region an error rather than an unwatched pass.
+        """
+        deadline = time.monotonic() + THREAD_GRACE_S
+        started = [t for t in threading.enumerate() if t not in before]
+        for thread in started:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        alive = [t.name for t in started if t.is_alive()]
+        if alive:
+            names = ", ".join(alive)
+            raise RegionAbort(
+                RegionError(
+                    ErrorKind.STEP,
+                    f"the step left thread(s) {names} running {THREAD_GRACE_S:g} s after it "
+                    "returned; the gate cannot watch transfers they make later: join them "
+                    "before the step returns",
+                    f"threads still alive after the step: {names}",
+                    self.step_location(),
+                )
+            )
+
     def step_location(self) -> SourceLocation | None:
         """Where the step is defined (through ``jax.jit``'s ``__wrapped__``), if it is Python."""
         code = getattr(inspect.unwrap(self.callables.step), "__code__", None)
@@ -426,8 +480,8 @@ class RegionRun:
 
     def _boundary_in(self, frames: list[traceback.FrameSummary]) -> str | None:
         by_code = {
-            (fn.__code__.co_filename, fn.__code__.co_name): name
-            for name, fn in self.callables.boundaries
+            (code.co_filename, code.co_name): name
+            for code, name in self.callables.boundary_codes.items()
         }
         for frame in reversed(frames):
             name = by_code.get((frame.filename, frame.name))
@@ -463,6 +517,11 @@ def _explicit_functions(jax: Any) -> tuple[Callable[..., Any], ...]:
 def _thread_label(name: str) -> str:
     """A thread's name without the counter that changes every run ("Thread-7 (worker)")."""
     return re.sub(r"^Thread-\d+\s*", "", name).strip("()") or "thread"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else "(no message)"
 
 
 def _same_site(a: Transfer, b: Transfer) -> bool:

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import threading
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,13 +122,14 @@ class _Mapper:
         self,
         code: UserCode,
         explicit_codes: frozenset[types.CodeType],
-        boundary_of: Callable[[], str | None],
+        boundary_codes: Mapping[types.CodeType, str],
         log_file: Any,
     ) -> None:
         self.code = code
         self.explicit_codes = explicit_codes
-        self.boundary_of = boundary_of
+        self.boundary_codes = boundary_codes
         self.file = log_file
+        self.finished = False
         self.log = TransferLog()
         self.lock = threading.Lock()
         self.partial = ""
@@ -147,6 +148,8 @@ class _Mapper:
     def flush(self) -> None:
         """Charge everything the guard appended to the lines now executing."""
         with self.lock:
+            if self.finished:
+                return  # a thread that outlived the block; its frames still trace
             chunk = self.file.read()
             if chunk:
                 self._charge(self.partial + chunk)
@@ -156,6 +159,7 @@ class _Mapper:
         with self.lock:
             if self.partial:  # a last line without its newline
                 self._charge(self.partial + "\n")
+            self.finished = True
 
     def _charge(self, text: str) -> None:
         lines = text.split("\n")
@@ -198,53 +202,65 @@ class _Mapper:
             frame = frame.f_back
         return None
 
+    def _boundary_at(self, frame: types.FrameType | None) -> str | None:
+        """The innermost declared boundary whose frame encloses ``frame``.
+
+        Read from the stack itself, so the answer is right at every event,
+        including the return out of a boundary (where a thread-local flag
+        set by the boundary's wrapper would still be up).
+        """
+        if not self.boundary_codes:
+            return None
+        while frame is not None:
+            name = self.boundary_codes.get(frame.f_code)
+            if name is not None:
+                return name
+            frame = frame.f_back
+        return None
+
+    def _enter(self, frame: types.FrameType | None, location: SourceLocation | None) -> None:
+        state = self._state()
+        state.location = location
+        state.boundary = self._boundary_at(frame)
+
     def global_trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
-        # Only frames of the user's code (and explicit transfer functions they
-        # call) are traced; jax calling jax never changes the user's line, so
-        # it costs no read of the log.
-        if event != "call":
+        # Only frames of the user's code and the explicit transfer functions
+        # are traced; jax calling jax never changes the user's line, so it
+        # costs no read of the log.
+        if event != "call" or self.finished:
             return None
         code = frame.f_code
         if self._is_user(code.co_filename):
             self.flush()
-            state = self._state()
-            state.location = self._location(frame)
-            state.boundary = self.boundary_of()
+            self._enter(frame, self._location(frame))
             return self._local_trace
-        if code in self.explicit_codes and self._called_from_user(frame):
+        if code in self.explicit_codes:
+            # Whoever calls it, JAX counts a transfer inside jax.device_put /
+            # device_get as explicit (config.explicit_device_put_scope), so
+            # the gate does too: library code's explicit moves pass `disallow`
+            # exactly as they do under JAX's own guard.
             self.flush()
             self._state().explicit_depth += 1
             return self._explicit_trace
         return None
 
-    def _called_from_user(self, frame: types.FrameType) -> bool:
-        caller = frame.f_back
-        # A boundary is reached through the interposition trampoline.
-        while caller is not None and self.code.is_library(caller.f_code.co_filename):
-            if caller.f_code.co_filename.startswith("<transfer-gate"):
-                caller = caller.f_back
-                continue
-            return False
-        return caller is not None
-
     def _local_trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        if self.finished:
+            return None
         if event == "line":
             self.flush()
-            state = self._state()
-            state.location = self._location(frame)
-            state.boundary = self.boundary_of()
+            self._enter(frame, self._location(frame))
         elif event == "return":
             self.flush()
-            state = self._state()
-            state.location = self._innermost_user(frame.f_back)
-            state.boundary = self.boundary_of()
+            self._enter(frame.f_back, self._innermost_user(frame.f_back))
         return self._local_trace
 
     def _explicit_trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
         if event == "return":
             self.flush()
             self._state().explicit_depth -= 1
-        return None if event == "return" else self._explicit_trace
+            return None
+        return self._explicit_trace
 
 
 @contextmanager
@@ -252,13 +268,14 @@ def mapped(
     code: UserCode,
     *,
     explicit: tuple[Callable[..., Any], ...] = (),
-    boundary_of: Callable[[], str | None] = lambda: None,
+    boundary_codes: Mapping[types.CodeType, str] | None = None,
 ) -> Iterator[TransferLog]:
     """Record every transfer the guard logs inside the block, per user line.
 
     The caller sets the guard to a logging level; this only listens.
-    ``explicit`` are the functions whose transfers count as explicit when the
-    user's code calls them (``jax.device_put``, ``jax.device_get``).
+    ``explicit`` are the functions whose transfers JAX counts as explicit
+    (``jax.device_put``, ``jax.device_get``); ``boundary_codes`` maps the
+    original code object of each declared boundary to its name.
     """
     explicit_codes = frozenset(fn.__code__ for fn in explicit if isinstance(fn, types.FunctionType))
     sys.stderr.flush()
@@ -270,7 +287,7 @@ def mapped(
     reader = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
     os.unlink(path)
     saved_fd = os.dup(2)
-    mapper = _Mapper(code, explicit_codes, boundary_of, reader)
+    mapper = _Mapper(code, explicit_codes, boundary_codes or {}, reader)
     saved_trace = sys.gettrace()
     saved_thread_trace = threading.gettrace()
     os.dup2(writer, 2)

@@ -7,37 +7,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import FAST_DEFAULTS, TESTS, gate_env, make_repo, run_gate
+from cli_helpers import TESTS, gate_env, make_repo, run_gate
+from result_samples import STEPS, policy
 
 from gate.exit_codes import ExitCode
 
-CLEAN = """
-import jax
-import numpy as np
-
-
-@jax.jit
-def step(x):
-    return x + 1.0
-
-
-def inputs():
-    return (jax.device_put(np.zeros(3, np.float32)),)
-
-
-def leaky(x):
-    return step(np.zeros(3, np.float32))
-
+CLEAN = (
+    STEPS
+    + """
 
 def touch_and_step(x):
     open("step-ran", "w").close()
     return step(x)
 """
-
-
-def policy(*steps: str) -> str:
-    regions = "".join(f"  - name: {s}\n    step: mod:{s}\n    setup: mod:inputs\n" for s in steps)
-    return f"version: 1\n{FAST_DEFAULTS}regions:\n{regions}"
+)
 
 
 @pytest.fixture
@@ -205,3 +188,15 @@ def test_console_script_is_installed(repo: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_two_files_defining_the_same_suite_and_region_are_refused(repo: Path) -> None:
+    # Subfolders are searched, and a suite defaults to the file's stem: two
+    # `train.yaml` in two folders would share testcases and baseline entries.
+    make_repo(repo, {"policies/a/p.yaml": policy("step"), "policies/b/p.yaml": policy("step")})
+    run = run_gate(repo, "validate")
+    assert run.returncode == ExitCode.USAGE, run
+    assert (
+        "policies/b/p.yaml:4: regions[0]: region 'p.step' is also defined in "
+        "policies/a/p.yaml:4; give one of the files its own `suite:` name"
+    ) in run.stderr

@@ -3,45 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from result_samples import transfer
 
 from gate.findings import Finding, group
 from gate.guard_levels import Direction
-from gate.results import Phase, SourceLocation, Transfer
-
-
-def at(line: int = 12, path: str = "examples/bad.py") -> SourceLocation:
-    return SourceLocation(path, line, "train_step")
-
-
-def transfer(
-    direction: Direction = Direction.HOST_TO_DEVICE,
-    *,
-    location: SourceLocation | None = None,
-    phase: Phase = Phase.FIRST_CALL,
-    count: int = 1,
-    dtype: str | None = "float32",
-    shape: tuple[int, ...] | None = (8,),
-    failing: bool = True,
-    explicit: bool = False,
-    boundary: str | None = None,
-    thread: str | None = None,
-    source: str | None = None,
-    message: str = "JAX's transfer-guard log",
-) -> Transfer:
-    return Transfer(
-        direction=direction,
-        explicit=explicit,
-        dtype=dtype,
-        shape=shape,
-        location=location if location is not None else at(),
-        phase=phase,
-        failing=failing,
-        message=message,
-        boundary=boundary,
-        count=count,
-        source=source,
-        thread=thread,
-    )
+from gate.results import Phase, Transfer
 
 
 def only(findings: tuple[Finding, ...]) -> Finding:
@@ -118,7 +84,7 @@ def test_dtype_and_shape_come_from_whichever_transfer_has_them(shaped_first: boo
 
 
 def test_no_dtype_anywhere_names_only_the_direction() -> None:
-    finding = only(group([transfer(dtype=None, shape=None, location=at(5))]))
+    finding = only(group([transfer(dtype=None, shape=None, line=5)]))
     assert finding.what() == "host-to-device"
     assert finding.headline() == (
         "implicit host-to-device transfer at examples/bad.py:5, 1x on the first call"
@@ -153,8 +119,8 @@ def test_source_and_failing_come_from_any_grouped_transfer() -> None:
         {"explicit": True},
         {"boundary": "pkg.io:save"},
         {"thread": "worker"},
-        {"location": at(13)},
-        {"location": at(12, "examples/other.py")},
+        {"line": 13},
+        {"path": "examples/other.py"},
     ],
     ids=["direction", "explicit", "boundary", "thread", "line", "path"],
 )
@@ -166,11 +132,11 @@ def test_a_different_direction_kind_scope_or_line_is_another_finding(
 
 
 def test_failing_first_then_most_per_step_then_most_on_the_first_call() -> None:
-    allowed_hot = transfer(location=at(1), phase=Phase.STEADY_STATE, count=9, failing=False)
-    first_only = transfer(location=at(2))
-    first_call_twice = transfer(location=at(3), count=2)
-    once_per_step = transfer(location=at(4), phase=Phase.STEADY_STATE, count=1)
-    thrice_per_step = transfer(location=at(5), phase=Phase.STEADY_STATE, count=3)
+    allowed_hot = transfer(line=1, phase=Phase.STEADY_STATE, count=9, failing=False)
+    first_only = transfer(line=2)
+    first_call_twice = transfer(line=3, count=2)
+    once_per_step = transfer(line=4, phase=Phase.STEADY_STATE, count=1)
+    thrice_per_step = transfer(line=5, phase=Phase.STEADY_STATE, count=3)
     findings = group([allowed_hot, first_only, first_call_twice, once_per_step, thrice_per_step])
     assert [f.where() for f in findings] == [
         "examples/bad.py:5",
@@ -185,10 +151,10 @@ def test_failing_first_then_most_per_step_then_most_on_the_first_call() -> None:
 def test_ties_are_ordered_by_path_then_line_then_direction() -> None:
     findings = group(
         [
-            transfer(location=at(9, "b.py")),
-            transfer(Direction.DEVICE_TO_HOST, location=at(9, "a.py")),
-            transfer(location=at(9, "a.py")),
-            transfer(location=at(2, "b.py")),
+            transfer(path="b.py", line=9),
+            transfer(Direction.DEVICE_TO_HOST, path="a.py", line=9),
+            transfer(path="a.py", line=9),
+            transfer(path="b.py", line=2),
             Transfer(Direction.HOST_TO_DEVICE, False, None, None, None, Phase.FIRST_CALL, True, ""),
         ]
     )

@@ -335,13 +335,20 @@ def test_missing_file(tmp_path: Path) -> None:
 # --- discovery ----------------------------------------------------------------
 
 
-def test_discover_sorts_dedups_and_does_not_recurse(tmp_path: Path) -> None:
+def test_discover_sorts_dedups_and_searches_subfolders(tmp_path: Path) -> None:
+    # Teams keep policies in subfolders; one left out would be a silent pass.
     folder = tmp_path / "policies"
     (folder / "nested").mkdir(parents=True)
-    for name in ("b.yaml", "a.yml", "c.yaml", "notes.txt", "nested/d.yaml"):
+    (folder / ".hidden").mkdir()
+    for name in ("b.yaml", "a.yml", "c.yaml", "notes.txt", "nested/d.yaml", ".hidden/e.yaml"):
         (folder / name).write_text("version: 1\n")
     found = discover_policy_files(["policies", "policies/c.yaml", "./policies/"], tmp_path)
-    assert found == [folder / "a.yml", folder / "b.yaml", folder / "c.yaml"]
+    assert found == [
+        folder / "a.yml",
+        folder / "b.yaml",
+        folder / "c.yaml",
+        folder / "nested" / "d.yaml",
+    ]
 
 
 def test_discover_takes_a_file_as_given(tmp_path: Path) -> None:

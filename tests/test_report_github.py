@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import io
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from cli_helpers import FAST_DEFAULTS, line_of, make_repo, run_gate
+from cli_helpers import line_of, make_repo, run_gate
+from result_samples import (
+    FAILED_CHECK,
+    STEPS,
+    policy,
+    region,
+    region_error,
+    run_of,
+    transfer,
+)
 
 from gate.exit_codes import ExitCode
 from gate.guard_levels import Direction, GuardLevel, GuardSpec
@@ -23,7 +31,6 @@ from gate.report_github import (
     workflow_command,
 )
 from gate.results import (
-    BoundaryCost,
     CheckName,
     CheckOutcome,
     ErrorKind,
@@ -31,61 +38,11 @@ from gate.results import (
     RegionError,
     RegionResult,
     RunResult,
-    SourceLocation,
     SuiteResult,
-    TimingStats,
-    Transfer,
 )
 
 REPORT = "reports/transfer-gate.xml"
 GITHUB = {"GITHUB_ACTIONS": "true"}
-
-
-def transfer(
-    line: int = 12,
-    *,
-    direction: Direction = Direction.HOST_TO_DEVICE,
-    phase: Phase = Phase.FIRST_CALL,
-    path: str = "examples/bad.py",
-    failing: bool = True,
-) -> Transfer:
-    return Transfer(
-        direction=direction,
-        explicit=False,
-        dtype="float32",
-        shape=(8,),
-        location=SourceLocation(path, line, "train_step"),
-        phase=phase,
-        failing=failing,
-        message="Disallowed host-to-device transfer",
-    )
-
-
-def region(name: str, **changes: object) -> RegionResult:
-    base = RegionResult(
-        suite="train",
-        name=name,
-        policy_path="policies/train.yaml",
-        policy_line=7,
-        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
-        timing=TimingStats(20, 0.0011, 0.0012, 0.00123, 0.0013, 0.0021),
-        boundaries=(BoundaryCost("pkg.io:save", 20, 0.0031, 0.000155),),
-        wall_s=0.5,
-    )
-    return replace(base, **changes)  # type: ignore[arg-type]
-
-
-def run_of(*regions: RegionResult) -> RunResult:
-    return RunResult((SuiteResult("train", "policies/train.yaml", regions),))
-
-
-def error(message: str = "ValueError: boom", details: str = "Traceback ...") -> RegionError:
-    return RegionError(
-        ErrorKind.STEP, message, details, SourceLocation("examples/bad.py", 30, "train_step")
-    )
-
-
-FAILED_CHECK = CheckOutcome(CheckName.REFERENCE, False, "max abs diff 0.3 > 1e-05")
 
 
 # --- escaping ------------------------------------------------------------------------------------
@@ -126,7 +83,7 @@ def test_property_values_with_commas_and_colons_stay_one_property() -> None:
 def test_hostile_messages_cannot_start_a_workflow_command_of_their_own() -> None:
     hostile = "boom\n::add-mask::secret\r\n::stop-commands::x 100%"
     run = run_of(
-        region("step", error=error(message=hostile)),
+        region("step", error=region_error(message=hostile)),
         region("check", checks=(CheckOutcome(CheckName.CUSTOM, False, hostile),)),
     )
     lines = annotation_lines(run, REPORT)
@@ -144,8 +101,8 @@ def test_hostile_messages_cannot_start_a_workflow_command_of_their_own() -> None
 def test_annotations_put_transfers_first_then_errors_then_checks() -> None:
     run = run_of(
         region("checked", checks=(FAILED_CHECK,), has_checks=True),
-        region("broken", error=error()),
-        region("leaky", transfers=(transfer(17),)),
+        region("broken", error=region_error()),
+        region("leaky", transfers=(transfer(line=17),)),
     )
     lines = annotation_lines(run, REPORT)
     assert [line.split("title=")[1].split("::")[0] for line in lines] == [
@@ -165,9 +122,9 @@ def test_one_annotation_per_line_of_code_whatever_the_phases() -> None:
         region(
             "leaky",
             transfers=(
-                transfer(12, phase=Phase.FIRST_CALL),
-                transfer(12, phase=Phase.STEADY_STATE),
-                transfer(13, failing=False),
+                transfer(line=12, phase=Phase.FIRST_CALL),
+                transfer(line=12, phase=Phase.STEADY_STATE),
+                transfer(line=13, failing=False),
             ),
         )
     )
@@ -196,7 +153,7 @@ def test_a_gate_error_without_a_file_is_annotated_without_one() -> None:
 
 @pytest.mark.parametrize(("findings", "errors"), [(9, 9), (10, 10), (11, 10), (25, 10)])
 def test_at_most_ten_error_annotations_then_a_count(findings: int, errors: int) -> None:
-    run = run_of(region("leaky", transfers=tuple(transfer(100 + i) for i in range(findings))))
+    run = run_of(region("leaky", transfers=tuple(transfer(line=100 + i) for i in range(findings))))
     lines = annotation_lines(run, REPORT)
     assert MAX_ERROR_ANNOTATIONS == 10
     assert sum(1 for line in lines if line.startswith("::error ")) == errors
@@ -214,7 +171,7 @@ def test_the_most_important_findings_win_the_ten_slots() -> None:
     checks = tuple(CheckOutcome(CheckName.CUSTOM, False, f"check {i}") for i in range(8))
     run = run_of(
         region("checked", checks=checks, has_checks=True),
-        region("leaky", transfers=tuple(transfer(100 + i) for i in range(8))),
+        region("leaky", transfers=tuple(transfer(line=100 + i) for i in range(8))),
     )
     errors = [line for line in annotation_lines(run, REPORT) if line.startswith("::error")]
     assert sum("transfer::" in line for line in errors) == 8
@@ -230,12 +187,12 @@ def test_summary_has_a_row_per_region_and_the_findings() -> None:
         region(
             "leaky",
             transfers=(
-                transfer(12),
-                transfer(14),
-                transfer(20, direction=Direction.DEVICE_TO_HOST),
+                transfer(line=12),
+                transfer(line=14),
+                transfer(Direction.DEVICE_TO_HOST, line=20),
             ),
         ),
-        region("broken", error=error(), timing=None, boundaries=()),
+        region("broken", error=region_error(), timing=None, boundaries=()),
         region("checked", checks=(FAILED_CHECK,), has_checks=True),
     )
     text = render_summary(run, REPORT)
@@ -260,7 +217,12 @@ def test_summary_has_a_row_per_region_and_the_findings() -> None:
 
 def test_summary_escapes_user_text_and_fences_tracebacks() -> None:
     traceback = "Traceback\n```\nnot the end of the block\n````\n  <b>x</b>"
-    run = run_of(region("broken", error=error("<script>alert(1)</script> | *x*", traceback)))
+    run = run_of(
+        region(
+            "broken",
+            error=region_error(message="<script>alert(1)</script> | *x*", details=traceback),
+        )
+    )
     text = render_summary(run, REPORT)
     assert "\\<script\\>alert(1)\\</script\\> \\| \\*x\\*" in text
     assert "<script>" not in text
@@ -270,7 +232,7 @@ def test_summary_escapes_user_text_and_fences_tracebacks() -> None:
 
 
 def test_summary_cuts_a_huge_traceback() -> None:
-    run = run_of(region("broken", error=error(details="x" * (MAX_DETAILS_CHARS * 5))))
+    run = run_of(region("broken", error=region_error(details="x" * (MAX_DETAILS_CHARS * 5))))
     text = render_summary(run, REPORT)
     assert len(text) < MAX_DETAILS_CHARS + 5_000
     assert f"{MAX_DETAILS_CHARS * 4} more characters in the report" in text
@@ -287,8 +249,8 @@ def test_summary_stays_within_the_limit_and_says_what_it_left_out(limit: int) ->
     regions = [
         region(
             f"r{i:05d}",
-            transfers=tuple(transfer(j) for j in range(3)),
-            error=error(details="frame\n" * 400) if i % 2 else None,
+            transfers=tuple(transfer(line=j) for j in range(3)),
+            error=region_error(details="frame\n" * 400) if i % 2 else None,
         )
         for i in range(3_000)
     ]
@@ -354,29 +316,6 @@ def test_a_full_or_unwritable_summary_costs_a_warning_not_the_run(tmp_path: Path
 
 
 # --- through the real CLI ------------------------------------------------------------------------
-
-STEPS = """
-import jax
-import numpy as np
-
-
-@jax.jit
-def step(x):
-    return x + 1.0
-
-
-def inputs():
-    return (jax.device_put(np.zeros(3, np.float32)),)
-
-
-def leaky(x):
-    return step(np.zeros(3, np.float32))
-"""
-
-
-def policy(*steps: str) -> str:
-    regions = "".join(f"  - name: {s}\n    step: mod:{s}\n    setup: mod:inputs\n" for s in steps)
-    return f"version: 1\n{FAST_DEFAULTS}regions:\n{regions}"
 
 
 @pytest.fixture

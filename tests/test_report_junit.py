@@ -10,99 +10,26 @@ from pathlib import Path
 import junit_xml  # not `from junit_xml import TestCase`: pytest would try to collect it
 import pytest
 import xmlschema
+from result_samples import FAILED_CHECK, POLICY, SETUP_ERROR, region, run_of, transfer
 
 from gate import report_junit
 from gate.guard_levels import Direction, GuardLevel, GuardSpec
 from gate.hints import hint_for
 from gate.report_junit import ReportWriteError, render_junit, write_junit
 from gate.results import (
-    BoundaryCost,
     CheckName,
     CheckOutcome,
     ErrorKind,
     Phase,
     RegionError,
-    RegionResult,
     RunResult,
-    SourceLocation,
     SuiteResult,
-    TimingStats,
     Transfer,
 )
 
 XSD = Path(__file__).parent / "junit.xsd"
-POLICY = "policies/train.yaml"
 
-# --- building results by hand -------------------------------------------------------------
-
-
-def at(
-    path: str = "examples/bad.py", line: int = 12, function: str = "train_step"
-) -> SourceLocation:
-    return SourceLocation(path, line, function)
-
-
-def transfer(
-    direction: Direction = Direction.HOST_TO_DEVICE,
-    *,
-    dtype: str | None = "float32",
-    shape: tuple[int, ...] | None = (8,),
-    location: SourceLocation | None = None,
-    phase: Phase = Phase.FIRST_CALL,
-    failing: bool = True,
-    explicit: bool = False,
-    boundary: str | None = None,
-    message: str | None = None,
-    count: int = 1,
-    source: str | None = None,
-    thread: str | None = None,
-) -> Transfer:
-    return Transfer(
-        direction=direction,
-        explicit=explicit,
-        dtype=dtype,
-        shape=shape,
-        location=location if location is not None else at(),
-        phase=phase,
-        failing=failing,
-        message=message or f"Disallowed {direction.label} transfer: aval=ShapedArray(float32[8])",
-        boundary=boundary,
-        count=count,
-        source=source,
-        thread=thread,
-    )
-
-
-TIMING = TimingStats(
-    repeats=20, min_s=0.0011, p25_s=0.0012, median_s=0.00123, p75_s=0.0013, max_s=0.0021
-)
-BOUNDARY = BoundaryCost(name="pkg.io:save", calls=20, total_s=0.0031, per_step_s=0.000155)
-
-
-def region(name: str = "step", **changes: object) -> RegionResult:
-    base = RegionResult(
-        suite="train",
-        name=name,
-        policy_path=POLICY,
-        policy_line=7,
-        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
-        timing=TIMING,
-        boundaries=(BOUNDARY,),
-        wall_s=0.5,
-    )
-    return replace(base, **changes)  # type: ignore[arg-type]
-
-
-def run_of(*regions: RegionResult) -> RunResult:
-    return RunResult((SuiteResult("train", POLICY, regions),))
-
-
-BOOM = RegionError(
-    ErrorKind.SETUP,
-    "ValueError: boom",
-    'Traceback (most recent call last):\n  File "examples/setup.py", line 3\nValueError: boom',
-    at("examples/setup.py", 3, "make_batch"),
-)
+# --- sample runs, built from result_samples -----------------------------------------------
 
 SAMPLES: dict[str, RunResult] = {
     "empty run": RunResult(()),
@@ -114,10 +41,10 @@ SAMPLES: dict[str, RunResult] = {
     "several and logged": run_of(
         region(
             transfers=(
-                transfer(location=at(line=12)),
-                transfer(Direction.DEVICE_TO_HOST, location=at(line=14), phase=Phase.STEADY_STATE),
-                transfer(Direction.DEVICE_TO_DEVICE, location=at(line=16)),
-                transfer(Direction.DEVICE_TO_HOST, failing=False, location=at(line=20)),
+                transfer(line=12),
+                transfer(Direction.DEVICE_TO_HOST, line=14, phase=Phase.STEADY_STATE),
+                transfer(Direction.DEVICE_TO_DEVICE, line=16),
+                transfer(Direction.DEVICE_TO_HOST, failing=False, line=20),
             )
         )
     ),
@@ -131,7 +58,7 @@ SAMPLES: dict[str, RunResult] = {
         )
     ),
     "six failing lines": run_of(
-        region(transfers=tuple(transfer(location=at(line=line)) for line in range(10, 16)))
+        region(transfers=tuple(transfer(line=line) for line in range(10, 16)))
     ),
     "thread": run_of(
         region(
@@ -143,7 +70,7 @@ SAMPLES: dict[str, RunResult] = {
     "notes": run_of(
         region(transfers=(transfer(),), notes=("no transfer map", "second note")),
         region("ok", notes=("no transfer map",)),
-        region("e", error=BOOM, notes=("no transfer map",)),
+        region("e", error=SETUP_ERROR, notes=("no transfer map",)),
     ),
     "explicit outside boundary": run_of(
         region(
@@ -160,15 +87,15 @@ SAMPLES: dict[str, RunResult] = {
             )
         )
     ),
-    "error": run_of(region(error=BOOM, transfers=(transfer(),))),
-    "error with checks": run_of(region(error=BOOM, has_checks=True)),
-    "error without location": run_of(region(error=replace(BOOM, location=None))),
+    "error": run_of(region(error=SETUP_ERROR, transfers=(transfer(),))),
+    "error with checks": run_of(region(error=SETUP_ERROR, has_checks=True)),
+    "error without location": run_of(region(error=replace(SETUP_ERROR, location=None))),
     "failed checks": run_of(
         region(
             has_checks=True,
             checks=(
                 CheckOutcome(CheckName.FINITE, True, "all 8 values finite"),
-                CheckOutcome(CheckName.REFERENCE, False, "max abs diff 0.3 > 1e-05"),
+                FAILED_CHECK,
                 CheckOutcome(CheckName.CUSTOM, False, "loss went up"),
             ),
         )
@@ -196,7 +123,7 @@ SAMPLES: dict[str, RunResult] = {
             SuiteResult(
                 "serve",
                 "policies/serve.yaml",
-                (replace(region("e", error=BOOM, has_checks=True), suite="serve"),),
+                (replace(region("e", error=SETUP_ERROR, has_checks=True), suite="serve"),),
             ),
         )
     ),
@@ -373,7 +300,7 @@ def test_several_failing_lines_name_the_most_frequent_and_list_the_rest(
 def test_many_failing_lines_name_three_more_then_count(
     lines: int, tail: str, tmp_path: Path, schema: xmlschema.XMLSchema
 ) -> None:
-    transfers = tuple(transfer(location=at(line=line)) for line in range(10, 10 + lines))
+    transfers = tuple(transfer(line=line) for line in range(10, 10 + lines))
     root = written(run_of(region(transfers=transfers)), tmp_path, schema)
     failure = only(case(root, "step: transfers"), "failure")
     assert failure.get("message") == (
@@ -587,8 +514,7 @@ def test_failed_checks(tmp_path: Path, schema: xmlschema.XMLSchema) -> None:
 def test_one_failed_check_is_named_with_its_detail(
     tmp_path: Path, schema: xmlschema.XMLSchema
 ) -> None:
-    failed = CheckOutcome(CheckName.REFERENCE, False, "max abs diff 0.3 > 1e-05")
-    root = written(run_of(region(has_checks=True, checks=(failed,))), tmp_path, schema)
+    root = written(run_of(region(has_checks=True, checks=(FAILED_CHECK,))), tmp_path, schema)
     failure = only(case(root, "step: result checks"), "failure")
     assert failure.get("message") == "result check failed: reference: max abs diff 0.3 > 1e-05"
 

@@ -3,78 +3,17 @@
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 import pytest
+from result_samples import FAILED_CHECK, SETUP_ERROR, region, run_of, transfer
 
-from gate.guard_levels import Direction, GuardLevel, GuardSpec
+from gate.guard_levels import Direction
 from gate.hints import hint_for
 from gate.report_terminal import format_duration, format_summary
-from gate.results import (
-    BoundaryCost,
-    CheckName,
-    CheckOutcome,
-    ErrorKind,
-    Phase,
-    RegionError,
-    RegionResult,
-    RunResult,
-    SourceLocation,
-    SuiteResult,
-    TimingStats,
-    Transfer,
-)
+from gate.results import ErrorKind, Phase, RegionError, RunResult
 
 COUNT_LINE = re.compile(r"\d+ passed, \d+ failed")
 H2D_HINT_START = "put inputs on the device"
-
-
-def transfer(
-    direction: Direction = Direction.HOST_TO_DEVICE,
-    *,
-    line: int = 12,
-    failing: bool = True,
-    explicit: bool = False,
-    boundary: str | None = None,
-    phase: Phase = Phase.FIRST_CALL,
-    count: int = 1,
-    dtype: str | None = "float32",
-    shape: tuple[int, ...] | None = (8,),
-    source: str | None = None,
-    thread: str | None = None,
-) -> Transfer:
-    return Transfer(
-        direction=direction,
-        explicit=explicit,
-        dtype=dtype,
-        shape=shape,
-        location=SourceLocation("examples/bad.py", line, "train_step"),
-        phase=phase,
-        failing=failing,
-        message="Disallowed transfer",
-        boundary=boundary,
-        count=count,
-        source=source,
-        thread=thread,
-    )
-
-
-def region(name: str, **changes: object) -> RegionResult:
-    base = RegionResult(
-        suite="train",
-        name=name,
-        policy_path="policies/train.yaml",
-        policy_line=7,
-        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
-        timing=TimingStats(20, 0.0011, 0.0012, 0.00123, 0.0013, 0.0021),
-        boundaries=(BoundaryCost("pkg.io:save", 20, 0.0031, 0.000155),),
-        wall_s=0.5,
-    )
-    return replace(base, **changes)  # type: ignore[arg-type]
-
-
-def run_of(*regions: RegionResult) -> RunResult:
-    return RunResult((SuiteResult("train", "policies/train.yaml", regions),))
 
 
 MIXED = run_of(
@@ -86,20 +25,8 @@ MIXED = run_of(
             transfer(Direction.DEVICE_TO_HOST, line=14, phase=Phase.STEADY_STATE),
         ),
     ),
-    region(
-        "broken",
-        error=RegionError(
-            ErrorKind.SETUP,
-            "ValueError: boom",
-            "Traceback ...",
-            SourceLocation("examples/setup.py", 3, "make_batch"),
-        ),
-    ),
-    region(
-        "wrong",
-        has_checks=True,
-        checks=(CheckOutcome(CheckName.REFERENCE, False, "max abs diff 0.3 > 1e-05"),),
-    ),
+    region("broken", error=SETUP_ERROR),
+    region("wrong", has_checks=True, checks=(FAILED_CHECK,)),
 )
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from cli_helpers import FAST_DEFAULTS, make_repo, run_gate, validate_junit
+from cli_helpers import make_repo, run_gate, validate_junit
+from result_samples import STEPS, policy_yaml, region_yaml
 
 from gate.exit_codes import ExitCode
 from gate.guard_levels import GuardLevel, GuardSpec
@@ -101,23 +103,9 @@ def test_an_empty_shard_says_so() -> None:
 
 # --- through the real CLI: sharded runs merged equal one run -------------------------------------
 
-STEPS = """
-import jax
-import numpy as np
-
-
-@jax.jit
-def step(x):
-    return x + 1.0
-
-
-def inputs():
-    return (jax.device_put(np.zeros(3, np.float32)),)
-
-
-def leaky(x):
-    return step(np.zeros(3, np.float32))
-
+SHARDED_STEPS = (
+    STEPS
+    + """
 
 def broken(x):
     raise ValueError("boom")
@@ -126,10 +114,7 @@ def broken(x):
 def finite(outputs):
     return False
 """
-
-
-def region_yaml(name: str, step: str, checks: str = "") -> str:
-    return f"  - name: {name}\n    step: mod:{step}\n    setup: mod:inputs\n{checks}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -138,14 +123,15 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_repo(
         tmp_path_factory.mktemp("sharded"),
         {
-            "mod.py": STEPS,
-            "policies/train.yaml": f"version: 1\n{FAST_DEFAULTS}regions:\n"
-            + region_yaml("clean", "step")
-            + region_yaml("leaky", "leaky")
-            + region_yaml("checked", "step", checked),
-            "policies/eval.yaml": f"version: 1\n{FAST_DEFAULTS}regions:\n"
-            + region_yaml("broken", "broken")
-            + region_yaml("also_leaky", "leaky"),
+            "mod.py": SHARDED_STEPS,
+            "policies/train.yaml": policy_yaml(
+                region_yaml("clean", "step"),
+                region_yaml("leaky", "leaky"),
+                region_yaml("checked", "step", checked),
+            ),
+            "policies/eval.yaml": policy_yaml(
+                region_yaml("broken", "broken"), region_yaml("also_leaky", "leaky")
+            ),
         },
     )
 
@@ -209,6 +195,33 @@ def test_shards_merged_give_the_same_testcases_as_one_run(repo: Path) -> None:
         p.get("name") for p in ET.parse(repo / "reports/merged.xml").getroot().iter("property")
     }
     assert merged_props == whole_props
+
+
+def test_sharded_json_reports_merge_into_the_unsharded_map(repo: Path) -> None:
+    def regions(path: Path) -> dict[str, tuple[object, ...]]:
+        document = json.loads(path.read_text())
+        return {
+            r["classname"]: (r["status"], [(t["path"], t["line"], t["direction"], t["per_step"])
+                                           for t in r["transfers"]], r["error"] is None)
+            for suite in document["suites"]
+            for r in suite["regions"]
+        }  # fmt: skip
+
+    whole = run_gate(repo, "run", "--json", "reports/whole.json")
+    assert whole.returncode == ExitCode.REGION_FAILED, whole
+    for k in (1, 2):
+        run_gate(repo, "run", "--shard", f"{k}/2", "--json", f"reports/s{k}.json")
+    merged = run_gate(
+        repo, "merge", "reports/merged.json", "reports/s1.json", "reports/s2.json",
+        report="reports/merged.json",
+    )  # fmt: skip
+    assert merged.returncode == ExitCode.OK, merged
+    assert regions(repo / "reports/merged.json") == regions(repo / "reports/whole.json")
+    document = json.loads((repo / "reports/merged.json").read_text())
+    assert document["passed"] is False
+    assert [s["name"] for s in document["suites"]] == [
+        s["name"] for s in json.loads((repo / "reports/whole.json").read_text())["suites"]
+    ]
 
 
 def test_an_empty_shard_writes_a_valid_report_and_passes(repo: Path) -> None:
@@ -341,9 +354,9 @@ def test_merge_cli_warns_about_duplicates(tmp_path: Path) -> None:
         ({}, ["out.xml", "missing.xml"], "missing.xml: no such file"),
         ({"bad.xml": "<testsuites><testsuite"}, ["out.xml", "bad.xml"], "not well-formed XML"),
         ({"html.xml": "<html/>"}, ["out.xml", "html.xml"], "root element is <html>"),
-        ({"a.json": "{}"}, ["out.json", "a.json"], "merging JSON reports is not supported yet"),
+        ({"a.json": "{}"}, ["out.json", "a.json"], "a.json: not a transfer-gate JSON report"),
         ({"a.xml": SUITE_A}, ["out.json", "a.xml"], "must be reports of one kind"),
-        ({"a.txt": ""}, ["out.txt", "a.txt"], "merge takes .xml (JUnit) files"),
+        ({"a.txt": ""}, ["out.txt", "a.txt"], "merge takes .json, .xml files (JUnit, JSON)"),
     ],
 )
 def test_merge_refuses_what_it_cannot_merge(

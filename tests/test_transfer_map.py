@@ -180,3 +180,17 @@ def test_a_corrupt_baseline_is_a_usage_error(repo: Path) -> None:
     assert "transfer-gate baseline" in run.stderr
     ignored = run_gate(repo, "run", "--no-baseline")
     assert ignored.returncode == 1, ignored
+
+
+def test_baseline_of_one_region_keeps_the_other_regions_entries(tmp_path: Path) -> None:
+    two = POLICY + "  - name: again\n    step: steps:step\n    setup: steps:inputs\n"
+    repo = make_repo(tmp_path, {"steps.py": MANY, "policies/p.yaml": two})
+    assert run_gate(repo, "baseline").returncode == 0
+    baseline = repo / "policies" / "transfer-gate-baseline.json"
+    before = json.loads(baseline.read_text())["accepted"]
+    assert {e["region"] for e in before} == {"p.many", "p.again"}
+    only = run_gate(repo, "baseline", "--region", "many")
+    assert only.returncode == 0, only
+    assert "3 kept for other regions" in only.stdout
+    assert json.loads(baseline.read_text())["accepted"] == before
+    assert run_gate(repo, "run").returncode == 0
