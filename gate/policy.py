@@ -509,6 +509,12 @@ def _build(document: yaml.Node, shown: Path, file: Path, write_references: bool)
         else (),
         regions=tuple(regions),
         platform=str(value(top, "platform", "")) or None,
+        env=tuple(
+            sorted(
+                (str(scalar_value(k)), str(scalar_value(v)))
+                for k, v in (top["env"].value if "env" in top else [])
+            )
+        ),
     )
 
 

@@ -70,3 +70,5 @@ class Policy:
     python_path: tuple[Path, ...]  # absolute
     regions: tuple[Region, ...]
     platform: str | None = None  # "cpu", "gpu" or "tpu": the run fails elsewhere
+    # Set in the worker before jax is imported (XLA_FLAGS...), sorted by name.
+    env: tuple[tuple[str, str], ...] = ()

@@ -48,6 +48,7 @@ from gate.results import (
     SuiteResult,
 )
 from gate.source import UserCode
+from gate.transfer_map import prepare_environment
 from gate.worker import DUMP_SIGNAL, Done, FrameBuffer, Job, Message, Ready, write_frame
 from gate.worker_output import StackDump, WorkerOutput, split_output
 
@@ -76,10 +77,13 @@ def worker_environment(parent: Mapping[str, str], policy: Policy, region: Region
     region whose environment differs from the running worker's gets a fresh
     worker, so this may depend on the region.
 
-    Today: the gate's own environment, unchanged.
+    The gate's own environment (whose TF_CPP_MIN_LOG_LEVEL `gate.cli` has
+    already made safe), plus the policy's ``env:``.
     """
-    del policy, region  # hook: nothing depends on the region yet
-    return dict(parent)
+    del region  # a policy's regions share its environment
+    env = {**parent, **dict(policy.env)}
+    prepare_environment(env)  # a policy's env must not hide the guard's log lines either
+    return env
 
 
 def keep_accelerators_for_workers() -> None:

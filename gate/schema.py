@@ -292,8 +292,8 @@ class _Walker:
     def _check_object(self, node: yaml.Node, schema: Schema, where: str) -> list[Violation]:
         props: Mapping[str, Schema] = schema.get("properties", {})
         extra = schema.get("additionalProperties", True)
-        if extra not in (True, False):
-            raise ValueError("gate.schema supports additionalProperties: true or false only")
+        if not isinstance(extra, bool | dict):
+            raise ValueError("gate.schema supports additionalProperties: a boolean or a schema")
         found: list[Violation] = []
         present: set[str] = set()
         suggested: set[str] = set()
@@ -318,6 +318,8 @@ class _Walker:
             present.add(key)
             if key in props:
                 found += self.check(value_node, props[key], where_key(where, key))
+            elif isinstance(extra, dict):
+                found += self.check(value_node, extra, where_key(where, key))
             elif extra is False:
                 close = difflib.get_close_matches(key, list(props), n=1, cutoff=0.6)
                 fix = f" (did you mean {close[0]!r}?)" if close else ""

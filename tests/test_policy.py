@@ -158,6 +158,8 @@ def test_full_policy_values() -> None:
         version=1,
         suite="mlp-training",
         python_path=(PKG,),
+        platform="cpu",
+        env=(("XLA_FLAGS", "--xla_force_host_platform_device_count=2"),),
         regions=(
             Region(
                 name="train_step",

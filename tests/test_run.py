@@ -162,6 +162,27 @@ def test_uncommitted_device_to_device_move_is_caught(tmp_path: Path) -> None:
     assert "first call" in failure.get("message", "")
 
 
+def test_a_policys_env_reaches_the_worker_before_jax_loads(tmp_path: Path) -> None:
+    # The harness gives the gate one CPU device; the policy asks for two, and
+    # the device-to-device move needs them: the env was set before jax loaded.
+    repo = make_repo(
+        tmp_path,
+        {
+            "d2d.py": D2D,
+            "policies/p.yaml": (
+                "version: 1\nenv:\n  XLA_FLAGS: --xla_force_host_platform_device_count=2\n"
+                f"{FAST_DEFAULTS}regions:\n  - name: d2d\n    step: d2d:step\n"
+                "    setup: d2d:inputs\n"
+            ),
+        },
+    )
+    run = run_gate(repo, "run", devices=1)
+    assert run.returncode == 1, run
+    failure = run.testcase("d2d: transfers").find("failure")
+    assert failure is not None, run
+    assert "device-to-device" in failure.get("message", "")
+
+
 BOUNDARY = """
 import jax
 import numpy as np
