@@ -200,3 +200,30 @@ def test_two_files_defining_the_same_suite_and_region_are_refused(repo: Path) ->
         "policies/b/p.yaml:4: regions[0]: region 'p.step' is also defined in "
         "policies/a/p.yaml:4; give one of the files its own `suite:` name"
     ) in run.stderr
+
+
+BAD_POLICIES = sorted((TESTS / "example-policies" / "bad").glob("*.y*ml"))
+
+
+def expected_error(path: Path) -> str:
+    first = path.read_text(encoding="utf-8", errors="replace").splitlines()[0]
+    return first.removeprefix("# error:").strip()
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_every_bad_policy_is_one_clear_line_through_the_cli(command: str, tmp_path: Path) -> None:
+    # One gate process for all of them: every file's problems are reported
+    # together, each on its line, with no traceback, and nothing runs.
+    files = [str(p) for p in BAD_POLICIES]
+    report = tmp_path / "r.xml"
+    extra = ["--junit", str(report)] if command == "run" else []
+    run = run_gate(TESTS.parent, command, *files, *extra, report=str(report))
+    assert run.returncode == ExitCode.USAGE, run
+    assert "Traceback" not in run.stderr
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    for path in BAD_POLICIES:
+        want = expected_error(path)
+        assert any(want in line for line in errors), (path.name, want, run.stderr)
+    if command == "run":
+        reported = {c.get("file") for c in run.junit().iter("testcase")}
+        assert len(reported) == len(BAD_POLICIES)
