@@ -129,6 +129,7 @@ class ErrorKind(enum.Enum):
     CHECK = "result check could not run"
     IMPORT = "callable did not import"
     PLATFORM = "wrong platform"
+    UNCHECKED = "not checked on this platform"
     POLICY = "invalid policy"
     INTERNAL = "gate error"
     # The region's worker process was lost (gate.scheduler); the rest ran in a fresh one.

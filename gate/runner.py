@@ -687,12 +687,39 @@ def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> Region
             coverage=_coverage(run, can_map),
             **base,
         )
+    coverage = _coverage(run, can_map)
     return result(
         transfers=tuple(run.transfers),
         timing=summarize(samples),
         boundaries=costs,
         checks=checks,
         notes=tuple(_notes(run, can_map, callbacks_missing)),
-        coverage=_coverage(run, can_map),
+        coverage=coverage,
+        error=_unchecked(run, coverage),
         **base,
     )
+
+
+def _unchecked(run: RegionRun, coverage: tuple[tuple[str, str], ...]) -> RegionError | None:
+    """An error when the policy disallows a direction that nothing could check.
+
+    A pass would claim what nobody saw. The fix is the user's choice: a
+    platform where it can be checked, or a policy that says it may go unchecked.
+    """
+    blind = [
+        label
+        for label, judge in coverage
+        if judge == "not checked"
+        and run.region.guard.level(Direction.from_label(label)).fails_implicit
+    ]
+    if not blind:
+        return None
+    where = run.platform.describe() if run.platform else "this platform"
+    why = run.detector_missing or "the guard's log did not reach the gate (no transfer map)"
+    keys = ", ".join(f"{label.replace('-', '_')}: allow" for label in blind)
+    message = (
+        f"{', '.join(blind)} transfers could not be checked on {where} ({why}), and the "
+        f"policy disallows them; run where they can be checked, or accept the gap with "
+        f"`guard: {{{keys}}}`"
+    )
+    return RegionError(ErrorKind.UNCHECKED, message, message)

@@ -362,3 +362,45 @@ def test_requiring_a_gpu_on_this_cpu_machine_fails_clearly(repo: Path, how: str)
         assert "likely cause: JAX_PLATFORMS=cpu keeps JAX off the gpu; unset it" in message
     else:
         assert "likely cause: a CPU-only jaxlib" in message
+
+
+def test_a_disallowed_direction_nothing_could_check_is_an_error_not_a_pass(repo: Path) -> None:
+    # Simulate a JAX whose arrays lack the hook the detector needs: on CPU
+    # nothing then sees device-to-host, and the policy disallows it.
+    make_repo(
+        repo,
+        {
+            "policies/p.yaml": policy(("clean", "clean"))
+            + "  - name: accepted\n    step: steps:clean\n    setup: steps:inputs\n"
+            "    guard: {device_to_host: allow}\n",
+            "inject/sitecustomize.py": """
+                import gate.detector
+
+                def missing():
+                    raise gate.detector.DetectorUnavailable("injected: no ArrayImpl._value")
+
+                gate.detector._find_hooks = missing
+            """,
+        },
+    )
+    run = run_gate(repo, "run", env={"PYTHONPATH": str(repo / "inject")})
+    assert run.returncode == 1, run
+    error = run.testcase("clean: transfers").find("error")
+    assert error is not None, run
+    assert error.get("message", "") == (
+        "not checked on this platform: device-to-host transfers could not be checked on "
+        "cpu (cpu x1), jax 0.10.2, jaxlib 0.10.2 (injected: no ArrayImpl._value), and the "
+        "policy disallows them; run where they can be checked, or accept the gap with "
+        "`guard: {device_to_host: allow}`"
+    ).replace("jax 0.10.2, jaxlib 0.10.2", _versions())
+    accepted = run.testcase("accepted: transfers")
+    assert accepted.find("error") is None, run
+    assert accepted.find("failure") is None, run
+    assert "device-to-host: not checked" in (accepted.findtext("system-out") or "")
+
+
+def _versions() -> str:
+    import jax
+    import jaxlib.version
+
+    return f"jax {jax.__version__}, jaxlib {jaxlib.version.__version__}"
