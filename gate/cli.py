@@ -364,7 +364,9 @@ def _execute(
         return run_isolated(policies, repo_root, only, cancel=cancel, forward=sys.stderr)
     except Exception as exc:
         if report is not None:
-            write_junit(_internal_error_result(exc), report)
+            broken = _internal_error_result(exc)
+            write_junit(broken, report)
+            report_to_github(broken, report)
         raise
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gate.guard_levels import Direction
-from gate.results import Transfer
+from gate.results import ErrorKind, RegionError, Transfer
 
 # One entry per Direction; tests check that none is missing, so a new
 # direction cannot reach a report without a hint.
@@ -39,3 +39,26 @@ def hint_for(transfer: Transfer) -> str:
             return _EXPLICIT_INSIDE_BOUNDARY_NOTE
         return _EXPLICIT_OUTSIDE_BOUNDARY_FIX
     return _IMPLICIT_FIXES[transfer.direction]
+
+
+# What to do about a region that could not be judged, where there is a usual answer.
+_ERROR_FIXES: dict[ErrorKind, str] = {
+    ErrorKind.TIMEOUT: (
+        "raise the region's timeout_s in the policy if the step is legitimately slow (its "
+        "first call compiles, which takes longest on a GPU), else find where it hangs in the "
+        "stack below"
+    ),
+    ErrorKind.CRASH: (
+        "run the step locally with `python -X faulthandler` to see where it dies; SIGKILL "
+        "usually means the machine ran out of memory (lower the batch, or "
+        "XLA_PYTHON_CLIENT_MEM_FRACTION in the policy's env:)"
+    ),
+    ErrorKind.CANCELLED: "nothing in this region's code: the run was stopped before it finished",
+    ErrorKind.BAD_INPUT: "make setup return a tuple of positional arguments or a dict of them",
+    ErrorKind.BAD_OUTPUT: "make the step return its outputs (arrays, or a pytree of them)",
+}
+
+
+def hint_for_error(error: RegionError) -> str | None:
+    """The usual fix for a region that could not be judged, if there is one."""
+    return _ERROR_FIXES.get(error.kind)

@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import TextIO
 
 from gate.findings import Finding, group
-from gate.hints import hint_for
+from gate.hints import hint_for, hint_for_error
 from gate.report_terminal import (
     format_boundary,
     format_duration,
     one_line,
 )
-from gate.results import RegionResult, RunResult
+from gate.results import ErrorKind, RegionResult, RunResult
 
 MAX_ERROR_ANNOTATIONS = 10  # GitHub shows no more error annotations per step
 MAX_SUMMARY_BYTES = 1024 * 1024  # GitHub's limit for one step's summary
@@ -117,7 +117,7 @@ def region_annotations(region: RegionResult) -> list[Annotation]:
         for finding in group(region.transfers)
         if finding.failing
     ]
-    if region.error is not None:
+    if region.error is not None and region.error.kind is not ErrorKind.CANCELLED:
         error = region.error
         where = error.location
         found.append(
@@ -128,6 +128,7 @@ def region_annotations(region: RegionResult) -> list[Annotation]:
                 where.line if where is not None else region.policy_line,
                 error.kind.value,
                 one_line(error.message),
+                fix=hint_for_error(error) or "",
                 details=error.details,
             )
         )
@@ -183,6 +184,22 @@ def annotation_lines(run: RunResult, report: str, limit: int = MAX_ERROR_ANNOTAT
         )
         for entry in found[:limit]
     ]
+    cancelled = [
+        r.classname for r in run.regions if r.error and r.error.kind is ErrorKind.CANCELLED
+    ]
+    if cancelled:
+        # Not a fault of any line: one warning for the run, not an error per region.
+        shown = ", ".join(cancelled[:5]) + (
+            f" and {len(cancelled) - 5} more" if len(cancelled) > 5 else ""
+        )
+        lines.append(
+            workflow_command(
+                "warning",
+                f"the run was stopped before {len(cancelled)} region(s) finished ({shown}); "
+                "they were not judged",
+                title=f"{TITLE}: run cancelled",
+            )
+        )
     left = len(found) - limit
     if left > 0:
         noun = "finding" if left == 1 else "findings"
@@ -209,9 +226,11 @@ def _text(text: str) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", one_line(text))
 
 
-def _code(text: str) -> str:
-    """`text` as an inline code span, safe in a table cell too."""
-    text = one_line(text).replace("|", "\\|")
+def _code(text: str, *, in_table: bool = False) -> str:
+    """`text` as an inline code span; in a table cell, `|` is escaped (elsewhere it would show)."""
+    text = one_line(text)
+    if in_table:
+        text = text.replace("|", "\\|")
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
@@ -260,7 +279,7 @@ def _table_row(region: RegionResult) -> str:
         else "—"
     )
     cells = [
-        _code(region.classname),
+        _code(region.classname, in_table=True),
         _status(region),
         _failing_by_direction(region),
         median,

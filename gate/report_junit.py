@@ -34,7 +34,7 @@ from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from gate.findings import Finding, group
 from gate.guard_levels import Direction, GuardSpec
-from gate.hints import hint_for
+from gate.hints import hint_for, hint_for_error
 from gate.report_terminal import (
     format_boundary,
     format_check,
@@ -249,7 +249,9 @@ def _cases(region: RegionResult) -> list[_Case]:
 
     if region.error is not None:
         error = region.error
-        where = error.location
+        # A cancelled region did nothing wrong: point at its policy entry, not at
+        # whatever line happened to be running when the run was stopped.
+        where = None if error.kind is ErrorKind.CANCELLED else error.location
         # An invalid policy, or a gate bug outside any region, is not about a
         # region's transfers: name the testcase after what broke ("policy",
         # "gate"). A gate bug while a region ran keeps the region's testcase.
@@ -413,11 +415,16 @@ def _details(region: RegionResult) -> str:
         lines.append(f"  inside declared boundaries: {_guard_levels(inside)}")
     findings = group(region.transfers)
     failing = sum(1 for f in findings if f.failing)
-    lines.append(
-        f"Lines moving data: {len(findings)} ({failing} failing)"
-        if findings
-        else "Lines moving data: none"
-    )
+    if region.error is not None:
+        # An unfinished region's silence proves nothing; never let it read as clean.
+        lines.append(
+            f"Lines moving data: not determined, the region did not finish "
+            f"({len(findings)} seen before it stopped)"
+        )
+    elif findings:
+        lines.append(f"Lines moving data: {len(findings)} ({failing} failing)")
+    else:
+        lines.append("Lines moving data: none")
     if region.fixed:
         lines.append("Accepted in the baseline but no longer seen:")
         lines.extend(f"- {entry}" for entry in region.fixed)
@@ -451,6 +458,9 @@ def _error_message(error: RegionError) -> str:
 
 def _error_body(region: RegionResult, error: RegionError) -> str:
     parts = [_error_message(error)]
+    fix = hint_for_error(error)
+    if fix is not None:
+        parts.append(f"fix: {fix}")
     if error.location is not None:
         parts.append(f"at {error.location} in {error.location.function}")
     if error.details.strip():
@@ -493,8 +503,9 @@ def _properties(suite: SuiteResult) -> dict[str, str]:
             properties[f"{prefix}checked_by.{label}"] = judge
         for direction in Direction:
             properties[f"{prefix}guard.{direction.value}"] = region.guard.level(direction).value
-        properties[prefix + "transfers.total"] = str(len(region.transfers))
-        properties[prefix + "transfers.failing"] = str(len(region.failing_transfers))
+        if region.error is None:  # an unfinished region's counts would read as "clean"
+            properties[prefix + "transfers.total"] = str(len(region.transfers))
+            properties[prefix + "transfers.failing"] = str(len(region.failing_transfers))
         properties[prefix + "wall_s"] = repr(region.wall_s)
         if region.error is not None:
             properties[prefix + "error"] = region.error.kind.name.lower()

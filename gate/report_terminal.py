@@ -8,7 +8,7 @@ same thing in the same words.
 from __future__ import annotations
 
 from gate.findings import group
-from gate.hints import hint_for
+from gate.hints import hint_for, hint_for_error
 from gate.results import (
     BoundaryCost,
     CheckOutcome,
@@ -179,6 +179,9 @@ def _findings(region: RegionResult) -> list[str]:
     if region.error is not None:
         where = str(region.error.location) if region.error.location is not None else policy
         lines.append(f"  {where}: {region.error.kind.value}: {one_line(region.error.message)}")
+        fix = hint_for_error(region.error)
+        if fix is not None:
+            lines.append(f"  fix: {fix}")
         lines.extend(f"  note: {note}" for note in region.notes)
         return lines
     failing = [f for f in group(region.transfers) if f.failing]

@@ -367,3 +367,27 @@ def test_invalid_policy_is_annotated_on_its_line(repo: Path, tmp_path: Path) -> 
     assert line.startswith("::error file=policies/p.yaml,line=7,title=transfer-gate%3A p.policy")
     assert "unknown key 'gaurd'" in line
     assert "**ERROR**: invalid policy" in summary.read_text()
+
+
+def test_cancelled_regions_are_one_warning_not_an_error_each() -> None:
+    cancelled = [
+        region(name, error=region_error(ErrorKind.CANCELLED, message="SIGTERM arrived"))
+        for name in ("a", "b")
+    ]
+    lines = annotation_lines(run_of(region("ok"), *cancelled), REPORT)
+    assert not [line for line in lines if line.startswith("::error")]
+    (warning,) = lines
+    assert warning.startswith("::warning title=transfer-gate%3A run cancelled::")
+    assert "before 2 region(s) finished (train.a, train.b)" in warning
+
+
+def test_an_error_annotation_carries_the_usual_fix() -> None:
+    timed_out = region("slow", error=region_error(ErrorKind.TIMEOUT, message="still running"))
+    (line,) = annotation_lines(run_of(timed_out), REPORT)
+    assert "%0Afix: raise the region's timeout_s in the policy" in line
+
+
+def test_source_lines_keep_their_pipes_outside_tables() -> None:
+    found = transfer(line=12, source="y = a | b")
+    summary = render_summary(run_of(region("s", transfers=(found,))), REPORT)
+    assert "  `y = a | b`\n" in summary  # a list item: no table to break, no backslash

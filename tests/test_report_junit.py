@@ -23,6 +23,7 @@ from gate.results import (
     Phase,
     RegionError,
     RunResult,
+    SourceLocation,
     SuiteResult,
     Transfer,
 )
@@ -683,3 +684,28 @@ def test_unwritable_path_raises_report_write_error(make_unwritable: str, tmp_pat
     assert "\n" not in message
     assert "writable path" in message
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_an_unfinished_region_never_reads_as_clean(
+    tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    crashed = region("boom", error=RegionError(ErrorKind.CRASH, "killed by SIGSEGV", "stack"))
+    root = written(run_of(crashed), tmp_path, schema)
+    out = case(root, "boom: transfers").findtext("system-out") or ""
+    assert "Lines moving data: not determined, the region did not finish" in out
+    assert "Lines moving data: none" not in out
+    names = {p.get("name") for p in root.iter("property")}
+    assert "boom.transfers.total" not in names
+    body = only(case(root, "boom: transfers"), "error").text or ""
+    assert "fix: run the step locally with `python -X faulthandler`" in body
+
+
+def test_a_cancelled_region_points_at_its_policy_entry(
+    tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    running = SourceLocation("examples/step.py", 38, "step")
+    stopped = region(
+        "stopped", error=RegionError(ErrorKind.CANCELLED, "SIGTERM arrived", "stack", running)
+    )
+    testcase = case(written(run_of(stopped), tmp_path, schema), "stopped: transfers")
+    assert (testcase.get("file"), testcase.get("line")) == (POLICY, "7")
