@@ -1,15 +1,23 @@
-"""Running one region: setup → first call (guarded) → warm-up → guarded runs → timed runs → checks.
+"""Running one region: setup → first call (mapped) → warm-up → mapped runs → JAX's verdict
+→ timed runs → checks.
 
 Why this order:
 - Every run gets fresh inputs from setup: a value whose host copy was
   already fetched hides the next transfer of it.
-- The very first call is guarded, after ``jax.clear_caches()``: JAX checks
+- The very first call is watched, after ``jax.clear_caches()``: JAX checks
   some moves (an uncommitted array sent to another device) only on a call's
   slow path, which an unguarded warm-up would use up.
-- Warm-up then compiles whatever else the step needs, unguarded, so that the
-  guarded steady-state runs and the timed runs see the steady state.
-- Timed runs are not guarded (entering the guard costs ~10 µs) and block on
-  the outputs, so the figure is device time, not dispatch time.
+- "Mapped" runs record every transfer with its line (`gate.transfer_map`:
+  JAX's guard at ``log_explicit``; `gate.detector` for device-to-host;
+  `gate.callbacks` for host callbacks); the region's own levels then decide
+  which of them fail.
+- Warm-up compiles whatever else the step needs, unguarded, so that the
+  steady-state runs and the timed runs see the steady state.
+- One run under the region's real levels lets JAX itself refuse what the
+  map might have missed; its refusal always fails.
+- Timed runs are not watched (entering the guard costs ~10 µs, the map far
+  more) and block on the outputs, so the figure is device time, not
+  dispatch time.
 """
 
 from __future__ import annotations
@@ -115,7 +123,7 @@ class RegionRun:
     callbacks: CallbackLog | None = None  # set while host callbacks are counted
     detector_missing: str | None = None  # why the device-to-host detector could not run
     disagreements: set[str] = field(default_factory=set)
-    input_warnings: dict[str, None] = field(default_factory=dict)  # ordered set
+    warnings: dict[str, None] = field(default_factory=dict)  # ordered set of notes
     previous_inputs: Inputs | None = None
 
     # -- inputs and outputs -------------------------------------------------
@@ -149,14 +157,14 @@ class RegionRun:
         if self.previous_inputs is not None:
             reused = reused_leaves(self.previous_inputs, inputs)
             if reused:
-                self.input_warnings[
+                self.warnings[
                     f"{setup} handed back the same array objects as the last run "
                     f"({', '.join(reused[:3])}): a value fetched once hides the next fetch "
                     "of it; build new arrays in setup"
                 ] = None
         try:
             if host_copy_cached(inputs):
-                self.input_warnings[
+                self.warnings[
                     f"{setup} returned arrays whose host copy is already cached: the step's "
                     "fetch of them moves nothing and cannot be seen; build new arrays in setup"
                 ] = None
@@ -225,7 +233,7 @@ class RegionRun:
                 if any(t.failing for t in self.transfers):
                     # Most likely a refused transfer in a thread broke the
                     # step; the failing transfers already say what to fix.
-                    self.input_warnings[
+                    self.warnings[
                         f"under the region's guard the step raised {type(exc).__name__}: "
                         f"{_first_line(exc)} (a refused transfer elsewhere, e.g. in a "
                         "thread, can cause this)"
@@ -631,7 +639,7 @@ def _notes(run: RegionRun, can_map: bool, callbacks_missing: str | None) -> list
                 "this region's pass says nothing about them"
             )
     notes.extend(sorted(run.disagreements))
-    notes.extend(run.input_warnings)
+    notes.extend(run.warnings)
     return notes
 
 
