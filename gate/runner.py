@@ -329,7 +329,7 @@ class RegionRun:
                     fetch.direction, fetch.explicit, fetch.location, fetch.boundary, fetch.thread
                 )
                 detector_counts[key] += 1
-                note(key, fetch.dtype, fetch.shape, f"the gate's detector ({fetch.what})")
+                note(key, fetch.dtype, fetch.shape, f"the gate's detector: {_host_use(fetch.what)}")
             counts = self._merge_witnesses(guard_counts, detector_counts)
             for site, times in ran.items():
                 key = _SiteKey(Direction.DEVICE_TO_HOST, False, site.location, None, None)
@@ -520,6 +520,27 @@ def _explicit_functions(jax: Any) -> tuple[Callable[..., Any], ...]:
         except AttributeError:
             continue
     return tuple(found)
+
+
+# What the host did with a fetched value, by the array method it went through.
+_HOST_USES = {
+    "__str__": "printed or turned into a string (print, str)",
+    "__repr__": "repr'd (repr, or print of a container)",
+    "__format__": "formatted (an f-string or format())",
+    "__float__": "converted with float()",
+    "__int__": "converted with int()",
+    "__index__": "used as an index",
+    "__bool__": "tested for truth (if x, bool(x), and/or)",
+    "__array__": "read by NumPy (np.asarray, np.array, a NumPy function)",
+    "__iter__": "iterated over",
+    "tolist": "converted with .tolist()",
+    "item": "converted with .item()",
+    "device_get": "fetched with jax.device_get",
+}
+
+
+def _host_use(what: str) -> str:
+    return _HOST_USES.get(what, f"read through {what}")
 
 
 def _thread_label(name: str) -> str:

@@ -142,6 +142,12 @@ def test_device_to_host_fetches_fail_at_their_lines_on_cpu(repo: Path) -> None:
         assert f"steps.py:{line_of(steps, needle)}" in message
     out = run.testcase("prints: transfers").findtext("system-out") or ""
     assert "device-to-host: gate detector" in out
+    # What the host did with the value, where it can be known.
+    assert "seen by: the gate's detector: printed or turned into a string" in out
+    floats = run.testcase("floats: transfers").findtext("system-out") or ""
+    assert "seen by: the gate's detector: converted with float()" in floats
+    numpy = run.testcase("numpy_view: transfers").findtext("system-out") or ""
+    assert "seen by: the gate's detector: read by NumPy" in numpy
     assert "Platform: cpu" in out
 
 
