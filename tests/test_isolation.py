@@ -6,10 +6,12 @@ Every test goes through the real CLI; regions run in worker processes
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,7 +20,7 @@ import pytest
 from cli_helpers import FAST_DEFAULTS, GateRun, gate_env, line_of, make_repo, run_gate
 
 from gate.exit_codes import ExitCode
-from gate.scheduler import cancel_on_signals
+from gate.scheduler import Cancellation, cancel_after, cancel_on_signals
 from gate.source import UserCode
 from gate.worker_output import StackDump, split_output
 
@@ -300,6 +302,75 @@ def test_cancelling_the_run_still_writes_the_report(repo: Path, signum: signal.S
     assert process_gone(worker), "the worker outlived the cancelled run"
 
 
+# Above the time a worker needs to start and run `done` on a loaded machine, far below the
+# 120 s that `hangs` sleeps.
+BUDGET_S = 5
+
+
+def test_a_spent_time_budget_cancels_the_run_and_still_writes_the_report(repo: Path) -> None:
+    # What CI relies on: a job step runs under `docker exec`, which passes no signal on, so the
+    # budget set below the job's timeout is what stops a hung region before the job is killed.
+    make_repo(
+        repo,
+        {
+            "policies/p.yaml": policy(
+                region("done", "first"),
+                region("hang", "hangs"),
+                region("later", "second"),
+            )
+        },
+    )
+    started = time.monotonic()
+    run = run_gate(
+        repo, "run", "--time-budget", str(BUDGET_S), "--json", "reports/transfer-gate.json"
+    )
+    took = time.monotonic() - started
+
+    spent = f"the run's time budget of {BUDGET_S} s was spent"
+    assert run.returncode == ExitCode.REGION_FAILED, run
+    assert took < 60, f"the run took {took:.0f} s: the budget did not stop the hung region"
+    assert f"error: run cancelled: {spent}" in run.stderr, run
+    assert (repo / "hang-started").exists(), run
+    assert_passed(run, "done")
+    kind, message, body = error_of(run, "hang")
+    assert kind == "cancelled", run
+    assert f"{spent} while this region was running; the worker was stopped" in message, run
+    assert "about to hang" in body, run
+    kind, message, _ = error_of(run, "later")
+    assert kind == "cancelled", run
+    assert f"{spent} before this region started" in message, run
+    assert not (repo / "pid-second").exists(), run
+    report = json.loads((repo / "reports" / "transfer-gate.json").read_text())
+    assert report["passed"] is False
+    statuses = {
+        r["name"]: (r["status"], (r["error"] or {}).get("kind"))
+        for s in report["suites"]
+        for r in s["regions"]
+    }
+    assert statuses == {
+        "done": ("passed", None),
+        "hang": ("error", "cancelled"),
+        "later": ("error", "cancelled"),
+    }
+
+
+def test_a_run_within_its_time_budget_is_untouched(repo: Path) -> None:
+    make_repo(repo, {"policies/p.yaml": policy(region("done", "first"))})
+    run = run_gate(repo, "run", "--time-budget", "600")
+    assert run.returncode == ExitCode.OK, run
+    assert "cancelled" not in run.stderr, run
+    assert_passed(run, "done")
+
+
+@pytest.mark.parametrize("budget", ["0", "-5", "soon", "nan", "inf"])
+def test_time_budget_must_be_a_positive_number_of_seconds(repo: Path, budget: str) -> None:
+    make_repo(repo, {"policies/p.yaml": policy(region("done", "first"))})
+    run = run_gate(repo, "run", f"--time-budget={budget}")
+    assert run.returncode == ExitCode.USAGE, run
+    assert "--time-budget" in run.stderr, run
+    assert not (repo / "pid-first").exists(), run
+
+
 def test_a_killed_gate_takes_its_worker_along(repo: Path) -> None:
     # SIGKILL leaves the gate no time to clean up: the worker notices that its
     # jobs pipe closed mid-region and kills its own process group.
@@ -574,6 +645,35 @@ def test_cancel_on_signals_turns_signals_into_a_request_and_restores_handlers() 
         readable = os.read(cancel.fileno(), 1)
         assert readable, "the wakeup pipe is readable once cancelled"
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_cancel_after_expires_once_and_is_stopped_on_exit() -> None:
+    cancel = Cancellation()
+    try:
+        with cancel_after(cancel, 0.05):
+            deadline = time.monotonic() + 10
+            while not cancel.requested and time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert cancel.reason == "the run's time budget of 0.05 s was spent"
+        assert cancel.signal is None
+        assert os.read(cancel.fileno(), 1), "the wakeup pipe is readable once cancelled"
+        cancel.request(signal.SIGTERM)  # the first reason stays
+        assert cancel.reason == "the run's time budget of 0.05 s was spent"
+        assert cancel.signal is None
+    finally:
+        cancel.close()
+
+    cancel = Cancellation()
+    try:
+        with cancel_after(cancel, 0.2):
+            pass
+        time.sleep(0.4)
+        assert not cancel.requested, "the timer outlived the run"
+        assert not [t for t in threading.enumerate() if t.name == "transfer-gate time budget"]
+        with cancel_after(cancel, None):
+            assert not cancel.requested
+    finally:
+        cancel.close()
 
 
 DUMP = """\
