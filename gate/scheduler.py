@@ -394,12 +394,35 @@ def _lost_region_error(
         parts.append("The worker printed nothing in this region.")
     if dump.threads:
         parts.append("Its Python stack (faulthandler, most recent call first):\n" + dump.text(code))
+    phase = _phase_of(dump)
     return RegionError(
         kind,
-        message + _last_printed(printed),
+        message + (f" {phase}" if phase else "") + _last_printed(printed),
         "\n\n".join(parts) + "\n",
         dump.location(code, crashed),
     )
+
+
+# The runner's functions, innermost first, and the phase each one runs: a
+# stack dump that passes through one of them says when the region was lost.
+_PHASES = (
+    ("fresh_inputs", "while setup ran"),
+    ("run_checks", "during the result checks"),
+    ("timed_calls", "during the timed runs"),
+    ("unguarded_call", "during warm-up"),
+    ("guarded_call", "during the run under the region's guard"),
+    ("mapped_calls", "during a watched run (the first call, which compiles, or steady state)"),
+)
+
+
+def _phase_of(dump: StackDump) -> str:
+    """``during warm-up``: the phase the main thread was in, from the runner's frames."""
+    for thread in dump.threads:
+        names = {frame.name for frame in thread.frames}
+        for function, phase in _PHASES:
+            if function in names:
+                return phase
+    return ""
 
 
 def _seconds(value: float) -> str:

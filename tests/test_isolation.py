@@ -158,6 +158,7 @@ def test_crash_hang_and_raise_leave_the_other_regions_judged(repo: Path) -> None
         kind, message, body = error_of(run, name)
         assert kind == "crash", run
         assert f"killed by {signal_name}" in message, run
+        assert "during a watched run (the first call" in message, run  # the phase it died in
         assert f"last output: {printed}" in message, run
         assert printed in body, run
         # faulthandler's stack names the line that crashed; PR tools annotate it.
@@ -167,6 +168,8 @@ def test_crash_hang_and_raise_leave_the_other_regions_judged(repo: Path) -> None
     kind, message, body = error_of(run, "hang")
     assert kind == "timeout", run
     assert "still running after 2 s (timeout_s)" in message, run
+    assert "during a watched run" in message, run
+    assert "fix: raise the region's timeout_s" in body, run
     assert "about to hang" in body, run
     case = run.testcase("hang: transfers")
     assert case.get("line") == str(line_of(steps, "the hang line")), run
