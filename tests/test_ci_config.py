@@ -53,13 +53,22 @@ GATE_COMMAND = (
 )
 JUNIT_PATH = "reports/transfer-gate.xml"
 JSON_PATH = "reports/transfer-gate.json"
-# The gate job's `if:`: pushes and same-repository pull requests; a fork's only when a maintainer
-# has set the variable (together with approval required for every outside collaborator).
+# The gate job's `if:`: pushes and same-repository pull requests; a fork's only when the fork
+# switch in the workflow file's `env:` is 'true', as the image job read it (a job's `if:` cannot
+# read `env`, and GitHub passes no repository variables to a fork's pull request).
 FORK_GUARD = (
     "github.event_name == 'push' "
     "|| github.event.pull_request.head.repo.full_name == github.repository "
-    "|| vars.TRANSFER_GATE_ALLOW_FORKS == 'true'"
+    "|| needs.image.outputs.allow-forks == 'true'"
 )
+# The settings every gate workflow carries in its own `env:`, as shipped: an image placeholder that
+# the image job refuses until it is edited, and forks off.
+IMAGE_PLACEHOLDER = "ghcr.io/OWNER/jax-transfer-gate@sha256:<digest>"
+SETTINGS = {"TRANSFER_GATE_IMAGE": IMAGE_PLACEHOLDER, "TRANSFER_GATE_ALLOW_FORKS": "false"}
+IMAGE_JOB_OUTPUTS = {
+    "ref": "${{ steps.check.outputs.ref }}",
+    "allow-forks": "${{ steps.forks.outputs.allow-forks }}",
+}
 FORK_PR = (
     "${{ github.event_name == 'pull_request' "
     "&& github.event.pull_request.head.repo.full_name != github.repository }}"
@@ -491,28 +500,32 @@ def test_verdict_job_always_runs_and_needs_the_gate(caller: dict[str, Any]) -> N
     assert verdict["permissions"] == {}
 
 
-ENABLE_FORKS = "set the repository variable TRANSFER_GATE_ALLOW_FORKS to 'true'"
+ENABLE_FORKS = (
+    "edit TRANSFER_GATE_ALLOW_FORKS in the workflow file, together with GitHub's setting "
+    "'Require approval for all outside collaborators'"
+)
+VERDICT_ALLOW_FORKS = "${{ needs.image.outputs.allow-forks }}"
 
 
 @pytest.mark.parametrize(
     ("results", "exit_code", "says"),
     [
-        # (IMAGE_RESULT, GATE_RESULT, FORK_PR, ALLOW_FORKS)
-        (("success", "success", "false", ""), 0, "ran and passed"),
+        # (IMAGE_RESULT, GATE_RESULT, FORK_PR, ALLOW_FORKS: the image job's output)
+        (("success", "success", "false", "false"), 0, "ran and passed"),
         (("success", "success", "true", "true"), 0, "ran and passed"),
-        (("success", "failure", "false", ""), 1, "result 'failure'"),
-        (("success", "cancelled", "false", ""), 1, "result 'cancelled'"),
+        (("success", "failure", "false", "false"), 1, "result 'failure'"),
+        (("success", "cancelled", "false", "false"), 1, "result 'cancelled'"),
         # A fork's pull request where forks are not enabled: a failed check that says who must
         # do what, never a skipped (passing) one.
-        (("success", "skipped", "true", ""), 1, ENABLE_FORKS),
         (("success", "skipped", "true", "false"), 1, ENABLE_FORKS),
-        (("success", "skipped", "true", "TRUE"), 1, ENABLE_FORKS),
+        (("success", "skipped", "true", ""), 1, ENABLE_FORKS),
         (("success", "skipped", "true", "true"), 1, "The transfer gate job was skipped."),
-        (("success", "skipped", "false", ""), 1, "The transfer gate job was skipped."),
+        (("success", "skipped", "false", "false"), 1, "The transfer gate job was skipped."),
+        # A failed image job leaves its outputs empty; the verdict names both settings.
         (("failure", "skipped", "false", ""), 1, "TRANSFER_GATE_IMAGE"),
-        (("failure", "skipped", "true", ""), 1, "TRANSFER_GATE_IMAGE"),
+        (("failure", "skipped", "true", ""), 1, "TRANSFER_GATE_ALLOW_FORKS 'true' or 'false'"),
         (("cancelled", "skipped", "false", ""), 1, "result 'cancelled'"),
-        (("success", "", "false", ""), 1, "result ''"),
+        (("success", "", "false", "false"), 1, "result ''"),
     ],
 )
 def test_verdict_fails_unless_the_gate_passed(
@@ -527,7 +540,7 @@ def test_verdict_fails_unless_the_gate_passed(
         "IMAGE_RESULT": "${{ needs.image.result }}",
         "GATE_RESULT": "${{ needs.gate.result }}",
         "FORK_PR": FORK_PR,
-        "ALLOW_FORKS": "${{ vars.TRANSFER_GATE_ALLOW_FORKS }}",
+        "ALLOW_FORKS": VERDICT_ALLOW_FORKS,
     }
     env = dict(zip(("IMAGE_RESULT", "GATE_RESULT", "FORK_PR", "ALLOW_FORKS"), results, strict=True))
     proc, _, summary = run_step_script(step["run"], env, tmp_path)
@@ -544,6 +557,7 @@ def test_template_shares_the_gate_workflows_safety_jobs(gate_workflow: dict[str,
     template = load_yaml(TEMPLATE)
     assert template["permissions"] == gate_workflow["permissions"] == {}
     assert template["concurrency"] == gate_workflow["concurrency"]
+    assert template["env"] == gate_workflow["env"] == SETTINGS
     assert template["jobs"]["image"] == gate_workflow["jobs"]["image"]
     assert template["jobs"]["verdict"] == gate_workflow["jobs"]["verdict"]
     assert set(template["jobs"]) == {"image", "gate", "verdict"}
@@ -601,6 +615,8 @@ def test_readme_shows_the_templates_own_lines_in_order() -> None:
         ("ghcr.io/owner/jax-transfer-gate@sha256:abc", False),
         (f"ghcr.io/Owner/jax-transfer-gate@{DIGEST}", False),
         (f"ghcr.io/owner/jax-transfer-gate@{DIGEST}\nref=evil:latest", False),
+        # The shipped placeholder: a copy whose image was not edited fails, and so its verdict.
+        (IMAGE_PLACEHOLDER, False),
     ],
 )
 def test_image_job_lets_only_digest_pinned_images_through(
@@ -608,9 +624,11 @@ def test_image_job_lets_only_digest_pinned_images_through(
 ) -> None:
     job = caller["jobs"]["image"]
     assert job["runs-on"] == "ubuntu-latest"
-    assert job["outputs"]["ref"] == "${{ steps.check.outputs.ref }}"
+    assert job["outputs"] == IMAGE_JOB_OUTPUTS
     step = step_named(job["steps"], "Require a digest-pinned image")
-    assert step["env"] == {"IMAGE": "${{ vars.TRANSFER_GATE_IMAGE }}"}
+    assert step["id"] == "check"
+    # Through the step's env, never spliced into the script.
+    assert step["env"] == {"IMAGE": "${{ env.TRANSFER_GATE_IMAGE }}"}
     proc, output, _ = run_step_script(step["run"], {"IMAGE": image}, tmp_path)
     if accepted:
         assert proc.returncode == 0, shown(proc)
@@ -619,6 +637,187 @@ def test_image_job_lets_only_digest_pinned_images_through(
         assert proc.returncode == 1, shown(proc)
         assert output == ""
         assert "::error title=transfer-gate image::" in proc.stdout
+        assert "Edit TRANSFER_GATE_IMAGE in the workflow file's env:" in proc.stdout
+
+
+GATE_WORKFLOWS = [GATE_WORKFLOW, SHARDED_WORKFLOW, TEMPLATE]
+
+
+@pytest.mark.parametrize("path", GATE_WORKFLOWS, ids=lambda p: p.name)
+def test_settings_are_lines_of_the_workflow_file(path: Path) -> None:
+    # GitHub passes no repository variables to a run of a fork's pull request: the settings live
+    # in the workflow's own `env:`, shipped with the image placeholder and forks off.
+    workflow = load_yaml(path)
+    assert workflow["env"] == SETTINGS
+    assert workflow["jobs"]["image"]["outputs"] == IMAGE_JOB_OUTPUTS
+
+
+@pytest.mark.parametrize("path", [*ALL_WORKFLOWS, ACTION], ids=lambda p: p.name)
+def test_no_repository_variables(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert "vars.TRANSFER_GATE_" not in text, f"{path}: reads a repository variable"
+    code = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+    assert "vars." not in code, f"{path}: reads a repository variable"
+
+
+@pytest.mark.parametrize("path", GATE_WORKFLOWS, ids=lambda p: p.name)
+def test_gpu_jobs_take_their_image_and_fork_switch_from_the_image_job(path: Path) -> None:
+    # `env` is available neither in a job's `if:` nor in `container.image`: both must come from
+    # the image job's outputs, never from `env.` (which GitHub would refuse) or anything else.
+    jobs = load_yaml(path)["jobs"]
+    gpu_jobs = [job for job in jobs.values() if "gpu" in job["runs-on"]]
+    assert gpu_jobs
+    for job in gpu_jobs:
+        assert "image" in job["needs"]
+        assert job["container"]["image"] == "${{ needs.image.outputs.ref }}"
+        assert one_line(job["if"]).endswith(FORK_GUARD)
+    for name, job in jobs.items():
+        for key in ("if", "container"):
+            assert "env." not in json.dumps(job.get(key, "")), f"{path}: job {name} {key}"
+
+
+def test_sharded_image_job_is_the_gate_workflows(
+    sharded: dict[str, Any], gate_workflow: dict[str, Any]
+) -> None:
+    assert sharded["jobs"]["image"] == gate_workflow["jobs"]["image"]
+    assert sharded["env"] == gate_workflow["env"]
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [
+        ("false", True),
+        ("true", True),
+        # Anything else fails the image job (and so the verdict) instead of quietly meaning off.
+        ("", False),
+        ("True", False),
+        ("yes", False),
+        ("1", False),
+        ("true\nallow-forks=true", False),
+    ],
+)
+def test_image_job_reads_the_fork_switch(
+    caller: dict[str, Any], tmp_path: Path, value: str, accepted: bool
+) -> None:
+    step = step_named(caller["jobs"]["image"]["steps"], "Read the fork switch")
+    assert step["id"] == "forks"
+    assert step["env"] == {"ALLOW_FORKS": "${{ env.TRANSFER_GATE_ALLOW_FORKS }}"}
+    proc, output, _ = run_step_script(step["run"], {"ALLOW_FORKS": value}, tmp_path)
+    if accepted:
+        assert proc.returncode == 0, shown(proc)
+        assert output == f"allow-forks={value}\n"
+    else:
+        assert proc.returncode == 1, shown(proc)
+        assert output == ""
+        assert "Edit TRANSFER_GATE_ALLOW_FORKS in the workflow file's env:" in proc.stdout
+
+
+@pytest.mark.parametrize("path", GATE_WORKFLOWS, ids=lambda p: p.name)
+def test_image_job_scripts_take_the_settings_only_through_env(path: Path) -> None:
+    for step in load_yaml(path)["jobs"]["image"]["steps"]:
+        assert "${{" not in step["run"], f"{path}: step {step['name']!r} splices an expression"
+
+
+STEP_OUTPUT = re.compile(r"\$\{\{ steps\.(?P<step>\w+)\.outputs\.(?P<key>[\w-]+) \}\}")
+
+
+def image_job_outputs(
+    workflow: dict[str, Any], settings: Mapping[str, str], tmp_path: Path
+) -> tuple[str, dict[str, str]]:
+    """Run the image job's steps as GitHub would, with `settings` as the workflow's `env:`.
+
+    Returns the job's result and its outputs (empty strings for outputs never written)."""
+    job = workflow["jobs"]["image"]
+    written: dict[str, dict[str, str]] = {}
+    result = "success"
+    for n, step in enumerate(job["steps"]):
+        env = {
+            name: settings[ref.removeprefix("${{ env.").removesuffix(" }}")]
+            for name, ref in step["env"].items()
+        }
+        step_dir = tmp_path / f"step{n}"
+        step_dir.mkdir()
+        proc, output, _ = run_step_script(step["run"], env, step_dir)
+        if proc.returncode != 0:
+            result = "failure"
+            break
+        pairs = (line.partition("=") for line in output.splitlines())
+        written[step["id"]] = {key: value for key, _, value in pairs}
+    outputs: dict[str, str] = {}
+    for name, ref in job["outputs"].items():
+        match = STEP_OUTPUT.fullmatch(ref)
+        assert match is not None, ref
+        outputs[name] = written.get(match["step"], {}).get(match["key"], "")
+    return result, outputs
+
+
+def evaluate_fork_guard(condition: str, context: Mapping[str, str]) -> bool:
+    """The gate's `if:` (FORK_GUARD's form: `a == b || ...`), compared as GitHub compares strings:
+    case-insensitively. An `if:` without a status function also needs the jobs it needs to pass."""
+    assert one_line(condition) == FORK_GUARD
+
+    def value(operand: str) -> str:
+        return operand[1:-1] if operand.startswith("'") else context[operand]
+
+    clauses = [clause.split(" == ") for clause in one_line(condition).split(" || ")]
+    return any(value(a).lower() == value(b).lower() for a, b in clauses)
+
+
+FORK_PR_EVENT = {
+    "github.event_name": "pull_request",
+    "github.event.pull_request.head.repo.full_name": "someone/fork",
+    "github.repository": "owner/repo",
+}
+
+
+@pytest.mark.parametrize(
+    ("settings", "gate_runs", "verdict_exit", "says"),
+    [
+        # As shipped: the placeholder fails the image job, the gate skips, the verdict fails.
+        (SETTINGS, False, 1, "TRANSFER_GATE_IMAGE"),
+        # An edited image, forks still off: a fork's pull request skips the gate and fails.
+        ({**SETTINGS, "TRANSFER_GATE_IMAGE": f"ghcr.io/o/g@{DIGEST}"}, False, 1, ENABLE_FORKS),
+        # A typo in the switch: no gate, a failed verdict that names the settings.
+        (
+            {"TRANSFER_GATE_IMAGE": f"ghcr.io/o/g@{DIGEST}", "TRANSFER_GATE_ALLOW_FORKS": "yes"},
+            False,
+            1,
+            "TRANSFER_GATE_ALLOW_FORKS 'true' or 'false'",
+        ),
+        # Forks let in (with approval required): the gate runs; its own result is the verdict.
+        (
+            {"TRANSFER_GATE_IMAGE": f"ghcr.io/o/g@{DIGEST}", "TRANSFER_GATE_ALLOW_FORKS": "true"},
+            True,
+            0,
+            "ran and passed",
+        ),
+    ],
+)
+def test_a_fork_pull_request_from_settings_to_verdict(
+    caller: dict[str, Any],
+    tmp_path: Path,
+    *,
+    settings: dict[str, str],
+    gate_runs: bool,
+    verdict_exit: int,
+    says: str,
+) -> None:
+    image_result, outputs = image_job_outputs(caller, settings, tmp_path)
+    context = {**FORK_PR_EVENT, "needs.image.outputs.allow-forks": outputs["allow-forks"]}
+    runs = image_result == "success" and evaluate_fork_guard(caller["jobs"]["gate"]["if"], context)
+    assert runs is gate_runs
+    (step,) = caller["jobs"]["verdict"]["steps"]
+    env = {
+        "IMAGE_RESULT": image_result,
+        "GATE_RESULT": "success" if runs else "skipped",
+        "FORK_PR": "true",
+        "ALLOW_FORKS": outputs["allow-forks"],
+    }
+    verdict_dir = tmp_path / "verdict"
+    verdict_dir.mkdir()
+    proc, _, _ = run_step_script(step["run"], env, verdict_dir)
+    assert proc.returncode == verdict_exit, shown(proc)
+    assert says in proc.stdout, shown(proc)
 
 
 # --- the composite action ------------------------------------------------------------------------
@@ -956,20 +1155,20 @@ def test_merge_job_merges_every_shard_and_publishes_one_report(sharded: dict[str
     ("results", "exit_code", "says"),
     [
         # (IMAGE_RESULT, SHARDS_RESULT, MERGE_RESULT, FORK_PR, ALLOW_FORKS)
-        (("success", "success", "success", "false", ""), 0, "ran and passed"),
+        (("success", "success", "success", "false", "false"), 0, "ran and passed"),
         (("success", "success", "success", "true", "true"), 0, "ran and passed"),
         (
-            ("success", "failure", "success", "false", ""),
+            ("success", "failure", "success", "false", "false"),
             1,
             "shard of the transfer gate ended with result",
         ),
-        (("success", "cancelled", "skipped", "false", ""), 1, "result 'cancelled'"),
-        (("success", "skipped", "skipped", "true", ""), 1, ENABLE_FORKS),
+        (("success", "cancelled", "skipped", "false", "false"), 1, "result 'cancelled'"),
+        (("success", "skipped", "skipped", "true", "false"), 1, ENABLE_FORKS),
         (("success", "skipped", "skipped", "true", "true"), 1, "its shards were skipped"),
-        (("success", "skipped", "skipped", "false", ""), 1, "its shards were skipped"),
+        (("success", "skipped", "skipped", "false", "false"), 1, "its shards were skipped"),
         (("failure", "skipped", "skipped", "true", ""), 1, "TRANSFER_GATE_IMAGE"),
         (
-            ("success", "success", "failure", "false", ""),
+            ("success", "success", "failure", "false", "false"),
             1,
             "merging their reports ended with result",
         ),
@@ -990,7 +1189,7 @@ def test_sharded_verdict_fails_unless_every_shard_passed(
     env = dict(zip(names, results, strict=True))
     assert set(step["env"]) == set(env)
     assert step["env"]["FORK_PR"] == FORK_PR
-    assert step["env"]["ALLOW_FORKS"] == "${{ vars.TRANSFER_GATE_ALLOW_FORKS }}"
+    assert step["env"]["ALLOW_FORKS"] == VERDICT_ALLOW_FORKS
     proc, _, summary = run_step_script(step["run"], env, tmp_path)
     assert proc.returncode == exit_code, shown(proc)
     assert says in proc.stdout, shown(proc)
