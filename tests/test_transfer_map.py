@@ -194,3 +194,55 @@ def test_baseline_of_one_region_keeps_the_other_regions_entries(tmp_path: Path) 
     assert "3 kept for other regions" in only.stdout
     assert json.loads(baseline.read_text())["accepted"] == before
     assert run_gate(repo, "run").returncode == 0
+
+
+EDGES = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def inputs():
+    return (jax.device_put(np.ones(4, np.float32)),)
+
+
+def gen(x):
+    for _ in range(2):
+        yield x + 1.0  # in a generator
+
+
+def step(x):
+    ys = [x * 2.0 for _ in range(3)]  # in a comprehension
+    z = jnp.stack(
+        [
+            x,
+            x - 3.0,  # inside a multi-line call
+        ]
+    )
+    w = sum(gen(x), start=x)
+    return ys[0], z, w
+"""
+
+
+def test_comprehensions_generators_and_multiline_calls_get_their_own_lines(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(
+        tmp_path,
+        {
+            "edges.py": EDGES,
+            "policies/p.yaml": POLICY.replace("name: many", "name: edges").replace(
+                "steps:", "edges:"
+            ),
+        },
+    )
+    run = run_gate(repo, "run", "--json", "reports/map.json")
+    assert run.returncode == 1, run
+    lines = by_line(transfers(run, repo / "reports/map.json"))
+    edges = repo / "edges.py"
+    expected = {
+        line_of(edges, "in a comprehension"): 3,
+        line_of(edges, "in a generator"): 2,
+        line_of(edges, "inside a multi-line call"): 1,
+    }
+    assert {line: found["per_step"] for line, found in lines.items()} == expected
