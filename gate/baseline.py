@@ -17,10 +17,10 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from gate.atomic import write_text_atomically
 from gate.findings import Finding, group
+from gate.json_document import DocumentError, read_json_document
 from gate.results import RegionResult, RunResult
 
 FORMAT = "jax-transfer-gate.baseline"
@@ -122,17 +122,11 @@ def load_baseline(path: Path) -> list[Accepted]:
     """Read a baseline file written by `write_baseline`."""
     fix = "regenerate it with `transfer-gate baseline`"
     try:
-        document: Any = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BaselineError(f"{path}: cannot read the baseline ({exc.strerror})") from exc
-    except json.JSONDecodeError as exc:
-        raise BaselineError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); {fix}") from exc
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise BaselineError(f"{path}: not a transfer-gate baseline; {fix}")
-    if document.get("version") != VERSION:
-        raise BaselineError(
-            f"{path}: baseline version {document.get('version')!r} is not {VERSION}; {fix}"
+        document = read_json_document(
+            path, format=FORMAT, version=VERSION, what="transfer-gate baseline", fix=fix
         )
+    except DocumentError as exc:
+        raise BaselineError(str(exc)) from exc
     entries = document.get("accepted")
     if not isinstance(entries, list):
         raise BaselineError(f"{path}: 'accepted' must be a list; {fix}")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gate.atomic import write_text_atomically
+from gate.json_document import DocumentError, read_json_document
 from gate.report_junit import write_report_file
 
 
@@ -240,18 +241,15 @@ def merge_json(output: Path, inputs: Sequence[Path]) -> MergeSummary:
     gate_versions = set()
     for path in inputs:
         try:
-            document = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise MergeError(f"{path}: cannot read it ({exc.strerror})") from exc
-        except json.JSONDecodeError as exc:
-            raise MergeError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from exc
-        if not isinstance(document, dict) or document.get("format") != FORMAT:
-            raise MergeError(f"{path}: not a transfer-gate JSON report (written by run --json)")
-        if document.get("version") != VERSION:
-            raise MergeError(
-                f"{path}: report version {document.get('version')!r}, this gate merges "
-                f"version {VERSION}; merge reports of one gate version"
+            document = read_json_document(
+                path,
+                format=FORMAT,
+                version=VERSION,
+                what="transfer-gate JSON report",
+                fix="merge the reports `transfer-gate run --json` wrote, of one gate version",
             )
+        except DocumentError as exc:
+            raise MergeError(str(exc)) from exc
         gate_versions.add(str(document.get("gate_version")))
         for suite in document.get("suites", []):
             key = (str(suite.get("name")), str(suite.get("policy")))
