@@ -1,17 +1,39 @@
-"""A net under every test: each JUnit report left in a test's tmp_path must be valid.
+"""Suite-wide rules: `gpu` tests run only where a GPU can, and every JUnit report left
+in a test's tmp_path must be valid.
 
-Tests that assert on a report validate it themselves (`GateRun.junit`); this
-catches the reports of tests that only look at an exit code or the log.
+Tests that assert on a report validate it themselves (`GateRun.junit`); the
+net catches the reports of tests that only look at an exit code or the log.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cli_helpers import validate_junit
+
+
+def _cuda_plugin_installed() -> bool:
+    for name in ("jax-cuda12-plugin", "jax-cuda13-plugin"):
+        try:
+            importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return True
+    return False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Skip tests marked `gpu` without JAX's CUDA plugin (the CPU tests cover their logic)."""
+    if _cuda_plugin_installed():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU and JAX's CUDA plugin")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)
