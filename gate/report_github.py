@@ -309,7 +309,15 @@ def _heading(run: RunResult) -> str:
     if not regions:
         return f"## {TITLE}: no regions ran\n\nThe report has no tests.\n"
     passed = sum(1 for r in regions if r.passed)
-    return f"## {TITLE}: {passed} passed, {len(regions) - passed} failed\n"
+    heading = f"## {TITLE}: {passed} passed, {len(regions) - passed} failed\n"
+    platforms = sorted({r.platform for r in regions if r.platform})
+    if platforms:
+        heading += f"\nPlatform: {_text('; '.join(platforms))}\n"
+    # Said up front, as in the terminal: a direction nothing checked.
+    unchecked = sorted({d for r in regions for d, judge in r.coverage if judge == "not checked"})
+    if unchecked:
+        heading += f"\n**Not checked on this platform: {_text(', '.join(unchecked))}**\n"
+    return heading
 
 
 def summary_blocks(run: RunResult) -> list[str]:

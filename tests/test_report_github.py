@@ -391,3 +391,14 @@ def test_source_lines_keep_their_pipes_outside_tables() -> None:
     found = transfer(line=12, source="y = a | b")
     summary = render_summary(run_of(region("s", transfers=(found,))), REPORT)
     assert "  `y = a | b`\n" in summary  # a list item: no table to break, no backslash
+
+
+def test_summary_names_the_platform_and_what_went_unchecked() -> None:
+    seen = region(
+        "s",
+        platform="cpu (cpu x1), jax 0.10.2, jaxlib 0.10.2",
+        coverage=(("host-to-device", "jax guard"), ("device-to-host", "not checked")),
+    )
+    summary = render_summary(run_of(seen), REPORT)
+    assert "\nPlatform: cpu (cpu x1), jax 0.10.2, jaxlib 0.10.2\n" in summary
+    assert "\n**Not checked on this platform: device-to-host**\n" in summary
