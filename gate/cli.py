@@ -31,13 +31,19 @@ from gate.doctor import Accelerator, main_doctor
 from gate.exit_codes import ExitCode
 from gate.guard_levels import GuardLevel, GuardSpec
 from gate.merge import MergeError, main_merge
-from gate.policy import PolicyError, Problem, discover_policy_files, load_policy
+from gate.policy import (
+    PolicyError,
+    Problem,
+    callables_of_invalid,
+    discover_policy_files,
+    load_policy,
+)
 from gate.policy_model import Policy
 from gate.report_github import report_to_github
 from gate.report_json import write_json
 from gate.report_junit import ReportWriteError, write_junit
 from gate.report_terminal import format_summary
-from gate.resolve import check_callables
+from gate.resolve import check_callables, check_named
 from gate.results import (
     ErrorKind,
     RegionError,
@@ -224,6 +230,16 @@ def _load_all(
             policy = load_policy(file, repo_root, write_references=write_references)
         except PolicyError as exc:
             problems.extend(exc.problems)
+            # Every problem of a file at once: the callables it does name are
+            # checked too, not only after the rest is fixed.
+            named = callables_of_invalid(file, repo_root)
+            if named is not None:
+                reported = {(p.line, p.where) for p in exc.problems}
+                problems.extend(
+                    p
+                    for p in check_named(named.path, named.refs, named.python_path, repo_root)
+                    if (p.line, p.where) not in reported
+                )
             continue
         found = check_callables(policy, repo_root)
         if found:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -532,6 +533,67 @@ def _guard(node: yaml.Node | None, inherited: GuardSpec) -> GuardSpec:
         for d in Direction
     }
     return GuardSpec(**levels)
+
+
+# The schema's `callable` pattern: `module:qualname`, dotted on both sides.
+_SPEC = re.compile(
+    r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+)
+
+# (where, ref, must be a plain function): one callable a policy names.
+NamedCallable = tuple[str, CallableRef, bool]
+
+
+@dataclass(frozen=True)
+class NamedCallables:
+    """The callables an invalid policy still names recognisably, and where to import from."""
+
+    path: str  # as problems show it
+    python_path: tuple[Path, ...]
+    refs: tuple[NamedCallable, ...]
+
+
+def callables_of_invalid(path: Path, repo_root: Path) -> NamedCallables | None:
+    """What a policy that failed validation names as callables, so that their imports
+    are checked in the same run and a user sees every problem of the file at once.
+
+    Only well-formed `module:qualname` strings at the places the format puts
+    callables are taken; None when the file is not even YAML.
+    """
+    root = _absolute(repo_root)
+    file = _absolute(root / path)
+    try:
+        document = yaml.compose(file.read_bytes().decode("utf-8-sig"), Loader=_Loader)
+    except Exception:  # unreadable or not YAML: its own problem says so
+        return None
+    top = _mapping(document)
+    folders = top.get("python_path")
+    python_path = tuple(
+        folder
+        for node in (folders.value if isinstance(folders, yaml.SequenceNode) else [])
+        if (text := _string(node)) is not None
+        and (folder := _absolute(file.parent / text)).is_dir()
+    )
+    refs: list[NamedCallable] = []
+
+    def add(where: str, node: yaml.Node | None, boundary: bool) -> None:
+        text = _string(node)
+        if node is not None and text is not None and _SPEC.fullmatch(text):
+            refs.append((where, _callable(node), boundary))
+
+    regions = top.get("regions")
+    for i, region_node in enumerate(
+        regions.value if isinstance(regions, yaml.SequenceNode) else []
+    ):
+        region = _mapping(region_node)
+        add(f"regions[{i}].step", region.get("step"), False)
+        add(f"regions[{i}].setup", region.get("setup"), False)
+        boundaries = region.get("boundaries")
+        if isinstance(boundaries, yaml.SequenceNode):
+            for j, node in enumerate(boundaries.value):
+                add(f"regions[{i}].boundaries[{j}]", node, True)
+        add(f"regions[{i}].checks.custom", _mapping(region.get("checks")).get("custom"), False)
+    return NamedCallables(display_path(file, root), python_path, tuple(refs))
 
 
 def _callable(node: yaml.Node) -> CallableRef:

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gate.policy import Problem, display_path
+from gate.policy import NamedCallable, Problem, display_path
 from gate.policy_model import CallableRef, Policy
 from gate.schema import did_you_mean
 
@@ -84,11 +84,9 @@ def check_callables(policy: Policy, repo_root: Path) -> list[Problem]:
     Covers every region's step, setup, boundaries and checks.custom. A module
     that fails to import is tried once; each reference to it gets the problem.
     """
-    failed: dict[str, ResolveError] = {}
-    problems: list[Problem] = []
-    path = policy.path.as_posix()
+    refs: list[NamedCallable] = []
     for i, region in enumerate(policy.regions):
-        refs: list[tuple[str, CallableRef, bool]] = [(f"regions[{i}].step", region.step, False)]
+        refs.append((f"regions[{i}].step", region.step, False))
         if region.setup is not None:
             refs.append((f"regions[{i}].setup", region.setup, False))
         refs += [
@@ -96,20 +94,29 @@ def check_callables(policy: Policy, repo_root: Path) -> list[Problem]:
         ]
         if region.checks.custom is not None:
             refs.append((f"regions[{i}].checks.custom", region.checks.custom, False))
-        for where, ref, boundary in refs:
+    return check_named(policy.path.as_posix(), refs, policy.python_path, repo_root)
+
+
+def check_named(
+    path: str, refs: Sequence[NamedCallable], paths: Sequence[Path], repo_root: Path
+) -> list[Problem]:
+    """One `Problem` per callable in ``refs`` that does not import, in file order."""
+    failed: dict[str, ResolveError] = {}
+    problems: list[Problem] = []
+    for where, ref, boundary in refs:
+        try:
+            if ref.module in failed:
+                raise failed[ref.module]
             try:
-                if ref.module in failed:
-                    raise failed[ref.module]
-                try:
-                    module = _import_module(ref.module, policy.python_path, repo_root)
-                except ResolveError as exc:
-                    failed[ref.module] = exc
-                    raise
-                found = _lookup(module, ref)
-                if boundary and not isinstance(found, types.FunctionType):
-                    raise ResolveError(_not_a_function(ref, found))
+                module = _import_module(ref.module, paths, repo_root)
             except ResolveError as exc:
-                problems.append(Problem(path, ref.line, where, str(exc)))
+                failed[ref.module] = exc
+                raise
+            found = _lookup(module, ref)
+            if boundary and not isinstance(found, types.FunctionType):
+                raise ResolveError(_not_a_function(ref, found))
+        except ResolveError as exc:
+            problems.append(Problem(path, ref.line, where, str(exc)))
     return sorted(problems, key=lambda p: p.line or 0)
 
 

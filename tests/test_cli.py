@@ -241,3 +241,22 @@ def test_merge_help_says_it_merges_junit_and_json_reports() -> None:
         merge_help = done.stdout if argv[0] == "merge" else done.stdout.split("merge", 1)[1]
         assert "JUnit" in merge_help, done.stdout
         assert "JSON" in merge_help, done.stdout
+
+
+def test_a_files_import_errors_come_with_its_other_problems(repo: Path) -> None:
+    make_repo(
+        repo,
+        {
+            "policies/p.yaml": (
+                "version: 1\nregions:\n"
+                "  - name: a\n    step: mod:stpe\n    guard: sometimes\n"
+                "  - name: b\n    step: mod:step\n    setup: nowhere:inputs\n"
+            )
+        },
+    )
+    run = run_gate(repo, "validate")
+    assert run.returncode == ExitCode.USAGE, run
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    assert any("p.yaml:5: regions[0].guard" in e and "sometimes" in e for e in errors), run
+    assert any("p.yaml:4: regions[0].step" in e and "did you mean 'step'" in e for e in errors)
+    assert any("p.yaml:8: regions[1].setup" in e and "'nowhere' not found" in e for e in errors)
