@@ -643,8 +643,9 @@ def _notes(run: RegionRun, can_map: bool, callbacks_missing: str | None) -> list
     notes = []
     if not can_map:
         notes.append(
-            "JAX's transfer-guard log did not reach the gate (was jax imported before the "
-            "gate could set TF_CPP_MIN_LOG_LEVEL?), so there is no transfer map: the region "
+            "JAX's transfer-guard log did not reach the gate (TF_CPP_MIN_LOG_LEVEL read before "
+            "the gate could set it, or jax_logging_level / JAX_LOGGING_LEVEL raised above "
+            "WARNING and not resettable here), so there is no transfer map: the region "
             "was judged with the guard in disallow mode, which shows only the first transfer "
             "of each run."
         )

@@ -21,7 +21,6 @@ arrive, so a lost log can never look like a clean step.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import sys
@@ -41,9 +40,23 @@ from gate.source import UserCode
 # "W1130 14:10:32.989305 2240 guard_lib.cc:125] host-to-device transfer: aval=..."
 # The file:line part changes between JAX versions and the fast path may leave
 # the description empty, so only the direction is required.
-_GUARD_LINE = re.compile(r"(?P<direction>host-to-device|device-to-host|device-to-device) transfer")
-_THREAD_ID = re.compile(r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+(?P<tid>\d+) ")
+# Only a real glog line counts: "W1130 14:10:32.989305   2240 file.cc:125] host-to-device
+# transfer: ...". The step's own stderr text that merely mentions a transfer must not.
+_GUARD_LINE = re.compile(
+    r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+(?P<tid>\d+) [^\]]*\] "
+    r"(?P<direction>host-to-device|device-to-host|device-to-device) transfer"
+)
 _AVAL = re.compile(r"aval=ShapedArray\((?P<dtype>[a-z0-9_]+)\[(?P<shape>[0-9, ]*)\]")
+
+
+def _warnings_level() -> None:
+    """Set jaxlib's C++ log level back to warnings, where the guard's lines are."""
+    try:
+        from jax._src import lib as jaxlib_bindings
+
+        getattr(jaxlib_bindings, "utils").absl_set_min_log_level(1)  # noqa: B009
+    except (ImportError, AttributeError):
+        pass  # an older or newer jaxlib: the canary below still tells the truth
 
 
 def prepare_environment(environ: dict[str, str] | os._Environ[str]) -> None:
@@ -70,10 +83,9 @@ class GuardLine:
 
 def parse_guard_line(line: str) -> GuardLine | None:
     """The transfer a log line reports, or None for any other line."""
-    found = _GUARD_LINE.search(line)
+    found = _GUARD_LINE.match(line)
     if found is None:
         return None
-    tid = _THREAD_ID.match(line)
     aval = _AVAL.search(line)
     dtype = shape = None
     if aval is not None:
@@ -84,7 +96,7 @@ def parse_guard_line(line: str) -> GuardLine | None:
         Direction.from_label(found["direction"]),
         dtype,
         shape,
-        int(tid["tid"]) if tid else None,
+        int(found["tid"]),
     )
 
 
@@ -145,6 +157,23 @@ class _Mapper:
             state = self.threads[native] = _ThreadState(threading.current_thread().name)
         return state
 
+    def _state_of(self, native: int | None, me: _ThreadState) -> _ThreadState:
+        """The state of the thread that wrote a guard line.
+
+        A thread the map never traced (it was running before the run began)
+        has no known line: say which thread it was, never borrow the line
+        another thread is on.
+        """
+        if native is None:
+            return me
+        state = self.threads.get(native)
+        if state is not None:
+            return state
+        name = next(
+            (t.name for t in threading.enumerate() if t.native_id == native), f"native {native}"
+        )
+        return _ThreadState(f"{name} (running before this run; not traced)")
+
     def flush(self) -> None:
         """Charge everything the guard appended to the lines now executing."""
         with self.lock:
@@ -170,7 +199,7 @@ class _Mapper:
             if parsed is None:
                 self.log.passthrough.append(line)
                 continue
-            state = self.threads.get(parsed.native_thread or -1, me)
+            state = self._state_of(parsed.native_thread, me)
             self.log.observed.append(
                 Observed(
                     parsed.direction,
@@ -309,13 +338,15 @@ def mapped(
             sys.stderr.flush()
 
 
-@functools.cache
 def capture_works() -> bool:
-    """Whether the guard's log lines reach the gate in this process.
+    """Whether the guard's log lines reach the gate, now.
 
-    Makes one deliberate implicit transfer under ``log`` and looks for its
-    line. Checked once per process: the answer is fixed when jaxlib loads.
+    The C++ log level is set when jaxlib loads (TF_CPP_MIN_LOG_LEVEL) but can
+    be raised later, by ``jax.config.update("jax_logging_level", "ERROR")`` in
+    a user's module, say; so the gate puts it back to warnings and checks with
+    one deliberate implicit transfer before every region.
     """
+    _warnings_level()
     import jax
     import numpy as np
 
@@ -323,6 +354,7 @@ def capture_works() -> bool:
     from gate.guard_levels import GuardLevel, GuardSpec
 
     probe = UserCode(repo_root=Path(__file__).resolve().parent)
+    jax.clear_caches()
     with mapped(probe) as log, guarded(GuardSpec.uniform(GuardLevel.LOG)):
         jax.block_until_ready(jax.numpy.zeros(()) + np.float32(1))
     return any(o.direction is Direction.HOST_TO_DEVICE for o in log.observed)

@@ -246,3 +246,40 @@ def test_comprehensions_generators_and_multiline_calls_get_their_own_lines(
         line_of(edges, "inside a multi-line call"): 1,
     }
     assert {line: found["per_step"] for line, found in lines.items()} == expected
+
+
+def test_a_module_that_raises_jaxs_log_level_does_not_blind_the_map(tmp_path: Path) -> None:
+    # jax_logging_level=ERROR lowers jaxlib's C++ log level at run time, after
+    # the gate set TF_CPP_MIN_LOG_LEVEL; the gate puts it back before each region.
+    quiet = MANY.replace(
+        "import numpy as np\n",
+        'import numpy as np\n\njax.config.update("jax_logging_level", "ERROR")\n',
+        1,
+    )
+    repo = make_repo(tmp_path, {"steps.py": quiet, "policies/p.yaml": POLICY})
+    run = run_gate(repo, "run", "--json", "reports/map.json")
+    assert run.returncode == 1, run
+    lines = by_line(transfers(run, repo / "reports/map.json"))
+    assert lines[line_of(repo / "steps.py", "in a loop of three")]["per_step"] == 3
+
+
+def test_stderr_text_that_mentions_a_transfer_is_not_one(tmp_path: Path) -> None:
+    chatty = """
+import sys
+
+import jax
+import numpy as np
+
+
+def inputs():
+    return (jax.device_put(np.ones(4, np.float32)),)
+
+
+def step(x):
+    print("batch already on device, skipping host-to-device transfer", file=sys.stderr)
+    return x * x
+"""
+    repo = make_repo(tmp_path, {"steps.py": chatty, "policies/p.yaml": POLICY})
+    run = run_gate(repo, "run")
+    assert run.returncode == 0, run
+    assert "skipping host-to-device transfer" in run.stderr  # passed through, not counted
