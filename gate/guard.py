@@ -7,12 +7,16 @@ regions in one process and must not leak a level from one into the next.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
+from types import FrameType, FunctionType
 from typing import Any
 
+from gate import interpose as _interpose_module
 from gate.guard_levels import Direction, GuardSpec
+from gate.interpose import interposed
 
 # JAX's wording, e.g. "INVALID_ARGUMENT: Disallowed host-to-device transfer:
 # aval=ShapedArray(float32[8]), dst_sharding=...". Matched loosely on purpose:
@@ -106,3 +110,81 @@ def full_tracebacks() -> Iterator[None]:
 EXPLICIT_ENTRY_POINTS = frozenset(
     {"device_put", "device_get", "device_put_sharded", "device_put_replicated"}
 )
+
+
+@contextmanager
+def guard_kept_by_the_gate(
+    is_user_frame: Callable[[str], bool], on_loosen: Callable[[str, FrameType], None]
+) -> Iterator[None]:
+    """While a region runs, the policy decides the guard, not the step.
+
+    A step that wraps its code in ``with jax.transfer_guard("allow")`` (or a
+    per-direction one, or ``jax.config.update("jax_transfer_guard...")``)
+    would turn the gate off for that code. Calls from the user's code are
+    ignored here and reported through ``on_loosen(what, frame)``; JAX's own
+    calls (and the gate's) go through.
+    """
+    import jax
+    from jax._src import config as jax_config
+
+    guard_states = {
+        id(getattr(jax, name))
+        for name in (
+            "transfer_guard_host_to_device",
+            "transfer_guard_device_to_host",
+            "transfer_guard_device_to_device",
+        )
+    }
+
+    plumbing = {__file__, _interpose_module.__file__}
+
+    def caller() -> FrameType | None:
+        """The frame that called the guard function, past the interposition's own frames."""
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None and (
+            frame.f_code.co_filename in plumbing
+            or frame.f_code.co_filename.startswith("<transfer-gate")
+        ):
+            frame = frame.f_back
+        return frame
+
+    def context(original: Callable[..., Any], args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+        frame = caller()
+        if frame is not None and is_user_frame(frame.f_code.co_filename):
+            on_loosen(f"jax.transfer_guard({', '.join(map(repr, args))})", frame)
+            return nullcontext()
+        return original(*args, **kw)
+
+    def state_call(original: Callable[..., Any], args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+        frame = caller()
+        if (
+            args
+            and id(args[0]) in guard_states
+            and frame is not None
+            and is_user_frame(frame.f_code.co_filename)
+        ):
+            on_loosen(f"{args[0].name}({', '.join(map(repr, args[1:]))})", frame)
+            return nullcontext()
+        return original(*args, **kw)
+
+    def update(original: Callable[..., Any], args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+        frame = caller()
+        name = str(args[1]) if len(args) > 1 else ""
+        if (
+            name.startswith("jax_transfer_guard")
+            and frame is not None
+            and is_user_frame(frame.f_code.co_filename)
+        ):
+            on_loosen(f"jax.config.update({name!r}, ...)", frame)
+            return None
+        return original(*args, **kw)
+
+    with ExitStack() as stack:
+        for target, wrapper in (
+            (jax.transfer_guard, context),
+            (jax_config.State.__call__, state_call),
+            (jax_config.Config.update, update),
+        ):
+            if isinstance(target, FunctionType):  # else this JAX moved it; nothing to keep
+                stack.enter_context(interposed(target, wrapper))
+        yield

@@ -47,7 +47,13 @@ from gate.detector import (
     host_copy_cached,
     reused_leaves,
 )
-from gate.guard import EXPLICIT_ENTRY_POINTS, full_tracebacks, guarded, parse_violation
+from gate.guard import (
+    EXPLICIT_ENTRY_POINTS,
+    full_tracebacks,
+    guard_kept_by_the_gate,
+    guarded,
+    parse_violation,
+)
 from gate.guard_levels import Direction, GuardLevel, GuardSpec
 from gate.interpose import is_trampoline_frame
 from gate.platform import PlatformInfo, check_required, direction_coverage
@@ -415,6 +421,14 @@ class RegionRun:
                 )
             )
 
+    def loosened(self, what: str, frame: types.FrameType) -> None:
+        """The step tried to change the guard itself: ignored, and said."""
+        where = f"{self.code.relative(frame.f_code.co_filename)}:{frame.f_lineno}"
+        self.warnings[
+            f"{where}: the step calls {what}; the gate ignored it while watching (the "
+            "policy's guard levels decide), so what moves there is judged like the rest"
+        ] = None
+
     def step_location(self) -> SourceLocation | None:
         """Where the step is defined (through ``jax.jit``'s ``__wrapped__``), if it is Python."""
         code = getattr(inspect.unwrap(self.callables.step), "__code__", None)
@@ -681,7 +695,11 @@ def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> Region
     jax.clear_caches()
     checks: tuple[CheckOutcome, ...] = ()
     try:
-        with full_tracebacks(), run.monitor.installed(run.callables.boundaries):
+        with (
+            full_tracebacks(),
+            run.monitor.installed(run.callables.boundaries),
+            guard_kept_by_the_gate(run.code.is_user, run.loosened),
+        ):
             with ExitStack() as counting:
                 try:
                     run.callbacks = counting.enter_context(count_callbacks(run.code))

@@ -410,3 +410,43 @@ def _versions() -> str:
     import jaxlib.version
 
     return f"jax {jax.__version__}, jaxlib {jaxlib.version.__version__}"
+
+
+def test_a_step_cannot_switch_the_guard_off_for_itself(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path,
+        {
+            "loose.py": """
+                import jax
+                import numpy as np
+
+
+                @jax.jit
+                def double(x):
+                    return x * 2.0
+
+
+                def inputs():
+                    return (jax.device_put(np.ones(4, np.float32)),)
+
+
+                def step(x):
+                    with jax.transfer_guard("allow"):  # loosened by the step
+                        y = double(np.ones(4, np.float32))  # still a NumPy batch
+                    with jax.transfer_guard_host_to_device("allow"):
+                        z = y + 1.0  # and a Python scalar
+                    return y, z
+            """,
+            "policies/p.yaml": (
+                f"version: 1\n{FAST_DEFAULTS}regions:\n"
+                "  - name: loose\n    step: loose:step\n    setup: loose:inputs\n"
+            ),
+        },
+    )
+    run = run_gate(repo, "run")
+    assert run.returncode == 1, run
+    message = failure_message(run, "loose: transfers")
+    assert f"loose.py:{line_of(repo / 'loose.py', 'still a NumPy batch')}" in message
+    assert f"loose.py:{line_of(repo / 'loose.py', 'and a Python scalar')}" in message
+    out = run.testcase("loose: transfers").findtext("system-out") or ""
+    assert f"loose.py:{line_of(repo / 'loose.py', 'loosened by the step')}: the step calls" in out
