@@ -310,13 +310,15 @@ class RegionRun:
                 self.callbacks.settle()
                 ran = {site: n for site, n in self.callbacks.delta(callbacks_before).items() if n}
             # A host callback runs inside compiled code, where no line of the
-            # user's is executing; what the guard logs then (the callback's
-            # result going back to the device) belongs to the callback's site.
+            # user's is executing; the explicit moves the guard logs then (the
+            # callback's operands and result) belong to the callback's site.
             only_site = next(iter(ran)) if len(ran) == 1 else None
             guard_counts: Counter[_SiteKey] = Counter()
             for seen in log.observed:
                 location, seen_by = seen.location, "JAX's transfer-guard log"
-                if location is None and only_site is not None:
+                # The callback machinery moves operands with jax.device_put (explicit);
+                # an implicit line without a location is the step's own argument move.
+                if location is None and only_site is not None and seen.explicit:
                     location = only_site.location
                     seen_by += f", during host callback {only_site.describe()}"
                 elif location is None and seen.thread == main_thread:

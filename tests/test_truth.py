@@ -450,3 +450,39 @@ def test_a_step_cannot_switch_the_guard_off_for_itself(tmp_path: Path) -> None:
     assert f"loose.py:{line_of(repo / 'loose.py', 'and a Python scalar')}" in message
     out = run.testcase("loose: transfers").findtext("system-out") or ""
     assert f"loose.py:{line_of(repo / 'loose.py', 'loosened by the step')}: the step calls" in out
+
+
+def test_a_jitted_steps_numpy_input_is_not_charged_to_its_debug_print(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path,
+        {
+            "cb.py": """
+                import jax
+                import numpy as np
+
+
+                def numpy_batch():
+                    return (np.ones(8, np.float32),)
+
+
+                @jax.jit
+                def step(x):
+                    y = x * 2.0
+                    jax.debug.print("y0={}", y[0])  # the callback
+                    return y
+            """,
+            "policies/p.yaml": (
+                f"version: 1\n{FAST_DEFAULTS}regions:\n"
+                "  - name: cb\n    step: cb:step\n    setup: cb:numpy_batch\n"
+                "    guard: {device_to_host: log}\n"
+            ),
+        },
+    )
+    run = run_gate(repo, "run")
+    assert run.returncode == 1, run
+    message = failure_message(run, "cb: transfers")
+    line = line_of(repo / "cb.py", "def step(x):")
+    assert message == (
+        f"implicit host-to-device transfer float32[8] at cb.py:{line}, "
+        "1x per step, 1x on the first call"
+    )
