@@ -78,6 +78,9 @@ Inputs = tuple[tuple[Any, ...], dict[str, Any]]
 # How long threads the step started may run on after it returned, while the
 # map still watches them.
 THREAD_GRACE_S = 5.0
+# How long the detector keeps watching after the last watched run when threads
+# of the user's are alive (work handed to them may still be on its way).
+SETTLE_S = 0.25
 
 
 class RegionAbort(Exception):
@@ -131,6 +134,8 @@ class RegionRun:
     disagreements: set[str] = field(default_factory=set)
     warnings: dict[str, None] = field(default_factory=dict)  # ordered set of notes
     previous_inputs: Inputs | None = None
+    # Every fetch the per-run detector logs counted, over all mapped runs.
+    detector_seen: Counter[_SiteKey] = field(default_factory=Counter)
 
     # -- inputs and outputs -------------------------------------------------
 
@@ -337,6 +342,7 @@ class RegionRun:
                     fetch.direction, fetch.explicit, fetch.location, fetch.boundary, fetch.thread
                 )
                 detector_counts[key] += 1
+                self.detector_seen[key] += 1
                 note(key, fetch.dtype, fetch.shape, f"the gate's detector: {_host_use(fetch.what)}")
             counts = self._merge_witnesses(guard_counts, detector_counts)
             for site, times in ran.items():
@@ -420,6 +426,59 @@ class RegionRun:
                     "before the step returns",
                     f"threads still alive after the step: {names}",
                     self.step_location(),
+                )
+            )
+
+    def fetches_between_runs(self, log: FetchLog, threads_before: set[str]) -> None:
+        """Fetches by other threads that no mapped run saw: they happened between runs.
+
+        The main thread's fetches between runs are the warm-up's, seen again
+        in the mapped runs; another thread's are work the step handed on.
+        """
+        main_thread = threading.current_thread().name
+        extra: Counter[_SiteKey] = Counter()
+        found: dict[_SiteKey, Any] = {}
+        for fetch in log.transfers:
+            if fetch.thread == main_thread or fetch.in_callback:
+                continue
+            key = _SiteKey(
+                fetch.direction,
+                fetch.explicit,
+                fetch.location,
+                fetch.boundary,
+                _thread_label(fetch.thread),
+            )
+            extra[key] += 1
+            found[key] = fetch
+        for key in sorted(extra, key=_site_order):
+            unseen = extra[key] - self.detector_seen[key]
+            if unseen <= 0:
+                continue
+            fetch = found[key]
+            older = fetch.thread in threads_before
+            origin = (
+                "a thread that was already running when this region started (work handed to "
+                "it by this region, or left by an earlier one)"
+                if older
+                else "a thread the step started"
+            )
+            self.transfers.append(
+                Transfer(
+                    direction=key.direction,
+                    explicit=key.explicit,
+                    dtype=fetch.dtype,
+                    shape=fetch.shape,
+                    location=key.location,
+                    phase=Phase.STEADY_STATE,
+                    failing=self._fails(key.direction, key.explicit, key.boundary),
+                    message=(
+                        f"the gate's detector: {_host_use(fetch.what)}, {unseen}x between the "
+                        f"watched runs, in {origin}"
+                    ),
+                    boundary=key.boundary,
+                    count=1,
+                    source=self._source_line(key.location),
+                    thread=key.thread,
                 )
             )
 
@@ -557,6 +616,15 @@ _HOST_USES = {
 
 def _host_use(what: str) -> str:
     return _HOST_USES.get(what, f"read through {what}")
+
+
+def _user_threads_alive() -> bool:
+    """Threads besides the main one and the worker's own ("gate-...") are running."""
+    main = threading.main_thread()
+    return any(
+        t is not main and not t.name.startswith("gate-") and t.is_alive()
+        for t in threading.enumerate()
+    )
 
 
 def _thread_label(name: str) -> str:
@@ -702,24 +770,34 @@ def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> Region
             run.monitor.installed(run.callables.boundaries),
             guard_kept_by_the_gate(run.code.is_user, run.loosened),
         ):
-            with ExitStack() as counting:
-                try:
-                    run.callbacks = counting.enter_context(count_callbacks(run.code))
-                except CallbackHookMissing as exc:
-                    callbacks_missing = str(exc)
-                if can_map:
-                    run.mapped_calls(Phase.FIRST_CALL, 1)
-                else:
-                    run.guarded_call(Phase.FIRST_CALL)
-                for _ in range(region.warmup):
-                    run.unguarded_call()
-                if can_map:
-                    run.mapped_calls(Phase.STEADY_STATE, region.guarded_runs)
-            run.callbacks = None
-            # JAX's own verdict, once in steady state (every run without a
-            # map): a transfer the map somehow missed still fails the region.
-            for _ in range(1 if can_map else region.guarded_runs):
-                run.guarded_call(Phase.STEADY_STATE)
+            threads_before = {t.name for t in threading.enumerate()}
+            # The detector also watches between the runs: a thread that lives
+            # beyond the step (a logger fed through a queue) fetches when it
+            # likes, and those fetches fall outside every mapped run.
+            with run._detector() as background:
+                with ExitStack() as counting:
+                    try:
+                        run.callbacks = counting.enter_context(count_callbacks(run.code))
+                    except CallbackHookMissing as exc:
+                        callbacks_missing = str(exc)
+                    if can_map:
+                        run.mapped_calls(Phase.FIRST_CALL, 1)
+                    else:
+                        run.guarded_call(Phase.FIRST_CALL)
+                    for _ in range(region.warmup):
+                        run.unguarded_call()
+                    if can_map:
+                        run.mapped_calls(Phase.STEADY_STATE, region.guarded_runs)
+                run.callbacks = None
+                # JAX's own verdict, once in steady state (every run without a
+                # map): a transfer the map somehow missed still fails the region.
+                for _ in range(1 if can_map else region.guarded_runs):
+                    run.guarded_call(Phase.STEADY_STATE)
+                if background is not None and _user_threads_alive():
+                    # Work handed to a living thread may still be on its way.
+                    time.sleep(SETTLE_S)
+            if background is not None:
+                run.fetches_between_runs(background, threads_before)
             run.monitor.reset_costs()
             samples, outputs = run.timed_calls()
             costs = run.monitor.costs(region.repeats)

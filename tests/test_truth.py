@@ -486,3 +486,55 @@ def test_a_jitted_steps_numpy_input_is_not_charged_to_its_debug_print(tmp_path: 
         f"implicit host-to-device transfer float32[8] at cb.py:{line}, "
         "1x per step, 1x on the first call"
     )
+
+
+QUEUE_LOGGER = """
+import queue
+import threading
+import time
+
+import jax
+import numpy as np
+
+work = queue.Queue()
+
+
+def log_forever():
+    while True:
+        value = work.get()
+        time.sleep(0.05)
+        print("loss", float(value))  # fetched by a thread that outlives every step
+
+
+threading.Thread(target=log_forever, name="metrics", daemon=True).start()
+
+
+def inputs():
+    return (jax.device_put(np.ones(4, np.float32)),)
+
+
+def step(x):
+    y = (x * x).sum()
+    work.put(y)
+    return y
+"""
+
+
+def test_work_handed_to_a_long_lived_thread_is_still_seen(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path,
+        {
+            "qlog.py": QUEUE_LOGGER,
+            "policies/p.yaml": (
+                f"version: 1\n{FAST_DEFAULTS}regions:\n"
+                "  - name: q\n    step: qlog:step\n    setup: qlog:inputs\n"
+            ),
+        },
+    )
+    run = run_gate(repo, "run")
+    assert run.returncode == 1, run
+    message = failure_message(run, "q: transfers")
+    line = line_of(repo / "qlog.py", "fetched by a thread that outlives")
+    assert f"implicit device-to-host transfer float32[] in thread metrics at qlog.py:{line}" in (
+        message
+    )
