@@ -42,19 +42,25 @@ class Violation:
     shape: tuple[int, ...] | None
 
 
+def parse_aval(text: str) -> tuple[str | None, tuple[int, ...] | None]:
+    """Dtype and shape from JAX's ``aval=ShapedArray(float32[8,4])``, where it says them.
+
+    The guard's raised errors and its log lines spell the aval the same way.
+    """
+    aval = _AVAL.search(text)
+    if aval is None:
+        return None, None
+    dims = aval["shape"].replace(" ", "")
+    return aval["dtype"], tuple(int(d) for d in dims.split(",")) if dims else ()
+
+
 def parse_violation(exc: BaseException) -> Violation | None:
     """The disallowed transfer ``exc`` reports, or None if it is another error."""
     text = str(exc)
     found = _DISALLOWED.search(text)
     if found is None:
         return None
-    aval = _AVAL.search(text)
-    dtype = shape = None
-    if aval is not None:
-        dtype = aval["dtype"]
-        dims = aval["shape"].replace(" ", "")
-        shape = tuple(int(d) for d in dims.split(",")) if dims else ()
-    return Violation(Direction.from_label(found["direction"]), dtype, shape)
+    return Violation(Direction.from_label(found["direction"]), *parse_aval(text))
 
 
 @contextmanager

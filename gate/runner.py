@@ -352,22 +352,8 @@ class RegionRun:
             per_run.append(counts)
         for key in sorted(details, key=_site_order):
             sighting = details[key]
-            self.transfers.append(
-                Transfer(
-                    direction=key.direction,
-                    explicit=key.explicit,
-                    dtype=sighting.dtype,
-                    shape=sighting.shape,
-                    location=key.location,
-                    phase=phase,
-                    failing=self._fails(key.direction, key.explicit, key.boundary),
-                    message=sighting.seen_by,
-                    boundary=key.boundary,
-                    count=max(counts[key] for counts in per_run),
-                    source=self._source_line(key.location),
-                    thread=key.thread,
-                )
-            )
+            count = max(counts[key] for counts in per_run)
+            self.transfers.append(self._site_transfer(key, sighting, phase, count))
 
     @contextmanager
     def _detector(self) -> Iterator[FetchLog | None]:
@@ -462,25 +448,31 @@ class RegionRun:
                 if older
                 else "a thread the step started"
             )
-            self.transfers.append(
-                Transfer(
-                    direction=key.direction,
-                    explicit=key.explicit,
-                    dtype=fetch.dtype,
-                    shape=fetch.shape,
-                    location=key.location,
-                    phase=Phase.STEADY_STATE,
-                    failing=self._fails(key.direction, key.explicit, key.boundary),
-                    message=(
-                        f"the gate's detector: {_host_use(fetch.what)}, {unseen}x between the "
-                        f"watched runs, in {origin}"
-                    ),
-                    boundary=key.boundary,
-                    count=1,
-                    source=self._source_line(key.location),
-                    thread=key.thread,
-                )
+            seen_by = (
+                f"the gate's detector: {_host_use(fetch.what)}, {unseen}x between the "
+                f"watched runs, in {origin}"
             )
+            sighting = _Sighting(fetch.dtype, fetch.shape, seen_by)
+            self.transfers.append(self._site_transfer(key, sighting, Phase.STEADY_STATE, 1))
+
+    def _site_transfer(
+        self, key: _SiteKey, sighting: _Sighting, phase: Phase, count: int
+    ) -> Transfer:
+        """The record of one site, judged by the region's levels."""
+        return Transfer(
+            direction=key.direction,
+            explicit=key.explicit,
+            dtype=sighting.dtype,
+            shape=sighting.shape,
+            location=key.location,
+            phase=phase,
+            failing=self._fails(key.direction, key.explicit, key.boundary),
+            message=sighting.seen_by,
+            boundary=key.boundary,
+            count=count,
+            source=self._source_line(key.location),
+            thread=key.thread,
+        )
 
     def loosened(self, what: str, frame: types.FrameType) -> None:
         """The step tried to change the guard itself: ignored, and said."""

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gate.guard import parse_aval
 from gate.guard_levels import Direction
 from gate.results import SourceLocation
 from gate.source import UserCode
@@ -46,7 +47,6 @@ _GUARD_LINE = re.compile(
     r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+(?P<tid>\d+) [^\]]*\] "
     r"(?P<direction>host-to-device|device-to-host|device-to-device) transfer"
 )
-_AVAL = re.compile(r"aval=ShapedArray\((?P<dtype>[a-z0-9_]+)\[(?P<shape>[0-9, ]*)\]")
 
 
 def _warnings_level() -> None:
@@ -86,12 +86,7 @@ def parse_guard_line(line: str) -> GuardLine | None:
     found = _GUARD_LINE.match(line)
     if found is None:
         return None
-    aval = _AVAL.search(line)
-    dtype = shape = None
-    if aval is not None:
-        dtype = aval["dtype"]
-        dims = aval["shape"].replace(" ", "")
-        shape = tuple(int(d) for d in dims.split(",")) if dims else ()
+    dtype, shape = parse_aval(line)
     return GuardLine(
         Direction.from_label(found["direction"]),
         dtype,
