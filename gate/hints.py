@@ -2,43 +2,80 @@
 
 from __future__ import annotations
 
-from gate.guard_levels import Direction
+from gate.cause import Cause, cause_of
 from gate.results import ErrorKind, RegionError, Transfer
 
-# One entry per Direction; tests check that none is missing, so a new
-# direction cannot reach a report without a hint.
-_IMPLICIT_FIXES: dict[Direction, str] = {
-    Direction.HOST_TO_DEVICE: (
+# One fix per kind of transfer; tests check that no `Cause` is missing, so a
+# new kind cannot reach a report without its own hint.
+_FIXES: dict[Cause, str] = {
+    Cause.JIT_ARGUMENT: (
+        "put inputs on the device in setup or the data loader (jax.device_put) before calling "
+        "the jitted function; a Python scalar argument is copied on every call too: close over "
+        "it, mark it static (static_argnames), or pass a device array made once"
+    ),
+    Cause.EAGER_SCALAR: (
+        "a Python number in an eager jnp op on a device array is copied to the device on every "
+        "call: do the arithmetic inside a jitted function, or make the constant a device array "
+        "once (in setup)"
+    ),
+    Cause.EAGER_INDEX: (
+        "eager indexing sends each Python int index to the device: index inside a jitted "
+        "function, or slice with lax.dynamic_slice and device-array indices"
+    ),
+    Cause.EAGER_HOST_ARRAY: (
+        "a NumPy array mixed with device arrays outside jit is copied on every call: "
+        "jax.device_put it once in setup or the data loader"
+    ),
+    Cause.ARRAY_FROM_HOST: (
+        "jnp.array / jnp.asarray of a host value copies it to the device each time: convert "
+        "once in setup or the data loader (jax.device_put), or build the array inside jit"
+    ),
+    Cause.PRINTED: (
+        "printing or formatting a device array copies it to the host: print its shape or "
+        "dtype, or fetch the value at a declared boundary with jax.device_get"
+    ),
+    Cause.CONVERTED: (
+        "float(), int(), bool(), .item(), .tolist() and `if x:` wait for the device and copy "
+        "the value: keep metrics as arrays (jnp.where / lax.cond for branches) and fetch them "
+        "every N steps at a declared boundary with jax.device_get"
+    ),
+    Cause.NUMPY_READ: (
+        "NumPy (np.asarray, np.array, a np.* function) copies the device array to the host: "
+        "use jnp.* on the device, or fetch at a declared boundary with jax.device_get"
+    ),
+    Cause.ASYNC_COPY: (
+        "copy_to_host_async starts a device-to-host copy: call it in a function declared "
+        "under `boundaries:`, where moving data is expected, or use jax.device_get there"
+    ),
+    Cause.UNCOMMITTED: (
+        "an array made without a device (uncommitted) met one committed to another device and "
+        "was copied, every step: commit inputs to one device (jax.device_put(x, device)) or "
+        "give all inputs the same sharding"
+    ),
+    Cause.HOST_CALLBACK: (
+        "a host callback in compiled code (jax.debug.print, jax.pure_callback, io_callback) "
+        "sends its operands to the host every step: remove it from the gated step, or return "
+        "the values and fetch them at a declared boundary"
+    ),
+    Cause.EXPLICIT_OUTSIDE_BOUNDARY: (
+        "move it into a function declared under `boundaries:` in the policy, where explicit "
+        "transfers are expected"
+    ),
+    Cause.EXPLICIT_IN_BOUNDARY: "explicit transfer inside a declared boundary, where it belongs",
+    Cause.HOST_TO_DEVICE: (
         "put inputs on the device in setup or the data loader (jax.device_put); don't pass "
         "NumPy arrays or Python scalars to jitted functions or to eager jnp ops on device arrays"
     ),
-    Direction.DEVICE_TO_HOST: (
+    Cause.DEVICE_TO_HOST: (
         "fetch it at a declared boundary with jax.device_get, or log its shape instead of its "
         "value (print(x), float(x), np.asarray(x) and `if x:` all copy it to the host)"
     ),
-    Direction.DEVICE_TO_DEVICE: (
-        "commit inputs to one device (jax.device_put(x, device)) or give all inputs the same "
-        "sharding"
-    ),
 }
-
-_EXPLICIT_OUTSIDE_BOUNDARY_FIX = (
-    "move it into a function declared under `boundaries:` in the policy, where explicit "
-    "transfers are expected"
-)
-
-_EXPLICIT_INSIDE_BOUNDARY_NOTE = "explicit transfer inside a declared boundary, where it belongs"
 
 
 def hint_for(transfer: Transfer) -> str:
-    """The usual fix for `transfer`, as one line of text."""
-    if transfer.explicit:
-        # Under the *_explicit levels an explicit transfer only fails
-        # outside a boundary; inside one it is the intended place.
-        if transfer.boundary is not None:
-            return _EXPLICIT_INSIDE_BOUNDARY_NOTE
-        return _EXPLICIT_OUTSIDE_BOUNDARY_FIX
-    return _IMPLICIT_FIXES[transfer.direction]
+    """The usual fix for `transfer`, as one line of text, fitted to its kind."""
+    return _FIXES[cause_of(transfer)]
 
 
 # What to do about a region that could not be judged, where there is a usual answer.

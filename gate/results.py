@@ -52,6 +52,11 @@ class Transfer:
     source: str | None = None  # the text of the offending line
     thread: str | None = None  # set when a thread the step started made it
     accepted: bool = False  # listed in the baseline: would fail, but is accepted
+    # How host code read the array (the detector's ``Fetch.what``: "__float__",
+    # "__array__", ...), or `gate.cause.HOST_CALLBACK_USE`; None when unknown.
+    host_use: str | None = None
+    # The jitted function whose call on this line moved an argument, if one did.
+    jitted_call: str | None = None
 
     @property
     def nbytes(self) -> int | None:

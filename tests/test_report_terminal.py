@@ -103,7 +103,7 @@ def test_first_call_and_steady_state_at_one_line_are_one_finding() -> None:
         "train.x:",
         "  examples/bad.py:12: implicit host-to-device float32[8], "
         "3x per step, 1x on the first call   y = x + np.ones(8)",
-        "  fix: " + hint_for(transfer()),
+        "  fix: " + hint_for(transfers[0]),
     ]
 
 

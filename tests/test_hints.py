@@ -1,0 +1,161 @@
+"""Each kind of transfer gets its own fix: the kind read from what was seen, then the line."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from result_samples import transfer
+
+from gate.cause import HOST_CALLBACK_USE, Cause, cause_of
+from gate.guard_levels import Direction
+from gate.hints import _FIXES, hint_for
+from gate.results import Transfer
+
+H2D = Direction.HOST_TO_DEVICE
+D2H = Direction.DEVICE_TO_HOST
+D2D = Direction.DEVICE_TO_DEVICE
+
+
+def sighting(
+    direction: Direction = H2D,
+    source: str | None = None,
+    *,
+    shape: tuple[int, ...] | None = (8,),
+    dtype: str | None = "float32",
+    host_use: str | None = None,
+    jitted_call: str | None = None,
+    explicit: bool = False,
+    boundary: str | None = None,
+) -> Transfer:
+    base = transfer(
+        direction, shape=shape, dtype=dtype, source=source, explicit=explicit, boundary=boundary
+    )
+    return replace(base, host_use=host_use, jitted_call=jitted_call)
+
+
+CASES: list[tuple[str, Transfer, Cause]] = [
+    (
+        "numpy batch into a jitted call",
+        sighting(source="state = train_step(state, x, y)", jitted_call="train_step"),
+        Cause.JIT_ARGUMENT,
+    ),
+    (
+        "python scalar into a jitted call",
+        sighting(source="p = sgd(p, x, y, LR)", shape=(), jitted_call="sgd"),
+        Cause.JIT_ARGUMENT,
+    ),
+    ("python scalar in an eager op", sighting(source="y = x * 0.5", shape=()), Cause.EAGER_SCALAR),
+    (
+        "python scalar held in a variable",
+        sighting(source="params = params - lr * grads", shape=()),
+        Cause.EAGER_SCALAR,
+    ),
+    (
+        "a scalar in a jnp function",
+        sighting(source="y = jnp.maximum(x, 0.0)", shape=()),
+        Cause.EAGER_SCALAR,
+    ),
+    (
+        "eager indexing",
+        sighting(source="head = x[:1]", shape=(), dtype="int32"),
+        Cause.EAGER_INDEX,
+    ),
+    (
+        "eager indexing by a variable",
+        sighting(source="row = table[i]", shape=(), dtype="int32"),
+        Cause.EAGER_INDEX,
+    ),
+    (
+        "a float scalar next to a list index",
+        sighting(source="acc = history['acc'][-1] * 100.0", shape=()),
+        Cause.EAGER_SCALAR,
+    ),
+    (
+        "numpy array in an eager op",
+        sighting(source="z = x + noise", shape=(8, 4)),
+        Cause.EAGER_HOST_ARRAY,
+    ),
+    ("jnp.array of numpy", sighting(source="x = jnp.array(np_x)"), Cause.ARRAY_FROM_HOST),
+    (
+        "jax.numpy.asarray of numpy",
+        sighting(source="x = jax.numpy.asarray(batch)"),
+        Cause.ARRAY_FROM_HOST,
+    ),
+    ("print", sighting(D2H, "print(loss)", host_use="__str__"), Cause.PRINTED),
+    ("f-string", sighting(D2H, 'log.info(f"loss {loss}")', host_use="__format__"), Cause.PRINTED),
+    ("print seen by the guard only", sighting(D2H, "print('loss', loss)"), Cause.PRINTED),
+    ("float", sighting(D2H, "total += float(loss)", host_use="__float__"), Cause.CONVERTED),
+    ("item", sighting(D2H, "v = loss.item()", host_use="item"), Cause.CONVERTED),
+    ("truth test", sighting(D2H, "if loss > 10:", host_use="__bool__"), Cause.CONVERTED),
+    ("truth test seen by the guard only", sighting(D2H, "while not done:"), Cause.CONVERTED),
+    ("numpy read", sighting(D2H, "a = np.asarray(x)", host_use="__array__"), Cause.NUMPY_READ),
+    ("numpy read seen by the guard only", sighting(D2H, "m = np.mean(x)"), Cause.NUMPY_READ),
+    (
+        "copy_to_host_async",
+        sighting(D2H, "x.copy_to_host_async()", host_use="copy_to_host_async"),
+        Cause.ASYNC_COPY,
+    ),
+    ("uncommitted array", sighting(D2D, "z = x + y"), Cause.UNCOMMITTED),
+    (
+        "host callback",
+        sighting(D2H, "jax.debug.print('{}', x)", host_use=HOST_CALLBACK_USE),
+        Cause.HOST_CALLBACK,
+    ),
+    (
+        "explicit outside a boundary",
+        sighting(D2H, "v = jax.device_get(x)", explicit=True),
+        Cause.EXPLICIT_OUTSIDE_BOUNDARY,
+    ),
+    (
+        "explicit in a boundary",
+        sighting(D2H, "v = jax.device_get(x)", explicit=True, boundary="io:save"),
+        Cause.EXPLICIT_IN_BOUNDARY,
+    ),
+    # Where the gate cannot tell, it says the direction's general fix, never a wrong one.
+    (
+        "a call the gate could not see into",
+        sighting(source="state = trainer.step(state, batch)"),
+        Cause.HOST_TO_DEVICE,
+    ),
+    ("no source line", sighting(source=None), Cause.HOST_TO_DEVICE),
+    (
+        "an int scalar with an index and a literal",
+        sighting(source="n = x[0] + 1", shape=(), dtype="int32"),
+        Cause.HOST_TO_DEVICE,
+    ),
+    (
+        "an undescribed fast-path upload",
+        sighting(source="y = x + z", shape=None, dtype=None),
+        Cause.HOST_TO_DEVICE,
+    ),
+    ("a fetch with nothing to go on", sighting(D2H, "out = helper(x)"), Cause.DEVICE_TO_HOST),
+]
+
+
+@pytest.mark.parametrize(("seen", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_each_transfer_gets_the_cause_that_fits(seen: Transfer, expected: Cause) -> None:
+    assert cause_of(seen) is expected
+    assert hint_for(seen) == _FIXES[expected]
+
+
+def test_every_cause_has_a_case_and_a_fix_of_its_own() -> None:
+    assert {c[2] for c in CASES} == set(Cause)
+    assert set(_FIXES) == set(Cause)
+    # No two kinds share a fix: a hint that fits two things fits neither well.
+    assert len(set(_FIXES.values())) == len(Cause)
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["for x in batch:", "elif jnp.any(x):", "total = f(a,", "with open(p) as f:", "else:", "x ="],
+)
+def test_fragments_of_statements_are_read_or_left_alone(source: str) -> None:
+    # A line that opens a block or a bracket is still read; one that is no
+    # Python on its own gives the direction's fix rather than an exception.
+    assert cause_of(sighting(D2H, source)) in set(Cause)
+
+
+def test_the_guard_only_reading_follows_the_line_when_it_opens_a_block() -> None:
+    assert cause_of(sighting(D2H, "elif float(loss) > 3:")) is Cause.CONVERTED
+    assert cause_of(sighting(D2H, "for v in np.asarray(x):")) is Cause.NUMPY_READ
