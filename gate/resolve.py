@@ -23,6 +23,7 @@ from typing import Any
 from gate.policy import NamedCallable, Problem, display_path
 from gate.policy_model import CallableRef, Policy
 from gate.schema import did_you_mean
+from gate.signature import annotation_problem
 
 
 class ResolveError(Exception):
@@ -81,7 +82,8 @@ def import_boundary(
 def check_callables(policy: Policy, repo_root: Path) -> list[Problem]:
     """One `Problem` per callable of ``policy`` that does not import, in file order.
 
-    Covers every region's step, setup, boundaries and checks.custom. A module
+    Covers every region's step, setup, boundaries and checks.custom, and whether a
+    step can take what its setup's return annotation says it returns. A module
     that fails to import is tried once; each reference to it gets the problem.
     """
     refs: list[NamedCallable] = []
@@ -94,7 +96,23 @@ def check_callables(policy: Policy, repo_root: Path) -> list[Problem]:
         ]
         if region.checks.custom is not None:
             refs.append((f"regions[{i}].checks.custom", region.checks.custom, False))
-    return check_named(policy.path.as_posix(), refs, policy.python_path, repo_root)
+    problems = check_named(policy.path.as_posix(), refs, policy.python_path, repo_root)
+    return sorted(problems + _misfits(policy, repo_root, problems), key=lambda p: p.line or 0)
+
+
+def _misfits(policy: Policy, repo_root: Path, problems: Sequence[Problem]) -> list[Problem]:
+    """Steps that cannot take what their setup's return annotation says it returns."""
+    failed = {p.where for p in problems}
+    found = []
+    for i, region in enumerate(policy.regions):
+        if region.setup is None or {f"regions[{i}].step", f"regions[{i}].setup"} & failed:
+            continue
+        step = import_callable(region.step, policy.python_path, repo_root)
+        setup = import_callable(region.setup, policy.python_path, repo_root)
+        problem = annotation_problem(policy, i, setup, step)
+        if problem is not None:
+            found.append(problem)
+    return found
 
 
 def check_named(

@@ -6,17 +6,22 @@ outputs to the step's signature first tells the two apart: a misfit is named
 as one (both policy lines, what setup gave, what the step takes), and a
 TypeError raised inside a step that was called correctly stays the step's own.
 
-When the step's signature cannot be read, nothing is checked: guessing would
-refuse a step that works.
+Two uses: at run time on setup's actual outputs (`misfit_error`), and in
+`validate` on setup's return annotation where that gives a count of values
+(`annotation_problem`). When the step's signature cannot be read, nothing is
+checked: guessing would refuse a step that works.
 """
 
 from __future__ import annotations
 
 import inspect
+import types
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gate.policy import Problem
 from gate.policy_model import CallableRef, Policy, Region
 from gate.results import ErrorKind, RegionError
 
@@ -113,6 +118,34 @@ def misfit_error(
     return RegionError(ErrorKind.MISFIT, message, details)
 
 
+def annotation_problem(
+    policy: Policy, index: int, setup: Callable[..., Any], step: Callable[..., Any]
+) -> Problem | None:
+    """A `Problem` when setup's return annotation gives a count of values the step can't take.
+
+    Only a fixed-length ``tuple[A, B, C]`` or a NamedTuple gives a count; an
+    annotation that does not resolve (a name imported only under
+    TYPE_CHECKING) is no evidence either way.
+    """
+    region = policy.regions[index]
+    assert region.setup is not None
+    counted = _annotated_count(setup)
+    signature = step_signature(step)
+    if counted is None or signature is None:
+        return None
+    count, shown = counted
+    found = misfit(signature, [None] * count, {})
+    if found is None:
+        return None
+    return Problem(
+        policy.path.as_posix(),
+        region.setup.line,
+        f"regions[{index}].setup",
+        f"setup returns {found.returned} ({shown}); step {region.step.spec} (line"
+        f" {region.step.line}) takes {found.takes}; {_FIX}, or fix the annotation",
+    )
+
+
 # --- helpers -------------------------------------------------------------------
 
 
@@ -194,3 +227,42 @@ def _arguments(names: Sequence[str]) -> str:
 
 def _at(path: str, ref: CallableRef) -> str:
     return f"{ref.spec} ({path}:{ref.line})"
+
+
+def _annotated_count(setup: Callable[..., Any]) -> tuple[int, str] | None:
+    """How many values setup's return annotation says, and the annotation as written."""
+    function = inspect.unwrap(setup)
+    try:
+        # Resolves string annotations (from __future__ import annotations) too.
+        hint = typing.get_type_hints(function).get("return")
+    except Exception:  # a name that does not resolve, or not a function at all
+        return None
+    if hint is None:
+        return None
+    written = getattr(function, "__annotations__", {}).get("return")
+    shown = written if isinstance(written, str) else _type_text(hint)
+    if isinstance(hint, type) and issubclass(hint, tuple) and hasattr(hint, "_fields"):
+        return len(hint._fields), f"NamedTuple {shown} annotation"
+    # Bare `tuple` and `typing.Tuple` give no count; `tuple[int, ...]` neither.
+    if hint is tuple or hint is typing.Tuple or typing.get_origin(hint) is not tuple:  # noqa: UP006
+        return None
+    args = typing.get_args(hint)
+    if Ellipsis in args:
+        return None
+    return len(args), f"{shown} annotation"
+
+
+def _type_text(hint: Any) -> str:
+    """``tuple[Params, Array, Array]``: short names, as a user writes them."""
+    args = typing.get_args(hint)
+    origin = typing.get_origin(hint)
+    if hint is type(None):
+        return "None"
+    if origin is typing.Union or origin is types.UnionType:
+        return " | ".join(_type_text(a) for a in args)
+    if origin is not None and args:
+        name = getattr(origin, "__qualname__", str(origin))
+        return f"{name}[{', '.join(_type_text(a) for a in args)}]"
+    if isinstance(hint, type):
+        return hint.__qualname__
+    return inspect.formatannotation(hint)

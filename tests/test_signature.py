@@ -1,22 +1,23 @@
-"""Binding setup's outputs to the step's signature.
+"""Binding setup's outputs to the step's signature, and counting annotated return values.
 
 `gate.signature` in isolation; `tests/test_run.py` runs the same misfits
-through the CLI.
+through the CLI, and the bad example policies cover `validate`.
 """
 
 from __future__ import annotations
 
 import functools
+import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
 from gate.guard_levels import GuardLevel, GuardSpec
 from gate.policy_model import CallableRef, Checks, Policy, Region
 from gate.results import ErrorKind
-from gate.signature import Misfit, misfit, misfit_error, step_signature
+from gate.signature import Misfit, annotation_problem, misfit, misfit_error, step_signature
 
 
 def train(params: Any, x: Any, y: Any, lr: Any) -> Any:
@@ -165,3 +166,94 @@ def test_misfit_error_names_both_policy_lines() -> None:
 def test_no_setup_is_not_this_check() -> None:
     policy = policy_of("m:train", None)
     assert misfit_error(policy, policy.regions[0], train, ((), {})) is None
+
+
+# --- return annotations -----------------------------------------------------------
+
+
+class Batch(NamedTuple):
+    x: int
+    y: int
+    mask: int
+
+
+def make_three() -> tuple[int, str, float]:
+    return (1, "", 0.0)
+
+
+def make_batch() -> Batch:
+    return Batch(1, 2, 3)
+
+
+def make_strings() -> tuple[Batch, Unresolvable]:  # type: ignore[name-defined]  # noqa: F821
+    raise NotImplementedError
+
+
+def make_open() -> tuple[int, ...]:
+    return (1,)
+
+
+def make_bare() -> tuple:  # type: ignore[type-arg]
+    return ()
+
+
+def make_old_style() -> typing.Tuple:  # type: ignore[type-arg]  # noqa: UP006
+    return ()
+
+
+def make_optional() -> tuple[int, int] | None:
+    return None
+
+
+def make_dict() -> dict[str, int]:
+    return {}
+
+
+def make_evaluated() -> None:
+    raise NotImplementedError
+
+
+# What a module without `from __future__ import annotations` holds: the type itself.
+make_evaluated.__annotations__["return"] = tuple[Batch, typing.Optional[int], float]  # noqa: UP045
+
+
+def make_plain():  # type: ignore[no-untyped-def]
+    return (1,)
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (make_three, "setup returns 3 values (tuple[int, str, float] annotation); step m:train"),
+        (make_batch, "setup returns 3 values (NamedTuple Batch annotation); step m:train"),
+        (
+            make_evaluated,
+            "setup returns 3 values (tuple[Batch, int | None, float] annotation); step m:train",
+        ),
+    ],
+)
+def test_an_annotated_count_the_step_cannot_take(setup: Callable[..., Any], message: str) -> None:
+    policy = policy_of("m:train", "m:make")
+    problem = annotation_problem(policy, 0, setup, train)
+    assert problem is not None
+    assert (problem.path, problem.line, problem.where) == ("policies/p.yaml", 6, "regions[0].setup")
+    assert problem.message.startswith(message)
+    assert problem.message.endswith(
+        " (line 5) takes 4 (params, x, y, lr); make setup return what the step takes,"
+        " or fix the annotation"
+    )
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [make_strings, make_open, make_bare, make_old_style, make_optional, make_dict, make_plain],
+    ids=lambda f: f.__name__,
+)
+def test_annotations_that_give_no_count_are_not_checked(setup: Callable[..., Any]) -> None:
+    policy = policy_of("m:train", "m:make")
+    assert annotation_problem(policy, 0, setup, train) is None
+
+
+def test_an_annotated_count_that_fits_is_fine() -> None:
+    policy = policy_of("m:spread", "m:make")
+    assert annotation_problem(policy, 0, make_three, spread) is None
