@@ -74,8 +74,10 @@ def import_boundary(
     otherwise wrapped callable has no code object of its own to patch.
     """
     found = import_callable(ref, python_path, repo_root)
-    if not isinstance(found, types.FunctionType):
-        raise ResolveError(_not_a_function(ref, found))
+    problem = _boundary_problem(ref, found, Path.cwd() if repo_root is None else repo_root)
+    if problem is not None:
+        raise ResolveError(problem)
+    assert isinstance(found, types.FunctionType)
     return found
 
 
@@ -131,8 +133,9 @@ def check_named(
                 failed[ref.module] = exc
                 raise
             found = _lookup(module, ref)
-            if boundary and not isinstance(found, types.FunctionType):
-                raise ResolveError(_not_a_function(ref, found))
+            problem = _boundary_problem(ref, found, repo_root) if boundary else None
+            if problem is not None:
+                raise ResolveError(problem)
         except ResolveError as exc:
             problems.append(Problem(path, ref.line, where, str(exc)))
     return sorted(problems, key=lambda p: p.line or 0)
@@ -241,6 +244,23 @@ def _one_line(exc: BaseException) -> str:
 def _kind(obj: object) -> str:
     name = type(obj).__name__
     return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
+
+
+def _boundary_problem(ref: CallableRef, found: object, repo_root: Path) -> str | None:
+    """Why ``found`` cannot be a boundary, or None when it can."""
+    if not isinstance(found, types.FunctionType):
+        return _not_a_function(ref, found)
+    code = found.__code__
+    if code.co_name == "<lambda>":
+        # Boundary frames are told apart by file and function name, and every
+        # lambda is named "<lambda>": one would claim the others in its file.
+        at = f"{display_path(Path(code.co_filename), repo_root)}:{code.co_firstlineno}"
+        return (
+            f"boundary {ref.spec!r} is a lambda (at {at}), not a named function; define it"
+            " with `def` and name that function (the gate tells boundaries apart by"
+            " their function's name, and every lambda is called '<lambda>')"
+        )
+    return None
 
 
 def _not_a_function(ref: CallableRef, found: object) -> str:

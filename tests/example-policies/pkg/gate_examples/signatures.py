@@ -52,3 +52,7 @@ def train_step_with_default(params: Params, x: Array, y: Array, lr: float = 0.1)
 
 def step_xy(x: Array, y: Array) -> float:
     return x[0] * y[0]
+
+
+# A boundary that is a lambda: refused, as every lambda is named "<lambda>".
+fetch_lambda = lambda x: x  # noqa: E731
