@@ -252,8 +252,9 @@ def _boundary_problem(ref: CallableRef, found: object, repo_root: Path) -> str |
         return _not_a_function(ref, found)
     code = found.__code__
     if code.co_name == "<lambda>":
-        # Boundary frames are told apart by file and function name, and every
-        # lambda is named "<lambda>": one would claim the others in its file.
+        # A refused transfer's traceback is matched to a boundary by file and
+        # function name (`RegionRun._boundary_in`), and every lambda is named
+        # "<lambda>": one would claim every other lambda in its file.
         at = f"{display_path(Path(code.co_filename), repo_root)}:{code.co_firstlineno}"
         return (
             f"boundary {ref.spec!r} is a lambda (at {at}), not a named function; define it"
