@@ -166,8 +166,11 @@ def _dict_misfit(params: list[inspect.Parameter], kwargs: dict[str, Any]) -> str
         and p.name not in kwargs
     ]
     unknown = [k for k in kwargs if k not in named and not takes_any_name]
+    # Given by name or not at all, a positional-only parameter needs a tuple.
     by_position = [
-        k for k in kwargs if k in named and named[k].kind is inspect.Parameter.POSITIONAL_ONLY
+        p.name
+        for p in params
+        if p.kind is p.POSITIONAL_ONLY and (p.name in kwargs or p.default is p.empty)
     ]
     parts = []
     if missing:

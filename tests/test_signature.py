@@ -97,6 +97,17 @@ def test_a_dict_names_what_is_missing_and_what_is_unexpected() -> None:
     assert fits(by_position, x=1, y=2) == Misfit(
         "a dict (keys: x, y): positional-only 'x' (return a tuple)", "(x, y)"
     )
+    assert fits(by_position, y=2) == Misfit(
+        "a dict (keys: y): positional-only 'x' (return a tuple)", "(x, y)"
+    )
+
+
+def test_anything_else_keeps_pythons_own_words() -> None:
+    # Not what a setup hands over (a tuple or a dict), but `misfit` is general.
+    assert fits(train, 1, 2, 3, params=4) == Misfit(
+        "what the step cannot take (multiple values for argument 'params')",
+        "(params, x, y, lr)",
+    )
 
 
 def test_wrapped_steps_are_read_through_their_wrapper() -> None:
