@@ -23,6 +23,7 @@ from typing import Any
 from gate.policy import NamedCallable, Problem, display_path
 from gate.policy_model import CallableRef, Policy
 from gate.schema import did_you_mean
+from gate.signature import annotation_problem
 
 
 class ResolveError(Exception):
@@ -73,15 +74,18 @@ def import_boundary(
     otherwise wrapped callable has no code object of its own to patch.
     """
     found = import_callable(ref, python_path, repo_root)
-    if not isinstance(found, types.FunctionType):
-        raise ResolveError(_not_a_function(ref, found))
+    problem = _boundary_problem(ref, found, Path.cwd() if repo_root is None else repo_root)
+    if problem is not None:
+        raise ResolveError(problem)
+    assert isinstance(found, types.FunctionType)
     return found
 
 
 def check_callables(policy: Policy, repo_root: Path) -> list[Problem]:
     """One `Problem` per callable of ``policy`` that does not import, in file order.
 
-    Covers every region's step, setup, boundaries and checks.custom. A module
+    Covers every region's step, setup, boundaries and checks.custom, and whether a
+    step can take what its setup's return annotation says it returns. A module
     that fails to import is tried once; each reference to it gets the problem.
     """
     refs: list[NamedCallable] = []
@@ -94,7 +98,23 @@ def check_callables(policy: Policy, repo_root: Path) -> list[Problem]:
         ]
         if region.checks.custom is not None:
             refs.append((f"regions[{i}].checks.custom", region.checks.custom, False))
-    return check_named(policy.path.as_posix(), refs, policy.python_path, repo_root)
+    problems = check_named(policy.path.as_posix(), refs, policy.python_path, repo_root)
+    return sorted(problems + _misfits(policy, repo_root, problems), key=lambda p: p.line or 0)
+
+
+def _misfits(policy: Policy, repo_root: Path, problems: Sequence[Problem]) -> list[Problem]:
+    """Steps that cannot take what their setup's return annotation says it returns."""
+    failed = {p.where for p in problems}
+    found = []
+    for i, region in enumerate(policy.regions):
+        if region.setup is None or {f"regions[{i}].step", f"regions[{i}].setup"} & failed:
+            continue
+        step = import_callable(region.step, policy.python_path, repo_root)
+        setup = import_callable(region.setup, policy.python_path, repo_root)
+        problem = annotation_problem(policy, i, setup, step)
+        if problem is not None:
+            found.append(problem)
+    return found
 
 
 def check_named(
@@ -113,8 +133,9 @@ def check_named(
                 failed[ref.module] = exc
                 raise
             found = _lookup(module, ref)
-            if boundary and not isinstance(found, types.FunctionType):
-                raise ResolveError(_not_a_function(ref, found))
+            problem = _boundary_problem(ref, found, repo_root) if boundary else None
+            if problem is not None:
+                raise ResolveError(problem)
         except ResolveError as exc:
             problems.append(Problem(path, ref.line, where, str(exc)))
     return sorted(problems, key=lambda p: p.line or 0)
@@ -223,6 +244,24 @@ def _one_line(exc: BaseException) -> str:
 def _kind(obj: object) -> str:
     name = type(obj).__name__
     return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
+
+
+def _boundary_problem(ref: CallableRef, found: object, repo_root: Path) -> str | None:
+    """Why ``found`` cannot be a boundary, or None when it can."""
+    if not isinstance(found, types.FunctionType):
+        return _not_a_function(ref, found)
+    code = found.__code__
+    if code.co_name == "<lambda>":
+        # A refused transfer's traceback is matched to a boundary by file and
+        # function name (`RegionRun._boundary_in`), and every lambda is named
+        # "<lambda>": one would claim every other lambda in its file.
+        at = f"{display_path(Path(code.co_filename), repo_root)}:{code.co_firstlineno}"
+        return (
+            f"boundary {ref.spec!r} is a lambda (at {at}), not a named function; define it"
+            " with `def` and name that function (the gate tells boundaries apart by"
+            " their function's name, and every lambda is called '<lambda>')"
+        )
+    return None
 
 
 def _not_a_function(ref: CallableRef, found: object) -> str:

@@ -130,6 +130,8 @@ class ErrorKind(enum.Enum):
     SETUP = "setup raised"
     STEP = "step raised"
     BAD_INPUT = "setup returned something unusable"
+    # Setup's outputs do not bind to the step's parameters; the step was not called.
+    MISFIT = "setup and step don't fit"
     BAD_OUTPUT = "step returned something unusable"
     CHECK = "result check could not run"
     IMPORT = "callable did not import"

@@ -69,6 +69,7 @@ from gate.results import (
     SourceLocation,
     Transfer,
 )
+from gate.signature import misfit_error
 from gate.source import UserCode, frames_of, user_frames_text
 from gate.timing import summarize
 from gate.transfer_map import capture_works, mapped
@@ -163,7 +164,10 @@ class RegionRun:
         )
 
     def _checked_fresh(self, inputs: Inputs) -> Inputs:
-        """Warn when setup's inputs could hide a transfer: reused, or already on the host."""
+        """Refuse inputs the step cannot take; warn when they could hide a transfer."""
+        misfit = misfit_error(self.policy, self.region, self.callables.step, inputs)
+        if misfit is not None:
+            raise RegionAbort(misfit)
         setup = self.region.setup.spec if self.region.setup else "setup"
         if self.previous_inputs is not None:
             reused = reused_leaves(self.previous_inputs, inputs)

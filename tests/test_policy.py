@@ -406,6 +406,11 @@ def test_import_callable_and_boundary() -> None:
     )
     with pytest.raises(ResolveError, match=r"is a functools\.partial, not a plain Python function"):
         import_boundary(partial, [PKG], REPO)
+    lambda_ = CallableRef(
+        "gate_examples.signatures:fetch_lambda", "gate_examples.signatures", "fetch_lambda", 1
+    )
+    with pytest.raises(ResolveError, match=r"is a lambda \(at .*signatures\.py:\d+\), not a named"):
+        import_boundary(lambda_, [PKG], REPO)
 
 
 def _write_policy(folder: Path, *steps: str) -> Path:

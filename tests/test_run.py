@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cli_helpers import FAST_DEFAULTS, line_of, make_repo, run_gate
+from cli_helpers import FAST_DEFAULTS, GateRun, line_of, make_repo, run_gate
 
 STEPS = """
 import jax
@@ -310,3 +310,111 @@ def test_write_references_then_compare(repo: Path) -> None:
     failure = differs.testcase("clean: result checks").find("failure")
     assert failure is not None, differs
     assert "32 of 32 values differ" in (failure.text or "")
+
+
+MISFITS = """
+import functools
+
+import jax
+import numpy as np
+
+
+def _array():
+    return jax.device_put(np.ones(4, np.float32))
+
+
+def three():
+    return _array(), _array(), _array()
+
+
+def keyed():
+    return {"params": _array(), "x": _array(), "y": _array()}
+
+
+def train(params, x, y, lr):
+    return params * x * y * lr
+
+
+@jax.jit
+def jitted(params, x, y, lr):
+    return params * x * y * lr
+
+
+def passes_through(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@passes_through
+def wrapped(params, x, y, lr):
+    return params * x * y * lr
+
+
+def with_default(params, x, y, lr=0.5):
+    return params * x * y * lr
+
+
+def _combine(a, b):
+    return a * b
+
+
+def called_correctly(params, x, y):
+    return _combine(params, x, y)  # the step's own TypeError
+"""
+
+# name -> (step, setup, the <error>'s type, text in its message)
+MISFIT_CASES = {
+    "too_few": ("train", "three", "misfit", "returned 3 values; step misfits:train"),
+    "jitted": ("jitted", "three", "misfit", "returned 3 values; step misfits:jitted"),
+    "wrapped": ("wrapped", "three", "misfit", "returned 3 values; step misfits:wrapped"),
+    "dict": (
+        "jitted",
+        "keyed",
+        "misfit",
+        "returned a dict (keys: params, x, y): missing 'lr'; step misfits:jitted",
+    ),
+    "inner_type_error": (
+        "called_correctly",
+        "three",
+        "step",
+        "TypeError: _combine() takes 2 positional arguments but 3 were given",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def misfit_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, GateRun]:
+    """One run of every misfit region, next to a region whose step has a default."""
+    repo = tmp_path_factory.mktemp("misfits")
+    entries = "".join(
+        f"  - name: {name}\n    step: misfits:{step}\n    setup: misfits:{setup}\n"
+        for name, (step, setup, *_) in MISFIT_CASES.items()
+    )
+    entries += "  - name: fits\n    step: misfits:with_default\n    setup: misfits:three\n"
+    make_repo(repo, {"misfits.py": MISFITS, "policies/p.yaml": policy(entries)})
+    return repo, run_gate(repo, "run")
+
+
+@pytest.mark.parametrize("name", list(MISFIT_CASES))
+def test_setup_and_step_that_do_not_fit_are_named_as_such(
+    misfit_run: tuple[Path, GateRun], name: str
+) -> None:
+    repo, run = misfit_run
+    _, _, kind, text = MISFIT_CASES[name]
+    assert run.returncode == 1, run
+    error = run.testcase(f"{name}: transfers").find("error")
+    assert error is not None, run
+    assert error.get("type") == kind, run
+    message = error.get("message", "")
+    assert text in message, run
+    if kind == "misfit":
+        policy_file = repo / "policies/p.yaml"
+        step_line = line_of(policy_file, f"- name: {name}") + 1
+        # Both policy lines: the setup's and the step's.
+        assert f"(policies/p.yaml:{step_line + 1}) returned" in message, run
+        assert f"(policies/p.yaml:{step_line}) takes" in message, run
+        assert "The step was not called." in (error.text or ""), run
+    assert run.testcase("fits: transfers").find("error") is None, run
