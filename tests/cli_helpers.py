@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
@@ -11,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import xmlschema
+from processes import run
 
 TESTS = Path(__file__).resolve().parent
 JUNIT_XSD = TESTS / "junit.xsd"
@@ -104,17 +104,14 @@ def run_gate(
     devices: int = 1,
     env: dict[str, str | None] | None = None,
     report: str = "reports/transfer-gate.xml",
-    timeout: float = 300,
+    timeout: float = 240,
 ) -> GateRun:
-    """``python -m gate ARGS`` in ``repo``, as CI would run it."""
-    done = subprocess.run(
-        [sys.executable, "-m", "gate", *args],
-        cwd=repo,
-        env=gate_env(devices, env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
+    """``python -m gate ARGS`` in ``repo``, as CI would run it.
+
+    Past ``timeout`` the gate's whole process group is killed (`processes.run`).
+    """
+    done = run(
+        [sys.executable, "-m", "gate", *args], cwd=repo, env=gate_env(devices, env), timeout=timeout
     )
     return GateRun(tuple(args), done.returncode, done.stdout, done.stderr, repo / report)
 

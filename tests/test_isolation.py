@@ -6,6 +6,7 @@ Every test goes through the real CLI; regions run in worker processes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_helpers import FAST_DEFAULTS, GateRun, gate_env, line_of, make_repo, run_gate
+from processes import communicate, started
 
 from gate.exit_codes import ExitCode
 from gate.scheduler import Cancellation, cancel_after, cancel_on_signals
@@ -233,14 +235,14 @@ def test_other_ways_a_worker_dies(repo: Path) -> None:
     assert_passed(run, "after")
 
 
-def start_gate(repo: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+def start_gate(repo: Path, *args: str) -> contextlib.AbstractContextManager[subprocess.Popen[str]]:
+    """The gate, started in the background; its process group is killed when the test ends."""
+    return started(
         [sys.executable, "-m", "gate", *args],
         cwd=repo,
         env=gate_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
     )
 
 
@@ -248,14 +250,15 @@ def wait_for(path: Path, gate: subprocess.Popen[str], limit_s: float = 60) -> No
     end = time.monotonic() + limit_s
     while not path.exists():
         if gate.poll() is not None or time.monotonic() > end:
-            out, err = gate.communicate()
+            gate.kill()
+            out, err = communicate(gate, 30)
             raise AssertionError(f"{path.name} never appeared\n{out}\n{err}")
         time.sleep(0.05)
     time.sleep(0.1)  # the step is now sleeping
 
 
 def finished(gate: subprocess.Popen[str], repo: Path) -> GateRun:
-    out, err = gate.communicate(timeout=60)
+    out, err = communicate(gate, 60)
     return GateRun(("run",), gate.returncode, out, err, repo / "reports/transfer-gate.xml")
 
 
@@ -285,11 +288,11 @@ def test_cancelling_the_run_still_writes_the_report(repo: Path, signum: signal.S
             )
         },
     )
-    gate = start_gate(repo, "run")
-    wait_for(repo / "hang-started", gate)
-    worker = int((repo / "hang-started").read_text())
-    gate.send_signal(signum)
-    run = finished(gate, repo)
+    with start_gate(repo, "run") as gate:
+        wait_for(repo / "hang-started", gate)
+        worker = int((repo / "hang-started").read_text())
+        gate.send_signal(signum)
+        run = finished(gate, repo)
 
     assert run.returncode == ExitCode.REGION_FAILED, run
     assert f"run cancelled by {signum.name}" in run.stderr, run
@@ -378,11 +381,11 @@ def test_a_killed_gate_takes_its_worker_along(repo: Path) -> None:
     # SIGKILL leaves the gate no time to clean up: the worker notices that its
     # jobs pipe closed mid-region and kills its own process group.
     make_repo(repo, {"policies/p.yaml": policy(region("hang", "hangs"))})
-    gate = start_gate(repo, "run")
-    wait_for(repo / "hang-started", gate)
-    worker = int((repo / "hang-started").read_text())
-    gate.kill()
-    gate.communicate(timeout=30)
+    with start_gate(repo, "run") as gate:
+        wait_for(repo / "hang-started", gate)
+        worker = int((repo / "hang-started").read_text())
+        gate.kill()
+        communicate(gate, 30)
     assert process_gone(worker), "the worker outlived the gate"
 
 
