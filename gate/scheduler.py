@@ -29,7 +29,6 @@ import os
 import selectors
 import signal
 import subprocess
-import sys
 import threading
 import time
 import traceback
@@ -49,7 +48,16 @@ from gate.results import (
 )
 from gate.source import UserCode
 from gate.transfer_map import prepare_environment
-from gate.worker import DUMP_SIGNAL, Done, FrameBuffer, Job, Message, Ready, write_frame
+from gate.worker import (
+    DUMP_SIGNAL,
+    Done,
+    FrameBuffer,
+    Job,
+    Message,
+    Ready,
+    worker_command,
+    write_frame,
+)
 from gate.worker_output import StackDump, WorkerOutput, split_output
 
 # Lines of the worker's output shown in an error's body.
@@ -225,7 +233,7 @@ class _Worker:
         output_read, output_write = os.pipe()
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-u", "-m", "gate.worker", str(jobs_read), str(results_write)],
+                worker_command(jobs_read, results_write),
                 cwd=repo_root,
                 env=env,
                 stdin=subprocess.DEVNULL,

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from cli_helpers import FAST_DEFAULTS, GateRun, gate_env, line_of, make_repo, run_gate
 from processes import communicate, started
+from result_samples import STEPS as STEPS_FOR_SAMPLES
 
 from gate.exit_codes import ExitCode
 from gate.scheduler import Cancellation, cancel_after, cancel_on_signals
@@ -443,12 +444,12 @@ def test_a_worker_that_does_not_start_in_time_is_a_timeout(repo: Path) -> None:
         repo,
         {
             "policies/p.yaml": policy(region("slow", "first", "    timeout_s: 1\n")),
-            # Workers run as `python -m gate.worker JOBS_FD RESULTS_FD`.
+            # Workers run as `python -c BOOTSTRAP JOBS_FD RESULTS_FD` (gate.worker.worker_command).
             "inject/sitecustomize.py": """
                 import sys
                 import time
 
-                if sys.argv[0] == "-m" and sys.argv[1:2] and sys.argv[1].isdigit():
+                if sys.argv[0] == "-c" and sys.argv[1:2] and sys.argv[1].isdigit():
                     print("worker start-up stuck", flush=True)
                     time.sleep(60)
             """,
@@ -714,3 +715,38 @@ def test_stack_dump_names_the_user_line_and_keeps_only_user_threads(tmp_path: Pa
     assert text.startswith("Fatal Python error: Segmentation fault\n\nCurrent thread")
     assert "_read_jobs" not in text
     assert "Extension modules" not in text
+
+
+# -- a `gate` package of the user's ---------------------------------------------------
+
+# A user's own package that happens to be called `gate`: were the gate's processes to import
+# it instead of their own, the marker would appear and `gate.worker` would end the worker.
+USERS_GATE = {
+    "gate/__init__.py": """
+        open("users-gate-imported", "w").close()
+    """,
+    "gate/worker.py": """
+        raise SystemExit("the user's own gate.worker ran")
+    """,
+}
+
+
+def test_a_gate_package_in_the_repo_does_not_shadow_the_gates_own(tmp_path: Path) -> None:
+    make_repo(
+        tmp_path,
+        {
+            **USERS_GATE,
+            "src/mod.py": STEPS_FOR_SAMPLES,
+            "policies/p.yaml": (
+                f"version: 1\n{FAST_DEFAULTS}python_path: [../src]\nregions:\n"
+                "  - name: clean\n    step: mod:step\n    setup: mod:inputs\n"
+                "  - name: leaky\n    step: mod:leaky\n    setup: mod:inputs\n"
+            ),
+        },
+    )
+    run = run_gate(tmp_path, "run", console_script=True)
+    assert run.returncode == ExitCode.REGION_FAILED, run
+    assert_passed(run, "clean")
+    assert run.testcase("leaky: transfers").find("failure") is not None, run
+    assert "worker crashed" not in run.stdout + run.stderr, run
+    assert not (tmp_path / "users-gate-imported").exists(), run
