@@ -728,6 +728,10 @@ USERS_GATE = {
     "gate/worker.py": """
         raise SystemExit("the user's own gate.worker ran")
     """,
+    "gate/models.py": """
+        def scale(x):
+            return x * 3.0
+    """,
 }
 
 
@@ -750,3 +754,42 @@ def test_a_gate_package_in_the_repo_does_not_shadow_the_gates_own(tmp_path: Path
     assert run.testcase("leaky: transfers").find("failure") is not None, run
     assert "worker crashed" not in run.stdout + run.stderr, run
     assert not (tmp_path / "users-gate-imported").exists(), run
+
+
+# How a user's code may reach for their own `gate`; each gets the same one line.
+USES_THEIR_GATE = {
+    "submodule": "from gate.models import scale",
+    "name": "from gate import scale",
+    "attribute": "import gate\n\nscale = gate.scale",
+    "binding": "import gate",
+    "deeper": "import helper",
+}
+
+
+def test_code_that_imports_the_users_own_gate_gets_one_line_naming_the_clash(
+    tmp_path: Path,
+) -> None:
+    modules = {
+        f"uses_{how}.py": f"{line}\n\nfrom mod import inputs, step\n"
+        for how, line in USES_THEIR_GATE.items()
+    }
+    regions = "".join(f"  - name: {how}\n    step: uses_{how}:step\n" for how in USES_THEIR_GATE)
+    make_repo(
+        tmp_path,
+        {
+            **USERS_GATE,
+            **modules,
+            "helper.py": "import gate.models\n",
+            "mod.py": STEPS_FOR_SAMPLES,
+            "policies/p.yaml": f"version: 1\n{FAST_DEFAULTS}regions:\n{regions}",
+        },
+    )
+    run = run_gate(tmp_path, "run", console_script=True)
+    assert run.returncode == ExitCode.USAGE, run
+    assert "Traceback" not in run.stderr, run
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == len(USES_THEIR_GATE), run
+    for how, error in zip(USES_THEIR_GATE, errors, strict=True):
+        where = "helper.py" if how == "deeper" else f"uses_{how}.py"
+        assert f"importing 'uses_{how}' needs your own 'gate' (gate/; {where}" in error, run
+        assert "rename yours (or vendor it under another name)" in error, run
