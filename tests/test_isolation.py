@@ -98,6 +98,14 @@ def exits_hard(x):
 
 def exits(x):
     sys.exit("the step called sys.exit")
+
+
+def killed_after_import_error(x):
+    try:
+        import no_such_plugin_for_the_gate_tests  # noqa: F401
+    except ImportError as exc:
+        print(f"{type(exc).__name__}: {exc}", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
@@ -461,6 +469,39 @@ def test_a_worker_that_does_not_start_in_time_is_a_timeout(repo: Path) -> None:
     assert kind == "timeout", run
     assert "the worker process did not start within 1 s (timeout_s)" in message, run
     assert "worker start-up stuck" in body, run
+
+
+def test_a_worker_that_cannot_import_says_so_not_out_of_memory(repo: Path) -> None:
+    make_repo(
+        repo,
+        {
+            "policies/p.yaml": policy(
+                region("a", "first"), region("b", "killed_after_import_error")
+            ),
+            # The first worker cannot import the gate's own worker module.
+            "inject/sitecustomize.py": """
+                import os
+                import sys
+
+                if sys.argv[0] == "-c" and not os.path.exists("first-worker-started"):
+                    open("first-worker-started", "w").close()
+                    sys.modules["gate.worker"] = None
+            """,
+        },
+    )
+    run = run_gate(repo, "run", env={"PYTHONPATH": str(repo / "inject")})
+    assert run.returncode == ExitCode.REGION_FAILED, run
+    for name, how, missing in (
+        ("a", "could not start: it exited with code 1", "gate.worker"),
+        ("b", "killed by SIGKILL (Killed)", "no_such_plugin_for_the_gate_tests"),
+    ):
+        kind, message, body = error_of(run, name)
+        assert kind == "crash", run
+        assert how in message, run
+        assert "after an import error (ModuleNotFoundError: " in message, run
+        assert missing in message, run
+        assert "memory" not in message + body, run
+        assert "fix: the worker could not import a module" in body, run
 
 
 def test_the_gate_process_keeps_off_accelerators_and_workers_do_not(repo: Path) -> None:
