@@ -165,7 +165,7 @@ def _import_error(
 # it. When the user's code needs theirs, the region gets one line that says so, not the
 # confusing error of the user's code meeting the gate's modules.
 
-_OWN_INIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__init__.py")
+_OWN_INIT = os.path.realpath(os.path.join(os.path.dirname(__file__), "__init__.py"))
 # Module name -> the clash's message, so that a module imported once (it stays in
 # sys.modules) gets the same error every time it is asked for.
 _CLASHED: dict[str, str] = {}
@@ -183,7 +183,7 @@ def _their_gate(entries: Sequence[str]) -> str | None:
             os.path.join(entry, "gate", "__init__.py"),
             os.path.join(entry, "gate.py"),
         ):
-            if os.path.isfile(candidate) and not os.path.samefile(candidate, _OWN_INIT):
+            if os.path.isfile(candidate) and os.path.realpath(candidate) != _OWN_INIT:
                 return candidate
     return None
 
