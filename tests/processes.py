@@ -14,12 +14,28 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 # After SIGKILL: how long the group gets to die and release the pipes.
 _REAP_S = 10.0
+
+
+def process_gone(pid: int, limit_s: float = 10) -> bool:
+    """Whether ``pid`` is gone within ``limit_s`` (a zombie counts: its parent may be gone too)."""
+    end = time.monotonic() + limit_s
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
 
 
 def kill_group(proc: subprocess.Popen[str]) -> None:

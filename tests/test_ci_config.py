@@ -1075,15 +1075,6 @@ def fake_gate_pid(tmp_path: Path, name: str = "started") -> int | None:
     return int(text) if text else None
 
 
-def process_gone(pid: int) -> bool:
-    """Whether ``pid`` has exited (a zombie counts: its parent may be gone too)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    return state in ("Z", "X")
-
-
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_action_gate_step_passes_the_runners_cancel_signal_on(
     action: dict[str, Any], tmp_path: Path, signum: signal.Signals
@@ -1122,7 +1113,7 @@ def test_action_gate_step_leaves_no_gate_running_whenever_the_signal_comes(
     with start_gate_step(action, tmp_path, env) as shell:
         processes.communicate(shell, TIMEOUT_S)
         gate = fake_gate_pid(tmp_path, "gate-pid")
-        orphaned = gate is not None and not process_gone(gate)
+        orphaned = gate is not None and not processes.process_gone(gate)
     log = (tmp_path / "log").read_text()
     assert not orphaned, f"the shell ended ({shell.returncode}) and left the gate running\n{log}"
     output = (tmp_path / "github_output").read_text()

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_helpers import FAST_DEFAULTS, GateRun, gate_env, line_of, make_repo, run_gate
-from processes import communicate, started
+from processes import communicate, process_gone, started
 from result_samples import STEPS as STEPS_FOR_SAMPLES
 
 from gate.exit_codes import ExitCode
@@ -269,20 +269,6 @@ def wait_for(path: Path, gate: subprocess.Popen[str], limit_s: float = 60) -> No
 def finished(gate: subprocess.Popen[str], repo: Path) -> GateRun:
     out, err = communicate(gate, 60)
     return GateRun(("run",), gate.returncode, out, err, repo / "reports/transfer-gate.xml")
-
-
-def process_gone(pid: int, limit_s: float = 10) -> bool:
-    """Whether ``pid`` is gone (a zombie counts as gone) within ``limit_s``."""
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from processes import communicate, run, started
+from processes import communicate, process_gone, run, started
 
 # A child that starts a grandchild holding its stdout, writes the grandchild's pid, and then
 # exits (``exit``) or sleeps (``sleep``): either way the pipe stays open for ten minutes.
@@ -23,20 +23,6 @@ if sys.argv[2] == "sleep":
 """
 
 
-def gone(pid: int, limit_s: float = 10) -> bool:
-    """Whether ``pid`` is gone (a zombie counts as gone) within ``limit_s``."""
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.parametrize("child", ["exit", "sleep"])
 def test_run_kills_the_whole_group_when_the_timeout_passes(tmp_path: Path, child: str) -> None:
     pid_file = tmp_path / "grandchild"
@@ -45,7 +31,7 @@ def test_run_kills_the_whole_group_when_the_timeout_passes(tmp_path: Path, child
         run([sys.executable, "-c", SPAWNER, pid_file, child], timeout=2)
     took = time.monotonic() - started_at
     assert took < 15, f"run() returned after {took:.0f} s"
-    assert gone(int(pid_file.read_text())), "the grandchild outlived the timeout"
+    assert process_gone(int(pid_file.read_text())), "the grandchild outlived the timeout"
     assert timed_out.value.stdout == "spawned\n"
 
 
@@ -64,8 +50,8 @@ def test_a_failing_test_takes_the_group_along(tmp_path: Path) -> None:
     pid_file = tmp_path / "grandchild"
     with pytest.raises(StepFailed) as failed:
         fail_while_it_runs([sys.executable, "-c", SPAWNER, pid_file, "sleep"])
-    assert gone(failed.value.args[0])
-    assert gone(int(pid_file.read_text())), "the grandchild outlived its test"
+    assert process_gone(failed.value.args[0])
+    assert process_gone(int(pid_file.read_text())), "the grandchild outlived its test"
 
 
 def test_communicate_kills_the_group_and_returns_the_output_so_far(tmp_path: Path) -> None:
@@ -76,7 +62,7 @@ def test_communicate_kills_the_group_and_returns_the_output_so_far(tmp_path: Pat
             communicate(proc, 2)
         assert proc.returncode == 0  # the child itself had exited; its grandchild held the pipe
     assert timed_out.value.stdout == "spawned\n"
-    assert gone(int(pid_file.read_text()))
+    assert process_gone(int(pid_file.read_text()))
 
 
 def test_run_kills_what_a_finished_process_left_behind(tmp_path: Path) -> None:
@@ -85,7 +71,7 @@ def test_run_kills_what_a_finished_process_left_behind(tmp_path: Path) -> None:
     pid_file = tmp_path / "grandchild"
     spawner = SPAWNER.replace("])", "], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)")
     done = run([sys.executable, "-c", spawner, pid_file, "exit"], timeout=60)
-    assert gone(int(pid_file.read_text())), "the grandchild outlived its parent's run"
+    assert process_gone(int(pid_file.read_text())), "the grandchild outlived its parent's run"
     assert (done.returncode, done.stdout) == (0, "spawned\n"), done
 
 
