@@ -96,6 +96,24 @@ _ERROR_FIXES: dict[ErrorKind, str] = {
 }
 
 
+# A crash whose worker printed an import error (gate.scheduler names it in the message):
+# nothing to do with memory.
+_IMPORT_CRASH_FIX = (
+    "the worker could not import a module: install the one the error names in the environment "
+    "transfer-gate runs in (or fix the import that asks for it); if it is one of the gate's own "
+    "(gate.*), reinstall jax-transfer-gate and run its `transfer-gate` command"
+)
+_IMPORT_ERRORS = ("ModuleNotFoundError: ", "ImportError: ")
+
+
+def _crash_fix(error: RegionError) -> str:
+    if any(name in error.message for name in _IMPORT_ERRORS):
+        return _IMPORT_CRASH_FIX
+    return _ERROR_FIXES[ErrorKind.CRASH]
+
+
 def hint_for_error(error: RegionError) -> str | None:
     """The usual fix for a region that could not be judged, if there is one."""
+    if error.kind is ErrorKind.CRASH:
+        return _crash_fix(error)
     return _ERROR_FIXES.get(error.kind)

@@ -24,6 +24,7 @@ from gate.policy import NamedCallable, Problem, display_path
 from gate.policy_model import CallableRef, Policy
 from gate.schema import did_you_mean
 from gate.signature import annotation_problem
+from gate.source import UserCode
 
 
 class ResolveError(Exception):
@@ -143,18 +144,127 @@ def check_named(
 
 def _import_module(name: str, paths: Sequence[Path], repo_root: Path) -> types.ModuleType:
     with python_path(paths, repo_root):
-        searched = [display_path(Path(p), repo_root) for p in _entries(paths, repo_root)]
+        entries = _entries(paths, repo_root)
+        searched = [display_path(Path(p), repo_root) for p in entries]
+        theirs = _their_gate(entries)
+        if theirs is not None and name in _CLASHED:
+            raise ResolveError(_CLASHED[name])
+        before = set(sys.modules) if theirs is not None else set()
         # Files made after start-up (a fresh checkout, a test's tmp_path) must be seen.
         importlib.invalidate_caches()
         try:
-            return importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
-                raise ResolveError(_not_found(name, exc.name, searched, repo_root)) from None
-            fix = f"install {exc.name!r} or fix the import" if exc.name else "fix the import"
-            raise ResolveError(_raised_on_import(name, exc, repo_root, fix)) from None
-        except (Exception, SystemExit) as exc:  # user code: anything may escape it
+            module = importlib.import_module(name)
+        except Exception as exc:
+            if theirs is not None and _names_own_gate(exc):
+                raise ResolveError(_clash(name, theirs, repo_root, exc)) from None
+            raise _import_error(name, exc, searched, repo_root) from None
+        except SystemExit as exc:  # user code: anything may escape it
             raise ResolveError(_raised_on_import(name, exc, repo_root)) from None
+        if theirs is not None:
+            binder = _binds_own_gate(set(sys.modules) - before, paths, repo_root)
+            if binder is not None:
+                raise ResolveError(_clash(name, theirs, repo_root, binder))
+        return module
+
+
+def _import_error(
+    name: str, exc: Exception, searched: Sequence[str], repo_root: Path
+) -> ResolveError:
+    """The one-line error for ``exc``, raised by importing module ``name``."""
+    if isinstance(exc, ModuleNotFoundError):
+        if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+            return ResolveError(_not_found(name, exc.name, searched, repo_root))
+        fix = f"install {exc.name!r} or fix the import" if exc.name else "fix the import"
+        return ResolveError(_raised_on_import(name, exc, repo_root, fix))
+    return ResolveError(_raised_on_import(name, exc, repo_root))
+
+
+# -- a `gate` package of the user's -------------------------------------------------
+#
+# The gate's processes import the gate's own package (gate.worker.worker_command), and a
+# process holds one module per name: a user's own top-level `gate` cannot be imported next to
+# it. When the user's code needs theirs, the region gets one line that says so, not the
+# confusing error of the user's code meeting the gate's modules.
+
+_OWN_INIT = os.path.realpath(os.path.join(os.path.dirname(__file__), "__init__.py"))
+# Module name -> the clash's message, so that a module imported once (it stays in
+# sys.modules) gets the same error every time it is asked for.
+_CLASHED: dict[str, str] = {}
+
+
+def _their_gate(entries: Sequence[str]) -> str | None:
+    """The user's own top-level `gate` (package or module) on ``entries``, if any.
+
+    Only one that would win over the installed gate in the user's own runs counts: a regular
+    package or a module, not a folder without ``__init__.py``, nor this package itself (a
+    checkout of the gate).
+    """
+    for entry in entries:
+        for candidate in (
+            os.path.join(entry, "gate", "__init__.py"),
+            os.path.join(entry, "gate.py"),
+        ):
+            if os.path.isfile(candidate) and os.path.realpath(candidate) != _OWN_INIT:
+                return candidate
+    return None
+
+
+def _is_own_gate(name: object) -> bool:
+    # In the gate's processes every module called gate or gate.* is the gate's own.
+    return isinstance(name, str) and (name == "gate" or name.startswith("gate."))
+
+
+def _names_own_gate(exc: BaseException) -> bool:
+    """Whether ``exc`` is the user's code failing to find what it wanted in `gate`."""
+    if isinstance(exc, ImportError):  # no module gate.x; cannot import name x from gate
+        return _is_own_gate(exc.name)
+    if isinstance(exc, AttributeError):  # module 'gate' has no attribute x
+        obj = getattr(exc, "obj", None)
+        return isinstance(obj, types.ModuleType) and _is_own_gate(obj.__name__)
+    return False
+
+
+def _binds_own_gate(
+    imported: set[str], paths: Sequence[Path], repo_root: Path
+) -> types.ModuleType | None:
+    """A module of the user's, among ``imported``, that holds one of the gate's own modules,
+    functions or classes: in the user's own runs the name `gate` is their package, so it
+    was meant to be theirs."""
+    code = UserCode(repo_root, tuple(paths))
+    for name in sorted(imported):
+        module = sys.modules.get(name)
+        filename = getattr(module, "__file__", None)
+        if module is None or not isinstance(filename, str) or not code.is_user(filename):
+            continue
+        for value in list(vars(module).values()):
+            held: object
+            if isinstance(value, types.ModuleType):
+                held = value.__name__
+            else:
+                try:
+                    held = getattr(value, "__module__", None)
+                except Exception:  # a lazy proxy that raises: not the gate's
+                    continue
+            if _is_own_gate(held):
+                return module
+    return None
+
+
+def _clash(name: str, theirs: str, repo_root: Path, cause: BaseException | types.ModuleType) -> str:
+    if isinstance(cause, types.ModuleType):
+        filename = getattr(cause, "__file__", None)
+        where: str | None = display_path(Path(filename), repo_root) if filename else None
+    else:
+        where = _user_frame(cause, repo_root)
+    package = display_path(Path(theirs), repo_root).removesuffix("__init__.py")
+    uses = f"; {where} imports it" if where else ""
+    message = (
+        f"importing {name!r} needs your own 'gate' ({package}{uses}), but transfer-gate's own "
+        "package is also named 'gate' and one Python process can hold only one of them: rename "
+        "yours (or vendor it under another name) and update its imports"
+    )
+    _CLASHED[name] = message
+    return message
 
 
 def _not_found(name: str, missing: str, searched: Sequence[str], repo_root: Path) -> str:

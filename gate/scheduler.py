@@ -26,10 +26,10 @@ import contextlib
 import enum
 import itertools
 import os
+import re
 import selectors
 import signal
 import subprocess
-import sys
 import threading
 import time
 import traceback
@@ -49,7 +49,16 @@ from gate.results import (
 )
 from gate.source import UserCode
 from gate.transfer_map import prepare_environment
-from gate.worker import DUMP_SIGNAL, Done, FrameBuffer, Job, Message, Ready, write_frame
+from gate.worker import (
+    DUMP_SIGNAL,
+    Done,
+    FrameBuffer,
+    Job,
+    Message,
+    Ready,
+    worker_command,
+    write_frame,
+)
 from gate.worker_output import StackDump, WorkerOutput, split_output
 
 # Lines of the worker's output shown in an error's body.
@@ -225,7 +234,7 @@ class _Worker:
         output_read, output_write = os.pipe()
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-u", "-m", "gate.worker", str(jobs_read), str(results_write)],
+                worker_command(jobs_read, results_write),
                 cwd=repo_root,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -345,27 +354,46 @@ class _Worker:
 # -- what a lost region looks like in the report --------------------------------
 
 
-def _how_it_ended(returncode: int | None) -> str:
-    """``was killed by SIGSEGV (Segmentation fault)``, ``exited with code 3``."""
+def _how_it_ended(returncode: int | None, lines: Sequence[str] = ()) -> str:
+    """``was killed by SIGSEGV (Segmentation fault)``, ``exited with code 3``.
+
+    When the worker's last output ``lines`` show an import error, that is said instead of
+    guessing at memory: ``exited with code 1 after an import error (ModuleNotFoundError: ...)``.
+    """
     if returncode is None:
         return "did not exit even after SIGKILL"
+    failed_import = _import_error(split_output(lines)[0])
+    after = f" after an import error ({failed_import})" if failed_import else ""
     if returncode >= 0:
-        return f"exited with code {returncode}"
+        return f"exited with code {returncode}{after}"
     number = -returncode
     try:
         name = signal.Signals(number).name
     except ValueError:
         name = f"signal {number}"
     description = signal.strsignal(number) or name
-    if number == signal.SIGKILL:
+    if number == signal.SIGKILL and not failed_import:
         description += ", e.g. by the kernel's out-of-memory killer"
-    return f"was killed by {name} ({description})"
+    return f"was killed by {name} ({description}){after}"
 
 
-def _last_printed(printed: Sequence[str]) -> str:
+# The last line of a traceback that ends in a failed import.
+_IMPORT_ERROR = re.compile(r"^(?:[\w.]+\.)?(?:ModuleNotFoundError|ImportError): \S")
+
+
+def _import_error(printed: Sequence[str]) -> str | None:
+    """The last import error among the lines a report shows, as one line, if there is one."""
+    for line in reversed(printed[-_SHOWN_LINES:]):
+        if _IMPORT_ERROR.match(line.strip()):
+            return " ".join(line.split())[:200]
+    return None
+
+
+def _last_printed(printed: Sequence[str], message: str) -> str:
     for line in reversed(printed):
         if line.strip():
-            return f"; last output: {' '.join(line.split())[:200]}"
+            last = " ".join(line.split())[:200]
+            return "" if last in message else f"; last output: {last}"
     return ""
 
 
@@ -397,7 +425,7 @@ def _lost_region_error(
     phase = _phase_of(dump)
     return RegionError(
         kind,
-        message + (f" {phase}" if phase else "") + _last_printed(printed),
+        message + (f" {phase}" if phase else "") + _last_printed(printed, message),
         "\n\n".join(parts) + "\n",
         dump.location(code, crashed),
     )
@@ -565,17 +593,17 @@ class Scheduler:
             return running.result(self._cancelled_running())
         returncode = worker.stop(dump=event is _Event.TIMED_OUT)
         code = UserCode(self.repo_root, running.policy.python_path)
+        lines = worker.output.lines_since(0)
         if event is _Event.TIMED_OUT:
             kind = ErrorKind.TIMEOUT
             message = f"the worker process did not start within {_seconds(timeout)} (timeout_s)"
         else:
             kind = ErrorKind.CRASH
-            message = f"the worker process could not start: it {_how_it_ended(returncode)}"
+            message = f"the worker process could not start: it {_how_it_ended(returncode, lines)}"
         headline = (
             f"{message}. A worker imports jax and starts its backend before it runs a "
             "region; its output below says why it could not."
         )
-        lines = worker.output.lines_since(0)
         error = _lost_region_error(kind, message, headline, lines=lines, code=code, crashed=False)
         self._failed_starts.append((env, error))
         return running.result(error)
@@ -604,7 +632,7 @@ class Scheduler:
             )
         else:
             kind = ErrorKind.CRASH
-            how = _how_it_ended(returncode)
+            how = _how_it_ended(returncode, worker.output.lines_since(running.mark))
             message = how.removeprefix("was ")
             headline = f"The worker process running this region {how}. {fresh}"
         code = UserCode(self.repo_root, running.policy.python_path)

@@ -1,4 +1,4 @@
-"""The child side of isolation: ``python -m gate.worker JOBS_FD RESULTS_FD``.
+"""The child side of isolation: a worker process, started as `worker_command` says.
 
 A worker imports jax once, then runs regions one at a time for the parent
 (`gate.scheduler`): it reads `Job` frames from ``JOBS_FD`` and answers each
@@ -41,6 +41,26 @@ from gate.source import UserCode, frames_of
 DUMP_SIGNAL = signal.SIGUSR1
 
 _HEADER = 8
+
+# The folder that holds this `gate` package (site-packages, or a source checkout).
+_GATE_HOME = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def worker_command(jobs_fd: int, results_fd: int) -> list[str]:
+    """The command line that starts a worker: this gate's own package, whatever the cwd holds.
+
+    Workers run in the user's repo root, and ``python -m gate.worker`` would put it first on
+    `sys.path`: a ``gate`` package of the user's (a common name) would be imported instead of
+    this one. ``-c`` puts ``""`` there instead, which the bootstrap replaces with the folder
+    that holds this package (``-P`` would do as well, but only from Python 3.11). The user's
+    code still imports as before: `gate.resolve.python_path` puts the policy's python_path and
+    the repo root first while a region's code is imported and run.
+    """
+    bootstrap = (
+        f"import sys; sys.path[0] = {_GATE_HOME!r}; "
+        "from gate.worker import main; raise SystemExit(main(sys.argv[1:]))"
+    )
+    return [sys.executable, "-u", "-c", bootstrap, str(jobs_fd), str(results_fd)]
 
 
 @dataclass(frozen=True)
@@ -226,11 +246,3 @@ def _error_result(job: Job, started: float, error: RegionError) -> RegionResult:
         wall_s=time.perf_counter() - started,
         error=error,
     )
-
-
-if __name__ == "__main__":
-    # Run the copy imported as `gate.worker`, not this `__main__` one, so the
-    # messages it pickles are `gate.worker.Done` and the parent can read them.
-    from gate.worker import main as _main
-
-    raise SystemExit(_main(sys.argv[1:]))

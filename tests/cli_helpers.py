@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
@@ -11,9 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import xmlschema
+from processes import run
 
 TESTS = Path(__file__).resolve().parent
 JUNIT_XSD = TESTS / "junit.xsd"
+# The console script of the environment running the tests.
+TRANSFER_GATE = Path(sys.executable).parent / "transfer-gate"
 
 # Regions in tests run a handful of times: enough to cover every phase
 # (first call, warm-up, steady state, timed) without paying for statistics.
@@ -104,18 +106,17 @@ def run_gate(
     devices: int = 1,
     env: dict[str, str | None] | None = None,
     report: str = "reports/transfer-gate.xml",
-    timeout: float = 300,
+    timeout: float = 240,
+    console_script: bool = False,
 ) -> GateRun:
-    """``python -m gate ARGS`` in ``repo``, as CI would run it."""
-    done = subprocess.run(
-        [sys.executable, "-m", "gate", *args],
-        cwd=repo,
-        env=gate_env(devices, env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    """``python -m gate ARGS`` in ``repo``, as CI would run it.
+
+    With ``console_script``, the installed ``transfer-gate`` command instead: the only way in for
+    a repo with a ``gate`` package of its own, which ``python -m gate`` would run. Past
+    ``timeout`` the gate's whole process group is killed (`processes.run`).
+    """
+    gate = [TRANSFER_GATE] if console_script else [sys.executable, "-m", "gate"]
+    done = run([*gate, *args], cwd=repo, env=gate_env(devices, env), timeout=timeout)
     return GateRun(tuple(args), done.returncode, done.stdout, done.stderr, repo / report)
 
 

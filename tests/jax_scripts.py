@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 from typing import Any
+
+from processes import run
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = "RESULT:"
@@ -53,15 +54,7 @@ def run_script(
     driver.write_text(prelude + textwrap.dedent(script))
     environ = {k: v for k, v in os.environ.items() if k not in drop_env}
     environ.update(env or {})
-    done = subprocess.run(
-        [sys.executable, str(driver)],
-        cwd=repo,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = run([sys.executable, driver], cwd=repo, env=environ, timeout=240)
     shown = f"exit {done.returncode}\n--- stdout ---\n{done.stdout}\n--- stderr ---\n{done.stderr}"
     assert done.returncode == 0, shown
     results = [line[len(RESULT) :] for line in done.stdout.splitlines() if line.startswith(RESULT)]

@@ -13,6 +13,7 @@ shell scripts under bash to check what they do.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import os
@@ -27,6 +28,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import processes
 import pytest
 import yaml
 
@@ -91,14 +93,7 @@ TIMEOUT_S = 60
 
 
 def run(argv: list[str | Path], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(a) for a in argv],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-        **kwargs,
-    )
+    return processes.run(argv, timeout=TIMEOUT_S, **kwargs)
 
 
 def shown(proc: subprocess.CompletedProcess[str]) -> str:
@@ -1007,6 +1002,78 @@ echo "$$" > "$FAKE_STARTED"
 while :; do sleep 0.05; done
 """
 
+# Sourced by the step's shell before its script (BASH_ENV): a DEBUG trap, which runs before each
+# command, sends the shell $SIGNAL once, at the moment $SIGNAL_WHEN names: `start`, before the
+# script's first command; `before-gate`, before the command that starts the gate; `after-gate`, as
+# soon as the gate runs in the background (`$!` is set), once it is ready for the signal. Only
+# bash's own state is read, so it holds for any order of the script's lines. It also writes the
+# gate's pid to $GATE_PID, which a gate killed before it could write its own would not.
+SIGNAL_AT = """
+signal_sent=""
+send_signal_once() {
+  if [ -n "$!" ] && [ ! -s "$GATE_PID" ]; then echo "$!" > "$GATE_PID"; fi
+  if [ -n "$signal_sent" ]; then return 0; fi
+  case "$SIGNAL_WHEN" in
+    before-gate) if [[ "$BASH_COMMAND" != "transfer-gate run"* ]]; then return 0; fi ;;
+    after-gate)
+      if [ -z "$!" ]; then return 0; fi
+      for _ in $(seq 500); do if [ -s "$FAKE_STARTED" ]; then break; fi; sleep 0.01; done ;;
+  esac
+  signal_sent=1
+  kill -s "$SIGNAL" "$$"
+}
+trap send_signal_once DEBUG
+"""
+
+
+@contextlib.contextmanager
+def start_gate_step(
+    action: dict[str, Any], tmp_path: Path, env: Mapping[str, str]
+) -> Iterator[subprocess.Popen[str]]:
+    """The action's gate step under bash, with the cancellable fake gate, in its own session.
+
+    Its output goes to tmp_path/log, so that waiting for the shell never waits for a gate it
+    may have left behind.
+    """
+    step = step_named(action["runs"]["steps"], "Run transfer gate")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "transfer-gate"
+    fake.write_text(CANCELLABLE_GATE)
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    (tmp_path / "github_output").write_text("")
+    script = tmp_path / "step.sh"
+    script.write_text(step["run"])
+    with (
+        (tmp_path / "log").open("w") as log,
+        processes.started(
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", script],
+            cwd=tmp_path,
+            env={
+                "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+                "GITHUB_OUTPUT": str(tmp_path / "github_output"),
+                "GATE_POLICIES": "policies/",
+                "GATE_JUNIT": "reports/transfer-gate.xml",
+                "GATE_JSON": "",
+                "GATE_TIME_BUDGET": "",
+                "GATE_ARGS": "",
+                "FAKE_STARTED": str(tmp_path / "started"),
+                "FAKE_REPORT": str(tmp_path / "report"),
+                **env,
+            },
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        ) as shell,
+    ):
+        yield shell
+
+
+def fake_gate_pid(tmp_path: Path, name: str = "started") -> int | None:
+    """The pid in tmp_path/``name``, if it is there yet."""
+    path = tmp_path / name
+    text = path.read_text().strip() if path.exists() else ""
+    return int(text) if text else None
+
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_action_gate_step_passes_the_runners_cancel_signal_on(
@@ -1014,50 +1081,53 @@ def test_action_gate_step_passes_the_runners_cancel_signal_on(
 ) -> None:
     # The runner cancels a step by signalling the step's shell only; the shell must pass it on so
     # that the gate stops its region and writes the report, and then record the gate's exit code.
-    step = step_named(action["runs"]["steps"], "Run transfer gate")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "transfer-gate"
-    fake.write_text(CANCELLABLE_GATE)
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    output, started, report = (tmp_path / n for n in ("github_output", "started", "report"))
-    output.write_text("")
-    script = tmp_path / "step.sh"
-    script.write_text(step["run"])
-    env = {
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-        "GITHUB_OUTPUT": str(output),
-        "GATE_POLICIES": "policies/",
-        "GATE_JUNIT": "reports/transfer-gate.xml",
-        "GATE_JSON": "",
-        "GATE_TIME_BUDGET": "",
-        "GATE_ARGS": "",
-        "FAKE_STARTED": str(started),
-        "FAKE_REPORT": str(report),
-    }
-    shell = subprocess.Popen(
-        ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
+    with start_gate_step(action, tmp_path, {}) as shell:
         deadline = time.monotonic() + TIMEOUT_S
-        while not started.exists() or not started.read_text().strip():
-            assert shell.poll() is None, shell.communicate()[0]
+        while fake_gate_pid(tmp_path) is None:
+            assert shell.poll() is None, (tmp_path / "log").read_text()
             assert time.monotonic() < deadline, "the fake gate never started"
             time.sleep(0.02)
         shell.send_signal(signum)
-        log, _ = shell.communicate(timeout=TIMEOUT_S)
-    finally:
-        if shell.poll() is None:
-            shell.kill()
-            shell.communicate()
+        processes.communicate(shell, TIMEOUT_S)
+    log = (tmp_path / "log").read_text()
     assert shell.returncode == 0, log
-    assert report.read_text() == "cancelled by TERM\n", log
-    assert output.read_text() == "exit-code=1\n", log
+    assert (tmp_path / "report").read_text() == "cancelled by TERM\n", log
+    assert (tmp_path / "github_output").read_text() == "exit-code=1\n", log
+
+
+@pytest.mark.parametrize("when", ["start", "before-gate", "after-gate"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_action_gate_step_leaves_no_gate_running_whenever_the_signal_comes(
+    action: dict[str, Any], tmp_path: Path, signum: signal.Signals, when: str
+) -> None:
+    # The trap must be in place before the gate starts: a signal in between would kill the shell
+    # and leave the gate running, unsignalled, holding the step's output open.
+    hook = tmp_path / "signal-at.sh"
+    hook.write_text(SIGNAL_AT)
+    env = {
+        "BASH_ENV": str(hook),
+        "SIGNAL": signum.name.removeprefix("SIG"),
+        "SIGNAL_WHEN": when,
+        "GATE_PID": str(tmp_path / "gate-pid"),
+    }
+    with start_gate_step(action, tmp_path, env) as shell:
+        processes.communicate(shell, TIMEOUT_S)
+        gate = fake_gate_pid(tmp_path, "gate-pid")
+        orphaned = gate is not None and not processes.process_gone(gate)
+    log = (tmp_path / "log").read_text()
+    assert not orphaned, f"the shell ended ({shell.returncode}) and left the gate running\n{log}"
+    output = (tmp_path / "github_output").read_text()
+    if when == "start":  # before the trap: nothing had started, and the signal ends the shell
+        assert shell.returncode == -signum, log
+        assert (gate, output) == (None, ""), log
+        return
+    assert shell.returncode == 0, log
+    assert gate is not None, log
+    if when == "after-gate":
+        assert (tmp_path / "report").read_text() == "cancelled by TERM\n", log
+        assert output == "exit-code=1\n", log
+    else:  # TERM follows the gate's start at once: it may come before the gate's own trap
+        assert output in ("exit-code=1\n", "exit-code=143\n"), log
 
 
 def test_action_steps_after_the_gate_wait_for_it(action: dict[str, Any]) -> None:

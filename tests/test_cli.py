@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from cli_helpers import TESTS, gate_env, make_repo, run_gate
+from processes import run
 from result_samples import STEPS, policy
 
 from gate.exit_codes import ExitCode
@@ -29,13 +29,8 @@ def repo(tmp_path: Path) -> Path:
 
 
 def test_help_documents_every_exit_code() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "gate", "run", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=gate_env(),
-    )
+    done = run([sys.executable, "-m", "gate", "run", "--help"], env=gate_env(), timeout=60)
+    assert done.returncode == 0, done.stderr
     for code in ExitCode:
         assert f"{code.value}  {code.meaning}" in done.stdout
 
@@ -179,14 +174,7 @@ def test_validate_reports_every_problem_of_a_file_at_once(repo: Path) -> None:
 def test_console_script_is_installed(repo: Path) -> None:
     make_repo(repo, {"policies/p.yaml": policy("step")})
     script = Path(sys.executable).parent / "transfer-gate"
-    done = subprocess.run(
-        [str(script), "validate"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        env=gate_env(),
-        check=False,
-    )
+    done = run([script, "validate"], cwd=repo, env=gate_env(), timeout=120)
     assert done.returncode == 0, done.stderr
 
 
@@ -231,13 +219,8 @@ def test_every_bad_policy_is_one_clear_line_through_the_cli(command: str, tmp_pa
 
 def test_merge_help_says_it_merges_junit_and_json_reports() -> None:
     for argv in (["--help"], ["merge", "--help"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "gate", *argv],
-            capture_output=True,
-            text=True,
-            check=True,
-            env=gate_env(),
-        )
+        done = run([sys.executable, "-m", "gate", *argv], env=gate_env(), timeout=60)
+        assert done.returncode == 0, done.stderr
         merge_help = done.stdout if argv[0] == "merge" else done.stdout.split("merge", 1)[1]
         assert "JUnit" in merge_help, done.stdout
         assert "JSON" in merge_help, done.stdout

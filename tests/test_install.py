@@ -16,15 +16,15 @@ import venv
 import zipfile
 from pathlib import Path
 
+import processes
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(
     *command: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [str(c) for c in command], capture_output=True, text=True, check=False, cwd=cwd, env=env
-    )
+    done = processes.run(command, cwd=cwd, env=env, timeout=240)
     assert done.returncode == 0, f"{command} failed:\n{done.stdout}\n{done.stderr}"
     return done
 

@@ -6,6 +6,7 @@ Every test goes through the real CLI; regions run in worker processes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -18,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_helpers import FAST_DEFAULTS, GateRun, gate_env, line_of, make_repo, run_gate
+from processes import communicate, process_gone, started
+from result_samples import STEPS as STEPS_FOR_SAMPLES
 
 from gate.exit_codes import ExitCode
 from gate.scheduler import Cancellation, cancel_after, cancel_on_signals
@@ -95,6 +98,14 @@ def exits_hard(x):
 
 def exits(x):
     sys.exit("the step called sys.exit")
+
+
+def killed_after_import_error(x):
+    try:
+        import no_such_plugin_for_the_gate_tests  # noqa: F401
+    except ImportError as exc:
+        print(f"{type(exc).__name__}: {exc}", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
@@ -233,14 +244,14 @@ def test_other_ways_a_worker_dies(repo: Path) -> None:
     assert_passed(run, "after")
 
 
-def start_gate(repo: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+def start_gate(repo: Path, *args: str) -> contextlib.AbstractContextManager[subprocess.Popen[str]]:
+    """The gate, started in the background; its process group is killed when the test ends."""
+    return started(
         [sys.executable, "-m", "gate", *args],
         cwd=repo,
         env=gate_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
     )
 
 
@@ -248,29 +259,16 @@ def wait_for(path: Path, gate: subprocess.Popen[str], limit_s: float = 60) -> No
     end = time.monotonic() + limit_s
     while not path.exists():
         if gate.poll() is not None or time.monotonic() > end:
-            out, err = gate.communicate()
+            gate.kill()
+            out, err = communicate(gate, 30)
             raise AssertionError(f"{path.name} never appeared\n{out}\n{err}")
         time.sleep(0.05)
     time.sleep(0.1)  # the step is now sleeping
 
 
 def finished(gate: subprocess.Popen[str], repo: Path) -> GateRun:
-    out, err = gate.communicate(timeout=60)
+    out, err = communicate(gate, 60)
     return GateRun(("run",), gate.returncode, out, err, repo / "reports/transfer-gate.xml")
-
-
-def process_gone(pid: int, limit_s: float = 10) -> bool:
-    """Whether ``pid`` is gone (a zombie counts as gone) within ``limit_s``."""
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -285,11 +283,11 @@ def test_cancelling_the_run_still_writes_the_report(repo: Path, signum: signal.S
             )
         },
     )
-    gate = start_gate(repo, "run")
-    wait_for(repo / "hang-started", gate)
-    worker = int((repo / "hang-started").read_text())
-    gate.send_signal(signum)
-    run = finished(gate, repo)
+    with start_gate(repo, "run") as gate:
+        wait_for(repo / "hang-started", gate)
+        worker = int((repo / "hang-started").read_text())
+        gate.send_signal(signum)
+        run = finished(gate, repo)
 
     assert run.returncode == ExitCode.REGION_FAILED, run
     assert f"run cancelled by {signum.name}" in run.stderr, run
@@ -378,11 +376,11 @@ def test_a_killed_gate_takes_its_worker_along(repo: Path) -> None:
     # SIGKILL leaves the gate no time to clean up: the worker notices that its
     # jobs pipe closed mid-region and kills its own process group.
     make_repo(repo, {"policies/p.yaml": policy(region("hang", "hangs"))})
-    gate = start_gate(repo, "run")
-    wait_for(repo / "hang-started", gate)
-    worker = int((repo / "hang-started").read_text())
-    gate.kill()
-    gate.communicate(timeout=30)
+    with start_gate(repo, "run") as gate:
+        wait_for(repo / "hang-started", gate)
+        worker = int((repo / "hang-started").read_text())
+        gate.kill()
+        communicate(gate, 30)
     assert process_gone(worker), "the worker outlived the gate"
 
 
@@ -440,12 +438,12 @@ def test_a_worker_that_does_not_start_in_time_is_a_timeout(repo: Path) -> None:
         repo,
         {
             "policies/p.yaml": policy(region("slow", "first", "    timeout_s: 1\n")),
-            # Workers run as `python -m gate.worker JOBS_FD RESULTS_FD`.
+            # Workers run as `python -c BOOTSTRAP JOBS_FD RESULTS_FD` (gate.worker.worker_command).
             "inject/sitecustomize.py": """
                 import sys
                 import time
 
-                if sys.argv[0] == "-m" and sys.argv[1:2] and sys.argv[1].isdigit():
+                if sys.argv[0] == "-c" and sys.argv[1:2] and sys.argv[1].isdigit():
                     print("worker start-up stuck", flush=True)
                     time.sleep(60)
             """,
@@ -457,6 +455,39 @@ def test_a_worker_that_does_not_start_in_time_is_a_timeout(repo: Path) -> None:
     assert kind == "timeout", run
     assert "the worker process did not start within 1 s (timeout_s)" in message, run
     assert "worker start-up stuck" in body, run
+
+
+def test_a_worker_that_cannot_import_says_so_not_out_of_memory(repo: Path) -> None:
+    make_repo(
+        repo,
+        {
+            "policies/p.yaml": policy(
+                region("a", "first"), region("b", "killed_after_import_error")
+            ),
+            # The first worker cannot import the gate's own worker module.
+            "inject/sitecustomize.py": """
+                import os
+                import sys
+
+                if sys.argv[0] == "-c" and not os.path.exists("first-worker-started"):
+                    open("first-worker-started", "w").close()
+                    sys.modules["gate.worker"] = None
+            """,
+        },
+    )
+    run = run_gate(repo, "run", env={"PYTHONPATH": str(repo / "inject")})
+    assert run.returncode == ExitCode.REGION_FAILED, run
+    for name, how, missing in (
+        ("a", "could not start: it exited with code 1", "gate.worker"),
+        ("b", "killed by SIGKILL (Killed)", "no_such_plugin_for_the_gate_tests"),
+    ):
+        kind, message, body = error_of(run, name)
+        assert kind == "crash", run
+        assert how in message, run
+        assert "after an import error (ModuleNotFoundError: " in message, run
+        assert missing in message, run
+        assert "memory" not in message + body, run
+        assert "fix: the worker could not import a module" in body, run
 
 
 def test_the_gate_process_keeps_off_accelerators_and_workers_do_not(repo: Path) -> None:
@@ -711,3 +742,81 @@ def test_stack_dump_names_the_user_line_and_keeps_only_user_threads(tmp_path: Pa
     assert text.startswith("Fatal Python error: Segmentation fault\n\nCurrent thread")
     assert "_read_jobs" not in text
     assert "Extension modules" not in text
+
+
+# -- a `gate` package of the user's ---------------------------------------------------
+
+# A user's own package that happens to be called `gate`: were the gate's processes to import
+# it instead of their own, the marker would appear and `gate.worker` would end the worker.
+USERS_GATE = {
+    "gate/__init__.py": """
+        open("users-gate-imported", "w").close()
+    """,
+    "gate/worker.py": """
+        raise SystemExit("the user's own gate.worker ran")
+    """,
+    "gate/models.py": """
+        def scale(x):
+            return x * 3.0
+    """,
+}
+
+
+def test_a_gate_package_in_the_repo_does_not_shadow_the_gates_own(tmp_path: Path) -> None:
+    make_repo(
+        tmp_path,
+        {
+            **USERS_GATE,
+            "src/mod.py": STEPS_FOR_SAMPLES,
+            "policies/p.yaml": (
+                f"version: 1\n{FAST_DEFAULTS}python_path: [../src]\nregions:\n"
+                "  - name: clean\n    step: mod:step\n    setup: mod:inputs\n"
+                "  - name: leaky\n    step: mod:leaky\n    setup: mod:inputs\n"
+            ),
+        },
+    )
+    run = run_gate(tmp_path, "run", console_script=True)
+    assert run.returncode == ExitCode.REGION_FAILED, run
+    assert_passed(run, "clean")
+    assert run.testcase("leaky: transfers").find("failure") is not None, run
+    assert "worker crashed" not in run.stdout + run.stderr, run
+    assert not (tmp_path / "users-gate-imported").exists(), run
+
+
+# How a user's code may reach for their own `gate`; each gets the same one line.
+USES_THEIR_GATE = {
+    "submodule": "from gate.models import scale",
+    "name": "from gate import scale",
+    "attribute": "import gate\n\nscale = gate.scale",
+    "binding": "import gate",
+    "deeper": "import helper",
+}
+
+
+def test_code_that_imports_the_users_own_gate_gets_one_line_naming_the_clash(
+    tmp_path: Path,
+) -> None:
+    modules = {
+        f"uses_{how}.py": f"{line}\n\nfrom mod import inputs, step\n"
+        for how, line in USES_THEIR_GATE.items()
+    }
+    regions = "".join(f"  - name: {how}\n    step: uses_{how}:step\n" for how in USES_THEIR_GATE)
+    make_repo(
+        tmp_path,
+        {
+            **USERS_GATE,
+            **modules,
+            "helper.py": "import gate.models\n",
+            "mod.py": STEPS_FOR_SAMPLES,
+            "policies/p.yaml": f"version: 1\n{FAST_DEFAULTS}regions:\n{regions}",
+        },
+    )
+    run = run_gate(tmp_path, "run", console_script=True)
+    assert run.returncode == ExitCode.USAGE, run
+    assert "Traceback" not in run.stderr, run
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == len(USES_THEIR_GATE), run
+    for how, error in zip(USES_THEIR_GATE, errors, strict=True):
+        where = "helper.py" if how == "deeper" else f"uses_{how}.py"
+        assert f"importing 'uses_{how}' needs your own 'gate' (gate/; {where}" in error, run
+        assert "rename yours (or vendor it under another name)" in error, run

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from processes import run
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -22,11 +22,5 @@ BIN = Path(sys.executable).parent
     ids=["ruff-check", "ruff-format", "mypy-strict"],
 )
 def test_tool_is_clean(command: list[str]) -> None:
-    done = subprocess.run(
-        [str(BIN / command[0]), *command[1:]],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = run([BIN / command[0], *command[1:]], cwd=ROOT, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
