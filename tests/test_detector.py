@@ -408,6 +408,32 @@ def test_the_boundary_is_asked_in_the_fetching_thread(tmp_path: Path) -> None:
     assert [f.boundary for f in log.fetches] == ["examples:fetch_metrics", None]
 
 
+def test_copy_to_host_async_is_judged_like_a_read(tmp_path: Path) -> None:
+    # Explicit inside jax.device_get (which starts with it), implicit
+    # otherwise; its boundary and thread are asked as for _value.
+    import jax
+    import jax.numpy as jnp
+
+    from gate.detector import detect_fetches
+
+    def prefetch() -> None:
+        (jnp.float32(3.0) + 1).copy_to_host_async()
+
+    local = threading.local()
+    local.name = "examples:fetch_metrics"
+    with detect_fetches(_code(tmp_path), lambda: getattr(local, "name", None)) as log:
+        (jnp.float32(1.0) + 1).copy_to_host_async()
+        jax.device_get(jnp.float32(2.0) + 1)
+        worker = threading.Thread(target=prefetch, name="prefetch")
+        worker.start()
+        worker.join()
+    assert [(f.what, f.explicit, f.boundary, f.thread) for f in log.fetches] == [
+        ("copy_to_host_async", False, "examples:fetch_metrics", "MainThread"),
+        ("device_get", True, "examples:fetch_metrics", "MainThread"),
+        ("copy_to_host_async", False, None, "prefetch"),
+    ]
+
+
 def test_fetched_earlier_and_reused_inputs(tmp_path: Path) -> None:
     import jax.numpy as jnp
 
