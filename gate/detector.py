@@ -5,7 +5,7 @@ backend: the buffer already lives in host memory, so nothing is copied
 (FIELD-NOTES, "What is and isn't caught"). The gate still wants to tell a
 step that calls ``float(loss)`` from one that does not, so on CPU (and next
 to the guard on GPU and TPU, where the two can be compared) it watches the
-two doors through which Python code reads an array's value:
+three doors through which Python code reads an array's value:
 
 1. ``jax._src.array.ArrayImpl._value``, a property that every Python-level
    read goes through: ``print``/``str``/``repr``/``format``, ``float``/
@@ -13,8 +13,9 @@ two doors through which Python code reads an array's value:
    ``__array__`` (so ``np.asarray`` on GPU/TPU and on sharded arrays),
    pickling and ``jax.device_get``. See ``ArrayImpl._value`` in
    https://github.com/jax-ml/jax/blob/main/jax/_src/array.py. A call while
-   ``_npy_value`` is still None is a real fetch; a value whose host copy is
-   already cached is returned without a transfer and is not counted.
+   ``_npy_value`` is still None is a real fetch, unless the array is
+   host-cached as modelled below; a value whose host copy is already cached
+   is returned without a transfer and is not counted.
 2. The Python buffer protocol. jaxlib exports a zero-copy buffer for a
    single-device CPU array (``PyArray_bf_getbuffer`` in jaxlib's
    ``py_array.cc``), and NumPy tries that before ``__array__``, so on CPU
@@ -27,7 +28,6 @@ two doors through which Python code reads an array's value:
    Where the slot cannot be reached safely (not CPython, a free-threaded or
    ``Py_TRACE_REFS`` build, an unexpected type layout) the detector still
    runs and `FetchLog.blind_spots` says what it cannot see.
-
 3. ``jax._src.array.ArrayImpl.copy_to_host_async`` (also reached through
    ``jax.copy_to_host_async(tree)``): it starts the copy into the host
    cache without waiting, and JAX's guard checks it on GPU and TPU as an
@@ -57,14 +57,16 @@ read of the same array would look like a new fetch: a setup that reads the
 array it returns would make the step's read of it fail, where JAX on a GPU
 allows it (``test_disallow_ignores_arrays_on_cpu`` in JAX's tests). So the
 detector models the accelerator's rule on every backend: the first
-successful read of an array object, by any door above and in any watched
-block (a region's import, setup, warm-up, the runs and between them), is
-the transfer; from then on the array counts as host-cached
-(`host_copy_cached`) and its reads are no transfer and not recorded. A
-refused read caches nothing. Reads while no block is active (the timed
-runs) are not seen, so they are not modelled; on CPU an array read only
-there would be counted at its next watched read, where a GPU would serve
-it from the cache.
+successful read of an array object, by any door above and in any
+`detect_fetches` block (the runner watches a region's import, its setups,
+warm-up, runs and what happens between them), is the transfer; from then
+on that object counts as host-cached for the whole process
+(`host_copy_cached`), and its reads are no transfer and are not recorded.
+As on an accelerator the copy belongs to the object: a slice or a shard of
+it is another array. A refused read caches nothing. Reads while no block is
+active (the timed runs, the result checks) are not seen, so they are not
+modelled: on CPU an array read only there would be counted at its next
+watched read, where a GPU would serve it from the cache.
 
 Never seen here: ``__dlpack__``/``np.from_dlpack``, and host callbacks
 inside jitted code (see `gate.callbacks`).
