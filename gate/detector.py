@@ -5,7 +5,7 @@ backend: the buffer already lives in host memory, so nothing is copied
 (FIELD-NOTES, "What is and isn't caught"). The gate still wants to tell a
 step that calls ``float(loss)`` from one that does not, so on CPU (and next
 to the guard on GPU and TPU, where the two can be compared) it watches the
-two doors through which Python code reads an array's value:
+three doors through which Python code reads an array's value:
 
 1. ``jax._src.array.ArrayImpl._value``, a property that every Python-level
    read goes through: ``print``/``str``/``repr``/``format``, ``float``/
@@ -13,8 +13,9 @@ two doors through which Python code reads an array's value:
    ``__array__`` (so ``np.asarray`` on GPU/TPU and on sharded arrays),
    pickling and ``jax.device_get``. See ``ArrayImpl._value`` in
    https://github.com/jax-ml/jax/blob/main/jax/_src/array.py. A call while
-   ``_npy_value`` is still None is a real fetch; a value whose host copy is
-   already cached is returned without a transfer and is not counted.
+   ``_npy_value`` is still None is a real fetch, unless the array is
+   host-cached as modelled below; a value whose host copy is already cached
+   is returned without a transfer and is not counted.
 2. The Python buffer protocol. jaxlib exports a zero-copy buffer for a
    single-device CPU array (``PyArray_bf_getbuffer`` in jaxlib's
    ``py_array.cc``), and NumPy tries that before ``__array__``, so on CPU
@@ -27,21 +28,54 @@ two doors through which Python code reads an array's value:
    Where the slot cannot be reached safely (not CPython, a free-threaded or
    ``Py_TRACE_REFS`` build, an unexpected type layout) the detector still
    runs and `FetchLog.blind_spots` says what it cannot see.
+3. ``jax._src.array.ArrayImpl.copy_to_host_async`` (also reached through
+   ``jax.copy_to_host_async(tree)``): it starts the copy into the host
+   cache without waiting, and JAX's guard checks it on GPU and TPU as an
+   implicit device-to-host transfer (``device_to_host_copy_to_host_async``
+   in JAX's tests/transfer_guard_test.py). It is recorded like a read, with
+   ``what="copy_to_host_async"``.
 
 Explicit fetches are told apart by interposing ``jax.device_get`` (see
 `gate.interpose`, so ``from jax import device_get`` call sites count too)
 with a thread-local flag. In JAX 0.10.2 the only callers of
 ``device_get`` inside jax are ``device_get`` itself (extended dtypes) and
 ``multihost_utils.broadcast_one_to_all``, both explicit requests of the
-user, so no implicit fetch is classified explicit.
+user, so no implicit fetch is classified explicit. ``device_get`` first
+calls ``copy_to_host_async`` on every leaf, then reads ``_value``: the first
+is the explicit fetch, the read serves the copy it made.
 
-Never seen here: ``__dlpack__``/``np.from_dlpack``, ``copy_to_host_async``
-on its own, and host callbacks inside jitted code (see `gate.callbacks`).
+The host-copy cache, as GPU and TPU keep it and as it is modelled here.
+On an accelerator a read fills a host copy that every later read of the same
+array object returns without a transfer, and without the guard:
+``_value`` stores it in ``_npy_value`` (a sharded array's gathered value,
+and a single-device or fully-replicated one's whenever the read copied,
+``did_copy``), and jaxlib keeps the copy that ``copy_to_host_async`` or a
+read started in the array's ``PyHostValue`` (``CopyToHostAsync`` returns
+before the guard once one exists; ``py_array.cc``). On CPU a single-device
+read is zero-copy (``did_copy`` is False), nothing is cached, and every
+read of the same array would look like a new fetch: a setup that reads the
+array it returns would make the step's read of it fail, where JAX on a GPU
+allows it (``test_disallow_ignores_arrays_on_cpu`` in JAX's tests). So the
+detector models the accelerator's rule on every backend: the first
+successful read of an array object, by any door above and in any
+`detect_fetches` block (the runner watches a region's import, its setups,
+warm-up, runs and what happens between them), is the transfer; from then
+on that object counts as host-cached for the whole process
+(`host_copy_cached`), and its reads are no transfer and are not recorded.
+As on an accelerator the copy belongs to the object: a slice or a shard of
+it is another array. A refused read caches nothing. Reads while no block is
+active (the timed runs, the result checks) are not seen, so they are not
+modelled: on CPU an array read only there would be counted at its next
+watched read, where a GPU would serve it from the cache.
+
+Never seen here: ``__dlpack__``/``np.from_dlpack``, and host callbacks
+inside jitted code (see `gate.callbacks`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 import sysconfig
@@ -77,18 +111,11 @@ class Fetch:
     boundary: str | None  # the declared boundary running in that thread, if any
     location: SourceLocation | None  # the user's line
     thread: str  # threading name of the thread that fetched
-    what: str  # how the host read it: "__str__", "__float__", "__array__", "device_get", ...
-    repeat: bool  # this very array object was fetched earlier in the same log
+    what: str  # how the host read it: "__str__", "__array__", "copy_to_host_async", ...
     in_callback: bool = False  # inside a host callback counted by gate.callbacks
     # The read raised, so nothing reached the host: on GPU/TPU the guard
     # refuses it this way under ``disallow``. JAX's message, one line.
     refused: str | None = None
-
-    @property
-    def is_transfer(self) -> bool:
-        """The first fetch of an array object moves data (or would have, if refused);
-        later ones read the host copy it left."""
-        return not self.repeat
 
     def describe(self) -> str:
         """``device-to-host float32[8,4]``, as `Transfer.describe` spells it."""
@@ -131,14 +158,18 @@ class FetchLog:
 
     @property
     def fetches(self) -> tuple[Fetch, ...]:
-        """Every fetch, in the order seen, repeats included."""
+        """Every fetch, in the order seen.
+
+        Each moved data (or tried to, if refused): a read of a host-cached
+        array (see the module's docstring) is not recorded.
+        """
         with self._lock:
             return tuple(self._fetches)
 
     @property
     def transfers(self) -> tuple[Fetch, ...]:
-        """The fetches that moved data (or tried to): the first of each array object."""
-        return tuple(f for f in self.fetches if f.is_transfer)
+        """The same as `fetches`: every recorded fetch is a transfer."""
+        return self.fetches
 
     def fetched_earlier(self, tree: Any) -> bool:
         """True if any array leaf of ``tree`` is an object this log saw fetched."""
@@ -158,14 +189,15 @@ class FetchLog:
         explicit: bool,
         in_callback: bool,
         refused: str | None,
+        *,
+        hook: str,
     ) -> None:
         user = _user_index(self.code, frames)
-        fetch_what = _what(frames, user)
+        fetch_what = _what(frames, user, hook)
         location = self.code.locate(frames)
         boundary = self.boundary_of()
         with self._lock:
-            repeat = self._is_seen(array)
-            if not repeat and refused is None:
+            if refused is None:
                 self._seen[id(array)] = weakref.ref(array)
             self._fetches.append(
                 Fetch(
@@ -178,7 +210,6 @@ class FetchLog:
                     location=location,
                     thread=threading.current_thread().name,
                     what=fetch_what,
-                    repeat=repeat,
                     in_callback=in_callback,
                     refused=refused,
                 )
@@ -209,6 +240,7 @@ _READERS = {
         "tobytes",
         "item",
         "device_get",
+        "copy_to_host_async",
     )
 } | {"_item": "item"}
 _JAX_DIR = f"{os.sep}jax{os.sep}"
@@ -223,19 +255,23 @@ def _user_index(code: UserCode, frames: Sequence[traceback.FrameSummary]) -> int
     return None
 
 
-def _what(frames: Sequence[traceback.FrameSummary], user: int | None) -> str:
-    """The outermost jax reader between the user's line and ``_value``.
+def _what(frames: Sequence[traceback.FrameSummary], user: int | None, hook: str) -> str:
+    """The outermost jax reader between the user's line and the hook (``_value`` or
+    ``copy_to_host_async``).
 
     Outermost, because jax readers call each other (``device_get`` ends in
     ``__array__``) and the one the user's line called says what they did.
-    Falls back to the frame that read ``_value`` (e.g. a jax internal that
-    folds a closed-over array into a constant).
+    ``copy_to_host_async`` called by the user's line itself is named so;
+    a ``_value`` read falls back to the frame that read it (e.g. a jax
+    internal that folds a closed-over array into a constant).
     """
     after = frames[user + 1 :] if user is not None else frames
     for frame in after:
         name = _READERS.get(frame.name)
         if name and (_JAX_DIR in frame.filename or is_trampoline_frame(frame.filename)):
             return name
+    if hook != "_value":
+        return hook
     return after[-1].name if after else "_value"
 
 
@@ -320,6 +356,7 @@ class _Hooks:
     array_type: type
     value_property: property
     device_get: types.FunctionType
+    copy_to_host_async: types.FunctionType | None  # None: not a Python function here
     buffer_slot: ctypes.c_void_p | None
     blind_spots: tuple[str, ...]
 
@@ -353,13 +390,27 @@ def _find_hooks() -> _Hooks:
             "Python function; explicit fetches cannot be told from implicit ones"
         )
     slot = _buffer_slot(ArrayImpl)
-    blind: tuple[str, ...] = ()
+    blind: list[str] = []
     if isinstance(slot, str):
-        blind = (
+        blind.append(
             "np.asarray(x), np.array(x) and x.item() on single-device CPU arrays "
-            f"(NumPy reads them through the buffer protocol, which cannot be watched: {slot})",
+            f"(NumPy reads them through the buffer protocol, which cannot be watched: {slot})"
         )
-    return _Hooks(ArrayImpl, prop, device_get, None if isinstance(slot, str) else slot, blind)
+    copy_async = ArrayImpl.__dict__.get("copy_to_host_async")
+    if not isinstance(copy_async, types.FunctionType):
+        copy_async = None
+        blind.append(
+            "x.copy_to_host_async() (ArrayImpl.copy_to_host_async is not a Python function "
+            f"in jax {jax.__version__})"
+        )
+    return _Hooks(
+        ArrayImpl,
+        prop,
+        device_get,
+        copy_async,
+        None if isinstance(slot, str) else slot,
+        tuple(blind),
+    )
 
 
 @dataclass
@@ -373,6 +424,32 @@ class _Registry:
 
 
 _registry = _Registry(threading.Lock(), [])
+
+
+class _HostCopies:
+    """The modelled host-copy cache: array objects whose value a watched read
+    brought to the host, for the whole process (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        # id(array) -> the array, weakly: arrays are unhashable, ids are
+        # reused once an array dies, and a dead array leaves by itself.
+        self._arrays: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        self._lock = threading.Lock()
+
+    def holds(self, array: Any) -> bool:
+        return self._arrays.get(id(array)) is array
+
+    def add(self, array: Any) -> bool:
+        """Count ``array`` as host-cached; True if it already was (another
+        thread's read got there first)."""
+        with self._lock:
+            if self.holds(array):
+                return True
+            self._arrays[id(array)] = array
+            return False
+
+
+_host_copies = _HostCopies()
 _local = threading.local()  # .explicit: device_get depth; .busy: inside our own code
 
 
@@ -391,7 +468,7 @@ def _device_get_wrapper(
         _local.explicit -= 1
 
 
-def _record_everywhere(array: Any, caller: types.FrameType, refused: str | None) -> None:
+def _record_everywhere(array: Any, caller: types.FrameType, refused: str | None, hook: str) -> None:
     _local.busy = True
     try:
         frames = traceback.extract_stack(caller)
@@ -400,9 +477,32 @@ def _record_everywhere(array: Any, caller: types.FrameType, refused: str | None)
         with _registry.lock:
             logs = list(_registry.active)
         for log in logs:
-            log._record(array, frames, explicit, in_callback, refused)
+            log._record(array, frames, explicit, in_callback, refused, hook=hook)
     finally:
         _local.busy = False
+
+
+def _without_transfer(array: Any) -> bool:
+    """Reading ``array`` now moves nothing, or is the detector's own work."""
+    return (
+        getattr(_local, "busy", False) or array._npy_value is not None or _host_copies.holds(array)
+    )
+
+
+def _watched(hook: str, read: Callable[[Any], Any], array: Any, caller: types.FrameType) -> Any:
+    """``read(array)``, recorded as a fetch unless another thread's read of it came first."""
+    try:
+        value = read(array)
+    except Exception as exc:
+        # The guard (GPU/TPU, disallow) raises here: record the attempt so
+        # that the guard's finding and the detector's can be compared. A
+        # refused read caches nothing.
+        lines = str(exc).strip().splitlines()
+        _record_everywhere(array, caller, lines[0] if lines else type(exc).__name__, hook)
+        raise
+    if not _host_copies.add(array):
+        _record_everywhere(array, caller, None, hook)
+    return value
 
 
 def _value_property(hooks: _Hooks) -> property:
@@ -410,23 +510,21 @@ def _value_property(hooks: _Hooks) -> property:
     assert read is not None
 
     def _value(self: Any) -> Any:
-        # A cached host copy is returned without a transfer; and the
-        # detector's own work must never be recorded as a fetch.
-        if getattr(_local, "busy", False) or self._npy_value is not None:
+        if _without_transfer(self):
             return read(self)
-        caller = sys._getframe(1)
-        try:
-            value = read(self)
-        except Exception as exc:
-            # The guard (GPU/TPU, disallow) raises here: record the attempt so
-            # that the guard's finding and the detector's can be compared.
-            lines = str(exc).strip().splitlines()
-            _record_everywhere(self, caller, lines[0] if lines else type(exc).__name__)
-            raise
-        _record_everywhere(self, caller, None)
-        return value
+        return _watched("_value", read, self, sys._getframe(1))
 
     return property(_value, doc=hooks.value_property.__doc__)
+
+
+def _copy_to_host_async_method(original: types.FunctionType) -> Callable[[Any], Any]:
+    @functools.wraps(original)
+    def copy_to_host_async(self: Any) -> Any:
+        if _without_transfer(self):
+            return original(self)
+        return _watched("copy_to_host_async", original, self, sys._getframe(1))
+
+    return copy_to_host_async
 
 
 @contextmanager
@@ -440,6 +538,10 @@ def _patched(hooks: _Hooks) -> Iterator[None]:
 
         setattr(tp, "_value", _value_property(hooks))  # noqa: B010
         stack.callback(restore)
+        copy_async = hooks.copy_to_host_async
+        if copy_async is not None:
+            tp.copy_to_host_async = _copy_to_host_async_method(copy_async)  # type: ignore[attr-defined]
+            stack.callback(setattr, tp, "copy_to_host_async", copy_async)
         stack.enter_context(interposed(hooks.device_get, _device_get_wrapper))
         if hooks.buffer_slot is not None:
             stack.enter_context(_buffer_export_off(hooks.buffer_slot))
@@ -481,12 +583,14 @@ def detect_fetches(code: UserCode, boundary_of: Callable[[], str | None]) -> Ite
 
 
 def host_copy_cached(tree: Any) -> bool:
-    """True if any array leaf of ``tree`` already holds a host copy of its value.
+    """True if any array leaf of ``tree`` already holds a host copy of its value,
+    really (``_npy_value``) or as modelled (a watched read of it succeeded, see
+    the module's docstring).
 
     Reading such an array moves nothing, so neither the guard nor the
     detector would see the step's fetch of it: setup must make fresh
-    arrays. (On CPU a single-device array never caches a copy, it is
-    zero-copy; `FetchLog.fetched_earlier` covers that case.)
+    arrays. On CPU a single-device array never caches a real copy (it is
+    zero-copy): only reads the detector watched make it count as cached.
     """
     import jax
 
@@ -498,7 +602,7 @@ def host_copy_cached(tree: Any) -> bool:
                 raise DetectorUnavailable(
                     f"jax {jax.__version__}: arrays have no _npy_value; host copies cannot be seen"
                 ) from exc
-            if cached is not None:
+            if cached is not None or _host_copies.holds(leaf):
                 return True
     return False
 

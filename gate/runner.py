@@ -32,7 +32,7 @@ import traceback
 import types
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -145,7 +145,10 @@ class RegionRun:
         if setup is None:
             return (), {}
         try:
-            made = setup()
+            # Watched, so that what setup reads counts as host-cached (as on a
+            # GPU) and is not taken for the step's fetch; no run's log is open.
+            with self._detector():
+                made = setup()
         except Exception as exc:
             raise RegionAbort(self._error_from(ErrorKind.SETUP, exc)) from exc
         if isinstance(made, tuple):
@@ -180,8 +183,10 @@ class RegionRun:
         try:
             if host_copy_cached(inputs):
                 self.warnings[
-                    f"{setup} returned arrays whose host copy is already cached: the step's "
-                    "fetch of them moves nothing and cannot be seen; build new arrays in setup"
+                    f"{setup} returned arrays whose value the host already read (in setup, at "
+                    "import or in an earlier run): their host copy is cached (on CPU the gate "
+                    "models a GPU's cache), so the step's read of them moves nothing and a "
+                    "fetch there cannot be seen; build new arrays in setup"
                 ] = None
         except DetectorUnavailable:
             pass  # this JAX keeps no visible host copy; nothing to warn about
@@ -607,6 +612,7 @@ _HOST_USES = {
     "tolist": "converted with .tolist()",
     "item": "converted with .item()",
     "device_get": "fetched with jax.device_get",
+    "copy_to_host_async": "copied to the host with copy_to_host_async()",
 }
 
 
@@ -698,10 +704,20 @@ def run_region(policy: Policy, region: Region, repo_root: Path) -> RegionResult:
     code = UserCode(repo_root, policy.python_path)
     with python_path(policy.python_path):
         try:
-            callables = import_region(policy, region)
+            with _watching_reads(code):  # a module that reads an array at import caches it
+                callables = import_region(policy, region)
         except ResolveError as exc:
             return result(error=RegionError(ErrorKind.IMPORT, str(exc), str(exc)))
         return _run_imported(RegionRun(policy, region, code, callables), result)
+
+
+@contextmanager
+def _watching_reads(code: UserCode) -> Iterator[None]:
+    """The detector around code outside any run, only to mark what it reads as host-cached."""
+    with ExitStack() as stack:
+        with suppress(DetectorUnavailable):  # the region's own detector will say why
+            stack.enter_context(detect_fetches(code, lambda: None))
+        yield
 
 
 @functools.cache

@@ -70,9 +70,22 @@ def do_imported_device_get(x):
     return device_get(x)  # <- imported device_get
 
 
+def do_copy_to_host_async(x):
+    x.copy_to_host_async()  # <- copy_to_host_async
+
+
+def do_api_copy_to_host_async(x):
+    jax.copy_to_host_async({"x": x})  # <- api copy_to_host_async
+
+
 def do_twice(x):
     float(x)  # <- first read
     float(x)  # <- second read
+
+
+def do_copy_then_read(x):
+    x.copy_to_host_async()  # <- async copy
+    return np.asarray(x), str(x)  # <- reads the copy
 
 
 def do_in_thread(x):
@@ -102,6 +115,8 @@ EXPECTED_WHAT = {
     "array": "__array__",
     "device_get": "device_get",
     "imported device_get": "device_get",
+    "copy_to_host_async": "copy_to_host_async",
+    "api copy_to_host_async": "copy_to_host_async",
 }
 
 DRIVER = """
@@ -123,9 +138,9 @@ agreement = []
 record = detector.FetchLog._record
 
 
-def checked_record(self, array, frames, explicit, *rest):
+def checked_record(self, array, frames, explicit, *rest, **named):
     agreement.append(explicit == jax_config.guard_lib.thread_local_state().explicit_device_get)
-    return record(self, array, frames, explicit, *rest)
+    return record(self, array, frames, explicit, *rest, **named)
 
 
 detector.FetchLog._record = checked_record
@@ -143,7 +158,6 @@ for name in NAMES:
                 "line": f.location.line if f.location else None,
                 "what": f.what,
                 "explicit": f.explicit,
-                "repeat": f.repeat,
                 "thread": f.thread,
                 "dtype": f.dtype,
                 "shape": list(f.shape),
@@ -157,7 +171,7 @@ for name in NAMES:
 emit({"found": found, "agreement": agreement})
 """
 
-NAMES = [*EXPECTED_WHAT, "twice", "in_thread", "jnp_only"]
+NAMES = [*EXPECTED_WHAT, "twice", "copy_then_read", "in_thread", "jnp_only"]
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +189,6 @@ def test_each_read_is_one_fetch_at_its_line(reads: dict[str, Any], name: str) ->
     assert (fetch["path"], fetch["line"]) == ("reads.py", line_of(READS, f"# <- {name}"))
     assert fetch["what"] == EXPECTED_WHAT[name]
     assert fetch["explicit"] == (name in ("device_get", "imported device_get"))
-    assert not fetch["repeat"]
     assert fetch["thread"] == "MainThread"
     assert found["blind_spots"] == []
 
@@ -191,17 +204,20 @@ def test_explicit_agrees_with_jax_own_flag(reads: dict[str, Any]) -> None:
 
 
 def test_a_second_read_of_the_same_array_is_not_a_transfer(reads: dict[str, Any]) -> None:
+    # JAX 0.10 keeps no host copy of a zero-copy CPU read; the detector
+    # models a GPU's cache, which serves the second read without a transfer.
     found = reads["found"]["twice"]
-    first, *later = found["fetches"]
-    assert (first["line"], first["repeat"]) == (line_of(READS, "# <- first read"), False)
-    # JAX 0.10 keeps no host copy of a zero-copy CPU read, so the second read
-    # reaches _value again and is marked as a repeat; a JAX that caches the
-    # copy serves it without reaching the detector at all.
-    assert [(f["line"], f["repeat"]) for f in later] in (
-        [],
-        [(line_of(READS, "# <- second"), True)],
-    )
+    assert [f["line"] for f in found["fetches"]] == [line_of(READS, "# <- first read")]
     assert found["transfers"] == 1
+
+
+def test_a_read_after_copy_to_host_async_reads_the_copy(reads: dict[str, Any]) -> None:
+    # On a GPU the async copy is the transfer (the guard checks it); the
+    # reads after it are served from the host copy it made.
+    found = reads["found"]["copy_then_read"]
+    assert [(f["line"], f["what"]) for f in found["fetches"]] == [
+        (line_of(READS, "# <- async copy"), "copy_to_host_async")
+    ]
 
 
 def test_a_fetch_in_another_thread_is_seen_with_its_line(reads: dict[str, Any]) -> None:
@@ -291,7 +307,7 @@ for name in NAMES:
     }
 emit(found)
 """
-GPU_READS = ["print", "str", "format", "float", "tolist", "item", "asarray"]
+GPU_READS = ["print", "str", "format", "float", "tolist", "item", "asarray", "copy_to_host_async"]
 
 
 @pytest.mark.gpu
@@ -314,7 +330,11 @@ def jax_state() -> dict[str, Any]:
     import jax
     from jax._src.array import ArrayImpl
 
-    return {"value": ArrayImpl.__dict__["_value"], "device_get": jax.device_get.__code__}
+    return {
+        "value": ArrayImpl.__dict__["_value"],
+        "copy_to_host_async": ArrayImpl.__dict__["copy_to_host_async"],
+        "device_get": jax.device_get.__code__,
+    }
 
 
 def _assert_restored(state: dict[str, Any]) -> None:
@@ -323,6 +343,7 @@ def _assert_restored(state: dict[str, Any]) -> None:
     from jax._src.array import ArrayImpl
 
     assert ArrayImpl.__dict__["_value"] is state["value"]
+    assert ArrayImpl.__dict__["copy_to_host_async"] is state["copy_to_host_async"]
     assert jax.device_get.__code__ is state["device_get"]
     memoryview(jnp.arange(3.0))  # the buffer protocol is back
 
@@ -341,6 +362,7 @@ def test_everything_is_restored_after_the_block(tmp_path: Path, jax_state: dict[
 
     with detect_fetches(_code(tmp_path), lambda: None):
         assert ArrayImpl.__dict__["_value"] is not jax_state["value"]
+        assert ArrayImpl.__dict__["copy_to_host_async"] is not jax_state["copy_to_host_async"]
         with pytest.raises(TypeError):
             memoryview(jnp.arange(3.0))  # NumPy must fall back to __array__
     _assert_restored(jax_state)
@@ -386,6 +408,32 @@ def test_the_boundary_is_asked_in_the_fetching_thread(tmp_path: Path) -> None:
     assert [f.boundary for f in log.fetches] == ["examples:fetch_metrics", None]
 
 
+def test_copy_to_host_async_is_judged_like_a_read(tmp_path: Path) -> None:
+    # Explicit inside jax.device_get (which starts with it), implicit
+    # otherwise; its boundary and thread are asked as for _value.
+    import jax
+    import jax.numpy as jnp
+
+    from gate.detector import detect_fetches
+
+    def prefetch() -> None:
+        (jnp.float32(3.0) + 1).copy_to_host_async()
+
+    local = threading.local()
+    local.name = "examples:fetch_metrics"
+    with detect_fetches(_code(tmp_path), lambda: getattr(local, "name", None)) as log:
+        (jnp.float32(1.0) + 1).copy_to_host_async()
+        jax.device_get(jnp.float32(2.0) + 1)
+        worker = threading.Thread(target=prefetch, name="prefetch")
+        worker.start()
+        worker.join()
+    assert [(f.what, f.explicit, f.boundary, f.thread) for f in log.fetches] == [
+        ("copy_to_host_async", False, "examples:fetch_metrics", "MainThread"),
+        ("device_get", True, "examples:fetch_metrics", "MainThread"),
+        ("copy_to_host_async", False, None, "prefetch"),
+    ]
+
+
 def test_fetched_earlier_and_reused_inputs(tmp_path: Path) -> None:
     import jax.numpy as jnp
 
@@ -408,7 +456,7 @@ def test_a_read_that_raises_is_recorded_as_refused(tmp_path: Path) -> None:
     # array raises there on every backend.
     import jax.numpy as jnp
 
-    from gate.detector import detect_fetches
+    from gate.detector import detect_fetches, host_copy_cached
     from gate.guard_levels import Direction
     from gate.results import Phase
 
@@ -418,7 +466,10 @@ def test_a_read_that_raises_is_recorded_as_refused(tmp_path: Path) -> None:
         with pytest.raises(RuntimeError, match="deleted"):
             x.tolist()
         assert not log.fetched_earlier(x)
-    (fetch,) = log.fetches
+        assert not host_copy_cached(x)  # a refused read caches nothing
+        with pytest.raises(RuntimeError, match="deleted"):
+            x.tolist()  # so trying again is another attempt
+    fetch, _ = log.fetches
     assert fetch.refused is not None
     assert "deleted" in fetch.refused
     transfer = fetch.as_transfer(Phase.STEADY_STATE, failing=True)
@@ -434,9 +485,33 @@ def test_a_single_device_cpu_array_never_caches_a_host_copy() -> None:
 
     x = jnp.arange(3.0)
     x.tolist()
-    # Zero-copy on CPU: nothing cached, which is why the detector keeps its
-    # own record of fetched arrays (FetchLog.fetched_earlier).
+    # Zero-copy on CPU: nothing cached, and no watched read to model a cache.
     assert not host_copy_cached({"x": x, "n": 3})
+
+
+def test_a_watched_read_counts_as_a_host_copy_in_every_later_block(tmp_path: Path) -> None:
+    # As a GPU caches the host copy of an array read once (in setup, say),
+    # the detector counts an array read in one block as cached in the next:
+    # the step's read of it moves nothing.
+    import jax.numpy as jnp
+    import numpy as np
+
+    from gate.detector import detect_fetches, host_copy_cached
+
+    read, copied, fresh = jnp.arange(3.0), jnp.arange(4.0), jnp.arange(5.0)
+    with detect_fetches(_code(tmp_path), lambda: None) as setup:
+        np.asarray(read)  # NumPy's zero-copy buffer read, on CPU
+        copied.copy_to_host_async()
+    assert len(setup.fetches) == 2
+    assert host_copy_cached((read, copied))
+    assert not host_copy_cached({"fresh": fresh})
+    with detect_fetches(_code(tmp_path), lambda: None) as step:
+        np.asarray(read)
+        float(read[0])  # a new array: a transfer of its own
+        copied.tolist()
+        copied.copy_to_host_async()
+        str(fresh)
+    assert [(f.what, f.shape) for f in step.fetches] == [("__float__", ()), ("__str__", (5,))]
 
 
 def test_a_missing_hook_fails_loudly_and_changes_nothing(
