@@ -236,7 +236,7 @@ def _junit_case(case: _Case) -> TestCase:
     return junit_case
 
 
-_RUN_LEVEL_ERRORS = frozenset({ErrorKind.POLICY, ErrorKind.INTERNAL})
+_RUN_LEVEL_ERRORS = frozenset({ErrorKind.POLICY, ErrorKind.BASELINE, ErrorKind.INTERNAL})
 
 
 def _cases(region: RegionResult) -> list[_Case]:
@@ -256,7 +256,7 @@ def _cases(region: RegionResult) -> list[_Case]:
         # region's transfers: name the testcase after what broke ("policy",
         # "gate"). A gate bug while a region ran keeps the region's testcase.
         run_level = error.kind in _RUN_LEVEL_ERRORS and (
-            error.kind is ErrorKind.POLICY or not region.policy_path
+            error.kind in (ErrorKind.POLICY, ErrorKind.BASELINE) or not region.policy_path
         )
         name = region.name if run_level else f"{region.name}: transfers"
         cases = [
