@@ -337,9 +337,11 @@ class RegionRun:
             # outputs; name them after the step's parameters where they agree.
             name_moves(
                 log.observed,
-                lambda seen, plan=step_plan: plan  # type: ignore[misc]
-                if seen.location is None and seen.thread == main_thread and not seen.argument
-                else None,
+                lambda seen, plan=step_plan: (
+                    plan  # type: ignore[misc]
+                    if seen.location is None and seen.thread == main_thread and not seen.argument
+                    else None
+                ),
             )
             # A host callback runs inside compiled code, where no line of the
             # user's is executing; the explicit moves the guard logs then (the
@@ -383,9 +385,7 @@ class RegionRun:
                 self.detector_seen[key] += 1
                 note(
                     key,
-                    _Sighting(
-                        f"the gate's detector: {_host_use(fetch.what)}", host_use=fetch.what
-                    ),
+                    _Sighting(f"the gate's detector: {_host_use(fetch.what)}", host_use=fetch.what),
                 )
             counts = self._merge_witnesses(guard_counts, detector_counts)
             for site, times in ran.items():
@@ -443,9 +443,7 @@ class RegionRun:
                     self.detector_missing = str(exc)
             yield log
 
-    def _merge_witnesses(
-        self, guard: Counter[Site], detector: Counter[Site]
-    ) -> Counter[Site]:
+    def _merge_witnesses(self, guard: Counter[Site], detector: Counter[Site]) -> Counter[Site]:
         """One count per site; where the guard and the detector disagree, say so.
 
         The guard sees device-to-host only on GPU and TPU; there both watch
