@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import itertools
 import linecache
 import os
 import re
@@ -132,6 +133,7 @@ class _ThreadState:
     explicit_depth: int = 0
     boundary: str | None = None
     segment: int = 0
+    outside: int = 0  # the stretch while no user frame runs (a jitted step's own call)
     call: CallPlan | None = None  # what the line now executing will move, where known
 
 
@@ -289,11 +291,12 @@ class _Mapper:
         self.partial = ""
         self.threads: dict[int, _ThreadState] = {}  # by native thread id
         self.user_files: dict[str, bool] = {}
-        self.segments = 0
+        self.segments = itertools.count(1)
         self.moves_in: dict[tuple[int, Direction, bool], int] = {}
         self.line_calls: dict[str, dict[int, _LineCall]] = {}
         self.calls: dict[types.FrameType, CallPlan | None] = {}  # per frame, its line's plan
         self.plans: dict[int, CallPlan] = {}  # per segment, where its line has one
+        self.segments_of: dict[types.FrameType, int] = {}  # per user frame, its line's stretch
 
     # -- reading the log ----------------------------------------------------
 
@@ -302,6 +305,7 @@ class _Mapper:
         state = self.threads.get(native)
         if state is None:
             state = self.threads[native] = _ThreadState(threading.current_thread().name)
+            state.outside = state.segment = self._new_segment()
         return state
 
     def _state_of(self, native: int | None, me: _ThreadState) -> _ThreadState:
@@ -379,10 +383,10 @@ class _Mapper:
         filename = frame.f_code.co_filename
         return SourceLocation(self.code.relative(filename), frame.f_lineno, frame.f_code.co_name)
 
-    def _innermost_user(self, frame: types.FrameType | None) -> SourceLocation | None:
+    def _innermost_user(self, frame: types.FrameType | None) -> types.FrameType | None:
         while frame is not None:
             if self._is_user(frame.f_code.co_filename):
-                return self._location(frame)
+                return frame
             frame = frame.f_back
         return None
 
@@ -402,14 +406,30 @@ class _Mapper:
             frame = frame.f_back
         return None
 
-    def _enter(self, frame: types.FrameType | None, location: SourceLocation | None) -> None:
+    def _new_segment(self) -> int:
+        # itertools.count: atomic under the GIL, and takes no lock (callers may hold one).
+        return next(self.segments)
+
+    def _enter(self, frame: types.FrameType | None, user: types.FrameType | None) -> None:
+        """The thread now runs ``user``'s line (None: no user frame), from ``frame``.
+
+        A new line event starts a new stretch; coming back into a line (a
+        callee returned, or the traced body of a jitted function did) goes on
+        with that line's stretch, so the n-th move of a line's run is the
+        same whether or not the first call traced something in between.
+        """
         state = self._state()
-        state.location = location
+        state.location = self._location(user) if user is not None else None
         state.boundary = self._boundary_at(frame)
-        with self.lock:
-            self.segments += 1
-            state.segment = self.segments
-        state.call = self.calls.get(frame) if frame is not None else None
+        if user is None:
+            state.segment = state.outside
+            state.call = None
+            return
+        segment = self.segments_of.get(user)
+        if segment is None:
+            segment = self.segments_of[user] = self._new_segment()
+        state.segment = segment
+        state.call = self.calls.get(user)
 
     def _plan_line(self, frame: types.FrameType) -> None:
         """Before a line runs: what its jitted call will move, if it has one."""
@@ -435,7 +455,8 @@ class _Mapper:
         code = frame.f_code
         if self._is_user(code.co_filename):
             self.flush()
-            self._enter(frame, self._location(frame))
+            self.segments_of[frame] = self._new_segment()
+            self._enter(frame, frame)
             return self._local_trace
         if code in self.explicit_codes:
             # Whoever calls it, JAX counts a transfer inside jax.device_put /
@@ -453,10 +474,12 @@ class _Mapper:
         if event == "line":
             self.flush()
             self._plan_line(frame)
-            self._enter(frame, self._location(frame))
+            self.segments_of[frame] = self._new_segment()
+            self._enter(frame, frame)
         elif event == "return":
             self.flush()
             self.calls.pop(frame, None)
+            self.segments_of.pop(frame, None)
             self._enter(frame.f_back, self._innermost_user(frame.f_back))
         return self._local_trace
 
