@@ -327,3 +327,35 @@ def test_host_use_is_kept_from_the_detectors_sighting() -> None:
     fetch = replace(transfer(Direction.DEVICE_TO_HOST), host_use="__float__")
     [finding] = group([fetch])
     assert finding.sample.host_use == "__float__"
+
+
+def test_a_warm_move_takes_the_array_the_first_call_described_at_its_place_or_none() -> None:
+    # JAX's fast path logs warm moves with an empty description, in the order
+    # the first call described them; the runner fills them in by position.
+    import types
+
+    from gate.runner import RegionRun
+    from gate.transfer_map import Observed
+
+    where = transfer().location
+    place = Site(Direction.HOST_TO_DEVICE, False, where, None, None, None, None)
+    run = types.SimpleNamespace(described={})
+
+    def seen(index: int, dtype: str | None, shape: tuple[int, ...] | None) -> Observed:
+        return Observed(
+            Direction.HOST_TO_DEVICE, dtype, shape, where, False, None, "MainThread", 1, index
+        )
+
+    first = [seen(0, "float32", (32, 16, 16, 1)), seen(1, "int32", (32,)), seen(2, "float32", ())]
+    assert [RegionRun._described(run, place, s).dtype for s in first] == [  # type: ignore[arg-type]
+        "float32",
+        "int32",
+        "float32",
+    ]
+    warm = [RegionRun._described(run, place, seen(i, None, None)) for i in range(4)]  # type: ignore[arg-type]
+    assert [(d.dtype, d.shape) for d in warm] == [
+        ("float32", (32, 16, 16, 1)),
+        ("int32", (32,)),
+        ("float32", ()),
+        (None, None),  # a fourth move the first call never described: stays undescribed
+    ]

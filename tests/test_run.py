@@ -160,6 +160,8 @@ def test_uncommitted_device_to_device_move_is_caught(tmp_path: Path) -> None:
     assert "device-to-device" in failure.get("message", "")
     assert f"d2d.py:{line}" in failure.get("message", "")
     assert "first call" in failure.get("message", "")
+    # Copied every step, though JAX sees it only on the first call: never "0x per step".
+    assert failure.get("message", "").endswith("every step; JAX checks it on the first call only")
 
 
 def test_a_policys_env_reaches_the_worker_before_jax_loads(tmp_path: Path) -> None:

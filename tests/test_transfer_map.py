@@ -405,3 +405,76 @@ def test_warm_moves_keep_their_arrays_and_unknowable_arguments_stay_unnamed(
     assert (call, "float32", [], 1, 1) in got
     assert all(t["dtype"] is not None for t in found), found
     assert {t["argument"] for t in found} == {None}
+
+
+# --- the baseline knows which array moved --------------------------------------------------------
+
+SWAP = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@jax.jit
+def update(p, a):
+    return p + a.sum()
+
+
+X = np.ones((256, 64), np.float32)
+Y = np.ones((256, 1), np.float32)
+
+
+def setup():
+    return (jax.device_put(jnp.zeros(())),)
+
+
+def step(p):
+    return update(p, X)  # the accepted move
+"""
+
+SWAP_POLICY = (
+    f"version: 1\n{FAST_DEFAULTS}regions:\n"
+    "  - name: swap\n    step: swap:step\n    setup: swap:setup\n"
+)
+
+
+def test_the_baseline_fails_a_line_that_now_moves_another_array_not_another_batch_size(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(tmp_path, {"swap.py": SWAP, "policies/p.yaml": SWAP_POLICY})
+    assert run_gate(repo, "baseline").returncode == 0
+    [entry] = json.loads((repo / "policies/transfer-gate-baseline.json").read_text())["accepted"]
+    assert entry["array"] == "float32[*,64]"
+    code = repo / "swap.py"
+    # A new batch size is the same array: still accepted.
+    code.write_text(SWAP.replace("X = np.ones((256, 64)", "X = np.ones((128, 64)"))
+    resized = run_gate(repo, "run")
+    assert resized.returncode == 0, resized
+    # Another array moved by the same line, as often: a new transfer, not a silent pass.
+    code.write_text(SWAP.replace("update(p, X)", "update(p, Y)"))
+    swapped = run_gate(repo, "run")
+    assert swapped.returncode == 1, swapped
+    assert "new since the baseline: implicit host-to-device transfer of argument 'a' " in (
+        swapped.stdout
+    )
+    assert "float32[256,1]" in swapped.stdout
+    assert "1 accepted transfer(s) no longer happen" in swapped.stdout
+
+
+def test_a_version_1_baseline_is_one_line_saying_how_to_regenerate_it(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, {"swap.py": SWAP, "policies/p.yaml": SWAP_POLICY})
+    old = {"format": "jax-transfer-gate.baseline", "version": 1, "accepted": []}
+    (repo / "policies/transfer-gate-baseline.json").write_text(json.dumps(old))
+    run = run_gate(repo, "run")
+    assert run.returncode == 2, run
+    assert run.stderr.splitlines() == [
+        f"error: {repo / 'policies/transfer-gate-baseline.json'}: baseline version 1 predates "
+        "per-array fingerprints (one finding per array moved); regenerate it with "
+        "`transfer-gate baseline`"
+    ]
+    # The report is still written, and says the same.
+    case = run.testcase("baseline")
+    error = case.find("error")
+    assert error is not None, run
+    assert "regenerate it with `transfer-gate baseline`" in error.get("message", "")
+    assert case.get("file") == "policies/transfer-gate-baseline.json"
