@@ -364,10 +364,13 @@ def test_one_call_moving_three_arrays_is_three_findings_named_by_argument(
     )
     failure = run.testcase("sgd: transfers").find("failure")
     assert failure is not None
-    assert failure.get("message", "").startswith(
+    assert failure.get("message", "") == (
         "3 transfers at 1 line: implicit host-to-device transfer of argument 'x' "
-        f"float32[32,16,16,1] at train.py:{line}, 1x per step, 1x on the first call"
+        f"float32[32,16,16,1] at train.py:{line}, 1x per step, 1x on the first call; "
+        f"also host-to-device argument 'y' int32[32] at train.py:{line}, "
+        f"host-to-device argument 'lr' float32[] at train.py:{line}"
     )
+    assert (failure.text or "").startswith("3 failing transfers at 1 line, most frequent first:")
 
 
 def test_a_jitted_step_names_setups_outputs_by_the_steps_parameters(tmp_path: Path) -> None:
