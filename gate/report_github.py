@@ -111,7 +111,7 @@ class Annotation:
 
 
 def region_annotations(region: RegionResult) -> list[Annotation]:
-    """What failed in `region`: failing transfers (one per line), its error, failed checks."""
+    """What failed in `region`: failing transfers (one per finding), its error, failed checks."""
     found = [
         _transfer_annotation(region, finding)
         for finding in group(region.transfers)

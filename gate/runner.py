@@ -281,6 +281,7 @@ class RegionRun:
         per_run: list[Counter[Site]] = []
         details: dict[Site, _Sighting] = {}
         first_seen: dict[Site, int] = {}
+        unnamed: set[Site] = set()
         explicit = _explicit_functions(jax)
         main_thread = threading.current_thread().name
 
@@ -301,8 +302,10 @@ class RegionRun:
             if known is None:
                 details[key] = sighting
             else:  # what one witness knows and the other doesn't
+                if known.argument and sighting.argument and known.argument != sighting.argument:
+                    unnamed.add(key)  # two arguments of one dtype and shape: name neither
                 details[key] = known._replace(
-                    argument=known.argument or sighting.argument,
+                    argument=None if key in unnamed else known.argument or sighting.argument,
                     jitted_call=known.jitted_call or sighting.jitted_call,
                     host_use=known.host_use or sighting.host_use,
                 )

@@ -91,7 +91,7 @@ def test_a_jitted_step_fed_a_numpy_batch_is_charged_to_the_step(repo: Path) -> N
     assert failure is not None, run
     line = line_of(repo / "steps.py", "def double(x):")
     assert failure.get("message", "") == (
-        f"implicit host-to-device transfer float32[8,4] at steps.py:{line}, "
+        f"implicit host-to-device transfer of argument 'x' float32[8,4] at steps.py:{line}, "
         "1x per step, 1x on the first call"
     )
     assert "while calling the step with setup's outputs" in (failure.text or "")

@@ -323,6 +323,16 @@ def batch_setup():
     return jax.device_put(jnp.zeros((256, 1))), batch
 
 
+@jax.jit
+def pair(a, b):
+    return a + b
+
+
+def twins(params, x, y):
+    a, b = np.ones(8, np.float32), np.zeros(8, np.float32)
+    return pair(a, b)  # two arguments, one dtype and shape
+
+
 def eager(params, x, y):
     a = params * 2.0  # an eager op with a Python scalar
     return a[1:], sgd_update(params, x + 0, y, LR)  # not plain names: nothing named
@@ -481,3 +491,20 @@ def test_a_version_1_baseline_is_one_line_saying_how_to_regenerate_it(tmp_path: 
     assert error is not None, run
     assert "regenerate it with `transfer-gate baseline`" in error.get("message", "")
     assert case.get("file") == "policies/transfer-gate-baseline.json"
+
+
+def test_two_arguments_of_one_dtype_and_shape_are_one_finding_naming_neither(
+    tmp_path: Path,
+) -> None:
+    repo = sgd_repo(tmp_path, SGD_POLICY.replace("train:step", "train:twins"))
+    run = run_gate(repo, "run", "--json", "reports/map.json")
+    assert run.returncode == 1, run
+    [found] = transfers(run, repo / "reports/map.json")
+    assert (found["dtype"], found["shape"], found["first_call"], found["per_step"]) == (
+        "float32",
+        [8],
+        2,
+        2,
+    )
+    assert found["argument"] is None  # 'a' or 'b': either would be half wrong
+    assert found["jitted_call"] == "pair"
