@@ -368,6 +368,7 @@ def test_one_call_moving_three_arrays_is_three_findings_named_by_argument(
     assert {t["jitted_call"] for t in found} == {"sgd_update"}
     assert {t["host_use"] for t in found} == {None}
     assert len({t["fingerprint"] for t in found}) == 3
+    assert "FAIL  p.sgd  1 failing line (3 arrays)  median" in run.stdout  # one line to fix
     assert (
         f"train.py:{line}: implicit host-to-device argument 'y' int32[32], "
         "1x per step, 1x on the first call" in run.stdout
