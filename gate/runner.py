@@ -400,6 +400,8 @@ class RegionRun:
         for key in sorted(details, key=lambda k: (*_site_order(k), first_seen[k])):
             sighting = details[key]
             count = max(counts[key] for counts in per_run)
+            if count == 0:
+                continue  # an undescribed sighting the detector's array took over every run
             self.transfers.append(self._site_transfer(key, sighting, phase, count))
 
     def _step_plan(self, inputs: Inputs) -> CallPlan | None:
@@ -451,8 +453,17 @@ class RegionRun:
 
         The guard sees device-to-host only on GPU and TPU; there both watch
         the same fetches and should agree, so a site only one of them saw
-        is worth a note (and still counts).
+        is worth a note (and still counts). A guard line JAX left undescribed
+        at a line where the detector saw exactly one array is that array's.
         """
+        guard = Counter(guard)
+        arrays: dict[Site, list[Site]] = {}
+        for key in detector:
+            arrays.setdefault(key.place, []).append(key)
+        for key in [k for k in guard if not k.described]:
+            seen = arrays.get(key.place, [])
+            if key.direction is Direction.DEVICE_TO_HOST and len(seen) == 1:
+                guard[seen[0]] += guard.pop(key)
         merged = Counter(guard)
         for key, count in detector.items():
             merged[key] = max(merged[key], count)

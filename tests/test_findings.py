@@ -359,3 +359,31 @@ def test_a_warm_move_takes_the_array_the_first_call_described_at_its_place_or_no
         ("float32", ()),
         (None, None),  # a fourth move the first call never described: stays undescribed
     ]
+
+
+@pytest.mark.parametrize("platform", ["gpu", "cpu"])
+def test_an_undescribed_guard_fetch_is_the_detectors_only_array_at_its_line(
+    platform: str,
+) -> None:
+    # On GPU both witnesses see device-to-host; a guard line JAX left empty
+    # must not become a second finding beside the detector's described one.
+    import types
+    from collections import Counter
+
+    from gate.runner import RegionRun
+
+    where = transfer().location
+    place = Site(Direction.DEVICE_TO_HOST, False, where, None, None, None, None)
+    loss = replace(place, dtype="float32", shape=())
+    run = types.SimpleNamespace(
+        platform=types.SimpleNamespace(platform=platform), disagreements=set()
+    )
+    merged = RegionRun._merge_witnesses(run, Counter({place: 1}), Counter({loss: 1}))  # type: ignore[arg-type]
+    assert merged == Counter({loss: 1})
+    assert run.disagreements == set()
+    # Two arrays fetched at that line: which one it was is unknown; it stays apart.
+    other = replace(place, dtype="int32", shape=(4,))
+    apart = RegionRun._merge_witnesses(  # type: ignore[arg-type]
+        run, Counter({place: 1}), Counter({loss: 1, other: 1})
+    )
+    assert apart[place] == 1
