@@ -1,10 +1,14 @@
 """The baseline: implicit transfers a repository has accepted, so the gate fails only new ones.
 
 A finding is matched by a fingerprint that survives unrelated edits: the
-region, direction, kind, file, enclosing function and the text of the line
-(whitespace-normalised), plus its rank among identical lines of that
-function. Line numbers are left out on purpose: code added above a line must
-not turn an accepted transfer into a new one.
+region and every part of the finding's `Site` (direction, kind, boundary,
+thread, the array moved), with the line's file, enclosing function and text
+(whitespace-normalised) for its location, plus its rank among identical
+findings of that function. Line numbers are left out on purpose: code added
+above a line must not turn an accepted transfer into a new one. The array
+counts as its dtype, rank and every dimension but the leading one: a new batch
+size is the same array, a different array (other dtype or feature dimensions)
+is a new transfer.
 
 The file is JSON, sorted and indented, one entry per accepted line, so a
 reviewer sees in the PR diff when someone accepts a new transfer.
@@ -12,19 +16,21 @@ reviewer sees in the PR diff when someone accepts a new transfer.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gate.atomic import write_text_atomically
 from gate.findings import Finding, group
 from gate.json_document import DocumentError, read_json_document
-from gate.results import RegionResult, RunResult
+from gate.results import RegionResult, RunResult, Site, Transfer
 
 FORMAT = "jax-transfer-gate.baseline"
-VERSION = 1
+# Version 2: fingerprints name the array moved (one finding per array).
+VERSION = 2
 DEFAULT_NAME = "transfer-gate-baseline.json"
 
 
@@ -45,32 +51,65 @@ class Accepted:
     source: str
     per_step: int
     first_call: int
+    array: str  # the array's fingerprint part, e.g. "float32[*,16,16,1]"
 
     def describe(self) -> str:
-        return f"{self.kind} {self.direction} in {self.path} ({self.function}): {self.source}"
+        return (
+            f"{self.kind} {self.direction} {self.array} in {self.path} ({self.function}): "
+            f"{self.source}"
+        )
 
 
 def _normalized(source: str | None) -> str:
     return " ".join((source or "").split())
 
 
+def array_class(dtype: str | None, shape: tuple[int, ...] | None) -> str:
+    """``float32[*,16,16,1]``: dtype, rank and every dimension but the leading (batch) one."""
+    if dtype is None:
+        return "undescribed"
+    if shape is None:
+        return f"{dtype}[?]"
+    dims = ["*", *(str(d) for d in shape[1:])] if shape else []
+    return f"{dtype}[{','.join(dims)}]"
+
+
+# How each part of a `Site` enters the fingerprint. A part added to `Site`
+# must be added here too (checked at import): an identity the baseline does
+# not see would make two findings share one entry.
+_SITE_PARTS: dict[str, Callable[[Site, str | None], tuple[str, ...]]] = {
+    "direction": lambda s, _: (s.direction.value,),
+    "explicit": lambda s, _: ("explicit" if s.explicit else "implicit",),
+    # The location by file, function and text, never by line number.
+    "location": lambda s, source: (
+        s.location.path if s.location else "",
+        s.location.function if s.location else "",
+        _normalized(source),
+    ),
+    "boundary": lambda s, _: (s.boundary or "",),
+    "thread": lambda s, _: (s.thread or "",),
+    "dtype": lambda s, _: (array_class(s.dtype, s.shape),),
+    "shape": lambda s, _: (),  # in "dtype": the array's class, batch dimension left out
+}
+if set(_SITE_PARTS) != {f.name for f in dataclasses.fields(Site)}:  # pragma: no cover
+    raise AssertionError("gate.baseline._SITE_PARTS must cover every field of gate.results.Site")
+
+
+def _identity(region: str, finding: Finding) -> tuple[str, ...]:
+    parts = [region]
+    for field in dataclasses.fields(Site):
+        parts.extend(_SITE_PARTS[field.name](finding.site, finding.source))
+    return tuple(parts)
+
+
 def fingerprints(region: str, findings: Sequence[Finding]) -> dict[Finding, str]:
     """A stable fingerprint for each finding of one region."""
     seen: dict[tuple[str, ...], int] = {}
     result: dict[Finding, str] = {}
+    # By line, then in the order the findings come (JAX's argument order at one line).
     ordered = sorted(findings, key=lambda f: f.location.line if f.location else 0)
     for finding in ordered:
-        where = finding.location
-        identity = (
-            region,
-            finding.direction.value,
-            finding.kind,
-            where.path if where else "",
-            where.function if where else "",
-            _normalized(finding.source),
-            finding.boundary or "",
-            finding.thread or "",
-        )
+        identity = _identity(region, finding)
         rank = seen.get(identity, 0)
         seen[identity] = rank + 1
         text = "\x1f".join((*identity, str(rank)))
@@ -96,6 +135,7 @@ def accepted_from(run: RunResult) -> list[Accepted]:
                     source=_normalized(finding.source),
                     per_step=finding.per_step,
                     first_call=finding.first_call,
+                    array=array_class(finding.dtype, finding.shape),
                 )
             )
     return sorted(entries, key=_entry_order)
@@ -121,6 +161,12 @@ def write_baseline(entries: Iterable[Accepted], path: Path) -> None:
 def load_baseline(path: Path) -> list[Accepted]:
     """Read a baseline file written by `write_baseline`."""
     fix = "regenerate it with `transfer-gate baseline`"
+    old = _old_version(path)
+    if old is not None:
+        raise BaselineError(
+            f"{path}: baseline version {old} predates per-array fingerprints (one finding per "
+            f"array moved); {fix}"
+        )
     try:
         document = read_json_document(
             path, format=FORMAT, version=VERSION, what="transfer-gate baseline", fix=fix
@@ -134,6 +180,18 @@ def load_baseline(path: Path) -> list[Accepted]:
         return [Accepted(**entry) for entry in entries]
     except TypeError as exc:
         raise BaselineError(f"{path}: malformed entry ({exc}); {fix}") from exc
+
+
+def _old_version(path: Path) -> int | None:
+    """The version of a readable baseline older than this one, else None (let the reader judge)."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        return None
+    version = document.get("version")
+    return version if isinstance(version, int) and 0 < version < VERSION else None
 
 
 def apply_baseline(run: RunResult, accepted: Sequence[Accepted], command: str) -> RunResult:
@@ -161,7 +219,7 @@ def _judge(region: RegionResult, accepted: dict[str, Accepted], command: str) ->
     findings = [f for f in group(region.transfers) if f.failing]
     prints = fingerprints(region.classname, findings)
     notes = list(region.notes)
-    forgiven: set[tuple[object, ...]] = set()
+    forgiven: set[Transfer] = set()
     for finding, print_ in prints.items():
         entry = accepted.get(print_)
         if entry is None:
@@ -173,11 +231,9 @@ def _judge(region: RegionResult, accepted: dict[str, Accepted], command: str) ->
                 f"(accepted: {entry.per_step}x per step, {entry.first_call}x on the first call)"
             )
             continue
-        forgiven.add(_site(finding))
+        forgiven.update(finding.members)
     transfers = tuple(
-        replace(t, failing=False, accepted=True)
-        if t.failing and (t.direction, t.explicit, t.location, t.boundary, t.thread) in forgiven
-        else t
+        replace(t, failing=False, accepted=True) if t.failing and t in forgiven else t
         for t in region.transfers
     )
     current = set(prints.values())
@@ -192,10 +248,6 @@ def _judge(region: RegionResult, accepted: dict[str, Accepted], command: str) ->
             f"with `{command}`"
         )
     return replace(region, transfers=transfers, notes=tuple(notes), fixed=fixed)
-
-
-def _site(finding: Finding) -> tuple[object, ...]:
-    return (finding.direction, finding.explicit, finding.location, finding.boundary, finding.thread)
 
 
 def default_path(paths: Sequence[str], repo_root: Path, default_folder: str) -> Path:

@@ -306,6 +306,20 @@ def _problem_results(problems: Sequence[Problem]) -> RunResult:
     return RunResult(tuple(suites))
 
 
+def _baseline_error_result(exc: BaselineError, shown: str) -> RunResult:
+    """A report for a baseline that cannot be used: one error at the baseline file."""
+    error = RegionError(ErrorKind.BASELINE, str(exc), str(exc), SourceLocation(shown, 1, ""))
+    region = RegionResult(
+        suite="baseline",
+        name="baseline",
+        policy_path=shown,
+        policy_line=1,
+        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
+        error=error,
+    )
+    return RunResult((SuiteResult("baseline", shown, (region,)),))
+
+
 def _internal_error_result(exc: BaseException) -> RunResult:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     region = RegionResult(
@@ -432,7 +446,14 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     accepted = None
     baseline_path, named = _baseline_for(args, repo_root)
     if not args.no_baseline and (named or baseline_path.is_file()):
-        accepted = load_baseline(baseline_path)
+        try:
+            accepted = load_baseline(baseline_path)
+        except BaselineError as exc:
+            # Like an invalid policy: nothing runs, but the report says why.
+            unusable = _baseline_error_result(exc, _shown(baseline_path, repo_root))
+            write_junit(unusable, report)
+            report_to_github(unusable, report)
+            raise
     result = _execute(args, repo_root, report, cancel)
     if accepted is not None:
         shown = _shown(baseline_path, repo_root)

@@ -111,7 +111,7 @@ class Annotation:
 
 
 def region_annotations(region: RegionResult) -> list[Annotation]:
-    """What failed in `region`: failing transfers (one per line), its error, failed checks."""
+    """What failed in `region`: failing transfers (one per finding), its error, failed checks."""
     found = [
         _transfer_annotation(region, finding)
         for finding in group(region.transfers)
@@ -263,7 +263,11 @@ def _status(region: RegionResult) -> str:
 
 def _failing_by_direction(region: RegionResult) -> str:
     """``host-to-device: 2 lines``: the failing lines of code, counted per direction."""
-    counts = Counter(f.direction.label for f in group(region.transfers) if f.failing)
+    # One line moving three arrays is three findings but one line to fix.
+    lines = dict.fromkeys(
+        (f.direction.label, f.location) for f in group(region.transfers) if f.failing
+    )
+    counts = Counter(direction for direction, _ in lines)
     if not counts:
         return "none" if region.error is None else "—"
     return ", ".join(

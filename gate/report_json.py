@@ -2,7 +2,8 @@
 
 Format ``jax-transfer-gate.report``, version 1, documented in README.md
 ("JSON report"). Fields are only ever added within a version; renaming or
-removing one bumps the version.
+removing one bumps the version. One entry per finding: per array moved at a
+line (`gate.findings`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ def _finding(finding: Finding, fingerprint: str) -> dict[str, Any]:
         "dtype": finding.dtype,
         "shape": list(finding.shape) if finding.shape is not None else None,
         "bytes": sample.nbytes,
+        "undescribed": finding.undescribed,
+        "argument": finding.argument,
+        "jitted_call": sample.jitted_call,
+        "host_use": sample.host_use,
         "path": where.path if where else None,
         "line": where.line if where else None,
         "function": where.function if where else None,

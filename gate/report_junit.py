@@ -236,7 +236,7 @@ def _junit_case(case: _Case) -> TestCase:
     return junit_case
 
 
-_RUN_LEVEL_ERRORS = frozenset({ErrorKind.POLICY, ErrorKind.INTERNAL})
+_RUN_LEVEL_ERRORS = frozenset({ErrorKind.POLICY, ErrorKind.BASELINE, ErrorKind.INTERNAL})
 
 
 def _cases(region: RegionResult) -> list[_Case]:
@@ -256,7 +256,7 @@ def _cases(region: RegionResult) -> list[_Case]:
         # region's transfers: name the testcase after what broke ("policy",
         # "gate"). A gate bug while a region ran keeps the region's testcase.
         run_level = error.kind in _RUN_LEVEL_ERRORS and (
-            error.kind is ErrorKind.POLICY or not region.policy_path
+            error.kind in (ErrorKind.POLICY, ErrorKind.BASELINE) or not region.policy_path
         )
         name = region.name if run_level else f"{region.name}: transfers"
         cases = [
@@ -345,10 +345,10 @@ def _transfers_message(failing: list[Finding]) -> str:
         lines = {f.where() for f in failing}
         shown = []
         for finding in failing[1:4]:
-            # Two directions at one line read as two entries of the same place.
+            # Two directions or arrays at one line read as two entries of the same place.
             same_place = finding.where() == failing[0].where() or len(lines) < len(failing)
             shown.append(
-                f"{finding.direction.label} at {finding.where()}" if same_place else finding.where()
+                f"{finding.what()} at {finding.where()}" if same_place else finding.where()
             )
         more = len(failing) - 4
         tail = f", and {more} more" if more > 0 else ""
@@ -364,9 +364,15 @@ def _transfers_message(failing: list[Finding]) -> str:
 def _transfers_body(region: RegionResult) -> str:
     findings = group(region.transfers)
     failing = [f for f in findings if f.failing]
+    lines = len({f.location for f in failing})
+    head = (
+        f"{_count(len(failing), 'line')} with failing transfers"
+        if lines == len(failing)
+        # One line moving several arrays: one entry per array.
+        else f"{_count(len(failing), 'failing transfer')} at {_count(lines, 'line')}"
+    )
     parts = [
-        f"{_count(len(failing), 'line')} with failing transfers, most frequent first:\n"
-        + "\n".join(_finding_entry(f, region) for f in failing)
+        f"{head}, most frequent first:\n" + "\n".join(_finding_entry(f, region) for f in failing)
     ]
     others = [f for f in findings if not f.failing]
     if others:

@@ -152,7 +152,11 @@ def _region_line(region: RegionResult, width: int, color: bool) -> str:
 
     findings = group(region.transfers)
     failing = sum(1 for f in findings if f.failing)
-    columns = [f"{failing} failing line" + ("" if failing == 1 else "s")]
+    # One line moving three arrays is three findings but one line to fix.
+    lines = len({f.location for f in findings if f.failing})
+    columns = [f"{lines} failing line" + ("" if lines == 1 else "s")]
+    if failing > lines:
+        columns[0] += f" ({failing} arrays)"
     accepted = sum(1 for f in findings if f.sample.accepted)
     others = len(findings) - failing - accepted
     if accepted:

@@ -6,7 +6,7 @@ Reporters only read these; they never re-run anything.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gate.guard_levels import Direction, GuardSpec
 
@@ -36,6 +36,41 @@ class SourceLocation:
 
 
 @dataclass(frozen=True)
+class Site:
+    """What makes two sightings of a transfer the same finding.
+
+    The line, the direction, the kind, the boundary and thread it happened
+    in, and which array moved (its dtype and shape; None for an array JAX
+    did not describe). The runner's per-run counts, the grouping into
+    findings and the baseline's fingerprint all key on this one record, so
+    they cannot drift apart.
+    """
+
+    direction: Direction
+    explicit: bool
+    location: SourceLocation | None
+    boundary: str | None
+    thread: str | None
+    dtype: str | None
+    shape: tuple[int, ...] | None
+
+    @property
+    def place(self) -> Site:
+        """The same site without the array: where and how, not what."""
+        return replace(self, dtype=None, shape=None)
+
+    @property
+    def described(self) -> bool:
+        return self.dtype is not None
+
+
+def array_text(dtype: str | None, shape: tuple[int, ...] | None) -> str:
+    """``float32[8,4]``; ``float32[?]`` when only the dtype is known."""
+    dims = ",".join(str(d) for d in shape) if shape is not None else "?"
+    return f"{dtype}[{dims}]"
+
+
+@dataclass(frozen=True)
 class Transfer:
     """One transfer the guard reported."""
 
@@ -52,11 +87,30 @@ class Transfer:
     source: str | None = None  # the text of the offending line
     thread: str | None = None  # set when a thread the step started made it
     accepted: bool = False  # listed in the baseline: would fail, but is accepted
-    # How host code read the array (the detector's ``Fetch.what``: "__float__",
-    # "__array__", ...), or `gate.cause.HOST_CALLBACK_USE`; None when unknown.
-    host_use: str | None = None
-    # The jitted function whose call on this line moved an argument, if one did.
+    # The argument of a jitted call that moved, e.g. "y" or "batch['image']",
+    # where the gate could tell for sure (see gate.arguments); else None.
+    argument: str | None = None
+    # The qualname of the jitted function whose call moved it, when the line called one.
     jitted_call: str | None = None
+    # How the host read a fetched value, as the detector saw it ("__float__",
+    # "__array__", "__str__", "item", ...), or `gate.cause.HOST_CALLBACK_USE`;
+    # None when the detector did not see it.
+    host_use: str | None = None
+    # JAX's fast path logged the move with an empty description, and no
+    # described sighting of the same site said which array it was.
+    undescribed: bool = False
+
+    @property
+    def site(self) -> Site:
+        return Site(
+            self.direction,
+            self.explicit,
+            self.location,
+            self.boundary,
+            self.thread,
+            self.dtype,
+            self.shape,
+        )
 
     @property
     def nbytes(self) -> int | None:
@@ -84,8 +138,7 @@ class Transfer:
         """``host-to-device float32[8]``: direction, dtype and shape."""
         what = self.direction.label
         if self.dtype is not None:
-            dims = ",".join(str(d) for d in self.shape) if self.shape is not None else "?"
-            what += f" {self.dtype}[{dims}]"
+            what += f" {array_text(self.dtype, self.shape)}"
         return what
 
 
@@ -138,6 +191,7 @@ class ErrorKind(enum.Enum):
     PLATFORM = "wrong platform"
     UNCHECKED = "not checked on this platform"
     POLICY = "invalid policy"
+    BASELINE = "unusable baseline"  # the baseline file cannot be used; nothing ran
     INTERNAL = "gate error"
     # The region's worker process was lost (gate.scheduler); the rest ran in a fresh one.
     CRASH = "worker crashed"

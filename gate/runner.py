@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from gate.arguments import CallPlan, is_jitted, plan_call
 from gate.boundary import BoundaryMonitor
 from gate.callbacks import CallbackHookMissing, CallbackLog, CallbackSite, count_callbacks
 from gate.checks import Leaves, run_checks
@@ -66,13 +67,14 @@ from gate.results import (
     Phase,
     RegionError,
     RegionResult,
+    Site,
     SourceLocation,
     Transfer,
 )
 from gate.signature import misfit_error
 from gate.source import UserCode, frames_of, user_frames_text
 from gate.timing import summarize
-from gate.transfer_map import capture_works, mapped
+from gate.transfer_map import Observed, capture_works, mapped, name_moves
 
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
 
@@ -136,7 +138,10 @@ class RegionRun:
     warnings: dict[str, None] = field(default_factory=dict)  # ordered set of notes
     previous_inputs: Inputs | None = None
     # Every fetch the per-run detector logs counted, over all mapped runs.
-    detector_seen: Counter[_SiteKey] = field(default_factory=Counter)
+    detector_seen: Counter[Site] = field(default_factory=Counter)
+    # Per site without its array and the move's place in its stretch: the
+    # array JAX's slow path described there (see `_described`).
+    described: dict[tuple[Site, int], _Described] = field(default_factory=dict)
 
     # -- inputs and outputs -------------------------------------------------
 
@@ -261,7 +266,11 @@ class RegionRun:
                     return
                 raise RegionAbort(self._error_from(ErrorKind.STEP, exc)) from exc
             found = replace(self._transfer_from(exc, phase), failing=True)
-            if not any(_same_site(found, known) and known.failing for known in self.transfers):
+            place = found.site.place
+            if not any(
+                known.failing and known.phase is found.phase and known.site.place == place
+                for known in self.transfers
+            ):
                 self.transfers.append(found)
             return
         finally:
@@ -278,8 +287,10 @@ class RegionRun:
         """
         import jax
 
-        per_run: list[Counter[_SiteKey]] = []
-        details: dict[_SiteKey, _Sighting] = {}
+        per_run: list[Counter[Site]] = []
+        details: dict[Site, _Sighting] = {}
+        first_seen: dict[Site, int] = {}
+        unnamed: set[Site] = set()
         explicit = _explicit_functions(jax)
         main_thread = threading.current_thread().name
 
@@ -289,17 +300,28 @@ class RegionRun:
             location: SourceLocation | None,
             boundary: str | None,
             thread: str,
-        ) -> _SiteKey:
+        ) -> Site:
+            """The site without its array (that comes from the witness)."""
             label = None if thread == main_thread else _thread_label(thread)
-            return _SiteKey(direction, is_explicit, location, boundary, label)
+            return Site(direction, is_explicit, location, boundary, label, None, None)
 
-        def note(key: _SiteKey, dtype: str | None, shape: Any, seen_by: str) -> None:
+        def note(key: Site, sighting: _Sighting) -> None:
+            first_seen.setdefault(key, len(first_seen))
             known = details.get(key)
-            if known is None or (known.dtype is None and dtype is not None):
-                details[key] = _Sighting(dtype, shape, seen_by)
+            if known is None:
+                details[key] = sighting
+            else:  # what one witness knows and the other doesn't
+                if known.argument and sighting.argument and known.argument != sighting.argument:
+                    unnamed.add(key)  # two arguments of one dtype and shape: name neither
+                details[key] = known._replace(
+                    argument=None if key in unnamed else known.argument or sighting.argument,
+                    jitted_call=known.jitted_call or sighting.jitted_call,
+                    host_use=known.host_use or sighting.host_use,
+                )
 
         for _ in range(runs):
             inputs = self.fresh_inputs()
+            step_plan = self._step_plan(inputs)
             callbacks_before = self.callbacks.counts() if self.callbacks else {}
             threads_before = set(threading.enumerate())
             try:
@@ -323,11 +345,21 @@ class RegionRun:
             if self.callbacks is not None:
                 self.callbacks.settle()
                 ran = {site: n for site, n in self.callbacks.delta(callbacks_before).items() if n}
+            # A jitted step: no line of the user's ran, and JAX moved setup's
+            # outputs; name them after the step's parameters where they agree.
+            name_moves(
+                log.observed,
+                lambda seen, plan=step_plan: (
+                    plan  # type: ignore[misc]
+                    if seen.location is None and seen.thread == main_thread and not seen.argument
+                    else None
+                ),
+            )
             # A host callback runs inside compiled code, where no line of the
             # user's is executing; the explicit moves the guard logs then (the
             # callback's operands and result) belong to the callback's site.
             only_site = next(iter(ran)) if len(ran) == 1 else None
-            guard_counts: Counter[_SiteKey] = Counter()
+            guard_counts: Counter[Site] = Counter()
             for seen in log.observed:
                 location, seen_by = seen.location, "JAX's transfer-guard log"
                 # The callback machinery moves operands with jax.device_put (explicit);
@@ -340,29 +372,78 @@ class RegionRun:
                     # function, and JAX moved its arguments (setup's outputs).
                     location = self.step_location()
                     seen_by += ", while calling the step with setup's outputs"
-                key = key_of(seen.direction, seen.explicit, location, seen.boundary, seen.thread)
+                place = key_of(seen.direction, seen.explicit, location, seen.boundary, seen.thread)
+                described = self._described(place, seen)
+                key = replace(place, dtype=described.dtype, shape=described.shape)
                 guard_counts[key] += 1
-                note(key, seen.dtype, seen.shape, seen_by)
-            detector_counts: Counter[_SiteKey] = Counter()
+                note(
+                    key,
+                    _Sighting(
+                        seen_by,
+                        argument=described.argument,
+                        jitted_call=described.jitted_call,
+                        undescribed=described.dtype is None,
+                    ),
+                )
+            detector_counts: Counter[Site] = Counter()
             for fetch in fetches.transfers if fetches is not None else ():
                 if fetch.in_callback:
                     continue  # charged to the callback's own site below
-                key = key_of(
+                place = key_of(
                     fetch.direction, fetch.explicit, fetch.location, fetch.boundary, fetch.thread
                 )
+                key = replace(place, dtype=fetch.dtype, shape=fetch.shape)
                 detector_counts[key] += 1
                 self.detector_seen[key] += 1
-                note(key, fetch.dtype, fetch.shape, f"the gate's detector: {_host_use(fetch.what)}")
+                note(
+                    key,
+                    _Sighting(f"the gate's detector: {_host_use(fetch.what)}", host_use=fetch.what),
+                )
             counts = self._merge_witnesses(guard_counts, detector_counts)
             for site, times in ran.items():
-                key = _SiteKey(Direction.DEVICE_TO_HOST, False, site.location, None, None)
+                key = Site(Direction.DEVICE_TO_HOST, False, site.location, None, None, None, None)
                 counts[key] += times
-                details[key] = _Sighting(None, None, f"host callback {site.describe()}")
+                first_seen.setdefault(key, len(first_seen))
+                details[key] = _Sighting(f"host callback {site.describe()}")
             per_run.append(counts)
-        for key in sorted(details, key=_site_order):
+        for key in sorted(details, key=lambda k: (*_site_order(k), first_seen[k])):
             sighting = details[key]
             count = max(counts[key] for counts in per_run)
+            if count == 0:
+                continue  # an undescribed sighting the detector's array took over every run
             self.transfers.append(self._site_transfer(key, sighting, phase, count))
+
+    def _step_plan(self, inputs: Inputs) -> CallPlan | None:
+        """What a jitted step moves of setup's outputs, by parameter; None if not jitted."""
+        step = self.callables.step
+        if not is_jitted(step):
+            return None
+        args, kwargs = inputs
+        try:
+            return plan_call(step, args, kwargs)
+        except Exception:  # naming is a nicety: never let it break the run
+            return None
+
+    def _described(self, place: Site, seen: Observed) -> _Described:
+        """Which array a guard line moved: its own description, else the same move's earlier one.
+
+        JAX's fast path (warm calls) logs a move with an empty description,
+        in the same order as the slow path (the first call) described them;
+        so the n-th move of a stretch at a site is the n-th the first call
+        described there. Where none was described, it stays undescribed.
+        """
+        slot = (place, seen.index)
+        if seen.dtype is not None:
+            own = _Described(seen.dtype, seen.shape, seen.argument, seen.jitted_call)
+            self.described.setdefault(slot, own)
+            return own
+        earlier = self.described.get(slot)
+        if earlier is None:
+            return _Described(None, None, seen.argument, seen.jitted_call)
+        return earlier._replace(
+            argument=seen.argument or earlier.argument,
+            jitted_call=seen.jitted_call or earlier.jitted_call,
+        )
 
     @contextmanager
     def _detector(self) -> Iterator[FetchLog | None]:
@@ -376,15 +457,22 @@ class RegionRun:
                     self.detector_missing = str(exc)
             yield log
 
-    def _merge_witnesses(
-        self, guard: Counter[_SiteKey], detector: Counter[_SiteKey]
-    ) -> Counter[_SiteKey]:
+    def _merge_witnesses(self, guard: Counter[Site], detector: Counter[Site]) -> Counter[Site]:
         """One count per site; where the guard and the detector disagree, say so.
 
         The guard sees device-to-host only on GPU and TPU; there both watch
         the same fetches and should agree, so a site only one of them saw
-        is worth a note (and still counts).
+        is worth a note (and still counts). A guard line JAX left undescribed
+        at a line where the detector saw exactly one array is that array's.
         """
+        guard = Counter(guard)
+        arrays: dict[Site, list[Site]] = {}
+        for key in detector:
+            arrays.setdefault(key.place, []).append(key)
+        for key in [k for k in guard if not k.described]:
+            seen = arrays.get(key.place, [])
+            if key.direction is Direction.DEVICE_TO_HOST and len(seen) == 1:
+                guard[seen[0]] += guard.pop(key)
         merged = Counter(guard)
         for key, count in detector.items():
             merged[key] = max(merged[key], count)
@@ -431,17 +519,19 @@ class RegionRun:
         in the mapped runs; another thread's are work the step handed on.
         """
         main_thread = threading.current_thread().name
-        extra: Counter[_SiteKey] = Counter()
-        found: dict[_SiteKey, Any] = {}
+        extra: Counter[Site] = Counter()
+        found: dict[Site, Any] = {}
         for fetch in log.transfers:
             if fetch.thread == main_thread or fetch.in_callback:
                 continue
-            key = _SiteKey(
+            key = Site(
                 fetch.direction,
                 fetch.explicit,
                 fetch.location,
                 fetch.boundary,
                 _thread_label(fetch.thread),
+                fetch.dtype,
+                fetch.shape,
             )
             extra[key] += 1
             found[key] = fetch
@@ -461,18 +551,16 @@ class RegionRun:
                 f"the gate's detector: {_host_use(fetch.what)}, {unseen}x between the "
                 f"watched runs, in {origin}"
             )
-            sighting = _Sighting(fetch.dtype, fetch.shape, seen_by)
+            sighting = _Sighting(seen_by, host_use=fetch.what)
             self.transfers.append(self._site_transfer(key, sighting, Phase.STEADY_STATE, 1))
 
-    def _site_transfer(
-        self, key: _SiteKey, sighting: _Sighting, phase: Phase, count: int
-    ) -> Transfer:
+    def _site_transfer(self, key: Site, sighting: _Sighting, phase: Phase, count: int) -> Transfer:
         """The record of one site, judged by the region's levels."""
         return Transfer(
             direction=key.direction,
             explicit=key.explicit,
-            dtype=sighting.dtype,
-            shape=sighting.shape,
+            dtype=key.dtype,
+            shape=key.shape,
             location=key.location,
             phase=phase,
             failing=self._fails(key.direction, key.explicit, key.boundary),
@@ -481,6 +569,10 @@ class RegionRun:
             count=count,
             source=self._source_line(key.location),
             thread=key.thread,
+            argument=sighting.argument,
+            jitted_call=sighting.jitted_call,
+            host_use=sighting.host_use,
+            undescribed=sighting.undescribed,
         )
 
     def loosened(self, what: str, frame: types.FrameType) -> None:
@@ -639,32 +731,24 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else "(no message)"
 
 
-def _same_site(a: Transfer, b: Transfer) -> bool:
-    return (a.direction, a.location, a.phase, a.explicit) == (
-        b.direction,
-        b.location,
-        b.phase,
-        b.explicit,
-    )
-
-
 class _Sighting(NamedTuple):
+    """What the witnesses said about one site, besides counting it."""
+
+    seen_by: str
+    argument: str | None = None
+    jitted_call: str | None = None
+    host_use: str | None = None
+    undescribed: bool = False
+
+
+class _Described(NamedTuple):
     dtype: str | None
     shape: tuple[int, ...] | None
-    seen_by: str
+    argument: str | None
+    jitted_call: str | None
 
 
-class _SiteKey(NamedTuple):
-    """What makes two observed transfers the same finding."""
-
-    direction: Direction
-    explicit: bool
-    location: SourceLocation | None
-    boundary: str | None
-    thread: str | None
-
-
-def _site_order(key: _SiteKey) -> tuple[str, int, str, bool]:
+def _site_order(key: Site) -> tuple[str, int, str, bool]:
     where = key.location
     return (
         where.path if where else "~",

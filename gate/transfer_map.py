@@ -13,6 +13,11 @@ transfer made by a thread the step started is charged to that thread's line.
 Lines that are not the guard's (the step's own prints to stderr) are passed
 through to the real stderr when the run ends.
 
+Where a line is one simple statement with one call, to a jitted function,
+with plain names or numbers as its arguments, the map also works out (before
+the line runs) which host values that call will move (`gate.arguments`), and
+names each logged move after its argument when the two agree exactly.
+
 The guard's lines vanish when ``TF_CPP_MIN_LOG_LEVEL`` is 2 or more when
 jaxlib loads. The gate sets it before importing jax (`prepare_environment`),
 and `capture_works` checks with a deliberate transfer that the lines really
@@ -21,6 +26,10 @@ arrive, so a lost log can never look like a clean step.
 
 from __future__ import annotations
 
+import ast
+import builtins
+import itertools
+import linecache
 import os
 import re
 import sys
@@ -29,10 +38,11 @@ import threading
 import types
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gate.arguments import CallPlan, is_jitted, match, plan_call
 from gate.guard import parse_aval
 from gate.guard_levels import Direction
 from gate.results import SourceLocation
@@ -106,6 +116,14 @@ class Observed:
     explicit: bool
     boundary: str | None
     thread: str
+    # One stretch of a thread at one line (from one trace event to the next),
+    # and this move's place among that stretch's moves of its direction and
+    # kind: JAX moves a call's arguments in order, so the n-th move of a
+    # stretch is the same array every time the line runs.
+    segment: int = 0
+    index: int = 0
+    argument: str | None = None  # the jitted call's argument it was, where known
+    jitted_call: str | None = None  # the jitted function the line called, where known
 
 
 @dataclass
@@ -114,6 +132,137 @@ class _ThreadState:
     location: SourceLocation | None = None
     explicit_depth: int = 0
     boundary: str | None = None
+    segment: int = 0
+    outside: int = 0  # the stretch while no user frame runs (a jitted step's own call)
+    call: CallPlan | None = None  # what the line now executing will move, where known
+
+
+# A line's one call: the callee as a chain of names (``train.sgd_update``),
+# then its positional and keyword arguments, each a name or a number.
+_Arg = tuple[str, Any]  # ("name", "x") or ("value", 0.1)
+
+
+@dataclass(frozen=True)
+class _LineCall:
+    callee: tuple[str, ...]
+    args: tuple[_Arg, ...]
+    kwargs: tuple[tuple[str, _Arg], ...]
+
+
+_SIMPLE_STATEMENTS = (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return)
+
+
+def _callee_chain(node: ast.expr) -> tuple[str, ...] | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return (node.id, *reversed(parts))
+
+
+def _argument(node: ast.expr) -> _Arg | None:
+    if isinstance(node, ast.Name):
+        return ("name", node.id)
+    if isinstance(node, ast.Constant) and (
+        node.value is None or isinstance(node.value, bool | int | float | complex)
+    ):
+        return ("value", node.value)
+    return None
+
+
+def _line_call(statement: ast.stmt) -> _LineCall | None:
+    """The statement's only call, when it is plain enough to name its arguments."""
+    calls = [node for node in ast.walk(statement) if isinstance(node, ast.Call)]
+    if len(calls) != 1:
+        return None
+    [call] = calls
+    callee = _callee_chain(call.func)
+    args = [_argument(a) for a in call.args]
+    kwargs = [(k.arg, _argument(k.value)) for k in call.keywords]
+    if callee is None or None in args or any(k is None or a is None for k, a in kwargs):
+        return None
+    return _LineCall(
+        callee,
+        tuple(a for a in args if a is not None),
+        tuple((k, a) for k, a in kwargs if k is not None and a is not None),
+    )
+
+
+def _line_calls(filename: str) -> dict[int, _LineCall]:
+    """Per line of the file, its one-line simple statement's only call (see `_line_call`)."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(filename)))
+    except (SyntaxError, ValueError):
+        return {}
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, _SIMPLE_STATEMENTS) and node.lineno == node.end_lineno:
+            call = _line_call(node)
+            if call is not None:
+                found[node.lineno] = call
+    return found
+
+
+_MISSING = object()
+
+
+def _lookup(frame: types.FrameType, name: str) -> Any:
+    """A name's value in the frame, as Python would find it; never runs the user's code."""
+    for scope in (frame.f_locals, frame.f_globals, vars(builtins)):
+        if name in scope:
+            return scope[name]
+    return _MISSING
+
+
+def _call_plan(frame: types.FrameType, call: _LineCall) -> CallPlan | None:
+    """What the line's call will move, if its callee is a jitted function."""
+    target = _lookup(frame, call.callee[0])
+    for attribute in call.callee[1:]:
+        # Only through modules: an attribute of any other object could be a
+        # property, and the gate never runs the user's code to find out.
+        if not isinstance(target, types.ModuleType):
+            return None
+        target = vars(target).get(attribute, _MISSING)
+    if target is _MISSING or not is_jitted(target):
+        return None
+    values = []
+    for kind, value in call.args:
+        found = _lookup(frame, value) if kind == "name" else value
+        if found is _MISSING:
+            return None
+        values.append(found)
+    keywords = {}
+    for key, (kind, value) in call.kwargs:
+        found = _lookup(frame, value) if kind == "name" else value
+        if found is _MISSING:
+            return None
+        keywords[key] = found
+    return plan_call(target, values, keywords)
+
+
+def name_moves(observed: list[Observed], plan_of: Callable[[Observed], CallPlan | None]) -> None:
+    """Name the implicit host-to-device moves of each stretch after its call's arguments.
+
+    ``plan_of`` gives the stretch's plan (from a move of it). A stretch is named
+    only when its moves and the plan agree exactly (`gate.arguments.match`).
+    """
+    stretches: dict[int, list[int]] = {}
+    for position, seen in enumerate(observed):
+        if seen.direction is Direction.HOST_TO_DEVICE and not seen.explicit:
+            stretches.setdefault(seen.segment, []).append(position)
+    for positions in stretches.values():
+        plan = plan_of(observed[positions[0]])
+        if plan is None:
+            continue
+        moves = match(plan, [(observed[p].dtype, observed[p].shape) for p in positions])
+        if moves is None:
+            continue
+        for position, move in zip(positions, moves, strict=True):
+            observed[position] = replace(
+                observed[position], argument=move.label, jitted_call=plan.function
+            )
 
 
 @dataclass
@@ -142,6 +291,12 @@ class _Mapper:
         self.partial = ""
         self.threads: dict[int, _ThreadState] = {}  # by native thread id
         self.user_files: dict[str, bool] = {}
+        self.segments = itertools.count(1)
+        self.moves_in: dict[tuple[int, Direction, bool], int] = {}
+        self.line_calls: dict[str, dict[int, _LineCall]] = {}
+        self.calls: dict[types.FrameType, CallPlan | None] = {}  # per frame, its line's plan
+        self.plans: dict[int, CallPlan] = {}  # per segment, where its line has one
+        self.segments_of: dict[types.FrameType, int] = {}  # per user frame, its line's stretch
 
     # -- reading the log ----------------------------------------------------
 
@@ -150,6 +305,7 @@ class _Mapper:
         state = self.threads.get(native)
         if state is None:
             state = self.threads[native] = _ThreadState(threading.current_thread().name)
+            state.outside = state.segment = self._new_segment()
         return state
 
     def _state_of(self, native: int | None, me: _ThreadState) -> _ThreadState:
@@ -195,15 +351,23 @@ class _Mapper:
                 self.log.passthrough.append(line)
                 continue
             state = self._state_of(parsed.native_thread, me)
+            explicit = state.explicit_depth > 0
+            slot = (state.segment, parsed.direction, explicit)
+            index = self.moves_in.get(slot, 0)
+            self.moves_in[slot] = index + 1
+            if state.call is not None:
+                self.plans[state.segment] = state.call
             self.log.observed.append(
                 Observed(
                     parsed.direction,
                     parsed.dtype,
                     parsed.shape,
                     state.location,
-                    state.explicit_depth > 0,
+                    explicit,
                     state.boundary,
                     state.name,
+                    state.segment,
+                    index,
                 )
             )
 
@@ -219,10 +383,10 @@ class _Mapper:
         filename = frame.f_code.co_filename
         return SourceLocation(self.code.relative(filename), frame.f_lineno, frame.f_code.co_name)
 
-    def _innermost_user(self, frame: types.FrameType | None) -> SourceLocation | None:
+    def _innermost_user(self, frame: types.FrameType | None) -> types.FrameType | None:
         while frame is not None:
             if self._is_user(frame.f_code.co_filename):
-                return self._location(frame)
+                return frame
             frame = frame.f_back
         return None
 
@@ -242,10 +406,45 @@ class _Mapper:
             frame = frame.f_back
         return None
 
-    def _enter(self, frame: types.FrameType | None, location: SourceLocation | None) -> None:
+    def _new_segment(self) -> int:
+        # itertools.count: atomic under the GIL, and takes no lock (callers may hold one).
+        return next(self.segments)
+
+    def _enter(self, frame: types.FrameType | None, user: types.FrameType | None) -> None:
+        """The thread now runs ``user``'s line (None: no user frame), from ``frame``.
+
+        A new line event starts a new stretch; coming back into a line (a
+        callee returned, or the traced body of a jitted function did) goes on
+        with that line's stretch, so the n-th move of a line's run is the
+        same whether or not the first call traced something in between.
+        """
         state = self._state()
-        state.location = location
+        state.location = self._location(user) if user is not None else None
         state.boundary = self._boundary_at(frame)
+        if user is None:
+            state.segment = state.outside
+            state.call = None
+            return
+        segment = self.segments_of.get(user)
+        if segment is None:
+            segment = self.segments_of[user] = self._new_segment()
+        state.segment = segment
+        state.call = self.calls.get(user)
+
+    def _plan_line(self, frame: types.FrameType) -> None:
+        """Before a line runs: what its jitted call will move, if it has one."""
+        filename = frame.f_code.co_filename
+        calls = self.line_calls.get(filename)
+        if calls is None:
+            calls = self.line_calls[filename] = _line_calls(filename)
+        call = calls.get(frame.f_lineno)
+        if call is None:
+            self.calls.pop(frame, None)
+            return
+        try:
+            self.calls[frame] = _call_plan(frame, call)
+        except Exception:  # naming is a nicety: never let it break the map
+            self.calls[frame] = None
 
     def global_trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
         # Only frames of the user's code and the explicit transfer functions
@@ -256,7 +455,8 @@ class _Mapper:
         code = frame.f_code
         if self._is_user(code.co_filename):
             self.flush()
-            self._enter(frame, self._location(frame))
+            self.segments_of[frame] = self._new_segment()
+            self._enter(frame, frame)
             return self._local_trace
         if code in self.explicit_codes:
             # Whoever calls it, JAX counts a transfer inside jax.device_put /
@@ -273,9 +473,13 @@ class _Mapper:
             return None
         if event == "line":
             self.flush()
-            self._enter(frame, self._location(frame))
+            self._plan_line(frame)
+            self.segments_of[frame] = self._new_segment()
+            self._enter(frame, frame)
         elif event == "return":
             self.flush()
+            self.calls.pop(frame, None)
+            self.segments_of.pop(frame, None)
             self._enter(frame.f_back, self._innermost_user(frame.f_back))
         return self._local_trace
 
@@ -324,6 +528,7 @@ def mapped(
         threading.settrace(saved_thread_trace)
         sys.stderr.flush()
         mapper.finish()
+        name_moves(mapper.log.observed, lambda seen: mapper.plans.get(seen.segment))
         os.dup2(saved_fd, 2)
         os.close(saved_fd)
         os.close(writer)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from result_samples import transfer
 
-from gate.findings import Finding, group
+from gate.findings import UNDESCRIBED, Finding, group
 from gate.guard_levels import Direction
-from gate.results import Phase, Transfer
+from gate.results import Phase, Site, Transfer
 
 
 def only(findings: tuple[Finding, ...]) -> Finding:
@@ -131,21 +133,24 @@ def test_a_different_direction_kind_scope_or_line_is_another_finding(
     assert len(findings) == 2
 
 
-def test_failing_first_then_most_per_step_then_most_on_the_first_call() -> None:
+def test_failing_first_then_every_step_by_count_then_first_call_only_by_line() -> None:
     allowed_hot = transfer(line=1, phase=Phase.STEADY_STATE, count=9, failing=False)
-    first_only = transfer(line=2)
-    first_call_twice = transfer(line=3, count=2)
+    first_call_twice = transfer(line=2, count=2)  # e.g. TrainState.create
+    first_only = transfer(line=3)  # e.g. optax init
     once_per_step = transfer(line=4, phase=Phase.STEADY_STATE, count=1)
     thrice_per_step = transfer(line=5, phase=Phase.STEADY_STATE, count=3)
     findings = group([allowed_hot, first_only, first_call_twice, once_per_step, thrice_per_step])
     assert [f.where() for f in findings] == [
         "examples/bad.py:5",
         "examples/bad.py:4",
-        "examples/bad.py:3",
+        # One-time lines (initialisers) after every per-step line, by file and line:
+        # how often the first call moved them does not make them more urgent.
         "examples/bad.py:2",
+        "examples/bad.py:3",
         "examples/bad.py:1",
     ]
     assert [f.failing for f in findings] == [True, True, True, True, False]
+    assert [f.every_step for f in findings] == [True, True, False, False, True]
 
 
 def test_ties_are_ordered_by_path_then_line_then_direction() -> None:
@@ -212,3 +217,173 @@ def test_scope_names_the_boundary_and_the_thread(
     assert finding.scope() == scope
     assert finding.headline() == headline
     assert finding.kind == ("explicit" if changes.get("explicit") else "implicit")
+
+
+# --- one finding per array ----------------------------------------------------------------------
+
+SGD = "return sgd_update(params, x, y, LR)"
+
+
+def three_arrays(phase: Phase = Phase.FIRST_CALL) -> list[Transfer]:
+    """``sgd_update(params, x, y, LR)``: three host values moved by one call, in JAX's order."""
+    return [
+        replace(
+            transfer(phase=phase, dtype=dtype, shape=shape, source=SGD),
+            argument=argument,
+            jitted_call="sgd_update",
+        )
+        for argument, dtype, shape in [
+            ("x", "float32", (32, 16, 16, 1)),
+            ("y", "int32", (32,)),
+            ("lr", "float32", ()),
+        ]
+    ]
+
+
+def test_each_array_one_call_moves_is_its_own_finding_with_its_own_count() -> None:
+    findings = group([*three_arrays(), *three_arrays(Phase.STEADY_STATE)])
+    assert [(f.dtype, f.shape) for f in findings] == [
+        ("float32", (32, 16, 16, 1)),
+        ("int32", (32,)),
+        ("float32", ()),
+    ]
+    assert [(f.first_call, f.per_step) for f in findings] == [(1, 1)] * 3
+    assert [f.sample_with_shape().nbytes for f in findings] == [32768, 128, 4]
+    assert [f.headline() for f in findings] == [
+        "implicit host-to-device transfer of argument 'x' float32[32,16,16,1] "
+        "at examples/bad.py:12, 1x per step, 1x on the first call",
+        "implicit host-to-device transfer of argument 'y' int32[32] "
+        "at examples/bad.py:12, 1x per step, 1x on the first call",
+        "implicit host-to-device transfer of argument 'lr' float32[] "
+        "at examples/bad.py:12, 1x per step, 1x on the first call",
+    ]
+    assert findings[1].what() == "host-to-device argument 'y' int32[32]"
+    assert {f.sample.jitted_call for f in findings} == {"sgd_update"}
+
+
+def test_the_finding_is_keyed_by_the_one_site_record() -> None:
+    [finding] = group([transfer(dtype="int32", shape=(32,))])
+    assert finding.site == Site(
+        Direction.HOST_TO_DEVICE, False, finding.location, None, None, "int32", (32,)
+    )
+    assert finding.site == finding.sample.site
+    assert finding.site.place == replace(finding.site, dtype=None, shape=None)
+
+
+def test_an_array_the_fast_path_did_not_describe_says_so_and_stays_apart() -> None:
+    x, y, _ = three_arrays()
+    bare = replace(
+        transfer(phase=Phase.STEADY_STATE, dtype=None, shape=None, source=SGD), undescribed=True
+    )
+    findings = group([x, bare])
+    assert len(findings) == 2
+    undescribed = next(f for f in findings if f.dtype is None)
+    assert undescribed.what() == f"host-to-device {UNDESCRIBED}"
+    assert undescribed.headline() == (
+        f"implicit host-to-device transfer of {UNDESCRIBED} at examples/bad.py:12, 1x per step"
+    )
+    # Even where only one array is known at that line: the runner said it is not that one.
+    assert len(group([x, y, bare])) == 3
+
+
+def test_a_sighting_without_an_array_joins_only_the_one_array_of_its_line() -> None:
+    x, y, _ = three_arrays()
+    guarded = transfer(phase=Phase.STEADY_STATE, dtype=None, shape=None)
+    # Two arrays at the line: which one JAX's guard saw is unknown, so it joins neither.
+    findings = group([x, y, guarded])
+    assert [(f.dtype, f.first_call, f.per_step) for f in findings] == [
+        (None, 0, 1),
+        ("float32", 1, 0),
+        ("int32", 1, 0),
+    ]
+    assert findings[0].what() == "host-to-device"
+
+
+def test_two_arguments_sharing_one_array_site_name_neither() -> None:
+    a = replace(transfer(), argument="a")
+    b = replace(transfer(), argument="b")
+    [finding] = group([a, b])
+    assert finding.first_call == 2
+    assert finding.argument is None
+    assert finding.what() == "host-to-device float32[8]"
+
+
+def test_an_uncommitted_device_to_device_move_says_it_happens_every_step() -> None:
+    [finding] = group([transfer(Direction.DEVICE_TO_DEVICE)])
+    assert finding.counts() == "every step; JAX checks it on the first call only"
+    assert finding.every_step
+    assert finding.headline().endswith("every step; JAX checks it on the first call only")
+    # It ranks with the per-step lines, before one-time ones.
+    order = group([transfer(line=1), transfer(Direction.DEVICE_TO_DEVICE, line=9)])
+    assert [f.direction for f in order] == [Direction.DEVICE_TO_DEVICE, Direction.HOST_TO_DEVICE]
+    # Explicit ones (jax.device_put) really happen when JAX says, and seen per step is per step.
+    [explicit] = group([transfer(Direction.DEVICE_TO_DEVICE, explicit=True)])
+    assert explicit.counts() == "1x on the first call"
+    [steady] = group([transfer(Direction.DEVICE_TO_DEVICE, phase=Phase.STEADY_STATE)])
+    assert steady.counts() == "1x per step"
+
+
+def test_host_use_is_kept_from_the_detectors_sighting() -> None:
+    fetch = replace(transfer(Direction.DEVICE_TO_HOST), host_use="__float__")
+    [finding] = group([fetch])
+    assert finding.sample.host_use == "__float__"
+
+
+def test_a_warm_move_takes_the_array_the_first_call_described_at_its_place_or_none() -> None:
+    # JAX's fast path logs warm moves with an empty description, in the order
+    # the first call described them; the runner fills them in by position.
+    import types
+
+    from gate.runner import RegionRun
+    from gate.transfer_map import Observed
+
+    where = transfer().location
+    place = Site(Direction.HOST_TO_DEVICE, False, where, None, None, None, None)
+    run = types.SimpleNamespace(described={})
+
+    def seen(index: int, dtype: str | None, shape: tuple[int, ...] | None) -> Observed:
+        return Observed(
+            Direction.HOST_TO_DEVICE, dtype, shape, where, False, None, "MainThread", 1, index
+        )
+
+    first = [seen(0, "float32", (32, 16, 16, 1)), seen(1, "int32", (32,)), seen(2, "float32", ())]
+    assert [RegionRun._described(run, place, s).dtype for s in first] == [  # type: ignore[arg-type]
+        "float32",
+        "int32",
+        "float32",
+    ]
+    warm = [RegionRun._described(run, place, seen(i, None, None)) for i in range(4)]  # type: ignore[arg-type]
+    assert [(d.dtype, d.shape) for d in warm] == [
+        ("float32", (32, 16, 16, 1)),
+        ("int32", (32,)),
+        ("float32", ()),
+        (None, None),  # a fourth move the first call never described: stays undescribed
+    ]
+
+
+@pytest.mark.parametrize("platform", ["gpu", "cpu"])
+def test_an_undescribed_guard_fetch_is_the_detectors_only_array_at_its_line(
+    platform: str,
+) -> None:
+    # On GPU both witnesses see device-to-host; a guard line JAX left empty
+    # must not become a second finding beside the detector's described one.
+    import types
+    from collections import Counter
+
+    from gate.runner import RegionRun
+
+    where = transfer().location
+    place = Site(Direction.DEVICE_TO_HOST, False, where, None, None, None, None)
+    loss = replace(place, dtype="float32", shape=())
+    run = types.SimpleNamespace(
+        platform=types.SimpleNamespace(platform=platform), disagreements=set()
+    )
+    merged = RegionRun._merge_witnesses(run, Counter({place: 1}), Counter({loss: 1}))  # type: ignore[arg-type]
+    assert merged == Counter({loss: 1})
+    assert run.disagreements == set()
+    # Two arrays fetched at that line: which one it was is unknown; it stays apart.
+    other = replace(place, dtype="int32", shape=(4,))
+    apart = RegionRun._merge_witnesses(  # type: ignore[arg-type]
+        run, Counter({place: 1}), Counter({loss: 1, other: 1})
+    )
+    assert apart[place] == 1

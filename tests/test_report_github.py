@@ -402,3 +402,23 @@ def test_summary_names_the_platform_and_what_went_unchecked() -> None:
     summary = render_summary(run_of(seen), REPORT)
     assert "\nPlatform: cpu (cpu x1), jax 0.10.2, jaxlib 0.10.2\n" in summary
     assert "\n**Not checked on this platform: device-to-host**\n" in summary
+
+
+def test_transfer_annotations_come_in_the_findings_order_one_per_array() -> None:
+    from dataclasses import replace
+
+    from gate.report_github import region_annotations
+
+    init = transfer(line=3)  # first call only: an initialiser
+    hot = transfer(line=9, phase=Phase.STEADY_STATE, count=2)
+    x = replace(transfer(line=7, phase=Phase.STEADY_STATE, dtype="float32"), argument="x")
+    y = replace(
+        transfer(line=7, phase=Phase.STEADY_STATE, dtype="int32", shape=(32,)), argument="y"
+    )
+    found = region_annotations(region(transfers=(init, hot, x, y)))
+    assert [(a.line, a.message) for a in found] == [
+        (9, "implicit host-to-device float32[8], 2x per step"),
+        (7, "implicit host-to-device argument 'x' float32[8], 1x per step"),
+        (7, "implicit host-to-device argument 'y' int32[32], 1x per step"),
+        (3, "implicit host-to-device float32[8], 1x on the first call"),
+    ]

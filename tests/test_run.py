@@ -91,7 +91,7 @@ def test_a_jitted_step_fed_a_numpy_batch_is_charged_to_the_step(repo: Path) -> N
     assert failure is not None, run
     line = line_of(repo / "steps.py", "def double(x):")
     assert failure.get("message", "") == (
-        f"implicit host-to-device transfer float32[8,4] at steps.py:{line}, "
+        f"implicit host-to-device transfer of argument 'x' float32[8,4] at steps.py:{line}, "
         "1x per step, 1x on the first call"
     )
     assert "while calling the step with setup's outputs" in (failure.text or "")
@@ -160,6 +160,8 @@ def test_uncommitted_device_to_device_move_is_caught(tmp_path: Path) -> None:
     assert "device-to-device" in failure.get("message", "")
     assert f"d2d.py:{line}" in failure.get("message", "")
     assert "first call" in failure.get("message", "")
+    # Copied every step, though JAX sees it only on the first call: never "0x per step".
+    assert failure.get("message", "").endswith("every step; JAX checks it on the first call only")
 
 
 def test_a_policys_env_reaches_the_worker_before_jax_loads(tmp_path: Path) -> None:

@@ -283,3 +283,229 @@ def step(x):
     run = run_gate(repo, "run")
     assert run.returncode == 0, run
     assert "skipping host-to-device transfer" in run.stderr  # passed through, not counted
+
+
+# --- one finding per array ----------------------------------------------------------------------
+
+SGD = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@jax.jit
+def sgd_update(params, x, y, lr):
+    return params - lr * (x.mean() + y.mean())
+
+
+LR = 0.1
+
+
+def setup():
+    return (
+        jax.device_put(jnp.zeros((256, 1))),
+        np.ones((32, 16, 16, 1), np.float32),
+        np.ones((32,), np.int32),
+    )
+
+
+def step(params, x, y):
+    return sgd_update(params, x, y, LR)  # three host values
+
+
+@jax.jit
+def jitted_step(params, batch):
+    return params - batch["image"].mean() - batch["label"].mean()
+
+
+def batch_setup():
+    batch = {"label": np.ones((32,), np.int32), "image": np.ones((32, 8), np.float32)}
+    return jax.device_put(jnp.zeros((256, 1))), batch
+
+
+@jax.jit
+def pair(a, b):
+    return a + b
+
+
+def twins(params, x, y):
+    a, b = np.ones(8, np.float32), np.zeros(8, np.float32)
+    return pair(a, b)  # two arguments, one dtype and shape
+
+
+def eager(params, x, y):
+    a = params * 2.0  # an eager op with a Python scalar
+    return a[1:], sgd_update(params, x + 0, y, LR)  # not plain names: nothing named
+"""
+
+SGD_POLICY = (
+    f"version: 1\n{FAST_DEFAULTS}regions:\n"
+    "  - name: sgd\n    step: train:step\n    setup: train:setup\n"
+)
+
+
+def sgd_repo(tmp_path: Path, policy: str = SGD_POLICY) -> Path:
+    return make_repo(tmp_path, {"train.py": SGD, "policies/p.yaml": policy})
+
+
+def test_one_call_moving_three_arrays_is_three_findings_named_by_argument(
+    tmp_path: Path,
+) -> None:
+    repo = sgd_repo(tmp_path)
+    run = run_gate(repo, "run", "--json", "reports/map.json")
+    assert run.returncode == 1, run
+    found = transfers(run, repo / "reports/map.json")
+    line = line_of(repo / "train.py", "three host values")
+    assert [
+        (t["line"], t["dtype"], t["shape"], t["bytes"], t["first_call"], t["per_step"])
+        for t in found
+    ] == [
+        (line, "float32", [32, 16, 16, 1], 32768, 1, 1),
+        (line, "int32", [32], 128, 1, 1),
+        (line, "float32", [], 4, 1, 1),
+    ]
+    assert [t["argument"] for t in found] == ["x", "y", "lr"]
+    assert {t["jitted_call"] for t in found} == {"sgd_update"}
+    assert {t["host_use"] for t in found} == {None}
+    assert len({t["fingerprint"] for t in found}) == 3
+    assert "FAIL  p.sgd  1 failing line (3 arrays)  median" in run.stdout  # one line to fix
+    assert (
+        f"train.py:{line}: implicit host-to-device argument 'y' int32[32], "
+        "1x per step, 1x on the first call" in run.stdout
+    )
+    failure = run.testcase("sgd: transfers").find("failure")
+    assert failure is not None
+    assert failure.get("message", "") == (
+        "3 transfers at 1 line: implicit host-to-device transfer of argument 'x' "
+        f"float32[32,16,16,1] at train.py:{line}, 1x per step, 1x on the first call; "
+        f"also host-to-device argument 'y' int32[32] at train.py:{line}, "
+        f"host-to-device argument 'lr' float32[] at train.py:{line}"
+    )
+    assert (failure.text or "").startswith("3 failing transfers at 1 line, most frequent first:")
+
+
+def test_a_jitted_step_names_setups_outputs_by_the_steps_parameters(tmp_path: Path) -> None:
+    policy = SGD_POLICY.replace("train:step", "train:jitted_step").replace(
+        "train:setup", "train:batch_setup"
+    )
+    repo = sgd_repo(tmp_path, policy)
+    run = run_gate(repo, "run", "--json", "reports/map.json")
+    assert run.returncode == 1, run
+    found = transfers(run, repo / "reports/map.json")
+    assert [(t["argument"], t["dtype"], t["shape"], t["per_step"]) for t in found] == [
+        ("batch['image']", "float32", [32, 8], 1),
+        ("batch['label']", "int32", [32], 1),
+    ]
+    assert {t["jitted_call"] for t in found} == {"jitted_step"}
+    assert {t["line"] for t in found} == {line_of(repo / "train.py", "def jitted_step")}
+
+
+def test_warm_moves_keep_their_arrays_and_unknowable_arguments_stay_unnamed(
+    tmp_path: Path,
+) -> None:
+    # Warm calls log their moves with an empty description; each keeps the
+    # array the first call described at the same place. `x + 0` is not a plain
+    # name, so no argument of that call is named, and none is guessed.
+    policy = SGD_POLICY.replace("train:step", "train:eager")
+    repo = sgd_repo(tmp_path, policy)
+    run = run_gate(repo, "run", "--json", "reports/map.json")
+    assert run.returncode == 1, run
+    found = transfers(run, repo / "reports/map.json")
+    scalar = line_of(repo / "train.py", "an eager op with a Python scalar")
+    call = line_of(repo / "train.py", "nothing named")
+    got = [(t["line"], t["dtype"], t["shape"], t["first_call"], t["per_step"]) for t in found]
+    assert (scalar, "float32", [], 1, 1) in got
+    assert (call, "int32", [32], 1, 1) in got
+    assert (call, "float32", [], 1, 1) in got
+    assert all(t["dtype"] is not None for t in found), found
+    assert {t["argument"] for t in found} == {None}
+
+
+# --- the baseline knows which array moved --------------------------------------------------------
+
+SWAP = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@jax.jit
+def update(p, a):
+    return p + a.sum()
+
+
+X = np.ones((256, 64), np.float32)
+Y = np.ones((256, 1), np.float32)
+
+
+def setup():
+    return (jax.device_put(jnp.zeros(())),)
+
+
+def step(p):
+    return update(p, X)  # the accepted move
+"""
+
+SWAP_POLICY = (
+    f"version: 1\n{FAST_DEFAULTS}regions:\n"
+    "  - name: swap\n    step: swap:step\n    setup: swap:setup\n"
+)
+
+
+def test_the_baseline_fails_a_line_that_now_moves_another_array_not_another_batch_size(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(tmp_path, {"swap.py": SWAP, "policies/p.yaml": SWAP_POLICY})
+    assert run_gate(repo, "baseline").returncode == 0
+    [entry] = json.loads((repo / "policies/transfer-gate-baseline.json").read_text())["accepted"]
+    assert entry["array"] == "float32[*,64]"
+    code = repo / "swap.py"
+    # A new batch size is the same array: still accepted.
+    code.write_text(SWAP.replace("X = np.ones((256, 64)", "X = np.ones((128, 64)"))
+    resized = run_gate(repo, "run")
+    assert resized.returncode == 0, resized
+    # Another array moved by the same line, as often: a new transfer, not a silent pass.
+    code.write_text(SWAP.replace("update(p, X)", "update(p, Y)"))
+    swapped = run_gate(repo, "run")
+    assert swapped.returncode == 1, swapped
+    assert "new since the baseline: implicit host-to-device transfer of argument 'a' " in (
+        swapped.stdout
+    )
+    assert "float32[256,1]" in swapped.stdout
+    assert "1 accepted transfer(s) no longer happen" in swapped.stdout
+
+
+def test_a_version_1_baseline_is_one_line_saying_how_to_regenerate_it(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, {"swap.py": SWAP, "policies/p.yaml": SWAP_POLICY})
+    old = {"format": "jax-transfer-gate.baseline", "version": 1, "accepted": []}
+    (repo / "policies/transfer-gate-baseline.json").write_text(json.dumps(old))
+    run = run_gate(repo, "run")
+    assert run.returncode == 2, run
+    assert run.stderr.splitlines() == [
+        f"error: {repo / 'policies/transfer-gate-baseline.json'}: baseline version 1 predates "
+        "per-array fingerprints (one finding per array moved); regenerate it with "
+        "`transfer-gate baseline`"
+    ]
+    # The report is still written, and says the same.
+    case = run.testcase("baseline")
+    error = case.find("error")
+    assert error is not None, run
+    assert "regenerate it with `transfer-gate baseline`" in error.get("message", "")
+    assert case.get("file") == "policies/transfer-gate-baseline.json"
+
+
+def test_two_arguments_of_one_dtype_and_shape_are_one_finding_naming_neither(
+    tmp_path: Path,
+) -> None:
+    repo = sgd_repo(tmp_path, SGD_POLICY.replace("train:step", "train:twins"))
+    run = run_gate(repo, "run", "--json", "reports/map.json")
+    assert run.returncode == 1, run
+    [found] = transfers(run, repo / "reports/map.json")
+    assert (found["dtype"], found["shape"], found["first_call"], found["per_step"]) == (
+        "float32",
+        [8],
+        2,
+        2,
+    )
+    assert found["argument"] is None  # 'a' or 'b': either would be half wrong
+    assert found["jitted_call"] == "pair"

@@ -483,7 +483,7 @@ def test_a_jitted_steps_numpy_input_is_not_charged_to_its_debug_print(tmp_path: 
     message = failure_message(run, "cb: transfers")
     line = line_of(repo / "cb.py", "def step(x):")
     assert message == (
-        f"implicit host-to-device transfer float32[8] at cb.py:{line}, "
+        f"implicit host-to-device transfer of argument 'x' float32[8] at cb.py:{line}, "
         "1x per step, 1x on the first call"
     )
 

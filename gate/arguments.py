@@ -1,0 +1,160 @@
+"""Which argument of a jitted call moved: ``argument 'y' int32[32]``.
+
+JAX moves a jitted call's host values (NumPy arrays and scalars, Python
+numbers) one by one, in the flattened order of its dynamic arguments:
+positional arguments in call order, then keyword arguments sorted by name,
+each in pytree order (``jax.tree_util.tree_flatten``, dict keys sorted);
+arrays already on a device and static arguments move nothing. A `CallPlan`
+is that list, worked out from the call's own arguments before the call runs;
+`match` checks it against what JAX logged and names the moves only when the
+two agree exactly (same count, and the dtype and shape of every described
+move). Anything the gate cannot know for sure (an argument of an unknown
+type, a signature that does not bind) gives no plan: it never guesses.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Moved:
+    """One host value a jitted call will move: its name and what JAX will call it."""
+
+    label: str  # "y", "batch['image']"
+    dtype: str  # as JAX names it once canonicalised ("float32" for a NumPy float64)
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """What one call of a jitted function moves to the device, in JAX's order."""
+
+    function: str  # the jitted function's qualname
+    moves: tuple[Moved, ...]
+
+
+def is_jitted(fn: object) -> bool:
+    """A ``jax.jit`` function (PjitFunction): it lowers, and wraps a Python function."""
+    return callable(fn) and hasattr(fn, "lower") and hasattr(fn, "__wrapped__")
+
+
+def qualname(fn: object) -> str:
+    wrapped: Any = getattr(fn, "__wrapped__", fn)
+    return str(getattr(wrapped, "__qualname__", None) or getattr(fn, "__qualname__", "?"))
+
+
+def _signature(fn: object) -> inspect.Signature | None:
+    info = getattr(fn, "_jit_info", None)
+    found = getattr(info, "fun_signature", None)
+    if isinstance(found, inspect.Signature):
+        return found
+    wrapped: Any = getattr(fn, "__wrapped__", fn)
+    try:
+        return inspect.signature(wrapped)
+    except (TypeError, ValueError):
+        return None
+
+
+def _statics(fn: object) -> tuple[frozenset[int], frozenset[str]] | None:
+    info = getattr(fn, "_jit_info", None)
+    if info is None:
+        return None  # a JAX that keeps this elsewhere: static arguments unknowable
+    numbers = getattr(info, "static_argnums", None)
+    names = getattr(info, "static_argnames", None)
+    if numbers is None or names is None:
+        return None
+    return frozenset(int(n) for n in numbers), frozenset(str(n) for n in names)
+
+
+# A leaf already on a device: the call moves nothing of it.
+_ON_DEVICE = ("", ())
+
+
+def _host_leaf(leaf: Any) -> tuple[str, tuple[int, ...]] | None:
+    """(dtype, shape) of a host value JAX will move; `_ON_DEVICE`; None if unknowable."""
+    import jax
+    import numpy as np
+
+    if isinstance(leaf, jax.Array):
+        return _ON_DEVICE
+    if isinstance(leaf, np.ndarray | np.generic):
+        dtype = leaf.dtype
+    elif isinstance(leaf, bool | int | float | complex):
+        dtype = np.asarray(leaf).dtype
+    else:
+        return None
+    try:
+        canonical = jax.dtypes.canonicalize_dtype(dtype)
+    except (TypeError, ValueError):
+        return None
+    return str(canonical), tuple(int(d) for d in np.shape(leaf))
+
+
+def plan_call(fn: object, args: Sequence[Any], kwargs: Mapping[str, Any]) -> CallPlan | None:
+    """What calling the jitted ``fn`` with these arguments moves, or None if not knowable."""
+    import jax
+
+    signature = _signature(fn)
+    statics = _statics(fn)
+    if signature is None or statics is None:
+        return None
+    static_numbers, static_names = statics
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError:
+        return None
+    params = list(signature.parameters.values())
+    positional = [
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    varargs = next((p.name for p in params if p.kind is inspect.Parameter.VAR_POSITIONAL), None)
+    named: list[tuple[str, Any]] = []
+    for index, value in enumerate(args):
+        if index in static_numbers or index - len(args) in static_numbers:
+            continue
+        if index < len(positional):
+            name = positional[index]
+            if name in static_names:
+                continue
+        elif varargs is not None:
+            name = f"{varargs}[{index - len(positional)}]"
+        else:
+            return None
+        named.append((name, value))
+    named.extend((key, kwargs[key]) for key in sorted(kwargs) if key not in static_names)
+    moves = []
+    for name, value in named:
+        try:
+            leaves, _ = jax.tree_util.tree_flatten_with_path(value)
+        except Exception:  # a pytree node whose flattening fails: not knowable
+            return None
+        for path, leaf in leaves:
+            found = _host_leaf(leaf)
+            if found is None:
+                return None
+            if found is _ON_DEVICE:
+                continue
+            moves.append(Moved(name + jax.tree_util.keystr(path), *found))
+    return CallPlan(qualname(fn), tuple(moves))
+
+
+def match(
+    plan: CallPlan, seen: Sequence[tuple[str | None, tuple[int, ...] | None]]
+) -> tuple[Moved, ...] | None:
+    """The plan's moves for what JAX logged at the call, in order; None unless they agree.
+
+    ``seen`` is (dtype, shape) per logged host-to-device move, None where the
+    fast path left the line empty.
+    """
+    if not plan.moves or len(seen) != len(plan.moves):
+        return None
+    for (dtype, shape), move in zip(seen, plan.moves, strict=True):
+        if dtype is not None and (dtype, shape) != (move.dtype, move.shape):
+            return None
+    return plan.moves
