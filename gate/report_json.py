@@ -15,7 +15,9 @@ from typing import Any
 from gate import __version__
 from gate.atomic import write_text_atomically
 from gate.baseline import fingerprints
+from gate.cause import cause_of
 from gate.findings import Finding, group
+from gate.hints import hint_for
 from gate.results import RegionResult, RunResult
 
 FORMAT = "jax-transfer-gate.report"
@@ -43,6 +45,8 @@ def _finding(finding: Finding, fingerprint: str) -> dict[str, Any]:
         "argument": finding.argument,
         "jitted_call": sample.jitted_call,
         "host_use": sample.host_use,
+        "cause": cause_of(sample).name.lower(),
+        "fix": hint_for(sample),
         "path": where.path if where else None,
         "line": where.line if where else None,
         "function": where.function if where else None,

@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 from gate.arguments import CallPlan, is_jitted, plan_call
 from gate.boundary import BoundaryMonitor
 from gate.callbacks import CallbackHookMissing, CallbackLog, CallbackSite, count_callbacks
+from gate.cause import HOST_CALLBACK_USE
 from gate.checks import Leaves, run_checks
 from gate.detector import (
     DetectorUnavailable,
@@ -404,7 +405,9 @@ class RegionRun:
                 key = Site(Direction.DEVICE_TO_HOST, False, site.location, None, None, None, None)
                 counts[key] += times
                 first_seen.setdefault(key, len(first_seen))
-                details[key] = _Sighting(f"host callback {site.describe()}")
+                details[key] = _Sighting(
+                    f"host callback {site.describe()}", host_use=HOST_CALLBACK_USE
+                )
             per_run.append(counts)
         for key in sorted(details, key=lambda k: (*_site_order(k), first_seen[k])):
             sighting = details[key]

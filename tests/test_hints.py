@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+from cli_helpers import FAST_DEFAULTS, make_repo, run_gate
 from result_samples import transfer
 
 from gate.cause import HOST_CALLBACK_USE, Cause, cause_of
@@ -159,3 +162,165 @@ def test_fragments_of_statements_are_read_or_left_alone(source: str) -> None:
 def test_the_guard_only_reading_follows_the_line_when_it_opens_a_block() -> None:
     assert cause_of(sighting(D2H, "elif float(loss) > 3:")) is Cause.CONVERTED
     assert cause_of(sighting(D2H, "for v in np.asarray(x):")) is Cause.NUMPY_READ
+
+
+# --- through the real CLI: one region per kind, each finding with its own fix ----------------
+
+KINDS = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@jax.jit
+def double(x):
+    return x * 2
+
+
+@jax.jit
+def noisy(x):
+    jax.debug.print("x {}", x)
+    return x + 1
+
+
+@jax.jit
+def add(a, b):
+    return a + b
+
+
+def on_device():
+    return (jax.device_put(jnp.arange(8.0)),)
+
+
+def on_host():
+    return (np.arange(8, dtype=np.float32),)
+
+
+def both():
+    return jax.device_put(jnp.arange(8.0)), np.ones(8, np.float32)
+
+
+def two_devices():
+    committed = jax.device_put(np.ones(4, np.float32), jax.devices()[1])
+    return jnp.ones(4), committed
+
+
+def jit_argument(x):
+    return double(x)
+
+
+def eager_scalar(x):
+    return x * 0.5
+
+
+def eager_index(x):
+    return x[1:]
+
+
+def eager_host_array(x, noise):
+    return x + noise
+
+
+def array_from_host(x):
+    return jnp.asarray(x)
+
+
+def printed(x):
+    print(x)
+    return x
+
+
+def converted(x):
+    total = float(x.sum())
+    return x
+
+
+def numpy_read(x):
+    host = np.asarray(x)
+    return x
+
+
+def async_copy(x):
+    x.copy_to_host_async()
+    return x
+
+
+def uncommitted(a, b):
+    return add(a, b)
+
+
+def host_callback(x):
+    return noisy(x)
+
+
+def explicit_outside(x):
+    host = jax.device_get(x)
+    return x
+
+
+def fetch(x):
+    return jax.device_get(x)
+
+
+def explicit_inside(x):
+    host = fetch(x)
+    return x
+"""
+
+# region -> (setup, the cause of its one failing finding); explicit_inside's finding is allowed.
+KIND_REGIONS = {
+    "jit_argument": ("on_host", Cause.JIT_ARGUMENT),
+    "eager_scalar": ("on_device", Cause.EAGER_SCALAR),
+    "eager_index": ("on_device", Cause.EAGER_INDEX),
+    "eager_host_array": ("both", Cause.EAGER_HOST_ARRAY),
+    "array_from_host": ("on_host", Cause.ARRAY_FROM_HOST),
+    "printed": ("on_device", Cause.PRINTED),
+    "converted": ("on_device", Cause.CONVERTED),
+    "numpy_read": ("on_device", Cause.NUMPY_READ),
+    "async_copy": ("on_device", Cause.ASYNC_COPY),
+    "uncommitted": ("two_devices", Cause.UNCOMMITTED),
+    "host_callback": ("on_device", Cause.HOST_CALLBACK),
+    "explicit_outside": ("on_device", Cause.EXPLICIT_OUTSIDE_BOUNDARY),
+    "explicit_inside": ("on_device", Cause.EXPLICIT_IN_BOUNDARY),
+}
+
+
+def test_a_real_run_gives_each_kind_its_own_fix(tmp_path: Path) -> None:
+    regions = "".join(
+        f"  - name: {name.replace('_', '-')}\n"
+        f"    step: kinds:{name}\n"
+        f"    setup: kinds:{setup}\n"
+        + (
+            "    guard: disallow_explicit\n    boundaries: [kinds:fetch]\n"
+            if name.startswith("explicit")
+            else ""
+        )
+        for name, (setup, _) in KIND_REGIONS.items()
+    )
+    repo = make_repo(
+        tmp_path,
+        {
+            "kinds.py": KINDS,
+            "policies/kinds.yaml": f"version: 1\nsuite: kinds\n{FAST_DEFAULTS}regions:\n{regions}",
+        },
+    )
+    run = run_gate(repo, "run", "--no-baseline", "--json", "reports/map.json", devices=2)
+    assert run.returncode == 1, run
+    document = json.loads((repo / "reports/map.json").read_text())
+    [suite] = document["suites"]
+    by_region = {r["name"].replace("-", "_"): r for r in suite["regions"]}
+    assert set(by_region) == set(KIND_REGIONS), run
+    for name, (_, cause) in KIND_REGIONS.items():
+        region = by_region[name]
+        assert region["error"] is None, (name, region["error"], run)
+        wanted = [
+            t for t in region["transfers"] if t["failing"] != (cause is Cause.EXPLICIT_IN_BOUNDARY)
+        ]
+        assert [t["cause"] for t in wanted] == [cause.name.lower()], (name, region, run)
+        assert wanted[0]["fix"] == _FIXES[cause], name
+        if cause is not Cause.EXPLICIT_IN_BOUNDARY:
+            # The reviewer reads the same fix in the JUnit failure body.
+            body = run.testcase(f"{name.replace('_', '-')}: transfers").find("failure")
+            assert body is not None, name
+            assert f"fix: {_FIXES[cause]}" in (body.text or ""), (name, body.text)
+    assert by_region["explicit_inside"]["status"] == "passed", run
