@@ -430,9 +430,9 @@ def test_a_planted_float_of_the_loss_fails_at_its_line(
     case = broken_run.testcase(f"{name}-float: transfers")
     failure = case.find("failure")
     assert failure is not None, broken_run
-    assert failure.get("message", "").startswith(
-        f"implicit device-to-host transfer float32[] at models.py:{line}"
-    ), broken_run
+    message = failure.get("message", "")
+    assert "implicit device-to-host" in message, broken_run
+    assert f"float32[] at models.py:{line}" in message, broken_run
     assert case.get("line") == str(line)
 
 
@@ -463,9 +463,9 @@ def test_a_train_state_left_with_a_python_step_moves_it_every_call(
     line = line_of(repo / "models.py", "# linen: call")
     failure = broken_run.testcase("linen-python-step: transfers").find("failure")
     assert failure is not None, broken_run
-    assert failure.get("message", "").startswith(
-        f"implicit host-to-device transfer int32[] at models.py:{line}"
-    ), broken_run
+    message = failure.get("message", "")
+    assert "implicit host-to-device" in message, broken_run
+    assert f"int32[] at models.py:{line}" in message, broken_run
 
 
 def test_a_step_returning_no_array_is_still_refused(broken_run: GateRun) -> None:
