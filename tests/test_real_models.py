@@ -10,6 +10,10 @@ before every run. One gate run covers every model per scenario:
 - a planted ``float(loss)`` fails at its line (device-to-host, seen on CPU
   by the gate's detector);
 - a NumPy batch fails at the line that calls the jitted function.
+
+Beside them: a TrainState left with its Python ``step`` (what the README's
+setup advice prevents), a hand-written dict of mixed leaves, and a step
+with no array at all (still refused).
 """
 
 from __future__ import annotations
