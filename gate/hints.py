@@ -92,7 +92,10 @@ _ERROR_FIXES: dict[ErrorKind, str] = {
     ),
     ErrorKind.CANCELLED: "nothing in this region's code: the run was stopped before it finished",
     ErrorKind.BAD_INPUT: "make setup return a tuple of positional arguments or a dict of them",
-    ErrorKind.BAD_OUTPUT: "make the step return its outputs (arrays, or a pytree of them)",
+    ErrorKind.BAD_OUTPUT: (
+        "make the step return its outputs: any pytree with at least one array leaf (the gate "
+        "waits for those and checks them; other leaves are ignored)"
+    ),
 }
 
 
