@@ -595,7 +595,11 @@ def host_copy_cached(tree: Any) -> bool:
     import jax
 
     for leaf in jax.tree_util.tree_leaves(tree):
-        if isinstance(leaf, jax.Array):
+        # A typed PRNG key (jax.random.key, an NNX model's Rngs) keeps no host
+        # copy of its own; its key data is another array, read only by choice.
+        if isinstance(leaf, jax.Array) and not jax.dtypes.issubdtype(
+            leaf.dtype, jax.dtypes.prng_key
+        ):
             try:
                 cached = leaf._npy_value  # type: ignore[attr-defined]
             except AttributeError as exc:

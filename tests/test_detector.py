@@ -540,3 +540,21 @@ def test_the_buffer_slot_is_found_only_where_it_is() -> None:
 
     assert not isinstance(_buffer_slot(ArrayImpl), str)
     assert _buffer_slot(int) == "int exports no buffer"
+
+
+def test_a_typed_prng_key_does_not_hide_a_cached_copy_beside_it(tmp_path: Path) -> None:
+    # A key has no host copy of its own; it must neither stop the look at the
+    # other leaves nor count as cached (it used to end the check for the whole tree).
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from gate.detector import detect_fetches, host_copy_cached
+
+    key = jax.random.key(0)
+    fresh, read = jnp.arange(3.0) + 1, jnp.arange(4.0) + 1
+    with detect_fetches(_code(tmp_path), lambda: None):
+        np.asarray(read)
+    assert not host_copy_cached((key, fresh))
+    assert host_copy_cached((key, read))
+    assert host_copy_cached({"rngs": key, "x": read})
