@@ -597,7 +597,7 @@ def host_copy_cached(tree: Any) -> bool:
     for leaf in jax.tree_util.tree_leaves(tree):
         # A typed PRNG key (jax.random.key, an NNX model's Rngs) keeps no host
         # copy of its own; its key data is another array, read only by choice.
-        if isinstance(leaf, jax.Array) and not jax.dtypes.issubdtype(
+        if isinstance(leaf, jax.Array) and not jax.numpy.issubdtype(
             leaf.dtype, jax.dtypes.prng_key
         ):
             try:
