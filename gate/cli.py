@@ -89,8 +89,11 @@ def _time_budget(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # allow_abbrev=False everywhere: a prefix must never quietly mean another
+    # option (`--base` would be taken as `--baseline`).
     parser = argparse.ArgumentParser(
         prog="transfer-gate",
+        allow_abbrev=False,
         description="Fail CI on implicit host/device transfers in JAX code regions "
         "named by YAML policies.",
         epilog=_exit_codes_help(),
@@ -101,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run",
+        allow_abbrev=False,
         help="run every region under the transfer guard and write a JUnit report",
         epilog=_exit_codes_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -169,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     baseline = commands.add_parser(
         "baseline",
+        allow_abbrev=False,
         help="run every region and accept the transfers it has today in a baseline file",
         epilog=_exit_codes_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -189,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = commands.add_parser(
         "validate",
+        allow_abbrev=False,
         help="check policies and that every named callable imports, without running any step",
         epilog=_exit_codes_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -197,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = commands.add_parser(
         "doctor",
+        allow_abbrev=False,
         help="show what JAX sees here (devices, versions, settings) and check for an accelerator",
         epilog=DOCTOR_EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -209,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     merge = commands.add_parser(
         "merge",
+        allow_abbrev=False,
         help="combine the reports of several shards (JUnit .xml or JSON .json) into one",
         description="Combine the shards' reports into OUT, all JUnit (.xml) or all the gate's "
         "JSON (.json), read from OUT's suffix; OUT may be one of the inputs.",

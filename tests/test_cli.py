@@ -243,3 +243,16 @@ def test_a_files_import_errors_come_with_its_other_problems(repo: Path) -> None:
     assert any("p.yaml:5: regions[0].guard" in e and "sometimes" in e for e in errors), run
     assert any("p.yaml:4: regions[0].step" in e and "did you mean 'step'" in e for e in errors)
     assert any("p.yaml:8: regions[1].setup" in e and "'nowhere' not found" in e for e in errors)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["run", "--base", "x.json"], ["run", "--jso", "out.json"], ["baseline", "--base", "b.json"]],
+)
+def test_an_abbreviated_option_is_refused_not_taken_for_another(argv: list[str]) -> None:
+    # argparse would take `--base` for `--baseline` and `--jso` for `--json`.
+    from gate.cli import build_parser
+
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(argv)
+    assert exited.value.code == ExitCode.USAGE
