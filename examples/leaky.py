@@ -1,9 +1,9 @@
 """The worked example's step with the usual leaks in it: what a failing region reads like.
 
-``transfer-gate run examples/policies/leaky.yaml`` fails on purpose (README.md, "The
-report", shows its output): the NumPy batch handed to the jitted update is copied to
-the device every step, the Python learning rate too, and printing the loss copies it
-back to the host.
+``transfer-gate run examples/policies/leaky.yaml`` fails on purpose (docs/reports.md
+shows its output): the NumPy batch handed to the jitted update is copied to the device
+every step, the Python learning rate too, and printing the loss copies it back to the
+host.
 """
 
 from __future__ import annotations

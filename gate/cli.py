@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--json",
         metavar="FILE",
-        help="also write the full transfer map as JSON (format: README, 'JSON report')",
+        help="also write the full transfer map as JSON (format: docs/reports.md, 'JSON report')",
     )
     run.add_argument(
         "--baseline",
@@ -438,7 +438,7 @@ def _baseline_for(args: argparse.Namespace, repo_root: Path) -> tuple[Path, bool
 
 def _cmd_run(args: argparse.Namespace, repo_root: Path) -> ExitCode:
     # From here until the report is written, SIGINT/SIGTERM (CI cancelling
-    # the job) stop the running region instead of the gate: see the README,
+    # the job) stop the running region instead of the gate: see docs/isolation.md,
     # "When a region crashes, hangs or is cancelled". So does the end of
     # --time-budget, which CI needs: `docker exec` passes no signal on.
     with cancel_on_signals() as cancel, cancel_after(cancel, args.time_budget):

@@ -1,6 +1,6 @@
 """The JSON report: the full transfer map per region, for tools (and people with jq).
 
-Format ``jax-transfer-gate.report``, version 1, documented in README.md
+Format ``jax-transfer-gate.report``, version 1, documented in docs/reports.md
 ("JSON report"). Fields are only ever added within a version; renaming or
 removing one bumps the version. One entry per finding: per array moved at a
 line (`gate.findings`).

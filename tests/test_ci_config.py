@@ -39,11 +39,13 @@ GATE_WORKFLOW = GITHUB / "workflows" / "transfer-gate.yml"
 SHARDED_WORKFLOW = GITHUB / "workflows" / "transfer-gate-sharded.yml"
 CI_WORKFLOW = GITHUB / "workflows" / "ci.yml"
 ACTION = GITHUB / "actions" / "transfer-gate" / "action.yml"
-# The complete workflow another repository copies to adopt the gate (README).
+# The complete workflow another repository copies to adopt the gate (README, docs/github-actions.md)
 TEMPLATE = GITHUB / "workflow-templates" / "transfer-gate-caller.yml"
 # Every workflow, the template included: linted and held to the same rules.
 ALL_WORKFLOWS = [*WORKFLOWS, TEMPLATE]
 README = REPO / "README.md"
+# The page that explains the workflows and shows the template's key lines.
+GITHUB_ACTIONS_DOC = REPO / "docs" / "github-actions.md"
 ACTIONLINT_CONFIG = GITHUB / "actionlint.yaml"
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
@@ -572,30 +574,42 @@ def test_template_runs_the_composite_action_within_the_time_budget() -> None:
     assert timeout_s(job) - int(gate["with"]["time-budget"]) >= 180
 
 
-def readme_workflow_snippet() -> list[str]:
-    """The YAML block of the README's "Running it in GitHub Actions", without comment lines."""
-    section = README.read_text(encoding="utf-8").split("## Running it in GitHub Actions", 1)[1]
+def yaml_snippet(page: Path, after: str = "") -> list[str]:
+    """The first YAML block of a Markdown page (after the text ``after``), without comment lines."""
+    text = page.read_text(encoding="utf-8")
+    section = text.split(after, 1)[1] if after else text
     block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
     return [line.rstrip() for line in block.splitlines() if not line.strip().startswith("#")]
 
 
-def test_readme_shows_the_templates_own_lines_in_order() -> None:
-    # The README's key lines are the template's, in the template's order, so they cannot drift.
+def assert_template_lines_in_order(page: Path, shown_lines: list[str]) -> None:
     template = [line.rstrip() for line in TEMPLATE.read_text(encoding="utf-8").splitlines()]
-    shown_lines = readme_workflow_snippet()
-    assert len(shown_lines) > 20
     at = 0
     for line in shown_lines:
         try:
             at = template.index(line, at) + 1
         except ValueError:
-            pytest.fail(f"README line not in {TEMPLATE.name} (after line {at}): {line!r}")
-    text = README.read_text(encoding="utf-8")
-    assert str(TEMPLATE.relative_to(REPO)) in text
+            pytest.fail(f"{page.name} line not in {TEMPLATE.name} (after line {at}): {line!r}")
+    assert str(TEMPLATE.relative_to(REPO)) in page.read_text(encoding="utf-8")
+
+
+def test_docs_show_the_templates_own_lines_in_order() -> None:
+    # The key lines in docs/github-actions.md are the template's, in the template's order, so
+    # they cannot drift.
+    shown_lines = yaml_snippet(GITHUB_ACTIONS_DOC)
+    assert len(shown_lines) > 20
+    assert_template_lines_in_order(GITHUB_ACTIONS_DOC, shown_lines)
     # The old incomplete snippet is gone from the action's header, which points to the template.
     header = ACTION.read_text(encoding="utf-8").split("\nname:", 1)[0]
     assert "runs-on:" not in header
     assert str(TEMPLATE.relative_to(REPO)) in header
+
+
+def test_readme_shows_the_templates_own_lines_in_order() -> None:
+    # The README's few lines of adoption are the template's too.
+    shown_lines = yaml_snippet(README, after="## Adopting it")
+    assert len(shown_lines) > 5
+    assert_template_lines_in_order(README, shown_lines)
 
 
 @pytest.mark.parametrize(

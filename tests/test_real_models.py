@@ -11,9 +11,9 @@ before every run. One gate run covers every model per scenario:
   by the gate's detector);
 - a NumPy batch fails at the line that calls the jitted function.
 
-Beside them: a TrainState left with its Python ``step`` (what the README's
-setup advice prevents), a hand-written dict of mixed leaves, and a step
-with no array at all (still refused).
+Beside them: a TrainState left with its Python ``step`` (what the setup advice in
+docs/policy.md prevents), a hand-written dict of mixed leaves, and a step with no
+array at all (still refused).
 """
 
 from __future__ import annotations
