@@ -35,6 +35,9 @@ class CallPlan:
 
     function: str  # the jitted function's qualname
     moves: tuple[Moved, ...]
+    # The same moves with keyword arguments in the signature's order, where
+    # that differs from sorted by name (JAX is not consistent about which).
+    alternative: tuple[Moved, ...] | None = None
 
 
 def is_jitted(fn: object) -> bool:
@@ -96,8 +99,6 @@ def _host_leaf(leaf: Any) -> tuple[str, tuple[int, ...]] | None:
 
 def plan_call(fn: object, args: Sequence[Any], kwargs: Mapping[str, Any]) -> CallPlan | None:
     """What calling the jitted ``fn`` with these arguments moves, or None if not knowable."""
-    import jax
-
     signature = _signature(fn)
     statics = _statics(fn)
     if signature is None or statics is None:
@@ -127,7 +128,26 @@ def plan_call(fn: object, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Cal
         else:
             return None
         named.append((name, value))
-    named.extend((key, kwargs[key]) for key in sorted(kwargs) if key not in static_names)
+    keywords = [key for key in kwargs if key not in static_names]
+    # JAX's order for keyword arguments is sorted by name on one path and the
+    # signature's order on another; both are planned, and `match` takes only
+    # the one a described call agrees with.
+    order_in_signature = {p.name: i for i, p in enumerate(params)}
+    by_signature = sorted(keywords, key=lambda k: (order_in_signature.get(k, len(params)), k))
+    orders = []
+    for order in (sorted(keywords), by_signature):
+        moves = _moves([*named, *((key, kwargs[key]) for key in order)])
+        if moves is None:
+            return None
+        orders.append(moves)
+    sorted_moves, signature_moves = orders
+    alternative = signature_moves if signature_moves != sorted_moves else None
+    return CallPlan(qualname(fn), sorted_moves, alternative)
+
+
+def _moves(named: Sequence[tuple[str, Any]]) -> tuple[Moved, ...] | None:
+    import jax
+
     moves = []
     for name, value in named:
         try:
@@ -141,7 +161,7 @@ def plan_call(fn: object, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Cal
             if found is _ON_DEVICE:
                 continue
             moves.append(Moved(name + jax.tree_util.keystr(path), *found))
-    return CallPlan(qualname(fn), tuple(moves))
+    return tuple(moves)
 
 
 def match(
@@ -150,11 +170,22 @@ def match(
     """The plan's moves for what JAX logged at the call, in order; None unless they agree.
 
     ``seen`` is (dtype, shape) per logged host-to-device move, None where the
-    fast path left the line empty.
+    fast path left the line empty. A move JAX did not describe cannot confirm
+    the order, so a call with such a move is named only when it moves one
+    value: a count alone would let a wrong order pass for the right one.
     """
     if not plan.moves or len(seen) != len(plan.moves):
         return None
-    for (dtype, shape), move in zip(seen, plan.moves, strict=True):
-        if dtype is not None and (dtype, shape) != (move.dtype, move.shape):
-            return None
-    return plan.moves
+    if any(dtype is None for dtype, _ in seen) and len(plan.moves) > 1:
+        return None
+    agreeing = {
+        moves
+        for moves in (plan.moves, plan.alternative)
+        if moves is not None
+        and all(
+            dtype is None or (dtype, shape) == (move.dtype, move.shape)
+            for (dtype, shape), move in zip(seen, moves, strict=True)
+        )
+    }
+    # Both orders fitting what JAX described with different names: not knowable.
+    return agreeing.pop() if len(agreeing) == 1 else None

@@ -71,6 +71,10 @@ _NUMPY_MODULES = frozenset({"np", "numpy", "onp"})
 
 def cause_of(transfer: Transfer) -> Cause:
     """The kind of ``transfer``, from what was seen and, failing that, from its line."""
+    if transfer.host_use == HOST_CALLBACK_USE:
+        # Including the operands JAX's callback machinery moves with
+        # jax.device_put: explicit to JAX, but not the user's doing.
+        return Cause.HOST_CALLBACK
     if transfer.explicit:
         if transfer.boundary is not None:
             return Cause.EXPLICIT_IN_BOUNDARY
@@ -79,8 +83,6 @@ def cause_of(transfer: Transfer) -> Cause:
         # The only implicit device-to-device move JAX makes: an uncommitted
         # array (made without a device) used with one committed elsewhere.
         return Cause.UNCOMMITTED
-    if transfer.host_use == HOST_CALLBACK_USE:
-        return Cause.HOST_CALLBACK
     line = _LineSyntax.of(transfer.source)
     if transfer.direction is Direction.DEVICE_TO_HOST:
         return _fetch_cause(transfer.host_use, line)
@@ -128,6 +130,12 @@ def _upload_cause(transfer: Transfer, line: _LineSyntax) -> Cause:
         return Cause.EAGER_INDEX if line.indexes else Cause.EAGER_SCALAR
     if transfer.shape is not None:
         return Cause.EAGER_HOST_ARRAY
+    # JAX's fast path did not say which array: the line alone can still tell
+    # an eager index from an eager scalar when it holds only one of them.
+    if line.indexes and not line.numbers:
+        return Cause.EAGER_INDEX
+    if line.numbers and not line.indexes:
+        return Cause.EAGER_SCALAR
     return Cause.HOST_TO_DEVICE
 
 

@@ -10,8 +10,8 @@ from gate.results import ErrorKind, RegionError, Transfer
 _FIXES: dict[Cause, str] = {
     Cause.JIT_ARGUMENT: (
         "put inputs on the device in setup or the data loader (jax.device_put) before calling "
-        "the jitted function; a Python scalar argument is copied on every call too: close over "
-        "it, mark it static (static_argnames), or pass a device array made once"
+        "the jitted function; a Python number passed on every call is copied too: pass a device "
+        "array instead (a step counter kept as a jnp array), or close over a constant"
     ),
     Cause.EAGER_SCALAR: (
         "a Python number in an eager jnp op on a device array is copied to the device on every "

@@ -142,7 +142,11 @@ class RegionRun:
     detector_seen: Counter[Site] = field(default_factory=Counter)
     # Per site without its array and the move's place in its stretch: the
     # array JAX's slow path described there (see `_described`).
-    described: dict[tuple[Site, int], _Described] = field(default_factory=dict)
+    # Per (site without its array, the how-many-th run of that line in a step,
+    # the move's index in that run of the line): what the slow path described;
+    # and per (site, run of the line), how many moves that described run made.
+    described: dict[tuple[Site, int, int], _Described] = field(default_factory=dict)
+    described_sizes: dict[tuple[Site, int], int] = field(default_factory=dict)
 
     # -- inputs and outputs -------------------------------------------------
 
@@ -363,20 +367,38 @@ class RegionRun:
             # callback's operands and result) belong to the callback's site.
             only_site = next(iter(ran)) if len(ran) == 1 else None
             guard_counts: Counter[Site] = Counter()
-            for seen in log.observed:
-                location, seen_by = seen.location, "JAX's transfer-guard log"
+
+            def place_of(
+                seen: Observed, only_site: CallbackSite | None = only_site
+            ) -> tuple[Site, str, str | None]:
+                """The site (without its array) a guard line is charged to, who saw it, and
+                whether a host callback made it."""
+                location, seen_by, use = seen.location, "JAX's transfer-guard log", None
                 # The callback machinery moves operands with jax.device_put (explicit);
                 # an implicit line without a location is the step's own argument move.
                 if location is None and only_site is not None and seen.explicit:
                     location = only_site.location
                     seen_by += f", during host callback {only_site.describe()}"
+                    use = HOST_CALLBACK_USE
                 elif location is None and seen.thread == main_thread:
                     # No line of the user's ran: the step is itself a jitted
                     # function, and JAX moved its arguments (setup's outputs).
                     location = self.step_location()
                     seen_by += ", while calling the step with setup's outputs"
                 place = key_of(seen.direction, seen.explicit, location, seen.boundary, seen.thread)
-                described = self._described(place, seen)
+                return place, seen_by, use
+
+            places = [place_of(seen) for seen in log.observed]
+            line_runs = _line_runs(
+                [
+                    (place, seen.segment)
+                    for (place, _, _), seen in zip(places, log.observed, strict=True)
+                ]
+            )
+            for seen, (place, seen_by, use), line_run in zip(
+                log.observed, places, line_runs, strict=True
+            ):
+                described = self._described(place, line_run, seen)
                 key = replace(place, dtype=described.dtype, shape=described.shape)
                 guard_counts[key] += 1
                 note(
@@ -386,6 +408,7 @@ class RegionRun:
                         argument=described.argument,
                         jitted_call=described.jitted_call,
                         undescribed=described.dtype is None,
+                        host_use=use,
                     ),
                 )
             detector_counts: Counter[Site] = Counter()
@@ -429,20 +452,35 @@ class RegionRun:
         except Exception:  # naming is a nicety: never let it break the run
             return None
 
-    def _described(self, place: Site, seen: Observed) -> _Described:
+    def _described(self, place: Site, line_run: _LineRun, seen: Observed) -> _Described:
         """Which array a guard line moved: its own description, else the same move's earlier one.
 
         JAX's fast path (warm calls) logs a move with an empty description,
         in the same order as the slow path (the first call) described them;
-        so the n-th move of a stretch at a site is the n-th the first call
-        described there. Where none was described, it stays undescribed.
+        so the n-th move of the k-th run of a line in a step is the n-th the
+        first call described there (a loop runs its line k times, each with
+        its own arrays); a run the first call did not describe (a loop whose
+        later turns were already warm) takes the nearest earlier described
+        run's. Only a run of the line that moved as many values as the
+        described one borrows its arrays: a different count means other moves
+        (a one-time upload the first call made, say), and those stay
+        undescribed rather than take another array's name.
         """
-        slot = (place, seen.index)
+        slot = (place, line_run.number, seen.index)
         if seen.dtype is not None:
             own = _Described(seen.dtype, seen.shape, seen.argument, seen.jitted_call)
             self.described.setdefault(slot, own)
+            self.described_sizes.setdefault((place, line_run.number), line_run.size)
             return own
-        earlier = self.described.get(slot)
+        earlier = next(
+            (
+                self.described[(place, number, seen.index)]
+                for number in range(line_run.number, -1, -1)
+                if self.described_sizes.get((place, number)) == line_run.size
+                and (place, number, seen.index) in self.described
+            ),
+            None,
+        )
         if earlier is None:
             return _Described(None, None, seen.argument, seen.jitted_call)
         return earlier._replace(
@@ -744,6 +782,32 @@ class _Sighting(NamedTuple):
     jitted_call: str | None = None
     host_use: str | None = None
     undescribed: bool = False
+
+
+class _LineRun(NamedTuple):
+    """One run of a line within a step: the how-many-th, and how many moves it made."""
+
+    number: int
+    size: int
+
+
+def _line_runs(moves: list[tuple[Site, int]]) -> list[_LineRun]:
+    """Per guard line of one step, ``(place, stretch)``, the run of its line it belongs to.
+
+    A stretch is one run of a line (`gate.transfer_map`); the k-th distinct
+    stretch seen at a place is that line's k-th run in the step.
+    """
+    sizes = Counter(moves)
+    numbers: dict[tuple[Site, int], int] = {}
+    runs_at: Counter[Site] = Counter()
+    found = []
+    for place, stretch in moves:
+        number = numbers.get((place, stretch))
+        if number is None:
+            number = numbers[(place, stretch)] = runs_at[place]
+            runs_at[place] += 1
+        found.append(_LineRun(number, sizes[(place, stretch)]))
+    return found
 
 
 class _Described(NamedTuple):

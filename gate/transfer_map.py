@@ -260,8 +260,13 @@ def name_moves(observed: list[Observed], plan_of: Callable[[Observed], CallPlan 
         if moves is None:
             continue
         for position, move in zip(positions, moves, strict=True):
+            # An undescribed move named from the plan is that value's array.
             observed[position] = replace(
-                observed[position], argument=move.label, jitted_call=plan.function
+                observed[position],
+                argument=move.label,
+                jitted_call=plan.function,
+                dtype=move.dtype,
+                shape=move.shape,
             )
 
 

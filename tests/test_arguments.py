@@ -88,7 +88,12 @@ def test_only_jitted_functions() -> None:
 def test_match_names_moves_only_when_count_and_every_described_aval_agree() -> None:
     plan = CallPlan("f", (Moved("x", "float32", (8,)), Moved("y", "int32", (8,))))
     assert match(plan, [("float32", (8,)), ("int32", (8,))]) == plan.moves
-    assert match(plan, [(None, None), (None, None)]) == plan.moves  # the fast path's empty lines
+    # The fast path's empty lines cannot confirm an order: two of them name nothing...
+    assert match(plan, [(None, None), (None, None)]) is None
+    assert match(plan, [("float32", (8,)), (None, None)]) is None
+    # ...one can: a call that moves one value has one order.
+    single = CallPlan("f", (Moved("x", "float32", (8,)),))
+    assert match(single, [(None, None)]) == single.moves
     assert match(plan, [("float32", (8,))]) is None  # fewer: something else is going on
     assert match(plan, [("float32", (8,)), ("int32", (8,)), ("float32", ())]) is None
     assert match(plan, [("int32", (8,)), ("float32", (8,))]) is None  # another order
@@ -151,3 +156,31 @@ def test_an_argument_the_function_does_not_use_is_not_moved_so_nothing_is_named(
     plan = plan_call(f, (np.zeros(1, np.float32), np.zeros(2, np.int32)), {})
     assert plan is not None
     assert match(plan, [("float32", (1,))]) is None
+
+
+def test_keyword_arguments_are_named_in_whichever_order_jax_described() -> None:
+    # JAX orders keyword arguments by name on one path and by the signature on
+    # another: the plan keeps both, and a described call picks the one it fits.
+    def upd(p, x, y, lr):  # type: ignore[no-untyped-def]
+        return p
+
+    jitted = jax.jit(upd)
+    x, big = np.ones((2,), np.float32), np.ones((4, 3), np.float32)
+    plan = plan_call(jitted, [jnp.ones(()), x], {"y": big, "lr": 0.2})
+    assert plan is not None
+    signature_order = [("float32", (2,)), ("float32", (4, 3)), ("float32", ())]
+    named = match(plan, signature_order)
+    assert named is not None
+    assert [m.label for m in named] == ["x", "y", "lr"]
+    by_name = [("float32", (2,)), ("float32", ()), ("float32", (4, 3))]
+    named = match(plan, by_name)
+    assert named is not None
+    assert [m.label for m in named] == ["x", "lr", "y"]
+    # Undescribed, three moves could be either order: no names.
+    assert match(plan, [(None, None)] * 3) is None
+    # Two keywords of one dtype and shape fit both orders with other names: none.
+    same = plan_call(
+        jitted, [jnp.ones(()), x], {"y": np.ones(3, np.float32), "lr": np.ones(3, np.float32)}
+    )
+    assert same is not None
+    assert match(same, [("float32", (2,)), ("float32", (3,)), ("float32", (3,))]) is None

@@ -331,34 +331,44 @@ def test_host_use_is_kept_from_the_detectors_sighting() -> None:
 
 def test_a_warm_move_takes_the_array_the_first_call_described_at_its_place_or_none() -> None:
     # JAX's fast path logs warm moves with an empty description, in the order
-    # the first call described them; the runner fills them in by position.
+    # the first call described them; the runner fills them in by position, per
+    # run of the line in the step, and only where the run moved as many values.
     import types
 
-    from gate.runner import RegionRun
+    from gate.runner import RegionRun, _LineRun
     from gate.transfer_map import Observed
 
     where = transfer().location
     place = Site(Direction.HOST_TO_DEVICE, False, where, None, None, None, None)
-    run = types.SimpleNamespace(described={})
+    run = types.SimpleNamespace(described={}, described_sizes={})
 
     def seen(index: int, dtype: str | None, shape: tuple[int, ...] | None) -> Observed:
         return Observed(
             Direction.HOST_TO_DEVICE, dtype, shape, where, False, None, "MainThread", 1, index
         )
 
+    def described(number: int, moves: list[Observed]) -> list[tuple[object, object]]:
+        line_run = _LineRun(number, len(moves))
+        found = [RegionRun._described(run, place, line_run, m) for m in moves]  # type: ignore[arg-type]
+        return [(d.dtype, d.shape) for d in found]
+
     first = [seen(0, "float32", (32, 16, 16, 1)), seen(1, "int32", (32,)), seen(2, "float32", ())]
-    assert [RegionRun._described(run, place, s).dtype for s in first] == [  # type: ignore[arg-type]
-        "float32",
-        "int32",
-        "float32",
-    ]
-    warm = [RegionRun._described(run, place, seen(i, None, None)) for i in range(4)]  # type: ignore[arg-type]
-    assert [(d.dtype, d.shape) for d in warm] == [
-        ("float32", (32, 16, 16, 1)),
-        ("int32", (32,)),
-        ("float32", ()),
-        (None, None),  # a fourth move the first call never described: stays undescribed
-    ]
+    assert described(0, first) == [("float32", (32, 16, 16, 1)), ("int32", (32,)), ("float32", ())]
+    # The line's second run in the step (a loop) moved other arrays.
+    assert described(1, [seen(0, "float32", (8, 5))]) == [("float32", (8, 5))]
+    warm = [seen(i, None, None) for i in range(3)]
+    assert described(0, warm) == [("float32", (32, 16, 16, 1)), ("int32", (32,)), ("float32", ())]
+    assert described(1, warm[:1]) == [("float32", (8, 5))]
+    # A run of the line that moved another number of values (a one-time upload the
+    # first call made beside the per-step one, say) borrows nothing: it stays undescribed.
+    assert described(0, [seen(i, None, None) for i in range(4)]) == [(None, None)] * 4
+    assert described(0, warm[:1]) == [(None, None)]
+    # A run the first call did not describe (a loop's later turns, already warm)
+    # takes the nearest earlier described run of the same size...
+    assert described(2, warm[:1]) == [("float32", (8, 5))]
+    assert described(3, warm) == [("float32", (32, 16, 16, 1)), ("int32", (32,)), ("float32", ())]
+    # ...and none of another size.
+    assert described(2, warm[:2]) == [(None, None)] * 2
 
 
 @pytest.mark.parametrize("platform", ["gpu", "cpu"])

@@ -132,6 +132,21 @@ CASES: list[tuple[str, Transfer, Cause]] = [
         sighting(source="y = x + z", shape=None, dtype=None),
         Cause.HOST_TO_DEVICE,
     ),
+    (
+        "an undescribed upload on a line that only indexes",
+        sighting(source="d = x[:2]", shape=None, dtype=None),
+        Cause.EAGER_INDEX,
+    ),
+    (
+        "an undescribed upload on a line that only adds a number",
+        sighting(source="b = x + 2", shape=None, dtype=None),
+        Cause.EAGER_SCALAR,
+    ),
+    (
+        "the operands a host callback's machinery moves explicitly",
+        sighting(source="return cb(x)", explicit=True, host_use=HOST_CALLBACK_USE),
+        Cause.HOST_CALLBACK,
+    ),
     ("a fetch with nothing to go on", sighting(D2H, "out = helper(x)"), Cause.DEVICE_TO_HOST),
 ]
 
