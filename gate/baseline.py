@@ -51,7 +51,7 @@ class Accepted:
     source: str
     per_step: int
     first_call: int
-    array: str  # the array's fingerprint part, e.g. "float32[*,16,16,1]"
+    array: str  # the array's fingerprint part, e.g. "float32[*,16,16,1]" or "y float32[*,64]"
 
     def describe(self) -> str:
         return (
@@ -99,7 +99,16 @@ def _identity(region: str, finding: Finding) -> tuple[str, ...]:
     parts = [region]
     for field in dataclasses.fields(Site):
         parts.extend(_SITE_PARTS[field.name](finding.site, finding.source))
+    # Where the gate named the jitted call's argument, that too: a line that
+    # now moves `y` where it moved `x` (same dtype and feature shape) is new.
+    parts.append(finding.argument or "")
     return tuple(parts)
+
+
+def _array_label(finding: Finding) -> str:
+    """The entry's ``array``: ``float32[*,64]``, or ``y float32[*,64]`` when named."""
+    array = array_class(finding.dtype, finding.shape)
+    return f"{finding.argument} {array}" if finding.argument else array
 
 
 def fingerprints(region: str, findings: Sequence[Finding]) -> dict[Finding, str]:
@@ -135,7 +144,7 @@ def accepted_from(run: RunResult) -> list[Accepted]:
                     source=_normalized(finding.source),
                     per_step=finding.per_step,
                     first_call=finding.first_call,
-                    array=array_class(finding.dtype, finding.shape),
+                    array=_array_label(finding),
                 )
             )
     return sorted(entries, key=_entry_order)

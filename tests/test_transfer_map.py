@@ -458,7 +458,7 @@ def test_the_baseline_fails_a_line_that_now_moves_another_array_not_another_batc
     repo = make_repo(tmp_path, {"swap.py": SWAP, "policies/p.yaml": SWAP_POLICY})
     assert run_gate(repo, "baseline").returncode == 0
     [entry] = json.loads((repo / "policies/transfer-gate-baseline.json").read_text())["accepted"]
-    assert entry["array"] == "float32[*,64]"
+    assert entry["array"] == "a float32[*,64]"
     code = repo / "swap.py"
     # A new batch size is the same array: still accepted.
     code.write_text(SWAP.replace("X = np.ones((256, 64)", "X = np.ones((128, 64)"))
@@ -607,3 +607,53 @@ def test_warm_moves_keep_their_own_arrays_and_names_or_say_they_are_unknown(
     assert by_array[("float32", (100,))]["first_call"] == 1, run
     assert by_array[(None, None)]["undescribed"] is True, run
     assert by_array[(None, None)]["per_step"] == 1, run
+
+
+TWO_ARGUMENTS = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@jax.jit
+def update(p, x, y):
+    return p + x.sum() + y.sum()
+
+
+SMALL = np.ones((256, 64), np.float32)
+HUGE = np.ones((100000, 64), np.float32)
+
+
+def setup():
+    return jax.device_put(jnp.zeros(())), jax.device_put(jnp.ones((256, 64)))
+
+
+SWAPPED = False
+
+
+def step(p, on_device):
+    x, y = (on_device, HUGE) if SWAPPED else (SMALL, on_device)
+    return update(p, x, y)  # the accepted move: x
+"""
+
+
+def test_the_baseline_fails_a_swapped_argument_of_the_same_dtype_and_feature_shape(
+    tmp_path: Path,
+) -> None:
+    # x was accepted; now y moves instead, with x's dtype and trailing dims (and
+    # 400x the bytes): the named argument tells them apart, so it fails as new.
+    repo = make_repo(
+        tmp_path, {"two.py": TWO_ARGUMENTS, "policies/p.yaml": SWAP_POLICY.replace("swap:", "two:")}
+    )
+    assert run_gate(repo, "baseline").returncode == 0
+    [entry] = json.loads((repo / "policies/transfer-gate-baseline.json").read_text())["accepted"]
+    assert entry["array"] == "x float32[*,64]"
+    assert run_gate(repo, "run").returncode == 0
+    code = repo / "two.py"
+    # Only the flag changes: the call's line, its text and its count stay the same.
+    code.write_text(TWO_ARGUMENTS.replace("SWAPPED = False", "SWAPPED = True"))
+    swapped = run_gate(repo, "run")
+    assert swapped.returncode == 1, swapped
+    assert "new since the baseline: implicit host-to-device transfer of argument 'y' " in (
+        swapped.stdout
+    )
