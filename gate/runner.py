@@ -712,6 +712,13 @@ class RegionRun:
         frames = frames_of(exc.__traceback__)
         text = str(exc).strip().splitlines()
         summary = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+        if _buffer_export_refused(exc):
+            summary += (
+                " (the gate turns off device arrays' buffer export while it watches "
+                "device-to-host reads, so memoryview(x), bytes(x) and np.frombuffer(x) raise "
+                "under it; read the value with np.asarray(x), which the gate sees, or "
+                "jax.device_get(x) at a declared boundary)"
+            )
         user_tb = user_frames_text(self.code, frames)
         full = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         details = (
@@ -720,6 +727,17 @@ class RegionRun:
             else full
         )
         return RegionError(kind, summary, details, self.code.locate(frames))
+
+
+def _buffer_export_refused(exc: BaseException) -> bool:
+    """A TypeError from reading a jax array through the buffer protocol, which
+    `gate.detector` switches off while it watches."""
+    text = str(exc)
+    return (
+        isinstance(exc, TypeError)
+        and "ArrayImpl" in text
+        and ("bytes-like object" in text or "buffer" in text or "to bytes" in text)
+    )
 
 
 def _explicit_functions(jax: Any) -> tuple[Callable[..., Any], ...]:

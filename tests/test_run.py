@@ -420,3 +420,34 @@ def test_setup_and_step_that_do_not_fit_are_named_as_such(
         assert f"(policies/p.yaml:{step_line}) takes" in message, run
         assert "The step was not called." in (error.text or ""), run
     assert run.testcase("fits: transfers").find("error") is None, run
+
+
+def test_a_step_reading_through_the_buffer_protocol_is_told_why_it_raised(tmp_path: Path) -> None:
+    # The detector switches the buffer export off while it watches, so
+    # memoryview(x) raises under the gate where plain JAX on CPU would not.
+    repo = make_repo(
+        tmp_path,
+        {
+            "buf.py": """
+                import jax.numpy as jnp
+                import numpy as np
+
+                def setup():
+                    return (jnp.arange(4.0) + 1,)
+
+                def step(x):
+                    view = np.frombuffer(x, np.float32)
+                    return x
+            """,
+            "policies/p.yaml": f"version: 1\n{FAST_DEFAULTS}regions:\n"
+            "  - {name: buf, step: buf:step, setup: buf:setup}\n",
+        },
+    )
+    run = run_gate(repo, "run")
+    assert run.returncode == 1, run
+    error = run.testcase("buf: transfers").find("error")
+    assert error is not None, run
+    message = error.get("message", "")
+    assert message.startswith("step raised: TypeError: "), message
+    assert "turns off device arrays' buffer export" in message, message
+    assert "np.asarray(x)" in message, message
