@@ -55,6 +55,9 @@ def _finding(finding: Finding, fingerprint: str) -> dict[str, Any]:
         "thread": finding.thread,
         "first_call": finding.first_call,
         "per_step": finding.per_step,
+        # An uncommitted array's device-to-device copy happens every step, but JAX
+        # checks it on the first call only: per_step is then 0 though it moves each step.
+        "every_step": finding.every_step,
         "seen_by": sample.message,
         "fingerprint": fingerprint,
     }

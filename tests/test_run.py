@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -152,7 +153,7 @@ def test_uncommitted_device_to_device_move_is_caught(tmp_path: Path) -> None:
             "policies/p.yaml": policy("  - name: d2d\n    step: d2d:step\n    setup: d2d:inputs\n"),
         },
     )
-    run = run_gate(repo, "run", devices=2)
+    run = run_gate(repo, "run", "--json", "reports/map.json", devices=2)
     assert run.returncode == 1, run
     failure = run.testcase("d2d: transfers").find("failure")
     assert failure is not None, run
@@ -162,6 +163,15 @@ def test_uncommitted_device_to_device_move_is_caught(tmp_path: Path) -> None:
     assert "first call" in failure.get("message", "")
     # Copied every step, though JAX sees it only on the first call: never "0x per step".
     assert failure.get("message", "").endswith("every step; JAX checks it on the first call only")
+    # The JSON says it too, so a tool reading per_step (0 here) is not misled.
+    [moved] = json.loads((repo / "reports/map.json").read_text())["suites"][0]["regions"][0][
+        "transfers"
+    ]
+    assert (moved["direction"], moved["per_step"], moved["every_step"]) == (
+        "device-to-device",
+        0,
+        True,
+    )
 
 
 def test_a_policys_env_reaches_the_worker_before_jax_loads(tmp_path: Path) -> None:
