@@ -33,7 +33,11 @@ three doors through which Python code reads an array's value:
    cache without waiting, and JAX's guard checks it on GPU and TPU as an
    implicit device-to-host transfer (``device_to_host_copy_to_host_async``
    in JAX's tests/transfer_guard_test.py). It is recorded like a read, with
-   ``what="copy_to_host_async"``.
+   ``what="copy_to_host_async"``. JAX 0.12 hands a tree with two or more
+   array leaves to jaxlib's ``batched_copy_to_host_async`` in one call, past
+   the method (``copy_to_host_async`` in jax/_src/api.py; JAX 0.10.2 called
+   the method leaf by leaf), so while the detector runs
+   ``jax.copy_to_host_async`` is interposed to call the method per leaf again.
 
 Explicit fetches are told apart by interposing ``jax.device_get`` (see
 `gate.interpose`, so ``from jax import device_get`` call sites count too)
@@ -359,6 +363,7 @@ class _Hooks:
     copy_to_host_async: types.FunctionType | None  # None: not a Python function here
     buffer_slot: ctypes.c_void_p | None
     blind_spots: tuple[str, ...]
+    copy_tree: types.FunctionType | None  # jax.copy_to_host_async; None: not a Python function
 
 
 def _find_hooks() -> _Hooks:
@@ -397,6 +402,7 @@ def _find_hooks() -> _Hooks:
             f"(NumPy reads them through the buffer protocol, which cannot be watched: {slot})"
         )
     copy_async = ArrayImpl.__dict__.get("copy_to_host_async")
+    copy_tree = getattr(jax, "copy_to_host_async", None)
     if not isinstance(copy_async, types.FunctionType):
         copy_async = None
         blind.append(
@@ -410,6 +416,7 @@ def _find_hooks() -> _Hooks:
         copy_async,
         None if isinstance(slot, str) else slot,
         tuple(blind),
+        copy_tree if isinstance(copy_tree, types.FunctionType) else None,
     )
 
 
@@ -527,6 +534,24 @@ def _copy_to_host_async_method(original: types.FunctionType) -> Callable[[Any], 
     return copy_to_host_async
 
 
+def _copy_tree_leaf_by_leaf(
+    original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``jax.copy_to_host_async(x)`` as JAX 0.10.2 ran it: each leaf's own
+    ``copy_to_host_async``, so the watched method sees every array (JAX 0.12
+    batches two or more array leaves in C++, where nothing is seen)."""
+    import jax
+
+    x = args[0] if args else kwargs["x"]
+    for leaf in jax.tree_util.tree_leaves(x):
+        try:
+            copy_fn = leaf.copy_to_host_async
+        except AttributeError:
+            continue
+        copy_fn()
+    return x
+
+
 @contextmanager
 def _patched(hooks: _Hooks) -> Iterator[None]:
     with ExitStack() as stack:
@@ -542,6 +567,8 @@ def _patched(hooks: _Hooks) -> Iterator[None]:
         if copy_async is not None:
             tp.copy_to_host_async = _copy_to_host_async_method(copy_async)  # type: ignore[attr-defined]
             stack.callback(setattr, tp, "copy_to_host_async", copy_async)
+            if hooks.copy_tree is not None:
+                stack.enter_context(interposed(hooks.copy_tree, _copy_tree_leaf_by_leaf))
         stack.enter_context(interposed(hooks.device_get, _device_get_wrapper))
         if hooks.buffer_slot is not None:
             stack.enter_context(_buffer_export_off(hooks.buffer_slot))
