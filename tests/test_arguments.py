@@ -14,6 +14,8 @@ import pytest
 
 from gate.arguments import CallPlan, Moved, is_jitted, match, plan_call
 
+pytestmark = pytest.mark.jaxhooks
+
 
 @jax.jit
 def sgd_update(params: Any, x: Any, y: Any, lr: Any) -> Any:

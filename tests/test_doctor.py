@@ -33,6 +33,8 @@ from gate.doctor import (
     main_doctor,
 )
 
+pytestmark = pytest.mark.jaxhooks
+
 H200 = Diagnosis(
     python="3.12.3",
     system="Linux 6.8 x86_64",

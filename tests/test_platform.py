@@ -20,6 +20,8 @@ from gate.platform import (
     direction_coverage,
 )
 
+pytestmark = pytest.mark.jaxhooks
+
 DETECT = """
 import dataclasses
 

@@ -26,6 +26,8 @@ import numpy as np
 import pytest
 from cli_helpers import FAST_DEFAULTS, GateRun, line_of, make_repo, run_gate
 
+pytestmark = pytest.mark.jaxhooks
+
 MODELS = """
 import equinox as eqx
 import jax
