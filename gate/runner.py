@@ -140,8 +140,6 @@ class RegionRun:
     previous_inputs: Inputs | None = None
     # Every fetch the per-run detector logs counted, over all mapped runs.
     detector_seen: Counter[Site] = field(default_factory=Counter)
-    # Per site without its array and the move's place in its stretch: the
-    # array JAX's slow path described there (see `_described`).
     # Per (site without its array, the how-many-th run of that line in a step,
     # the move's index in that run of the line): what the slow path described;
     # and per (site, run of the line), how many moves that described run made.
