@@ -12,10 +12,12 @@ The end-to-end tests share the step module ``STEPS`` and the policy builders bel
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from cli_helpers import FAST_DEFAULTS
 
 from gate.guard_levels import Direction, GuardLevel, GuardSpec
+from gate.policy_model import CallableRef, Checks, Policy, Region
 from gate.results import (
     BoundaryCost,
     CheckName,
@@ -30,6 +32,41 @@ from gate.results import (
     TimingStats,
     Transfer,
 )
+
+# --- policy records, for tests that drive the region engine in-process -------------------------
+
+
+def callable_ref(spec: str, line: int = 1) -> CallableRef:
+    """``module:qualname`` as the policy loader records it, at ``line`` of the policy."""
+    module, qualname = spec.split(":")
+    return CallableRef(spec, module, qualname, line)
+
+
+def one_region_policy(
+    step: CallableRef,
+    setup: CallableRef | None = None,
+    *,
+    path: str = "p.yaml",
+    region_line: int = 1,
+    python_path: tuple[Path, ...] = (),
+    timeout_s: float = 60.0,
+) -> Policy:
+    """A policy of one region ``r``, under ``disallow``, run once in each phase."""
+    region = Region(
+        name="r",
+        line=region_line,
+        step=step,
+        setup=setup,
+        boundaries=(),
+        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
+        warmup=0,
+        guarded_runs=1,
+        repeats=1,
+        timeout_s=timeout_s,
+        checks=Checks(False, None, 1e-5, 1e-8, None),
+    )
+    return Policy(Path(path), 1, "p", python_path, (region,))
+
 
 # --- result records -----------------------------------------------------------------------------
 

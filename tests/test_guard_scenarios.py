@@ -494,28 +494,20 @@ def step(x):
 
 def test_setup_reads_count_as_host_copies_whoever_runs_setup(tmp_path: Path) -> None:
     # In-process, with no other detector open: fresh_inputs itself watches setup.
+    from result_samples import callable_ref, one_region_policy
+
     from gate.detector import host_copy_cached
-    from gate.guard_levels import GuardLevel, GuardSpec
-    from gate.policy_model import CallableRef, Checks, Policy, Region
     from gate.resolve import python_path
     from gate.runner import RegionRun, import_region
     from gate.source import UserCode
 
     make_repo(tmp_path, {"setup_reads.py": SETUP_READS})
-    region = Region(
-        name="r",
-        line=1,
-        step=CallableRef("setup_reads:step", "setup_reads", "step", 1),
-        setup=CallableRef("setup_reads:setup", "setup_reads", "setup", 1),
-        boundaries=(),
-        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
-        warmup=0,
-        guarded_runs=1,
-        repeats=1,
-        timeout_s=60.0,
-        checks=Checks(False, None, 1e-5, 1e-8, None),
+    policy = one_region_policy(
+        callable_ref("setup_reads:step"),
+        callable_ref("setup_reads:setup"),
+        python_path=(tmp_path,),
     )
-    policy = Policy(Path("p.yaml"), 1, "p", (tmp_path,), (region,))
+    [region] = policy.regions
     with python_path(policy.python_path, tmp_path):
         run = RegionRun(policy, region, UserCode(tmp_path), import_region(policy, region))
         inputs = run.fresh_inputs()

@@ -11,8 +11,9 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from gate.guard_levels import Direction, GuardLevel, GuardSpec
-from gate.policy_model import CallableRef, Checks, Policy, Region
+from result_samples import callable_ref, one_region_policy
+
+from gate.guard_levels import Direction
 from gate.resolve import python_path
 from gate.results import Phase, SourceLocation, Transfer
 from gate.runner import RegionRun, import_region
@@ -35,21 +36,8 @@ def step():
 
 def test_a_refusal_fails_a_line_the_map_called_allowed(tmp_path: Path) -> None:
     (tmp_path / "refusal_step.py").write_text(textwrap.dedent(STEP))
-    ref = CallableRef("refusal_step:step", "refusal_step", "step", 1)
-    region = Region(
-        name="r",
-        line=1,
-        step=ref,
-        setup=None,
-        boundaries=(),
-        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
-        warmup=0,
-        guarded_runs=1,
-        repeats=1,
-        timeout_s=60.0,
-        checks=Checks(False, None, 1e-5, 1e-8, None),
-    )
-    policy = Policy(Path("p.yaml"), 1, "p", (tmp_path,), (region,))
+    policy = one_region_policy(callable_ref("refusal_step:step"), python_path=(tmp_path,))
+    [region] = policy.regions
     source = (tmp_path / "refusal_step.py").read_text().splitlines()
     line = next(i for i, text in enumerate(source, 1) if "the refused transfer" in text)
     planted = Transfer(

@@ -9,13 +9,12 @@ from __future__ import annotations
 import functools
 import typing
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+from result_samples import callable_ref, one_region_policy
 
-from gate.guard_levels import GuardLevel, GuardSpec
-from gate.policy_model import CallableRef, Checks, Policy, Region
+from gate.policy_model import Policy
 from gate.results import ErrorKind
 from gate.signature import Misfit, annotation_problem, misfit, misfit_error, step_signature
 
@@ -137,26 +136,14 @@ def test_an_unreadable_signature_is_not_checked() -> None:
 # --- the region error -----------------------------------------------------------
 
 
-def ref(spec: str, line: int) -> CallableRef:
-    module, qualname = spec.split(":")
-    return CallableRef(spec, module, qualname, line)
-
-
 def policy_of(step: str, setup: str | None) -> Policy:
-    region = Region(
-        name="r",
-        line=4,
-        step=ref(step, 5),
-        setup=ref(setup, 6) if setup else None,
-        boundaries=(),
-        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
-        warmup=0,
-        guarded_runs=1,
-        repeats=1,
+    return one_region_policy(
+        callable_ref(step, 5),
+        callable_ref(setup, 6) if setup else None,
+        path="policies/p.yaml",
+        region_line=4,
         timeout_s=1.0,
-        checks=Checks(False, None, 1e-5, 1e-8, None),
     )
-    return Policy(Path("policies/p.yaml"), 1, "p", (), (region,))
 
 
 def test_misfit_error_names_both_policy_lines() -> None:
