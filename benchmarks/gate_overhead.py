@@ -28,18 +28,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gate.transfer_map import prepare_environment  # noqa: E402  (before jax loads)
+from gate.witness.transfer_map import prepare_environment  # noqa: E402  (before jax loads)
 
 prepare_environment(os.environ)
 
 import jax  # noqa: E402
 
 from examples.mlp import make_inputs, train_step  # noqa: E402
-from gate.detector import detect_fetches  # noqa: E402
-from gate.guard import guarded  # noqa: E402
-from gate.guard_levels import GuardLevel, GuardSpec  # noqa: E402
-from gate.source import UserCode  # noqa: E402
-from gate.transfer_map import mapped  # noqa: E402
+from gate.jaxhooks.guard import guarded  # noqa: E402
+from gate.policy.levels import GuardLevel, GuardSpec  # noqa: E402
+from gate.witness.detector import detect_fetches  # noqa: E402
+from gate.witness.transfer_map import mapped  # noqa: E402
+from gate.witness.user_code import UserCode  # noqa: E402
 
 
 def quartiles(samples: list[float]) -> str:

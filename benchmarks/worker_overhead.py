@@ -1,4 +1,4 @@
-"""What running regions in worker processes costs (gate.scheduler, gate.worker).
+"""What running regions in worker processes costs (gate.isolation.scheduler, gate.isolation.worker).
 
     .venv/bin/python benchmarks/worker_overhead.py [--regions N] [--starts K]
 
@@ -63,8 +63,8 @@ def main() -> int:
     parser.add_argument("--starts", type=int, default=3, help="fresh workers started")
     args = parser.parse_args()
 
-    from gate.policy import load_policy
-    from gate.scheduler import Scheduler
+    from gate.isolation.scheduler import Scheduler
+    from gate.policy.load import load_policy
 
     with tempfile.TemporaryDirectory() as folder:
         repo = Path(folder)

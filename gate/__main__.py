@@ -4,6 +4,6 @@ In a repository with a ``gate`` package of its own, ``python -m gate`` runs that
 puts the working directory first on sys.path); ``transfer-gate`` always runs this one.
 """
 
-from gate.cli import main
+from gate.cli.main import main
 
 raise SystemExit(main())

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from cli_helpers import FAST_DEFAULTS
 
-from gate.guard_levels import Direction, GuardLevel, GuardSpec
-from gate.policy_model import CallableRef, Checks, Policy, Region
-from gate.results import (
+from gate.policy.levels import Direction, GuardLevel, GuardSpec
+from gate.policy.model import CallableRef, Checks, Policy, Region
+from gate.results.records import (
     BoundaryCost,
     CheckName,
     CheckOutcome,

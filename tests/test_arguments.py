@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gate.arguments import CallPlan, Moved, is_jitted, match, plan_call
+from gate.witness.arguments import CallPlan, Moved, is_jitted, match, plan_call
 
 pytestmark = pytest.mark.jaxhooks
 

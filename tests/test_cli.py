@@ -10,7 +10,7 @@ from cli_helpers import TESTS, gate_env, make_repo, run_gate
 from processes import run
 from result_samples import STEPS, policy
 
-from gate.exit_codes import ExitCode
+from gate.cli.exit_codes import ExitCode
 
 CLEAN = (
     STEPS
@@ -110,12 +110,12 @@ def test_exit_3_when_the_gate_itself_breaks_still_writes_a_report(repo: Path) ->
         {
             "policies/p.yaml": policy("step"),
             "inject/sitecustomize.py": """
-                import gate.scheduler
+                import gate.isolation.scheduler
 
                 def broken(*args, **kwargs):
                     raise KeyError("injected gate bug")
 
-                gate.scheduler.run_isolated = broken
+                gate.isolation.scheduler.run_isolated = broken
             """,
         },
     )
@@ -251,7 +251,7 @@ def test_a_files_import_errors_come_with_its_other_problems(repo: Path) -> None:
 )
 def test_an_abbreviated_option_is_refused_not_taken_for_another(argv: list[str]) -> None:
     # argparse would take `--base` for `--baseline` and `--jso` for `--json`.
-    from gate.cli import build_parser
+    from gate.cli.main import build_parser
 
     with pytest.raises(SystemExit) as exited:
         build_parser().parse_args(argv)

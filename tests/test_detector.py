@@ -133,8 +133,8 @@ import jax.numpy as jnp
 from jax._src import config as jax_config
 
 import reads
-from gate import detector
-from gate.source import UserCode
+from gate.witness import detector
+from gate.witness.user_code import UserCode
 
 code = UserCode(Path(".").resolve())
 
@@ -262,8 +262,8 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 import sharded
-from gate.detector import detect_fetches, host_copy_cached
-from gate.source import UserCode
+from gate.witness.detector import detect_fetches, host_copy_cached
+from gate.witness.user_code import UserCode
 
 mesh = jax.make_mesh((2,), ("d",))
 x = jax.device_put(np.arange(8.0, dtype=np.float32), NamedSharding(mesh, PartitionSpec("d")))
@@ -302,8 +302,8 @@ import jax
 import jax.numpy as jnp
 
 import reads
-from gate.detector import detect_fetches
-from gate.source import UserCode, frames_of
+from gate.witness.detector import detect_fetches
+from gate.witness.user_code import UserCode, frames_of
 
 assert jax.default_backend() == "gpu", jax.default_backend()
 code = UserCode(Path(".").resolve())
@@ -365,7 +365,7 @@ def _assert_restored(state: dict[str, Any]) -> None:
 
 
 def _code(tmp_path: Path) -> Any:
-    from gate.source import UserCode
+    from gate.witness.user_code import UserCode
 
     return UserCode(tmp_path)
 
@@ -374,7 +374,7 @@ def test_everything_is_restored_after_the_block(tmp_path: Path, jax_state: dict[
     import jax.numpy as jnp
     from jax._src.array import ArrayImpl
 
-    from gate.detector import detect_fetches
+    from gate.witness.detector import detect_fetches
 
     with detect_fetches(_code(tmp_path), lambda: None):
         assert ArrayImpl.__dict__["_value"] is not jax_state["value"]
@@ -387,7 +387,7 @@ def test_everything_is_restored_after_the_block(tmp_path: Path, jax_state: dict[
 def test_everything_is_restored_when_the_block_raises(
     tmp_path: Path, jax_state: dict[str, Any]
 ) -> None:
-    from gate.detector import detect_fetches
+    from gate.witness.detector import detect_fetches
 
     with pytest.raises(ZeroDivisionError), detect_fetches(_code(tmp_path), lambda: None):
         _ = 1 / 0
@@ -399,7 +399,7 @@ def test_nested_blocks_keep_the_hooks_until_the_last_ends(
 ) -> None:
     import jax.numpy as jnp
 
-    from gate.detector import detect_fetches
+    from gate.witness.detector import detect_fetches
 
     with detect_fetches(_code(tmp_path), lambda: None) as outer:
         with detect_fetches(_code(tmp_path), lambda: None) as inner:
@@ -412,7 +412,7 @@ def test_nested_blocks_keep_the_hooks_until_the_last_ends(
 def test_the_boundary_is_asked_in_the_fetching_thread(tmp_path: Path) -> None:
     import jax.numpy as jnp
 
-    from gate.detector import detect_fetches
+    from gate.witness.detector import detect_fetches
 
     local = threading.local()
     local.name = "examples:fetch_metrics"
@@ -430,7 +430,7 @@ def test_copy_to_host_async_is_judged_like_a_read(tmp_path: Path) -> None:
     import jax
     import jax.numpy as jnp
 
-    from gate.detector import detect_fetches
+    from gate.witness.detector import detect_fetches
 
     def prefetch() -> None:
         (jnp.float32(3.0) + 1).copy_to_host_async()
@@ -453,7 +453,7 @@ def test_copy_to_host_async_is_judged_like_a_read(tmp_path: Path) -> None:
 def test_fetched_earlier_and_reused_inputs(tmp_path: Path) -> None:
     import jax.numpy as jnp
 
-    from gate.detector import detect_fetches, reused_leaves, same_objects
+    from gate.witness.detector import detect_fetches, reused_leaves, same_objects
 
     params, batch = jnp.ones(3), jnp.zeros(3)
     with detect_fetches(_code(tmp_path), lambda: None) as log:
@@ -472,9 +472,9 @@ def test_a_read_that_raises_is_recorded_as_refused(tmp_path: Path) -> None:
     # array raises there on every backend.
     import jax.numpy as jnp
 
-    from gate.detector import detect_fetches, host_copy_cached
-    from gate.guard_levels import Direction
-    from gate.results import Phase
+    from gate.policy.levels import Direction
+    from gate.results.records import Phase
+    from gate.witness.detector import detect_fetches, host_copy_cached
 
     x = jnp.arange(3.0) + 1
     x.delete()
@@ -497,7 +497,7 @@ def test_a_read_that_raises_is_recorded_as_refused(tmp_path: Path) -> None:
 def test_a_single_device_cpu_array_never_caches_a_host_copy() -> None:
     import jax.numpy as jnp
 
-    from gate.detector import host_copy_cached
+    from gate.witness.detector import host_copy_cached
 
     x = jnp.arange(3.0)
     x.tolist()
@@ -512,7 +512,7 @@ def test_a_watched_read_counts_as_a_host_copy_in_every_later_block(tmp_path: Pat
     import jax.numpy as jnp
     import numpy as np
 
-    from gate.detector import detect_fetches, host_copy_cached
+    from gate.witness.detector import detect_fetches, host_copy_cached
 
     read, copied, fresh = jnp.arange(3.0), jnp.arange(4.0), jnp.arange(5.0)
     with detect_fetches(_code(tmp_path), lambda: None) as setup:
@@ -536,7 +536,7 @@ def test_a_missing_hook_fails_loudly_and_changes_nothing(
     import jax
     from jax._src.array import ArrayImpl
 
-    from gate.detector import DetectorUnavailable, detect_fetches
+    from gate.witness.detector import DetectorUnavailable, detect_fetches
 
     monkeypatch.setattr(ArrayImpl, "_value", lambda self: None)
     with (
@@ -552,7 +552,7 @@ def test_a_missing_hook_fails_loudly_and_changes_nothing(
 def test_the_buffer_slot_is_found_only_where_it_is() -> None:
     from jax._src.array import ArrayImpl
 
-    from gate.detector import _buffer_slot
+    from gate.witness.detector import _buffer_slot
 
     assert not isinstance(_buffer_slot(ArrayImpl), str)
     assert _buffer_slot(int) == "int exports no buffer"
@@ -565,7 +565,7 @@ def test_a_typed_prng_key_does_not_hide_a_cached_copy_beside_it(tmp_path: Path) 
     import jax.numpy as jnp
     import numpy as np
 
-    from gate.detector import detect_fetches, host_copy_cached
+    from gate.witness.detector import detect_fetches, host_copy_cached
 
     key = jax.random.key(0)
     fresh, read = jnp.arange(3.0) + 1, jnp.arange(4.0) + 1

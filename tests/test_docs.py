@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_gate
 
-from gate.exit_codes import ExitCode
-from gate.policy import BUILTIN_DEFAULTS
+from gate.cli.exit_codes import ExitCode
+from gate.policy.load import BUILTIN_DEFAULTS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_gate
 
-from gate.doctor import (
+from gate.machine.doctor import (
     DOCTOR_FAILED,
     DOCTOR_OK,
     Accelerator,

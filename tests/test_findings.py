@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 from result_samples import transfer
 
-from gate.findings import UNDESCRIBED, Finding, group
-from gate.guard_levels import Direction
-from gate.results import Phase, Site, Transfer
+from gate.policy.levels import Direction
+from gate.results.findings import UNDESCRIBED, Finding, group
+from gate.results.records import Phase, Site, Transfer
 
 
 def only(findings: tuple[Finding, ...]) -> Finding:
@@ -335,8 +335,8 @@ def test_a_warm_move_takes_the_array_the_first_call_described_at_its_place_or_no
     # run of the line in the step, and only where the run moved as many values.
     import types
 
-    from gate.runner import RegionRun, _LineRun
-    from gate.transfer_map import Observed
+    from gate.region.engine import RegionRun, _LineRun
+    from gate.witness.transfer_map import Observed
 
     where = transfer().location
     place = Site(Direction.HOST_TO_DEVICE, False, where, None, None, None, None)
@@ -380,7 +380,7 @@ def test_an_undescribed_guard_fetch_is_the_detectors_only_array_at_its_line(
     import types
     from collections import Counter
 
-    from gate.runner import RegionRun
+    from gate.region.engine import RegionRun
 
     where = transfer().location
     place = Site(Direction.DEVICE_TO_HOST, False, where, None, None, None, None)

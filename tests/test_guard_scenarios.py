@@ -496,10 +496,10 @@ def test_setup_reads_count_as_host_copies_whoever_runs_setup(tmp_path: Path) -> 
     # In-process, with no other detector open: fresh_inputs itself watches setup.
     from result_samples import callable_ref, one_region_policy
 
-    from gate.detector import host_copy_cached
-    from gate.resolve import python_path
-    from gate.runner import RegionRun, import_region
-    from gate.source import UserCode
+    from gate.policy.resolve import python_path
+    from gate.region.engine import RegionRun, import_region
+    from gate.witness.detector import host_copy_cached
+    from gate.witness.user_code import UserCode
 
     make_repo(tmp_path, {"setup_reads.py": SETUP_READS})
     policy = one_region_policy(

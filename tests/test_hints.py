@@ -10,10 +10,10 @@ import pytest
 from cli_helpers import FAST_DEFAULTS, make_repo, run_gate
 from result_samples import transfer
 
-from gate.cause import HOST_CALLBACK_USE, Cause, cause_of
-from gate.guard_levels import Direction
-from gate.hints import _FIXES, hint_for
-from gate.results import Transfer
+from gate.policy.levels import Direction
+from gate.results.cause import HOST_CALLBACK_USE, Cause, cause_of
+from gate.results.hints import _FIXES, hint_for
+from gate.results.records import Transfer
 
 H2D = Direction.HOST_TO_DEVICE
 D2H = Direction.DEVICE_TO_HOST

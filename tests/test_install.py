@@ -34,7 +34,7 @@ def test_the_wheel_installs_into_a_fresh_environment_and_runs(tmp_path: Path) ->
     run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", wheels, ROOT)
     (wheel,) = wheels.glob("jax_transfer_gate-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "gate/policy.schema.json" in names
+    assert "gate/policy/policy.schema.json" in names
     assert "gate/py.typed" in names
     assert not [n for n in names if n.startswith(("tests/", "examples/", "policies/"))]
 

@@ -1,7 +1,7 @@
 """Runs that survive anything: crashes, hangs, cancellation, gate bugs, bad input.
 
 Every test goes through the real CLI; regions run in worker processes
-(`gate.scheduler`, `gate.worker`), so a broken region takes down only itself.
+(`gate.isolation.scheduler`, `gate.isolation.worker`), so a broken region takes down only itself.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from cli_helpers import FAST_DEFAULTS, GateRun, gate_env, line_of, make_repo, ru
 from processes import communicate, process_gone, started
 from result_samples import STEPS as STEPS_FOR_SAMPLES
 
-from gate.exit_codes import ExitCode
-from gate.scheduler import Cancellation, cancel_after, cancel_on_signals
-from gate.source import UserCode
-from gate.worker_output import StackDump, split_output
+from gate.cli.exit_codes import ExitCode
+from gate.isolation.scheduler import Cancellation, cancel_after, cancel_on_signals
+from gate.isolation.worker_output import StackDump, split_output
+from gate.witness.user_code import UserCode
 
 STEPS = """
 import ctypes
@@ -390,16 +390,16 @@ def test_a_gate_bug_inside_a_worker_is_an_internal_error_for_that_region(repo: P
         {
             "policies/p.yaml": policy(region("buggy", "first"), region("fine", "second")),
             "inject/sitecustomize.py": """
-                import gate.runner
+                import gate.region.engine
 
-                original = gate.runner.run_region
+                original = gate.region.engine.run_region
 
                 def broken(policy, region, repo_root):
                     if region.name == "buggy":
                         raise KeyError("injected gate bug")
                     return original(policy, region, repo_root)
 
-                gate.runner.run_region = broken
+                gate.region.engine.run_region = broken
             """,
         },
     )
@@ -438,7 +438,8 @@ def test_a_worker_that_does_not_start_in_time_is_a_timeout(repo: Path) -> None:
         repo,
         {
             "policies/p.yaml": policy(region("slow", "first", "    timeout_s: 1\n")),
-            # Workers run as `python -c BOOTSTRAP JOBS_FD RESULTS_FD` (gate.worker.worker_command).
+            # Workers run as `python -c BOOTSTRAP JOBS_FD RESULTS_FD`
+            # (gate.isolation.worker.worker_command).
             "inject/sitecustomize.py": """
                 import sys
                 import time
@@ -471,14 +472,14 @@ def test_a_worker_that_cannot_import_says_so_not_out_of_memory(repo: Path) -> No
 
                 if sys.argv[0] == "-c" and not os.path.exists("first-worker-started"):
                     open("first-worker-started", "w").close()
-                    sys.modules["gate.worker"] = None
+                    sys.modules["gate.isolation.worker"] = None
             """,
         },
     )
     run = run_gate(repo, "run", env={"PYTHONPATH": str(repo / "inject")})
     assert run.returncode == ExitCode.REGION_FAILED, run
     for name, how, missing in (
-        ("a", "could not start: it exited with code 1", "gate.worker"),
+        ("a", "could not start: it exited with code 1", "gate.isolation.worker"),
         ("b", "killed by SIGKILL (Killed)", "no_such_plugin_for_the_gate_tests"),
     ):
         kind, message, body = error_of(run, name)
@@ -715,14 +716,14 @@ printed by the step
 Fatal Python error: Segmentation fault
 
 Thread 0x00007f0e91abb6c0 (most recent call first):
-  File "{root}/gate/worker.py", line 165 in _read_jobs
+  File "{root}/gate/isolation/worker.py", line 165 in _read_jobs
   File "/usr/lib/python3.11/threading.py", line 982 in run
 
 Current thread 0x00007f0e9262ab80 (most recent call first):
   File "/usr/lib/python3.11/ctypes/__init__.py", line 519 in string_at
   File "{repo}/steps.py", line 22 in segfaults
-  File "{root}/gate/runner.py", line 124 in call_step
-  File "{root}/gate/worker.py", line 191 in run_job
+  File "{root}/gate/region/engine.py", line 124 in call_step
+  File "{root}/gate/isolation/worker.py", line 191 in run_job
 
 Extension modules: numpy._core._multiarray_umath (total: 1)
 """
@@ -747,13 +748,13 @@ def test_stack_dump_names_the_user_line_and_keeps_only_user_threads(tmp_path: Pa
 # -- a `gate` package of the user's ---------------------------------------------------
 
 # A user's own package that happens to be called `gate`: were the gate's processes to import
-# it instead of their own, the marker would appear and `gate.worker` would end the worker.
+# it instead of their own, the marker would appear and `gate.isolation.worker` would end the worker.
 USERS_GATE = {
     "gate/__init__.py": """
         open("users-gate-imported", "w").close()
     """,
-    "gate/worker.py": """
-        raise SystemExit("the user's own gate.worker ran")
+    "gate/isolation/worker.py": """
+        raise SystemExit("the user's own gate.isolation.worker ran")
     """,
     "gate/models.py": """
         def scale(x):

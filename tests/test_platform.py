@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 from jax_scripts import run_script
 
-from gate.guard_levels import Direction
-from gate.platform import (
+from gate.machine.diagnosis import (
     BOTH,
     DETECTOR,
     GUARD,
@@ -19,6 +18,7 @@ from gate.platform import (
     check_required,
     direction_coverage,
 )
+from gate.policy.levels import Direction
 
 pytestmark = pytest.mark.jaxhooks
 
@@ -27,7 +27,7 @@ import dataclasses
 
 import jax
 
-from gate.platform import check_required, detect
+from gate.machine.diagnosis import check_required, detect
 
 info = detect()
 emit({

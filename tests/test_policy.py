@@ -15,18 +15,18 @@ import jsonschema
 import pytest
 import yaml
 
-import gate.policy
-from gate.guard_levels import GuardLevel, GuardSpec
-from gate.policy import PolicyError, Problem, discover_policy_files, load_policy
-from gate.policy_model import CallableRef, Checks, Policy, Region
-from gate.resolve import (
+import gate.policy.load
+from gate.policy.levels import GuardLevel, GuardSpec
+from gate.policy.load import PolicyError, Problem, discover_policy_files, load_policy
+from gate.policy.model import CallableRef, Checks, Policy, Region
+from gate.policy.resolve import (
     ResolveError,
     check_callables,
     import_boundary,
     import_callable,
     python_path,
 )
-from gate.schema import policy_schema, validate
+from gate.policy.schema import policy_schema, validate
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "tests" / "example-policies"
@@ -89,7 +89,7 @@ def test_pure_python_yaml_reports_the_same_locations(
 ) -> None:
     """libyaml is optional: without it the same problems come out at the same places."""
     with_libyaml = _errors(path)
-    monkeypatch.setattr(gate.policy, "_Loader", yaml.SafeLoader)
+    monkeypatch.setattr(gate.policy.load, "_Loader", yaml.SafeLoader)
     pure = _errors(path)
 
     def locations(text: str) -> list[str]:
@@ -320,7 +320,7 @@ def test_unreadable_yaml(tmp_path: Path, content: bytes, expected: str) -> None:
 def test_deep_nesting_is_an_error_not_a_crash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loader: type
 ) -> None:
-    monkeypatch.setattr(gate.policy, "_Loader", loader)
+    monkeypatch.setattr(gate.policy.load, "_Loader", loader)
     (tmp_path / "p.yaml").write_text("[" * 5000)
     with pytest.raises(PolicyError) as caught:
         load_policy(tmp_path / "p.yaml", tmp_path)
@@ -354,9 +354,9 @@ def test_discover_sorts_dedups_and_searches_subfolders(tmp_path: Path) -> None:
 
 
 def test_discover_takes_a_file_as_given(tmp_path: Path) -> None:
-    (tmp_path / "gate.policy").write_text("version: 1\n")
-    assert discover_policy_files([str(tmp_path / "gate.policy")], REPO) == [
-        tmp_path / "gate.policy"
+    (tmp_path / "gate.policy.load").write_text("version: 1\n")
+    assert discover_policy_files([str(tmp_path / "gate.policy.load")], REPO) == [
+        tmp_path / "gate.policy.load"
     ]
 
 

@@ -12,11 +12,11 @@ import pytest
 import xmlschema
 from result_samples import FAILED_CHECK, POLICY, SETUP_ERROR, region, run_of, transfer
 
-from gate import report_junit
-from gate.guard_levels import Direction, GuardLevel, GuardSpec
-from gate.hints import hint_for
-from gate.report_junit import ReportWriteError, render_junit, write_junit
-from gate.results import (
+from gate.policy.levels import Direction, GuardLevel, GuardSpec
+from gate.report import junit as report_junit
+from gate.report.junit import ReportWriteError, render_junit, write_junit
+from gate.results.hints import hint_for
+from gate.results.records import (
     CheckName,
     CheckOutcome,
     ErrorKind,

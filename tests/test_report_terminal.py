@@ -7,10 +7,10 @@ import re
 import pytest
 from result_samples import FAILED_CHECK, SETUP_ERROR, region, run_of, transfer
 
-from gate.guard_levels import Direction
-from gate.hints import hint_for
-from gate.report_terminal import format_duration, format_summary
-from gate.results import ErrorKind, Phase, RegionError, RunResult
+from gate.policy.levels import Direction
+from gate.report.terminal import format_duration, format_summary
+from gate.results.hints import hint_for
+from gate.results.records import ErrorKind, Phase, RegionError, RunResult
 
 COUNT_LINE = re.compile(r"\d+ passed, \d+ failed")
 H2D_HINT_START = "put inputs on the device"

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from result_samples import callable_ref, one_region_policy
 
-from gate.guard_levels import Direction
-from gate.resolve import python_path
-from gate.results import Phase, SourceLocation, Transfer
-from gate.runner import RegionRun, import_region
-from gate.source import UserCode
+from gate.policy.levels import Direction
+from gate.policy.resolve import python_path
+from gate.region.engine import RegionRun, import_region
+from gate.results.records import Phase, SourceLocation, Transfer
+from gate.witness.user_code import UserCode
 
 STEP = """
 import jax

@@ -12,11 +12,11 @@ import pytest
 from cli_helpers import make_repo, run_gate, validate_junit
 from result_samples import STEPS, policy_yaml, region_yaml
 
-from gate.exit_codes import ExitCode
-from gate.guard_levels import GuardLevel, GuardSpec
-from gate.merge import MergeError, merge_reports
-from gate.policy_model import CallableRef, Checks, Policy, Region
-from gate.shard import Shard, parse_shard, select_shard
+from gate.cli.exit_codes import ExitCode
+from gate.plan import Shard, parse_shard, select_shard
+from gate.policy.levels import GuardLevel, GuardSpec
+from gate.policy.model import CallableRef, Checks, Policy, Region
+from gate.report.merge import MergeError, merge_reports
 
 # --- parsing and splitting -----------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Binding setup's outputs to the step's signature, and counting annotated return values.
 
-`gate.signature` in isolation; `tests/test_run.py` runs the same misfits
+`gate.policy.signature` in isolation; `tests/test_run.py` runs the same misfits
 through the CLI, and the bad example policies cover `validate`.
 """
 
@@ -14,9 +14,9 @@ from typing import Any, NamedTuple
 import pytest
 from result_samples import callable_ref, one_region_policy
 
-from gate.policy_model import Policy
-from gate.results import ErrorKind
-from gate.signature import Misfit, annotation_problem, misfit, misfit_error, step_signature
+from gate.policy.model import Policy
+from gate.policy.signature import Misfit, annotation_problem, misfit, misfit_error, step_signature
+from gate.results.records import ErrorKind
 
 
 def train(params: Any, x: Any, y: Any, lr: Any) -> Any:

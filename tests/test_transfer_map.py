@@ -481,7 +481,7 @@ def test_the_baseline_fails_a_line_that_now_moves_another_array_not_another_batc
 
 def test_a_version_1_baseline_is_one_line_saying_how_to_regenerate_it(tmp_path: Path) -> None:
     repo = make_repo(tmp_path, {"swap.py": SWAP, "policies/p.yaml": SWAP_POLICY})
-    old = {"format": "jax-transfer-gate.baseline", "version": 1, "accepted": []}
+    old = {"format": "jax-transfer-gate.results.baseline", "version": 1, "accepted": []}
     (repo / "policies/transfer-gate-baseline.json").write_text(json.dumps(old))
     run = run_gate(repo, "run")
     assert run.returncode == 2, run

@@ -385,12 +385,12 @@ def test_a_disallowed_direction_nothing_could_check_is_an_error_not_a_pass(repo:
             + "  - name: accepted\n    step: steps:clean\n    setup: steps:inputs\n"
             "    guard: {device_to_host: allow}\n",
             "inject/sitecustomize.py": """
-                import gate.detector
+                import gate.witness.detector
 
                 def missing():
-                    raise gate.detector.DetectorUnavailable("injected: no ArrayImpl._value")
+                    raise gate.witness.detector.DetectorUnavailable("injected: no ArrayImpl._value")
 
-                gate.detector._find_hooks = missing
+                gate.witness.detector._find_hooks = missing
             """,
         },
     )

@@ -1,0 +1,1 @@
+"""The command line: parsing, one call per subcommand, exit codes."""

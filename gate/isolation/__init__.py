@@ -1,0 +1,1 @@
+"""Running regions in worker processes: the scheduler, the worker, their wire format."""

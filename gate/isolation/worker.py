@@ -1,0 +1,249 @@
+"""The child side of isolation: a worker process, started as `worker_command` says.
+
+A worker imports jax once, then runs regions one at a time for the parent
+(`gate.isolation.scheduler`): it reads `Job` frames from ``JOBS_FD`` and answers each
+with a `Done` frame on ``RESULTS_FD`` as soon as the region finishes. Both are
+pipes of their own, so nothing the code under test prints to stdout or
+stderr can corrupt the protocol. A frame is an 8-byte big-endian length and a
+pickle; the parent and the worker are the same program, so pickling between
+them trusts nothing the code under test could not already do.
+
+What the parent learns when things go wrong:
+- faulthandler is on, writing to a private copy of the original stderr: a
+  crash (SIGSEGV, SIGABRT...) prints every thread's Python stack before the
+  process dies, and `DUMP_SIGNAL` makes a hung worker print it on request;
+- the jobs pipe is the worker's lifeline: when it closes while a region
+  runs, the parent is gone (killed, or stopping this worker), and the worker
+  kills its own process group instead of running on with nobody to report to.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import pickle
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from gate import PACKAGE_DIR
+from gate.policy.model import Policy, Region
+from gate.results.records import ErrorKind, RegionError, RegionResult
+from gate.witness.user_code import UserCode, frames_of
+
+# The parent sends this to a worker it is about to kill (timeout, cancelled
+# run): faulthandler then prints where each thread is, for the report.
+DUMP_SIGNAL = signal.SIGUSR1
+
+_HEADER = 8
+
+# The folder that holds this `gate` package (site-packages, or a source checkout).
+_GATE_HOME = os.path.dirname(PACKAGE_DIR)
+
+
+def worker_command(jobs_fd: int, results_fd: int) -> list[str]:
+    """The command line that starts a worker: this gate's own package, whatever the cwd holds.
+
+    Workers run in the user's repo root, and ``python -m gate.isolation.worker`` would put it
+    first on `sys.path`: a ``gate`` package of the user's (a common name) would be imported
+    instead of this one. ``-c`` puts ``""`` there instead, which the bootstrap replaces with the
+    folder that holds this package (``-P`` would do as well, but only from Python 3.11). The
+    user's code still imports as before: `gate.policy.resolve.python_path` puts the policy's
+    python_path and the repo root first while a region's code is imported and run.
+    """
+    bootstrap = (
+        f"import sys; sys.path[0] = {_GATE_HOME!r}; "
+        "from gate.isolation.worker import main; raise SystemExit(main(sys.argv[1:]))"
+    )
+    return [sys.executable, "-u", "-c", bootstrap, str(jobs_fd), str(results_fd)]
+
+
+@dataclass(frozen=True)
+class Job:
+    """Run one region."""
+
+    number: int  # echoed in `Done`, so a reply can never be matched to the wrong job
+    policy: Policy
+    region: Region
+    repo_root: Path
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The worker has imported jax and initialised its devices."""
+
+    pid: int
+    startup_s: float
+
+
+@dataclass(frozen=True)
+class Done:
+    """A region's result."""
+
+    number: int
+    result: RegionResult
+
+
+Message = Job | Ready | Done
+
+
+def encode(message: Message) -> bytes:
+    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return len(payload).to_bytes(_HEADER, "big") + payload
+
+
+def write_frame(fd: int, message: Message) -> None:
+    """Write one frame to ``fd``, blocking until all of it is written."""
+    write_all(fd, encode(message))
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class FrameBuffer:
+    """Bytes read from a pipe, cut into frames as they complete."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, chunk: bytes) -> Iterator[Message]:
+        self._buffer += chunk
+        while len(self._buffer) >= _HEADER:
+            size = int.from_bytes(self._buffer[:_HEADER], "big")
+            if len(self._buffer) < _HEADER + size:
+                return
+            payload = bytes(self._buffer[_HEADER : _HEADER + size])
+            del self._buffer[: _HEADER + size]
+            message = pickle.loads(payload)
+            if not isinstance(message, Job | Ready | Done):
+                raise TypeError(f"unexpected message from the other side: {message!r:.200}")
+            yield message
+
+
+# -- the worker process --------------------------------------------------------
+
+
+def main(argv: list[str]) -> int:
+    jobs_fd, results_fd = (int(arg) for arg in argv)
+    # Keep the protocol pipes out of processes the code under test starts.
+    os.set_inheritable(jobs_fd, False)
+    os.set_inheritable(results_fd, False)
+    # A private copy of stderr: the crash dump still reaches the parent if a
+    # region points fd 2 somewhere else while it runs.
+    crash_log = os.fdopen(os.dup(2), "w")
+    faulthandler.enable(crash_log, all_threads=True)
+    faulthandler.register(DUMP_SIGNAL, crash_log, all_threads=True)
+
+    started = time.perf_counter()
+    import jax
+
+    jax.devices()  # backend start-up is paid once per worker, not per region
+    write_frame(results_fd, Ready(os.getpid(), time.perf_counter() - started))
+
+    jobs: queue.Queue[Job | None] = queue.Queue()
+    busy = threading.Event()
+    threading.Thread(
+        target=_read_jobs, args=(jobs_fd, jobs, busy), name="gate-jobs", daemon=True
+    ).start()
+    while True:
+        job = jobs.get()
+        if job is None:
+            return 0
+        busy.set()
+        result = run_job(job)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _send_result(results_fd, job, result)
+        busy.clear()
+
+
+def _send_result(fd: int, job: Job, result: RegionResult) -> None:
+    try:
+        frame = encode(Done(job.number, result))
+    except Exception as exc:  # something in the result does not pickle: a gate bug
+        error = RegionError(
+            ErrorKind.INTERNAL,
+            f"transfer-gate could not send this region's result ({type(exc).__name__}: "
+            f"{exc}); this is a bug",
+            "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        )
+        frame = encode(Done(job.number, _error_result(job, time.perf_counter(), error)))
+    write_all(fd, frame)
+
+
+def _read_jobs(fd: int, jobs: queue.Queue[Job | None], busy: threading.Event) -> None:
+    frames = FrameBuffer()
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            for message in frames.feed(chunk):
+                if not isinstance(message, Job):
+                    raise TypeError(f"expected a Job, got {type(message).__name__}")
+                jobs.put(message)
+    except BaseException:
+        traceback.print_exc()
+        os._exit(70)  # a protocol bug: the parent reports the crash and this output
+    if busy.is_set():
+        _kill_own_group()
+    jobs.put(None)
+
+
+def _kill_own_group() -> None:
+    """The parent is gone mid-region: stop this worker and whatever it started."""
+    if os.getpgrp() == os.getpid():  # started by the scheduler, in a session of its own
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run_job(job: Job) -> RegionResult:
+    """The region's result; a gate bug becomes an INTERNAL error for this region only."""
+    from gate.region import engine as runner
+
+    started = time.perf_counter()
+    try:
+        return runner.run_region(job.policy, job.region, job.repo_root)
+    except Exception as exc:
+        # run_region turns every exception of the user's code into a RegionError.
+        return _error_result(
+            job,
+            started,
+            RegionError(
+                ErrorKind.INTERNAL,
+                f"transfer-gate itself failed while running this region "
+                f"({type(exc).__name__}: {exc}); this is a bug",
+                "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+            ),
+        )
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt from the code under test
+        code = UserCode(job.repo_root, job.policy.python_path)
+        return _error_result(
+            job,
+            started,
+            RegionError(
+                ErrorKind.STEP,
+                f"{type(exc).__name__}({exc}) raised: code under test must not exit the process",
+                "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+                code.locate(frames_of(exc.__traceback__)),
+            ),
+        )
+
+
+def _error_result(job: Job, started: float, error: RegionError) -> RegionResult:
+    return RegionResult(
+        suite=job.policy.suite,
+        name=job.region.name,
+        policy_path=job.policy.path.as_posix(),
+        policy_line=job.region.line,
+        guard=job.region.guard,
+        has_checks=job.region.checks.any,
+        wall_s=time.perf_counter() - started,
+        error=error,
+    )

@@ -1,0 +1,197 @@
+"""What a worker process prints, as the gate's process sees it.
+
+`WorkerOutput` drains the worker's stdout and stderr (one pipe) in a thread,
+so a full pipe never blocks the worker, keeps the last lines for the report
+and forwards every line to the gate's stderr. `StackDump` reads the stack
+dump faulthandler prints when a worker crashes or is asked for it before
+being stopped (`gate.isolation.worker.DUMP_SIGNAL`): it says which line of the user's
+code was running.
+"""
+
+from __future__ import annotations
+
+import codecs
+import collections
+import contextlib
+import os
+import re
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+from gate.results.records import SourceLocation
+from gate.witness.user_code import UserCode
+
+_KEPT_LINES = 400  # per worker
+_MAX_LINE = 2000  # characters; a longer line (a progress bar without newlines) is cut
+
+
+class WorkerOutput:
+    """A worker's stdout and stderr: drained by a thread, kept as the last lines, forwarded.
+
+    Each line goes to ``forward`` as ``[<label>] <line>``; the scheduler sets
+    `label` to the region that is running.
+    """
+
+    def __init__(self, fd: int, forward: TextIO | None) -> None:
+        self.label = "worker"
+        self._forward = forward
+        self._lines: collections.deque[str] = collections.deque(maxlen=_KEPT_LINES)
+        self._count = 0  # lines received so far
+        self._partial = ""
+        self._last_data = time.monotonic()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(
+            target=self._drain, args=(fd,), name="gate-worker-output", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def count(self) -> int:
+        """A mark for `lines_since`: the number of lines received so far."""
+        with self._lock:
+            return self._count
+
+    def lines_since(self, mark: int) -> list[str]:
+        """The lines received after ``mark`` (as many as are kept), an unfinished one last."""
+        with self._lock:
+            kept = max(0, min(self._count - mark, len(self._lines)))
+            lines = list(self._lines)[len(self._lines) - kept :]
+            if self._partial:
+                lines.append(self._partial)
+            return lines
+
+    def wait_quiet(
+        self, mark: int, quiet_s: float, limit_s: float, gone: Callable[[], bool]
+    ) -> None:
+        """Wait until lines arrived after ``mark`` and then nothing for ``quiet_s``.
+
+        Stops early once ``gone()`` says the writer has exited (`finish` then
+        collects what is still in the pipe).
+        """
+        end = time.monotonic() + limit_s
+        while time.monotonic() < end and not gone():
+            with self._lock:
+                settled = self._count > mark and time.monotonic() - self._last_data >= quiet_s
+            if settled:
+                return
+            time.sleep(0.02)
+
+    def finish(self, timeout_s: float) -> None:
+        """Wait for the rest of the output (the pipe closes when the worker is gone)."""
+        self._thread.join(timeout_s)
+
+    def _drain(self, fd: int) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        try:
+            while chunk := os.read(fd, 1 << 16):
+                self._add(decoder.decode(chunk))
+            rest = decoder.decode(b"", final=True)
+            if rest or self._partial:
+                self._add(rest + "\n")
+        finally:
+            os.close(fd)
+
+    def _add(self, text: str) -> None:
+        with self._lock:
+            self._last_data = time.monotonic()
+            parts = (self._partial + text).split("\n")
+            self._partial = parts.pop()
+            if len(self._partial) > _MAX_LINE:
+                parts.append(self._partial)
+                self._partial = ""
+            lines = [line.rstrip("\r")[:_MAX_LINE] for line in parts]
+            self._lines.extend(lines)
+            self._count += len(lines)
+            label = self.label
+        if self._forward is not None and lines:
+            # Outside the lock: a slow stderr must not stall the scheduler.
+            with contextlib.suppress(OSError, ValueError):
+                self._forward.write("".join(f"[{label}] {line}\n" for line in lines))
+                self._forward.flush()
+
+
+# faulthandler's format, e.g.
+#   Fatal Python error: Segmentation fault
+#
+#   Current thread 0x00007f3a5c0b8740 (most recent call first):
+#     File "/repo/steps.py", line 12 in crash_step
+_FATAL = "Fatal Python error: "
+_THREAD = re.compile(r"^(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+")
+_FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<name>.*)$')
+_WORKER_FILE = os.path.join("gate", "worker.py")
+
+
+def split_output(lines: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(what was printed, faulthandler's stack dump) from a worker's last lines."""
+    for index, line in enumerate(lines):
+        if line.startswith(_FATAL) or _THREAD.match(line):
+            return list(lines[:index]), list(lines[index:])
+    return list(lines), []
+
+
+@dataclass(frozen=True)
+class DumpedThread:
+    heading: str  # "Current thread 0x... (most recent call first):"
+    current: bool  # the thread that crashed or took the signal
+    frames: tuple[traceback.FrameSummary, ...]  # innermost first, as dumped
+
+    @property
+    def runs_region(self) -> bool:
+        """Whether this is the worker's thread that runs regions."""
+        return any(f.name == "run_job" and f.filename.endswith(_WORKER_FILE) for f in self.frames)
+
+
+@dataclass(frozen=True)
+class StackDump:
+    """faulthandler's dump of a worker's threads."""
+
+    fatal: str | None  # "Fatal Python error: Aborted" for a crash
+    threads: tuple[DumpedThread, ...]
+
+    @classmethod
+    def parse(cls, lines: Sequence[str]) -> StackDump:
+        fatal = None
+        threads: list[tuple[str, bool, list[traceback.FrameSummary]]] = []
+        for line in lines:
+            if line.startswith(_FATAL) and fatal is None:
+                fatal = line
+            elif match := _THREAD.match(line):
+                threads.append((line, match["current"] == "Current thread", []))
+            elif (frame := _FRAME.match(line)) and threads:
+                threads[-1][2].append(
+                    traceback.FrameSummary(
+                        frame["file"], int(frame["line"]), frame["name"], lookup_line=False
+                    )
+                )
+        return cls(fatal, tuple(DumpedThread(h, c, tuple(f)) for h, c, f in threads))
+
+    def location(self, code: UserCode, crashed: bool) -> SourceLocation | None:
+        """The user's line: where a crash happened, or where a stopped region was.
+
+        For a crash the crashing thread ("Current thread") is asked first; for
+        a region stopped on request, the thread running the region.
+        """
+
+        def first(thread: DumpedThread) -> bool:
+            return thread.current if crashed else thread.runs_region
+
+        for thread in sorted(self.threads, key=lambda t: not first(t)):
+            where = code.locate(thread.frames[::-1])
+            if where is not None:
+                return where
+        return None
+
+    def text(self, code: UserCode) -> str:
+        """The dump for a report: only threads in the user's code (all when none is)."""
+        shown = [t for t in self.threads if any(code.is_user(f.filename) for f in t.frames)]
+        parts = [self.fatal] if self.fatal else []
+        for thread in shown or self.threads:
+            frames = "".join(
+                f'  File "{f.filename}", line {f.lineno} in {f.name}\n' for f in thread.frames
+            )
+            parts.append(f"{thread.heading}\n{frames}".rstrip("\n"))
+        return "\n\n".join(parts)

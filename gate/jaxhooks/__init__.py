@@ -1,0 +1,1 @@
+"""Every place the gate reaches into JAX internals, checked when installed and on restore."""

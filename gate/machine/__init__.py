@@ -1,0 +1,1 @@
+"""The machine the gate runs on: backend diagnosis and `transfer-gate doctor`."""

@@ -1,0 +1,1 @@
+"""Policy files: the YAML model, loading and validation, the schema, resolving references."""

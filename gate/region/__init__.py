@@ -1,0 +1,1 @@
+"""The region engine: runs one region's step under the guard and judges it."""

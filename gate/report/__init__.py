@@ -1,0 +1,1 @@
+"""Reporters: JUnit, JSON, terminal, GitHub, and merging shard reports."""

@@ -1,0 +1,430 @@
+"""The run as GitHub Actions shows it: error annotations and a Markdown job summary.
+
+Only when ``GITHUB_ACTIONS=true``. Both follow GitHub's documented rules
+(see FIELD-NOTES, "JUnit as PR tools read it"):
+
+- Workflow commands ``::error file=F,line=N,title=T::message`` on stdout.
+  In the message ``%``, CR and LF are escaped (``%25``, ``%0D``, ``%0A``);
+  in property values ``:`` and ``,`` too (``%3A``, ``%2C``). GitHub shows
+  at most 10 error annotations per step, so at most 10 are written, the most
+  important first (failing transfers, then errors, then failed checks), and
+  one warning line says how many more are in the report.
+- A Markdown summary appended to ``$GITHUB_STEP_SUMMARY``, which GitHub
+  caps at 1 MiB per step: the summary is cut between entries, with a line
+  saying how much was left out, rather than rejected.
+
+The wording comes from `gate.report.terminal` and `gate.results.hints`, so the log,
+the JUnit report and GitHub say the same thing.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+import sys
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from gate.report.terminal import (
+    format_boundary,
+    format_duration,
+    one_line,
+)
+from gate.results.findings import Finding, group
+from gate.results.hints import hint_for, hint_for_error
+from gate.results.records import ErrorKind, RegionResult, RunResult
+
+MAX_ERROR_ANNOTATIONS = 10  # GitHub shows no more error annotations per step
+MAX_SUMMARY_BYTES = 1024 * 1024  # GitHub's limit for one step's summary
+# A traceback longer than this is cut in the summary; the report keeps all of it.
+MAX_DETAILS_CHARS = 20_000
+TITLE = "transfer-gate"
+
+
+# --- workflow commands ---------------------------------------------------------------------------
+
+
+def escape_data(text: str) -> str:
+    """A workflow command's message, escaped as GitHub's toolkit does (``%``, CR, LF)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """A workflow command's property value: the message's escapes, plus ``:`` and ``,``."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def workflow_command(command: str, message: str, **properties: str | int | None) -> str:
+    """``::command key=value,...::message``; properties that are None are left out."""
+    props = ",".join(
+        f"{key}={escape_property(str(value))}"
+        for key, value in properties.items()
+        if value is not None
+    )
+    head = f"::{command} {props}" if props else f"::{command}"
+    return f"{head}::{escape_data(message)}"
+
+
+def in_github_actions(environ: Mapping[str, str]) -> bool:
+    """True when running as a GitHub Actions step (the runner sets ``GITHUB_ACTIONS=true``)."""
+    return environ.get("GITHUB_ACTIONS") == "true"
+
+
+# --- findings ------------------------------------------------------------------------------------
+
+
+class AnnotationKind(enum.IntEnum):
+    """What an annotation is about; the order is the order of importance."""
+
+    TRANSFER = 0
+    ERROR = 1
+    CHECK = 2
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """One thing a reader must act on, at one place: an annotation and a summary entry."""
+
+    kind: AnnotationKind
+    region: str  # the region's classname, ``suite.region``
+    path: str  # file to annotate; "" when there is none (a gate bug)
+    line: int  # 0 when there is none
+    label: str  # short: what kind of problem, e.g. "implicit host-to-device transfer"
+    message: str  # what happened, one line
+    fix: str = ""  # the usual fix, one line
+    source: str = ""  # the offending line's text, when known
+    details: str = ""  # full text (a traceback); folded in the summary
+
+    @property
+    def title(self) -> str:
+        return f"{self.region}: {self.label}"
+
+    @property
+    def where(self) -> str:
+        if not self.path:
+            return ""
+        return f"{self.path}:{self.line}" if self.line > 0 else self.path
+
+
+def region_annotations(region: RegionResult) -> list[Annotation]:
+    """What failed in `region`: failing transfers (one per finding), its error, failed checks."""
+    found = [
+        _transfer_annotation(region, finding)
+        for finding in group(region.transfers)
+        if finding.failing
+    ]
+    if region.error is not None and region.error.kind is not ErrorKind.CANCELLED:
+        error = region.error
+        where = error.location
+        found.append(
+            Annotation(
+                AnnotationKind.ERROR,
+                region.classname,
+                where.path if where is not None else region.policy_path,
+                where.line if where is not None else region.policy_line,
+                error.kind.value,
+                one_line(error.message),
+                fix=hint_for_error(error) or "",
+                details=error.details,
+            )
+        )
+    found.extend(
+        Annotation(
+            AnnotationKind.CHECK,
+            region.classname,
+            region.policy_path,
+            region.policy_line,
+            f"result check failed: {check.name.value}",
+            one_line(check.detail),
+        )
+        for check in region.checks
+        if not check.passed
+    )
+    return found
+
+
+def _transfer_annotation(region: RegionResult, finding: Finding) -> Annotation:
+    where = finding.location
+    scope = f" {finding.scope()}" if finding.scope() else ""
+    return Annotation(
+        AnnotationKind.TRANSFER,
+        region.classname,
+        where.path if where is not None else region.policy_path,
+        where.line if where is not None else region.policy_line,
+        f"{finding.kind} {finding.direction.label} transfer",
+        f"{finding.kind} {finding.what()}{scope}, {finding.counts()}",
+        fix=hint_for(finding.sample),
+        source=finding.source or "",
+    )
+
+
+def run_annotations(run: RunResult) -> list[Annotation]:
+    """Every annotation of `run`, most important kind first, in region order within a kind."""
+    found = [entry for region in run.regions for entry in region_annotations(region)]
+    return sorted(found, key=lambda a: a.kind)  # stable: keeps the region order
+
+
+# --- annotations ---------------------------------------------------------------------------------
+
+
+def annotation_lines(run: RunResult, report: str, limit: int = MAX_ERROR_ANNOTATIONS) -> list[str]:
+    """The workflow-command lines for `run`: at most `limit` errors, then a count of the rest."""
+    found = run_annotations(run)
+    lines = [
+        workflow_command(
+            "error",
+            entry.message + (f"\nfix: {entry.fix}" if entry.fix else ""),
+            file=entry.path or None,
+            line=entry.line if entry.path and entry.line > 0 else None,
+            title=f"{TITLE}: {entry.title}",
+        )
+        for entry in found[:limit]
+    ]
+    cancelled = [
+        r.classname for r in run.regions if r.error and r.error.kind is ErrorKind.CANCELLED
+    ]
+    if cancelled:
+        # Not a fault of any line: one warning for the run, not an error per region.
+        shown = ", ".join(cancelled[:5]) + (
+            f" and {len(cancelled) - 5} more" if len(cancelled) > 5 else ""
+        )
+        lines.append(
+            workflow_command(
+                "warning",
+                f"the run was stopped before {len(cancelled)} region(s) finished ({shown}); "
+                "they were not judged",
+                title=f"{TITLE}: run cancelled",
+            )
+        )
+    left = len(found) - limit
+    if left > 0:
+        noun = "finding" if left == 1 else "findings"
+        lines.append(
+            workflow_command(
+                "warning",
+                f"{left} more {noun} not annotated (GitHub shows at most {limit} error "
+                f"annotations per step); all are in the report {report} and the job summary",
+                title=TITLE,
+            )
+        )
+    return lines
+
+
+# --- job summary ---------------------------------------------------------------------------------
+
+# Characters that mean something in Markdown inside a line (or a table cell);
+# a leading `#`, `-` or digit cannot occur, since user text never starts a line.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>|&~])")
+
+
+def _text(text: str) -> str:
+    """User text (an exception message) as literal Markdown on one line."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", one_line(text))
+
+
+def _code(text: str, *, in_table: bool = False) -> str:
+    """`text` as an inline code span; in a table cell, `|` is escaped (elsewhere it would show)."""
+    text = one_line(text)
+    if in_table:
+        text = text.replace("|", "\\|")
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _fenced(text: str) -> str:
+    """`text` in a fenced block, cut to MAX_DETAILS_CHARS; the fence outlasts any run inside."""
+    if len(text) > MAX_DETAILS_CHARS:
+        cut = len(text) - MAX_DETAILS_CHARS
+        text = text[:MAX_DETAILS_CHARS] + f"\n… {cut} more characters in the report"
+    longest = max((len(run) for run in re.findall(r"`{3,}", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text.rstrip()}\n{fence}"
+
+
+def _status(region: RegionResult) -> str:
+    if region.error is not None:
+        return f"**ERROR**: {_text(region.error.kind.value)}"
+    if region.passed:
+        return "pass"
+    why = []
+    if region.transfers_failed:
+        why.append("transfers")
+    failed_checks = [c.name.value for c in region.checks if not c.passed]
+    if failed_checks:
+        why.append("checks: " + ", ".join(failed_checks))
+    return f"**FAIL**: {'; '.join(why)}"
+
+
+def _failing_by_direction(region: RegionResult) -> str:
+    """``host-to-device: 2 lines``: the failing lines of code, counted per direction."""
+    # One line moving three arrays is three findings but one line to fix.
+    lines = dict.fromkeys(
+        (f.direction.label, f.location) for f in group(region.transfers) if f.failing
+    )
+    counts = Counter(direction for direction, _ in lines)
+    if not counts:
+        return "none" if region.error is None else "—"
+    return ", ".join(
+        f"{direction}: {n} line" + ("" if n == 1 else "s") for direction, n in counts.items()
+    )
+
+
+def _table_row(region: RegionResult) -> str:
+    median = format_duration(region.timing.median_s) if region.timing is not None else "—"
+    boundaries = (
+        "<br>".join(_text(format_boundary(b)) for b in region.boundaries)
+        if region.boundaries
+        else "—"
+    )
+    cells = [
+        _code(region.classname, in_table=True),
+        _status(region),
+        _failing_by_direction(region),
+        median,
+        boundaries,
+    ]
+    return "| " + " | ".join(cells) + " |\n"
+
+
+def _summary_entry(entry: Annotation) -> str:
+    where = f"{_code(entry.where)}: " if entry.where else ""
+    # A transfer's message already says what moved; an error or a check needs its label.
+    label = "" if entry.kind is AnnotationKind.TRANSFER else f"{_text(entry.label)}: "
+    text = f"- {where}{label}{_text(entry.message)}\n"
+    if entry.source:
+        text += f"  {_code(entry.source)}\n"
+    if entry.fix:
+        # The hints are the gate's own text and use `code` spans on purpose.
+        text += f"  fix: {one_line(entry.fix)}\n"
+    if entry.details.strip():
+        block = _fenced(entry.details).replace("\n", "\n  ")
+        text += f"\n  <details><summary>details</summary>\n\n  {block}\n\n  </details>\n"
+    return text
+
+
+def _heading(run: RunResult) -> str:
+    regions = run.regions
+    if not regions:
+        return f"## {TITLE}: no regions ran\n\nThe report has no tests.\n"
+    passed = sum(1 for r in regions if r.passed)
+    heading = f"## {TITLE}: {passed} passed, {len(regions) - passed} failed\n"
+    platforms = sorted({r.platform for r in regions if r.platform})
+    if platforms:
+        heading += f"\nPlatform: {_text('; '.join(platforms))}\n"
+    # Said up front, as in the terminal: a direction nothing checked.
+    unchecked = sorted({d for r in regions for d, judge in r.coverage if judge == "not checked"})
+    if unchecked:
+        heading += f"\n**Not checked on this platform: {_text(', '.join(unchecked))}**\n"
+    return heading
+
+
+def summary_blocks(run: RunResult) -> list[str]:
+    """The summary as blocks, each whole Markdown: where it may be cut."""
+    blocks = [_heading(run)]
+    if run.regions:
+        blocks.append(
+            "\n| Region | Status | Failing transfers | Median step | Boundary costs |\n"
+            "|---|---|---|---|---|\n"
+        )
+        blocks.extend(_table_row(region) for region in run.regions)
+    # As in the terminal summary: regions that failed, and those with notes.
+    shown = [r for r in run.regions if not r.passed or r.notes]
+    if shown:
+        blocks.append("\n### Findings\n")
+        for region in shown:
+            blocks.append(f"\n#### {_code(region.classname)}\n\n")
+            blocks.extend(_summary_entry(entry) for entry in region_annotations(region))
+            blocks.extend(f"- note: {_text(note)}\n" for note in region.notes)
+    return blocks
+
+
+def render_summary(run: RunResult, report: str, limit_bytes: int = MAX_SUMMARY_BYTES) -> str:
+    """The Markdown job summary for `run`, at most `limit_bytes` of UTF-8.
+
+    Blocks that do not fit are left out from the first one that does not,
+    and a line says how many; "" when not even the heading fits.
+    """
+    footer = f"\nFull report: {_code(report)}\n"
+    blocks = summary_blocks(run)
+    used = _size(footer)
+    kept: list[str] = []
+    for index, block in enumerate(blocks):
+        remaining = len(blocks) - index - 1
+        note = _cut_note(len(blocks) - index, report)
+        # Room for this block, and for the note should a later one not fit.
+        reserve = _size(note) if remaining else 0
+        if used + _size(block) + reserve > limit_bytes:
+            if used + _size(note) > limit_bytes or not kept:
+                return ""
+            return "".join(kept) + note + footer
+        kept.append(block)
+        used += _size(block)
+    return "".join(kept) + footer
+
+
+def _cut_note(left: int, report: str) -> str:
+    return (
+        f"\n_Summary cut to fit GitHub's limit of {MAX_SUMMARY_BYTES // 1024} KiB per step: "
+        f"{left} more entries are in the report {_code(report)}._\n"
+    )
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+# --- wiring --------------------------------------------------------------------------------------
+
+
+def report_to_github(
+    run: RunResult,
+    report: Path | str,
+    environ: Mapping[str, str] | None = None,
+    stdout: TextIO | None = None,
+) -> None:
+    """Annotate and summarise `run` for GitHub Actions; nothing outside GitHub Actions.
+
+    A summary that cannot be written costs a warning line, never the verdict:
+    the report and the exit code are what the gate promises.
+    """
+    environ = os.environ if environ is None else environ
+    out = sys.stdout if stdout is None else stdout
+    if not in_github_actions(environ):
+        return
+    report_name = Path(report).as_posix()
+    for line in annotation_lines(run, report_name):
+        print(line, file=out)
+    summary_path = environ.get("GITHUB_STEP_SUMMARY", "")
+    if summary_path:
+        problem = append_summary(Path(summary_path), run, report_name)
+        if problem:
+            print(workflow_command("warning", problem, title=TITLE), file=out)
+    out.flush()
+
+
+def append_summary(path: Path, run: RunResult, report: str) -> str:
+    """Append the summary to `path` within the step's budget; a one-line problem or ""."""
+    try:
+        existing = path.stat().st_size if path.exists() else 0
+    except OSError:
+        existing = 0
+    # A blank line keeps what the step wrote before from running into the heading.
+    separator = "\n" if existing else ""
+    text = render_summary(run, report, MAX_SUMMARY_BYTES - existing - len(separator))
+    if not text:
+        return (
+            f"no room left in the job summary ({existing} bytes already written this step); "
+            f"see the report {report}"
+        )
+    try:
+        with path.open("a", encoding="utf-8") as stream:
+            stream.write(separator + text)
+    except OSError as exc:
+        return f"cannot write the job summary {path}: {exc.strerror or exc}"
+    return ""

@@ -1,0 +1,135 @@
+"""The JSON report: the full transfer map per region, for tools (and people with jq).
+
+Format ``jax-transfer-gate.report``, version 1, documented in docs/reports.md
+("JSON report"). Fields are only ever added within a version; renaming or
+removing one bumps the version. One entry per finding: per array moved at a
+line (`gate.results.findings`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from gate import __version__
+from gate.files import write_text_atomically
+from gate.results.baseline import fingerprints
+from gate.results.cause import cause_of
+from gate.results.findings import Finding, group
+from gate.results.hints import hint_for
+from gate.results.records import RegionResult, RunResult
+
+FORMAT = "jax-transfer-gate.report"
+VERSION = 1
+
+
+def _status(region: RegionResult) -> str:
+    if region.error is not None:
+        return "error"
+    return "passed" if region.passed else "failed"
+
+
+def _finding(finding: Finding, fingerprint: str) -> dict[str, Any]:
+    where = finding.location
+    sample = finding.sample_with_shape()
+    return {
+        "direction": finding.direction.label,
+        "kind": finding.kind,
+        "failing": finding.failing,
+        "accepted_by_baseline": finding.sample.accepted,
+        "dtype": finding.dtype,
+        "shape": list(finding.shape) if finding.shape is not None else None,
+        "bytes": sample.nbytes,
+        "undescribed": finding.undescribed,
+        "argument": finding.argument,
+        "jitted_call": sample.jitted_call,
+        "host_use": sample.host_use,
+        "cause": cause_of(sample).name.lower(),
+        "fix": hint_for(sample),
+        "path": where.path if where else None,
+        "line": where.line if where else None,
+        "function": where.function if where else None,
+        "source": finding.source,
+        "boundary": finding.boundary,
+        "thread": finding.thread,
+        "first_call": finding.first_call,
+        "per_step": finding.per_step,
+        # An uncommitted array's device-to-device copy happens every step, but JAX
+        # checks it on the first call only: per_step is then 0 though it moves each step.
+        "every_step": finding.every_step,
+        "seen_by": sample.message,
+        "fingerprint": fingerprint,
+    }
+
+
+def region_document(region: RegionResult) -> dict[str, Any]:
+    findings = group(region.transfers)
+    prints = fingerprints(region.classname, findings)
+    timing = region.timing
+    return {
+        "name": region.name,
+        "classname": region.classname,
+        "policy": region.policy_path,
+        "policy_line": region.policy_line,
+        "status": _status(region),
+        "guard": {
+            "host_to_device": region.guard.host_to_device.value,
+            "device_to_host": region.guard.device_to_host.value,
+            "device_to_device": region.guard.device_to_device.value,
+        },
+        "transfers": [_finding(f, prints[f]) for f in findings],
+        "timing": None
+        if timing is None
+        else {
+            "repeats": timing.repeats,
+            "min_s": timing.min_s,
+            "p25_s": timing.p25_s,
+            "median_s": timing.median_s,
+            "p75_s": timing.p75_s,
+            "max_s": timing.max_s,
+        },
+        "boundaries": [
+            {"name": b.name, "calls": b.calls, "total_s": b.total_s, "per_step_s": b.per_step_s}
+            for b in region.boundaries
+        ],
+        "checks": [
+            {"name": c.name.value, "passed": c.passed, "detail": c.detail} for c in region.checks
+        ],
+        "error": None
+        if region.error is None
+        else {
+            "kind": region.error.kind.name.lower(),
+            "message": region.error.message,
+            "path": region.error.location.path if region.error.location else None,
+            "line": region.error.location.line if region.error.location else None,
+            "details": region.error.details,
+        },
+        "notes": list(region.notes),
+        "fixed_since_baseline": list(region.fixed),
+        "wall_s": region.wall_s,
+    }
+
+
+def render_json(run: RunResult) -> str:
+    document = {
+        "format": FORMAT,
+        "version": VERSION,
+        "gate_version": __version__,
+        "passed": run.passed,
+        "suites": [
+            {
+                "name": suite.name,
+                "policy": suite.policy_path,
+                "regions": [region_document(r) for r in suite.regions],
+            }
+            for suite in run.suites
+        ],
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_json(run: RunResult, path: Path) -> None:
+    """Write the JSON report atomically (a half-written report must never be read)."""
+    text = render_json(run)
+    write_text_atomically(path, text)

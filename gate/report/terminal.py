@@ -1,0 +1,208 @@
+"""The run as a CI log shows it: one line per region, the findings, then a count line.
+
+The human-readable pieces (durations, timing, boundary costs, one finding)
+live here and the JUnit writer reuses them, so a log and a report say the
+same thing in the same words.
+"""
+
+from __future__ import annotations
+
+from gate.results.findings import group
+from gate.results.hints import hint_for, hint_for_error
+from gate.results.records import (
+    BoundaryCost,
+    CheckOutcome,
+    RegionResult,
+    RunResult,
+    TimingStats,
+    Transfer,
+)
+
+_GREEN = "\x1b[32m"
+_RED = "\x1b[31m"
+_BOLD_RED = "\x1b[1;31m"
+_RESET = "\x1b[0m"
+
+# Largest unit first; a value is shown in the first unit where it reads >= 1.
+_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9))
+
+
+def format_duration(seconds: float) -> str:
+    """``1.23 ms``: three significant digits in the largest unit where the number is >= 1."""
+    if seconds == 0:
+        return "0 s"
+    for unit, scale in _UNITS:
+        value = seconds / scale
+        # 0.9995 rather than 1 so 999.7 µs reads "1.00 ms", not "1000 µs".
+        if abs(value) >= 0.9995 or unit == _UNITS[-1][0]:
+            return f"{_three_significant(value)} {unit}"
+    raise AssertionError("unreachable: the last unit always matches")
+
+
+def _three_significant(value: float) -> str:
+    magnitude = abs(value)
+    if magnitude >= 99.95:
+        return f"{value:.0f}"
+    if magnitude >= 9.995:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def format_timing(timing: TimingStats) -> str:
+    """``median 1.23 ms (min …, p25 …, p75 …, max …; 20 repeats)``."""
+    repeats = f"{timing.repeats} repeat" + ("" if timing.repeats == 1 else "s")
+    return (
+        f"median {format_duration(timing.median_s)} "
+        f"(min {format_duration(timing.min_s)}, p25 {format_duration(timing.p25_s)}, "
+        f"p75 {format_duration(timing.p75_s)}, max {format_duration(timing.max_s)}; {repeats})"
+    )
+
+
+def format_boundary(cost: BoundaryCost) -> str:
+    """``pkg.io:save: 20 calls, 3.10 ms total, 155 µs per step``."""
+    calls = f"{cost.calls} call" + ("" if cost.calls == 1 else "s")
+    return (
+        f"{cost.name}: {calls}, {format_duration(cost.total_s)} total, "
+        f"{format_duration(cost.per_step_s)} per step"
+    )
+
+
+def format_check(check: CheckOutcome) -> str:
+    """``FAIL reference: max abs diff 0.3 > 1e-05``."""
+    verdict = "pass" if check.passed else "FAIL"
+    return f"{verdict} {check.name.value}: {one_line(check.detail)}"
+
+
+def format_finding(transfer: Transfer) -> str:
+    """``implicit host-to-device float32[8] (first call)``: what moved, and when."""
+    text = f"{transfer.kind} {transfer.describe()}"
+    if transfer.boundary is not None:
+        text += f" in boundary {transfer.boundary}"
+    elif transfer.explicit:
+        text += " outside a declared boundary"
+    return f"{text} ({transfer.phase.value})"
+
+
+def transfer_location(transfer: Transfer, region: RegionResult) -> str:
+    """``path:line`` of the transfer; the region's policy entry when no user frame was found."""
+    if transfer.location is not None:
+        return str(transfer.location)
+    return f"{region.policy_path}:{region.policy_line}"
+
+
+def one_line(text: str) -> str:
+    """`text` with its line breaks and tabs turned into single spaces."""
+    return " ".join(text.split())
+
+
+def format_summary(run: RunResult, color: bool = False) -> str:
+    """What a CI log shows for `run`; the last line is exactly ``N passed, N failed``.
+
+    Regions that errored count as failed. `color` adds ANSI colours to the
+    verdicts (pass it only when writing to a TTY); the count line is never
+    coloured so tools can read it. No trailing newline.
+    """
+    regions = run.regions
+    width = max((len(r.classname) for r in regions), default=0)
+    lines = [_region_line(region, width, color) for region in regions]
+
+    findings = [
+        line
+        for region in regions
+        if not region.passed or region.notes
+        for line in _findings(region)
+    ]
+    if findings:
+        lines.append("")
+        lines.extend(findings)
+
+    platforms = sorted({r.platform for r in regions if r.platform})
+    if platforms:
+        lines.insert(0, f"platform: {'; '.join(platforms)}")
+        unchecked = sorted(
+            {d for r in regions for d, judge in r.coverage if judge == "not checked"}
+        )
+        if unchecked:
+            lines.insert(1, f"NOT CHECKED on this platform: {', '.join(unchecked)} transfers")
+    passed = sum(1 for region in regions if region.passed)
+    if lines:
+        lines.append("")
+    lines.append(f"{passed} passed, {len(regions) - passed} failed")
+    return "\n".join(lines)
+
+
+def _verdict(region: RegionResult, color: bool) -> str:
+    if region.error is not None:
+        word, colour = "ERROR", _BOLD_RED
+    elif region.passed:
+        word, colour = "PASS", _GREEN
+    else:
+        word, colour = "FAIL", _RED
+    padded = f"{word:<5}"
+    if not color:
+        return padded
+    # Colour the word only, so the padding keeps the columns aligned.
+    return f"{colour}{word}{_RESET}{padded[len(word) :]}"
+
+
+def _region_line(region: RegionResult, width: int, color: bool) -> str:
+    head = f"{_verdict(region, color)} {region.classname:<{width}}"
+    if region.error is not None:
+        return f"{head}  {region.error.kind.value}: {one_line(region.error.message)}"
+
+    findings = group(region.transfers)
+    failing = sum(1 for f in findings if f.failing)
+    # One line moving three arrays is three findings but one line to fix.
+    lines = len({f.location for f in findings if f.failing})
+    columns = [f"{lines} failing line" + ("" if lines == 1 else "s")]
+    if failing > lines:
+        columns[0] += f" ({failing} arrays)"
+    accepted = sum(1 for f in findings if f.sample.accepted)
+    others = len(findings) - failing - accepted
+    if accepted:
+        columns[0] += f" (+{accepted} accepted by the baseline)"
+    if others:
+        columns[0] += f" (+{others} allowed)"
+    if region.has_checks:
+        failed_checks = [c.name.value for c in region.checks if not c.passed]
+        if failed_checks:
+            columns.append("checks failed: " + ", ".join(failed_checks))
+        else:
+            columns.append(f"checks ok ({len(region.checks)})")
+    if region.timing is not None:
+        columns.append(f"median {format_duration(region.timing.median_s)}")
+    if region.boundaries:
+        per_step = sum(b.per_step_s for b in region.boundaries)
+        columns.append(f"boundaries {format_duration(per_step)}/step")
+    return f"{head}  " + "  ".join(columns)
+
+
+def _findings(region: RegionResult) -> list[str]:
+    lines = [f"{region.classname}:"]
+    policy = f"{region.policy_path}:{region.policy_line}"
+    if region.error is not None:
+        where = str(region.error.location) if region.error.location is not None else policy
+        lines.append(f"  {where}: {region.error.kind.value}: {one_line(region.error.message)}")
+        fix = hint_for_error(region.error)
+        if fix is not None:
+            lines.append(f"  fix: {fix}")
+        lines.extend(f"  note: {note}" for note in region.notes)
+        return lines
+    failing = [f for f in group(region.transfers) if f.failing]
+    for finding in failing:
+        where = transfer_location(finding.sample, region)
+        scope = f" {finding.scope()}" if finding.scope() else ""
+        source = f"   {finding.source}" if finding.source else ""
+        lines.append(
+            f"  {where}: {finding.kind} {finding.what()}{scope}, {finding.counts()}{source}"
+        )
+    # One hint per kind of finding, not one per line: the same fix reads once.
+    hints = dict.fromkeys(hint_for(f.sample) for f in failing)
+    lines.extend(f"  fix: {hint}" for hint in hints)
+    lines.extend(f"  note: {note}" for note in region.notes)
+    lines.extend(
+        f"  {policy}: result check failed: {c.name.value}: {one_line(c.detail)}"
+        for c in region.checks
+        if not c.passed
+    )
+    return lines

@@ -1,0 +1,1 @@
+"""Result records, findings grouped per site, the baseline, causes and hints."""

@@ -1,0 +1,269 @@
+"""The baseline: implicit transfers a repository has accepted, so the gate fails only new ones.
+
+A finding is matched by a fingerprint that survives unrelated edits: the
+region and every part of the finding's `Site` (direction, kind, boundary,
+thread, the array moved), with the line's file, enclosing function and text
+(whitespace-normalised) for its location, plus its rank among identical
+findings of that function. Line numbers are left out on purpose: code added
+above a line must not turn an accepted transfer into a new one. The array
+counts as its dtype, rank and every dimension but the leading one: a new batch
+size is the same array, a different array (other dtype or feature dimensions)
+is a new transfer.
+
+The file is JSON, sorted and indented, one entry per accepted line, so a
+reviewer sees in the PR diff when someone accepts a new transfer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from gate.files import DocumentError, read_json_document, write_text_atomically
+from gate.results.findings import Finding, group
+from gate.results.records import RegionResult, RunResult, Site, Transfer
+
+FORMAT = "jax-transfer-gate.results.baseline"
+# Version 2: fingerprints name the array moved (one finding per array).
+VERSION = 2
+DEFAULT_NAME = "transfer-gate-baseline.json"
+
+
+class BaselineError(Exception):
+    """The baseline file is unreadable or not a baseline; one line, names the file and the fix."""
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """One accepted line: what it is, and how often it may move data."""
+
+    region: str  # suite.region
+    fingerprint: str
+    direction: str
+    kind: str
+    path: str
+    function: str
+    source: str
+    per_step: int
+    first_call: int
+    array: str  # the array's fingerprint part, e.g. "float32[*,16,16,1]" or "y float32[*,64]"
+
+    def describe(self) -> str:
+        return (
+            f"{self.kind} {self.direction} {self.array} in {self.path} ({self.function}): "
+            f"{self.source}"
+        )
+
+
+def _normalized(source: str | None) -> str:
+    return " ".join((source or "").split())
+
+
+def array_class(dtype: str | None, shape: tuple[int, ...] | None) -> str:
+    """``float32[*,16,16,1]``: dtype, rank and every dimension but the leading (batch) one."""
+    if dtype is None:
+        return "undescribed"
+    if shape is None:
+        return f"{dtype}[?]"
+    dims = ["*", *(str(d) for d in shape[1:])] if shape else []
+    return f"{dtype}[{','.join(dims)}]"
+
+
+# How each part of a `Site` enters the fingerprint. A part added to `Site`
+# must be added here too (checked at import): an identity the baseline does
+# not see would make two findings share one entry.
+_SITE_PARTS: dict[str, Callable[[Site, str | None], tuple[str, ...]]] = {
+    "direction": lambda s, _: (s.direction.value,),
+    "explicit": lambda s, _: ("explicit" if s.explicit else "implicit",),
+    # The location by file, function and text, never by line number.
+    "location": lambda s, source: (
+        s.location.path if s.location else "",
+        s.location.function if s.location else "",
+        _normalized(source),
+    ),
+    "boundary": lambda s, _: (s.boundary or "",),
+    "thread": lambda s, _: (s.thread or "",),
+    "dtype": lambda s, _: (array_class(s.dtype, s.shape),),
+    "shape": lambda s, _: (),  # in "dtype": the array's class, batch dimension left out
+}
+if set(_SITE_PARTS) != {f.name for f in dataclasses.fields(Site)}:  # pragma: no cover
+    raise AssertionError(
+        "gate.results.baseline._SITE_PARTS must cover every field of gate.results.records.Site"
+    )
+
+
+def _identity(region: str, finding: Finding) -> tuple[str, ...]:
+    parts = [region]
+    for field in dataclasses.fields(Site):
+        parts.extend(_SITE_PARTS[field.name](finding.site, finding.source))
+    # Where the gate named the jitted call's argument, that too: a line that
+    # now moves `y` where it moved `x` (same dtype and feature shape) is new.
+    parts.append(finding.argument or "")
+    return tuple(parts)
+
+
+def _array_label(finding: Finding) -> str:
+    """The entry's ``array``: ``float32[*,64]``, or ``y float32[*,64]`` when named."""
+    array = array_class(finding.dtype, finding.shape)
+    return f"{finding.argument} {array}" if finding.argument else array
+
+
+def fingerprints(region: str, findings: Sequence[Finding]) -> dict[Finding, str]:
+    """A stable fingerprint for each finding of one region."""
+    seen: dict[tuple[str, ...], int] = {}
+    result: dict[Finding, str] = {}
+    # By line, then in the order the findings come (JAX's argument order at one line).
+    ordered = sorted(findings, key=lambda f: f.location.line if f.location else 0)
+    for finding in ordered:
+        identity = _identity(region, finding)
+        rank = seen.get(identity, 0)
+        seen[identity] = rank + 1
+        text = "\x1f".join((*identity, str(rank)))
+        result[finding] = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return result
+
+
+def accepted_from(run: RunResult) -> list[Accepted]:
+    """Every failing finding of ``run``, as baseline entries."""
+    entries = []
+    for region in run.regions:
+        findings = [f for f in group(region.transfers) if f.failing]
+        for finding, print_ in fingerprints(region.classname, findings).items():
+            where = finding.location
+            entries.append(
+                Accepted(
+                    region=region.classname,
+                    fingerprint=print_,
+                    direction=finding.direction.label,
+                    kind=finding.kind,
+                    path=where.path if where else "",
+                    function=where.function if where else "",
+                    source=_normalized(finding.source),
+                    per_step=finding.per_step,
+                    first_call=finding.first_call,
+                    array=_array_label(finding),
+                )
+            )
+    return sorted(entries, key=_entry_order)
+
+
+def _entry_order(entry: Accepted) -> tuple[str, ...]:
+    return (entry.region, entry.path, entry.function, entry.source, entry.fingerprint)
+
+
+def write_baseline(entries: Iterable[Accepted], path: Path) -> None:
+    """Write the baseline atomically, sorted and stable for diffs."""
+    document = {
+        "format": FORMAT,
+        "version": VERSION,
+        "comment": "Implicit transfers accepted by `transfer-gate baseline`; "
+        "the gate fails only on transfers not listed here.",
+        "accepted": [e.__dict__ for e in sorted(entries, key=_entry_order)],
+    }
+    text = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    write_text_atomically(path, text)
+
+
+def load_baseline(path: Path) -> list[Accepted]:
+    """Read a baseline file written by `write_baseline`."""
+    fix = "regenerate it with `transfer-gate baseline`"
+    old = _old_version(path)
+    if old is not None:
+        raise BaselineError(
+            f"{path}: baseline version {old} predates per-array fingerprints (one finding per "
+            f"array moved); {fix}"
+        )
+    try:
+        document = read_json_document(
+            path, format=FORMAT, version=VERSION, what="transfer-gate baseline", fix=fix
+        )
+    except DocumentError as exc:
+        raise BaselineError(str(exc)) from exc
+    entries = document.get("accepted")
+    if not isinstance(entries, list):
+        raise BaselineError(f"{path}: 'accepted' must be a list; {fix}")
+    try:
+        return [Accepted(**entry) for entry in entries]
+    except TypeError as exc:
+        raise BaselineError(f"{path}: malformed entry ({exc}); {fix}") from exc
+
+
+def _old_version(path: Path) -> int | None:
+    """The version of a readable baseline older than this one, else None (let the reader judge)."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        return None
+    version = document.get("version")
+    return version if isinstance(version, int) and 0 < version < VERSION else None
+
+
+def apply_baseline(run: RunResult, accepted: Sequence[Accepted], command: str) -> RunResult:
+    """``run`` with accepted transfers no longer failing and fixed ones reported.
+
+    A finding fails when it is new, or when it happens more often than its
+    entry accepts. ``command`` is what ratchets the baseline down, quoted in
+    the report when an accepted transfer has disappeared.
+    """
+    by_region: dict[str, dict[str, Accepted]] = {}
+    for entry in accepted:
+        by_region.setdefault(entry.region, {})[entry.fingerprint] = entry
+    suites = []
+    for suite in run.suites:
+        regions = tuple(
+            _judge(region, by_region.get(region.classname, {}), command) for region in suite.regions
+        )
+        suites.append(replace(suite, regions=regions))
+    return replace(run, suites=tuple(suites))
+
+
+def _judge(region: RegionResult, accepted: dict[str, Accepted], command: str) -> RegionResult:
+    if region.error is not None and not region.transfers:
+        return region  # nothing ran far enough to say what was fixed
+    findings = [f for f in group(region.transfers) if f.failing]
+    prints = fingerprints(region.classname, findings)
+    notes = list(region.notes)
+    forgiven: set[Transfer] = set()
+    for finding, print_ in prints.items():
+        entry = accepted.get(print_)
+        if entry is None:
+            notes.append(f"new since the baseline: {finding.headline()}")
+            continue
+        if finding.per_step > entry.per_step or finding.first_call > entry.first_call:
+            notes.append(
+                f"more often than the baseline accepts: {finding.headline()} "
+                f"(accepted: {entry.per_step}x per step, {entry.first_call}x on the first call)"
+            )
+            continue
+        forgiven.update(finding.members)
+    transfers = tuple(
+        replace(t, failing=False, accepted=True) if t.failing and t in forgiven else t
+        for t in region.transfers
+    )
+    current = set(prints.values())
+    fixed = tuple(
+        entry.describe()
+        for print_, entry in sorted(accepted.items())
+        if print_ not in current and region.error is None
+    )
+    if fixed:
+        notes.append(
+            f"{len(fixed)} accepted transfer(s) no longer happen; ratchet the baseline down "
+            f"with `{command}`"
+        )
+    return replace(region, transfers=transfers, notes=tuple(notes), fixed=fixed)
+
+
+def default_path(paths: Sequence[str], repo_root: Path, default_folder: str) -> Path:
+    """``<policy folder>/transfer-gate-baseline.json``, next to the policies."""
+    first = Path(paths[0]) if paths else Path(default_folder)
+    if not first.is_absolute():
+        first = repo_root / first
+    folder = first if first.is_dir() or not first.suffix else first.parent
+    return folder / DEFAULT_NAME

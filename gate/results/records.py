@@ -1,0 +1,271 @@
+"""What a run found: frozen records handed from the runner to the reporters.
+
+Reporters only read these; they never re-run anything.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+
+from gate.policy.levels import Direction, GuardSpec
+
+
+class Phase(enum.Enum):
+    """When during a region a transfer was seen.
+
+    JAX checks some moves (an uncommitted array sent to another device)
+    only on a call's first, slow-path execution, so the gate guards the
+    first call as well as warmed-up, steady-state calls.
+    """
+
+    FIRST_CALL = "first call"
+    STEADY_STATE = "steady state"
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """A line of the user's code: the innermost frame outside jax, numpy and the gate."""
+
+    path: str  # relative to the repo root when under it, else absolute
+    line: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Site:
+    """What makes two sightings of a transfer the same finding.
+
+    The line, the direction, the kind, the boundary and thread it happened
+    in, and which array moved (its dtype and shape; None for an array JAX
+    did not describe). The runner's per-run counts, the grouping into
+    findings and the baseline's fingerprint all key on this one record, so
+    they cannot drift apart.
+    """
+
+    direction: Direction
+    explicit: bool
+    location: SourceLocation | None
+    boundary: str | None
+    thread: str | None
+    dtype: str | None
+    shape: tuple[int, ...] | None
+
+    @property
+    def place(self) -> Site:
+        """The same site without the array: where and how, not what."""
+        return replace(self, dtype=None, shape=None)
+
+    @property
+    def described(self) -> bool:
+        return self.dtype is not None
+
+
+def array_text(dtype: str | None, shape: tuple[int, ...] | None) -> str:
+    """``float32[8,4]``; ``float32[?]`` when only the dtype is known."""
+    dims = ",".join(str(d) for d in shape) if shape is not None else "?"
+    return f"{dtype}[{dims}]"
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One transfer the guard reported."""
+
+    direction: Direction
+    explicit: bool
+    dtype: str | None  # e.g. "float32"; None when JAX did not say
+    shape: tuple[int, ...] | None
+    location: SourceLocation | None
+    phase: Phase
+    failing: bool  # whether the region's guard levels make this a failure
+    message: str  # JAX's own text (or how the gate saw it), kept for the report body
+    boundary: str | None = None  # the declared boundary it happened in
+    count: int = 1  # times per step (the most seen in one run of this phase)
+    source: str | None = None  # the text of the offending line
+    thread: str | None = None  # set when a thread the step started made it
+    accepted: bool = False  # listed in the baseline: would fail, but is accepted
+    # The argument of a jitted call that moved, e.g. "y" or "batch['image']",
+    # where the gate could tell for sure (see gate.witness.arguments); else None.
+    argument: str | None = None
+    # The qualname of the jitted function whose call moved it, when the line called one.
+    jitted_call: str | None = None
+    # How the host read a fetched value, as the detector saw it ("__float__",
+    # "__array__", "__str__", "item", ...), or `gate.results.cause.HOST_CALLBACK_USE`;
+    # None when the detector did not see it.
+    host_use: str | None = None
+    # JAX's fast path logged the move with an empty description, and no
+    # described sighting of the same site said which array it was.
+    undescribed: bool = False
+
+    @property
+    def site(self) -> Site:
+        return Site(
+            self.direction,
+            self.explicit,
+            self.location,
+            self.boundary,
+            self.thread,
+            self.dtype,
+            self.shape,
+        )
+
+    @property
+    def nbytes(self) -> int | None:
+        """Bytes moved per occurrence, where JAX said dtype and shape."""
+        if self.dtype is None or self.shape is None:
+            return None
+        try:
+            import numpy as np
+
+            itemsize = np.dtype(self.dtype).itemsize
+        except TypeError:  # bfloat16 and friends without ml_dtypes registered
+            itemsize = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}.get(self.dtype, 0)
+            if not itemsize:
+                return None
+        size = 1
+        for dim in self.shape:
+            size *= dim
+        return size * itemsize
+
+    @property
+    def kind(self) -> str:
+        return "explicit" if self.explicit else "implicit"
+
+    def describe(self) -> str:
+        """``host-to-device float32[8]``: direction, dtype and shape."""
+        what = self.direction.label
+        if self.dtype is not None:
+            what += f" {array_text(self.dtype, self.shape)}"
+        return what
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    """Step time over the timed runs, in seconds, setup and warm-up excluded."""
+
+    repeats: int
+    min_s: float
+    p25_s: float
+    median_s: float
+    p75_s: float
+    max_s: float
+
+
+@dataclass(frozen=True)
+class BoundaryCost:
+    """Time spent inside one declared boundary during the timed runs."""
+
+    name: str  # the boundary's ``module:qualname``
+    calls: int  # over all timed runs
+    total_s: float  # over all timed runs
+    per_step_s: float  # total_s / timed runs
+
+
+class CheckName(enum.Enum):
+    FINITE = "finite"
+    REFERENCE = "reference"
+    CUSTOM = "custom"
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    name: CheckName
+    passed: bool
+    detail: str  # what was compared and, on failure, what differed
+
+
+class ErrorKind(enum.Enum):
+    """Why a region could not be judged."""
+
+    SETUP = "setup raised"
+    STEP = "step raised"
+    BAD_INPUT = "setup returned something unusable"
+    # Setup's outputs do not bind to the step's parameters; the step was not called.
+    MISFIT = "setup and step don't fit"
+    BAD_OUTPUT = "step returned something unusable"
+    CHECK = "result check could not run"
+    IMPORT = "callable did not import"
+    PLATFORM = "wrong platform"
+    UNCHECKED = "not checked on this platform"
+    POLICY = "invalid policy"
+    BASELINE = "unusable baseline"  # the baseline file cannot be used; nothing ran
+    INTERNAL = "gate error"
+    # The region's worker process was lost (gate.isolation.scheduler); the rest ran in a fresh one.
+    CRASH = "worker crashed"
+    TIMEOUT = "timed out"
+    CANCELLED = "run cancelled"
+
+
+@dataclass(frozen=True)
+class RegionError:
+    kind: ErrorKind
+    message: str  # one line
+    details: str  # traceback or other full text
+    location: SourceLocation | None = None
+
+
+@dataclass(frozen=True)
+class RegionResult:
+    suite: str
+    name: str
+    policy_path: str
+    policy_line: int
+    guard: GuardSpec
+    transfers: tuple[Transfer, ...] = ()
+    error: RegionError | None = None
+    timing: TimingStats | None = None
+    boundaries: tuple[BoundaryCost, ...] = ()
+    checks: tuple[CheckOutcome, ...] = ()
+    has_checks: bool = False
+    wall_s: float = 0.0
+    notes: tuple[str, ...] = ()  # what a reader must know to trust the verdict
+    fixed: tuple[str, ...] = ()  # baseline entries that no longer happen
+    platform: str = ""  # what JAX ran on, e.g. "cpu (cpu x1), jax 0.10.2, jaxlib 0.10.2"
+    # Per direction (label), what judged it: "jax guard", "gate detector",
+    # "jax guard + gate detector" or "not checked".
+    coverage: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def classname(self) -> str:
+        return f"{self.suite}.{self.name}"
+
+    @property
+    def failing_transfers(self) -> tuple[Transfer, ...]:
+        return tuple(t for t in self.transfers if t.failing)
+
+    @property
+    def transfers_failed(self) -> bool:
+        return bool(self.failing_transfers)
+
+    @property
+    def checks_failed(self) -> bool:
+        return any(not c.passed for c in self.checks)
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and not self.transfers_failed and not self.checks_failed
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    """One policy file's regions."""
+
+    name: str
+    policy_path: str
+    regions: tuple[RegionResult, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    suites: tuple[SuiteResult, ...]
+
+    @property
+    def regions(self) -> tuple[RegionResult, ...]:
+        return tuple(r for s in self.suites for r in s.regions)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.regions)

@@ -1,0 +1,566 @@
+"""The transfer map: every transfer of a run, charged to the user line that made it.
+
+JAX's guard in ``log`` mode writes one C++ warning per transfer to file
+descriptor 2 and names no source line; ``disallow`` names the line but stops
+at the first offender. So for the map the gate runs the step under the
+logging levels with fd 2 pointed at a temporary file (a file, not a pipe: a
+full pipe would block the writer) and traces the user's code: at every
+call, line and return event in the user's files it reads what the guard
+appended and charges it to the line that was executing.
+
+Each guard line carries the native id of the thread that wrote it, so a
+transfer made by a thread the step started is charged to that thread's line.
+Lines that are not the guard's (the step's own prints to stderr) are passed
+through to the real stderr when the run ends.
+
+Where a line is one simple statement with one call, to a jitted function,
+with plain names or numbers as its arguments, the map also works out (before
+the line runs) which host values that call will move (`gate.witness.arguments`), and
+names each logged move after its argument when the two agree exactly.
+
+The guard's lines vanish when ``TF_CPP_MIN_LOG_LEVEL`` is 2 or more when
+jaxlib loads. The gate sets it before importing jax (`prepare_environment`),
+and `capture_works` checks with a deliberate transfer that the lines really
+arrive, so a lost log can never look like a clean step.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import itertools
+import linecache
+import os
+import re
+import sys
+import tempfile
+import threading
+import types
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from gate import PACKAGE_DIR
+from gate.jaxhooks.guard import parse_aval
+from gate.policy.levels import Direction
+from gate.results.records import SourceLocation
+from gate.witness.arguments import CallPlan, is_jitted, match, plan_call
+from gate.witness.user_code import UserCode
+
+# "W1130 14:10:32.989305 2240 guard_lib.cc:125] host-to-device transfer: aval=..."
+# The file:line part changes between JAX versions and the fast path may leave
+# the description empty, so only the direction is required.
+# Only a real glog line counts: "W1130 14:10:32.989305   2240 file.cc:125] host-to-device
+# transfer: ...". The step's own stderr text that merely mentions a transfer must not.
+_GUARD_LINE = re.compile(
+    r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+(?P<tid>\d+) [^\]]*\] "
+    r"(?P<direction>host-to-device|device-to-host|device-to-device) transfer"
+)
+
+
+def _warnings_level() -> None:
+    """Set jaxlib's C++ log level back to warnings, where the guard's lines are."""
+    try:
+        from jax._src import lib as jaxlib_bindings
+
+        getattr(jaxlib_bindings, "utils").absl_set_min_log_level(1)  # noqa: B009
+    except (ImportError, AttributeError):
+        pass  # an older or newer jaxlib: the canary below still tells the truth
+
+
+def prepare_environment(environ: dict[str, str] | os._Environ[str]) -> None:
+    """Make sure jaxlib will write the guard's warnings, before jax is imported.
+
+    CI images often set ``TF_CPP_MIN_LOG_LEVEL=2`` to cut noise; it is read
+    once, when jaxlib loads, and hides every guard line. Level 1 keeps the
+    warnings (the guard's) and drops jaxlib's info chatter.
+    """
+    level = environ.get("TF_CPP_MIN_LOG_LEVEL", "")
+    if not level.isdigit() or int(level) > 1:
+        environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
+
+
+@dataclass(frozen=True)
+class GuardLine:
+    """One transfer as the guard logged it."""
+
+    direction: Direction
+    dtype: str | None
+    shape: tuple[int, ...] | None
+    native_thread: int | None
+
+
+def parse_guard_line(line: str) -> GuardLine | None:
+    """The transfer a log line reports, or None for any other line."""
+    found = _GUARD_LINE.match(line)
+    if found is None:
+        return None
+    dtype, shape = parse_aval(line)
+    return GuardLine(
+        Direction.from_label(found["direction"]),
+        dtype,
+        shape,
+        int(found["tid"]),
+    )
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A transfer seen during a mapped run, with where it came from."""
+
+    direction: Direction
+    dtype: str | None
+    shape: tuple[int, ...] | None
+    location: SourceLocation | None
+    explicit: bool
+    boundary: str | None
+    thread: str
+    # One stretch of a thread at one line (from one trace event to the next),
+    # and this move's place among that stretch's moves of its direction and
+    # kind: JAX moves a call's arguments in order, so the n-th move of a
+    # stretch is the same array every time the line runs.
+    segment: int = 0
+    index: int = 0
+    argument: str | None = None  # the jitted call's argument it was, where known
+    jitted_call: str | None = None  # the jitted function the line called, where known
+
+
+@dataclass
+class _ThreadState:
+    name: str
+    location: SourceLocation | None = None
+    explicit_depth: int = 0
+    boundary: str | None = None
+    segment: int = 0
+    outside: int = 0  # the stretch while no user frame runs (a jitted step's own call)
+    call: CallPlan | None = None  # what the line now executing will move, where known
+
+
+# A line's one call: the callee as a chain of names (``train.sgd_update``),
+# then its positional and keyword arguments, each a name or a number.
+_Arg = tuple[str, Any]  # ("name", "x") or ("value", 0.1)
+
+
+@dataclass(frozen=True)
+class _LineCall:
+    callee: tuple[str, ...]
+    args: tuple[_Arg, ...]
+    kwargs: tuple[tuple[str, _Arg], ...]
+
+
+_SIMPLE_STATEMENTS = (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return)
+
+
+def _callee_chain(node: ast.expr) -> tuple[str, ...] | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return (node.id, *reversed(parts))
+
+
+def _argument(node: ast.expr) -> _Arg | None:
+    if isinstance(node, ast.Name):
+        return ("name", node.id)
+    if isinstance(node, ast.Constant) and (
+        node.value is None or isinstance(node.value, bool | int | float | complex)
+    ):
+        return ("value", node.value)
+    return None
+
+
+def _line_call(statement: ast.stmt) -> _LineCall | None:
+    """The statement's only call, when it is plain enough to name its arguments."""
+    calls = [node for node in ast.walk(statement) if isinstance(node, ast.Call)]
+    if len(calls) != 1:
+        return None
+    [call] = calls
+    callee = _callee_chain(call.func)
+    args = [_argument(a) for a in call.args]
+    kwargs = [(k.arg, _argument(k.value)) for k in call.keywords]
+    if callee is None or None in args or any(k is None or a is None for k, a in kwargs):
+        return None
+    return _LineCall(
+        callee,
+        tuple(a for a in args if a is not None),
+        tuple((k, a) for k, a in kwargs if k is not None and a is not None),
+    )
+
+
+def _line_calls(filename: str) -> dict[int, _LineCall]:
+    """Per line of the file, its one-line simple statement's only call (see `_line_call`)."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(filename)))
+    except (SyntaxError, ValueError):
+        return {}
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, _SIMPLE_STATEMENTS) and node.lineno == node.end_lineno:
+            call = _line_call(node)
+            if call is not None:
+                found[node.lineno] = call
+    return found
+
+
+_MISSING = object()
+
+
+def _lookup(frame: types.FrameType, name: str) -> Any:
+    """A name's value in the frame, as Python would find it; never runs the user's code."""
+    for scope in (frame.f_locals, frame.f_globals, vars(builtins)):
+        if name in scope:
+            return scope[name]
+    return _MISSING
+
+
+def _call_plan(frame: types.FrameType, call: _LineCall) -> CallPlan | None:
+    """What the line's call will move, if its callee is a jitted function."""
+    target = _lookup(frame, call.callee[0])
+    for attribute in call.callee[1:]:
+        # Only through modules: an attribute of any other object could be a
+        # property, and the gate never runs the user's code to find out.
+        if not isinstance(target, types.ModuleType):
+            return None
+        target = vars(target).get(attribute, _MISSING)
+    if target is _MISSING or not is_jitted(target):
+        return None
+    values = []
+    for kind, value in call.args:
+        found = _lookup(frame, value) if kind == "name" else value
+        if found is _MISSING:
+            return None
+        values.append(found)
+    keywords = {}
+    for key, (kind, value) in call.kwargs:
+        found = _lookup(frame, value) if kind == "name" else value
+        if found is _MISSING:
+            return None
+        keywords[key] = found
+    return plan_call(target, values, keywords)
+
+
+def name_moves(observed: list[Observed], plan_of: Callable[[Observed], CallPlan | None]) -> None:
+    """Name the implicit host-to-device moves of each stretch after its call's arguments.
+
+    ``plan_of`` gives the stretch's plan (from a move of it). A stretch is named
+    only when its moves and the plan agree exactly (`gate.witness.arguments.match`).
+    """
+    stretches: dict[int, list[int]] = {}
+    for position, seen in enumerate(observed):
+        if seen.direction is Direction.HOST_TO_DEVICE and not seen.explicit:
+            stretches.setdefault(seen.segment, []).append(position)
+    for positions in stretches.values():
+        plan = plan_of(observed[positions[0]])
+        if plan is None:
+            continue
+        moves = match(plan, [(observed[p].dtype, observed[p].shape) for p in positions])
+        if moves is None:
+            continue
+        for position, move in zip(positions, moves, strict=True):
+            # An undescribed move named from the plan is that value's array.
+            observed[position] = replace(
+                observed[position],
+                argument=move.label,
+                jitted_call=plan.function,
+                dtype=move.dtype,
+                shape=move.shape,
+            )
+
+
+@dataclass
+class TransferLog:
+    """What one mapped run saw, in order."""
+
+    observed: list[Observed] = field(default_factory=list)
+    passthrough: list[str] = field(default_factory=list)
+
+
+class _Mapper:
+    def __init__(
+        self,
+        code: UserCode,
+        explicit_codes: frozenset[types.CodeType],
+        boundary_codes: Mapping[types.CodeType, str],
+        log_file: Any,
+    ) -> None:
+        self.code = code
+        self.explicit_codes = explicit_codes
+        self.boundary_codes = boundary_codes
+        self.file = log_file
+        self.finished = False
+        self.log = TransferLog()
+        self.lock = threading.Lock()
+        self.partial = ""
+        self.threads: dict[int, _ThreadState] = {}  # by native thread id
+        self.user_files: dict[str, bool] = {}
+        self.segments = itertools.count(1)
+        self.moves_in: dict[tuple[int, Direction, bool], int] = {}
+        self.line_calls: dict[str, dict[int, _LineCall]] = {}
+        self.calls: dict[types.FrameType, CallPlan | None] = {}  # per frame, its line's plan
+        self.plans: dict[int, CallPlan] = {}  # per segment, where its line has one
+        self.segments_of: dict[types.FrameType, int] = {}  # per user frame, its line's stretch
+
+    # -- reading the log ----------------------------------------------------
+
+    def _state(self) -> _ThreadState:
+        native = threading.get_native_id()
+        state = self.threads.get(native)
+        if state is None:
+            state = self.threads[native] = _ThreadState(threading.current_thread().name)
+            state.outside = state.segment = self._new_segment()
+        return state
+
+    def _state_of(self, native: int | None, me: _ThreadState) -> _ThreadState:
+        """The state of the thread that wrote a guard line.
+
+        A thread the map never traced (it was running before the run began)
+        has no known line: say which thread it was, never borrow the line
+        another thread is on.
+        """
+        if native is None:
+            return me
+        state = self.threads.get(native)
+        if state is not None:
+            return state
+        name = next(
+            (t.name for t in threading.enumerate() if t.native_id == native), f"native {native}"
+        )
+        return _ThreadState(f"{name} (running before this run; not traced)")
+
+    def flush(self) -> None:
+        """Charge everything the guard appended to the lines now executing."""
+        with self.lock:
+            if self.finished:
+                return  # a thread that outlived the block; its frames still trace
+            chunk = self.file.read()
+            if chunk:
+                self._charge(self.partial + chunk)
+
+    def finish(self) -> None:
+        self.flush()
+        with self.lock:
+            if self.partial:  # a last line without its newline
+                self._charge(self.partial + "\n")
+            self.finished = True
+
+    def _charge(self, text: str) -> None:
+        lines = text.split("\n")
+        self.partial = lines.pop()
+        me = self._state()
+        for line in lines:
+            parsed = parse_guard_line(line)
+            if parsed is None:
+                self.log.passthrough.append(line)
+                continue
+            state = self._state_of(parsed.native_thread, me)
+            explicit = state.explicit_depth > 0
+            slot = (state.segment, parsed.direction, explicit)
+            index = self.moves_in.get(slot, 0)
+            self.moves_in[slot] = index + 1
+            if state.call is not None:
+                self.plans[state.segment] = state.call
+            self.log.observed.append(
+                Observed(
+                    parsed.direction,
+                    parsed.dtype,
+                    parsed.shape,
+                    state.location,
+                    explicit,
+                    state.boundary,
+                    state.name,
+                    state.segment,
+                    index,
+                )
+            )
+
+    # -- tracing ------------------------------------------------------------
+
+    def _is_user(self, filename: str) -> bool:
+        known = self.user_files.get(filename)
+        if known is None:
+            known = self.user_files[filename] = self.code.is_user(filename)
+        return known
+
+    def _location(self, frame: types.FrameType) -> SourceLocation:
+        filename = frame.f_code.co_filename
+        return SourceLocation(self.code.relative(filename), frame.f_lineno, frame.f_code.co_name)
+
+    def _innermost_user(self, frame: types.FrameType | None) -> types.FrameType | None:
+        while frame is not None:
+            if self._is_user(frame.f_code.co_filename):
+                return frame
+            frame = frame.f_back
+        return None
+
+    def _boundary_at(self, frame: types.FrameType | None) -> str | None:
+        """The innermost declared boundary whose frame encloses ``frame``.
+
+        Read from the stack itself, so the answer is right at every event,
+        including the return out of a boundary (where a thread-local flag
+        set by the boundary's wrapper would still be up).
+        """
+        if not self.boundary_codes:
+            return None
+        while frame is not None:
+            name = self.boundary_codes.get(frame.f_code)
+            if name is not None:
+                return name
+            frame = frame.f_back
+        return None
+
+    def _new_segment(self) -> int:
+        # itertools.count: atomic under the GIL, and takes no lock (callers may hold one).
+        return next(self.segments)
+
+    def _enter(self, frame: types.FrameType | None, user: types.FrameType | None) -> None:
+        """The thread now runs ``user``'s line (None: no user frame), from ``frame``.
+
+        A new line event starts a new stretch; coming back into a line (a
+        callee returned, or the traced body of a jitted function did) goes on
+        with that line's stretch, so the n-th move of a line's run is the
+        same whether or not the first call traced something in between.
+        """
+        state = self._state()
+        state.location = self._location(user) if user is not None else None
+        state.boundary = self._boundary_at(frame)
+        if user is None:
+            state.segment = state.outside
+            state.call = None
+            return
+        segment = self.segments_of.get(user)
+        if segment is None:
+            segment = self.segments_of[user] = self._new_segment()
+        state.segment = segment
+        state.call = self.calls.get(user)
+
+    def _plan_line(self, frame: types.FrameType) -> None:
+        """Before a line runs: what its jitted call will move, if it has one."""
+        filename = frame.f_code.co_filename
+        calls = self.line_calls.get(filename)
+        if calls is None:
+            calls = self.line_calls[filename] = _line_calls(filename)
+        call = calls.get(frame.f_lineno)
+        if call is None:
+            self.calls.pop(frame, None)
+            return
+        try:
+            self.calls[frame] = _call_plan(frame, call)
+        except Exception:  # naming is a nicety: never let it break the map
+            self.calls[frame] = None
+
+    def global_trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        # Only frames of the user's code and the explicit transfer functions
+        # are traced; jax calling jax never changes the user's line, so it
+        # costs no read of the log.
+        if event != "call" or self.finished:
+            return None
+        code = frame.f_code
+        if self._is_user(code.co_filename):
+            self.flush()
+            self.segments_of[frame] = self._new_segment()
+            self._enter(frame, frame)
+            return self._local_trace
+        if code in self.explicit_codes:
+            # Whoever calls it, JAX counts a transfer inside jax.device_put /
+            # device_get as explicit (config.explicit_device_put_scope), so
+            # the gate does too: library code's explicit moves pass `disallow`
+            # exactly as they do under JAX's own guard.
+            self.flush()
+            self._state().explicit_depth += 1
+            return self._explicit_trace
+        return None
+
+    def _local_trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        if self.finished:
+            return None
+        if event == "line":
+            self.flush()
+            self._plan_line(frame)
+            self.segments_of[frame] = self._new_segment()
+            self._enter(frame, frame)
+        elif event == "return":
+            self.flush()
+            self.calls.pop(frame, None)
+            self.segments_of.pop(frame, None)
+            self._enter(frame.f_back, self._innermost_user(frame.f_back))
+        return self._local_trace
+
+    def _explicit_trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        if event == "return":
+            self.flush()
+            self._state().explicit_depth -= 1
+            return None
+        return self._explicit_trace
+
+
+@contextmanager
+def mapped(
+    code: UserCode,
+    *,
+    explicit: tuple[Callable[..., Any], ...] = (),
+    boundary_codes: Mapping[types.CodeType, str] | None = None,
+) -> Iterator[TransferLog]:
+    """Record every transfer the guard logs inside the block, per user line.
+
+    The caller sets the guard to a logging level; this only listens.
+    ``explicit`` are the functions whose transfers JAX counts as explicit
+    (``jax.device_put``, ``jax.device_get``); ``boundary_codes`` maps the
+    original code object of each declared boundary to its name.
+    """
+    explicit_codes = frozenset(fn.__code__ for fn in explicit if isinstance(fn, types.FunctionType))
+    sys.stderr.flush()
+    # Two file descriptions on one temporary file: the guard appends through
+    # fd 2 while the mapper reads from its own offset.
+    handle, path = tempfile.mkstemp(prefix="transfer-gate-", suffix=".log")
+    os.close(handle)
+    writer = os.open(path, os.O_WRONLY | os.O_APPEND)
+    reader = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
+    os.unlink(path)
+    saved_fd = os.dup(2)
+    mapper = _Mapper(code, explicit_codes, boundary_codes or {}, reader)
+    saved_trace = sys.gettrace()
+    saved_thread_trace = threading.gettrace()
+    os.dup2(writer, 2)
+    try:
+        threading.settrace(mapper.global_trace)
+        sys.settrace(mapper.global_trace)
+        yield mapper.log
+    finally:
+        sys.settrace(saved_trace)
+        threading.settrace(saved_thread_trace)
+        sys.stderr.flush()
+        mapper.finish()
+        name_moves(mapper.log.observed, lambda seen: mapper.plans.get(seen.segment))
+        os.dup2(saved_fd, 2)
+        os.close(saved_fd)
+        os.close(writer)
+        reader.close()
+        if mapper.log.passthrough:
+            sys.stderr.write("\n".join(mapper.log.passthrough) + "\n")
+            sys.stderr.flush()
+
+
+def capture_works() -> bool:
+    """Whether the guard's log lines reach the gate, now.
+
+    The C++ log level is set when jaxlib loads (TF_CPP_MIN_LOG_LEVEL) but can
+    be raised later, by ``jax.config.update("jax_logging_level", "ERROR")`` in
+    a user's module, say; so the gate puts it back to warnings and checks with
+    one deliberate implicit transfer before every region.
+    """
+    _warnings_level()
+    import jax
+    import numpy as np
+
+    from gate.jaxhooks.guard import guarded
+    from gate.policy.levels import GuardLevel, GuardSpec
+
+    probe = UserCode(repo_root=Path(PACKAGE_DIR).resolve())
+    jax.clear_caches()
+    with mapped(probe) as log, guarded(GuardSpec.uniform(GuardLevel.LOG)):
+        jax.block_until_ready(jax.numpy.zeros(()) + np.float32(1))
+    return any(o.direction is Direction.HOST_TO_DEVICE for o in log.observed)
