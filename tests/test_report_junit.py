@@ -15,6 +15,7 @@ from result_samples import FAILED_CHECK, POLICY, SETUP_ERROR, region, run_of, tr
 from gate.policy.levels import Direction, GuardLevel, GuardSpec
 from gate.report import junit as report_junit
 from gate.report.junit import ReportWriteError, render_junit, write_junit
+from gate.report.junit_cases import Case, Outcome
 from gate.results.hints import hint_for
 from gate.results.records import (
     CheckName,
@@ -607,14 +608,14 @@ def test_junit_xml_drops_a_failure_without_message_or_output() -> None:
 
 
 def test_writer_falls_back_when_a_message_is_empty() -> None:
-    planned = report_junit._Case(
+    planned = Case(
         "step: transfers",
         "train.step",
         POLICY,
         7,
         None,
         "",
-        report_junit._Outcome("failure", "t", "  ", ""),
+        Outcome("failure", "t", "  ", ""),
     )
     junit_case = report_junit._junit_case(planned)
     root = ET.fromstring(junit_xml.to_xml_report_string([junit_xml.TestSuite("s", [junit_case])]))
