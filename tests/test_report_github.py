@@ -21,13 +21,15 @@ from gate.cli.exit_codes import ExitCode
 from gate.policy.levels import Direction, GuardLevel, GuardSpec
 from gate.report.github import (
     MAX_DETAILS_CHARS,
-    MAX_ERROR_ANNOTATIONS,
     MAX_SUMMARY_BYTES,
+    render_summary,
+    report_to_github,
+)
+from gate.report.github_annotations import (
+    MAX_ERROR_ANNOTATIONS,
     annotation_lines,
     escape_data,
     escape_property,
-    render_summary,
-    report_to_github,
     workflow_command,
 )
 from gate.results.records import (
@@ -407,7 +409,7 @@ def test_summary_names_the_platform_and_what_went_unchecked() -> None:
 def test_transfer_annotations_come_in_the_findings_order_one_per_array() -> None:
     from dataclasses import replace
 
-    from gate.report.github import region_annotations
+    from gate.report.github_annotations import region_annotations
 
     init = transfer(line=3)  # first call only: an initialiser
     hot = transfer(line=9, phase=Phase.STEADY_STATE, count=2)
