@@ -1,9 +1,10 @@
 """Policy files: find them, load them, and say exactly what is wrong with them.
 
 A policy is read in three passes over the node tree from `yaml.compose`, so
-every problem keeps its line: the YAML itself (tags, duplicate keys, aliases),
-the schema (`gate/policy/policy.schema.json`, walked by `gate.policy.schema`), then what the
-schema cannot say (unique region names, files that must exist). Every problem
+every problem keeps its line: the YAML itself (tags, duplicate keys, aliases;
+`gate.policy.yaml_check`), the schema (`gate/policy/policy.schema.json`, walked by
+`gate.policy.schema`), then what the schema cannot say (unique region names, files that
+must exist; `gate.policy.meaning`). Every problem
 of a file is collected and raised together in one `PolicyError`. Nothing in a
 policy is ever constructed beyond plain strings, numbers, booleans, lists and
 mappings, so a hostile tag such as ``!!python/object/apply`` runs nothing.
@@ -11,8 +12,6 @@ mappings, so a hostile tag such as ``!!python/object/apply`` runs nothing.
 
 from __future__ import annotations
 
-import math
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,8 +21,29 @@ from typing import Any
 import yaml
 
 from gate.policy.levels import Direction, GuardLevel, GuardSpec
+from gate.policy.meaning import check_meaning
 from gate.policy.model import CallableRef, Checks, Policy, Region
-from gate.policy.schema import Violation, json_type, scalar_value, validate, where_key
+from gate.policy.nodes import callable_of, line_of, mapping_of, string_of
+from gate.policy.problems import PolicyError, Problem, absolute_path, display_path
+from gate.policy.schema import json_type, scalar_value, validate
+from gate.policy.yaml_check import YamlCheck, yaml_error
+
+# What other modules import from here; `gate.cli.main`, `gate.policy.resolve` and
+# `gate.policy.signature` take the problem records from here too, and mypy's strict
+# no-implicit-reexport accepts re-exported names only when listed.
+__all__ = [
+    "BUILTIN_DEFAULTS",
+    "DEFAULT_ATOL",
+    "DEFAULT_RTOL",
+    "NamedCallable",
+    "NamedCallables",
+    "PolicyError",
+    "Problem",
+    "callables_of_invalid",
+    "discover_policy_files",
+    "display_path",
+    "load_policy",
+]
 
 # libyaml when PyYAML was built with it, as pre-commit does; both only compose.
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -39,43 +59,7 @@ BUILTIN_DEFAULTS: dict[str, Any] = {
 DEFAULT_RTOL = 1e-5
 DEFAULT_ATOL = 1e-8
 
-_CORE = "tag:yaml.org,2002:"
 _TOO_DEEP = "invalid YAML: lists and mappings nested too deeply; flatten the policy"
-# An alias can make a few lines stand for billions of nodes; no real policy
-# comes near this.
-_MAX_NODES = 50_000
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a policy, located as precisely as it can be."""
-
-    path: str  # relative to the repo root when under it
-    line: int | None  # 1-based; None when the whole file (or path) is at fault
-    where: str  # e.g. ``regions[0].guard``; empty for the file or its top level
-    message: str  # what is wrong, then the fix
-
-    def __str__(self) -> str:
-        location = self.path if self.line is None else f"{self.path}:{self.line}"
-        parts = [p for p in (location, self.where) if p]
-        return ": ".join([*parts, self.message])
-
-
-class PolicyError(Exception):
-    """One or more problems with one or more policy files."""
-
-    def __init__(self, problems: Sequence[Problem]) -> None:
-        self.problems: tuple[Problem, ...] = tuple(problems)
-        super().__init__("\n".join(str(p) for p in self.problems))
-
-
-def display_path(path: Path, repo_root: Path) -> str:
-    """``path`` relative to ``repo_root`` (POSIX style) when under it, else absolute."""
-    absolute = _absolute(path)
-    try:
-        return absolute.relative_to(_absolute(repo_root)).as_posix() or "."
-    except ValueError:
-        return absolute.as_posix()
 
 
 def discover_policy_files(paths: Sequence[str], repo_root: Path) -> list[Path]:
@@ -86,11 +70,11 @@ def discover_policy_files(paths: Sequence[str], repo_root: Path) -> list[Path]:
     be a silent pass. Returns absolute paths, sorted, each once; raises
     `PolicyError` naming every path that is missing or holds no policy.
     """
-    root = _absolute(repo_root)
+    root = absolute_path(repo_root)
     found: set[Path] = set()
     problems: list[Problem] = []
     for given in paths:
-        target = _absolute(root / given)
+        target = absolute_path(root / given)
         if target.is_dir():
             files = [
                 p
@@ -130,8 +114,8 @@ def load_policy(path: Path, repo_root: Path, *, write_references: bool = False) 
     (``run --write-references``) reference files need not exist yet: the run
     writes them.
     """
-    root = _absolute(repo_root)
-    file = _absolute(root / path)
+    root = absolute_path(repo_root)
+    file = absolute_path(root / path)
     shown = display_path(file, root)
 
     def fail(line: int | None, message: str) -> PolicyError:
@@ -149,7 +133,7 @@ def load_policy(path: Path, repo_root: Path, *, write_references: bool = False) 
     try:
         document = yaml.compose(text, Loader=_Loader)
     except yaml.YAMLError as exc:
-        line, message = _yaml_error(exc, text)
+        line, message = yaml_error(exc, text)
         raise fail(line, message) from None
     except RecursionError:
         raise fail(None, _TOO_DEEP) from None
@@ -157,12 +141,12 @@ def load_policy(path: Path, repo_root: Path, *, write_references: bool = False) 
         # No document, or only `---`.
         raise fail(1, "policy is empty: start it with `version: 1` (see README)")
 
-    checker = _YamlCheck()
+    checker = YamlCheck()
     try:
         violations = checker.run(document)
         if checker.walkable:
             violations += validate(document)
-            violations += _check_meaning(document, file.parent, root, write_references)
+            violations += check_meaning(document, file.parent, root, write_references)
     except RecursionError:
         raise fail(None, _TOO_DEEP) from None
     if violations:
@@ -171,295 +155,14 @@ def load_policy(path: Path, repo_root: Path, *, write_references: bool = False) 
     return _build(document, Path(shown), file, write_references)
 
 
-# --- pass 1: the YAML itself --------------------------------------------------
-
-
-_WHILE = ("while parsing ", "while scanning ")
-
-
-def _yaml_error(exc: yaml.YAMLError, text: str) -> tuple[int | None, str]:
-    """The line and a one-line message for a YAML syntax error."""
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        mark = exc.problem_mark
-        problem = exc.problem or "syntax error"
-        column = f"column {mark.column + 1}"
-        context, started = exc.context, exc.context_mark
-        if context and problem.startswith("but "):
-            # e.g. "expected a single document in the stream, but found another document"
-            message = f"{context}, {problem} ({column})"
-        elif context and started is not None and context.startswith(_WHILE):
-            what = context.removeprefix("while parsing ").removeprefix("while scanning ")
-            message = f"{problem} ({column}, in {what} from line {started.line + 1})"
-        else:
-            message = f"{problem} ({column})"
-        if "nesting depth" in problem:  # libyaml's limit
-            fix = "; flatten the policy"
-        elif isinstance(exc, yaml.scanner.ScannerError | yaml.parser.ParserError):
-            fix = "; check indentation and quoting"
-        elif "undefined alias" in problem:
-            fix = "; define the anchor (&name) before its alias (*name)"
-        elif context and "single document" in context:
-            fix = "; a policy is one YAML document: remove the second `---`"
-        else:
-            fix = ""
-        return mark.line + 1, f"invalid YAML: {message}{fix}"
-    if isinstance(exc, yaml.reader.ReaderError):
-        line = text[: exc.position].count("\n") + 1
-        char = chr(exc.character) if isinstance(exc.character, int) else exc.character
-        return line, f"invalid YAML: control character {char!r} is not allowed; remove it"
-    return None, f"invalid YAML: {' '.join(str(exc).split())}"
-
-
-class _YamlCheck:
-    """Finds what YAML allows but a policy must not hold.
-
-    Sets `walkable` to False when the tree cannot be walked safely (an alias
-    cycle, too many nodes, a scalar that does not construct).
-    """
-
-    def __init__(self) -> None:
-        self.found: list[Violation] = []
-        self.walkable = True
-        self._sizes: dict[int, int] = {}
-        self._open: set[int] = set()
-
-    def run(self, document: yaml.Node) -> list[Violation]:
-        if self._visit(document, "") > _MAX_NODES:
-            self.walkable = False
-            self._add(
-                document,
-                "",
-                f"the policy expands to more than {_MAX_NODES} values through YAML aliases;"
-                " write it out plainly",
-            )
-        return self.found
-
-    def _add(self, node: yaml.Node, where: str, message: str) -> None:
-        self.found.append(Violation(node.start_mark.line + 1, where, message))
-
-    def _visit(self, node: yaml.Node, where: str) -> int:
-        """Check ``node`` once; return how many nodes it stands for, aliases expanded."""
-        key = id(node)
-        if key in self._open:
-            self.walkable = False
-            self._add(node, where, "a YAML alias refers to the list or mapping it is in; remove it")
-            return 0
-        if key in self._sizes:
-            return self._sizes[key]
-        size = 1
-        if json_type(node) is None:
-            self._add(node, where, _bad_tag(node.tag))
-        elif isinstance(node, yaml.ScalarNode):
-            try:
-                scalar_value(node)
-            except Exception:
-                self.walkable = False
-                self._add(node, where, f"{node.value!r} is not a valid {_short(node.tag)} value")
-        else:
-            self._open.add(key)
-            if isinstance(node, yaml.SequenceNode):
-                for i, item in enumerate(node.value):
-                    size += self._visit(item, f"{where}[{i}]")
-            elif isinstance(node, yaml.MappingNode):
-                size += self._visit_mapping(node, where)
-            self._open.discard(key)
-        self._sizes[key] = size
-        return size
-
-    def _visit_mapping(self, node: yaml.MappingNode, where: str) -> int:
-        size = 0
-        first_line: dict[tuple[str | None, Any], int] = {}
-        for key_node, value_node in node.value:
-            if key_node.tag == f"{_CORE}merge":
-                self._add(
-                    key_node,
-                    where,
-                    "YAML merge keys (<<) are not supported;"
-                    " write the keys out, or put shared settings under `defaults:`",
-                )
-                continue
-            size += self._visit(key_node, where)
-            name = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
-            if isinstance(key_node, yaml.ScalarNode) and json_type(key_node) is not None:
-                try:
-                    identity = (json_type(key_node), scalar_value(key_node))
-                    seen = first_line.setdefault(identity, key_node.start_mark.line + 1)
-                except Exception:
-                    seen = None  # already reported by _visit
-                line = key_node.start_mark.line + 1
-                if seen is not None and seen != line:
-                    self._add(
-                        key_node,
-                        where,
-                        f"duplicate key {name!r} on lines {seen} and {line}; keep one",
-                    )
-            size += self._visit(value_node, where_key(where, name))
-        return size
-
-
-def _short(tag: str) -> str:
-    return "!!" + tag.removeprefix(_CORE) if tag.startswith(_CORE) else tag
-
-
-def _bad_tag(tag: str) -> str:
-    return (
-        f"YAML tag {_short(tag)} is not allowed: a policy holds only plain values"
-        " (strings, numbers, true/false, lists, mappings); remove the tag"
-    )
-
-
-# --- pass 3: what the schema cannot say ---------------------------------------
-
-
-def _mapping(node: yaml.Node | None) -> dict[str, yaml.Node]:
-    """The string-keyed entries of a mapping node (the last of duplicates), else {}."""
-    if not isinstance(node, yaml.MappingNode) or json_type(node) != "object":
-        return {}
-    return {
-        str(k.value): v
-        for k, v in node.value
-        if isinstance(k, yaml.ScalarNode) and json_type(k) == "string"
-    }
-
-
-def _string(node: yaml.Node | None) -> str | None:
-    if isinstance(node, yaml.ScalarNode) and json_type(node) == "string":
-        return str(scalar_value(node))
-    return None
-
-
-def _line(node: yaml.Node) -> int:
-    return int(node.start_mark.line) + 1
-
-
-def _check_meaning(
-    document: yaml.Node, policy_dir: Path, root: Path, write_references: bool
-) -> list[Violation]:
-    found: list[Violation] = []
-    top = _mapping(document)
-    folder = display_path(policy_dir, root)
-
-    path_list = top.get("python_path")
-    if isinstance(path_list, yaml.SequenceNode):
-        for i, item in enumerate(path_list.value):
-            written = _string(item)
-            if written is None:
-                continue
-            target = _absolute(policy_dir / written)
-            if not target.is_dir():
-                what = "is a file, not a folder" if target.exists() else "does not exist"
-                found.append(
-                    Violation(
-                        _line(item),
-                        f"python_path[{i}]",
-                        f"folder {display_path(target, root)} {what} (python_path is relative to"
-                        f" the policy's folder, {folder}/); fix the path",
-                    )
-                )
-
-    found += _check_finite(_mapping(top.get("defaults")), "defaults", ("timeout_s",))
-    regions = top.get("regions")
-    names: dict[str, tuple[int, int]] = {}
-    for i, region_node in enumerate(
-        regions.value if isinstance(regions, yaml.SequenceNode) else []
-    ):
-        where = f"regions[{i}]"
-        region = _mapping(region_node)
-        name_node = region.get("name")
-        name = _string(name_node)
-        if name_node is not None and name is not None:
-            if name in names:
-                j, line = names[name]
-                found.append(
-                    Violation(
-                        _line(name_node),
-                        f"{where}.name",
-                        f"duplicate region name {name!r} (also regions[{j}] on line {line});"
-                        " names must be unique within a file",
-                    )
-                )
-            else:
-                names[name] = (i, _line(name_node))
-        found += _check_finite(region, where, ("timeout_s",))
-        checks = _mapping(region.get("checks"))
-        found += _check_finite(checks, f"{where}.checks", ("rtol", "atol"))
-        reference = checks.get("reference")
-        written = _string(reference)
-        if reference is not None and written is not None and not write_references:
-            message = _reference_problem(_absolute(policy_dir / written), root)
-            if message is not None:
-                found.append(Violation(_line(reference), f"{where}.checks.reference", message))
-    return found
-
-
-def _check_finite(
-    mapping: dict[str, yaml.Node], where: str, keys: Sequence[str]
-) -> list[Violation]:
-    found = []
-    for key in keys:
-        node = mapping.get(key)
-        if isinstance(node, yaml.ScalarNode) and json_type(node) == "number":
-            value = scalar_value(node)
-            # -inf already breaks the schema's minimum; nan and inf pass it.
-            if math.isnan(value) or value == math.inf:
-                found.append(
-                    Violation(
-                        _line(node),
-                        where_key(where, key),
-                        f"expected a finite number, got {node.value}",
-                    )
-                )
-    return found
-
-
-_REGENERATE = "regenerate it with `transfer-gate run --write-references`"
-
-
-def _reference_problem(file: Path, root: Path) -> str | None:
-    """Why ``file`` cannot serve as a reference, or None when it can."""
-    # numpy only when a policy has a reference: `validate` stays quick.
-    import numpy as np
-
-    shown = display_path(file, root)
-    if not file.exists():
-        return (
-            f"reference file {shown} does not exist (the path is relative to the policy's"
-            " folder); create it with `transfer-gate run --write-references` or fix the path"
-        )
-    if file.is_dir():
-        return f"reference {shown} is a folder; name an .npz file made with numpy.savez"
-    try:
-        with file.open("rb") as stream:
-            magic = stream.read(6)
-        if magic == b"\x93NUMPY":
-            return f"reference {shown} is a single .npy array; save it with numpy.savez as .npz"
-        if not magic.startswith(b"PK"):
-            # np.load would try it as a pickle and say so, which misleads.
-            return f"reference {shown} is not a valid .npz file (not a zip archive); " + _REGENERATE
-        with np.load(file, allow_pickle=False) as loaded:
-            names = list(loaded.files)
-            for name in names:
-                loaded[name]  # reading each array is what finds a truncated or pickled one
-    except Exception as exc:
-        return f"reference {shown} is not a valid .npz file ({_one_line(exc)}); " + _REGENERATE
-    if not names:
-        return f"reference {shown} holds no arrays; " + _REGENERATE
-    return None
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 # --- building the Policy ------------------------------------------------------
 
 
 def _build(document: yaml.Node, shown: Path, file: Path, write_references: bool) -> Policy:
     """The `Policy` for a document that passed every check."""
-    top = _mapping(document)
+    top = mapping_of(document)
     policy_dir = file.parent
-    defaults = _mapping(top.get("defaults"))
+    defaults = mapping_of(top.get("defaults"))
 
     def value(mapping: dict[str, yaml.Node], key: str, fallback: Any) -> Any:
         node = mapping.get(key)
@@ -472,17 +175,17 @@ def _build(document: yaml.Node, shown: Path, file: Path, write_references: bool)
 
     regions = []
     for region_node in top["regions"].value:
-        region = _mapping(region_node)
-        checks = _mapping(region.get("checks"))
-        reference = _string(checks.get("reference"))
+        region = mapping_of(region_node)
+        checks = mapping_of(region.get("checks"))
+        reference = string_of(checks.get("reference"))
         custom = checks.get("custom")
         regions.append(
             Region(
                 name=str(value(region, "name", None)),
-                line=_line(region_node),
-                step=_callable(region["step"]),
-                setup=_callable(region["setup"]) if "setup" in region else None,
-                boundaries=tuple(_callable(n) for n in region["boundaries"].value)
+                line=line_of(region_node),
+                step=callable_of(region["step"]),
+                setup=callable_of(region["setup"]) if "setup" in region else None,
+                boundaries=tuple(callable_of(n) for n in region["boundaries"].value)
                 if "boundaries" in region
                 else (),
                 guard=_guard(region.get("guard"), default_guard),
@@ -492,10 +195,12 @@ def _build(document: yaml.Node, shown: Path, file: Path, write_references: bool)
                 timeout_s=float(value(region, "timeout_s", inherited["timeout_s"])),
                 checks=Checks(
                     finite=bool(value(checks, "finite", False)),
-                    reference=_absolute(policy_dir / reference) if reference is not None else None,
+                    reference=absolute_path(policy_dir / reference)
+                    if reference is not None
+                    else None,
                     rtol=float(value(checks, "rtol", DEFAULT_RTOL)),
                     atol=float(value(checks, "atol", DEFAULT_ATOL)),
-                    custom=_callable(custom) if custom is not None else None,
+                    custom=callable_of(custom) if custom is not None else None,
                     write_reference=write_references and reference is not None,
                 ),
             )
@@ -505,7 +210,7 @@ def _build(document: yaml.Node, shown: Path, file: Path, write_references: bool)
         path=shown,
         version=int(value(top, "version", 1)),
         suite=str(value(top, "suite", file.stem)),
-        python_path=tuple(_absolute(policy_dir / str(scalar_value(n))) for n in path_list.value)
+        python_path=tuple(absolute_path(policy_dir / str(scalar_value(n))) for n in path_list.value)
         if path_list is not None
         else (),
         regions=tuple(regions),
@@ -525,7 +230,7 @@ def _guard(node: yaml.Node | None, inherited: GuardSpec) -> GuardSpec:
         return inherited
     if isinstance(node, yaml.ScalarNode):
         return GuardSpec.uniform(GuardLevel(scalar_value(node)))
-    by_direction = _mapping(node)
+    by_direction = mapping_of(node)
     levels = {
         d.value: GuardLevel(scalar_value(by_direction[d.value]))
         if d.value in by_direction
@@ -560,48 +265,37 @@ def callables_of_invalid(path: Path, repo_root: Path) -> NamedCallables | None:
     Only well-formed `module:qualname` strings at the places the format puts
     callables are taken; None when the file is not even YAML.
     """
-    root = _absolute(repo_root)
-    file = _absolute(root / path)
+    root = absolute_path(repo_root)
+    file = absolute_path(root / path)
     try:
         document = yaml.compose(file.read_bytes().decode("utf-8-sig"), Loader=_Loader)
     except Exception:  # unreadable or not YAML: its own problem says so
         return None
-    top = _mapping(document)
+    top = mapping_of(document)
     folders = top.get("python_path")
     python_path = tuple(
         folder
         for node in (folders.value if isinstance(folders, yaml.SequenceNode) else [])
-        if (text := _string(node)) is not None
-        and (folder := _absolute(file.parent / text)).is_dir()
+        if (text := string_of(node)) is not None
+        and (folder := absolute_path(file.parent / text)).is_dir()
     )
     refs: list[NamedCallable] = []
 
     def add(where: str, node: yaml.Node | None, boundary: bool) -> None:
-        text = _string(node)
+        text = string_of(node)
         if node is not None and text is not None and _SPEC.fullmatch(text):
-            refs.append((where, _callable(node), boundary))
+            refs.append((where, callable_of(node), boundary))
 
     regions = top.get("regions")
     for i, region_node in enumerate(
         regions.value if isinstance(regions, yaml.SequenceNode) else []
     ):
-        region = _mapping(region_node)
+        region = mapping_of(region_node)
         add(f"regions[{i}].step", region.get("step"), False)
         add(f"regions[{i}].setup", region.get("setup"), False)
         boundaries = region.get("boundaries")
         if isinstance(boundaries, yaml.SequenceNode):
             for j, node in enumerate(boundaries.value):
                 add(f"regions[{i}].boundaries[{j}]", node, True)
-        add(f"regions[{i}].checks.custom", _mapping(region.get("checks")).get("custom"), False)
+        add(f"regions[{i}].checks.custom", mapping_of(region.get("checks")).get("custom"), False)
     return NamedCallables(display_path(file, root), python_path, tuple(refs))
-
-
-def _callable(node: yaml.Node) -> CallableRef:
-    spec = str(scalar_value(node))
-    module, qualname = spec.split(":")
-    return CallableRef(spec=spec, module=module, qualname=qualname, line=_line(node))
-
-
-def _absolute(path: Path) -> Path:
-    # abspath, not resolve(): a symlinked policy keeps the name it was given.
-    return Path(os.path.abspath(path))

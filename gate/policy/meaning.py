@@ -1,0 +1,141 @@
+"""Pass 3 over a policy: what the schema cannot say.
+
+Unique region names, folders and reference files that must exist, numbers
+that must be finite; each problem keeps the line of the node it is about.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from gate.policy.nodes import line_of, mapping_of, string_of
+from gate.policy.problems import absolute_path, display_path
+from gate.policy.schema import Violation, json_type, scalar_value, where_key
+
+
+def check_meaning(
+    document: yaml.Node, policy_dir: Path, root: Path, write_references: bool
+) -> list[Violation]:
+    """What ``document`` gets wrong that its schema allows, each with its line.
+
+    With ``write_references`` a reference file need not exist yet: the run writes it.
+    """
+    found: list[Violation] = []
+    top = mapping_of(document)
+    folder = display_path(policy_dir, root)
+
+    path_list = top.get("python_path")
+    if isinstance(path_list, yaml.SequenceNode):
+        for i, item in enumerate(path_list.value):
+            written = string_of(item)
+            if written is None:
+                continue
+            target = absolute_path(policy_dir / written)
+            if not target.is_dir():
+                what = "is a file, not a folder" if target.exists() else "does not exist"
+                found.append(
+                    Violation(
+                        line_of(item),
+                        f"python_path[{i}]",
+                        f"folder {display_path(target, root)} {what} (python_path is relative to"
+                        f" the policy's folder, {folder}/); fix the path",
+                    )
+                )
+
+    found += _check_finite(mapping_of(top.get("defaults")), "defaults", ("timeout_s",))
+    regions = top.get("regions")
+    names: dict[str, tuple[int, int]] = {}
+    for i, region_node in enumerate(
+        regions.value if isinstance(regions, yaml.SequenceNode) else []
+    ):
+        where = f"regions[{i}]"
+        region = mapping_of(region_node)
+        name_node = region.get("name")
+        name = string_of(name_node)
+        if name_node is not None and name is not None:
+            if name in names:
+                j, line = names[name]
+                found.append(
+                    Violation(
+                        line_of(name_node),
+                        f"{where}.name",
+                        f"duplicate region name {name!r} (also regions[{j}] on line {line});"
+                        " names must be unique within a file",
+                    )
+                )
+            else:
+                names[name] = (i, line_of(name_node))
+        found += _check_finite(region, where, ("timeout_s",))
+        checks = mapping_of(region.get("checks"))
+        found += _check_finite(checks, f"{where}.checks", ("rtol", "atol"))
+        reference = checks.get("reference")
+        written = string_of(reference)
+        if reference is not None and written is not None and not write_references:
+            message = _reference_problem(absolute_path(policy_dir / written), root)
+            if message is not None:
+                found.append(Violation(line_of(reference), f"{where}.checks.reference", message))
+    return found
+
+
+def _check_finite(
+    mapping: dict[str, yaml.Node], where: str, keys: Sequence[str]
+) -> list[Violation]:
+    found = []
+    for key in keys:
+        node = mapping.get(key)
+        if isinstance(node, yaml.ScalarNode) and json_type(node) == "number":
+            value = scalar_value(node)
+            # -inf already breaks the schema's minimum; nan and inf pass it.
+            if math.isnan(value) or value == math.inf:
+                found.append(
+                    Violation(
+                        line_of(node),
+                        where_key(where, key),
+                        f"expected a finite number, got {node.value}",
+                    )
+                )
+    return found
+
+
+_REGENERATE = "regenerate it with `transfer-gate run --write-references`"
+
+
+def _reference_problem(file: Path, root: Path) -> str | None:
+    """Why ``file`` cannot serve as a reference, or None when it can."""
+    # numpy only when a policy has a reference: `validate` stays quick.
+    import numpy as np
+
+    shown = display_path(file, root)
+    if not file.exists():
+        return (
+            f"reference file {shown} does not exist (the path is relative to the policy's"
+            " folder); create it with `transfer-gate run --write-references` or fix the path"
+        )
+    if file.is_dir():
+        return f"reference {shown} is a folder; name an .npz file made with numpy.savez"
+    try:
+        with file.open("rb") as stream:
+            magic = stream.read(6)
+        if magic == b"\x93NUMPY":
+            return f"reference {shown} is a single .npy array; save it with numpy.savez as .npz"
+        if not magic.startswith(b"PK"):
+            # np.load would try it as a pickle and say so, which misleads.
+            return f"reference {shown} is not a valid .npz file (not a zip archive); " + _REGENERATE
+        with np.load(file, allow_pickle=False) as loaded:
+            names = list(loaded.files)
+            for name in names:
+                loaded[name]  # reading each array is what finds a truncated or pickled one
+    except Exception as exc:
+        return f"reference {shown} is not a valid .npz file ({_one_line(exc)}); " + _REGENERATE
+    if not names:
+        return f"reference {shown} holds no arrays; " + _REGENERATE
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
