@@ -119,4 +119,5 @@ def _phase_of(dump: StackDump) -> str:
 
 
 def seconds(value: float) -> str:
+    """``3300 s``, ``0.5 s``: a duration as the errors and the cancellation reason say it."""
     return f"{value:g} s"
