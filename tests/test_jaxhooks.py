@@ -412,8 +412,7 @@ def test_the_internals_the_gate_needs_are_there_in_this_jax() -> None:
     assert isinstance(internals.copy_to_host_async_method(array_impl), types.FunctionType)
     assert isinstance(internals.format_print_callback(), types.FunctionType)
     assert all(isinstance(fn, types.FunctionType) for fn in internals.guard_setters())
-    assert internals.set_cpp_log_level(1)
-    assert internals.host_value(jax.numpy.arange(3.0)) is None  # zero-copy on CPU
+    assert internals.host_value(jax.numpy.arange(3.0)) is None  # never read: no host copy
     info = internals.jit_info(jax.jit(_double, static_argnames="by"))
     assert info is not None
     assert tuple(info.static_argnames) == ("by",)
