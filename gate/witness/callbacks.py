@@ -340,11 +340,12 @@ def _find_hooks() -> _Hooks:
             entries.append((kind, param, internals.module_function(module, name)))
         except InternalMissing as exc:
             missing.append(str(exc))
+    runner = None
     try:
         runner = internals.format_print_callback()
     except InternalMissing as exc:
         missing.append(str(exc))
-    if missing:
+    if missing or runner is None:
         raise CallbackHookMissing(
             f"jax {internals.jax_version()} lacks what the callback counter interposes: "
             + ", ".join(missing)
