@@ -309,10 +309,38 @@ def test_doctor_help_documents_its_exit_codes(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 def test_doctor_expect_gpu_on_a_gpu(tmp_path: Path) -> None:
-    # The CPU tests above cover the same logic on hand-built diagnoses.
+    # The CPU tests cover the same logic: on hand-built diagnoses above, and on JAX's answers
+    # from a GPU machine in test_doctor_expect_gpu_on_what_jax_reports_on_a_gpu below.
     run = run_gate(tmp_path, "doctor", "--expect", "gpu", env={"JAX_PLATFORMS": ""})
     assert run.returncode == DOCTOR_OK, run
     assert "backend        gpu" in run.stdout
     assert "compute capability" in run.stdout
     assert "CUDA runtime" in run.stdout
     assert "ok: JAX runs on the expected GPU" in run.stdout
+
+
+def test_doctor_expect_gpu_on_what_jax_reports_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The CPU twin of the GPU test above: JAX's answers on a GPU machine (the backend, devices
+    # with a compute capability, the CUDA plugin's versions) fed to the command itself.
+    import jax
+    import jax._src.lib
+
+    gpu = types.SimpleNamespace(platform="gpu", device_kind="NVIDIA H200", compute_capability="9.0")
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax, "devices", lambda: [gpu] * 8)
+    versions = types.SimpleNamespace(
+        cuda_runtime_get_version=lambda: 12080,
+        cuda_runtime_build_version=lambda: 12080,
+        cuda_driver_get_version=lambda: 12090,
+        cudnn_get_version=lambda: 90800,
+        cudnn_build_version=lambda: 90800,
+    )
+    monkeypatch.setattr(jax._src.lib, "cuda_versions", versions)
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        assert main_doctor("gpu", {}) == DOCTOR_OK
+    assert "backend        gpu" in out.getvalue()
+    assert "devices        NVIDIA H200 x8 (compute capability 9.0)" in out.getvalue()
+    assert "CUDA runtime   12.8 (JAX built against 12.8)" in out.getvalue()
+    assert "ok: JAX runs on the expected GPU" in out.getvalue()
+    assert err.getvalue() == ""

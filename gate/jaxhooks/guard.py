@@ -15,6 +15,7 @@ from types import FrameType, FunctionType
 from typing import Any
 
 from gate.jaxhooks import interpose as _interpose_module
+from gate.jaxhooks.internals import guard_setters
 from gate.jaxhooks.interpose import interposed
 from gate.policy.levels import Direction, GuardSpec
 
@@ -131,8 +132,8 @@ def guard_kept_by_the_gate(
     calls (and the gate's) go through.
     """
     import jax
-    from jax._src import config as jax_config
 
+    state_call_fn, update_fn = guard_setters()
     guard_states = {
         id(getattr(jax, name))
         for name in (
@@ -188,8 +189,8 @@ def guard_kept_by_the_gate(
     with ExitStack() as stack:
         for target, wrapper in (
             (jax.transfer_guard, context),
-            (jax_config.State.__call__, state_call),
-            (jax_config.Config.update, update),
+            (state_call_fn, state_call),
+            (update_fn, update),
         ):
             if isinstance(target, FunctionType):  # else this JAX moved it; nothing to keep
                 stack.enter_context(interposed(target, wrapper))

@@ -4,7 +4,9 @@ Replacing ``module.fn`` misses call sites that did ``from module import fn``
 before the gate ran: they hold the function object itself. So instead we
 keep the function object and swap its code for a trampoline that calls the
 wrapper; every reference, old or new, goes through it. The original code is
-put back in ``finally``.
+put back in ``finally``, after checking that ``__code__`` is still the
+trampoline: if something else swapped it meanwhile, theirs is left in place
+and AssertionError names the function (chex's restore-what-is-yours rule).
 
 The trampoline finds the dispatcher through ``builtins`` (a name lookup that
 misses the module's globals falls back there), so nothing is written into the
@@ -69,7 +71,8 @@ def interposed(fn: types.FunctionType, wrapper: Wrapper) -> Iterator[None]:
     """Make every call of ``fn`` call ``wrapper(original, args, kwargs)``.
 
     ``original`` is a copy of ``fn`` with its own code, so the wrapper can
-    call through. Restores ``fn.__code__`` on exit.
+    call through. Restores ``fn.__code__`` on exit; raises AssertionError,
+    restoring nothing, if by then ``fn.__code__`` is no longer the trampoline.
     """
     original = types.FunctionType(
         fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
@@ -80,14 +83,31 @@ def interposed(fn: types.FunctionType, wrapper: Wrapper) -> Iterator[None]:
     saved_code = fn.__code__
     with _lock:
         key = next(_keys)
+    trampoline = _trampoline(fn, key)
+    with _lock:
         _routes[key] = (original, wrapper)
         setattr(builtins, _DISPATCH, _dispatch)
     try:
-        fn.__code__ = _trampoline(fn, key)
+        fn.__code__ = trampoline
+    except BaseException:
+        _drop_route(key)
+        raise
+    try:
         yield
     finally:
+        if fn.__code__ is not trampoline:
+            # Whoever swapped it may call through to the trampoline, so its
+            # route stays: dropping it would break their function too.
+            raise AssertionError(
+                f"{fn.__module__}.{fn.__qualname__} was re-coded by someone else while the "
+                "gate had it interposed; left as it is"
+            )
         fn.__code__ = saved_code
-        with _lock:
-            del _routes[key]
-            if not _routes and hasattr(builtins, _DISPATCH):
-                delattr(builtins, _DISPATCH)
+        _drop_route(key)
+
+
+def _drop_route(key: int) -> None:
+    with _lock:
+        del _routes[key]
+        if not _routes and hasattr(builtins, _DISPATCH):
+            delattr(builtins, _DISPATCH)

@@ -21,8 +21,8 @@ import ctypes.util
 import glob
 import importlib.metadata
 from dataclasses import dataclass
-from typing import Any
 
+from gate.jaxhooks import internals
 from gate.policy.levels import Direction
 
 # Distributions that give jaxlib a GPU backend (JAX's CUDA/ROCm plugins).
@@ -124,10 +124,7 @@ def _libcuda_loads() -> bool:
 
 
 def _cuda_runtime() -> str | None:
-    try:
-        from jax._src.lib import cuda_versions
-    except ImportError:
-        return None
+    cuda_versions = internals.cuda_versions_module()
     getter = getattr(cuda_versions, "cuda_runtime_get_version", None)
     if getter is None:
         return None
@@ -139,12 +136,8 @@ def _cuda_runtime() -> str | None:
 
 
 def _backend_errors() -> tuple[tuple[str, str], ...]:
-    try:
-        from jax._src import xla_bridge
-    except ImportError:
-        return ()
-    errors: Any = getattr(xla_bridge, "_backend_errors", None)
-    if not isinstance(errors, dict):
+    errors = internals.backend_errors()
+    if errors is None:
         return ()
     return tuple(sorted((str(k), " ".join(str(v).split())) for k, v in errors.items()))
 

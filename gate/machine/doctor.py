@@ -7,8 +7,8 @@ on the CPU the guard never sees a device-to-host transfer. ``doctor
 
 Where the numbers come from (JAX 0.10):
 - ``jax.__version__`` and ``jaxlib.version.__version__``;
-- the CUDA plugin's ``_versions`` module, which ``jax._src.lib`` loads as
-  ``cuda_versions`` (``jax_cuda13_plugin``, ``jax_cuda12_plugin``): runtime,
+- the CUDA plugin's ``_versions`` module, which JAX loads as ``cuda_versions``
+  (``jax_cuda13_plugin``, ``jax_cuda12_plugin``; see `gate.jaxhooks.internals`): runtime,
   driver and cuDNN versions, and the ones JAX was built against;
 - ``jax.default_backend()``, ``jax.devices()`` and each device's
   ``device_kind`` (and ``compute_capability`` on CUDA);
@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from gate import __version__
+from gate.jaxhooks import internals
 from gate.policy.levels import Direction
 from gate.report.github import in_github_actions, workflow_command
 from gate.report.terminal import one_line
@@ -182,12 +183,8 @@ def _backend_errors() -> tuple[tuple[str, str], ...]:
     never wrong. JAX fills it when a plugin (CUDA, TPU) fails to initialize
     and falls back to another backend with only a warning.
     """
-    try:
-        from jax._src import xla_bridge
-    except ImportError:
-        return ()
-    errors: Any = getattr(xla_bridge, "_backend_errors", None)
-    if not isinstance(errors, dict):
+    errors = internals.backend_errors()
+    if errors is None:
         return ()
     return tuple(sorted((str(name), one_line(str(why))) for name, why in errors.items()))
 
@@ -230,10 +227,7 @@ def _guard_config(config: Any) -> tuple[tuple[str, str], ...]:
 
 def _cuda_versions() -> tuple[tuple[str, str], ...]:
     """CUDA components as the CUDA plugin reports them; () without a CUDA plugin."""
-    try:
-        from jax._src.lib import cuda_versions
-    except ImportError:
-        return ()
+    cuda_versions = internals.cuda_versions_module()
     if cuda_versions is None:
         return ()
     found: list[tuple[str, str]] = []

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gate.jaxhooks.internals import jit_info
+
 
 @dataclass(frozen=True)
 class Moved:
@@ -51,7 +53,7 @@ def qualname(fn: object) -> str:
 
 
 def _signature(fn: object) -> inspect.Signature | None:
-    info = getattr(fn, "_jit_info", None)
+    info = jit_info(fn)
     found = getattr(info, "fun_signature", None)
     if isinstance(found, inspect.Signature):
         return found
@@ -63,7 +65,7 @@ def _signature(fn: object) -> inspect.Signature | None:
 
 
 def _statics(fn: object) -> tuple[frozenset[int], frozenset[str]] | None:
-    info = getattr(fn, "_jit_info", None)
+    info = jit_info(fn)
     if info is None:
         return None  # a JAX that keeps this elsewhere: static arguments unknowable
     numbers = getattr(info, "static_argnums", None)

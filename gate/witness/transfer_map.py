@@ -15,23 +15,20 @@ through to the real stderr when the run ends.
 
 Where a line is one simple statement with one call, to a jitted function,
 with plain names or numbers as its arguments, the map also works out (before
-the line runs) which host values that call will move (`gate.witness.arguments`), and
+the line runs) which host values that call will move (`gate.witness.line_calls`), and
 names each logged move after its argument when the two agree exactly.
 
 The guard's lines vanish when ``TF_CPP_MIN_LOG_LEVEL`` is 2 or more when
-jaxlib loads. The gate sets it before importing jax (`prepare_environment`),
-and `capture_works` checks with a deliberate transfer that the lines really
-arrive, so a lost log can never look like a clean step.
+jaxlib loads. The gate sets it before importing jax
+(`gate.witness.guard_log.prepare_environment`), and `capture_works` checks
+with a deliberate transfer that the lines really arrive, so a lost log can
+never look like a clean step.
 """
 
 from __future__ import annotations
 
-import ast
-import builtins
 import itertools
-import linecache
 import os
-import re
 import sys
 import tempfile
 import threading
@@ -43,67 +40,22 @@ from pathlib import Path
 from typing import Any
 
 from gate import PACKAGE_DIR
-from gate.jaxhooks.guard import parse_aval
 from gate.policy.levels import Direction
 from gate.results.records import SourceLocation
-from gate.witness.arguments import CallPlan, is_jitted, match, plan_call
+from gate.witness.arguments import CallPlan, match
+from gate.witness.guard_log import parse_guard_line, prepare_environment, warnings_level
+from gate.witness.line_calls import LineCall, call_plan, line_calls
 from gate.witness.user_code import UserCode
 
-# "W1130 14:10:32.989305 2240 guard_lib.cc:125] host-to-device transfer: aval=..."
-# The file:line part changes between JAX versions and the fast path may leave
-# the description empty, so only the direction is required.
-# Only a real glog line counts: "W1130 14:10:32.989305   2240 file.cc:125] host-to-device
-# transfer: ...". The step's own stderr text that merely mentions a transfer must not.
-_GUARD_LINE = re.compile(
-    r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+(?P<tid>\d+) [^\]]*\] "
-    r"(?P<direction>host-to-device|device-to-host|device-to-device) transfer"
-)
-
-
-def _warnings_level() -> None:
-    """Set jaxlib's C++ log level back to warnings, where the guard's lines are."""
-    try:
-        from jax._src import lib as jaxlib_bindings
-
-        getattr(jaxlib_bindings, "utils").absl_set_min_log_level(1)  # noqa: B009
-    except (ImportError, AttributeError):
-        pass  # an older or newer jaxlib: the canary below still tells the truth
-
-
-def prepare_environment(environ: dict[str, str] | os._Environ[str]) -> None:
-    """Make sure jaxlib will write the guard's warnings, before jax is imported.
-
-    CI images often set ``TF_CPP_MIN_LOG_LEVEL=2`` to cut noise; it is read
-    once, when jaxlib loads, and hides every guard line. Level 1 keeps the
-    warnings (the guard's) and drops jaxlib's info chatter.
-    """
-    level = environ.get("TF_CPP_MIN_LOG_LEVEL", "")
-    if not level.isdigit() or int(level) > 1:
-        environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
-
-
-@dataclass(frozen=True)
-class GuardLine:
-    """One transfer as the guard logged it."""
-
-    direction: Direction
-    dtype: str | None
-    shape: tuple[int, ...] | None
-    native_thread: int | None
-
-
-def parse_guard_line(line: str) -> GuardLine | None:
-    """The transfer a log line reports, or None for any other line."""
-    found = _GUARD_LINE.match(line)
-    if found is None:
-        return None
-    dtype, shape = parse_aval(line)
-    return GuardLine(
-        Direction.from_label(found["direction"]),
-        dtype,
-        shape,
-        int(found["tid"]),
-    )
+# Imported from here by the runner, the CLI and the doctor.
+__all__ = [
+    "Observed",
+    "TransferLog",
+    "capture_works",
+    "mapped",
+    "name_moves",
+    "prepare_environment",
+]
 
 
 @dataclass(frozen=True)
@@ -136,111 +88,6 @@ class _ThreadState:
     segment: int = 0
     outside: int = 0  # the stretch while no user frame runs (a jitted step's own call)
     call: CallPlan | None = None  # what the line now executing will move, where known
-
-
-# A line's one call: the callee as a chain of names (``train.sgd_update``),
-# then its positional and keyword arguments, each a name or a number.
-_Arg = tuple[str, Any]  # ("name", "x") or ("value", 0.1)
-
-
-@dataclass(frozen=True)
-class _LineCall:
-    callee: tuple[str, ...]
-    args: tuple[_Arg, ...]
-    kwargs: tuple[tuple[str, _Arg], ...]
-
-
-_SIMPLE_STATEMENTS = (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return)
-
-
-def _callee_chain(node: ast.expr) -> tuple[str, ...] | None:
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    return (node.id, *reversed(parts))
-
-
-def _argument(node: ast.expr) -> _Arg | None:
-    if isinstance(node, ast.Name):
-        return ("name", node.id)
-    if isinstance(node, ast.Constant) and (
-        node.value is None or isinstance(node.value, bool | int | float | complex)
-    ):
-        return ("value", node.value)
-    return None
-
-
-def _line_call(statement: ast.stmt) -> _LineCall | None:
-    """The statement's only call, when it is plain enough to name its arguments."""
-    calls = [node for node in ast.walk(statement) if isinstance(node, ast.Call)]
-    if len(calls) != 1:
-        return None
-    [call] = calls
-    callee = _callee_chain(call.func)
-    args = [_argument(a) for a in call.args]
-    kwargs = [(k.arg, _argument(k.value)) for k in call.keywords]
-    if callee is None or None in args or any(k is None or a is None for k, a in kwargs):
-        return None
-    return _LineCall(
-        callee,
-        tuple(a for a in args if a is not None),
-        tuple((k, a) for k, a in kwargs if k is not None and a is not None),
-    )
-
-
-def _line_calls(filename: str) -> dict[int, _LineCall]:
-    """Per line of the file, its one-line simple statement's only call (see `_line_call`)."""
-    try:
-        tree = ast.parse("".join(linecache.getlines(filename)))
-    except (SyntaxError, ValueError):
-        return {}
-    found = {}
-    for node in ast.walk(tree):
-        if isinstance(node, _SIMPLE_STATEMENTS) and node.lineno == node.end_lineno:
-            call = _line_call(node)
-            if call is not None:
-                found[node.lineno] = call
-    return found
-
-
-_MISSING = object()
-
-
-def _lookup(frame: types.FrameType, name: str) -> Any:
-    """A name's value in the frame, as Python would find it; never runs the user's code."""
-    for scope in (frame.f_locals, frame.f_globals, vars(builtins)):
-        if name in scope:
-            return scope[name]
-    return _MISSING
-
-
-def _call_plan(frame: types.FrameType, call: _LineCall) -> CallPlan | None:
-    """What the line's call will move, if its callee is a jitted function."""
-    target = _lookup(frame, call.callee[0])
-    for attribute in call.callee[1:]:
-        # Only through modules: an attribute of any other object could be a
-        # property, and the gate never runs the user's code to find out.
-        if not isinstance(target, types.ModuleType):
-            return None
-        target = vars(target).get(attribute, _MISSING)
-    if target is _MISSING or not is_jitted(target):
-        return None
-    values = []
-    for kind, value in call.args:
-        found = _lookup(frame, value) if kind == "name" else value
-        if found is _MISSING:
-            return None
-        values.append(found)
-    keywords = {}
-    for key, (kind, value) in call.kwargs:
-        found = _lookup(frame, value) if kind == "name" else value
-        if found is _MISSING:
-            return None
-        keywords[key] = found
-    return plan_call(target, values, keywords)
 
 
 def name_moves(observed: list[Observed], plan_of: Callable[[Observed], CallPlan | None]) -> None:
@@ -299,7 +146,7 @@ class _Mapper:
         self.user_files: dict[str, bool] = {}
         self.segments = itertools.count(1)
         self.moves_in: dict[tuple[int, Direction, bool], int] = {}
-        self.line_calls: dict[str, dict[int, _LineCall]] = {}
+        self.line_calls: dict[str, dict[int, LineCall]] = {}
         self.calls: dict[types.FrameType, CallPlan | None] = {}  # per frame, its line's plan
         self.plans: dict[int, CallPlan] = {}  # per segment, where its line has one
         self.segments_of: dict[types.FrameType, int] = {}  # per user frame, its line's stretch
@@ -442,13 +289,13 @@ class _Mapper:
         filename = frame.f_code.co_filename
         calls = self.line_calls.get(filename)
         if calls is None:
-            calls = self.line_calls[filename] = _line_calls(filename)
+            calls = self.line_calls[filename] = line_calls(filename)
         call = calls.get(frame.f_lineno)
         if call is None:
             self.calls.pop(frame, None)
             return
         try:
-            self.calls[frame] = _call_plan(frame, call)
+            self.calls[frame] = call_plan(frame, call)
         except Exception:  # naming is a nicety: never let it break the map
             self.calls[frame] = None
 
@@ -552,7 +399,7 @@ def capture_works() -> bool:
     a user's module, say; so the gate puts it back to warnings and checks with
     one deliberate implicit transfer before every region.
     """
-    _warnings_level()
+    warnings_level()
     import jax
     import numpy as np
 

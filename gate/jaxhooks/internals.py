@@ -1,0 +1,197 @@
+"""The private parts of JAX and jaxlib the gate reaches, each looked up and checked here.
+
+Nothing outside `gate.jaxhooks` names a JAX internal. A lookup the gate cannot
+do without returns what it found, checked to have the shape the gate hooks, or
+raises `InternalMissing`, whose text names the internal and how it does not
+fit; the witness that asked adds what that leaves unchecked and raises its own
+"not checked" error (never a pass). A lookup the gate can do without (the
+doctor's extras, the C++ log level, a jitted function's static arguments)
+returns None instead, and the caller falls back to something that still tells
+the truth.
+
+Where each lives, in JAX 0.10.2:
+
+- ``jax._src.array.ArrayImpl`` (defined in jaxlib's ``py_array.cc``; the
+  Python half in ``jax/_src/array.py``): ``_value``, the property every
+  Python-level read of an array's value goes through; ``_npy_value``, its
+  cached host copy (None until a read copied); ``copy_to_host_async``, the
+  method that starts a copy into that cache.
+- ``jax._src.debugging._format_print_callback(fmt, ...)``: the host function
+  ``jax.debug.print``'s lowering builds from its format string.
+- ``jax._src.config.State.__call__`` and ``jax._src.config.Config.update``:
+  what ``jax.transfer_guard_*(level)`` and ``jax.config.update`` run.
+- ``jax._src.lib.utils.absl_set_min_log_level``: jaxlib's C++ log level, where
+  the guard's ``log`` lines are written.
+- ``jax._src.lib.cuda_versions`` (the CUDA plugin's ``_versions`` module) and
+  ``jax._src.xla_bridge._backend_errors`` (why a backend failed to start).
+- ``PjitFunction._jit_info``: a jitted function's signature and static arguments.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import operator
+import types
+from collections.abc import Callable
+from typing import Any
+
+
+class InternalMissing(LookupError):
+    """A JAX internal the gate hooks is absent or no longer has the expected shape.
+
+    The text names the internal and what is wrong with it, without the JAX
+    version: the witness puts the version and the consequence around it.
+    """
+
+
+def jax_version() -> str:
+    """``jax.__version__``, as every refusal names it."""
+    import jax
+
+    return str(jax.__version__)
+
+
+# --- device arrays -------------------------------------------------------------------------------
+
+
+def array_type() -> type:
+    """``jax._src.array.ArrayImpl``, the type of every concrete ``jax.Array``."""
+    try:
+        from jax._src.array import ArrayImpl
+    except ImportError as exc:
+        raise InternalMissing(f"jax._src.array.ArrayImpl ({exc})") from exc
+    found: type = ArrayImpl
+    return found
+
+
+def check_host_value(array_impl: type) -> None:
+    """``ArrayImpl._npy_value`` exists: without it a cached host copy looks like a fetch."""
+    if not hasattr(array_impl, "_npy_value"):
+        raise InternalMissing("ArrayImpl has no _npy_value")
+
+
+# An array's cached host copy, or None; fast (it is read on every watched read).
+# Raises AttributeError on a JAX without it (see `check_host_value`).
+host_value: Callable[[Any], Any] = operator.attrgetter("_npy_value")
+
+
+def value_property(array_impl: type) -> property:
+    """``ArrayImpl._value``: a property with a getter, defined on the type itself."""
+    prop = array_impl.__dict__.get("_value")
+    if not isinstance(prop, property) or prop.fget is None:
+        raise InternalMissing(f"ArrayImpl._value is no longer a property ({type(prop).__name__})")
+    return prop
+
+
+def copy_to_host_async_method(array_impl: type) -> types.FunctionType | str:
+    """``ArrayImpl.copy_to_host_async(self)``, or why it cannot be wrapped."""
+    method = array_impl.__dict__.get("copy_to_host_async")
+    if not isinstance(method, types.FunctionType):
+        return "ArrayImpl.copy_to_host_async is not a Python function"
+    if list(inspect.signature(method).parameters) != ["self"]:
+        return "ArrayImpl.copy_to_host_async(self) changed its signature"
+    return method
+
+
+def copy_tree_function() -> types.FunctionType | None:
+    """``jax.copy_to_host_async(x)`` where it is a Python function taking ``x``."""
+    import jax
+
+    fn = getattr(jax, "copy_to_host_async", None)
+    if not isinstance(fn, types.FunctionType):
+        return None
+    if next(iter(inspect.signature(fn).parameters), None) != "x":
+        return None
+    return fn
+
+
+def python_function(fn: object, label: str) -> types.FunctionType:
+    """``fn`` itself, checked to be a Python function (only those can be interposed)."""
+    if not isinstance(fn, types.FunctionType):
+        raise InternalMissing(f"{label} is a {type(fn).__name__}, not a Python function")
+    return fn
+
+
+# --- host callbacks ------------------------------------------------------------------------------
+
+
+def module_function(module: str, name: str) -> types.FunctionType:
+    """``module.name``, imported and checked to be a Python function."""
+    try:
+        fn = getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        fn = None
+    if not isinstance(fn, types.FunctionType):
+        raise InternalMissing(f"{module}.{name} ({'absent' if fn is None else type(fn).__name__})")
+    return fn
+
+
+PRINT_RUNNER = ("jax._src.debugging", "_format_print_callback")
+
+
+def format_print_callback() -> types.FunctionType:
+    """The host function of ``jax.debug.print``, taking the format string first as ``fmt``."""
+    runner = module_function(*PRINT_RUNNER)
+    if next(iter(inspect.signature(runner).parameters), None) != "fmt":
+        raise InternalMissing(f"{'.'.join(PRINT_RUNNER)}(fmt, ...) (its signature changed)")
+    return runner
+
+
+# --- the guard's own switches --------------------------------------------------------------------
+
+
+def guard_setters() -> tuple[types.FunctionType | None, types.FunctionType | None]:
+    """``State.__call__`` (what ``jax.transfer_guard_*(level)`` runs) and ``Config.update``.
+
+    None for one this JAX moved or made native: the gate then cannot keep the
+    guard against that way of loosening it, and says nothing (as before).
+    """
+    from jax._src import config as jax_config
+
+    found = []
+    for owner, name in ((jax_config.State, "__call__"), (jax_config.Config, "update")):
+        fn = getattr(owner, name, None)
+        found.append(fn if isinstance(fn, types.FunctionType) else None)
+    return found[0], found[1]
+
+
+def set_cpp_log_level(level: int) -> bool:
+    """Set jaxlib's C++ minimum log level; False where this jaxlib has no such call."""
+    try:
+        from jax._src import lib as jaxlib_bindings
+
+        getattr(jaxlib_bindings, "utils").absl_set_min_log_level(level)  # noqa: B009
+    except (ImportError, AttributeError):
+        return False
+    return True
+
+
+# --- the machine ---------------------------------------------------------------------------------
+
+
+def cuda_versions_module() -> Any | None:
+    """The CUDA plugin's versions module as ``jax._src.lib`` loaded it; None without one."""
+    try:
+        from jax._src.lib import cuda_versions
+    except ImportError:
+        return None
+    return cuda_versions
+
+
+def backend_errors() -> dict[Any, Any] | None:
+    """``xla_bridge._backend_errors``: why each backend failed to start; None where absent."""
+    try:
+        from jax._src import xla_bridge
+    except ImportError:
+        return None
+    errors: Any = getattr(xla_bridge, "_backend_errors", None)
+    return errors if isinstance(errors, dict) else None
+
+
+# --- jitted functions ----------------------------------------------------------------------------
+
+
+def jit_info(fn: object) -> Any | None:
+    """A jitted function's ``_jit_info`` (signature, static arguments); None without one."""
+    return getattr(fn, "_jit_info", None)

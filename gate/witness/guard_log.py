@@ -1,0 +1,72 @@
+"""The guard's ``log`` lines: making sure jaxlib writes them, and reading one.
+
+JAX's guard in ``log`` mode writes one C++ warning per transfer to file
+descriptor 2. The lines vanish when ``TF_CPP_MIN_LOG_LEVEL`` is 2 or more when
+jaxlib loads, so the gate sets it before importing jax (`prepare_environment`);
+`gate.witness.transfer_map` reads the lines while a step runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from gate.jaxhooks.guard import parse_aval
+from gate.jaxhooks.internals import set_cpp_log_level
+from gate.policy.levels import Direction
+
+# "W1130 14:10:32.989305 2240 guard_lib.cc:125] host-to-device transfer: aval=..."
+# The file:line part changes between JAX versions and the fast path may leave
+# the description empty, so only the direction is required.
+# Only a real glog line counts: "W1130 14:10:32.989305   2240 file.cc:125] host-to-device
+# transfer: ...". The step's own stderr text that merely mentions a transfer must not.
+_GUARD_LINE = re.compile(
+    r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+(?P<tid>\d+) [^\]]*\] "
+    r"(?P<direction>host-to-device|device-to-host|device-to-device) transfer"
+)
+
+
+def warnings_level() -> None:
+    """Set jaxlib's C++ log level back to warnings, where the guard's lines are.
+
+    An older or newer jaxlib without the call is left as it is: `capture_works`'s
+    canary transfer still tells the truth.
+    """
+    set_cpp_log_level(1)
+
+
+def prepare_environment(environ: dict[str, str] | os._Environ[str]) -> None:
+    """Make sure jaxlib will write the guard's warnings, before jax is imported.
+
+    CI images often set ``TF_CPP_MIN_LOG_LEVEL=2`` to cut noise; it is read
+    once, when jaxlib loads, and hides every guard line. Level 1 keeps the
+    warnings (the guard's) and drops jaxlib's info chatter.
+    """
+    level = environ.get("TF_CPP_MIN_LOG_LEVEL", "")
+    if not level.isdigit() or int(level) > 1:
+        environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
+
+
+@dataclass(frozen=True)
+class GuardLine:
+    """One transfer as the guard logged it."""
+
+    direction: Direction
+    dtype: str | None
+    shape: tuple[int, ...] | None
+    native_thread: int | None
+
+
+def parse_guard_line(line: str) -> GuardLine | None:
+    """The transfer a log line reports, or None for any other line."""
+    found = _GUARD_LINE.match(line)
+    if found is None:
+        return None
+    dtype, shape = parse_aval(line)
+    return GuardLine(
+        Direction.from_label(found["direction"]),
+        dtype,
+        shape,
+        int(found["tid"]),
+    )
