@@ -9,16 +9,9 @@ from typing import Any
 import pytest
 from jax_scripts import run_script
 
-from gate.machine.diagnosis import (
-    BOTH,
-    DETECTOR,
-    GUARD,
-    NOT_CHECKED,
-    PlatformInfo,
-    check_required,
-    direction_coverage,
-)
+from gate.machine.diagnosis import PlatformInfo, check_required, direction_coverage
 from gate.policy.levels import Direction
+from gate.results.records import CoverageJudge
 
 pytestmark = pytest.mark.jaxhooks
 
@@ -156,18 +149,18 @@ def test_an_unknown_platform_is_a_usage_error() -> None:
 @pytest.mark.parametrize(
     ("platform", "detector", "device_to_host"),
     [
-        ("cpu", False, NOT_CHECKED),
-        ("cpu", True, DETECTOR),
-        ("gpu", False, GUARD),
-        ("gpu", True, BOTH),
-        ("tpu", True, BOTH),
-        ("metal", False, NOT_CHECKED),
+        ("cpu", False, CoverageJudge.NOT_CHECKED),
+        ("cpu", True, CoverageJudge.DETECTOR),
+        ("gpu", False, CoverageJudge.GUARD),
+        ("gpu", True, CoverageJudge.BOTH),
+        ("tpu", True, CoverageJudge.BOTH),
+        ("metal", False, CoverageJudge.NOT_CHECKED),
     ],
 )
 def test_direction_coverage(platform: str, detector: bool, device_to_host: str) -> None:
     coverage = direction_coverage(dataclasses.replace(CPU_HERE, platform=platform), detector)
     assert coverage == {
-        Direction.HOST_TO_DEVICE: GUARD,
+        Direction.HOST_TO_DEVICE: CoverageJudge.GUARD,
         Direction.DEVICE_TO_HOST: device_to_host,
-        Direction.DEVICE_TO_DEVICE: GUARD,
+        Direction.DEVICE_TO_DEVICE: CoverageJudge.GUARD,
     }

@@ -35,6 +35,7 @@ from gate.report.github_annotations import (
 from gate.results.records import (
     CheckName,
     CheckOutcome,
+    CoverageJudge,
     ErrorKind,
     Phase,
     RegionError,
@@ -399,7 +400,10 @@ def test_summary_names_the_platform_and_what_went_unchecked() -> None:
     seen = region(
         "s",
         platform="cpu (cpu x1), jax 0.10.2, jaxlib 0.10.2",
-        coverage=(("host-to-device", "jax guard"), ("device-to-host", "not checked")),
+        coverage=(
+            ("host-to-device", CoverageJudge.GUARD),
+            ("device-to-host", CoverageJudge.NOT_CHECKED),
+        ),
     )
     summary = render_summary(run_of(seen), REPORT)
     assert "\nPlatform: cpu (cpu x1), jax 0.10.2, jaxlib 0.10.2\n" in summary

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from gate.jaxhooks import internals
 from gate.policy.levels import Direction
+from gate.results.records import CoverageJudge
 
 # Distributions that give jaxlib a GPU backend (JAX's CUDA/ROCm plugins).
 _GPU_PLUGINS = (
@@ -36,11 +37,6 @@ _TPU_PLUGINS = ("libtpu", "libtpu-nightly")
 # The names jax.default_backend() gives, and JAX_PLATFORMS spellings that select them.
 PLATFORMS = ("cpu", "gpu", "tpu")
 _SELECTS = {"cpu": {"cpu"}, "gpu": {"gpu", "cuda", "rocm"}, "tpu": {"tpu"}}
-
-GUARD = "jax guard"
-DETECTOR = "gate detector"
-BOTH = "jax guard + gate detector"
-NOT_CHECKED = "not checked"
 
 
 @dataclass(frozen=True)
@@ -208,7 +204,7 @@ def _split(platforms: str) -> set[str]:
     return {p.strip() for p in platforms.split(",") if p.strip()}
 
 
-def direction_coverage(info: PlatformInfo, detector_active: bool) -> dict[Direction, str]:
+def direction_coverage(info: PlatformInfo, detector_active: bool) -> dict[Direction, CoverageJudge]:
     """Per direction, what judged it on this platform.
 
     The guard checks host-to-device and device-to-device everywhere, and
@@ -218,11 +214,11 @@ def direction_coverage(info: PlatformInfo, detector_active: bool) -> dict[Direct
     """
     guard_sees_fetches = info.platform in ("gpu", "tpu")
     if guard_sees_fetches:
-        fetches = BOTH if detector_active else GUARD
+        fetches = CoverageJudge.BOTH if detector_active else CoverageJudge.GUARD
     else:
-        fetches = DETECTOR if detector_active else NOT_CHECKED
+        fetches = CoverageJudge.DETECTOR if detector_active else CoverageJudge.NOT_CHECKED
     return {
-        Direction.HOST_TO_DEVICE: GUARD,
+        Direction.HOST_TO_DEVICE: CoverageJudge.GUARD,
         Direction.DEVICE_TO_HOST: fetches,
-        Direction.DEVICE_TO_DEVICE: GUARD,
+        Direction.DEVICE_TO_DEVICE: CoverageJudge.GUARD,
     }

@@ -57,6 +57,7 @@ from gate.region.timing import summarize
 from gate.results.cause import HOST_CALLBACK_USE
 from gate.results.records import (
     CheckOutcome,
+    CoverageJudge,
     ErrorKind,
     Phase,
     RegionError,
@@ -932,7 +933,7 @@ def platform_info() -> PlatformInfo:
     return detect_platform()
 
 
-def _coverage(run: RegionRun, can_map: bool) -> tuple[tuple[str, str], ...]:
+def _coverage(run: RegionRun, can_map: bool) -> tuple[tuple[str, CoverageJudge], ...]:
     """Per direction, what judged it: JAX's guard, the gate's detector, or nothing."""
     assert run.platform is not None
     # The detector watches the mapped runs only; without a map it did not run.
@@ -957,7 +958,7 @@ def _notes(run: RegionRun, can_map: bool, callbacks_missing: str | None) -> list
         notes.append(f"host callbacks not counted: {callbacks_missing}")
     where = run.platform.describe() if run.platform else "this platform"
     for direction, judge in _coverage(run, can_map):
-        if judge == "not checked":
+        if judge is CoverageJudge.NOT_CHECKED:
             notes.append(
                 f"{direction} transfers were NOT checked on {where}: "
                 "this region's pass says nothing about them"
@@ -1046,7 +1047,9 @@ def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> Region
     )
 
 
-def _unchecked(run: RegionRun, coverage: tuple[tuple[str, str], ...]) -> RegionError | None:
+def _unchecked(
+    run: RegionRun, coverage: tuple[tuple[str, CoverageJudge], ...]
+) -> RegionError | None:
     """An error when the policy disallows a direction that nothing could check.
 
     A pass would claim what nobody saw. The fix is the user's choice: a
@@ -1055,7 +1058,7 @@ def _unchecked(run: RegionRun, coverage: tuple[tuple[str, str], ...]) -> RegionE
     blind = [
         label
         for label, judge in coverage
-        if judge == "not checked"
+        if judge is CoverageJudge.NOT_CHECKED
         and run.region.guard.level(Direction.from_label(label)).fails_implicit
     ]
     if not blind:

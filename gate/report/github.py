@@ -45,7 +45,7 @@ from gate.report.terminal import (
     one_line,
 )
 from gate.results.findings import group
-from gate.results.records import RegionResult, RunResult
+from gate.results.records import CoverageJudge, RegionResult, RunResult
 
 # What other modules import from here; `gate.machine.doctor` takes the workflow commands from
 # here too, and mypy's strict no-implicit-reexport accepts re-exported names only when listed.
@@ -169,7 +169,9 @@ def _heading(run: RunResult) -> str:
     if platforms:
         heading += f"\nPlatform: {_text('; '.join(platforms))}\n"
     # Said up front, as in the terminal: a direction nothing checked.
-    unchecked = sorted({d for r in regions for d, judge in r.coverage if judge == "not checked"})
+    unchecked = sorted(
+        {d for r in regions for d, judge in r.coverage if judge is CoverageJudge.NOT_CHECKED}
+    )
     if unchecked:
         heading += f"\n**Not checked on this platform: {_text(', '.join(unchecked))}**\n"
     return heading

@@ -12,6 +12,7 @@ from gate.results.hints import hint_for, hint_for_error
 from gate.results.records import (
     BoundaryCost,
     CheckOutcome,
+    CoverageJudge,
     RegionResult,
     RunResult,
     TimingStats,
@@ -120,7 +121,7 @@ def format_summary(run: RunResult, color: bool = False) -> str:
     if platforms:
         lines.insert(0, f"platform: {'; '.join(platforms)}")
         unchecked = sorted(
-            {d for r in regions for d, judge in r.coverage if judge == "not checked"}
+            {d for r in regions for d, judge in r.coverage if judge is CoverageJudge.NOT_CHECKED}
         )
         if unchecked:
             lines.insert(1, f"NOT CHECKED on this platform: {', '.join(unchecked)} transfers")

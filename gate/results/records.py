@@ -199,6 +199,23 @@ class ErrorKind(enum.Enum):
     CANCELLED = "run cancelled"
 
 
+class CoverageJudge(str, enum.Enum):
+    """What judged one direction of a region's transfers (`RegionResult.coverage`).
+
+    A ``str``, so that every report writes the value itself ("device-to-host: gate
+    detector", JUnit's ``checked_by`` properties) on Python 3.10 too, which has no
+    ``enum.StrEnum``.
+    """
+
+    GUARD = "jax guard"
+    DETECTOR = "gate detector"
+    BOTH = "jax guard + gate detector"
+    NOT_CHECKED = "not checked"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
 @dataclass(frozen=True)
 class RegionError:
     kind: ErrorKind
@@ -224,9 +241,8 @@ class RegionResult:
     notes: tuple[str, ...] = ()  # what a reader must know to trust the verdict
     fixed: tuple[str, ...] = ()  # baseline entries that no longer happen
     platform: str = ""  # what JAX ran on, e.g. "cpu (cpu x1), jax 0.10.2, jaxlib 0.10.2"
-    # Per direction (label), what judged it: "jax guard", "gate detector",
-    # "jax guard + gate detector" or "not checked".
-    coverage: tuple[tuple[str, str], ...] = ()
+    # Per direction (label), what judged it.
+    coverage: tuple[tuple[str, CoverageJudge], ...] = ()
 
     @property
     def classname(self) -> str:
