@@ -333,14 +333,12 @@ def test_a_warm_move_takes_the_array_the_first_call_described_at_its_place_or_no
     # JAX's fast path logs warm moves with an empty description, in the order
     # the first call described them; the runner fills them in by position, per
     # run of the line in the step, and only where the run moved as many values.
-    import types
-
-    from gate.region.engine import RegionRun, _LineRun
+    from gate.region.sightings import LineRun, SightingMemory
     from gate.witness.transfer_map import Observed
 
     where = transfer().location
     place = Site(Direction.HOST_TO_DEVICE, False, where, None, None, None, None)
-    run = types.SimpleNamespace(described={}, described_sizes={})
+    memory = SightingMemory()
 
     def seen(index: int, dtype: str | None, shape: tuple[int, ...] | None) -> Observed:
         return Observed(
@@ -348,8 +346,8 @@ def test_a_warm_move_takes_the_array_the_first_call_described_at_its_place_or_no
         )
 
     def described(number: int, moves: list[Observed]) -> list[tuple[object, object]]:
-        line_run = _LineRun(number, len(moves))
-        found = [RegionRun._described(run, place, line_run, m) for m in moves]  # type: ignore[arg-type]
+        line_run = LineRun(number, len(moves))
+        found = [memory.described_as(place, line_run, m) for m in moves]
         return [(d.dtype, d.shape) for d in found]
 
     first = [seen(0, "float32", (32, 16, 16, 1)), seen(1, "int32", (32,)), seen(2, "float32", ())]
@@ -377,23 +375,17 @@ def test_an_undescribed_guard_fetch_is_the_detectors_only_array_at_its_line(
 ) -> None:
     # On GPU both witnesses see device-to-host; a guard line JAX left empty
     # must not become a second finding beside the detector's described one.
-    import types
     from collections import Counter
 
-    from gate.region.engine import RegionRun
+    from gate.region.sightings import merge_witnesses
 
     where = transfer().location
     place = Site(Direction.DEVICE_TO_HOST, False, where, None, None, None, None)
     loss = replace(place, dtype="float32", shape=())
-    run = types.SimpleNamespace(
-        platform=types.SimpleNamespace(platform=platform), disagreements=set()
-    )
-    merged = RegionRun._merge_witnesses(run, Counter({place: 1}), Counter({loss: 1}))  # type: ignore[arg-type]
+    merged, disagreements = merge_witnesses(Counter({place: 1}), Counter({loss: 1}), platform)
     assert merged == Counter({loss: 1})
-    assert run.disagreements == set()
+    assert disagreements == set()
     # Two arrays fetched at that line: which one it was is unknown; it stays apart.
     other = replace(place, dtype="int32", shape=(4,))
-    apart = RegionRun._merge_witnesses(  # type: ignore[arg-type]
-        run, Counter({place: 1}), Counter({loss: 1, other: 1})
-    )
+    apart, _ = merge_witnesses(Counter({place: 1}), Counter({loss: 1, other: 1}), platform)
     assert apart[place] == 1

@@ -497,7 +497,8 @@ def test_setup_reads_count_as_host_copies_whoever_runs_setup(tmp_path: Path) -> 
     from result_samples import callable_ref, one_region_policy
 
     from gate.policy.resolve import python_path
-    from gate.region.engine import RegionRun, import_region
+    from gate.region.callables import RegionCode, import_region
+    from gate.region.engine import RegionRun
     from gate.witness.detector import host_copy_cached
     from gate.witness.user_code import UserCode
 
@@ -509,7 +510,9 @@ def test_setup_reads_count_as_host_copies_whoever_runs_setup(tmp_path: Path) -> 
     )
     [region] = policy.regions
     with python_path(policy.python_path, tmp_path):
-        run = RegionRun(policy, region, UserCode(tmp_path), import_region(policy, region))
-        inputs = run.fresh_inputs()
+        code = RegionCode(policy, region, UserCode(tmp_path), import_region(policy, region))
+        run = RegionRun(code)
+        inputs = run.inputs.fresh()
+    warnings = run.verdict.warnings
     assert host_copy_cached(inputs)
-    assert any("host copy is cached" in warning for warning in run.warnings), run.warnings
+    assert any("host copy is cached" in warning for warning in warnings), warnings

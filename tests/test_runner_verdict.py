@@ -15,7 +15,8 @@ from result_samples import callable_ref, one_region_policy
 
 from gate.policy.levels import Direction
 from gate.policy.resolve import python_path
-from gate.region.engine import RegionRun, import_region
+from gate.region.callables import RegionCode, import_region
+from gate.region.engine import RegionRun
 from gate.results.records import Phase, SourceLocation, Transfer
 from gate.witness.user_code import UserCode
 
@@ -51,10 +52,11 @@ def test_a_refusal_fails_a_line_the_map_called_allowed(tmp_path: Path) -> None:
         message="the map, wrongly lenient",
     )
     with python_path(policy.python_path, tmp_path):
-        run = RegionRun(policy, region, UserCode(tmp_path), import_region(policy, region))
-        run.transfers.append(planted)
+        code = RegionCode(policy, region, UserCode(tmp_path), import_region(policy, region))
+        run = RegionRun(code)
+        run.verdict.transfers.append(planted)
         run.guarded_call(Phase.STEADY_STATE)
-    failing = [t for t in run.transfers if t.failing]
+    failing = [t for t in run.verdict.transfers if t.failing]
     assert len(failing) == 1
     assert failing[0].location == planted.location
     assert failing[0].message.startswith("JAX's guard, refusing the transfer: ")

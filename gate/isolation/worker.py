@@ -205,11 +205,11 @@ def _kill_own_group() -> None:
 
 def run_job(job: Job) -> RegionResult:
     """The region's result; a gate bug becomes an INTERNAL error for this region only."""
-    from gate.region import engine as runner
+    from gate.region import engine
 
     started = time.perf_counter()
     try:
-        return runner.run_region(job.policy, job.region, job.repo_root)
+        return engine.run_region(job.policy, job.region, repo_root=job.repo_root)
     except Exception as exc:
         # run_region turns every exception of the user's code into a RegionError.
         return _error_result(

@@ -1,0 +1,88 @@
+"""Exceptions turned into records: the user's code raising (an error for the
+report) and JAX's guard refusing a transfer (a failing transfer)."""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+
+from gate.jaxhooks.guard import EXPLICIT_ENTRY_POINTS, parse_violation
+from gate.jaxhooks.interpose import is_trampoline_frame
+from gate.region.callables import RegionCode
+from gate.region.verdict import fails
+from gate.results.records import ErrorKind, Phase, RegionError, Transfer
+from gate.witness.user_code import UserCode, frames_of, user_frames_text
+
+
+class RegionAbort(Exception):
+    """The region cannot be judged; carries the error for the report."""
+
+    def __init__(self, error: RegionError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def error_from(user: UserCode, kind: ErrorKind, exc: BaseException) -> RegionError:
+    """What the user's code raised: one line, their frames first, then the full traceback."""
+    frames = frames_of(exc.__traceback__)
+    text = str(exc).strip().splitlines()
+    summary = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    if _buffer_export_refused(exc):
+        summary += (
+            " (the gate turns off device arrays' buffer export while it watches "
+            "device-to-host reads, so memoryview(x), bytes(x) and np.frombuffer(x) raise "
+            "under it; read the value with np.asarray(x), which the gate sees, or "
+            "jax.device_get(x) at a declared boundary)"
+        )
+    user_tb = user_frames_text(user, frames)
+    full = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    details = (
+        f"Traceback (your code):\n{user_tb}{summary}\n\nFull traceback:\n{full}"
+        if user_tb
+        else full
+    )
+    return RegionError(kind, summary, details, user.locate(frames))
+
+
+def refused_transfer(code: RegionCode, exc: BaseException, phase: Phase) -> Transfer:
+    """The transfer JAX's guard refused with ``exc`` (a `parse_violation` of it must exist)."""
+    violation = parse_violation(exc)
+    assert violation is not None
+    frames = [f for f in frames_of(exc.__traceback__) if not is_trampoline_frame(f.filename)]
+    callee = code.user.callee_after_user(frames)
+    explicit = (
+        callee is not None
+        and callee.name in EXPLICIT_ENTRY_POINTS
+        and f"{Path('jax', '_src')}" in callee.filename
+    )
+    boundary = code.boundary_in(frames)
+    location = code.user.locate(frames) or code.step_location()
+    return Transfer(
+        direction=violation.direction,
+        explicit=explicit,
+        dtype=violation.dtype,
+        shape=violation.shape,
+        location=location,
+        phase=phase,
+        failing=fails(code.region.guard, violation.direction, explicit, boundary),
+        message="JAX's guard, refusing the transfer: "
+        + (str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__),
+        boundary=boundary,
+        source=code.source_line(location),
+    )
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else "(no message)"
+
+
+def _buffer_export_refused(exc: BaseException) -> bool:
+    """A TypeError from reading a jax array through the buffer protocol, which
+    `gate.witness.detector` switches off while it watches."""
+    text = str(exc)
+    return (
+        isinstance(exc, TypeError)
+        and "ArrayImpl" in text
+        and ("bytes-like object" in text or "buffer" in text or "to bytes" in text)
+    )

@@ -1,0 +1,83 @@
+"""Fresh inputs from setup for every run, refused when the step cannot take them.
+
+Every run gets its own: a value whose host copy was already fetched hides
+the next transfer of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gate.policy.signature import misfit_error
+from gate.region.callables import RegionCode
+from gate.region.errors import RegionAbort, error_from
+from gate.region.fetch_watch import FetchWatch
+from gate.region.verdict import Verdict
+from gate.results.records import ErrorKind, RegionError
+from gate.witness.detector import DetectorUnavailable, host_copy_cached, reused_leaves
+
+Inputs = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+@dataclass
+class StepInputs:
+    """Setup's outputs, made anew for each run and checked against the step."""
+
+    code: RegionCode
+    watch: FetchWatch
+    verdict: Verdict  # where warnings about the inputs go
+    previous: Inputs | None = None
+
+    def fresh(self) -> Inputs:
+        setup = self.code.callables.setup
+        if setup is None:
+            return (), {}
+        try:
+            # Watched, so that what setup reads counts as host-cached (as on a
+            # GPU) and is not taken for the step's fetch; no run's log is open.
+            with self.watch.detector():
+                made = setup()
+        except Exception as exc:
+            raise RegionAbort(error_from(self.code.user, ErrorKind.SETUP, exc)) from exc
+        if isinstance(made, tuple):
+            return self._checked((made, {}))
+        if isinstance(made, dict) and all(isinstance(k, str) for k in made):
+            return self._checked(((), made))
+        raise RegionAbort(
+            RegionError(
+                ErrorKind.BAD_INPUT,
+                f"{self.code.setup_spec} returned {type(made).__name__}; return a tuple of "
+                "positional arguments for the step (e.g. `return (params, batch)`) or a dict "
+                "of keyword arguments",
+                f"setup returned {made!r:.500}",
+            )
+        )
+
+    def _checked(self, inputs: Inputs) -> Inputs:
+        """Refuse inputs the step cannot take; warn when they could hide a transfer."""
+        code = self.code
+        misfit = misfit_error(code.policy, code.region, code.callables.step, inputs)
+        if misfit is not None:
+            raise RegionAbort(misfit)
+        setup = code.setup_spec
+        if self.previous is not None:
+            reused = reused_leaves(self.previous, inputs)
+            if reused:
+                self.verdict.warn(
+                    f"{setup} handed back the same array objects as the last run "
+                    f"({', '.join(reused[:3])}): a value fetched once hides the next fetch "
+                    "of it; build new arrays in setup"
+                )
+        try:
+            if host_copy_cached(inputs):
+                self.verdict.warn(
+                    f"{setup} returned arrays whose value the host already read (in setup, at "
+                    "import or in an earlier run): their host copy is cached (on CPU the gate "
+                    "models a GPU's cache), so the step's read of them moves nothing and a "
+                    "fetch there cannot be seen; build new arrays in setup"
+                )
+        except DetectorUnavailable:
+            pass  # this JAX keeps no visible host copy; nothing to warn about
+        self.previous = inputs
+        return inputs

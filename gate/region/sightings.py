@@ -1,0 +1,365 @@
+"""Three witnesses merged into one count per site: JAX's guard log, the gate's
+device-to-host detector and the host-callback counter.
+
+Each mapped run yields what every witness saw; `PhaseTally` charges it to
+sites (a line, a direction, an array) and keeps, per site, the most any one
+run made: a step that moves a value once per run moves it once, however many
+runs were watched. What the slow path described (which array a guard line
+moved) is kept across runs in `SightingMemory`, since warm runs log moves
+without it.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
+
+from gate.policy.levels import Direction
+from gate.results.cause import HOST_CALLBACK_USE
+from gate.results.records import Site, SourceLocation
+from gate.witness.callbacks import CallbackSite
+from gate.witness.detector import Fetch, FetchLog
+from gate.witness.transfer_map import Observed
+
+
+class Sighting(NamedTuple):
+    """What the witnesses said about one site, besides counting it."""
+
+    seen_by: str
+    argument: str | None = None
+    jitted_call: str | None = None
+    host_use: str | None = None
+    undescribed: bool = False
+
+
+class LineRun(NamedTuple):
+    """One run of a line within a step: the how-many-th, and how many moves it made."""
+
+    number: int
+    size: int
+
+
+def line_runs(moves: list[tuple[Site, int]]) -> list[LineRun]:
+    """Per guard line of one step, ``(place, stretch)``, the run of its line it belongs to.
+
+    A stretch is one run of a line (`gate.witness.transfer_map`); the k-th distinct
+    stretch seen at a place is that line's k-th run in the step.
+    """
+    sizes = Counter(moves)
+    numbers: dict[tuple[Site, int], int] = {}
+    runs_at: Counter[Site] = Counter()
+    found = []
+    for place, stretch in moves:
+        number = numbers.get((place, stretch))
+        if number is None:
+            number = numbers[(place, stretch)] = runs_at[place]
+            runs_at[place] += 1
+        found.append(LineRun(number, sizes[(place, stretch)]))
+    return found
+
+
+class Described(NamedTuple):
+    dtype: str | None
+    shape: tuple[int, ...] | None
+    argument: str | None
+    jitted_call: str | None
+
+
+@dataclass
+class SightingMemory:
+    """What later mapped runs of a region lean on: the slow path's descriptions, and
+    every fetch the per-run detector logs counted."""
+
+    # Per (site without its array, the how-many-th run of that line in a step,
+    # the move's index in that run of the line): what the slow path described;
+    # and per (site, run of the line), how many moves that described run made.
+    described: dict[tuple[Site, int, int], Described] = field(default_factory=dict)
+    described_sizes: dict[tuple[Site, int], int] = field(default_factory=dict)
+    detector_seen: Counter[Site] = field(default_factory=Counter)
+
+    def described_as(self, place: Site, line_run: LineRun, seen: Observed) -> Described:
+        """Which array a guard line moved: its own description, else the same move's earlier one.
+
+        JAX's fast path (warm calls) logs a move with an empty description,
+        in the same order as the slow path (the first call) described them;
+        so the n-th move of the k-th run of a line in a step is the n-th the
+        first call described there (a loop runs its line k times, each with
+        its own arrays); a run the first call did not describe (a loop whose
+        later turns were already warm) takes the nearest earlier described
+        run's. Only a run of the line that moved as many values as the
+        described one borrows its arrays: a different count means other moves
+        (a one-time upload the first call made, say), and those stay
+        undescribed rather than take another array's name.
+        """
+        slot = (place, line_run.number, seen.index)
+        if seen.dtype is not None:
+            own = Described(seen.dtype, seen.shape, seen.argument, seen.jitted_call)
+            self.described.setdefault(slot, own)
+            self.described_sizes.setdefault((place, line_run.number), line_run.size)
+            return own
+        earlier = next(
+            (
+                self.described[(place, number, seen.index)]
+                for number in range(line_run.number, -1, -1)
+                if self.described_sizes.get((place, number)) == line_run.size
+                and (place, number, seen.index) in self.described
+            ),
+            None,
+        )
+        if earlier is None:
+            return Described(None, None, seen.argument, seen.jitted_call)
+        return earlier._replace(
+            argument=seen.argument or earlier.argument,
+            jitted_call=seen.jitted_call or earlier.jitted_call,
+        )
+
+
+def merge_witnesses(
+    guard: Counter[Site], detector: Counter[Site], platform: str | None
+) -> tuple[Counter[Site], set[str]]:
+    """One count per site; and, where the guard and the detector disagree, a note saying so.
+
+    The guard sees device-to-host only on GPU and TPU; there both watch
+    the same fetches and should agree, so a site only one of them saw
+    is worth a note (and still counts). A guard line JAX left undescribed
+    at a line where the detector saw exactly one array is that array's.
+    """
+    guard = Counter(guard)
+    arrays: dict[Site, list[Site]] = {}
+    for key in detector:
+        arrays.setdefault(key.place, []).append(key)
+    for key in [k for k in guard if not k.described]:
+        seen = arrays.get(key.place, [])
+        if key.direction is Direction.DEVICE_TO_HOST and len(seen) == 1:
+            guard[seen[0]] += guard.pop(key)
+    merged = Counter(guard)
+    for key, count in detector.items():
+        merged[key] = max(merged[key], count)
+    disagreements = set()
+    if platform in ("gpu", "tpu"):
+        fetch_sites = {k for k in merged if k.direction is Direction.DEVICE_TO_HOST}
+        for key in sorted(fetch_sites, key=site_order):
+            if guard[key] != detector[key]:
+                where = str(key.location) if key.location else "an unknown line"
+                disagreements.add(
+                    f"device-to-host at {where}: JAX's guard saw {guard[key]}, "
+                    f"the gate's detector saw {detector[key]}"
+                )
+    return merged, disagreements
+
+
+@dataclass
+class PhaseTally:
+    """The sites of one phase's mapped runs, and what the witnesses said about each."""
+
+    main_thread: str
+    # Where the step is defined: a jitted step's argument moves are charged there.
+    step_location: SourceLocation | None
+    platform: str | None  # jax.default_backend(), for `merge_witnesses`
+    memory: SightingMemory
+    disagreements: set[str]  # notes of the whole region, added to as runs disagree
+    per_run: list[Counter[Site]] = field(default_factory=list)
+    details: dict[Site, Sighting] = field(default_factory=dict)
+    first_seen: dict[Site, int] = field(default_factory=dict)
+    unnamed: set[Site] = field(default_factory=set)
+
+    def _key_of(
+        self,
+        direction: Direction,
+        is_explicit: bool,
+        location: SourceLocation | None,
+        boundary: str | None,
+        thread: str,
+    ) -> Site:
+        """The site without its array (that comes from the witness)."""
+        label = None if thread == self.main_thread else thread_label(thread)
+        return Site(direction, is_explicit, location, boundary, label, None, None)
+
+    def _note(self, key: Site, sighting: Sighting) -> None:
+        self.first_seen.setdefault(key, len(self.first_seen))
+        known = self.details.get(key)
+        if known is None:
+            self.details[key] = sighting
+        else:  # what one witness knows and the other doesn't
+            if known.argument and sighting.argument and known.argument != sighting.argument:
+                self.unnamed.add(key)  # two arguments of one dtype and shape: name neither
+            self.details[key] = known._replace(
+                argument=None if key in self.unnamed else known.argument or sighting.argument,
+                jitted_call=known.jitted_call or sighting.jitted_call,
+                host_use=known.host_use or sighting.host_use,
+            )
+
+    def add_run(
+        self,
+        observed: list[Observed],
+        fetches: FetchLog | None,
+        callbacks_ran: dict[CallbackSite, int],
+    ) -> None:
+        """One mapped run: the guard's lines, the detector's fetches, the callbacks that ran."""
+        guard_counts = self._guard_counts(observed, callbacks_ran)
+        detector_counts: Counter[Site] = Counter()
+        for fetch in fetches.transfers if fetches is not None else ():
+            if fetch.in_callback:
+                continue  # charged to the callback's own site below
+            place = self._key_of(
+                fetch.direction, fetch.explicit, fetch.location, fetch.boundary, fetch.thread
+            )
+            key = replace(place, dtype=fetch.dtype, shape=fetch.shape)
+            detector_counts[key] += 1
+            self.memory.detector_seen[key] += 1
+            self._note(
+                key,
+                Sighting(f"the gate's detector: {host_use(fetch.what)}", host_use=fetch.what),
+            )
+        counts, disagreements = merge_witnesses(guard_counts, detector_counts, self.platform)
+        self.disagreements |= disagreements
+        for site, times in callbacks_ran.items():
+            key = Site(Direction.DEVICE_TO_HOST, False, site.location, None, None, None, None)
+            counts[key] += times
+            self.first_seen.setdefault(key, len(self.first_seen))
+            self.details[key] = Sighting(
+                f"host callback {site.describe()}", host_use=HOST_CALLBACK_USE
+            )
+        self.per_run.append(counts)
+
+    def _guard_counts(
+        self, observed: list[Observed], callbacks_ran: dict[CallbackSite, int]
+    ) -> Counter[Site]:
+        # A host callback runs inside compiled code, where no line of the
+        # user's is executing; the explicit moves the guard logs then (the
+        # callback's operands and result) belong to the callback's site.
+        only_site = next(iter(callbacks_ran)) if len(callbacks_ran) == 1 else None
+
+        def place_of(seen: Observed) -> tuple[Site, str, str | None]:
+            """The site (without its array) a guard line is charged to, who saw it, and
+            whether a host callback made it."""
+            location, seen_by, use = seen.location, "JAX's transfer-guard log", None
+            # The callback machinery moves operands with jax.device_put (explicit);
+            # an implicit line without a location is the step's own argument move.
+            if location is None and only_site is not None and seen.explicit:
+                location = only_site.location
+                seen_by += f", during host callback {only_site.describe()}"
+                use = HOST_CALLBACK_USE
+            elif location is None and seen.thread == self.main_thread:
+                # No line of the user's ran: the step is itself a jitted
+                # function, and JAX moved its arguments (setup's outputs).
+                location = self.step_location
+                seen_by += ", while calling the step with setup's outputs"
+            place = self._key_of(
+                seen.direction, seen.explicit, location, seen.boundary, seen.thread
+            )
+            return place, seen_by, use
+
+        places = [place_of(seen) for seen in observed]
+        runs = line_runs(
+            [(place, seen.segment) for (place, _, _), seen in zip(places, observed, strict=True)]
+        )
+        counts: Counter[Site] = Counter()
+        for seen, (place, seen_by, use), line_run in zip(observed, places, runs, strict=True):
+            described = self.memory.described_as(place, line_run, seen)
+            key = replace(place, dtype=described.dtype, shape=described.shape)
+            counts[key] += 1
+            self._note(
+                key,
+                Sighting(
+                    seen_by,
+                    argument=described.argument,
+                    jitted_call=described.jitted_call,
+                    undescribed=described.dtype is None,
+                    host_use=use,
+                ),
+            )
+        return counts
+
+    def sites(self) -> Iterator[tuple[Site, Sighting, int]]:
+        """Every site in file and line order, with the most moves any one run made there."""
+        for key in sorted(self.details, key=lambda k: (*site_order(k), self.first_seen[k])):
+            count = max(counts[key] for counts in self.per_run)
+            if count == 0:
+                continue  # an undescribed sighting the detector's array took over every run
+            yield key, self.details[key], count
+
+
+def between_runs(
+    log: FetchLog, threads_before: set[str], detector_seen: Counter[Site]
+) -> Iterator[tuple[Site, Sighting]]:
+    """Fetches by other threads that no mapped run saw: they happened between runs.
+
+    The main thread's fetches between runs are the warm-up's, seen again
+    in the mapped runs; another thread's are work the step handed on.
+    """
+    main_thread = threading.current_thread().name
+    extra: Counter[Site] = Counter()
+    found: dict[Site, Fetch] = {}
+    for fetch in log.transfers:
+        if fetch.thread == main_thread or fetch.in_callback:
+            continue
+        key = Site(
+            fetch.direction,
+            fetch.explicit,
+            fetch.location,
+            fetch.boundary,
+            thread_label(fetch.thread),
+            fetch.dtype,
+            fetch.shape,
+        )
+        extra[key] += 1
+        found[key] = fetch
+    for key in sorted(extra, key=site_order):
+        unseen = extra[key] - detector_seen[key]
+        if unseen <= 0:
+            continue
+        fetch = found[key]
+        older = fetch.thread in threads_before
+        origin = (
+            "a thread that was already running when this region started (work handed to "
+            "it by this region, or left by an earlier one)"
+            if older
+            else "a thread the step started"
+        )
+        seen_by = (
+            f"the gate's detector: {host_use(fetch.what)}, {unseen}x between the "
+            f"watched runs, in {origin}"
+        )
+        yield key, Sighting(seen_by, host_use=fetch.what)
+
+
+# What the host did with a fetched value, by the array method it went through.
+_HOST_USES = {
+    "__str__": "printed or turned into a string (print, str)",
+    "__repr__": "repr'd (repr, or print of a container)",
+    "__format__": "formatted (an f-string or format())",
+    "__float__": "converted with float()",
+    "__int__": "converted with int()",
+    "__index__": "used as an index",
+    "__bool__": "tested for truth (if x, bool(x), and/or)",
+    "__array__": "read by NumPy (np.asarray, np.array, a NumPy function)",
+    "__iter__": "iterated over",
+    "tolist": "converted with .tolist()",
+    "item": "converted with .item()",
+    "device_get": "fetched with jax.device_get",
+    "copy_to_host_async": "copied to the host with copy_to_host_async()",
+}
+
+
+def host_use(what: str) -> str:
+    return _HOST_USES.get(what, f"read through {what}")
+
+
+def thread_label(name: str) -> str:
+    """A thread's name without the counter that changes every run ("Thread-7 (worker)")."""
+    return re.sub(r"^Thread-\d+\s*", "", name).strip("()") or "thread"
+
+
+def site_order(key: Site) -> tuple[str, int, str, bool]:
+    where = key.location
+    return (
+        where.path if where else "~",
+        where.line if where else 0,
+        key.direction.value,
+        key.explicit,
+    )
