@@ -1,0 +1,90 @@
+"""The region engine called in-process, without the CLI or a worker: `run_region`
+turns a policy's region into its `RegionResult`."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from jax_scripts import line_of
+from result_samples import callable_ref, one_region_policy
+
+from gate.policy.levels import Direction
+from gate.region.engine import run_region
+from gate.results.records import CoverageJudge, RegionResult, SourceLocation
+
+STEPS = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@jax.jit
+def double(x):
+    return x * 2.0
+
+
+def fresh():
+    return (jnp.arange(4, dtype=jnp.float32),)
+
+
+def clean(x):
+    return double(x)
+
+
+def uploads(x):
+    return double(x) + double(np.ones(4, np.float32))  # the implicit upload
+"""
+
+
+@pytest.fixture(autouse=True)
+def _own_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each test writes its own engine_steps.py; never reuse another test's import.
+    monkeypatch.delitem(sys.modules, "engine_steps", raising=False)
+
+
+def run_step(repo: Path, step: str) -> RegionResult:
+    (repo / "engine_steps.py").write_text(textwrap.dedent(STEPS))
+    policy = one_region_policy(
+        callable_ref(f"engine_steps:{step}"),
+        callable_ref("engine_steps:fresh"),
+        python_path=(repo,),
+    )
+    [region] = policy.regions
+    return run_region(policy, region, repo_root=repo)
+
+
+def test_a_clean_step_passes(tmp_path: Path) -> None:
+    result = run_step(tmp_path, "clean")
+    assert result.error is None, result.error
+    assert result.passed, result.failing_transfers
+    assert result.name == "r"
+    assert result.timing is not None
+    assert result.timing.repeats == 1
+    judged = dict(result.coverage)
+    assert judged["host-to-device"] is CoverageJudge.GUARD
+    assert judged["device-to-host"] is not CoverageJudge.NOT_CHECKED, result.notes
+
+
+def test_an_implicit_upload_fails_at_its_line(tmp_path: Path) -> None:
+    result = run_step(tmp_path, "uploads")
+    assert result.error is None, result.error
+    assert not result.passed
+    [failing, *_] = result.failing_transfers
+    assert failing.direction is Direction.HOST_TO_DEVICE
+    assert not failing.explicit
+    line = line_of(STEPS, "the implicit upload")
+    assert failing.location == SourceLocation("engine_steps.py", line, "uploads")
+    assert failing.source is not None
+    assert failing.source.endswith("# the implicit upload")
+    assert all(t.location == failing.location for t in result.failing_transfers)
+
+
+def test_a_step_that_does_not_import_is_an_error_not_an_exception(tmp_path: Path) -> None:
+    result = run_step(tmp_path, "missing")
+    assert result.error is not None
+    assert result.error.kind.name == "IMPORT"
+    assert "missing" in result.error.message
+    assert not result.passed
