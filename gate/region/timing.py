@@ -1,8 +1,11 @@
 """Summary statistics of step times.
 
-Small GPU steps are noisy (the field notes saw a 0.3 ms step range from
-0.22 to 3.6 ms), so the report leads with robust figures: median and the
-interquartile range, never the mean.
+Small GPU steps are noisy: one step of about 0.3 ms was measured anywhere
+from 0.22 to 3.6 ms over its runs, and a single slow run moves the mean far
+more than the median. So the report leads with robust figures: median and
+the interquartile range, never the mean. The samples themselves follow JAX's
+advice on benchmarking (compile first, block on the outputs):
+https://docs.jax.dev/en/latest/201/profiling.html
 """
 
 from __future__ import annotations
