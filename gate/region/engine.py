@@ -59,7 +59,7 @@ from gate.region.verdict import Verdict, Witnessing, coverage, notes, site_trans
 from gate.results.records import CheckOutcome, ErrorKind, Phase, RegionError, RegionResult
 from gate.witness.arguments import CallPlan, is_jitted, plan_call
 from gate.witness.callbacks import CallbackHookMissing, CallbackLog, CallbackSite, count_callbacks
-from gate.witness.detector import FetchLog
+from gate.witness.fetches import FetchLog
 from gate.witness.transfer_map import Observed, capture_works, mapped, name_moves
 from gate.witness.user_code import UserCode
 

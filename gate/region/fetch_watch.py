@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 
-from gate.witness.detector import DetectorUnavailable, FetchLog, detect_fetches
+from gate.witness.detector import detect_fetches
+from gate.witness.fetches import DetectorUnavailable, FetchLog
 from gate.witness.user_code import UserCode
 
 

@@ -15,7 +15,8 @@ from gate.region.errors import RegionAbort, error_from
 from gate.region.fetch_watch import FetchWatch
 from gate.region.verdict import Verdict
 from gate.results.records import ErrorKind, RegionError
-from gate.witness.detector import DetectorUnavailable, host_copy_cached, reused_leaves
+from gate.witness.fetches import DetectorUnavailable
+from gate.witness.host_copies import host_copy_cached, reused_leaves
 
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
 

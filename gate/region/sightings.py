@@ -22,7 +22,7 @@ from gate.policy.levels import Direction
 from gate.results.cause import HOST_CALLBACK_USE
 from gate.results.records import Site, SourceLocation
 from gate.witness.callbacks import CallbackSite
-from gate.witness.detector import Fetch, FetchLog
+from gate.witness.fetches import Fetch, FetchLog
 from gate.witness.transfer_map import Observed
 
 
