@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gate import __version__
-from gate.cli.exit_codes import ExitCode
+from gate.cli.doctor import main_doctor
+from gate.cli.exit_codes import DoctorExitCode, ExitCode, exit_codes_help
 from gate.isolation.scheduler import (
     Cancellation,
     cancel_after,
@@ -25,8 +26,7 @@ from gate.isolation.scheduler import (
     keep_accelerators_for_workers,
     run_isolated,
 )
-from gate.machine.doctor import EXIT_CODES_HELP as DOCTOR_EXIT_CODES_HELP
-from gate.machine.doctor import Accelerator, main_doctor
+from gate.machine.diagnosis import Platform
 from gate.plan import parse_shard, select_shard
 from gate.policy.levels import GuardLevel, GuardSpec
 from gate.policy.load import (
@@ -72,9 +72,7 @@ class UsageError(Exception):
 
 
 def _exit_codes_help() -> str:
-    lines = ["exit codes:"]
-    lines += [f"  {code.value}  {code.meaning}" for code in ExitCode]
-    return "\n".join(lines)
+    return exit_codes_help(ExitCode)
 
 
 def _time_budget(text: str) -> float:
@@ -158,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--require-platform",
-        choices=("gpu", "tpu", "cpu"),
+        # Accelerators first, as --help has always listed them.
+        choices=[p.value for p in (Platform.GPU, Platform.TPU, Platform.CPU)],
         help="fail every region (exit 1) when JAX runs elsewhere; overrides the policies' "
         "`platform:`",
     )
@@ -205,12 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
         "doctor",
         allow_abbrev=False,
         help="show what JAX sees here (devices, versions, settings) and check for an accelerator",
-        epilog=DOCTOR_EXIT_CODES_HELP,
+        epilog=exit_codes_help(DoctorExitCode),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     doctor.add_argument(
         "--expect",
-        choices=[a.value for a in Accelerator],
+        choices=[p.value for p in Platform],
         help="fail (exit 1) unless JAX runs on this kind of device",
     )
 
