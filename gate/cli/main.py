@@ -27,7 +27,7 @@ from gate.isolation.scheduler import (
     run_isolated,
 )
 from gate.machine.diagnosis import Platform
-from gate.plan import parse_shard, select_shard
+from gate.plan import Plan, UnknownRegionError, parse_shard
 from gate.policy.levels import GuardLevel, GuardSpec
 from gate.policy.load import (
     PolicyError,
@@ -376,18 +376,6 @@ def _cmd_validate(args: argparse.Namespace, repo_root: Path) -> ExitCode:
     return ExitCode.OK
 
 
-def _selected(policies: list[Policy], wanted: list[str] | None) -> frozenset[str] | None:
-    if not wanted:
-        return None
-    known = {r.name for p in policies for r in p.regions}
-    known |= {f"{p.suite}.{r.name}" for p in policies for r in p.regions}
-    missing = [name for name in wanted if name not in known]
-    if missing:
-        names = ", ".join(sorted(r.name for p in policies for r in p.regions))
-        raise UsageError(f"--region {missing[0]}: no such region; the policies define: {names}")
-    return frozenset(wanted)
-
-
 def _execute(
     args: argparse.Namespace,
     repo_root: Path,
@@ -413,13 +401,11 @@ def _execute(
     required = getattr(args, "require_platform", None)
     if required is not None:
         policies = [dataclasses.replace(p, platform=required) for p in policies]
-    only = _selected(policies, args.region)
-    if getattr(args, "shard", None) is not None:
-        shard = select_shard(policies, args.shard, only)
-        print(shard.describe())
-        only = shard.regions
+    plan = Plan.make(policies, args.region, getattr(args, "shard", None))
+    if plan.shard is not None:
+        print(plan.shard.describe())
     try:
-        return run_isolated(policies, repo_root, only, cancel=cancel, forward=sys.stderr)
+        return run_isolated(plan, repo_root, cancel=cancel, forward=sys.stderr)
     except Exception as exc:
         if report is not None:
             broken = _internal_error_result(exc)
@@ -552,7 +538,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)
         return ExitCode.USAGE
-    except (UsageError, ReportWriteError, BaselineError, MergeError) as exc:
+    except (UsageError, UnknownRegionError, ReportWriteError, BaselineError, MergeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     except Exception:

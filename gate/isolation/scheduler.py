@@ -50,6 +50,7 @@ from gate.isolation.worker import (
     write_frame,
 )
 from gate.isolation.worker_output import StackDump, WorkerOutput, split_output
+from gate.plan import Plan
 from gate.policy.model import Policy, Region
 from gate.results.records import (
     ErrorKind,
@@ -669,31 +670,14 @@ class Scheduler:
         )
 
 
-def selected_regions(
-    policies: Sequence[Policy], only: frozenset[str] | None
-) -> list[tuple[Policy, list[Region]]]:
-    """The regions to run, per policy, in order (``only``: names or SUITE.NAMEs)."""
-    plan = []
-    for policy in policies:
-        regions = [
-            region
-            for region in policy.regions
-            if only is None or region.name in only or f"{policy.suite}.{region.name}" in only
-        ]
-        if regions:
-            plan.append((policy, regions))
-    return plan
-
-
 def run_isolated(
-    policies: Sequence[Policy],
+    plan: Plan,
     repo_root: Path,
-    only: frozenset[str] | None = None,
     *,
     cancel: Cancellation | None = None,
     forward: TextIO | None = None,
 ) -> RunResult:
-    """Run every region (or those in ``only``), each in a worker process; never loses one.
+    """Run every region of ``plan``, each in a worker process; never loses one.
 
     A region whose worker crashes, times out or is cancelled is an error in
     the result; so is a bug in the gate while it ran one (INTERNAL). After
@@ -702,7 +686,7 @@ def run_isolated(
     """
     suites = []
     with Scheduler(repo_root, cancel=cancel, forward=forward) as scheduler:
-        for policy, regions in selected_regions(policies, only):
+        for policy, regions in plan.steps:
             results = []
             for region in regions:
                 started = time.monotonic()
