@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -71,6 +72,19 @@ def test_exit_2_for_an_invalid_policy_runs_nothing_and_still_reports(repo: Path)
     assert error is not None, run
     assert run.testcase("policy").get("file") == "policies/p.yaml"
     assert run.testcase("policy").get("line") == "7"
+
+
+def test_an_invalid_policy_is_in_the_json_report_too(repo: Path) -> None:
+    # Every report is written on the way out, so a shard's JSON is never missing or stale.
+    make_repo(repo, {"policies/p.yaml": policy("touch_and_step") + "    gaurd: disallow\n"})
+    run = run_gate(repo, "run", "--json", "reports/map.json")
+    assert run.returncode == ExitCode.USAGE, run
+    document = json.loads((repo / "reports" / "map.json").read_text())
+    (suite,) = document["suites"]
+    (region,) = suite["regions"]
+    assert (region["name"], region["status"]) == ("policy", "error")
+    assert region["error"]["kind"] == "policy"
+    assert document["passed"] is False
 
 
 def test_exit_2_for_a_callable_that_does_not_import(repo: Path) -> None:

@@ -11,7 +11,6 @@ import argparse
 import dataclasses
 import os
 import sys
-import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,7 +27,6 @@ from gate.isolation.scheduler import (
 )
 from gate.machine.diagnosis import Platform
 from gate.plan import Plan, UnknownRegionError, parse_shard
-from gate.policy.levels import GuardLevel, GuardSpec
 from gate.policy.load import (
     PolicyError,
     Problem,
@@ -38,28 +36,22 @@ from gate.policy.load import (
 )
 from gate.policy.model import Policy
 from gate.policy.resolve import check_callables, check_named
-from gate.report.github import report_to_github
-from gate.report.json_report import write_json
-from gate.report.junit import ReportWriteError, write_junit
+from gate.report.junit import ReportWriteError
 from gate.report.merge import MergeError, main_merge
 from gate.report.terminal import format_summary
+from gate.report.write import Reports, check_writable, write_reports
 from gate.results.baseline import DEFAULT_NAME as DEFAULT_BASELINE_NAME
 from gate.results.baseline import (
     BaselineError,
-    accepted_from,
     apply_baseline,
     default_path,
+    fingerprints_of,
     load_baseline,
+    rebaselined,
     write_baseline,
 )
-from gate.results.records import (
-    ErrorKind,
-    RegionError,
-    RegionResult,
-    RunResult,
-    SourceLocation,
-    SuiteResult,
-)
+from gate.results.records import ErrorKind, RunResult
+from gate.results.refusals import gate_bug, policy_problems, unusable_baseline
 from gate.witness.transfer_map import prepare_environment
 
 DEFAULT_POLICIES = "policies"
@@ -286,87 +278,6 @@ def _clashing_regions(policies: Sequence[Policy]) -> list[Problem]:
     return problems
 
 
-def _problem_results(problems: Sequence[Problem]) -> RunResult:
-    """A report for policies that could not be loaded: one error per problem file."""
-    by_file: dict[str, list[Problem]] = {}
-    for problem in problems:
-        by_file.setdefault(problem.path, []).append(problem)
-    suites = []
-    for path, found in by_file.items():
-        suite = Path(path).stem or "policy"
-        first = found[0]
-        error = RegionError(
-            ErrorKind.POLICY,
-            str(first) if len(found) == 1 else f"{first} (and {len(found) - 1} more)",
-            "\n".join(str(p) for p in found),
-            SourceLocation(path, first.line or 1, ""),
-        )
-        region = RegionResult(
-            suite=suite,
-            name="policy",
-            policy_path=path,
-            policy_line=first.line or 1,
-            guard=GuardSpec.uniform(GuardLevel.DISALLOW),
-            error=error,
-        )
-        suites.append(SuiteResult(suite, path, (region,)))
-    return RunResult(tuple(suites))
-
-
-def _baseline_error_result(exc: BaselineError, shown: str) -> RunResult:
-    """A report for a baseline that cannot be used: one error at the baseline file."""
-    error = RegionError(ErrorKind.BASELINE, str(exc), str(exc), SourceLocation(shown, 1, ""))
-    region = RegionResult(
-        suite="baseline",
-        name="baseline",
-        policy_path=shown,
-        policy_line=1,
-        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
-        error=error,
-    )
-    return RunResult((SuiteResult("baseline", shown, (region,)),))
-
-
-def _internal_error_result(exc: BaseException) -> RunResult:
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    region = RegionResult(
-        suite="transfer-gate",
-        name="gate",
-        policy_path="",
-        policy_line=0,
-        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
-        error=RegionError(
-            ErrorKind.INTERNAL,
-            f"transfer-gate itself failed ({type(exc).__name__}: {exc}); this is a bug",
-            text,
-        ),
-    )
-    return RunResult((SuiteResult("transfer-gate", "", (region,)),))
-
-
-def _check_writable(report: Path) -> None:
-    """Fail before running anything if the report could not be written."""
-    folder = report.parent
-    if report.is_dir():
-        raise ReportWriteError(f"{report}: is a folder; pass a file path to --junit")
-    existing = folder
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ReportWriteError(
-            f"{report}: cannot create folder {folder} ({existing} is a file); "
-            "choose another --junit"
-        )
-    probe = existing / f".transfer-gate-probe-{time.monotonic_ns()}"
-    try:
-        probe.touch()
-        probe.unlink()
-    except OSError as exc:
-        raise ReportWriteError(
-            f"{report}: cannot write there ({exc.strerror}); choose another --junit"
-        ) from exc
-
-
 def _cmd_validate(args: argparse.Namespace, repo_root: Path) -> ExitCode:
     policies = _load_all(args.paths, repo_root)
     regions = sum(len(p.regions) for p in policies)
@@ -379,10 +290,10 @@ def _cmd_validate(args: argparse.Namespace, repo_root: Path) -> ExitCode:
 def _execute(
     args: argparse.Namespace,
     repo_root: Path,
-    report: Path | None,
+    reports: Reports | None,
     cancel: Cancellation | None = None,
 ) -> RunResult:
-    """Load, check and run the policies; on the way out a report is always written.
+    """Load, check and run the policies; on the way out the reports are always written.
 
     Each region runs in a worker process (`gate.isolation.scheduler`); what the workers
     print is forwarded to stderr, so stdout keeps only the summary.
@@ -393,10 +304,8 @@ def _execute(
             args.paths, repo_root, write_references=getattr(args, "write_references", False)
         )
     except PolicyError as exc:
-        if report is not None:
-            problems = _problem_results(exc.problems)
-            write_junit(problems, report)
-            report_to_github(problems, report)
+        if reports is not None:
+            _write(policy_problems(exc.problems), reports)
         raise
     required = getattr(args, "require_platform", None)
     if required is not None:
@@ -407,10 +316,8 @@ def _execute(
     try:
         return run_isolated(plan, repo_root, cancel=cancel, forward=sys.stderr)
     except Exception as exc:
-        if report is not None:
-            broken = _internal_error_result(exc)
-            write_junit(broken, report)
-            report_to_github(broken, report)
+        if reports is not None:
+            _write(gate_bug(exc), reports)
         raise
 
 
@@ -431,11 +338,8 @@ def _cmd_run(args: argparse.Namespace, repo_root: Path) -> ExitCode:
 
 
 def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellation) -> ExitCode:
-    report = Path(args.junit)
-    _check_writable(report)
-    json_report = Path(args.json) if args.json else None
-    if json_report is not None:
-        _check_writable(json_report)
+    reports = Reports(Path(args.junit), Path(args.json) if args.json else None)
+    reports.check_writable()
     accepted = None
     baseline_path, named = _baseline_for(args, repo_root)
     if not args.no_baseline and (named or baseline_path.is_file()):
@@ -443,25 +347,24 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
             accepted = load_baseline(baseline_path)
         except BaselineError as exc:
             # Like an invalid policy: nothing runs, but the report says why.
-            unusable = _baseline_error_result(exc, _shown(baseline_path, repo_root))
-            write_junit(unusable, report)
-            report_to_github(unusable, report)
+            _write(unusable_baseline(str(exc), _shown(baseline_path, repo_root)), reports)
             raise
-    result = _execute(args, repo_root, report, cancel)
+    result = _execute(args, repo_root, reports, cancel)
     if accepted is not None:
         shown = _shown(baseline_path, repo_root)
         paths = " ".join(args.paths)
         command = f"transfer-gate baseline {paths} --baseline {shown}".replace("  ", " ")
         result = apply_baseline(result, accepted, command)
-    write_junit(result, report)
-    if json_report is not None:
-        write_json(result, json_report)
     print(format_summary(result))
     if accepted is not None:
         print(f"baseline: {_shown(baseline_path, repo_root)} ({len(accepted)} accepted)")
-    print(f"report: {report}" + (f", {json_report}" if json_report else ""))
-    report_to_github(result, report)
+    print(reports.describe())
+    _write(result, reports)
     return _verdict(result, cancel)
+
+
+def _write(run: RunResult, reports: Reports) -> None:
+    write_reports(run, reports, fingerprints_of(run))
 
 
 def _verdict(result: RunResult, cancel: Cancellation) -> ExitCode:
@@ -495,7 +398,7 @@ def _shown(path: Path, repo_root: Path) -> str:
 
 def _cmd_baseline(args: argparse.Namespace, repo_root: Path) -> ExitCode:
     path, _ = _baseline_for(args, repo_root)
-    _check_writable(path)
+    check_writable(path)
     result = _execute(args, repo_root, None)
     errored = [r for r in result.regions if r.error is not None]
     if errored:
@@ -504,11 +407,9 @@ def _cmd_baseline(args: argparse.Namespace, repo_root: Path) -> ExitCode:
             f"{len(errored)} region(s) errored, so their transfers are unknown; "
             "fix them and run `transfer-gate baseline` again (the baseline was not written)"
         )
-    # Regions this run did not cover (--region) keep their accepted entries.
-    ran = {r.classname for r in result.regions}
-    kept = [e for e in load_baseline(path) if e.region not in ran] if path.is_file() else []
-    entries = accepted_from(result)
+    entries, kept = rebaselined(result, load_baseline(path) if path.is_file() else [])
     write_baseline([*kept, *entries], path)
+    ran = {r.classname for r in result.regions}
     print(
         f"baseline: {_shown(path, repo_root)}: {len(entries)} accepted transfer line(s) "
         f"from {len(ran)} region(s)" + (f", {len(kept)} kept for other regions" if kept else "")
