@@ -6,9 +6,8 @@ import argparse
 from pathlib import Path
 
 from gate.cli.errors import UsageError
-from gate.cli.execute import execute, shown
+from gate.cli.execute import baseline_for, execute, shown
 from gate.cli.exit_codes import ExitCode
-from gate.cli.run import baseline_for
 from gate.report.terminal import format_summary
 from gate.report.write import check_writable
 from gate.results.baseline import load_baseline, rebaselined, write_baseline

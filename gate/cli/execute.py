@@ -1,4 +1,4 @@
-"""What `run` and `baseline` share: load the policies, plan the regions, run them.
+"""What `run` and `baseline` share: the policies loaded, planned and run; the baseline file.
 
 Each region runs in a worker process (`gate.isolation.scheduler`); what the
 workers print is forwarded to stderr, so stdout keeps only the summary.
@@ -24,6 +24,7 @@ from gate.policy.load import (
 )
 from gate.policy.model import Policy
 from gate.policy.resolve import check_callables, check_named
+from gate.results.baseline import default_path
 from gate.results.records import RunResult
 from gate.results.refusals import gate_bug, policy_problems
 
@@ -121,6 +122,13 @@ def execute(
         if refused is not None:
             refused(gate_bug(exc))
         raise
+
+
+def baseline_for(args: argparse.Namespace, repo_root: Path) -> tuple[Path, bool]:
+    """The baseline file to use and whether the user named it."""
+    if args.baseline:
+        return Path(args.baseline), True
+    return default_path(args.paths, repo_root, DEFAULT_POLICIES), False
 
 
 def shown(path: Path, repo_root: Path) -> str:

@@ -10,16 +10,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from gate.cli.execute import execute, shown
+from gate.cli.execute import baseline_for, execute, shown
 from gate.cli.exit_codes import ExitCode
-from gate.cli.parser import DEFAULT_POLICIES
 from gate.isolation.scheduler import Cancellation, cancel_after, cancel_on_signals
 from gate.report.terminal import format_summary
 from gate.report.write import Reports, write_reports
 from gate.results.baseline import (
     BaselineError,
     apply_baseline,
-    default_path,
     fingerprints_of,
     load_baseline,
 )
@@ -35,13 +33,6 @@ def run_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
     # --time-budget, which CI needs: `docker exec` passes no signal on.
     with cancel_on_signals() as cancel, cancel_after(cancel, args.time_budget):
         return _run_and_report(args, repo_root, cancel)
-
-
-def baseline_for(args: argparse.Namespace, repo_root: Path) -> tuple[Path, bool]:
-    """The baseline file to use and whether the user named it."""
-    if args.baseline:
-        return Path(args.baseline), True
-    return default_path(args.paths, repo_root, DEFAULT_POLICIES), False
 
 
 def _write(run: RunResult, reports: Reports) -> None:
