@@ -1,7 +1,7 @@
 """The plan: which regions a command runs, from the policies, ``--region`` and ``--shard``.
 
-``--region`` names a region as ``NAME`` or ``SUITE.NAME``; `Plan.make` is the
-one place that reads those names, and the scheduler runs `Plan.steps`.
+``--region`` names a region as ``NAME`` or ``SUITE.NAME``; `Plan.make` checks
+those names and applies them (and the shard), and the scheduler runs `Plan.steps`.
 
 ``--shard K/N`` is one matrix job's share of the selected regions. Regions
 are keyed ``suite.region`` and sorted by code point (no locale, no hash
