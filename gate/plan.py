@@ -1,8 +1,12 @@
-"""``transfer-gate run --shard K/N``: one matrix job's share of the regions.
+"""The plan: which regions a command runs, from the policies, ``--region`` and ``--shard``.
 
-Regions are keyed ``suite.region`` and sorted by code point (no locale, no
-hash seed), then dealt round-robin: shard K gets the K-th, (K+N)-th, …
-key. Every machine makes the same split, every region lands in exactly one
+``--region`` names a region as ``NAME`` or ``SUITE.NAME``; `Plan.make` checks
+those names and applies them (and the shard), and the scheduler runs `Plan.steps`.
+
+``--shard K/N`` is one matrix job's share of the selected regions. Regions
+are keyed ``suite.region`` and sorted by code point (no locale, no hash
+seed), then dealt round-robin: shard K gets the K-th, (K+N)-th, … key.
+Every machine makes the same split, every region lands in exactly one
 shard, and the shards differ in size by at most one region. Regions that
 share a key (two policy files with the same suite and region name) go to
 the same shard together.
@@ -18,7 +22,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gate.policy.model import Policy
+from gate.policy.model import Policy, Region
 
 _SHARD = re.compile(r"(?P<index>[0-9]+)/(?P<count>[0-9]+)")
 
@@ -67,17 +71,68 @@ class ShardSelection:
         return f"shard {self.shard}: running {len(self.regions)} of {self.total} regions"
 
 
+class UnknownRegionError(Exception):
+    """A ``--region`` names no region of the policies; nothing was run."""
+
+
+def region_key(policy: Policy, region: Region) -> str:
+    """``suite.region``: how the report, the baseline and ``--shard`` name a region."""
+    return f"{policy.suite}.{region.name}"
+
+
+def _named(policy: Policy, region: Region, names: frozenset[str] | None) -> bool:
+    return names is None or region.name in names or region_key(policy, region) in names
+
+
 def select_shard(
     policies: Sequence[Policy], shard: Shard, only: frozenset[str] | None = None
 ) -> ShardSelection:
     """The regions of `shard`, among those `only` selects (``NAME`` or ``SUITE.NAME``)."""
     keys = sorted(
         {
-            f"{policy.suite}.{region.name}"
+            region_key(policy, region)
             for policy in policies
             for region in policy.regions
-            if only is None or region.name in only or f"{policy.suite}.{region.name}" in only
+            if _named(policy, region, only)
         }
     )
     mine = frozenset(keys[shard.index - 1 :: shard.count])
     return ShardSelection(shard, mine, len(keys))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The regions to run, per policy in the policies' order, and the shard they came from."""
+
+    steps: tuple[tuple[Policy, tuple[Region, ...]], ...]
+    shard: ShardSelection | None = None
+
+    @classmethod
+    def make(
+        cls,
+        policies: Sequence[Policy],
+        regions: Sequence[str] | None = None,
+        shard: Shard | None = None,
+    ) -> Plan:
+        """Every region, or those ``regions`` names (``NAME`` or ``SUITE.NAME``), of ``shard``.
+
+        Raises UnknownRegionError for a name no policy defines.
+        """
+        wanted = frozenset(regions) if regions else None
+        if wanted is not None:
+            known = {n for p in policies for r in p.regions for n in (r.name, region_key(p, r))}
+            missing = [name for name in regions or () if name not in known]
+            if missing:
+                names = ", ".join(sorted(r.name for p in policies for r in p.regions))
+                raise UnknownRegionError(
+                    f"--region {missing[0]}: no such region; the policies define: {names}"
+                )
+        selection = None if shard is None else select_shard(policies, shard, wanted)
+        if selection is not None:
+            wanted = selection.regions
+        steps = []
+        for policy in policies:
+            chosen = tuple(r for r in policy.regions if _named(policy, r, wanted))
+            if chosen:
+                steps.append((policy, chosen))
+        return cls(tuple(steps), selection)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -71,6 +72,19 @@ def test_exit_2_for_an_invalid_policy_runs_nothing_and_still_reports(repo: Path)
     assert error is not None, run
     assert run.testcase("policy").get("file") == "policies/p.yaml"
     assert run.testcase("policy").get("line") == "7"
+
+
+def test_an_invalid_policy_is_in_the_json_report_too(repo: Path) -> None:
+    # Every report is written on the way out, so a shard's JSON is never missing or stale.
+    make_repo(repo, {"policies/p.yaml": policy("touch_and_step") + "    gaurd: disallow\n"})
+    run = run_gate(repo, "run", "--json", "reports/map.json")
+    assert run.returncode == ExitCode.USAGE, run
+    document = json.loads((repo / "reports" / "map.json").read_text())
+    (suite,) = document["suites"]
+    (region,) = suite["regions"]
+    assert (region["name"], region["status"]) == ("policy", "error")
+    assert region["error"]["kind"] == "policy"
+    assert document["passed"] is False
 
 
 def test_exit_2_for_a_callable_that_does_not_import(repo: Path) -> None:
@@ -251,8 +265,69 @@ def test_a_files_import_errors_come_with_its_other_problems(repo: Path) -> None:
 )
 def test_an_abbreviated_option_is_refused_not_taken_for_another(argv: list[str]) -> None:
     # argparse would take `--base` for `--baseline` and `--jso` for `--json`.
-    from gate.cli.main import build_parser
+    from gate.cli.parser import build_parser
 
     with pytest.raises(SystemExit) as exited:
         build_parser().parse_args(argv)
     assert exited.value.code == ExitCode.USAGE
+
+
+# --- in process: main(argv) returns the code, and one place maps exceptions to it -----------------
+
+
+def test_main_returns_the_code_instead_of_exiting(capsys: pytest.CaptureFixture[str]) -> None:
+    from gate import __version__
+    from gate.cli.main import main
+
+    assert main(["--version"]) == ExitCode.OK
+    assert capsys.readouterr().out == f"transfer-gate {__version__}\n"
+    assert main(["run", "--base", "x.json"]) == ExitCode.USAGE
+    assert "unrecognized arguments: --base" in capsys.readouterr().err
+    assert main(["doctor", "--expect", "npu"]) == ExitCode.USAGE
+    assert "invalid choice: 'npu'" in capsys.readouterr().err
+
+
+def test_what_the_user_got_wrong_exits_2_with_one_line_each(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from gate.cli.errors import UsageError, exit_code_of
+    from gate.plan import UnknownRegionError
+    from gate.policy.load import PolicyError, Problem
+
+    def invalid() -> int:
+        raise PolicyError(
+            (Problem("p.yaml", 3, "regions[0]", "bad"), Problem("q.yaml", None, "", "x"))
+        )
+
+    assert exit_code_of("validate", invalid) == ExitCode.USAGE
+    assert capsys.readouterr().err == "error: p.yaml:3: regions[0]: bad\nerror: q.yaml: x\n"
+    for error in (UsageError("no good"), UnknownRegionError("no good")):
+
+        def refused(error: Exception = error) -> int:
+            raise error
+
+        assert exit_code_of("run", refused) == ExitCode.USAGE
+        assert capsys.readouterr().err == "error: no good\n"
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        ("run", "error: transfer-gate itself failed; this is a bug, please report it with the "
+         "traceback above\n"),
+        ("doctor", "error: transfer-gate doctor itself failed; this is a bug\n"),
+    ],
+)  # fmt: skip
+def test_a_bug_in_the_gate_exits_3_with_its_traceback(
+    command: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gate.cli.errors import exit_code_of
+
+    def broken() -> int:
+        raise KeyError("injected")
+
+    assert exit_code_of(command, broken) == ExitCode.INTERNAL
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):")
+    assert "KeyError: 'injected'" in err
+    assert err.endswith(said)

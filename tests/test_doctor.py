@@ -16,22 +16,19 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_gate
 
+from gate.cli.doctor import main_doctor
+from gate.cli.exit_codes import DoctorExitCode
+from gate.machine.diagnosis import Platform
 from gate.machine.doctor import (
-    DOCTOR_FAILED,
-    DOCTOR_OK,
-    Accelerator,
     DeviceGroup,
     Diagnosis,
-    Setting,
-    _cache,
     _cuda,
     _cuda_versions,
     _cudnn,
-    _settings,
     expectation_problem,
     format_diagnosis,
-    main_doctor,
 )
+from gate.machine.settings import Setting, cache_setting, read_settings
 
 pytestmark = pytest.mark.jaxhooks
 
@@ -50,6 +47,7 @@ H200 = Diagnosis(
     environ={},
     settings=(Setting("JAX_PLATFORMS", None, "JAX takes the best backend"),),
     guard=(("jax_transfer_guard", "None"),),
+    libcuda=True,
 )
 
 CPU_ONLY = replace(
@@ -63,7 +61,7 @@ CPU_ONLY = replace(
 
 
 def test_a_gpu_machine_meets_expect_gpu() -> None:
-    assert expectation_problem(H200, Accelerator.GPU) is None
+    assert expectation_problem(H200, Platform.GPU) is None
     text = format_diagnosis(H200)
     assert "devices        NVIDIA H200 x8 (compute capability 9.0)" in text
     assert "CUDA runtime   12.8 (JAX built against 12.8)" in text
@@ -72,7 +70,7 @@ def test_a_gpu_machine_meets_expect_gpu() -> None:
 
 
 def test_cpu_only_jaxlib_without_gpus_names_both_causes() -> None:
-    problem = expectation_problem(CPU_ONLY, Accelerator.GPU)
+    problem = expectation_problem(CPU_ONLY, Platform.GPU)
     assert problem is not None
     first, *causes = problem.splitlines()
     assert first == "expected a GPU, but JAX runs on cpu (cpu x1)."
@@ -82,7 +80,7 @@ def test_cpu_only_jaxlib_without_gpus_names_both_causes() -> None:
 
 
 def test_plugin_without_gpus_blames_the_container() -> None:
-    problem = expectation_problem(replace(CPU_ONLY, plugins=H200.plugins), Accelerator.GPU)
+    problem = expectation_problem(replace(CPU_ONLY, plugins=H200.plugins), Platform.GPU)
     assert problem is not None
     (cause,) = problem.splitlines()[1:]
     assert "no NVIDIA GPU in this container (no /dev/nvidia0): start it with --gpus all" in cause
@@ -90,7 +88,7 @@ def test_plugin_without_gpus_blames_the_container() -> None:
 
 def test_jax_platforms_cpu_is_named_first() -> None:
     diagnosis = replace(H200, backend="cpu", environ={"JAX_PLATFORMS": "cpu"})
-    problem = expectation_problem(diagnosis, Accelerator.GPU)
+    problem = expectation_problem(diagnosis, Platform.GPU)
     assert problem is not None
     assert problem.splitlines()[1] == (
         "likely cause: JAX_PLATFORMS=cpu keeps JAX off the GPU; unset it"
@@ -105,7 +103,7 @@ def test_missing_compute_capability_is_a_cause() -> None:
         backend_error="RuntimeError: Unable to initialize backend 'cuda'",
         environ={"NVIDIA_DRIVER_CAPABILITIES": "utility"},
     )
-    problem = expectation_problem(diagnosis, Accelerator.GPU)
+    problem = expectation_problem(diagnosis, Platform.GPU)
     assert problem is not None
     assert problem.startswith(
         "expected a GPU, but JAX could not start a backend (RuntimeError: Unable to initialize"
@@ -115,7 +113,7 @@ def test_missing_compute_capability_is_a_cause() -> None:
 
 def test_everything_in_place_but_no_gpu_points_at_the_driver() -> None:
     diagnosis = replace(H200, backend="cpu", devices=(DeviceGroup("cpu", "cpu", 1),))
-    problem = expectation_problem(diagnosis, Accelerator.GPU)
+    problem = expectation_problem(diagnosis, Platform.GPU)
     assert problem is not None
     assert "check nvidia-smi" in problem
 
@@ -128,7 +126,7 @@ def test_jax_s_own_reason_for_a_failed_backend_comes_first() -> None:
         devices=(DeviceGroup("cpu", "cpu", 1),),
         backend_errors=(("cuda", why),),
     )
-    problem = expectation_problem(diagnosis, Accelerator.GPU)
+    problem = expectation_problem(diagnosis, Platform.GPU)
     assert problem is not None
     assert problem.splitlines()[1:] == [
         f"likely cause: JAX could not start its cuda backend: {why}"
@@ -137,16 +135,16 @@ def test_jax_s_own_reason_for_a_failed_backend_comes_first() -> None:
 
 
 def test_tpu_causes() -> None:
-    problem = expectation_problem(CPU_ONLY, Accelerator.TPU)
+    problem = expectation_problem(CPU_ONLY, Platform.TPU)
     assert problem is not None
     assert "libtpu is not installed" in problem
     assert "not a TPU VM" in problem
     tpu = replace(CPU_ONLY, backend="tpu", devices=(DeviceGroup("tpu", "TPU v5 lite", 4),))
-    assert expectation_problem(tpu, Accelerator.TPU) is None
+    assert expectation_problem(tpu, Platform.TPU) is None
 
 
 def test_expect_cpu_on_a_gpu_machine() -> None:
-    problem = expectation_problem(H200, Accelerator.CPU)
+    problem = expectation_problem(H200, Platform.CPU)
     assert problem is not None
     assert problem.startswith("expected a CPU, but JAX runs on gpu (NVIDIA H200 x8")
     assert "set JAX_PLATFORMS=cpu" in problem
@@ -161,7 +159,7 @@ def test_jax_that_does_not_import() -> None:
         devices=(),
         backend_error="ModuleNotFoundError: No module named 'jax'",
     )
-    problem = expectation_problem(broken, Accelerator.CPU)
+    problem = expectation_problem(broken, Platform.CPU)
     assert (
         problem
         == "expected a CPU, but jax does not import (ModuleNotFoundError: No module named 'jax')."
@@ -211,8 +209,8 @@ def test_cuda_versions_come_from_the_plugins_versions_module(
 def test_main_reports_and_exits_by_the_expectation() -> None:
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
-        assert main_doctor("gpu", {}, H200) == DOCTOR_OK
-        assert main_doctor("gpu", {"GITHUB_ACTIONS": "true"}, CPU_ONLY) == DOCTOR_FAILED
+        assert main_doctor("gpu", {}, H200) == DoctorExitCode.OK
+        assert main_doctor("gpu", {"GITHUB_ACTIONS": "true"}, CPU_ONLY) == DoctorExitCode.FAILED
     assert "ok: JAX runs on the expected GPU" in out.getvalue()
     assert "error: expected a GPU, but JAX runs on cpu" in err.getvalue()
     (command,) = [line for line in out.getvalue().splitlines() if line.startswith("::")]
@@ -224,7 +222,7 @@ def test_main_reports_and_exits_by_the_expectation() -> None:
 
 
 def settings_of(environ: dict[str, str]) -> dict[str, Setting]:
-    return {s.name: s for s in _settings(environ, None, None)}
+    return {s.name: s for s in read_settings(environ, None, None)}
 
 
 def test_log_level_2_hides_the_guards_lines_but_not_from_the_gate() -> None:
@@ -244,16 +242,16 @@ def test_per_direction_guard_variables_are_flagged_as_ignored() -> None:
 
 
 def test_compilation_cache_folder_is_checked_for_writing(tmp_path: Path) -> None:
-    assert _cache(str(tmp_path), 1.0).meaning == (
+    assert cache_setting(str(tmp_path), 1.0).meaning == (
         "writable; JAX stores compilations that took at least 1 s"
     )
-    assert _cache(str(tmp_path / "new" / "deeper"), None).meaning == "writable"
+    assert cache_setting(str(tmp_path / "new" / "deeper"), None).meaning == "writable"
     assert not (tmp_path / "new").exists()  # the probe leaves nothing behind
     blocker = tmp_path / "file"
     blocker.write_text("")
-    assert _cache(str(blocker), None).meaning.startswith("not a folder")
-    assert _cache(str(blocker / "below"), None).warning
-    assert _cache(None, None).meaning.startswith("no persistent compilation cache")
+    assert cache_setting(str(blocker), None).meaning.startswith("not a folder")
+    assert cache_setting(str(blocker / "below"), None).warning
+    assert cache_setting(None, None).meaning.startswith("no persistent compilation cache")
 
 
 # --- through the real CLI ------------------------------------------------------------------------
@@ -261,7 +259,7 @@ def test_compilation_cache_folder_is_checked_for_writing(tmp_path: Path) -> None
 
 def test_doctor_on_this_cpu_machine(tmp_path: Path) -> None:
     run = run_gate(tmp_path, "doctor", env={"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "c")})
-    assert run.returncode == DOCTOR_OK, run
+    assert run.returncode == DoctorExitCode.OK, run
     for label in ("transfer-gate", "python", "jax", "jaxlib", "plugins", "backend", "devices"):
         assert any(line.startswith(f"{label} ") for line in run.stdout.splitlines()), run
     assert "backend        cpu" in run.stdout
@@ -274,11 +272,11 @@ def test_doctor_on_this_cpu_machine(tmp_path: Path) -> None:
 
 def test_doctor_expect_cpu_passes_and_expect_gpu_fails_here(tmp_path: Path) -> None:
     ok = run_gate(tmp_path, "doctor", "--expect", "cpu")
-    assert ok.returncode == DOCTOR_OK, ok
+    assert ok.returncode == DoctorExitCode.OK, ok
     assert "ok: JAX runs on the expected CPU" in ok.stdout
     # run_gate pins JAX_PLATFORMS=cpu, so this fails the same way on a GPU machine.
     missing = run_gate(tmp_path, "doctor", "--expect", "gpu", env={"GITHUB_ACTIONS": "true"})
-    assert missing.returncode == DOCTOR_FAILED, missing
+    assert missing.returncode == DoctorExitCode.FAILED, missing
     assert "error: expected a GPU, but JAX runs on cpu (cpu x1)." in missing.stderr
     assert "likely cause: JAX_PLATFORMS=cpu keeps JAX off the GPU; unset it" in missing.stderr
     assert "::error title=transfer-gate doctor::expected a GPU" in missing.stdout
@@ -289,7 +287,7 @@ def test_doctor_when_jax_cannot_start_the_requested_backend(tmp_path: Path) -> N
     run = run_gate(tmp_path, "doctor", env={"JAX_PLATFORMS": "cuda"})
     if "backend        gpu" in run.stdout:
         pytest.skip("this machine has a working CUDA jax; the failure path needs one without")
-    assert run.returncode == DOCTOR_FAILED, run
+    assert run.returncode == DoctorExitCode.FAILED, run
     assert "error: JAX cannot start: " in run.stderr
     assert "likely cause: " in run.stderr
     assert "Traceback" not in run.stderr
@@ -312,7 +310,7 @@ def test_doctor_expect_gpu_on_a_gpu(tmp_path: Path) -> None:
     # The CPU tests cover the same logic: on hand-built diagnoses above, and on JAX's answers
     # from a GPU machine in test_doctor_expect_gpu_on_what_jax_reports_on_a_gpu below.
     run = run_gate(tmp_path, "doctor", "--expect", "gpu", env={"JAX_PLATFORMS": ""})
-    assert run.returncode == DOCTOR_OK, run
+    assert run.returncode == DoctorExitCode.OK, run
     assert "backend        gpu" in run.stdout
     assert "compute capability" in run.stdout
     assert "CUDA runtime" in run.stdout
@@ -338,7 +336,7 @@ def test_doctor_expect_gpu_on_what_jax_reports_on_a_gpu(monkeypatch: pytest.Monk
     monkeypatch.setattr(jax._src.lib, "cuda_versions", versions)
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
-        assert main_doctor("gpu", {}) == DOCTOR_OK
+        assert main_doctor("gpu", {}) == DoctorExitCode.OK
     assert "backend        gpu" in out.getvalue()
     assert "devices        NVIDIA H200 x8 (compute capability 9.0)" in out.getvalue()
     assert "CUDA runtime   12.8 (JAX built against 12.8)" in out.getvalue()

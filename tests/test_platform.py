@@ -91,7 +91,7 @@ CPU_HERE = PlatformInfo(
     ("evidence", "cause"),
     [
         ({}, "a CPU-only jaxlib"),
-        ({"gpu_plugins": ("jax-cuda12-plugin",)}, "run the container with --gpus all"),
+        ({"gpu_plugins": ("jax-cuda12-plugin",)}, "start it with --gpus all"),
         (
             {"gpu_plugins": ("jax-cuda12-plugin",), "nvidia_device_files": True},
             "the NVIDIA driver is missing or not mounted",
@@ -103,7 +103,7 @@ CPU_HERE = PlatformInfo(
                 "libcuda": True,
                 "backend_errors": (("cuda", "INTERNAL: no supported devices found"),),
             },
-            "the cuda backend failed to start: INTERNAL: no supported devices found",
+            "JAX could not start its cuda backend: INTERNAL: no supported devices found",
         ),
         (
             {"gpu_plugins": ("jax-cuda12-plugin",), "nvidia_device_files": True, "libcuda": True},

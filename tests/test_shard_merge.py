@@ -13,7 +13,7 @@ from cli_helpers import make_repo, run_gate, validate_junit
 from result_samples import STEPS, policy_yaml, region_yaml
 
 from gate.cli.exit_codes import ExitCode
-from gate.plan import Shard, parse_shard, select_shard
+from gate.plan import Plan, Shard, UnknownRegionError, parse_shard, select_shard
 from gate.policy.levels import GuardLevel, GuardSpec
 from gate.policy.model import CallableRef, Checks, Policy, Region
 from gate.report.merge import MergeError, merge_reports
@@ -99,6 +99,38 @@ def test_an_empty_shard_says_so() -> None:
     assert select_shard(POLICIES, Shard(1, 12)).describe() == (
         "shard 1/12: running 1 of 11 regions"
     )
+
+
+def _names(plan: Plan) -> list[str]:
+    return [f"{policy.suite}.{region.name}" for policy, regions in plan.steps for region in regions]
+
+
+def test_a_plan_of_everything_keeps_the_policies_order() -> None:
+    plan = Plan.make(POLICIES[::-1])
+    assert _names(plan) == ["serve.predict", "eval.a", "eval.b", "eval.c"] + [
+        f"train.step{i}" for i in range(7)
+    ]
+    assert plan.shard is None
+
+
+def test_a_plan_selects_by_name_or_suite_and_name() -> None:
+    plan = Plan.make(POLICIES, ["b", "train.step3", "predict"])
+    assert _names(plan) == ["train.step3", "eval.b", "serve.predict"]
+    assert [policy.suite for policy, _ in plan.steps] == ["train", "eval", "serve"]
+
+
+def test_a_plan_refuses_a_region_no_policy_defines() -> None:
+    with pytest.raises(UnknownRegionError, match=r"^--region eval\.nope: no such region; "):
+        Plan.make(POLICIES, ["a", "eval.nope"])
+
+
+def test_a_sharded_plan_runs_the_shards_regions_of_the_selected_ones() -> None:
+    only = ["a", "train.step1", "serve.predict"]
+    first = Plan.make(POLICIES, only, Shard(1, 2))
+    second = Plan.make(POLICIES, only, Shard(2, 2))
+    assert first.shard == select_shard(POLICIES, Shard(1, 2), frozenset(only))
+    assert sorted(_names(first) + _names(second)) == ["eval.a", "serve.predict", "train.step1"]
+    assert set(_names(first)) == first.shard.regions
 
 
 # --- through the real CLI: sharded runs merged equal one run -------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
 
 class ExitCode(enum.IntEnum):
@@ -22,3 +23,31 @@ _MEANINGS = {
     ExitCode.USAGE: "usage error or invalid policy; nothing was run",
     ExitCode.INTERNAL: "the gate itself broke (a bug: please report it)",
 }
+
+
+class DoctorExitCode(enum.IntEnum):
+    """``transfer-gate doctor``'s codes: the same numbers as `ExitCode`, read for a machine."""
+
+    OK = ExitCode.OK
+    FAILED = ExitCode.REGION_FAILED  # the expected accelerator is missing, or JAX cannot start
+    USAGE = ExitCode.USAGE
+    INTERNAL = ExitCode.INTERNAL  # as for `run`: the gate itself broke
+
+    @property
+    def meaning(self) -> str:
+        return _DOCTOR_MEANINGS[self]
+
+
+_DOCTOR_MEANINGS = {
+    DoctorExitCode.OK: "JAX starts (and has the --expect'ed accelerator)",
+    DoctorExitCode.FAILED: "the --expect'ed accelerator is missing, or JAX cannot start",
+    DoctorExitCode.USAGE: "usage error",
+    DoctorExitCode.INTERNAL: "doctor itself broke (a bug: please report it)",
+}
+
+
+def exit_codes_help(codes: Iterable[ExitCode | DoctorExitCode]) -> str:
+    """The ``exit codes:`` table that ends a command's ``--help``."""
+    lines = ["exit codes:"]
+    lines += [f"  {code.value}  {code.meaning}" for code in codes]
+    return "\n".join(lines)

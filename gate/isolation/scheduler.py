@@ -26,7 +26,7 @@ import os
 import signal
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
@@ -35,6 +35,7 @@ from gate.isolation.cancellation import Cancellation, cancel_after, cancel_on_si
 from gate.isolation.lost_region import how_it_ended, lost_region_error, seconds
 from gate.isolation.worker import Done, Job, Ready
 from gate.isolation.worker_process import WaitEvent, WorkerProcess
+from gate.plan import Plan
 from gate.policy.model import Policy, Region
 from gate.results.records import (
     ErrorKind,
@@ -55,7 +56,6 @@ __all__ = [
     "cancel_on_signals",
     "keep_accelerators_for_workers",
     "run_isolated",
-    "selected_regions",
     "worker_environment",
 ]
 
@@ -310,31 +310,14 @@ class Scheduler:
         )
 
 
-def selected_regions(
-    policies: Sequence[Policy], only: frozenset[str] | None
-) -> list[tuple[Policy, list[Region]]]:
-    """The regions to run, per policy, in order (``only``: names or SUITE.NAMEs)."""
-    plan = []
-    for policy in policies:
-        regions = [
-            region
-            for region in policy.regions
-            if only is None or region.name in only or f"{policy.suite}.{region.name}" in only
-        ]
-        if regions:
-            plan.append((policy, regions))
-    return plan
-
-
 def run_isolated(
-    policies: Sequence[Policy],
+    plan: Plan,
     repo_root: Path,
-    only: frozenset[str] | None = None,
     *,
     cancel: Cancellation | None = None,
     forward: TextIO | None = None,
 ) -> RunResult:
-    """Run every region (or those in ``only``), each in a worker process; never loses one.
+    """Run every region of ``plan``, each in a worker process; never loses one.
 
     A region whose worker crashes, times out or is cancelled is an error in
     the result; so is a bug in the gate while it ran one (INTERNAL). After
@@ -343,7 +326,7 @@ def run_isolated(
     """
     suites = []
     with Scheduler(repo_root, cancel=cancel, forward=forward) as scheduler:
-        for policy, regions in selected_regions(policies, only):
+        for policy, regions in plan.steps:
             results = []
             for region in regions:
                 started = time.monotonic()

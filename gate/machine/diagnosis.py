@@ -1,42 +1,96 @@
 """Where JAX really runs, whether that is where a policy wants it, and what judges each direction.
 
 A GPU job whose JAX quietly fell back to the CPU passes every device-to-host
-check, because on the CPU the guard never fires for that direction
-(FIELD-NOTES). So the gate records the platform with every run, refuses to
-judge a region that requires another one, and says per direction what did
-the judging.
+check, because on the CPU the guard never fires for that direction: a CPU
+array reaches NumPy without a copy, so there is no transfer to guard
+(https://github.com/jax-ml/jax/issues/16602). So the gate records the platform
+with every run, refuses to judge a region that requires another one, and says
+per direction what did the judging.
+
+This module is the one place that diagnoses the backend: the platforms and
+the names JAX gives them (`Platform`), the evidence (`Evidence`) and the
+likely causes read from it (`likely_causes`), for a region's one-line report
+(`check_required`) and for ``transfer-gate doctor`` alike.
 
 `detect` asks only public JAX API (``jax.default_backend``, ``jax.devices``,
 ``jax.extend.backend.get_backend().platform_version``); the CUDA versions
 come from the plugin's ``cuda_versions`` module when JAX loaded one, and the
 reasons a backend failed to start from ``xla_bridge._backend_errors`` when
 that private dict exists. Both are optional: without them the message is
-less specific, never wrong. ``gate.machine.doctor`` gives the long diagnosis; this
-module gives the one line a region's report carries.
+less specific, never wrong.
 """
 
 from __future__ import annotations
 
 import ctypes.util
+import enum
 import glob
 import importlib.metadata
+import os
 from dataclasses import dataclass
 
 from gate.jaxhooks import internals
 from gate.policy.levels import Direction
 from gate.results.records import CoverageJudge
 
-# Distributions that give jaxlib a GPU backend (JAX's CUDA/ROCm plugins).
-_GPU_PLUGINS = (
+
+class Platform(enum.Enum):
+    """Where JAX can run; the value is how ``jax.default_backend()`` and policies name it."""
+
+    CPU = "cpu"
+    GPU = "gpu"
+    TPU = "tpu"
+
+    @property
+    def backend_names(self) -> frozenset[str]:
+        """The names a backend of this platform goes by (JAX_PLATFORMS, JAX's backend errors)."""
+        return _BACKEND_NAMES[self]
+
+    @classmethod
+    def named(cls, name: str | None) -> Platform | None:
+        """The platform a backend name (``cuda``, ``gpu``, ``tpu``...) belongs to, if any."""
+        for platform in cls:
+            if name in platform.backend_names:
+                return platform
+        return None
+
+
+_BACKEND_NAMES = {
+    Platform.CPU: frozenset({"cpu"}),
+    Platform.GPU: frozenset({"gpu", "cuda", "rocm"}),
+    Platform.TPU: frozenset({"tpu"}),
+}
+PLATFORMS = tuple(p.value for p in Platform)
+
+# Distributions that give jaxlib a GPU or TPU backend, newest CUDA first as JAX tries them.
+PLUGIN_DISTRIBUTIONS = (
     "jax-cuda13-plugin",
+    "jax-cuda13-pjrt",
     "jax-cuda12-plugin",
+    "jax-cuda12-pjrt",
     "jax-rocm7-plugin",
+    "jax-rocm7-pjrt",
     "jax-rocm60-plugin",
+    "jax-rocm60-pjrt",
+    "libtpu",
+    "libtpu-nightly",
 )
-_TPU_PLUGINS = ("libtpu", "libtpu-nightly")
-# The names jax.default_backend() gives, and JAX_PLATFORMS spellings that select them.
-PLATFORMS = ("cpu", "gpu", "tpu")
-_SELECTS = {"cpu": {"cpu"}, "gpu": {"gpu", "cuda", "rocm"}, "tpu": {"tpu"}}
+_GPU_PLUGIN_PREFIXES = ("jax-cuda", "jax-rocm")
+_TPU_PLUGINS = frozenset({"libtpu", "libtpu-nightly"})
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the likely causes are read from; a region's `PlatformInfo` and doctor both give it."""
+
+    backend: str | None  # jax.default_backend(); None when JAX could not start one
+    jax_platforms: str | None  # JAX_PLATFORMS as JAX read it
+    plugins: tuple[str, ...]  # installed distributions of PLUGIN_DISTRIBUTIONS
+    nvidia_device_files: bool  # /dev/nvidia0...: the container got GPUs
+    tpu_device_files: bool  # /dev/accel* or /dev/vfio/N: a TPU VM
+    libcuda: bool  # the NVIDIA driver's libcuda can be found
+    driver_capabilities: str | None  # NVIDIA_DRIVER_CAPABILITIES; None: unset
+    backend_errors: tuple[tuple[str, str], ...]  # (backend name, why it did not start)
 
 
 @dataclass(frozen=True)
@@ -56,6 +110,8 @@ class PlatformInfo:
     nvidia_device_files: bool = False  # /dev/nvidia0...: the container got GPUs
     libcuda: bool = False  # the NVIDIA driver's libcuda can be found
     backend_errors: tuple[tuple[str, str], ...] = ()  # (platform, why it did not start)
+    tpu_device_files: bool = False  # /dev/accel* or /dev/vfio/N: a TPU VM
+    driver_capabilities: str | None = None  # NVIDIA_DRIVER_CAPABILITIES; None: unset
 
     def describe(self) -> str:
         """``gpu (NVIDIA H200 x1), jax 0.11.2, jaxlib 0.11.2, CUDA 12.8``."""
@@ -66,6 +122,19 @@ class PlatformInfo:
         if self.cuda_version:
             text += f", CUDA {self.cuda_version}"
         return text
+
+    @property
+    def evidence(self) -> Evidence:
+        return Evidence(
+            backend=self.platform,
+            jax_platforms=self.jax_platforms,
+            plugins=self.gpu_plugins + self.tpu_plugins,
+            nvidia_device_files=self.nvidia_device_files,
+            tpu_device_files=self.tpu_device_files,
+            libcuda=self.libcuda,
+            driver_capabilities=self.driver_capabilities,
+            backend_errors=self.backend_errors,
+        )
 
 
 def detect() -> PlatformInfo:
@@ -82,6 +151,7 @@ def detect() -> PlatformInfo:
         backend_version = " ".join(str(get_backend().platform_version).split()) or None
     except Exception:  # a missing jax.extend is a less precise record, not a failure
         backend_version = None
+    plugins = tuple(name for name, _ in installed_plugins())
     return PlatformInfo(
         platform=str(jax.default_backend()),
         device_kind=", ".join(kinds),
@@ -91,23 +161,40 @@ def detect() -> PlatformInfo:
         backend_version=backend_version,
         cuda_version=_cuda_runtime(),
         jax_platforms=getattr(jax.config, "jax_platforms", None) or None,
-        gpu_plugins=_installed(_GPU_PLUGINS),
-        tpu_plugins=_installed(_TPU_PLUGINS),
-        nvidia_device_files=bool(glob.glob("/dev/nvidia[0-9]*")),
-        libcuda=ctypes.util.find_library("cuda") is not None or _libcuda_loads(),
-        backend_errors=_backend_errors(),
+        gpu_plugins=tuple(p for p in plugins if p.startswith(_GPU_PLUGIN_PREFIXES)),
+        tpu_plugins=tuple(p for p in plugins if p in _TPU_PLUGINS),
+        nvidia_device_files=nvidia_device_files(),
+        libcuda=libcuda_found(),
+        backend_errors=failed_backends(),
+        tpu_device_files=tpu_device_files(),
+        driver_capabilities=os.environ.get("NVIDIA_DRIVER_CAPABILITIES"),
     )
 
 
-def _installed(names: tuple[str, ...]) -> tuple[str, ...]:
+def installed_plugins() -> tuple[tuple[str, str], ...]:
+    """(distribution, version) of each installed plugin that gives jaxlib a GPU or TPU."""
     found = []
-    for name in names:
+    for name in PLUGIN_DISTRIBUTIONS:
         try:
-            importlib.metadata.version(name)
+            found.append((name, importlib.metadata.version(name)))
         except importlib.metadata.PackageNotFoundError:
             continue
-        found.append(name)
     return tuple(found)
+
+
+def nvidia_device_files() -> bool:
+    """/dev/nvidia0... exist: the container was given GPUs."""
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def tpu_device_files() -> bool:
+    """/dev/accel* or /dev/vfio/N exist: this is a TPU VM."""
+    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
+
+
+def libcuda_found() -> bool:
+    """The NVIDIA driver's libcuda can be found or loaded."""
+    return ctypes.util.find_library("cuda") is not None or _libcuda_loads()
 
 
 def _libcuda_loads() -> bool:
@@ -131,7 +218,8 @@ def _cuda_runtime() -> str | None:
     return f"{version // 1000}.{version % 1000 // 10}"  # CUDA's 1000*major + 10*minor
 
 
-def _backend_errors() -> tuple[tuple[str, str], ...]:
+def failed_backends() -> tuple[tuple[str, str], ...]:
+    """Why backends failed to start, as JAX noted it when it fell back to another one."""
     errors = internals.backend_errors()
     if errors is None:
         return ()
@@ -143,65 +231,97 @@ def check_required(required: str | None, info: PlatformInfo) -> str | None:
     what was expected, what was found, and the likely cause."""
     if required is None:
         return None
-    if required not in PLATFORMS:
-        raise ValueError(f"unknown platform {required!r}; expected one of {', '.join(PLATFORMS)}")
+    try:
+        wanted = Platform(required)
+    except ValueError:
+        raise ValueError(
+            f"unknown platform {required!r}; expected one of {', '.join(PLATFORMS)}"
+        ) from None
     if info.platform == required:
         return None
+    # Never empty: a PlatformInfo always names the backend JAX did start.
+    cause = likely_causes(wanted, info.evidence, named=required)[0]
     return (
-        f"this region requires {required}, but JAX runs on {info.describe()}; "
-        f"likely cause: {likely_cause(required, info)}"
+        f"this region requires {required}, but JAX runs on {info.describe()}; likely cause: {cause}"
     )
 
 
-def likely_cause(required: str, info: PlatformInfo) -> str:
-    """The most likely reason JAX is not on ``required``, as a fix to apply."""
-    if info.jax_platforms and not _SELECTS[required] & _split(info.jax_platforms):
-        return f"JAX_PLATFORMS={info.jax_platforms} keeps JAX off the {required}; unset it"
-    if required == "gpu":
-        return _gpu_cause(info)
-    if required == "tpu":
-        if not info.tpu_plugins:
-            return 'a jaxlib without TPU support: install "jax[tpu]" (libtpu)'
-        return _errors_or(info, "tpu", "the TPU is missing or held by another process")
-    return (
-        f"JAX picks an accelerator ({info.platform}) when it finds one; "
-        "set JAX_PLATFORMS=cpu to run on the CPU"
+def likely_causes(required: Platform, evidence: Evidence, *, named: str) -> list[str]:
+    """Why JAX is not on ``required``, most likely first, each as a fix to apply.
+
+    ``named`` is how the caller's message names ``required`` ("gpu" after
+    "requires gpu", "GPU" after "expected a GPU"). Empty only for a CPU
+    wanted where JAX started no backend for lack of one.
+    """
+    causes = []
+    platforms = evidence.jax_platforms
+    if platforms and not required.backend_names & {p.strip() for p in platforms.split(",")}:
+        causes.append(f"JAX_PLATFORMS={platforms} keeps JAX off the {named}; unset it")
+    # JAX's own reason is the most specific evidence there is.
+    causes.extend(
+        f"JAX could not start its {name} backend: {why}"
+        for name, why in evidence.backend_errors
+        if name in required.backend_names
     )
+    if required is Platform.GPU:
+        causes.extend(_gpu_causes(evidence, any_yet=bool(causes)))
+    elif required is Platform.TPU:
+        causes.extend(_tpu_causes(evidence, any_yet=bool(causes)))
+    elif evidence.backend is not None:
+        causes.append(
+            f"JAX picks an accelerator ({evidence.backend}) when it finds one; "
+            "set JAX_PLATFORMS=cpu to run on the CPU"
+        )
+    return causes
 
 
-def _gpu_cause(info: PlatformInfo) -> str:
-    if not info.gpu_plugins:
-        return (
+def _gpu_causes(evidence: Evidence, *, any_yet: bool) -> list[str]:
+    causes = []
+    if not any(name.startswith(_GPU_PLUGIN_PREFIXES) for name in evidence.plugins):
+        causes.append(
             "a CPU-only jaxlib: no jax-cuda12-plugin or jax-cuda13-plugin is installed; "
             'install "jax[cuda12]" or "jax[cuda13]"'
         )
-    if not info.nvidia_device_files:
-        return (
-            "no GPU visible (no /dev/nvidia0): run the container with --gpus all "
-            "(a workflow job: container options: --gpus all)"
+    if not evidence.nvidia_device_files:
+        causes.append(
+            "no NVIDIA GPU in this container (no /dev/nvidia0): start it with --gpus all "
+            "(a workflow job: container options: --gpus all) on a host with the NVIDIA "
+            "driver and the NVIDIA Container Toolkit"
         )
-    if not info.libcuda:
-        return (
+    capabilities = evidence.driver_capabilities
+    if capabilities is not None and not has_compute(capabilities):
+        causes.append(
+            f"NVIDIA_DRIVER_CAPABILITIES={capabilities} lacks 'compute', so libcuda is not "
+            "mounted; set compute,utility"
+        )
+    elif evidence.nvidia_device_files and not evidence.libcuda:
+        causes.append(
             "the NVIDIA driver is missing or not mounted (libcuda.so.1 not found): install it "
             "on the host, and the NVIDIA Container Toolkit for containers"
         )
-    return _errors_or(
-        info,
-        "cuda",
-        "the CUDA plugin and the GPU are there but JAX could not start it: check nvidia-smi "
-        "and that the driver supports this CUDA version",
-    )
+    if not causes and not any_yet:
+        causes.append(
+            "the CUDA plugin and the GPU are there but JAX could not start it: check "
+            "nvidia-smi and that the driver supports this CUDA version"
+        )
+    return causes
 
 
-def _errors_or(info: PlatformInfo, platform: str, fallback: str) -> str:
-    for name, error in info.backend_errors:
-        if name == platform or (platform == "cuda" and name in ("gpu", "rocm")):
-            return f"the {name} backend failed to start: {error}"
-    return fallback
+def _tpu_causes(evidence: Evidence, *, any_yet: bool) -> list[str]:
+    causes = []
+    if not _TPU_PLUGINS & set(evidence.plugins):
+        causes.append('libtpu is not installed; install "jax[tpu]"')
+    if not evidence.tpu_device_files:
+        causes.append("no TPU device files (/dev/accel*, /dev/vfio): not a TPU VM")
+    if not causes and not any_yet:
+        causes.append("the TPU may be held by another process")
+    return causes
 
 
-def _split(platforms: str) -> set[str]:
-    return {p.strip() for p in platforms.split(",") if p.strip()}
+def has_compute(capabilities: str) -> bool:
+    """NVIDIA_DRIVER_CAPABILITIES lets the container toolkit mount libcuda."""
+    names = {c.strip() for c in capabilities.split(",")}
+    return bool(names & {"compute", "all"})
 
 
 def direction_coverage(info: PlatformInfo, detector_active: bool) -> dict[Direction, CoverageJudge]:
@@ -212,7 +332,7 @@ def direction_coverage(info: PlatformInfo, detector_active: bool) -> dict[Direct
     on an unknown backend it is not assumed). The detector sees
     device-to-host on every backend.
     """
-    guard_sees_fetches = info.platform in ("gpu", "tpu")
+    guard_sees_fetches = Platform.named(info.platform) in (Platform.GPU, Platform.TPU)
     if guard_sees_fetches:
         fetches = CoverageJudge.BOTH if detector_active else CoverageJudge.GUARD
     else:

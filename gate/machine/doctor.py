@@ -16,18 +16,15 @@ Where the numbers come from (JAX 0.10):
 - the environment as the gate's process got it, read before JAX is
   imported: ``import jax`` sets ``TF_CPP_MIN_LOG_LEVEL=1`` when it is unset.
 
+The likely causes come from `gate.machine.diagnosis`, the same words a
+region's report uses; `gate.cli.doctor` prints this module's findings.
 Reporting only: doctor runs no step and changes no setting.
 """
 
 from __future__ import annotations
 
-import enum
-import glob
-import importlib.metadata
 import os
 import platform
-import sys
-import tempfile
 import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -37,55 +34,23 @@ from typing import Any
 
 from gate import __version__
 from gate.jaxhooks import internals
+from gate.machine.diagnosis import (
+    Evidence,
+    Platform,
+    failed_backends,
+    installed_plugins,
+    libcuda_found,
+    likely_causes,
+    nvidia_device_files,
+    tpu_device_files,
+)
+from gate.machine.settings import (
+    IGNORED_GUARD_VARIABLES,
+    SETTINGS,
+    Setting,
+    read_settings,
+)
 from gate.policy.levels import Direction
-from gate.report.github import in_github_actions, workflow_command
-from gate.report.terminal import one_line
-from gate.witness.transfer_map import prepare_environment
-
-DOCTOR_OK = 0
-DOCTOR_FAILED = 1  # the expected accelerator is missing, or JAX cannot start at all
-DOCTOR_BUG = 3  # as for `run`: the gate itself broke
-
-EXIT_CODES_HELP = (
-    "exit codes:\n"
-    f"  {DOCTOR_OK}  JAX starts (and has the --expect'ed accelerator)\n"
-    f"  {DOCTOR_FAILED}  the --expect'ed accelerator is missing, or JAX cannot start\n"
-    "  2  usage error\n"
-    f"  {DOCTOR_BUG}  doctor itself broke (a bug: please report it)"
-)
-
-# Distributions that give jaxlib a GPU or TPU backend, newest CUDA first as JAX tries them.
-_PLUGIN_DISTRIBUTIONS = (
-    "jax-cuda13-plugin",
-    "jax-cuda13-pjrt",
-    "jax-cuda12-plugin",
-    "jax-cuda12-pjrt",
-    "jax-rocm7-plugin",
-    "jax-rocm7-pjrt",
-    "jax-rocm60-plugin",
-    "jax-rocm60-pjrt",
-    "libtpu",
-    "libtpu-nightly",
-)
-
-_SETTINGS = (
-    "JAX_PLATFORMS",
-    "XLA_FLAGS",
-    "TF_CPP_MIN_LOG_LEVEL",
-    "JAX_COMPILATION_CACHE_DIR",
-    "JAX_TRANSFER_GUARD",
-    "NVIDIA_DRIVER_CAPABILITIES",
-)
-# JAX reads only JAX_TRANSFER_GUARD; these are reset when jax is imported (FIELD-NOTES).
-_IGNORED_GUARD_VARIABLES = tuple(f"JAX_TRANSFER_GUARD_{d.name}" for d in Direction)
-
-
-class Accelerator(enum.Enum):
-    """What ``--expect`` can ask for; the value is how JAX names the backend."""
-
-    CPU = "cpu"
-    GPU = "gpu"
-    TPU = "tpu"
 
 
 @dataclass(frozen=True)
@@ -96,16 +61,6 @@ class DeviceGroup:
     kind: str  # e.g. "NVIDIA H200"
     count: int
     compute_capability: str | None = None
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One setting that matters to the gate: its value and what it means here."""
-
-    name: str
-    value: str | None  # None: unset
-    meaning: str
-    warning: bool = False  # it weakens the gate or will break it
 
 
 @dataclass(frozen=True)
@@ -126,7 +81,21 @@ class Diagnosis:
     environ: Mapping[str, str]  # the settings, as the process got them
     settings: tuple[Setting, ...]
     guard: tuple[tuple[str, str], ...]  # (config name, value)
+    libcuda: bool  # the NVIDIA driver's libcuda can be found
     backend_errors: tuple[tuple[str, str], ...] = ()  # (platform, why JAX could not start it)
+
+    @property
+    def evidence(self) -> Evidence:
+        return Evidence(
+            backend=self.backend,
+            jax_platforms=self.environ.get("JAX_PLATFORMS"),
+            plugins=tuple(name for name, _ in self.plugins),
+            nvidia_device_files=self.nvidia_device_files,
+            tpu_device_files=self.tpu_device_files,
+            libcuda=self.libcuda,
+            driver_capabilities=self.environ.get("NVIDIA_DRIVER_CAPABILITIES"),
+            backend_errors=self.backend_errors,
+        )
 
 
 def collect(environ: Mapping[str, str] | None = None) -> Diagnosis:
@@ -134,7 +103,7 @@ def collect(environ: Mapping[str, str] | None = None) -> Diagnosis:
     snapshot = {
         name: value
         for name, value in (os.environ if environ is None else environ).items()
-        if name in _SETTINGS or name in _IGNORED_GUARD_VARIABLES
+        if name in SETTINGS or name in IGNORED_GUARD_VARIABLES
     }
     jax_version = jaxlib_version = backend = backend_error = None
     devices: tuple[DeviceGroup, ...] = ()
@@ -156,57 +125,35 @@ def collect(environ: Mapping[str, str] | None = None) -> Diagnosis:
         devices = _device_groups(jax.devices())
     except Exception as exc:  # doctor reports a broken JAX rather than breaking on it
         backend_error = _exception_text(exc)
-    backend_errors = _backend_errors() if jax_version is not None else ()
+    backend_errors = failed_backends() if jax_version is not None else ()
     return Diagnosis(
         python=platform.python_version(),
         system=f"{platform.system()} {platform.release()} {platform.machine()}",
         jax_version=jax_version,
         jaxlib_version=jaxlib_version,
-        plugins=_installed(_PLUGIN_DISTRIBUTIONS),
+        plugins=installed_plugins(),
         backend=backend,
         devices=devices,
         backend_error=backend_error,
         cuda=cuda,
-        nvidia_device_files=bool(glob.glob("/dev/nvidia[0-9]*")),
-        tpu_device_files=bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")),
+        nvidia_device_files=nvidia_device_files(),
+        tpu_device_files=tpu_device_files(),
         environ=snapshot,
-        settings=_settings(snapshot, cache_dir, min_compile_s),
+        settings=read_settings(snapshot, cache_dir, min_compile_s),
         guard=guard,
+        libcuda=libcuda_found(),
         backend_errors=backend_errors,
     )
 
 
-def _backend_errors() -> tuple[tuple[str, str], ...]:
-    """Why backends failed to start, as JAX noted it (``xla_bridge._backend_errors``).
-
-    Private to JAX, so optional: without it the causes are less specific,
-    never wrong. JAX fills it when a plugin (CUDA, TPU) fails to initialize
-    and falls back to another backend with only a warning.
-    """
-    errors = internals.backend_errors()
-    if errors is None:
-        return ()
-    return tuple(sorted((str(name), one_line(str(why))) for name, why in errors.items()))
-
-
 def _exception_text(exc: BaseException) -> str:
     """One line; where JAX raised without a message, where it raised instead."""
-    text = one_line(str(exc))
+    text = " ".join(str(exc).split())
     if text:
         return f"{type(exc).__name__}: {text}"
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
     return f"{type(exc).__name__}{where}, without a message"
-
-
-def _installed(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    found = []
-    for name in names:
-        try:
-            found.append((name, importlib.metadata.version(name)))
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return tuple(found)
 
 
 def _device_groups(devices: list[Any]) -> tuple[DeviceGroup, ...]:
@@ -267,163 +214,12 @@ def _cudnn(version: int) -> str:
     return f"{version // 1000}.{version % 1000 // 100}.{version % 100}"
 
 
-# --- what the settings mean ----------------------------------------------------------------------
-
-
-def _settings(
-    environ: Mapping[str, str], cache_dir: str | None, min_compile_s: float | None
-) -> tuple[Setting, ...]:
-    platforms = environ.get("JAX_PLATFORMS")
-    settings = [
-        Setting(
-            "JAX_PLATFORMS",
-            platforms,
-            f"JAX uses only {platforms}"
-            if platforms
-            else "JAX takes the best backend it finds, and falls back to the CPU with only a "
-            "warning when a GPU plugin finds no GPU",
-        ),
-        Setting("XLA_FLAGS", environ.get("XLA_FLAGS"), _xla_flags(environ.get("XLA_FLAGS"))),
-        _log_level(environ.get("TF_CPP_MIN_LOG_LEVEL")),
-        _cache(cache_dir, min_compile_s),
-    ]
-    guard_default = environ.get("JAX_TRANSFER_GUARD")
-    if guard_default:
-        settings.append(
-            Setting(
-                "JAX_TRANSFER_GUARD",
-                guard_default,
-                "JAX's process-wide level: the gate sets each region's levels from its policy "
-                "while the region runs, and this applies everywhere else",
-            )
-        )
-    settings.extend(
-        Setting(
-            name,
-            environ[name],
-            "ignored: JAX resets the per-direction levels when it is imported; set levels "
-            "per region with `guard:` in the policy",
-            warning=True,
-        )
-        for name in _IGNORED_GUARD_VARIABLES
-        if name in environ
-    )
-    capabilities = environ.get("NVIDIA_DRIVER_CAPABILITIES")
-    if capabilities is not None and not _has_compute(capabilities):
-        settings.append(
-            Setting(
-                "NVIDIA_DRIVER_CAPABILITIES",
-                capabilities,
-                "lacks 'compute': the NVIDIA container toolkit then mounts no libcuda, and JAX "
-                "finds no GPU; set it to compute,utility (the gate's image does)",
-                warning=True,
-            )
-        )
-    return tuple(settings)
-
-
-def _has_compute(capabilities: str) -> bool:
-    names = {c.strip() for c in capabilities.split(",")}
-    return bool(names & {"compute", "all"})
-
-
-def _xla_flags(flags: str | None) -> str:
-    if not flags:
-        return "no extra XLA flags"
-    if "xla_force_host_platform_device_count" in flags:
-        return "as set; --xla_force_host_platform_device_count fakes several CPU devices"
-    return "as set"
-
-
-def _log_level(value: str | None) -> Setting:
-    """TF_CPP_MIN_LOG_LEVEL, read by jaxlib when it loads: the guard's `log` lines are warnings."""
-    name = "TF_CPP_MIN_LOG_LEVEL"
-    if value is None:
-        return Setting(
-            name,
-            None,
-            "jax sets 1 when it is imported: warnings are shown, so the guard's `log` lines appear",
-        )
-    meanings = {
-        "0": "every message is shown, the guard's `log` lines and jaxlib's INFO lines included",
-        "1": "INFO hidden, warnings shown: the guard's `log` lines appear",
-        "2": "warnings hidden: every line of the guard's `log` and `log_explicit` levels is lost",
-        "3": "warnings and errors hidden: every line of the guard's `log` levels is lost",
-    }
-    meaning = meanings.get(value.strip(), "not a level from 0 to 3")
-    gate_runs_with = dict(os.environ) | {name: value}
-    prepare_environment(gate_runs_with)
-    if gate_runs_with[name] != value:
-        # The gate raises the level for itself (gate.witness.transfer_map.prepare_environment),
-        # but every other JAX program in the job keeps this one.
-        meaning += (
-            f"; the gate runs with {gate_runs_with[name]} and keeps them, but other JAX "
-            "programs in this job (pytest) do not"
-        )
-    return Setting(name, value, meaning)
-
-
-def _cache(cache_dir: str | None, min_compile_s: float | None) -> Setting:
-    name = "JAX_COMPILATION_CACHE_DIR"
-    if not cache_dir:
-        return Setting(
-            name, None, "no persistent compilation cache: every run compiles from scratch"
-        )
-    threshold = (
-        f"; JAX stores compilations that took at least {min_compile_s:g} s"
-        if min_compile_s is not None
-        else ""
-    )
-    problem = _unwritable(Path(cache_dir))
-    if problem:
-        return Setting(name, cache_dir, f"{problem}: JAX will not cache compilations", True)
-    return Setting(name, cache_dir, f"writable{threshold}")
-
-
-def _unwritable(folder: Path) -> str:
-    """Why `folder` cannot hold cache entries, or "" when it can."""
-    if folder.exists() and not folder.is_dir():
-        return "not a folder"
-    if folder.is_dir():
-        try:
-            with tempfile.NamedTemporaryFile(dir=folder, prefix=".transfer-gate-doctor-"):
-                return ""
-        except OSError as exc:
-            return f"not writable ({exc.strerror or exc})"
-    existing = folder.parent
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        return f"cannot be created ({existing} is not a folder)"
-    # JAX creates the folder; try the same (and take it back) rather than trust
-    # os.access, which says yes to root even where nothing can be written.
-    try:
-        Path(tempfile.mkdtemp(dir=existing, prefix=".transfer-gate-doctor-")).rmdir()
-    except OSError as exc:
-        return f"does not exist and cannot be created in {existing} ({exc.strerror or exc})"
-    return ""
-
-
 # --- the verdict ---------------------------------------------------------------------------------
 
 
-def found_accelerator(diagnosis: Diagnosis) -> Accelerator | None:
-    """The accelerator JAX runs on by default; None when JAX could not start."""
-    backend = diagnosis.backend
-    if backend is None:
-        return None
-    if backend in ("gpu", "cuda", "rocm"):
-        return Accelerator.GPU
-    if backend == "tpu":
-        return Accelerator.TPU
-    if backend == "cpu":
-        return Accelerator.CPU
-    return None
-
-
-def expectation_problem(diagnosis: Diagnosis, expect: Accelerator) -> str | None:
+def expectation_problem(diagnosis: Diagnosis, expect: Platform) -> str | None:
     """What is wrong when JAX does not run on `expect`: expected, found, likely causes."""
-    if found_accelerator(diagnosis) is expect:
+    if Platform.named(diagnosis.backend) is expect:
         return None
     if diagnosis.backend is not None:
         found = f"JAX runs on {diagnosis.backend} ({_devices_text(diagnosis)})"
@@ -431,81 +227,31 @@ def expectation_problem(diagnosis: Diagnosis, expect: Accelerator) -> str | None
         found = f"jax does not import ({diagnosis.backend_error})"
     else:
         found = f"JAX could not start a backend ({diagnosis.backend_error})"
-    causes = likely_causes(diagnosis, expect)
+    causes = _causes(diagnosis, expect)
     text = f"expected a {expect.value.upper()}, but {found}."
     if causes:
         text += "\nlikely cause: " + "\nlikely cause: ".join(causes)
     return text
 
 
-def _requested(platforms: str | None) -> Accelerator | None:
-    """The accelerator JAX_PLATFORMS asks for first, if any."""
-    first = (platforms or "").split(",")[0].strip()
-    if first in ("cuda", "rocm", "gpu"):
-        return Accelerator.GPU
-    if first in ("tpu", "cpu"):
-        return Accelerator(first)
-    return None
+def doctor_problem(diagnosis: Diagnosis, expect: Platform | None) -> str | None:
+    """Why doctor fails: `expect` not met, or (without one) JAX starting no backend; else None."""
+    if expect is not None:
+        return expectation_problem(diagnosis, expect)
+    if diagnosis.backend is not None:
+        return None
+    problem = f"JAX cannot start: {diagnosis.backend_error}."
+    # What JAX_PLATFORMS asks for first is what JAX failed to start.
+    first = (diagnosis.environ.get("JAX_PLATFORMS") or "").split(",")[0].strip()
+    requested = Platform.named(first)
+    if requested is not None:
+        problem += "".join(f"\nlikely cause: {cause}" for cause in _causes(diagnosis, requested))
+    return problem
 
 
-def likely_causes(diagnosis: Diagnosis, expect: Accelerator) -> list[str]:
-    """Why JAX is not on `expect`, most likely first."""
-    causes = []
-    platforms = diagnosis.environ.get("JAX_PLATFORMS")
-    wanted = {
-        Accelerator.GPU: {"cuda", "rocm", "gpu"},
-        Accelerator.TPU: {"tpu"},
-        Accelerator.CPU: {"cpu"},
-    }[expect]
-    if platforms and not wanted & {p.strip() for p in platforms.split(",")}:
-        causes.append(
-            f"JAX_PLATFORMS={platforms} keeps JAX off the {expect.value.upper()}; unset it"
-        )
-    plugins = {name for name, _ in diagnosis.plugins}
-    started = {
-        Accelerator.GPU: ("cuda", "rocm", "gpu"),
-        Accelerator.TPU: ("tpu",),
-        Accelerator.CPU: ("cpu",),
-    }[expect]
-    causes.extend(
-        f"JAX could not start its {name} backend: {why}"
-        for name, why in diagnosis.backend_errors
-        if name in started
-    )
-    if expect is Accelerator.GPU:
-        if not any(name.startswith(("jax-cuda", "jax-rocm")) for name in plugins):
-            causes.append(
-                "a CPU-only jaxlib: no jax-cuda12-plugin or jax-cuda13-plugin is installed; "
-                'install "jax[cuda12]" (the gate\'s Dockerfile does)'
-            )
-        if not diagnosis.nvidia_device_files:
-            causes.append(
-                "no NVIDIA GPU in this container (no /dev/nvidia0): start it with --gpus all "
-                "(a workflow job: container options: --gpus all) on a host with the NVIDIA "
-                "driver and the NVIDIA Container Toolkit"
-            )
-        capabilities = diagnosis.environ.get("NVIDIA_DRIVER_CAPABILITIES")
-        if capabilities is not None and not _has_compute(capabilities):
-            causes.append(
-                f"NVIDIA_DRIVER_CAPABILITIES={capabilities} lacks 'compute', so libcuda is not "
-                "mounted; set compute,utility"
-            )
-        if not causes:
-            causes.append(
-                "the CUDA plugin is installed and the GPU device files exist, but JAX could not "
-                "use the GPU: check nvidia-smi and that the driver is new enough for the CUDA "
-                "version above"
-            )
-    elif expect is Accelerator.TPU:
-        if not plugins & {"libtpu", "libtpu-nightly"}:
-            causes.append('libtpu is not installed; install "jax[tpu]"')
-        if not diagnosis.tpu_device_files:
-            causes.append("no TPU device files (/dev/accel*, /dev/vfio): not a TPU VM")
-        if not causes:
-            causes.append("the TPU may be held by another process")
-    elif diagnosis.backend is not None and not platforms:
-        causes.append("JAX prefers an accelerator when it finds one; set JAX_PLATFORMS=cpu")
-    return causes
+def _causes(diagnosis: Diagnosis, expect: Platform) -> list[str]:
+    # Named as the verdict names it: "expected a GPU".
+    return likely_causes(expect, diagnosis.evidence, named=expect.value.upper())
 
 
 # --- output --------------------------------------------------------------------------------------
@@ -563,41 +309,3 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
             "float(x), np.asarray(x)); a CPU run does not judge that direction."
         )
     return "\n".join(lines)
-
-
-def main_doctor(
-    expect: str | None,
-    environ: Mapping[str, str] | None = None,
-    diagnosis: Diagnosis | None = None,
-) -> int:
-    """The ``doctor`` command: print the diagnosis; 1 when `expect` is not met or JAX is broken."""
-    environ = os.environ if environ is None else environ
-    try:
-        diagnosis = collect(environ) if diagnosis is None else diagnosis
-        report = format_diagnosis(diagnosis)
-    except Exception:
-        traceback.print_exc()
-        print("error: transfer-gate doctor itself failed; this is a bug", file=sys.stderr)
-        return DOCTOR_BUG
-    print(report)
-    problem: str | None
-    if expect is not None:
-        problem = expectation_problem(diagnosis, Accelerator(expect))
-    elif diagnosis.backend is None:
-        problem = f"JAX cannot start: {diagnosis.backend_error}."
-        requested = _requested(diagnosis.environ.get("JAX_PLATFORMS"))
-        if requested is not None:
-            problem += "".join(
-                f"\nlikely cause: {cause}" for cause in likely_causes(diagnosis, requested)
-            )
-    else:
-        problem = None
-    if problem is None:
-        if expect is not None:
-            print(f"\nok: JAX runs on the expected {expect.upper()}")
-        return DOCTOR_OK
-    sys.stdout.flush()  # the diagnosis first, then the verdict, also when both go to one log
-    print(f"\nerror: {problem}", file=sys.stderr)
-    if in_github_actions(environ):
-        print(workflow_command("error", problem, title="transfer-gate doctor"))
-    return DOCTOR_FAILED

@@ -9,12 +9,12 @@ line (`gate.results.findings`).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from gate import __version__
 from gate.files import write_text_atomically
-from gate.results.baseline import fingerprints
 from gate.results.cause import cause_of
 from gate.results.findings import Finding, group
 from gate.results.hints import hint_for
@@ -63,9 +63,13 @@ def _finding(finding: Finding, fingerprint: str) -> dict[str, Any]:
     }
 
 
-def region_document(region: RegionResult) -> dict[str, Any]:
+# Each region's findings with their baseline fingerprints, by the region's classname
+# (`gate.results.baseline.fingerprints_of`): the caller computes them, the report prints them.
+Fingerprints = Mapping[str, Mapping[Finding, str]]
+
+
+def region_document(region: RegionResult, prints: Mapping[Finding, str]) -> dict[str, Any]:
     findings = group(region.transfers)
-    prints = fingerprints(region.classname, findings)
     timing = region.timing
     return {
         "name": region.name,
@@ -111,7 +115,7 @@ def region_document(region: RegionResult) -> dict[str, Any]:
     }
 
 
-def render_json(run: RunResult) -> str:
+def render_json(run: RunResult, fingerprints: Fingerprints) -> str:
     document = {
         "format": FORMAT,
         "version": VERSION,
@@ -121,7 +125,7 @@ def render_json(run: RunResult) -> str:
             {
                 "name": suite.name,
                 "policy": suite.policy_path,
-                "regions": [region_document(r) for r in suite.regions],
+                "regions": [region_document(r, fingerprints[r.classname]) for r in suite.regions],
             }
             for suite in run.suites
         ],
@@ -129,7 +133,7 @@ def render_json(run: RunResult) -> str:
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 
-def write_json(run: RunResult, path: Path) -> None:
+def write_json(run: RunResult, path: Path, fingerprints: Fingerprints) -> None:
     """Write the JSON report atomically (a half-written report must never be read)."""
-    text = render_json(run)
+    text = render_json(run, fingerprints)
     write_text_atomically(path, text)

@@ -127,6 +127,17 @@ def fingerprints(region: str, findings: Sequence[Finding]) -> dict[Finding, str]
     return result
 
 
+def fingerprints_of(run: RunResult) -> dict[str, dict[Finding, str]]:
+    """Each region's findings (all of them, failing or not) with their fingerprints, by classname.
+
+    What the JSON report prints beside each finding, so a tool can match it to a baseline entry.
+    """
+    return {
+        region.classname: fingerprints(region.classname, group(region.transfers))
+        for region in run.regions
+    }
+
+
 def accepted_from(run: RunResult) -> list[Accepted]:
     """Every failing finding of ``run``, as baseline entries."""
     entries = []
@@ -221,6 +232,17 @@ def apply_baseline(run: RunResult, accepted: Sequence[Accepted], command: str) -
         )
         suites.append(replace(suite, regions=regions))
     return replace(run, suites=tuple(suites))
+
+
+def rebaselined(
+    run: RunResult, existing: Sequence[Accepted]
+) -> tuple[list[Accepted], list[Accepted]]:
+    """The entries accepting ``run``'s transfers, and the ``existing`` ones ``run`` did not cover.
+
+    A run of some regions (``--region``) re-baselines those and keeps the others' entries.
+    """
+    ran = {region.classname for region in run.regions}
+    return accepted_from(run), [entry for entry in existing if entry.region not in ran]
 
 
 def _judge(region: RegionResult, accepted: dict[str, Accepted], command: str) -> RegionResult:

@@ -1,0 +1,139 @@
+"""What `run` and `baseline` share: the policies loaded, planned and run; the baseline file.
+
+Each region runs in a worker process (`gate.isolation.scheduler`); what the
+workers print is forwarded to stderr, so stdout keeps only the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from gate.cli.parser import DEFAULT_POLICIES
+from gate.isolation.scheduler import Cancellation, keep_accelerators_for_workers, run_isolated
+from gate.plan import Plan
+from gate.policy.load import (
+    PolicyError,
+    Problem,
+    callables_of_invalid,
+    discover_policy_files,
+    load_policy,
+)
+from gate.policy.model import Policy
+from gate.policy.resolve import check_callables, check_named
+from gate.results.baseline import default_path
+from gate.results.records import RunResult
+from gate.results.refusals import gate_bug, policy_problems
+
+
+def load_policies(
+    paths: Sequence[str], repo_root: Path, *, write_references: bool = False
+) -> list[Policy]:
+    """Every policy under ``paths``, or one PolicyError with every file's problems."""
+    files = discover_policy_files(paths or [DEFAULT_POLICIES], repo_root)
+    policies: list[Policy] = []
+    problems: list[Problem] = []
+    for file in files:
+        try:
+            policy = load_policy(file, repo_root, write_references=write_references)
+        except PolicyError as exc:
+            problems.extend(exc.problems)
+            # Every problem of a file at once: the callables it does name are
+            # checked too, not only after the rest is fixed.
+            named = callables_of_invalid(file, repo_root)
+            if named is not None:
+                reported = {(p.line, p.where) for p in exc.problems}
+                problems.extend(
+                    p
+                    for p in check_named(named.path, named.refs, named.python_path, repo_root)
+                    if (p.line, p.where) not in reported
+                )
+            continue
+        found = check_callables(policy, repo_root)
+        if found:
+            problems.extend(found)
+        else:
+            policies.append(policy)
+    problems.extend(_clashing_regions(policies))
+    if problems:
+        raise PolicyError(tuple(problems))
+    return policies
+
+
+def _clashing_regions(policies: Sequence[Policy]) -> list[Problem]:
+    """Regions that share ``suite.region`` across files.
+
+    The report, the baseline and --region all name a region by
+    ``suite.region``; two of them would share a baseline entry and a
+    testcase, so one could hide the other.
+    """
+    first: dict[str, tuple[Policy, int]] = {}
+    problems = []
+    for policy in policies:
+        for index, region in enumerate(policy.regions):
+            name = f"{policy.suite}.{region.name}"
+            seen = first.setdefault(name, (policy, region.line))
+            if seen[0] is not policy:
+                other, line = seen
+                problems.append(
+                    Problem(
+                        policy.path.as_posix(),
+                        region.line,
+                        f"regions[{index}]",
+                        f"region {name!r} is also defined in {other.path.as_posix()}:{line}; "
+                        "give one of the files its own `suite:` name",
+                    )
+                )
+    return problems
+
+
+def execute(
+    args: argparse.Namespace,
+    repo_root: Path,
+    refused: Callable[[RunResult], None] | None = None,
+    cancel: Cancellation | None = None,
+) -> RunResult:
+    """Load, check, plan and run the policies that ``args`` names.
+
+    When the policies are invalid or the gate breaks, ``refused`` gets the
+    result that says so (to report it) before the exception goes on.
+    """
+    keep_accelerators_for_workers()  # before load_policies imports the user's modules
+    try:
+        policies = load_policies(
+            args.paths, repo_root, write_references=getattr(args, "write_references", False)
+        )
+    except PolicyError as exc:
+        if refused is not None:
+            refused(policy_problems(exc.problems))
+        raise
+    required = getattr(args, "require_platform", None)
+    if required is not None:
+        policies = [dataclasses.replace(p, platform=required) for p in policies]
+    plan = Plan.make(policies, args.region, getattr(args, "shard", None))
+    if plan.shard is not None:
+        print(plan.shard.describe())
+    try:
+        return run_isolated(plan, repo_root, cancel=cancel, forward=sys.stderr)
+    except Exception as exc:
+        if refused is not None:
+            refused(gate_bug(exc))
+        raise
+
+
+def baseline_for(args: argparse.Namespace, repo_root: Path) -> tuple[Path, bool]:
+    """The baseline file to use and whether the user named it."""
+    if args.baseline:
+        return Path(args.baseline), True
+    return default_path(args.paths, repo_root, DEFAULT_POLICIES), False
+
+
+def shown(path: Path, repo_root: Path) -> str:
+    """``path`` as the user sees it: relative to the repository when it is inside."""
+    try:
+        return path.resolve().relative_to(repo_root.resolve()).as_posix()
+    except ValueError:
+        return str(path)

@@ -1,0 +1,170 @@
+"""The command line's grammar: ``transfer-gate run|baseline|validate|doctor|merge`` and options.
+
+Parsing only: `gate.cli.main` hands the parsed arguments to one subcommand.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from gate import __version__
+from gate.cli.exit_codes import DoctorExitCode, ExitCode, exit_codes_help
+from gate.machine.diagnosis import Platform
+from gate.plan import parse_shard
+from gate.results.baseline import DEFAULT_NAME as DEFAULT_BASELINE_NAME
+
+DEFAULT_POLICIES = "policies"
+DEFAULT_JUNIT = "reports/transfer-gate.xml"
+DEFAULT_BASELINE_HELP = f"{DEFAULT_BASELINE_NAME} in the first PATH's folder"
+_EXIT_CODES_HELP = exit_codes_help(ExitCode)
+
+
+def _time_budget(text: str) -> float:
+    """``--time-budget``: a positive number of seconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: the budget must be more than 0 seconds")
+    return seconds
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of every subcommand; parsing only, nothing runs."""
+    # allow_abbrev=False everywhere: a prefix must never quietly mean another
+    # option (`--base` would be taken as `--baseline`).
+    parser = argparse.ArgumentParser(
+        prog="transfer-gate",
+        allow_abbrev=False,
+        description="Fail CI on implicit host/device transfers in JAX code regions "
+        "named by YAML policies.",
+        epilog=_EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser(
+        "run",
+        allow_abbrev=False,
+        help="run every region under the transfer guard and write a JUnit report",
+        epilog=_EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help=f"policy files or folders of them (*.yaml, *.yml); default: {DEFAULT_POLICIES}/",
+    )
+    run.add_argument(
+        "--junit",
+        default=DEFAULT_JUNIT,
+        metavar="FILE",
+        help=f"where to write the JUnit report (default: {DEFAULT_JUNIT})",
+    )
+    run.add_argument(
+        "--region",
+        action="append",
+        metavar="NAME",
+        help="run only this region (NAME or SUITE.NAME); repeatable",
+    )
+    run.add_argument(
+        "--shard",
+        type=parse_shard,
+        metavar="K/N",
+        help="run only shard K of N: the regions are split the same way on every machine "
+        "(merge the shards' reports with `transfer-gate merge`)",
+    )
+    run.add_argument(
+        "--json",
+        metavar="FILE",
+        help="also write the full transfer map as JSON (format: docs/reports.md, 'JSON report')",
+    )
+    run.add_argument(
+        "--baseline",
+        metavar="FILE",
+        help="fail only on transfers not accepted in this baseline (default: "
+        f"{DEFAULT_BASELINE_HELP}, used when it exists)",
+    )
+    run.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="ignore any baseline: every implicit transfer fails",
+    )
+    run.add_argument(
+        "--write-references",
+        action="store_true",
+        help="write each region's outputs to its checks.reference file (creating or "
+        "replacing it) instead of comparing them; review the change before committing it",
+    )
+    run.add_argument(
+        "--require-platform",
+        # Accelerators first, as --help has always listed them.
+        choices=[p.value for p in (Platform.GPU, Platform.TPU, Platform.CPU)],
+        help="fail every region (exit 1) when JAX runs elsewhere; overrides the policies' "
+        "`platform:`",
+    )
+    run.add_argument(
+        "--time-budget",
+        type=_time_budget,
+        metavar="SECONDS",
+        help="stop after SECONDS as if cancelled: the running region and those after it "
+        "become errors, the report is written and the run exits 1 (set it below the CI "
+        "job's timeout, which kills without a report)",
+    )
+
+    baseline = commands.add_parser(
+        "baseline",
+        allow_abbrev=False,
+        help="run every region and accept the transfers it has today in a baseline file",
+        epilog=_EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    baseline.add_argument("paths", nargs="*", metavar="PATH")
+    baseline.add_argument(
+        "--baseline",
+        metavar="FILE",
+        help=f"where to write it (default: {DEFAULT_BASELINE_HELP})",
+    )
+    baseline.add_argument(
+        "--region",
+        action="append",
+        metavar="NAME",
+        help="re-baseline only this region (NAME or SUITE.NAME), keeping the others' entries; "
+        "repeatable",
+    )
+
+    validate = commands.add_parser(
+        "validate",
+        allow_abbrev=False,
+        help="check policies and that every named callable imports, without running any step",
+        epilog=_EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    validate.add_argument("paths", nargs="*", metavar="PATH")
+
+    doctor = commands.add_parser(
+        "doctor",
+        allow_abbrev=False,
+        help="show what JAX sees here (devices, versions, settings) and check for an accelerator",
+        epilog=exit_codes_help(DoctorExitCode),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    doctor.add_argument(
+        "--expect",
+        choices=[p.value for p in Platform],
+        help="fail (exit 1) unless JAX runs on this kind of device",
+    )
+
+    merge = commands.add_parser(
+        "merge",
+        allow_abbrev=False,
+        help="combine the reports of several shards (JUnit .xml or JSON .json) into one",
+        description="Combine the shards' reports into OUT, all JUnit (.xml) or all the gate's "
+        "JSON (.json), read from OUT's suffix; OUT may be one of the inputs.",
+    )
+    merge.add_argument("output", metavar="OUT")
+    merge.add_argument("inputs", nargs="+", metavar="IN")
+    return parser

@@ -1,0 +1,87 @@
+"""``transfer-gate run``: every region under the transfer guard, judged against the baseline.
+
+Every path that ran or refused to run leaves its reports behind
+(`gate.report.write`), because a missing report reads as "0 tests, all passed".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gate.cli.execute import baseline_for, execute, shown
+from gate.cli.exit_codes import ExitCode
+from gate.isolation.scheduler import Cancellation, cancel_after, cancel_on_signals
+from gate.report.terminal import format_summary
+from gate.report.write import Reports, write_reports
+from gate.results.baseline import (
+    BaselineError,
+    apply_baseline,
+    fingerprints_of,
+    load_baseline,
+)
+from gate.results.records import ErrorKind, RunResult
+from gate.results.refusals import unusable_baseline
+
+
+def run_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
+    """Run the regions, write the reports, and say how the run ended."""
+    # From here until the report is written, SIGINT/SIGTERM (CI cancelling
+    # the job) stop the running region instead of the gate: see docs/isolation.md,
+    # "When a region crashes, hangs or is cancelled". So does the end of
+    # --time-budget, which CI needs: `docker exec` passes no signal on.
+    with cancel_on_signals() as cancel, cancel_after(cancel, args.time_budget):
+        return _run_and_report(args, repo_root, cancel)
+
+
+def _write(run: RunResult, reports: Reports) -> None:
+    write_reports(run, reports, fingerprints_of(run))
+
+
+def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellation) -> ExitCode:
+    reports = Reports(Path(args.junit), Path(args.json) if args.json else None)
+    reports.check_writable()
+    accepted = None
+    baseline_path, named = baseline_for(args, repo_root)
+    baseline_shown = shown(baseline_path, repo_root)
+    if not args.no_baseline and (named or baseline_path.is_file()):
+        try:
+            accepted = load_baseline(baseline_path)
+        except BaselineError as exc:
+            # Like an invalid policy: nothing runs, but the report says why.
+            _write(unusable_baseline(str(exc), baseline_shown), reports)
+            raise
+    result = execute(args, repo_root, lambda refused: _write(refused, reports), cancel)
+    if accepted is not None:
+        paths = " ".join(args.paths)
+        command = f"transfer-gate baseline {paths} --baseline {baseline_shown}".replace("  ", " ")
+        result = apply_baseline(result, accepted, command)
+    print(format_summary(result))
+    if accepted is not None:
+        print(f"baseline: {baseline_shown} ({len(accepted)} accepted)")
+    print(reports.describe())
+    _write(result, reports)
+    return _verdict(result, cancel)
+
+
+def _verdict(result: RunResult, cancel: Cancellation) -> ExitCode:
+    """The exit code of a run whose report is written; says why on stderr when it isn't 0 or 1.
+
+    A gate bug inside one region (INTERNAL) leaves the other regions judged,
+    but the run exits 3 all the same: the failure is the gate's, not the code's.
+    """
+    if cancel.signal is not None:
+        print(f"error: run cancelled by {cancel.signal.name}", file=sys.stderr)
+    elif cancel.reason is not None:
+        print(f"error: run cancelled: {cancel.reason}", file=sys.stderr)
+    bugs = [r for r in result.regions if r.error and r.error.kind is ErrorKind.INTERNAL]
+    if bugs:
+        names = ", ".join(r.classname for r in bugs)
+        print(
+            f"error: transfer-gate itself failed while running {names}; this is a bug, "
+            "please report it with the report's traceback",
+            file=sys.stderr,
+        )
+        return ExitCode.INTERNAL
+    return ExitCode.OK if result.passed else ExitCode.REGION_FAILED

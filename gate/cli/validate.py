@@ -1,0 +1,19 @@
+"""``transfer-gate validate``: check the policies and their callables without running a step."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from gate.cli.execute import load_policies
+from gate.cli.exit_codes import ExitCode
+
+
+def validate_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
+    """One line per valid policy and a total; an invalid one raises PolicyError."""
+    policies = load_policies(args.paths, repo_root)
+    regions = sum(len(p.regions) for p in policies)
+    for policy in policies:
+        print(f"{policy.path.as_posix()}: ok ({len(policy.regions)} regions)")
+    print(f"{len(policies)} policies, {regions} regions: valid")
+    return ExitCode.OK

@@ -1,0 +1,66 @@
+"""Every report of a run, written in one place: JUnit, the JSON map, GitHub Actions' annotations.
+
+A run that refused to start (an invalid policy, an unusable baseline, a bug
+in the gate) is reported the same way as one that ran, because a missing
+report reads as "0 tests, all passed".
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gate.report.github import report_to_github
+from gate.report.json_report import Fingerprints, write_json
+from gate.report.junit import ReportWriteError, write_junit
+from gate.results.records import RunResult
+
+
+@dataclass(frozen=True)
+class Reports:
+    """Where a run's reports go: the JUnit file always, the JSON map when asked for."""
+
+    junit: Path
+    json: Path | None = None
+
+    def check_writable(self) -> None:
+        """Raise ReportWriteError before anything runs if a report could not be written."""
+        check_writable(self.junit)
+        if self.json is not None:
+            check_writable(self.json)
+
+    def describe(self) -> str:
+        """``report: reports/transfer-gate.xml, reports/map.json``."""
+        return f"report: {self.junit}" + (f", {self.json}" if self.json else "")
+
+
+def write_reports(run: RunResult, reports: Reports, fingerprints: Fingerprints) -> None:
+    """Write every report of ``run``; ``fingerprints`` are its findings' baseline fingerprints."""
+    write_junit(run, reports.junit)
+    if reports.json is not None:
+        write_json(run, reports.json, fingerprints)
+    report_to_github(run, reports.junit)
+
+
+def check_writable(report: Path) -> None:
+    """Fail before running anything if the report could not be written."""
+    folder = report.parent
+    if report.is_dir():
+        raise ReportWriteError(f"{report}: is a folder; pass a file path to --junit")
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ReportWriteError(
+            f"{report}: cannot create folder {folder} ({existing} is a file); "
+            "choose another --junit"
+        )
+    probe = existing / f".transfer-gate-probe-{time.monotonic_ns()}"
+    try:
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise ReportWriteError(
+            f"{report}: cannot write there ({exc.strerror}); choose another --junit"
+        ) from exc

@@ -1,0 +1,81 @@
+"""The results of runs that could not happen: invalid policies, an unusable baseline, a gate bug.
+
+Each becomes an error in the report, so CI sees a failed testcase that says
+why rather than a report with nothing in it.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+from gate.policy.levels import GuardLevel, GuardSpec
+from gate.policy.load import Problem
+from gate.results.records import (
+    ErrorKind,
+    RegionError,
+    RegionResult,
+    RunResult,
+    SourceLocation,
+    SuiteResult,
+)
+
+
+def policy_problems(problems: Sequence[Problem]) -> RunResult:
+    """A report for policies that could not be loaded: one error per problem file."""
+    by_file: dict[str, list[Problem]] = {}
+    for problem in problems:
+        by_file.setdefault(problem.path, []).append(problem)
+    suites = []
+    for path, found in by_file.items():
+        suite = Path(path).stem or "policy"
+        first = found[0]
+        error = RegionError(
+            ErrorKind.POLICY,
+            str(first) if len(found) == 1 else f"{first} (and {len(found) - 1} more)",
+            "\n".join(str(p) for p in found),
+            SourceLocation(path, first.line or 1, ""),
+        )
+        region = RegionResult(
+            suite=suite,
+            name="policy",
+            policy_path=path,
+            policy_line=first.line or 1,
+            guard=GuardSpec.uniform(GuardLevel.DISALLOW),
+            error=error,
+        )
+        suites.append(SuiteResult(suite, path, (region,)))
+    return RunResult(tuple(suites))
+
+
+def unusable_baseline(message: str, shown: str) -> RunResult:
+    """A report for a baseline that cannot be used: one error at the baseline file."""
+    error = RegionError(ErrorKind.BASELINE, message, message, SourceLocation(shown, 1, ""))
+    region = RegionResult(
+        suite="baseline",
+        name="baseline",
+        policy_path=shown,
+        policy_line=1,
+        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
+        error=error,
+    )
+    return RunResult((SuiteResult("baseline", shown, (region,)),))
+
+
+def gate_bug(exc: BaseException) -> RunResult:
+    """A report for the gate itself failing outside any region, with the traceback."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    region = RegionResult(
+        suite="transfer-gate",
+        name="gate",
+        policy_path="",
+        policy_line=0,
+        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
+        error=RegionError(
+            ErrorKind.INTERNAL,
+            f"transfer-gate itself failed ({type(exc).__name__}: {exc}); this is a bug",
+            text,
+        ),
+    )
+    return RunResult((SuiteResult("transfer-gate", "", (region,)),))

@@ -1,0 +1,112 @@
+"""The layout keeps its promises: data flows one way, JAX internals live in one folder.
+
+Read from the source with `ast`, so a drift fails here, by name, instead of surfacing as an
+import cycle or a hook nobody knew about. The rules are the README's "Layout" section.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+GATE = Path(__file__).resolve().parents[1] / "gate"
+
+# A subsystem may not import these (the arrow of policy -> plan -> isolation -> region ->
+# witness -> jaxhooks, with results as the shared records and report/ reading them only).
+FORBIDDEN: dict[str, frozenset[str]] = {
+    "policy": frozenset({"plan", "isolation", "region", "witness", "report", "cli", "machine"}),
+    "plan": frozenset({"isolation", "region", "witness", "jaxhooks", "report", "cli"}),
+    "isolation": frozenset({"cli", "report"}),
+    "region": frozenset({"cli", "isolation", "report", "plan"}),
+    "witness": frozenset({"cli", "isolation", "region", "report", "plan"}),
+    "jaxhooks": frozenset({"cli", "isolation", "region", "witness", "report", "plan", "machine"}),
+    "results": frozenset({"cli", "isolation", "region", "witness", "jaxhooks", "report", "plan"}),
+    "report": frozenset({"cli", "isolation", "region", "witness", "jaxhooks", "machine"}),
+    "machine": frozenset({"cli", "isolation", "region", "report", "plan"}),
+}
+MAX_LINES = 400
+
+
+def _modules() -> list[Path]:
+    return sorted(GATE.rglob("*.py"))
+
+
+def _subsystem(path: Path) -> str:
+    parts = path.relative_to(GATE).parts
+    return parts[0] if len(parts) > 1 else path.stem
+
+
+def _imported(path: Path) -> set[str]:
+    """Every `gate.*` module `path` imports, at any depth of the file (late imports too)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return {n for n in names if n.startswith("gate.")}
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(GATE.parent)))
+def test_imports_flow_one_way(path: Path) -> None:
+    banned = FORBIDDEN.get(_subsystem(path), frozenset())
+    wrong = sorted(n for n in _imported(path) if n.split(".")[1] in banned)
+    assert not wrong, f"{path.relative_to(GATE.parent)} imports {wrong}"
+
+
+def test_jax_internals_are_reached_only_from_jaxhooks() -> None:
+    outside = [
+        str(p.relative_to(GATE.parent))
+        for p in _modules()
+        if _subsystem(p) != "jaxhooks" and "jax._src" in p.read_text(encoding="utf-8")
+    ]
+    assert outside == []
+
+
+def test_the_slot_swap_lives_in_jaxhooks() -> None:
+    outside = [
+        str(p.relative_to(GATE.parent))
+        for p in _modules()
+        if _subsystem(p) != "jaxhooks" and "import ctypes" in p.read_text(encoding="utf-8")
+    ]
+    assert outside == []
+
+
+def test_no_module_is_over_the_size_a_reader_holds_at_once() -> None:
+    long = {
+        str(p.relative_to(GATE.parent)): n
+        for p in _modules()
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
+def test_doctor_does_not_borrow_from_the_reporters() -> None:
+    doctor = [p for p in _modules() if _subsystem(p) == "machine"]
+    assert doctor
+    assert not any(n.startswith("gate.report") for p in doctor for n in _imported(p))
+
+
+def test_every_folder_is_a_package_with_a_docstring() -> None:
+    for folder in sorted(p for p in GATE.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        init = folder / "__init__.py"
+        assert init.is_file(), f"{folder} has no __init__.py"
+        assert ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))), init
+
+
+def test_the_readme_layout_names_every_folder_and_top_level_module() -> None:
+    text = (GATE.parent / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    parts = [
+        f"gate/{p.name}/" if p.is_dir() else f"gate/{p.name}"
+        for p in sorted(GATE.iterdir())
+        if p.name not in {"__pycache__", "__init__.py", "__main__.py", "py.typed"}
+    ]
+    missing = [p for p in parts if f"`{p}`" not in section]
+    assert missing == []
+    stale = [m for m in re.findall(r"`(gate/[\w./]+)`", section) if not (GATE.parent / m).exists()]
+    assert stale == []
