@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gate.witness.transfer_map import prepare_environment  # noqa: E402  (before jax loads)
+from gate.witness.guard_log import prepare_environment  # noqa: E402  (before jax loads)
 
 prepare_environment(os.environ)
 

@@ -292,7 +292,7 @@ def test_what_the_user_got_wrong_exits_2_with_one_line_each(
 ) -> None:
     from gate.cli.errors import UsageError, exit_code_of
     from gate.plan import UnknownRegionError
-    from gate.policy.load import PolicyError, Problem
+    from gate.policy.problems import PolicyError, Problem
 
     def invalid() -> int:
         raise PolicyError(

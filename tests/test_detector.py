@@ -133,7 +133,7 @@ import jax.numpy as jnp
 from jax._src import config as jax_config
 
 import reads
-from gate.witness import detector
+from gate.witness import detector, fetches
 from gate.witness.user_code import UserCode
 
 code = UserCode(Path(".").resolve())
@@ -141,7 +141,7 @@ code = UserCode(Path(".").resolve())
 # Pin the classification to JAX's own: jax.device_get sets a thread-local
 # flag that the guard reads (config.explicit_device_get_scope).
 agreement = []
-record = detector.FetchLog._record
+record = fetches.FetchLog._record
 
 
 def checked_record(self, array, frames, explicit, *rest, **named):
@@ -149,7 +149,7 @@ def checked_record(self, array, frames, explicit, *rest, **named):
     return record(self, array, frames, explicit, *rest, **named)
 
 
-detector.FetchLog._record = checked_record
+fetches.FetchLog._record = checked_record
 
 found = {}
 for name in NAMES:
@@ -519,7 +519,8 @@ def test_copy_to_host_async_is_judged_like_a_read(tmp_path: Path) -> None:
 def test_fetched_earlier_and_reused_inputs(tmp_path: Path) -> None:
     import jax.numpy as jnp
 
-    from gate.witness.detector import detect_fetches, reused_leaves, same_objects
+    from gate.witness.detector import detect_fetches
+    from gate.witness.host_copies import reused_leaves, same_objects
 
     params, batch = jnp.ones(3), jnp.zeros(3)
     with detect_fetches(_code(tmp_path), lambda: None) as log:
@@ -540,7 +541,8 @@ def test_a_read_that_raises_is_recorded_as_refused(tmp_path: Path) -> None:
 
     from gate.policy.levels import Direction
     from gate.results.records import Phase
-    from gate.witness.detector import detect_fetches, host_copy_cached
+    from gate.witness.detector import detect_fetches
+    from gate.witness.host_copies import host_copy_cached
 
     x = jnp.arange(3.0) + 1
     x.delete()
@@ -563,7 +565,7 @@ def test_a_read_that_raises_is_recorded_as_refused(tmp_path: Path) -> None:
 def test_a_single_device_cpu_array_never_caches_a_host_copy() -> None:
     import jax.numpy as jnp
 
-    from gate.witness.detector import host_copy_cached
+    from gate.witness.host_copies import host_copy_cached
 
     x = jnp.arange(3.0)
     x.tolist()
@@ -578,7 +580,8 @@ def test_a_watched_read_counts_as_a_host_copy_in_every_later_block(tmp_path: Pat
     import jax.numpy as jnp
     import numpy as np
 
-    from gate.witness.detector import detect_fetches, host_copy_cached
+    from gate.witness.detector import detect_fetches
+    from gate.witness.host_copies import host_copy_cached
 
     read, copied, fresh = jnp.arange(3.0), jnp.arange(4.0), jnp.arange(5.0)
     with detect_fetches(_code(tmp_path), lambda: None) as setup:
@@ -602,7 +605,8 @@ def test_a_missing_hook_fails_loudly_and_changes_nothing(
     import jax
     from jax._src.array import ArrayImpl
 
-    from gate.witness.detector import DetectorUnavailable, detect_fetches
+    from gate.witness.detector import detect_fetches
+    from gate.witness.fetches import DetectorUnavailable
 
     monkeypatch.setattr(ArrayImpl, "_value", lambda self: None)
     with (
@@ -622,7 +626,8 @@ def test_a_typed_prng_key_does_not_hide_a_cached_copy_beside_it(tmp_path: Path) 
     import jax.numpy as jnp
     import numpy as np
 
-    from gate.witness.detector import detect_fetches, host_copy_cached
+    from gate.witness.detector import detect_fetches
+    from gate.witness.host_copies import host_copy_cached
 
     key = jax.random.key(0)
     fresh, read = jnp.arange(3.0) + 1, jnp.arange(4.0) + 1

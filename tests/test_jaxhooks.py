@@ -423,7 +423,8 @@ def test_the_internals_the_gate_needs_are_there_in_this_jax() -> None:
 def test_a_moved_array_module_is_refused_with_the_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gate.witness.detector import DetectorUnavailable, detect_fetches
+    from gate.witness.detector import detect_fetches
+    from gate.witness.fetches import DetectorUnavailable
 
     monkeypatch.setitem(sys.modules, "jax._src.array", None)  # as if JAX moved it
     with (
@@ -441,7 +442,8 @@ def test_a_moved_array_module_is_refused_with_the_version(
 def test_an_array_type_without_a_host_copy_is_refused_with_the_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gate.witness.detector import DetectorUnavailable, detect_fetches
+    from gate.witness.detector import detect_fetches
+    from gate.witness.fetches import DetectorUnavailable
 
     with pytest.raises(InternalMissing, match=r"^ArrayImpl has no _npy_value$"):
         internals.check_host_value(type("ArrayImpl", (), {}))
@@ -461,7 +463,8 @@ def test_an_array_type_without_a_host_copy_is_refused_with_the_version(
 def test_a_value_that_is_no_property_is_refused_with_the_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gate.witness.detector import DetectorUnavailable, detect_fetches
+    from gate.witness.detector import detect_fetches
+    from gate.witness.fetches import DetectorUnavailable
 
     monkeypatch.setattr(internals.array_type(), "_value", lambda self: None)
     with (
@@ -481,7 +484,8 @@ def test_a_device_get_that_cannot_be_interposed_is_refused_with_the_version(
 ) -> None:
     import jax
 
-    from gate.witness.detector import DetectorUnavailable, detect_fetches
+    from gate.witness.detector import detect_fetches
+    from gate.witness.fetches import DetectorUnavailable
 
     monkeypatch.setattr(jax, "device_get", functools.partial(jax.device_get))
     with (

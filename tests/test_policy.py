@@ -17,8 +17,9 @@ import yaml
 
 import gate.policy.load
 from gate.policy.levels import GuardLevel, GuardSpec
-from gate.policy.load import PolicyError, Problem, discover_policy_files, load_policy
+from gate.policy.load import discover_policy_files, load_policy
 from gate.policy.model import CallableRef, Checks, Policy, Region
+from gate.policy.problems import PolicyError, Problem
 from gate.policy.resolve import (
     ResolveError,
     check_callables,

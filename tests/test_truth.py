@@ -386,9 +386,10 @@ def test_a_disallowed_direction_nothing_could_check_is_an_error_not_a_pass(repo:
             "    guard: {device_to_host: allow}\n",
             "inject/sitecustomize.py": """
                 import gate.witness.detector
+                import gate.witness.fetches
 
                 def missing():
-                    raise gate.witness.detector.DetectorUnavailable("injected: no ArrayImpl._value")
+                    raise gate.witness.fetches.DetectorUnavailable("injected: no ArrayImpl._value")
 
                 gate.witness.detector._find_hooks = missing
             """,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from gate.cli.exit_codes import DoctorExitCode
 from gate.machine.diagnosis import Platform
 from gate.machine.doctor import Diagnosis, collect, doctor_problem, format_diagnosis
-from gate.report.github import in_github_actions, workflow_command
+from gate.report.github_annotations import in_github_actions, workflow_command
 
 
 def main_doctor(

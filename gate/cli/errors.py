@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from gate.cli.exit_codes import ExitCode
 from gate.plan import UnknownRegionError
-from gate.policy.load import PolicyError
+from gate.policy.problems import PolicyError
 from gate.report.junit import ReportWriteError
 from gate.report.merge import MergeError
 from gate.results.baseline import BaselineError

@@ -13,16 +13,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gate.cli.parser import DEFAULT_POLICIES
-from gate.isolation.scheduler import Cancellation, keep_accelerators_for_workers, run_isolated
+from gate.isolation.cancellation import Cancellation
+from gate.isolation.scheduler import keep_accelerators_for_workers, run_isolated
 from gate.plan import Plan
-from gate.policy.load import (
-    PolicyError,
-    Problem,
-    callables_of_invalid,
-    discover_policy_files,
-    load_policy,
-)
+from gate.policy.load import callables_of_invalid, discover_policy_files, load_policy
 from gate.policy.model import Policy
+from gate.policy.problems import PolicyError, Problem
 from gate.policy.resolve import check_callables, check_named
 from gate.results.baseline import default_path
 from gate.results.records import RunResult

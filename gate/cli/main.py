@@ -19,7 +19,7 @@ from gate.cli.parser import build_parser
 from gate.cli.run import run_command
 from gate.cli.validate import validate_command
 from gate.report.merge import main_merge
-from gate.witness.transfer_map import prepare_environment
+from gate.witness.guard_log import prepare_environment
 
 _IN_REPOSITORY: dict[str, Callable[[argparse.Namespace, Path], int]] = {
     "run": run_command,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gate.cli.execute import baseline_for, execute, shown
 from gate.cli.exit_codes import ExitCode
-from gate.isolation.scheduler import Cancellation, cancel_after, cancel_on_signals
+from gate.isolation.cancellation import Cancellation, cancel_after, cancel_on_signals
 from gate.report.terminal import format_summary
 from gate.report.write import Reports, write_reports
 from gate.results.baseline import (

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
-from gate.isolation.cancellation import Cancellation, cancel_after, cancel_on_signals
+from gate.isolation.cancellation import Cancellation
 from gate.isolation.lost_region import how_it_ended, lost_region_error, seconds
 from gate.isolation.worker import Done, Job, Ready
 from gate.isolation.worker_process import WaitEvent, WorkerProcess
@@ -44,16 +44,13 @@ from gate.results.records import (
     RunResult,
     SuiteResult,
 )
-from gate.witness.transfer_map import prepare_environment
+from gate.witness.guard_log import prepare_environment
 from gate.witness.user_code import UserCode
 
 # What other modules import from here; `gate.cli.main` takes the run's cancellation from here
 # too, and mypy's strict no-implicit-reexport accepts re-exported names only when listed.
 __all__ = [
-    "Cancellation",
     "Scheduler",
-    "cancel_after",
-    "cancel_on_signals",
     "keep_accelerators_for_workers",
     "run_isolated",
     "worker_environment",

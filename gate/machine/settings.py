@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gate.machine.diagnosis import has_compute
 from gate.policy.levels import Direction
-from gate.witness.transfer_map import prepare_environment
+from gate.witness.guard_log import prepare_environment
 
 # The variables doctor reads, as the job gave them to the gate's process.
 SETTINGS = (
@@ -120,7 +120,7 @@ def _log_level(value: str | None) -> Setting:
     gate_runs_with = dict(os.environ) | {name: value}
     prepare_environment(gate_runs_with)
     if gate_runs_with[name] != value:
-        # The gate raises the level for itself (gate.witness.transfer_map.prepare_environment),
+        # The gate raises the level for itself (gate.witness.guard_log.prepare_environment),
         # but every other JAX program in the job keeps this one.
         meaning += (
             f"; the gate runs with {gate_runs_with[name]} and keeps them, but other JAX "

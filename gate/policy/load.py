@@ -37,11 +37,8 @@ __all__ = [
     "DEFAULT_RTOL",
     "NamedCallable",
     "NamedCallables",
-    "PolicyError",
-    "Problem",
     "callables_of_invalid",
     "discover_policy_files",
-    "display_path",
     "load_policy",
 ]
 

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from gate import PACKAGE_DIR
-from gate.policy.load import NamedCallable, Problem, display_path
+from gate.policy.load import NamedCallable
 from gate.policy.model import CallableRef, Policy
+from gate.policy.problems import Problem, display_path
 from gate.policy.schema import did_you_mean
 from gate.policy.signature import annotation_problem
 from gate.witness.user_code import UserCode

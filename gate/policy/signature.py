@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gate.policy.load import Problem
 from gate.policy.model import CallableRef, Policy, Region
+from gate.policy.problems import Problem
 from gate.results.records import ErrorKind, RegionError
 
 _FIX = "make setup return what the step takes"

@@ -53,11 +53,9 @@ __all__ = [
     "MAX_DETAILS_CHARS",
     "MAX_SUMMARY_BYTES",
     "append_summary",
-    "in_github_actions",
     "render_summary",
     "report_to_github",
     "summary_blocks",
-    "workflow_command",
 ]
 
 MAX_SUMMARY_BYTES = 1024 * 1024  # GitHub's limit for one step's summary

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gate.policy.levels import GuardLevel, GuardSpec
-from gate.policy.load import Problem
+from gate.policy.problems import Problem
 from gate.results.records import (
     ErrorKind,
     RegionError,

@@ -43,7 +43,7 @@ from gate import PACKAGE_DIR
 from gate.policy.levels import Direction
 from gate.results.records import SourceLocation
 from gate.witness.arguments import CallPlan, match
-from gate.witness.guard_log import parse_guard_line, prepare_environment, warnings_level
+from gate.witness.guard_log import parse_guard_line, warnings_level
 from gate.witness.line_calls import LineCall, call_plan, line_calls
 from gate.witness.user_code import UserCode
 
@@ -54,7 +54,6 @@ __all__ = [
     "capture_works",
     "mapped",
     "name_moves",
-    "prepare_environment",
 ]
 
 
