@@ -67,7 +67,7 @@ import jax.numpy as jnp
 
 import steps
 from gate.witness.callbacks import count_callbacks, per_step
-from gate.witness.user_code import UserCode
+from gate.user_code import UserCode
 
 code = UserCode(Path(".").resolve())
 RUNS = 3
@@ -185,8 +185,8 @@ def _entry_codes() -> dict[str, Any]:
 
 
 def test_entry_points_are_restored_after_the_block(tmp_path: Path) -> None:
+    from gate.user_code import UserCode
     from gate.witness.callbacks import count_callbacks
-    from gate.witness.user_code import UserCode
 
     before = _entry_codes()
     during: dict[str, Any] = {}
@@ -203,8 +203,8 @@ def test_entry_points_are_restored_after_the_block(tmp_path: Path) -> None:
 
 
 def test_nested_blocks_keep_the_entry_points_until_the_last_ends(tmp_path: Path) -> None:
+    from gate.user_code import UserCode
     from gate.witness.callbacks import count_callbacks
-    from gate.witness.user_code import UserCode
 
     before = _entry_codes()
     with count_callbacks(UserCode(tmp_path)):
@@ -222,8 +222,8 @@ def test_a_missing_entry_point_fails_loudly_and_changes_nothing(
     import jax
     from jax._src import debugging
 
+    from gate.user_code import UserCode
     from gate.witness.callbacks import CallbackHookMissing, count_callbacks
-    from gate.witness.user_code import UserCode
 
     before = _entry_codes()
     monkeypatch.setattr(

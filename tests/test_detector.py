@@ -134,7 +134,7 @@ from jax._src import config as jax_config
 
 import reads
 from gate.witness import detector, fetches
-from gate.witness.user_code import UserCode
+from gate.user_code import UserCode
 
 code = UserCode(Path(".").resolve())
 
@@ -263,7 +263,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 import sharded
 from gate.witness.detector import detect_fetches, host_copy_cached
-from gate.witness.user_code import UserCode
+from gate.user_code import UserCode
 
 mesh = jax.make_mesh((2,), ("d",))
 x = jax.device_put(np.arange(8.0, dtype=np.float32), NamedSharding(mesh, PartitionSpec("d")))
@@ -303,7 +303,7 @@ import jax.numpy as jnp
 
 import reads
 from gate.witness.detector import detect_fetches
-from gate.witness.user_code import UserCode, frames_of
+from gate.user_code import UserCode, frames_of
 
 assert jax.default_backend() == "gpu", jax.default_backend()
 code = UserCode(Path(".").resolve())
@@ -348,7 +348,7 @@ from jax._src.array import ArrayImpl
 
 import reads
 from gate.witness.detector import detect_fetches
-from gate.witness.user_code import UserCode, frames_of
+from gate.user_code import UserCode, frames_of
 
 STAND_IN = '''
 MESSAGE = "INVALID_ARGUMENT: Disallowed device-to-host transfer: aval=ShapedArray(float32[])"
@@ -431,7 +431,7 @@ def _assert_restored(state: dict[str, Any]) -> None:
 
 
 def _code(tmp_path: Path) -> Any:
-    from gate.witness.user_code import UserCode
+    from gate.user_code import UserCode
 
     return UserCode(tmp_path)
 

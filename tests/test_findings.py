@@ -334,7 +334,7 @@ def test_a_warm_move_takes_the_array_the_first_call_described_at_its_place_or_no
     # the first call described them; the runner fills them in by position, per
     # run of the line in the step, and only where the run moved as many values.
     from gate.region.sightings import LineRun, SightingMemory
-    from gate.witness.transfer_map import Observed
+    from gate.witness.observed import Observed
 
     where = transfer().location
     place = Site(Direction.HOST_TO_DEVICE, False, where, None, None, None, None)

@@ -25,7 +25,7 @@ from result_samples import STEPS as STEPS_FOR_SAMPLES
 from gate.cli.exit_codes import ExitCode
 from gate.isolation.cancellation import Cancellation, cancel_after, cancel_on_signals
 from gate.isolation.worker_output import StackDump, split_output
-from gate.witness.user_code import UserCode
+from gate.user_code import UserCode
 
 STEPS = """
 import ctypes

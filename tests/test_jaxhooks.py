@@ -397,7 +397,7 @@ def _version() -> str:
 
 
 def _code(tmp_path: Path) -> Any:
-    from gate.witness.user_code import UserCode
+    from gate.user_code import UserCode
 
     return UserCode(tmp_path)
 

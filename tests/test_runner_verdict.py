@@ -18,7 +18,7 @@ from gate.policy.resolve import python_path
 from gate.region.callables import RegionCode, import_region
 from gate.region.engine import RegionRun
 from gate.results.records import Phase, SourceLocation, Transfer
-from gate.witness.user_code import UserCode
+from gate.user_code import UserCode
 
 STEP = """
 import jax

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from gate.isolation.worker_output import StackDump, split_output
 from gate.results.records import ErrorKind, RegionError
-from gate.witness.user_code import UserCode
+from gate.user_code import UserCode
 
 # Lines of the worker's output shown in an error's body.
 _SHOWN_LINES = 20

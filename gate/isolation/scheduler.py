@@ -44,8 +44,8 @@ from gate.results.records import (
     RunResult,
     SuiteResult,
 )
+from gate.user_code import UserCode
 from gate.witness.guard_log import prepare_environment
-from gate.witness.user_code import UserCode
 
 # What other modules import from here; `gate.cli.main` takes the run's cancellation from here
 # too, and mypy's strict no-implicit-reexport accepts re-exported names only when listed.

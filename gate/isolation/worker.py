@@ -35,7 +35,7 @@ from pathlib import Path
 from gate import PACKAGE_DIR
 from gate.policy.model import Policy, Region
 from gate.results.records import ErrorKind, RegionError, RegionResult
-from gate.witness.user_code import UserCode, frames_of
+from gate.user_code import UserCode, frames_of
 
 # The parent sends this to a worker it is about to kill (timeout, cancelled
 # run): faulthandler then prints where each thread is, for the report.

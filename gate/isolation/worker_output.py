@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from gate.results.records import SourceLocation
-from gate.witness.user_code import UserCode
+from gate.user_code import UserCode
 
 _KEPT_LINES = 400  # per worker
 _MAX_LINE = 2000  # characters; a longer line (a progress bar without newlines) is cut

@@ -26,7 +26,7 @@ from gate.policy.model import CallableRef, Policy
 from gate.policy.problems import Problem, display_path
 from gate.policy.schema import did_you_mean
 from gate.policy.signature import annotation_problem
-from gate.witness.user_code import UserCode
+from gate.user_code import UserCode
 
 
 class ResolveError(Exception):

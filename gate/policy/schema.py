@@ -27,8 +27,7 @@ _CORE = "tag:yaml.org,2002:"
 
 # The JSON type each core YAML tag stands for. A timestamp is not a JSON type:
 # it matches no `type`, so an unquoted date is reported instead of passing.
-# Nodes with any other tag are reported by `gate.policy.load` before the walk and
-# skipped here.
+# Other tags are reported by `gate.policy.yaml_check` before the walk, skipped here.
 _JSON_TYPES = {
     f"{_CORE}str": "string",
     f"{_CORE}int": "integer",
@@ -103,10 +102,7 @@ def scalar_value(node: yaml.Node) -> Any:
 
 
 def validate(node: yaml.Node, schema: Schema | None = None) -> list[Violation]:
-    """Every violation of ``schema`` (default: the policy schema) in the tree under ``node``.
-
-    The tree must be free of alias cycles (`gate.policy.load` checks that first).
-    """
+    """Every violation of ``schema`` (default: the policy's) under ``node`` (no alias cycles)."""
     root = policy_schema() if schema is None else schema
     return _Walker(root).check(node, root, "")
 
@@ -180,12 +176,10 @@ class _Walker:
     def check(self, node: yaml.Node, schema: Schema, where: str) -> list[Violation]:
         unknown = set(schema) - _KEYWORDS
         if unknown:
-            raise ValueError(
-                f"schema keyword(s) {sorted(unknown)} not supported by gate.policy.schema"
-            )
+            raise ValueError(f"schema keyword(s) {sorted(unknown)} not supported here")
         kind = json_type(node)
         if kind is None:
-            return []  # a non-core tag: gate.policy.load reports it
+            return []  # a non-core tag: yaml_check reports it
         found: list[Violation] = []
         if "$ref" in schema:
             found += self.check(node, self.deref(schema), where)
@@ -295,9 +289,7 @@ class _Walker:
         props: Mapping[str, Schema] = schema.get("properties", {})
         extra = schema.get("additionalProperties", True)
         if not isinstance(extra, bool | dict):
-            raise ValueError(
-                "gate.policy.schema supports additionalProperties: a boolean or a schema"
-            )
+            raise ValueError("additionalProperties must be a boolean or a schema")
         found: list[Violation] = []
         present: set[str] = set()
         suggested: set[str] = set()
@@ -305,7 +297,7 @@ class _Walker:
         for key_node, value_node in pairs:
             key_type = json_type(key_node)
             if key_type is None:
-                continue  # a non-core tag, e.g. a merge key: gate.policy.load reports it
+                continue  # a non-core tag, e.g. a merge key: yaml_check reports it
             if key_type != "string":
                 if extra is not False:
                     continue

@@ -14,7 +14,7 @@ from typing import Any
 from gate.policy.model import Policy, Region
 from gate.policy.resolve import import_boundary, import_callable
 from gate.results.records import SourceLocation
-from gate.witness.user_code import UserCode
+from gate.user_code import UserCode
 
 
 @dataclass(frozen=True)

@@ -57,11 +57,12 @@ from gate.region.threads import join_step_threads, user_threads_alive
 from gate.region.timing import summarize
 from gate.region.verdict import Verdict, Witnessing, coverage, notes, site_transfer, unchecked
 from gate.results.records import CheckOutcome, ErrorKind, Phase, RegionError, RegionResult
+from gate.user_code import UserCode
 from gate.witness.arguments import CallPlan, is_jitted, plan_call
 from gate.witness.callbacks import CallbackHookMissing, CallbackLog, CallbackSite, count_callbacks
 from gate.witness.fetches import FetchLog
-from gate.witness.transfer_map import Observed, capture_works, mapped, name_moves
-from gate.witness.user_code import UserCode
+from gate.witness.observed import Observed, name_moves
+from gate.witness.transfer_map import capture_works, mapped
 
 # How long the detector keeps watching after the last watched run when threads
 # of the user's are alive (work handed to them may still be on its way).

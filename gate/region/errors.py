@@ -11,7 +11,7 @@ from gate.jaxhooks.interpose import is_trampoline_frame
 from gate.region.callables import RegionCode
 from gate.region.verdict import fails
 from gate.results.records import ErrorKind, Phase, RegionError, Transfer
-from gate.witness.user_code import UserCode, frames_of, user_frames_text
+from gate.user_code import UserCode, frames_of, user_frames_text
 
 
 class RegionAbort(Exception):

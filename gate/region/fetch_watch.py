@@ -6,9 +6,9 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 
+from gate.user_code import UserCode
 from gate.witness.detector import detect_fetches
 from gate.witness.fetches import DetectorUnavailable, FetchLog
-from gate.witness.user_code import UserCode
 
 
 @dataclass

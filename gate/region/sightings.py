@@ -23,7 +23,7 @@ from gate.results.cause import HOST_CALLBACK_USE
 from gate.results.records import Site, SourceLocation
 from gate.witness.callbacks import CallbackSite
 from gate.witness.fetches import Fetch, FetchLog
-from gate.witness.transfer_map import Observed
+from gate.witness.observed import Observed
 
 
 class Sighting(NamedTuple):

@@ -67,10 +67,10 @@ from gate.jaxhooks.internals import InternalMissing, host_value
 from gate.jaxhooks.interpose import interposed
 from gate.jaxhooks.patches import attribute_replaced
 from gate.jaxhooks.slots import BufferSlot, buffer_export_off, buffer_slot
+from gate.user_code import UserCode
 from gate.witness.callbacks import in_host_callback
 from gate.witness.fetches import DetectorUnavailable, FetchLog
 from gate.witness.host_copies import host_copies
-from gate.witness.user_code import UserCode
 
 # Imported from here by the runner and the tests; they live beside this module.
 __all__ = [

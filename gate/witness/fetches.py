@@ -18,7 +18,7 @@ from typing import Any
 from gate.jaxhooks.interpose import is_trampoline_frame
 from gate.policy.levels import Direction
 from gate.results.records import Phase, SourceLocation, Transfer
-from gate.witness.user_code import UserCode
+from gate.user_code import UserCode
 
 
 class DetectorUnavailable(RuntimeError):
