@@ -111,3 +111,14 @@ def test_the_readme_layout_names_every_folder_and_top_level_module() -> None:
     assert missing == []
     stale = [m for m in re.findall(r"`(gate/[\w./]+)`", section) if not (GATE.parent / m).exists()]
     assert stale == []
+
+
+def test_the_development_page_lists_every_module() -> None:
+    text = (GATE.parent / "docs" / "development.md").read_text(encoding="utf-8")
+    missing = [
+        str(p.relative_to(GATE.parent))
+        for p in _modules()
+        if p.name not in {"__init__.py", "__main__.py"}
+        and f"`{p.relative_to(GATE.parent)}`" not in text
+    ]
+    assert missing == []
