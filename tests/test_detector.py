@@ -262,7 +262,8 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 import sharded
-from gate.witness.detector import detect_fetches, host_copy_cached
+from gate.witness.detector import detect_fetches
+from gate.witness.host_copies import host_copy_cached
 from gate.user_code import UserCode
 
 mesh = jax.make_mesh((2,), ("d",))
