@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import linecache
 import os
+import signal
 import sys
+import sysconfig
 import textwrap
+import warnings
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +20,7 @@ import xmlschema
 from processes import run
 
 TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 JUNIT_XSD = TESTS / "junit.xsd"
 # The console script of the environment running the tests.
 TRANSFER_GATE = Path(sys.executable).parent / "transfer-gate"
@@ -108,16 +116,136 @@ def run_gate(
     report: str = "reports/transfer-gate.xml",
     timeout: float = 240,
     console_script: bool = False,
+    process: bool = False,
 ) -> GateRun:
-    """``python -m gate ARGS`` in ``repo``, as CI would run it.
+    """``transfer-gate ARGS`` in ``repo``, as CI would run it; its workers are real processes.
 
-    With ``console_script``, the installed ``transfer-gate`` command instead: the only way in for
-    a repo with a ``gate`` package of its own, which ``python -m gate`` would run. Past
-    ``timeout`` the gate's whole process group is killed (`processes.run`).
+    The gate's own process is this one (`in_process`): starting another Python and importing
+    jax in it costs seconds a run and tests nothing the gate does. A process of its own,
+    ``python -m gate ARGS``, runs instead where the gate's process itself is under test or its
+    start matters: with ``process`` (signals, isolation, what it imports); with ``PYTHONPATH``
+    in ``env`` (a sitecustomize runs at start-up); with ``devices`` other than 1 (the user's
+    modules are imported in the gate's process, and one may ask for the second device; this
+    process's JAX has one); and for ``doctor`` (it starts JAX's backend under the run's
+    XLA_FLAGS). With ``console_script``, the installed ``transfer-gate`` command: the only way in
+    for a repo with a ``gate`` package of its own, which ``python -m gate`` would run. Past
+    ``timeout`` such a process's whole group is killed (`processes.run`); in-process, a hang is
+    pytest-timeout's to stop.
     """
+    environ = gate_env(devices, env)
+    own_process = "PYTHONPATH" in environ or devices != 1 or args[:1] == ("doctor",)
+    if not (process or console_script or own_process):
+        returncode, stdout, stderr = in_process(repo, args, environ)
+        return GateRun(tuple(args), returncode, stdout, stderr, repo / report)
     gate = [TRANSFER_GATE] if console_script else [sys.executable, "-m", "gate"]
-    done = run([*gate, *args], cwd=repo, env=gate_env(devices, env), timeout=timeout)
+    done = run([*gate, *args], cwd=repo, env=environ, timeout=timeout)
     return GateRun(tuple(args), done.returncode, done.stdout, done.stderr, repo / report)
+
+
+# Where the modules that may stay imported after an in-process run come from: the standard
+# library, installed packages, the gate itself and the tests' own helpers (tests/*.py).
+_LIBRARIES = tuple(
+    os.path.realpath(path) + os.sep
+    for path in {
+        *(sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")),
+        str(ROOT / "gate"),
+    }
+)
+
+
+def _kept(path: str) -> bool:
+    real = os.path.realpath(path)
+    return (real + os.sep).startswith(_LIBRARIES) or os.path.dirname(real) == str(TESTS)
+
+
+def _users_modules() -> list[str]:
+    """Modules imported from anywhere else: a repo's own code, which must not outlive its run."""
+    found = []
+    for name, module in list(sys.modules.items()):
+        places = [getattr(module, "__file__", None), *getattr(module, "__path__", ())]
+        places = [p for p in places if isinstance(p, str)]
+        if places and not all(_kept(p) for p in places):
+            found.append(name)
+    return found
+
+
+def _forget_users_modules() -> None:
+    for name in _users_modules():
+        del sys.modules[name]
+    # Source lines a report quotes are read afresh, as a new process would.
+    linecache.clearcache()
+
+
+@contextlib.contextmanager
+def _like_a_fresh_process(repo: Path, environ: Mapping[str, str]) -> Iterator[None]:
+    """This process as ``python -m gate`` would start in ``repo`` with ``environ``; put back after.
+
+    The working directory, `sys.path` (``-m`` puts the working directory first), the
+    environment, the warning filters (Python's defaults, not pytest's ``error``), the signal
+    handlers and JAX's ``jax_platforms`` (which `keep_accelerators_for_workers` sets), and no
+    module of another repo's: a test's ``steps.py`` must not answer for the next test's.
+    """
+    import jax
+
+    # This process's own backend starts under its own environment, never under a run's XLA_FLAGS.
+    jax.devices()
+    platforms = jax.config.jax_platforms
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    cwd, path, saved_env = os.getcwd(), list(sys.path), dict(os.environ)
+    _forget_users_modules()
+    os.chdir(repo)
+    sys.path.insert(0, str(repo))
+    os.environ.clear()
+    os.environ.update(environ)
+    try:
+        with warnings.catch_warnings():
+            warnings.resetwarnings()
+            # Python's default filters, as `python -m gate` starts with (the most specific last).
+            for category in (ResourceWarning, ImportWarning, PendingDeprecationWarning):
+                warnings.simplefilter("ignore", category)
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
+            warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
+            yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.path[:] = path
+        os.chdir(cwd)
+        _forget_users_modules()
+        jax.config.update("jax_platforms", platforms)
+        changed = [s.name for s, h in handlers.items() if signal.getsignal(s) is not h]
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        assert not changed, f"the gate left its handlers for {changed} installed"
+
+
+def in_process(
+    repo: Path, args: tuple[str, ...], environ: Mapping[str, str]
+) -> tuple[int, str, str]:
+    """``transfer-gate ARGS`` run by `gate.cli.main.main` in this process: (exit code, out, err)."""
+    from gate.cli.main import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with (
+        _like_a_fresh_process(repo, environ),
+        contextlib.redirect_stdout(stdout),
+        contextlib.redirect_stderr(stderr),
+    ):
+        try:
+            returncode = main(list(args))
+        except SystemExit as exc:  # argparse: --help, --version, a usage error
+            returncode = _exit_status(exc.code)
+    return returncode, stdout.getvalue(), stderr.getvalue()
+
+
+def _exit_status(code: object) -> int:
+    """The status `SystemExit(code)` gives a process, printing a message the way Python would."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
 
 
 def line_of(path: Path, needle: str) -> int:

@@ -154,7 +154,7 @@ def test_crash_hang_and_raise_leave_the_other_regions_judged(repo: Path) -> None
         },
     )
     started = time.monotonic()
-    run = run_gate(repo, "run", timeout=120)
+    run = run_gate(repo, "run", timeout=120, process=True)
     assert time.monotonic() - started < 60, run
     assert run.returncode == ExitCode.REGION_FAILED, run
     assert_passed(run, "before")
@@ -208,7 +208,7 @@ def test_a_healthy_worker_is_reused_and_a_crashed_one_replaced(repo: Path) -> No
             )
         },
     )
-    run = run_gate(repo, "run")
+    run = run_gate(repo, "run", process=True)
     assert run.returncode == ExitCode.REGION_FAILED, run
     one, two, three = pids(repo, "first"), pids(repo, "second"), pids(repo, "third")
     assert len(one) == 1, one  # every run of a region in one worker
@@ -228,7 +228,7 @@ def test_other_ways_a_worker_dies(repo: Path) -> None:
             )
         },
     )
-    run = run_gate(repo, "run")
+    run = run_gate(repo, "run", process=True)
     assert run.returncode == ExitCode.REGION_FAILED, run
     kind, message, _ = error_of(run, "killed")
     assert kind == "crash", run
@@ -323,7 +323,13 @@ def test_a_spent_time_budget_cancels_the_run_and_still_writes_the_report(repo: P
     )
     started = time.monotonic()
     run = run_gate(
-        repo, "run", "--time-budget", str(BUDGET_S), "--json", "reports/transfer-gate.json"
+        repo,
+        "run",
+        "--time-budget",
+        str(BUDGET_S),
+        "--json",
+        "reports/transfer-gate.json",
+        process=True,
     )
     took = time.monotonic() - started
 
@@ -357,7 +363,7 @@ def test_a_spent_time_budget_cancels_the_run_and_still_writes_the_report(repo: P
 
 def test_a_run_within_its_time_budget_is_untouched(repo: Path) -> None:
     make_repo(repo, {"policies/p.yaml": policy(region("done", "first"))})
-    run = run_gate(repo, "run", "--time-budget", "600")
+    run = run_gate(repo, "run", "--time-budget", "600", process=True)
     assert run.returncode == ExitCode.OK, run
     assert "cancelled" not in run.stderr, run
     assert_passed(run, "done")
@@ -366,7 +372,7 @@ def test_a_run_within_its_time_budget_is_untouched(repo: Path) -> None:
 @pytest.mark.parametrize("budget", ["0", "-5", "soon", "nan", "inf"])
 def test_time_budget_must_be_a_positive_number_of_seconds(repo: Path, budget: str) -> None:
     make_repo(repo, {"policies/p.yaml": policy(region("done", "first"))})
-    run = run_gate(repo, "run", f"--time-budget={budget}")
+    run = run_gate(repo, "run", f"--time-budget={budget}", process=True)
     assert run.returncode == ExitCode.USAGE, run
     assert "--time-budget" in run.stderr, run
     assert not (repo / "pid-first").exists(), run
@@ -403,7 +409,7 @@ def test_a_gate_bug_inside_a_worker_is_an_internal_error_for_that_region(repo: P
             """,
         },
     )
-    run = run_gate(repo, "run", env={"PYTHONPATH": str(repo / "inject")})
+    run = run_gate(repo, "run", env={"PYTHONPATH": str(repo / "inject")}, process=True)
     assert run.returncode == ExitCode.INTERNAL, run
     assert "transfer-gate itself failed while running p.buggy; this is a bug" in run.stderr
     kind, message, body = error_of(run, "buggy")
@@ -423,7 +429,7 @@ def test_a_worker_that_cannot_start_errors_each_region_and_stops_trying(repo: Pa
             )
         },
     )
-    run = run_gate(repo, "run", env={"JAX_PLATFORMS": "no_such_platform"})
+    run = run_gate(repo, "run", env={"JAX_PLATFORMS": "no_such_platform"}, process=True)
     assert run.returncode == ExitCode.REGION_FAILED, run
     for name in ("a", "b", "c"):
         kind, message, body = error_of(run, name)
@@ -450,7 +456,7 @@ def test_a_worker_that_does_not_start_in_time_is_a_timeout(repo: Path) -> None:
             """,
         },
     )
-    run = run_gate(repo, "run", env={"PYTHONPATH": str(repo / "inject")})
+    run = run_gate(repo, "run", env={"PYTHONPATH": str(repo / "inject")}, process=True)
     assert run.returncode == ExitCode.REGION_FAILED, run
     kind, message, body = error_of(run, "slow")
     assert kind == "timeout", run
@@ -476,7 +482,7 @@ def test_a_worker_that_cannot_import_says_so_not_out_of_memory(repo: Path) -> No
             """,
         },
     )
-    run = run_gate(repo, "run", env={"PYTHONPATH": str(repo / "inject")})
+    run = run_gate(repo, "run", env={"PYTHONPATH": str(repo / "inject")}, process=True)
     assert run.returncode == ExitCode.REGION_FAILED, run
     for name, how, missing in (
         ("a", "could not start: it exited with code 1", "gate.isolation.worker"),
@@ -514,7 +520,7 @@ def test_the_gate_process_keeps_off_accelerators_and_workers_do_not(repo: Path) 
             ),
         },
     )
-    run = run_gate(repo, "run", env={"JAX_PLATFORMS": ""})
+    run = run_gate(repo, "run", env={"JAX_PLATFORMS": ""}, process=True)
     assert run.returncode == ExitCode.OK, run
     (worker,) = pids(repo, "first")
     seen = dict(line.split(" ", 1) for line in (repo / "platforms").read_text().splitlines())
@@ -646,7 +652,7 @@ def bad_input_run(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
     (repo / "policies/refs").mkdir()
     np.savez(repo / "policies/refs/three.npz", np.zeros(3, np.float32))
     np.savez(repo / "policies/refs/text.npz", np.array(["a", "b", "c", "d"]))
-    return run_gate(repo, "run")
+    return run_gate(repo, "run", process=True)
 
 
 @pytest.mark.parametrize("name", list(BAD_CASES))
