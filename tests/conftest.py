@@ -1,5 +1,6 @@
-"""Suite-wide rules: `gpu` tests run only where a GPU can, and every JUnit report left
-in a test's tmp_path must be valid.
+"""Suite-wide rules: `gpu` tests run only where a GPU can, the tests of each JAX internal
+(tests/jax_hooks.py) are marked `jaxhooks`, and every JUnit report left in a test's tmp_path
+must be valid.
 
 Tests that assert on a report validate it themselves (`GateRun.junit`); the
 net catches the reports of tests that only look at an exit code or the log.
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import validate_junit
+from jax_hooks import hook_tests
 
 
 def _cuda_plugin_installed() -> bool:
@@ -26,8 +28,15 @@ def _cuda_plugin_installed() -> bool:
     return False
 
 
+# Before `-m` deselects by marker, which is a collection_modifyitems hook too.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Skip tests marked `gpu` without JAX's CUDA plugin (the CPU tests cover their logic)."""
+    """Mark the tests of each JAX internal `jaxhooks`; skip tests marked `gpu` without JAX's CUDA
+    plugin (the CPU tests cover their logic)."""
+    hooked = hook_tests()
+    for item in items:
+        if item.nodeid.split("[", 1)[0] in hooked:
+            item.add_marker(pytest.mark.jaxhooks)
     if _cuda_plugin_installed():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU and JAX's CUDA plugin")

@@ -14,8 +14,6 @@ import pytest
 
 from gate.witness.arguments import CallPlan, Moved, is_jitted, match, plan_call
 
-pytestmark = pytest.mark.jaxhooks
-
 
 @jax.jit
 def sgd_update(params: Any, x: Any, y: Any, lr: Any) -> Any:

@@ -8,8 +8,6 @@ from typing import Any
 import pytest
 from jax_scripts import line_of, run_script
 
-pytestmark = pytest.mark.jaxhooks
-
 STEPS = """
 import jax
 import jax.numpy as jnp

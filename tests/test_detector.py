@@ -9,8 +9,6 @@ from typing import Any
 import pytest
 from jax_scripts import line_of, run_script
 
-pytestmark = pytest.mark.jaxhooks
-
 # Each function reads a fresh array in one way, on the marked line.
 READS = """
 import threading

@@ -30,8 +30,6 @@ from gate.machine.doctor import (
 )
 from gate.machine.settings import Setting, cache_setting, read_settings
 
-pytestmark = pytest.mark.jaxhooks
-
 H200 = Diagnosis(
     python="3.12.3",
     system="Linux 6.8 x86_64",

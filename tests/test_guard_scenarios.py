@@ -35,8 +35,6 @@ from typing import Any
 import pytest
 from cli_helpers import FAST_DEFAULTS, GateRun, line_of, make_repo, run_gate
 
-pytestmark = pytest.mark.jaxhooks
-
 LEVELS = ("allow", "log", "disallow", "log_explicit", "disallow_explicit")
 DIRECTIONS = ("host_to_device", "device_to_device", "device_to_host")
 

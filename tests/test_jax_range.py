@@ -1,12 +1,15 @@
 """The JAX range pyproject.toml claims is the range .ci/run tests: its floor is the version the
-oldest-JAX run pins, it has no ceiling, and the `jaxhooks` marker that run selects is registered."""
+oldest-JAX run pins, it has no ceiling, the `jaxhooks` marker that run selects is registered, and
+the tests it marks (tests/jax_hooks.py) exercise every JAX internal the gate reaches."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
 import pytest
+from jax_hooks import HOOKS, Hook, hook_tests
 
 ROOT = Path(__file__).resolve().parent.parent
 CI = (ROOT / ".ci" / "run").read_text()
@@ -49,3 +52,69 @@ def test_ci_runs_the_marked_tests_on_both_ends_after_the_readme_command() -> Non
 def test_the_jaxhooks_marker_is_registered() -> None:
     markers = PYPROJECT["tool"]["pytest"]["ini_options"]["markers"]
     assert any(marker.startswith("jaxhooks:") for marker in markers)
+
+
+# What counts as a JAX internal in gate/'s imports: private modules, jaxlib, jax.extend, and
+# ctypes (the gate swaps a slot of jaxlib's array type with it).
+INTERNAL = ("jax._src", "jaxlib", "jax.extend", "ctypes")
+GATE_SOURCES = sorted((ROOT / "gate").rglob("*.py"))
+
+
+def internals_the_gate_reaches() -> dict[str, str]:
+    """Each internal module (or name in it) that gate/ imports or names, -> one file doing so."""
+    found: dict[str, str] = {}
+    for path in GATE_SOURCES:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names = [node.value] if re.fullmatch(r"jax\._src[\w.]*", node.value) else []
+            else:
+                continue
+            for name in names:
+                if name.startswith(INTERNAL):
+                    found.setdefault(name, str(path.relative_to(ROOT)))
+    return found
+
+
+def test_every_jax_internal_the_gate_reaches_has_a_jaxhooks_test() -> None:
+    named = {evidence for hook in HOOKS for evidence in hook.evidence}
+    missing = {
+        name: where for name, where in internals_the_gate_reaches().items() if name not in named
+    }
+    assert not missing, (
+        f"gate/ reaches JAX internals no entry of tests/jax_hooks.py names: {missing}; add a Hook "
+        "with the tests that exercise each, so .ci/run checks it on the oldest and newest JAX"
+    )
+
+
+@pytest.mark.parametrize("hook", HOOKS, ids=lambda hook: hook.what[:40])
+def test_each_hook_is_still_in_the_gate_and_has_tests(hook: Hook) -> None:
+    assert hook.tests, hook.what
+    source = "\n".join(path.read_text() for path in GATE_SOURCES)
+    reached = internals_the_gate_reaches()
+    gone = [e for e in hook.evidence if e not in reached and e not in source]
+    assert not gone, f"{hook.what}: gate/ no longer shows {gone}; update tests/jax_hooks.py"
+
+
+def test_every_listed_hook_test_exists() -> None:
+    defined = set()
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                defined.add(f"tests/{path.name}::{node.name}")
+    assert not sorted(hook_tests() - defined)
+
+
+def test_the_jaxhooks_marker_comes_only_from_the_list_of_hooks() -> None:
+    # One source of truth: a test marked by hand would run on both JAX ends without saying
+    # which internal it covers.
+    by_hand = re.compile(r"^\s*(@pytest\.mark\.jaxhooks|pytestmark\b.*jaxhooks)", re.MULTILINE)
+    marked = [
+        path.name
+        for path in sorted((ROOT / "tests").glob("test_*.py"))
+        if by_hand.search(path.read_text())
+    ]
+    assert not marked

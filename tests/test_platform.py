@@ -13,8 +13,6 @@ from gate.machine.diagnosis import PlatformInfo, check_required, direction_cover
 from gate.policy.levels import Direction
 from gate.results.records import CoverageJudge
 
-pytestmark = pytest.mark.jaxhooks
-
 DETECT = """
 import dataclasses
 

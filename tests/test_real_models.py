@@ -26,8 +26,6 @@ import numpy as np
 import pytest
 from cli_helpers import FAST_DEFAULTS, GateRun, line_of, make_repo, run_gate
 
-pytestmark = pytest.mark.jaxhooks
-
 MODELS = """
 import equinox as eqx
 import jax

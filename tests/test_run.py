@@ -64,7 +64,6 @@ def repo(tmp_path: Path) -> Path:
     return make_repo(tmp_path, {"steps.py": STEPS})
 
 
-@pytest.mark.jaxhooks
 def test_numpy_batch_fails_at_its_line(repo: Path) -> None:
     make_repo(repo, {"policies/p.yaml": policy(region("np", "numpy_step", "steps:numpy_batch"))})
     run = run_gate(repo, "run")
@@ -111,7 +110,6 @@ def test_clean_region_passes_with_timing(repo: Path) -> None:
     assert "1 passed, 0 failed" in run.stdout
 
 
-@pytest.mark.jaxhooks
 def test_python_scalar_in_eager_op_fails(repo: Path) -> None:
     make_repo(repo, {"policies/p.yaml": policy(region("scalar", "scalar_step"))})
     run = run_gate(repo, "run")
@@ -145,7 +143,6 @@ def step(uncommitted, committed):
 """
 
 
-@pytest.mark.jaxhooks
 def test_uncommitted_device_to_device_move_is_caught(tmp_path: Path) -> None:
     # JAX checks this move only on a call's slow path; with warm-up before the
     # guarded runs it would pass silently, so the first call must be guarded.
@@ -231,7 +228,6 @@ def upload(x):
 """
 
 
-@pytest.mark.jaxhooks
 @pytest.mark.parametrize("step", ["via_module", "via_from_import"])
 def test_boundary_is_honoured_under_both_import_styles(tmp_path: Path, step: str) -> None:
     repo = make_repo(

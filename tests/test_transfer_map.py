@@ -59,7 +59,6 @@ def by_line(found: list[dict[str, object]]) -> dict[int, dict[str, object]]:
     return {int(str(t["line"])): t for t in found if t["line"] is not None}
 
 
-@pytest.mark.jaxhooks
 @pytest.mark.parametrize("log_level", [None, "1", "2", "3"])
 def test_every_line_with_its_count_under_any_log_level(repo: Path, log_level: str | None) -> None:
     env = {"TF_CPP_MIN_LOG_LEVEL": log_level} if log_level is not None else {}
@@ -249,7 +248,6 @@ def test_comprehensions_generators_and_multiline_calls_get_their_own_lines(
     assert {line: found["per_step"] for line, found in lines.items()} == expected
 
 
-@pytest.mark.jaxhooks
 def test_a_module_that_raises_jaxs_log_level_does_not_blind_the_map(tmp_path: Path) -> None:
     # jax_logging_level=ERROR lowers jaxlib's C++ log level at run time, after
     # the gate set TF_CPP_MIN_LOG_LEVEL; the gate puts it back before each region.
@@ -386,7 +384,6 @@ def test_one_call_moving_three_arrays_is_three_findings_named_by_argument(
     assert (failure.text or "").startswith("3 failing transfers at 1 line, most frequent first:")
 
 
-@pytest.mark.jaxhooks
 def test_a_jitted_step_names_setups_outputs_by_the_steps_parameters(tmp_path: Path) -> None:
     policy = SGD_POLICY.replace("train:step", "train:jitted_step").replace(
         "train:setup", "train:batch_setup"
@@ -403,7 +400,6 @@ def test_a_jitted_step_names_setups_outputs_by_the_steps_parameters(tmp_path: Pa
     assert {t["line"] for t in found} == {line_of(repo / "train.py", "def jitted_step")}
 
 
-@pytest.mark.jaxhooks
 def test_warm_moves_keep_their_arrays_and_unknowable_arguments_stay_unnamed(
     tmp_path: Path,
 ) -> None:

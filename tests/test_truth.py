@@ -120,7 +120,6 @@ def failure_message(run: GateRun, case: str) -> str:
     return failure.get("message", "")
 
 
-@pytest.mark.jaxhooks
 def test_device_to_host_fetches_fail_at_their_lines_on_cpu(repo: Path) -> None:
     make_repo(
         repo,
@@ -218,7 +217,6 @@ def test_an_explicit_transfer_on_the_line_of_a_boundary_call_is_not_inside_it(
     )
 
 
-@pytest.mark.jaxhooks
 def test_a_transfer_in_a_thread_the_step_starts_fails_at_its_line(repo: Path) -> None:
     make_repo(repo, {"policies/p.yaml": policy(("threaded", "in_a_thread"))})
     run = run_gate(repo, "run")
@@ -230,7 +228,6 @@ def test_a_transfer_in_a_thread_the_step_starts_fails_at_its_line(repo: Path) ->
     assert "in thread" in message
 
 
-@pytest.mark.jaxhooks
 def test_a_debug_print_inside_jit_is_reported_at_its_line(repo: Path) -> None:
     make_repo(repo, {"policies/p.yaml": policy(("debugging", "debug_printing"))})
     run = run_gate(repo, "run", "--json", "reports/map.json")
@@ -339,7 +336,6 @@ def test_a_late_fetch_in_a_background_thread_is_caught(tmp_path: Path) -> None:
     assert "Traceback" not in run.stderr
 
 
-@pytest.mark.jaxhooks
 def test_setup_returning_cached_arrays_is_warned_about(repo: Path) -> None:
     make_repo(
         repo,
@@ -374,7 +370,6 @@ def test_requiring_a_gpu_on_this_cpu_machine_fails_clearly(repo: Path, how: str)
         assert "likely cause: a CPU-only jaxlib" in message
 
 
-@pytest.mark.jaxhooks
 def test_a_disallowed_direction_nothing_could_check_is_an_error_not_a_pass(repo: Path) -> None:
     # Simulate a JAX whose arrays lack the hook the detector needs: on CPU
     # nothing then sees device-to-host, and the policy disallows it.
@@ -418,7 +413,6 @@ def _versions() -> str:
     return f"jax {jax.__version__}, jaxlib {jaxlib.version.__version__}"
 
 
-@pytest.mark.jaxhooks
 def test_a_step_cannot_switch_the_guard_off_for_itself(tmp_path: Path) -> None:
     repo = make_repo(
         tmp_path,

@@ -1,0 +1,138 @@
+"""The JAX internals the gate relies on, each with the tests that exercise it.
+
+These tests, and only these, carry the `jaxhooks` marker (conftest.py adds it from here), which
+.ci/run selects to run again on the oldest and the newest JAX it supports: a test of each hook,
+not the whole suite. tests/test_jax_range.py fails when the gate reaches a JAX internal that no
+entry here names, when an entry's evidence is gone from gate/, or when a listed test does not
+exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One JAX internal: what the gate does with it, how to find that in gate/, and its tests."""
+
+    what: str
+    # Module names as gate/ imports them (``from jax._src import config``: "jax._src.config"),
+    # or text its source contains for a hook reached through a public name.
+    evidence: tuple[str, ...]
+    tests: tuple[str, ...]  # "file.py::test_name", every parameter of it
+
+
+HOOKS = (
+    Hook(
+        "the detector replaces ArrayImpl._value and reads _npy_value, the cached host copy",
+        ("jax._src.array.ArrayImpl",),
+        (
+            "test_detector.py::test_each_read_is_one_fetch_at_its_line",
+            "test_detector.py::test_a_cached_host_copy_is_not_a_fetch",
+            "test_detector.py::test_a_missing_hook_fails_loudly_and_changes_nothing",
+            "test_detector.py::test_everything_is_restored_after_the_block",
+            "test_detector.py::test_a_typed_prng_key_does_not_hide_a_cached_copy_beside_it",
+            "test_guard_scenarios.py::test_setup_reads_count_as_host_copies_whoever_runs_setup",
+            "test_truth.py::test_device_to_host_fetches_fail_at_their_lines_on_cpu",
+        ),
+    ),
+    Hook(
+        "ArrayImpl.copy_to_host_async and jax.copy_to_host_async (batched past the method)",
+        ("copy_to_host_async",),
+        (
+            "test_detector.py::test_copy_to_host_async_is_judged_like_a_read",
+            "test_detector.py::test_an_api_copy_of_a_tree_is_one_fetch_per_array",
+            "test_detector.py::test_a_read_after_copy_to_host_async_reads_the_copy",
+        ),
+    ),
+    Hook(
+        "the buffer-protocol slot of jaxlib's array type, swapped with ctypes",
+        ("ctypes",),
+        (
+            "test_detector.py::test_the_buffer_slot_is_found_only_where_it_is",
+            "test_run.py::test_a_step_reading_through_the_buffer_protocol_is_told_why_it_raised",
+        ),
+    ),
+    Hook(
+        "jax._src.config's State.__call__ and Config.update, so a step cannot lift its guard",
+        ("jax._src.config",),
+        ("test_truth.py::test_a_step_cannot_switch_the_guard_off_for_itself",),
+    ),
+    Hook(
+        "the guard's levels and its errors' wording (Disallowed ...: aval=ShapedArray(...))",
+        ("Disallowed (?P<direction>",),
+        (
+            "test_guard_scenarios.py::test_the_scenarios_are_jax_tables",
+            "test_guard_scenarios.py::test_the_gate_judges_jax_scenarios_as_jax_does",
+            "test_guard_scenarios.py::test_where_the_gate_differs_from_jax_on_purpose",
+            "test_run.py::test_numpy_batch_fails_at_its_line",
+            "test_run.py::test_python_scalar_in_eager_op_fails",
+            "test_run.py::test_uncommitted_device_to_device_move_is_caught",
+        ),
+    ),
+    Hook(
+        "explicit transfers told apart by their frames in jax/_src (device_put, device_get)",
+        ("Path('jax', '_src')",),
+        ("test_run.py::test_boundary_is_honoured_under_both_import_styles",),
+    ),
+    Hook(
+        "the guard's log lines on fd 2, with the native thread id, and jaxlib's log level",
+        ("jax._src.lib", "device-to-device) transfer"),
+        (
+            "test_transfer_map.py::test_every_line_with_its_count_under_any_log_level",
+            "test_transfer_map.py::test_a_module_that_raises_jaxs_log_level_does_not_blind_the_map",
+            "test_truth.py::test_a_transfer_in_a_thread_the_step_starts_fails_at_its_line",
+            "test_detector.py::test_a_fetch_in_another_thread_is_seen_with_its_line",
+            "test_doctor.py::test_log_level_2_hides_the_guards_lines_but_not_from_the_gate",
+        ),
+    ),
+    Hook(
+        "jit's description of the host values it moves, matched to the call's arguments",
+        ("jax.dtypes.canonicalize_dtype",),
+        (
+            "test_arguments.py::test_jax_moves_a_calls_host_values_in_the_order_the_plan_says",
+            "test_arguments.py::test_pytree_leaves_are_named_by_their_path_in_jaxs_order",
+            "test_transfer_map.py::test_a_jitted_step_names_setups_outputs_by_the_steps_parameters",
+        ),
+    ),
+    Hook(
+        "jax.debug.print's runner in jax._src.debugging and the callback entry points",
+        ("jax._src.debugging", "io_callback"),
+        (
+            "test_callbacks.py::test_every_site_is_found_at_its_line_in_order",
+            "test_callbacks.py::test_a_missing_entry_point_fails_loudly_and_changes_nothing",
+            "test_callbacks.py::test_entry_points_are_restored_after_the_block",
+            "test_truth.py::test_a_debug_print_inside_jit_is_reported_at_its_line",
+        ),
+    ),
+    Hook(
+        "the backend and its devices (jax.extend.backend), and why a backend failed "
+        "(xla_bridge._backend_errors)",
+        ("jax.extend.backend.get_backend", "jax._src.xla_bridge"),
+        (
+            "test_platform.py::test_this_machine_runs_jax_on_the_cpu",
+            "test_platform.py::test_several_cpu_devices_are_counted",
+            "test_doctor.py::test_doctor_when_jax_cannot_start_the_requested_backend",
+            "test_truth.py::test_a_disallowed_direction_nothing_could_check_is_an_error_not_a_pass",
+        ),
+    ),
+    Hook(
+        "versions: jaxlib.version, and the CUDA plugin's jax._src.lib.cuda_versions",
+        ("jaxlib", "jaxlib.version", "jax._src.lib.cuda_versions", "ctypes.util"),
+        (
+            "test_doctor.py::test_doctor_on_this_cpu_machine",
+            "test_doctor.py::test_cuda_versions_come_from_the_plugins_versions_module",
+        ),
+    ),
+    Hook(
+        "the whole chain on real training steps (flax, optax, equinox pytrees of arrays)",
+        ("jax.tree_util.tree_flatten_with_path",),
+        ("test_real_models.py::test_a_planted_float_of_the_loss_fails_at_its_line",),
+    ),
+)
+
+
+def hook_tests() -> frozenset[str]:
+    """Every listed test, as "tests/file.py::test_name"."""
+    return frozenset(f"tests/{test}" for hook in HOOKS for test in hook.tests)
