@@ -1,10 +1,10 @@
-"""The JAX internals the gate relies on, each with the tests that exercise it.
+"""The JAX internals the gate relies on, each with the tests that exercise it through the gate.
 
-These tests, and only these, carry the `jaxhooks` marker (conftest.py adds it from here), which
-.ci/run selects to run again on the oldest and the newest JAX it supports: a test of each hook,
-not the whole suite. tests/test_jax_range.py fails when the gate reaches a JAX internal that no
-entry here names, when an entry's evidence is gone from gate/, or when a listed test does not
-exist.
+conftest.py marks these tests `jaxhooks`, which .ci/run selects to run again on the oldest and
+the newest JAX it supports: a test of each hook, not the whole suite. Besides them, only
+tests/test_jaxhooks.py (gate.jaxhooks's own tests) marks tests by hand. tests/test_jax_range.py
+fails when the gate reaches a JAX internal that no entry here names, when an entry's evidence
+is gone from gate/, or when a listed test does not exist.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ HOOKS = (
         "the buffer-protocol slot of jaxlib's array type, swapped with ctypes",
         ("ctypes",),
         (
-            "test_detector.py::test_the_buffer_slot_is_found_only_where_it_is",
+            "test_jaxhooks.py::test_the_buffer_slot_is_found_only_where_it_is",
             "test_run.py::test_a_step_reading_through_the_buffer_protocol_is_told_why_it_raised",
         ),
     ),
@@ -78,13 +78,21 @@ HOOKS = (
     ),
     Hook(
         "the guard's log lines on fd 2, with the native thread id, and jaxlib's log level",
-        ("jax._src.lib", "device-to-device) transfer"),
+        ("jax._src.lib", "absl_set_min_log_level", "device-to-device) transfer"),
         (
             "test_transfer_map.py::test_every_line_with_its_count_under_any_log_level",
             "test_transfer_map.py::test_a_module_that_raises_jaxs_log_level_does_not_blind_the_map",
             "test_truth.py::test_a_transfer_in_a_thread_the_step_starts_fails_at_its_line",
             "test_detector.py::test_a_fetch_in_another_thread_is_seen_with_its_line",
             "test_doctor.py::test_log_level_2_hides_the_guards_lines_but_not_from_the_gate",
+        ),
+    ),
+    Hook(
+        "a jitted function's signature and static arguments (PjitFunction._jit_info)",
+        ("_jit_info",),
+        (
+            "test_arguments.py::test_static_arguments_move_nothing",
+            "test_jaxhooks.py::test_the_optional_internals_answer_none_where_jax_lacks_them",
         ),
     ),
     Hook(
