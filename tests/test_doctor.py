@@ -18,11 +18,10 @@ from cli_helpers import run_gate
 
 from gate.cli.doctor import main_doctor
 from gate.cli.exit_codes import DoctorExitCode
-from gate.machine.diagnosis import Platform
+from gate.machine.diagnosis import Platform, cuda_version_text
 from gate.machine.doctor import (
     DeviceGroup,
     Diagnosis,
-    _cuda,
     _cuda_versions,
     _cudnn,
     expectation_problem,
@@ -169,7 +168,7 @@ def test_jax_that_does_not_import() -> None:
     ("version", "text"), [(12080, "12.8"), (12020, "12.2"), (13000, "13.0"), (11080, "11.8")]
 )
 def test_cuda_versions_read_as_cuda_writes_them(version: int, text: str) -> None:
-    assert _cuda(version) == text
+    assert cuda_version_text(version) == text
 
 
 @pytest.mark.parametrize(

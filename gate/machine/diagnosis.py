@@ -206,6 +206,11 @@ def _libcuda_loads() -> bool:
     return True
 
 
+def cuda_version_text(version: int) -> str:
+    """CUDA's encoding, 1000 * major + 10 * minor: 12080 is 12.8."""
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
 def _cuda_runtime() -> str | None:
     cuda_versions = internals.cuda_versions_module()
     getter = getattr(cuda_versions, "cuda_runtime_get_version", None)
@@ -215,7 +220,7 @@ def _cuda_runtime() -> str | None:
         version = int(getter())
     except Exception:  # the plugin is there but its runtime library is not
         return None
-    return f"{version // 1000}.{version % 1000 // 10}"  # CUDA's 1000*major + 10*minor
+    return cuda_version_text(version)
 
 
 def failed_backends() -> tuple[tuple[str, str], ...]:

@@ -37,6 +37,7 @@ from gate.jaxhooks import internals
 from gate.machine.diagnosis import (
     Evidence,
     Platform,
+    cuda_version_text,
     failed_backends,
     installed_plugins,
     libcuda_found,
@@ -179,8 +180,13 @@ def _cuda_versions() -> tuple[tuple[str, str], ...]:
         return ()
     found: list[tuple[str, str]] = []
     components: tuple[tuple[str, str, str | None, Callable[[int], str]], ...] = (
-        ("CUDA runtime", "cuda_runtime_get_version", "cuda_runtime_build_version", _cuda),
-        ("CUDA driver", "cuda_driver_get_version", None, _cuda),
+        (
+            "CUDA runtime",
+            "cuda_runtime_get_version",
+            "cuda_runtime_build_version",
+            cuda_version_text,
+        ),
+        ("CUDA driver", "cuda_driver_get_version", None, cuda_version_text),
         ("cuDNN", "cudnn_get_version", "cudnn_build_version", _cudnn),
     )
     for label, getter, build_getter, spell in components:
@@ -200,11 +206,6 @@ def _call(module: Any, name: str) -> int | None:
         return int(getattr(module, name)())
     except Exception:
         return None
-
-
-def _cuda(version: int) -> str:
-    """CUDA's encoding, 1000 * major + 10 * minor: 12080 is 12.8."""
-    return f"{version // 1000}.{version % 1000 // 10}"
 
 
 def _cudnn(version: int) -> str:
