@@ -40,6 +40,9 @@ _TYPE_CHANGE = re.compile(
 )
 # A static argument reads "<class '...Static'> with pytree metadata Static(val=3), so ...".
 _STATIC = re.compile(r"Static\(val=(?P<val>.*?)\)(?:,|$)")
+# Any other pytree node whose static fields changed (a TrainState with a new optax object).
+_NODE = re.compile(r"<class '(?:[\w.]+\.)?(?P<cls>\w+)'> with pytree metadata")
+_METADATA = "pytree node metadata does not match"
 _NEW_FUNCTION = "never seen function"
 _NO_EXPLANATION = "explanation unavailable"
 _CHANGE_LIMIT = 300
@@ -69,6 +72,12 @@ def explain(texts: Sequence[str]) -> str | None:
                 if statics[0] and statics[1]:
                     at = f"static argument {at.removeprefix('input path ')}"
                     was, now = statics[0]["val"], statics[1]["val"]
+                elif _METADATA in line and (node := _NODE.search(now)) is not None:
+                    changes.append(
+                        f"{at}: a {node['cls']} whose static fields (pytree metadata) differ "
+                        "from the earlier call's"
+                    )
+                    continue
                 changes.append(f"{at}: {_dtype_names(was)} before, {_dtype_names(now)} now")
         if changes:
             return "; ".join(changes)
