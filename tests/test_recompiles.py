@@ -100,9 +100,11 @@ def test_a_shape_that_changes_per_call_fails_naming_the_line_and_the_change(repo
 
 
 @pytest.mark.jaxhooks
-def test_a_new_jit_per_call_fails(repo: Path) -> None:
+def test_a_new_jit_per_call_fails(repo: Path, tmp_path: Path) -> None:
     make_repo(repo, {"policies/p.yaml": _policy("newjit", "new_jit_step")})
-    run = run_gate(repo, "run")
+    summary = tmp_path / "summary.md"
+    github = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
+    run = run_gate(repo, "run", env=github)
     assert run.returncode == 1, run
     failure = run.testcase("newjit: recompiles").find("failure")
     assert failure is not None, run
@@ -110,6 +112,12 @@ def test_a_new_jit_per_call_fails(repo: Path) -> None:
     message = failure.get("message", "")
     assert message.startswith(f"steps.py:{line}: jit(<lambda>) compiled again"), message
     assert "a new function object on every call" in message
+    (annotation,) = [x for x in run.stdout.splitlines() if x.startswith("::error ")]
+    assert annotation.startswith(
+        f"::error file=steps.py,line={line},title=transfer-gate%3A p.newjit%3A compiled again "
+        "after warm-up::jit(<lambda>) compiled again 4x"
+    ), annotation
+    assert "| `p.newjit` | **FAIL**: recompiles |" in summary.read_text()
 
 
 @pytest.mark.jaxhooks
