@@ -18,7 +18,7 @@ import yaml
 import gate.policy.load
 from gate.policy.levels import GuardLevel, GuardSpec
 from gate.policy.load import discover_policy_files, load_policy
-from gate.policy.model import CallableRef, Checks, Policy, Region
+from gate.policy.model import CallableRef, Checks, Policy, RecompileRule, Region
 from gate.policy.problems import PolicyError, Problem
 from gate.policy.resolve import (
     ResolveError,
@@ -195,8 +195,24 @@ def test_full_policy_values() -> None:
                 timeout_s=120.0,
                 checks=Checks(False, None, 1e-5, 1e-8, None),
             ),
+            Region(
+                name="recompiling",
+                line=34,
+                step=ref("gate_examples.steps:train_step", 35),
+                setup=None,
+                boundaries=(),
+                guard=GuardSpec(GuardLevel.DISALLOW, GuardLevel.LOG, GuardLevel.DISALLOW),
+                warmup=1,
+                guarded_runs=2,
+                repeats=5,
+                timeout_s=120.0,
+                checks=Checks(False, None, 1e-5, 1e-8, None),
+                recompiles=RecompileRule.WARN,
+            ),
         ),
     )
+    # Left out, a region fails on recompiles.
+    assert {r.recompiles for r in policy.regions[:2]} == {RecompileRule.FAIL}
 
 
 def test_minimal_policy_takes_builtin_defaults() -> None:

@@ -22,7 +22,7 @@ import yaml
 
 from gate.policy.levels import Direction, GuardLevel, GuardSpec
 from gate.policy.meaning import check_meaning
-from gate.policy.model import CallableRef, Checks, Policy, Region
+from gate.policy.model import CallableRef, Checks, Policy, RecompileRule, Region
 from gate.policy.nodes import callable_of, line_of, mapping_of, string_of
 from gate.policy.problems import PolicyError, Problem, absolute_path, display_path
 from gate.policy.schema import json_type, scalar_value, validate
@@ -52,6 +52,7 @@ BUILTIN_DEFAULTS: dict[str, Any] = {
     "guarded_runs": 3,
     "repeats": 20,
     "timeout_s": 600,
+    "recompiles": "fail",
 }
 DEFAULT_RTOL = 1e-5
 DEFAULT_ATOL = 1e-8
@@ -190,6 +191,7 @@ def _build(document: yaml.Node, shown: Path, file: Path, write_references: bool)
                 guarded_runs=int(value(region, "guarded_runs", inherited["guarded_runs"])),
                 repeats=int(value(region, "repeats", inherited["repeats"])),
                 timeout_s=float(value(region, "timeout_s", inherited["timeout_s"])),
+                recompiles=RecompileRule(value(region, "recompiles", inherited["recompiles"])),
                 checks=Checks(
                     finite=bool(value(checks, "finite", False)),
                     reference=absolute_path(policy_dir / reference)

@@ -6,6 +6,7 @@ Frozen dataclasses only; no parsing here (`gate.policy.load`) and no running
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,14 @@ class Checks:
         return self.finite or self.reference is not None or self.custom is not None
 
 
+class RecompileRule(enum.Enum):
+    """What a compilation after warm-up does to a region (the policy's ``recompiles:``)."""
+
+    FAIL = "fail"
+    WARN = "warn"  # reported, not failing
+    ALLOW = "allow"  # not watched at all
+
+
 @dataclass(frozen=True)
 class Region:
     """One critical code region: a step run under the guard."""
@@ -58,6 +67,7 @@ class Region:
     repeats: int
     timeout_s: float
     checks: Checks
+    recompiles: RecompileRule = RecompileRule.FAIL
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,12 @@ import threading
 import time
 import types
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gate.jaxhooks.compiles import CompileWatch, watching_compiles
 from gate.jaxhooks.guard import (
     EXPLICIT_ENTRY_POINTS,
     full_tracebacks,
@@ -43,7 +44,7 @@ from gate.jaxhooks.guard import (
 from gate.machine.diagnosis import PlatformInfo, check_required
 from gate.machine.diagnosis import detect as detect_platform
 from gate.policy.levels import GuardLevel, GuardSpec
-from gate.policy.model import Policy, Region
+from gate.policy.model import Policy, RecompileRule, Region
 from gate.policy.resolve import ResolveError, python_path
 from gate.region.boundary import BoundaryMonitor
 from gate.region.callables import RegionCode, import_region
@@ -56,12 +57,20 @@ from gate.region.sightings import PhaseTally, SightingMemory, between_runs
 from gate.region.threads import join_step_threads, user_threads_alive
 from gate.region.timing import summarize
 from gate.region.verdict import Verdict, Witnessing, coverage, notes, site_transfer, unchecked
-from gate.results.records import CheckOutcome, ErrorKind, Phase, RegionError, RegionResult
+from gate.results.records import (
+    CheckOutcome,
+    ErrorKind,
+    Phase,
+    Recompile,
+    RegionError,
+    RegionResult,
+)
 from gate.user_code import UserCode
 from gate.witness.arguments import CallPlan, is_jitted, plan_call
 from gate.witness.callbacks import CallbackHookMissing, CallbackLog, CallbackSite, count_callbacks
 from gate.witness.fetches import FetchLog
 from gate.witness.observed import Observed, name_moves
+from gate.witness.recompiles import attribute
 from gate.witness.transfer_map import capture_works, mapped
 
 # How long the detector keeps watching after the last watched run when threads
@@ -76,6 +85,8 @@ class RegionRun:
     code: RegionCode
     platform: PlatformInfo | None = None
     callbacks: CallbackLog | None = None  # set while host callbacks are counted
+    compiles: CompileWatch | None = None  # set after warm-up, unless `recompiles: allow`
+    counted_runs: int = 0  # step calls watched for compilations
     monitor: BoundaryMonitor = field(default_factory=BoundaryMonitor)
     verdict: Verdict = field(default_factory=Verdict)
     memory: SightingMemory = field(default_factory=SightingMemory)
@@ -87,7 +98,17 @@ class RegionRun:
         self.inputs = StepInputs(self.code, self.watch, self.verdict)
 
     def _call(self, inputs: Inputs) -> Any:
-        return call_step(self.code.callables.step, inputs)
+        if self.compiles is None:
+            return call_step(self.code.callables.step, inputs)
+        # Only the step's own call: setup may build arrays of new shapes freely.
+        self.counted_runs += 1
+        with self.compiles.counting():
+            return call_step(self.code.callables.step, inputs)
+
+    def recompiles(self, watch: CompileWatch | None) -> tuple[Recompile, ...]:
+        fails, at = self.code.region.recompiles is RecompileRule.FAIL, self.code.step_location()
+        events = watch.events if watch is not None else []
+        return attribute(events, self.code.user, self.counted_runs, at, failing=fails)
 
     def _check(self, outputs: Any) -> None:
         check_outputs(self.code.region.step.spec, outputs)
@@ -300,6 +321,9 @@ def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> Region
             full_tracebacks(),
             run.monitor.installed(run.code.callables.boundaries),
             guard_kept_by_the_gate(run.code.user.is_user, run.loosened),
+            nullcontext(None)
+            if region.recompiles is RecompileRule.ALLOW
+            else watching_compiles() as compile_watch,
         ):
             threads_before = {t.name for t in threading.enumerate()}
             # The detector also watches between the runs: a thread that lives
@@ -317,6 +341,7 @@ def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> Region
                         run.guarded_call(Phase.FIRST_CALL)
                     for _ in range(region.warmup):
                         run.unguarded_call()
+                    run.compiles = compile_watch  # from here on, a compile is a recompile
                     if can_map:
                         run.mapped_calls(Phase.STEADY_STATE, region.guarded_runs)
                 run.callbacks = None
@@ -332,6 +357,7 @@ def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> Region
             run.monitor.reset_costs()
             samples, outputs = run.timed_calls()
             costs = run.monitor.costs(region.repeats)
+            run.compiles = None
         if region.checks.any:
             try:
                 host, leaves = host_leaves(outputs)
@@ -342,6 +368,7 @@ def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> Region
         return result(
             transfers=tuple(run.verdict.transfers),
             error=abort.error,
+            recompiles=run.recompiles(run.compiles),
             notes=notes(run.verdict, witnessing()),
             coverage=coverage(witnessing()),
             **base,
@@ -352,6 +379,7 @@ def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> Region
         timing=summarize(samples),
         boundaries=costs,
         checks=checks,
+        recompiles=run.recompiles(compile_watch),
         notes=notes(run.verdict, witnessing()),
         coverage=judged,
         error=unchecked(region.guard, witnessing(), judged),

@@ -107,6 +107,8 @@ def _status(region: RegionResult) -> str:
     failed_checks = [c.name.value for c in region.checks if not c.passed]
     if failed_checks:
         why.append("checks: " + ", ".join(failed_checks))
+    if region.recompiles_failed:
+        why.append("recompiles")
     return f"**FAIL**: {'; '.join(why)}"
 
 

@@ -12,7 +12,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gate.report.terminal import one_line
+from gate.report.terminal import RECOMPILE_FIX, one_line
 from gate.results.findings import Finding, group
 from gate.results.hints import hint_for, hint_for_error
 from gate.results.records import ErrorKind, RegionResult, RunResult
@@ -59,6 +59,7 @@ class AnnotationKind(enum.IntEnum):
     TRANSFER = 0
     ERROR = 1
     CHECK = 2
+    RECOMPILE = 3
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class Annotation:
 
 
 def region_annotations(region: RegionResult) -> list[Annotation]:
-    """What failed in `region`: failing transfers (one per finding), its error, failed checks."""
+    """What failed in `region`: failing transfers, its error, failed checks, recompiles."""
     found = [
         _transfer_annotation(region, finding)
         for finding in group(region.transfers)
@@ -119,6 +120,20 @@ def region_annotations(region: RegionResult) -> list[Annotation]:
         )
         for check in region.checks
         if not check.passed
+    )
+    found.extend(
+        Annotation(
+            AnnotationKind.RECOMPILE,
+            region.classname,
+            r.location.path if r.location is not None else region.policy_path,
+            r.location.line if r.location is not None else region.policy_line,
+            "compiled again after warm-up",
+            r.headline().replace(f" at {r.location}", ""),
+            fix=RECOMPILE_FIX,
+            source=r.source or "",
+        )
+        for r in region.recompiles
+        if r.failing
     )
     return found
 

@@ -68,6 +68,28 @@ def _finding(finding: Finding, fingerprint: str) -> dict[str, Any]:
 Fingerprints = Mapping[str, Mapping[Finding, str]]
 
 
+def _recompiles(region: RegionResult) -> dict[str, Any]:
+    """Only for a region that compiled after warm-up: clean regions' documents stay as they were."""
+    if not region.recompiles:
+        return {}
+    return {
+        "recompiles": [
+            {
+                "function": r.function,
+                "failing": r.failing,
+                "count": r.count,
+                "runs": r.runs,
+                "change": r.change,
+                "path": r.location.path if r.location else None,
+                "line": r.location.line if r.location else None,
+                "caller": r.location.function if r.location else None,
+                "source": r.source,
+            }
+            for r in region.recompiles
+        ]
+    }
+
+
 def region_document(region: RegionResult, prints: Mapping[Finding, str]) -> dict[str, Any]:
     findings = group(region.transfers)
     timing = region.timing
@@ -83,6 +105,7 @@ def region_document(region: RegionResult, prints: Mapping[Finding, str]) -> dict
             "device_to_device": region.guard.device_to_device.value,
         },
         "transfers": [_finding(f, prints[f]) for f in findings],
+        **_recompiles(region),
         "timing": None
         if timing is None
         else {

@@ -11,8 +11,10 @@ from typing import Literal
 
 from gate.policy.levels import Direction, GuardSpec
 from gate.report.terminal import (
+    RECOMPILE_FIX,
     format_boundary,
     format_check,
+    format_recompile,
     format_timing,
     one_line,
     transfer_location,
@@ -120,6 +122,8 @@ def region_cases(region: RegionResult) -> list[Case]:
             f"{region.name}: transfers", region.classname, file, line, elapsed, system_out, outcome
         )
     ]
+    if region.recompiles:
+        cases.append(_recompiles_case(region))
 
     if region.has_checks:
         check_lines = "\n".join(format_check(c) for c in region.checks) or "no checks ran"
@@ -146,6 +150,31 @@ def region_cases(region: RegionResult) -> list[Case]:
             )
         )
     return cases
+
+
+def _recompiles_case(region: RegionResult) -> Case:
+    """Its own testcase, as result checks have: a slow step is not a transfer on a line.
+
+    Present only when something compiled after warm-up, so a clean region's report
+    is what it always was; a ``warn`` region's case passes and says it in system-out.
+    """
+    entries = []
+    for recompile in region.recompiles:
+        entries.append(f"- {format_recompile(recompile, region)}")
+        if recompile.source:
+            entries.append(f"    {recompile.source}")
+    listing = "\n".join(entries) + f"\nfix: {RECOMPILE_FIX}\n"
+    failing = [r for r in region.recompiles if r.failing]
+    first = (failing or list(region.recompiles))[0].location
+    file, line = (first.path, first.line) if first else (region.policy_path, region.policy_line)
+    outcome = None
+    if failing:
+        message = format_recompile(failing[0], region)
+        if len(failing) > 1:
+            message = f"{len(failing)} functions compiled again after warm-up: {message}"
+        body = f"{listing}\nRegion declared at {region.policy_path}:{region.policy_line}\n"
+        outcome = Outcome("failure", "recompile", message, body)
+    return Case(f"{region.name}: recompiles", region.classname, file, line, None, listing, outcome)
 
 
 def _transfers_message(failing: list[Finding]) -> str:

@@ -13,6 +13,7 @@ from gate.results.records import (
     BoundaryCost,
     CheckOutcome,
     CoverageJudge,
+    Recompile,
     RegionResult,
     RunResult,
     TimingStats,
@@ -91,6 +92,21 @@ def transfer_location(transfer: Transfer, region: RegionResult) -> str:
     return f"{region.policy_path}:{region.policy_line}"
 
 
+RECOMPILE_FIX = (
+    "make each jitted call see the same shapes, dtypes and static values every step (pad or "
+    "bucket batches, pass arrays rather than Python scalars), and create jax.jit wrappers once, "
+    "at import, never inside the step"
+)
+
+
+def format_recompile(recompile: Recompile, region: RegionResult) -> str:
+    """``steps.py:12: jit(step) compiled again 4x in 4 runs after warm-up: x: ...``."""
+    where = recompile.location or f"{region.policy_path}:{region.policy_line}"
+    verdict = "" if recompile.failing else "warning (recompiles: warn): "
+    text = recompile.headline().replace(f" at {recompile.location}", "")
+    return f"{where}: {verdict}{text}"
+
+
 def one_line(text: str) -> str:
     """`text` with its line breaks and tabs turned into single spaces."""
     return " ".join(text.split())
@@ -110,7 +126,7 @@ def format_summary(run: RunResult, color: bool = False) -> str:
     findings = [
         line
         for region in regions
-        if not region.passed or region.notes
+        if not region.passed or region.notes or region.recompiles
         for line in _findings(region)
     ]
     if findings:
@@ -164,6 +180,10 @@ def _region_line(region: RegionResult, width: int, color: bool) -> str:
         columns[0] += f" (+{accepted} accepted by the baseline)"
     if others:
         columns[0] += f" (+{others} allowed)"
+    if region.recompiles:
+        count = sum(r.count for r in region.recompiles)
+        word = "recompiled" if region.recompiles_failed else "recompiled (warn)"
+        columns.append(f"{word} {count}x")
     if region.has_checks:
         failed_checks = [c.name.value for c in region.checks if not c.passed]
         if failed_checks:
@@ -200,6 +220,11 @@ def _findings(region: RegionResult) -> list[str]:
     # One hint per kind of finding, not one per line: the same fix reads once.
     hints = dict.fromkeys(hint_for(f.sample) for f in failing)
     lines.extend(f"  fix: {hint}" for hint in hints)
+    for recompile in region.recompiles:
+        source = f"   {recompile.source}" if recompile.source else ""
+        lines.append(f"  {format_recompile(recompile, region)}{source}")
+    if region.recompiles:
+        lines.append(f"  fix: {RECOMPILE_FIX}")
     lines.extend(f"  note: {note}" for note in region.notes)
     lines.extend(
         f"  {policy}: result check failed: {c.name.value}: {one_line(c.detail)}"

@@ -143,6 +143,28 @@ class Transfer:
 
 
 @dataclass(frozen=True)
+class Recompile:
+    """A function JAX compiled again after warm-up, at one line of the user's code."""
+
+    function: str  # as JAX names it, e.g. "jit(train_step)"
+    location: SourceLocation | None  # the user's call line; None: nothing of theirs ran
+    count: int  # compilations over the guarded and timed runs
+    runs: int  # how many runs were watched for them
+    change: str | None  # what changed, in JAX's words where it said; None when it did not
+    failing: bool  # ``recompiles: fail``; False under ``warn``
+    source: str | None = None  # the text of the call line
+
+    def headline(self) -> str:
+        """``jit(step) compiled again 22x in 23 runs after warm-up at a.py:12: x: ...``."""
+        where = f" at {self.location}" if self.location is not None else ""
+        what = f": {self.change}" if self.change else " (JAX did not say what changed)"
+        return (
+            f"{self.function} compiled again {self.count}x in {self.runs} runs after "
+            f"warm-up{where}{what}"
+        )
+
+
+@dataclass(frozen=True)
 class TimingStats:
     """Step time over the timed runs, in seconds, setup and warm-up excluded."""
 
@@ -243,6 +265,8 @@ class RegionResult:
     platform: str = ""  # what JAX ran on, e.g. "cpu (cpu x1), jax 0.10.2, jaxlib 0.10.2"
     # Per direction (label), what judged it.
     coverage: tuple[tuple[str, CoverageJudge], ...] = ()
+    # Compilations after warm-up (`recompiles: fail` or `warn`; none under `allow`).
+    recompiles: tuple[Recompile, ...] = ()
 
     @property
     def classname(self) -> str:
@@ -257,12 +281,21 @@ class RegionResult:
         return bool(self.failing_transfers)
 
     @property
+    def recompiles_failed(self) -> bool:
+        return any(r.failing for r in self.recompiles)
+
+    @property
     def checks_failed(self) -> bool:
         return any(not c.passed for c in self.checks)
 
     @property
     def passed(self) -> bool:
-        return self.error is None and not self.transfers_failed and not self.checks_failed
+        return (
+            self.error is None
+            and not self.transfers_failed
+            and not self.checks_failed
+            and not self.recompiles_failed
+        )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,122 @@
+"""Seeing JAX compile: its monitoring event per backend compile, and why the cache missed.
+
+Two public means, both checked on jax 0.10.2 and 0.12:
+
+- ``jax.monitoring`` reports ``/jax/core/compile/backend_compile_duration`` once per
+  XLA compilation, in the thread that compiles, with ``fun_name="jit(step)"``;
+- ``jax_explain_cache_misses`` makes JAX log, on each tracing cache miss, where the
+  call was and what differs from the closest earlier call ("TRACING CACHE MISS at
+  ...: * at x, now f32[201,64] and before f32[200,64]"). The wording of that log is
+  JAX's own and not a stable API; `gate.witness.recompiles` reads it loosely and
+  falls back to "JAX did not say" rather than failing.
+
+The flag is on for the whole region (JAX can only explain a miss against keys it
+saw while the flag was on); events are kept only while `CompileWatch.counting` is
+entered, i.e. around the step's calls after warm-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+EXPLAIN_FLAG = "jax_explain_cache_misses"
+_MISS_MARKER = "TRACING CACHE MISS"
+
+
+@dataclass(frozen=True)
+class CompileEvent:
+    """One backend compilation JAX reported while counting."""
+
+    fun_name: str  # as JAX names it: "jit(step)"
+    stack: tuple[traceback.FrameSummary, ...]  # outermost first, when it was compiled
+    explanations: tuple[str, ...]  # JAX's cache-miss log since the thread's last compile
+
+
+@dataclass
+class CompileWatch:
+    """What `watching_compiles` collects; `counting` decides when events are kept."""
+
+    events: list[CompileEvent] = field(default_factory=list)
+    _counting: bool = False
+    _pending: threading.local = field(default_factory=threading.local)
+
+    @contextmanager
+    def counting(self) -> Iterator[None]:
+        self._counting = True
+        try:
+            yield
+        finally:
+            self._counting = False
+
+    def _explained(self, text: str) -> None:
+        pending = getattr(self._pending, "texts", None)
+        if pending is None:
+            pending = self._pending.texts = []
+        pending.append(text)
+
+    def _compiled(self, fun_name: str) -> None:
+        texts = tuple(getattr(self._pending, "texts", ()))
+        self._pending.texts = []
+        if not self._counting:
+            return
+        stack = tuple(traceback.extract_stack())
+        self.events.append(CompileEvent(fun_name, stack, texts))
+
+
+class _MissLog(logging.Handler):
+    def __init__(self, watch: CompileWatch) -> None:
+        super().__init__(logging.DEBUG)
+        self.watch = watch
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:  # a record that cannot format is not ours to explain
+            return
+        if _MISS_MARKER in text:
+            self.watch._explained(text)
+
+
+class _OnlyOthers(logging.Filter):
+    """Keeps JAX's cache-miss lines out of every other handler (stderr, the user's)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _MISS_MARKER not in str(record.msg)
+
+
+@contextmanager
+def watching_compiles() -> Iterator[CompileWatch]:
+    """Collect compilations; puts the listener, the flag and the log handler back in ``finally``."""
+    import jax
+    import jax.monitoring
+
+    watch = CompileWatch()
+
+    def listener(event: str, duration_secs: float, **kwargs: str | int) -> None:
+        if event == COMPILE_EVENT:
+            watch._compiled(str(kwargs.get("fun_name", "?")))
+
+    logger = logging.getLogger("jax")
+    handler = _MissLog(watch)
+    quiet = _OnlyOthers()
+    previous = bool(getattr(jax.config, EXPLAIN_FLAG))
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    logger.addHandler(handler)
+    jax.config.update(EXPLAIN_FLAG, True)
+    others = [h for h in logging.getLogger().handlers + logger.handlers if h is not handler]
+    for other in others:
+        other.addFilter(quiet)
+    try:
+        yield watch
+    finally:
+        for other in others:
+            other.removeFilter(quiet)
+        jax.config.update(EXPLAIN_FLAG, previous)
+        logger.removeHandler(handler)
+        jax.monitoring.unregister_event_duration_listener(listener)

@@ -1,0 +1,133 @@
+"""Which function compiled again after warm-up, at which of the user's lines, and why.
+
+`gate.jaxhooks.compiles` hands over raw compile events (JAX's name for the
+function, the stack, JAX's cache-miss log); this turns them into
+`Recompile` records, one per function and call line, with what changed in
+readable words: ``x: float32[200,64] before, float32[201,64] now``.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+from collections.abc import Sequence
+
+from gate.jaxhooks.compiles import CompileEvent
+from gate.results.records import Recompile, SourceLocation
+from gate.user_code import UserCode
+
+# JAX's short dtype names in its cache-miss log, as the rest of the report writes them.
+_DTYPES = {
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "f32": "float32",
+    "f64": "float64",
+    "i8": "int8",
+    "i16": "int16",
+    "i32": "int32",
+    "i64": "int64",
+    "u8": "uint8",
+    "u16": "uint16",
+    "u32": "uint32",
+    "u64": "uint64",
+    "c64": "complex64",
+    "c128": "complex128",
+}
+_SHORT_DTYPE = re.compile(r"\b(" + "|".join(_DTYPES) + r")(?=\[)")
+# "* at x, now f32[201,64] and before f32[200,64]"
+_TYPE_CHANGE = re.compile(
+    r"^\*\s+at\s+(?P<at>.+?),\s+now\s+(?P<now>.+?)\s+and before\s+(?P<was>.+)$"
+)
+# A static argument reads "<class '...Static'> with pytree metadata Static(val=3), so ...".
+_STATIC = re.compile(r"Static\(val=(?P<val>.*?)\)(?:,|$)")
+# Any other pytree node whose static fields changed (a TrainState with a new optax object).
+_NODE = re.compile(r"<class '(?:[\w.]+\.)?(?P<cls>\w+)'> with pytree metadata")
+_METADATA = "pytree node metadata does not match"
+_NEW_FUNCTION = "never seen function"
+_NO_EXPLANATION = "explanation unavailable"
+_CHANGE_LIMIT = 300
+
+
+def _dtype_names(text: str) -> str:
+    text = _SHORT_DTYPE.sub(lambda m: _DTYPES[m.group(1)], text)
+    # JAX glues its weak-type documentation link onto the type; the fix hint says it better.
+    return re.sub(r"https?://\S+", "", text).strip()
+
+
+def explain(texts: Sequence[str]) -> str | None:
+    """What changed, from JAX's cache-miss log for one compile; None when JAX did not say."""
+    for text in texts:
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        if any(_NEW_FUNCTION in line for line in lines):
+            return (
+                "a new function object on every call (a jax.jit wrapper, lambda or "
+                "functools.partial made per call), so JAX's cache never hits"
+            )
+        changes = []
+        for line in lines:
+            match = _TYPE_CHANGE.match(line)
+            if match is not None:
+                at, was, now = match["at"], match["was"], match["now"]
+                statics = _STATIC.search(was), _STATIC.search(now)
+                if statics[0] and statics[1]:
+                    at = f"static argument {at.removeprefix('input path ')}"
+                    was, now = statics[0]["val"], statics[1]["val"]
+                elif _METADATA in line and (node := _NODE.search(now)) is not None:
+                    changes.append(
+                        f"{at}: a {node['cls']} whose static fields (pytree metadata) differ "
+                        "from the earlier call's"
+                    )
+                    continue
+                changes.append(f"{at}: {_dtype_names(was)} before, {_dtype_names(now)} now")
+        if changes:
+            return "; ".join(changes)
+        # Another reason (a static argument, the pytree, a config value): JAX's own
+        # words after its header lines, on one line.
+        body = [
+            line
+            for line in lines[1:]
+            if not line.startswith(("for ", "all previously seen", "For the closest"))
+        ]
+        if body and not any(_NO_EXPLANATION in line for line in body):
+            said = _dtype_names(" ".join(body))
+            return said if len(said) <= _CHANGE_LIMIT else said[: _CHANGE_LIMIT - 1] + "…"
+    return None
+
+
+def attribute(
+    events: Sequence[CompileEvent],
+    user: UserCode,
+    runs: int,
+    step_location: SourceLocation | None,
+    *,
+    failing: bool,
+) -> tuple[Recompile, ...]:
+    """One `Recompile` per function and call line, in the order they first compiled.
+
+    The line is the innermost frame of the user's when JAX compiled; a jitted
+    step the gate calls itself has none, and is named at its ``def``.
+    """
+    grouped: dict[tuple[str, SourceLocation | None], list[CompileEvent]] = {}
+    for event in events:
+        location = user.locate(event.stack) or step_location
+        grouped.setdefault((event.fun_name, location), []).append(event)
+    found = []
+    for (function, location), members in grouped.items():
+        change = next((c for c in (explain(e.explanations) for e in members) if c), None)
+        source = None
+        if location is not None:
+            path = location.path
+            absolute = path if path.startswith("/") else str(user.repo_root / path)
+            source = linecache.getline(absolute, location.line).strip() or None
+        found.append(
+            Recompile(
+                function=function,
+                location=location,
+                count=len(members),
+                runs=runs,
+                change=change,
+                failing=failing,
+                source=source,
+            )
+        )
+    return tuple(found)

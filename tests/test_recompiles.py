@@ -1,0 +1,264 @@
+"""Compiling again after warm-up fails a region: through the real CLI, and the attribution alone."""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+from pathlib import Path
+
+import pytest
+from cli_helpers import FAST_DEFAULTS, line_of, make_repo, run_gate
+
+from gate.jaxhooks.compiles import EXPLAIN_FLAG, CompileEvent, watching_compiles
+from gate.results.records import SourceLocation
+from gate.user_code import UserCode
+from gate.witness.recompiles import attribute, explain
+
+STEPS = """
+import functools
+import itertools
+
+import jax
+import numpy as np
+
+_rows = itertools.count(200)
+_scale = itertools.count(1)
+
+
+@jax.jit
+def double(x):
+    return x * 2.0
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def scale(x, n):
+    return x * n
+
+
+def growing_batch():
+    return (jax.device_put(np.ones((next(_rows), 64), np.float32)),)
+
+
+def device_batch():
+    return (jax.device_put(np.ones((8, 4), np.float32)),)
+
+
+def shape_step(x):
+    return double(x)  # the shape call
+
+
+def new_jit_step(x):
+    return jax.jit(lambda v: v + 1.0)(x)  # the new jit
+
+
+def static_step(x):
+    return scale(x, next(_scale))  # the static call
+
+
+def clean_step(x):
+    return double(x)
+"""
+
+
+def _policy(name: str, step: str, setup: str = "steps:device_batch", extra: str = "") -> str:
+    region = f"  - name: {name}\n    step: steps:{step}\n    setup: {setup}\n{extra}"
+    return f"version: 1\n{FAST_DEFAULTS}regions:\n{region}"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path, {"steps.py": STEPS})
+
+
+def _json(repo: Path) -> dict:
+    return json.loads((repo / "r.json").read_text())["suites"][0]["regions"][0]
+
+
+@pytest.mark.jaxhooks  # what changed comes from JAX's cache-miss log, whose wording is JAX's
+def test_a_shape_that_changes_per_call_fails_naming_the_line_and_the_change(repo: Path) -> None:
+    make_repo(repo, {"policies/p.yaml": _policy("shape", "shape_step", "steps:growing_batch")})
+    run = run_gate(repo, "run", "--json", "r.json")
+    assert run.returncode == 1, run
+    line = line_of(repo / "steps.py", "# the shape call")
+    failure = run.testcase("shape: recompiles").find("failure")
+    assert failure is not None, run
+    message = failure.get("message", "")
+    assert message.startswith(f"steps.py:{line}: jit(double) compiled again 4x in 4 runs"), message
+    assert "x: float32[" in message, message
+    assert ",64] before, float32[" in message, message
+    assert run.testcase("shape: recompiles").get("line") == str(line)
+    assert f"steps.py:{line}: jit(double) compiled again" in run.stdout, run
+    assert "FAIL  p.shape  0 failing lines  recompiled 4x" in run.stdout, run
+    (found,) = _json(repo)["recompiles"]
+    assert found["function"] == "jit(double)"
+    assert found["failing"] is True
+    assert (found["path"], found["line"], found["caller"]) == ("steps.py", line, "shape_step")
+    assert found["count"] == 4
+    assert found["runs"] == 4
+    assert found["change"].startswith("x: float32[")
+
+
+@pytest.mark.jaxhooks
+def test_a_new_jit_per_call_fails(repo: Path, tmp_path: Path) -> None:
+    make_repo(repo, {"policies/p.yaml": _policy("newjit", "new_jit_step")})
+    summary = tmp_path / "summary.md"
+    github = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
+    run = run_gate(repo, "run", env=github)
+    assert run.returncode == 1, run
+    failure = run.testcase("newjit: recompiles").find("failure")
+    assert failure is not None, run
+    line = line_of(repo / "steps.py", "# the new jit")
+    message = failure.get("message", "")
+    assert message.startswith(f"steps.py:{line}: jit(<lambda>) compiled again"), message
+    assert "a new function object on every call" in message
+    (annotation,) = [x for x in run.stdout.splitlines() if x.startswith("::error ")]
+    assert annotation.startswith(
+        f"::error file=steps.py,line={line},title=transfer-gate%3A p.newjit%3A compiled again "
+        "after warm-up::jit(<lambda>) compiled again 4x"
+    ), annotation
+    assert "| `p.newjit` | **FAIL**: recompiles |" in summary.read_text()
+
+
+@pytest.mark.jaxhooks
+def test_a_static_argument_that_changes_fails(repo: Path) -> None:
+    make_repo(repo, {"policies/p.yaml": _policy("static", "static_step")})
+    run = run_gate(repo, "run")
+    assert run.returncode == 1, run
+    failure = run.testcase("static: recompiles").find("failure")
+    assert failure is not None, run
+    line = line_of(repo / "steps.py", "# the static call")
+    message = failure.get("message", "")
+    assert message.startswith(f"steps.py:{line}: jit(scale) compiled again"), message
+    # jax 0.10 says which value changed; jax 0.12 logs "cache miss explanation unavailable".
+    said = "static argument [0][1]: 1 before, 3 now" in message
+    assert said or "(JAX did not say what changed)" in message, message
+
+
+def test_a_clean_step_passes_without_a_recompile_line(repo: Path) -> None:
+    make_repo(repo, {"policies/p.yaml": _policy("clean", "clean_step")})
+    run = run_gate(repo, "run", "--json", "r.json")
+    assert run.returncode == 0, run
+    assert "recompil" not in run.stdout, run
+    names = [c.get("name") for c in run.junit().iter("testcase")]
+    assert names == ["clean: transfers"]
+    assert "recompiles" not in _json(repo)
+
+
+def test_warn_passes_with_a_warning(repo: Path) -> None:
+    extra = "    recompiles: warn\n"
+    make_repo(repo, {"policies/p.yaml": _policy("warned", "new_jit_step", extra=extra)})
+    run = run_gate(repo, "run", "--json", "r.json")
+    assert run.returncode == 0, run
+    assert "recompiled (warn) 4x" in run.stdout, run
+    assert "warning (recompiles: warn): jit(<lambda>) compiled again" in run.stdout, run
+    case = run.testcase("warned: recompiles")
+    assert case.find("failure") is None
+    assert case.find("error") is None
+    assert "compiled again" in (case.findtext("system-out") or "")
+    assert _json(repo)["recompiles"][0]["failing"] is False
+
+
+def test_allow_is_silent(repo: Path) -> None:
+    extra = "    recompiles: allow\n"
+    make_repo(repo, {"policies/p.yaml": _policy("allowed", "new_jit_step", extra=extra)})
+    run = run_gate(repo, "run", "--json", "r.json")
+    assert run.returncode == 0, run
+    assert "recompil" not in run.stdout, run
+    assert [c.get("name") for c in run.junit().iter("testcase")] == ["allowed: transfers"]
+    assert "recompiles" not in _json(repo)
+
+
+def test_a_bad_recompiles_value_is_a_policy_error(repo: Path) -> None:
+    extra = "    recompiles: sometimes\n"
+    make_repo(repo, {"policies/p.yaml": _policy("bad", "clean_step", extra=extra)})
+    run = run_gate(repo, "validate")
+    assert run.returncode != 0, run
+    assert "recompiles" in run.stdout + run.stderr, run
+
+
+# --- the attribution alone -------------------------------------------------------------------
+
+_SHAPE_LOG = """TRACING CACHE MISS at /repo/train.py:15 (step):
+  for double defined at /repo/train.py:12
+  all previously seen cache keys differ. For the closest previous key:
+  different input types:
+  * at x, now f32[201,64] and before f32[200,64]"""
+
+
+def test_what_changed_is_said_in_the_reports_words() -> None:
+    assert explain([_SHAPE_LOG]) == "x: float32[200,64] before, float32[201,64] now"
+    weak = _SHAPE_LOG.replace(
+        "* at x, now f32[201,64] and before f32[200,64]",
+        "* at y, now i32[]{weak_type=False} and before f32[]{weak_type=True}"
+        "https://docs.jax.dev/en/latest/type_promotion.html#weak-types",
+    )
+    assert explain([weak]) == "y: float32[]{weak_type=True} before, int32[]{weak_type=False} now"
+    new = "TRACING CACHE MISS at a.py:3:1 (f):\n  never seen function:\n    <lambda> id=1"
+    assert (explain([new]) or "").startswith("a new function object on every call")
+    head = _SHAPE_LOG.rsplit("\n", 2)[0] + "\n  different input pytree:\n"
+    static = head + (
+        "  * at input path [0][1], now <class 'jax._src.tree_util.Static'> with pytree metadata "
+        "Static(val=3) and before <class 'jax._src.tree_util.Static'> with pytree metadata "
+        "Static(val=2), so the pytree node metadata does not match"
+    )
+    assert explain([static]) == "static argument [0][1]: 2 before, 3 now"
+    node = head + (
+        "  * at input path [0][0], now <class 'flax.training.train_state.TrainState'> with "
+        "pytree metadata (<function apply at 0x1>, GradientTransformationExtraArgs(init=...)) "
+        "and before <class 'flax.training.train_state.TrainState'> with pytree metadata "
+        "(<function apply at 0x1>, GradientTransformationExtraArgs(init=...)), so the pytree "
+        "node metadata does not match"
+    )
+    assert explain([node]) == (
+        "input path [0][0]: a TrainState whose static fields (pytree metadata) differ from the "
+        "earlier call's"
+    )
+    unknown = _SHAPE_LOG.rsplit("\n", 2)[0] + "\n  cache miss explanation unavailable"
+    assert explain([unknown]) is None
+    assert explain([]) is None
+
+
+def test_compiles_are_grouped_per_function_and_user_line(tmp_path: Path) -> None:
+    user = UserCode(tmp_path)
+    (tmp_path / "train.py").write_text("a\nreturn double(x)\n")
+    ours = traceback.FrameSummary(str(tmp_path / "train.py"), 2, "step")
+    library = traceback.FrameSummary("/site-packages/jax/_src/pjit.py", 9, "cache_miss")
+    events = [
+        CompileEvent("jit(double)", (ours, library), (_SHAPE_LOG,)),
+        CompileEvent("jit(double)", (ours, library), ()),
+        CompileEvent("jit(step)", (library,), ()),
+    ]
+    defined = SourceLocation("train.py", 1, "step")
+    first, second = attribute(events, user, 3, defined, failing=True)
+    assert first.location == SourceLocation("train.py", 2, "step")
+    assert (first.function, first.count, first.runs, first.source) == (
+        "jit(double)", 2, 3, "return double(x)",
+    )  # fmt: skip
+    assert first.change == "x: float32[200,64] before, float32[201,64] now"
+    # No frame of the user's: a jitted step the gate calls, named at its def.
+    assert (second.function, second.location, second.change) == ("jit(step)", defined, None)
+    assert "(JAX did not say what changed)" in second.headline()
+
+
+def test_the_watch_counts_only_while_counting_and_puts_everything_back() -> None:
+    import jax
+    import jax.numpy as jnp
+
+    before = getattr(jax.config, EXPLAIN_FLAG)
+    handlers = list(logging.getLogger("jax").handlers)
+    f = jax.jit(lambda v: v * 3.0)
+    with watching_compiles() as watch:
+        assert getattr(jax.config, EXPLAIN_FLAG) is True
+        f(jnp.ones(3))  # not counting: the first call may compile
+        with watch.counting():
+            f(jnp.ones(3))  # cached: nothing
+        assert watch.events == []
+        wider = jnp.ones(5)  # made outside: only the step's own compiles count
+        with watch.counting():
+            f(wider)
+    assert [e.fun_name for e in watch.events] == ["jit(<lambda>)"]
+    assert getattr(jax.config, EXPLAIN_FLAG) == before
+    assert logging.getLogger("jax").handlers == handlers
+    f(jnp.ones(7))  # the listener is gone
+    assert len(watch.events) == 1
