@@ -72,6 +72,16 @@ HOOKS = (
         ),
     ),
     Hook(
+        "jax.monitoring's backend-compile event and the jax_explain_cache_misses log's wording",
+        ("/jax/core/compile/backend_compile_duration", "jax_explain_cache_misses"),
+        (
+            "test_recompiles.py::test_a_shape_that_changes_per_call_fails_naming_the_line_and_the_change",
+            "test_recompiles.py::test_a_new_jit_per_call_fails",
+            "test_recompiles.py::test_a_static_argument_that_changes_fails",
+            "test_recompiles.py::test_the_watch_counts_only_while_counting_and_puts_everything_back",
+        ),
+    ),
+    Hook(
         "explicit transfers told apart by their frames in jax/_src (device_put, device_get)",
         ("Path('jax', '_src')",),
         ("test_run.py::test_boundary_is_honoured_under_both_import_styles",),

@@ -75,7 +75,7 @@ def _json(repo: Path) -> dict:
     return json.loads((repo / "r.json").read_text())["suites"][0]["regions"][0]
 
 
-@pytest.mark.jaxhooks  # what changed comes from JAX's cache-miss log, whose wording is JAX's
+# What changed comes from JAX's cache-miss log, whose wording is JAX's (tests/jax_hooks.py).
 def test_a_shape_that_changes_per_call_fails_naming_the_line_and_the_change(repo: Path) -> None:
     make_repo(repo, {"policies/p.yaml": _policy("shape", "shape_step", "steps:growing_batch")})
     run = run_gate(repo, "run", "--json", "r.json")
@@ -99,7 +99,6 @@ def test_a_shape_that_changes_per_call_fails_naming_the_line_and_the_change(repo
     assert found["change"].startswith("x: float32[")
 
 
-@pytest.mark.jaxhooks
 def test_a_new_jit_per_call_fails(repo: Path, tmp_path: Path) -> None:
     make_repo(repo, {"policies/p.yaml": _policy("newjit", "new_jit_step")})
     summary = tmp_path / "summary.md"
@@ -120,7 +119,6 @@ def test_a_new_jit_per_call_fails(repo: Path, tmp_path: Path) -> None:
     assert "| `p.newjit` | **FAIL**: recompiles |" in summary.read_text()
 
 
-@pytest.mark.jaxhooks
 def test_a_static_argument_that_changes_fails(repo: Path) -> None:
     make_repo(repo, {"policies/p.yaml": _policy("static", "static_step")})
     run = run_gate(repo, "run")
