@@ -26,12 +26,13 @@ import os
 import signal
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
 from gate.isolation.cancellation import Cancellation
+from gate.isolation.compile_cache import RunCache, use_compile_cache
 from gate.isolation.lost_region import how_it_ended, lost_region_error, seconds
 from gate.isolation.worker import Done, Job, Ready
 from gate.isolation.worker_process import WaitEvent, WorkerProcess
@@ -61,7 +62,13 @@ __all__ = [
 _START_ATTEMPTS = 2
 
 
-def worker_environment(parent: Mapping[str, str], policy: Policy, region: Region) -> dict[str, str]:
+def worker_environment(
+    parent: Mapping[str, str],
+    policy: Policy,
+    region: Region,
+    *,
+    run_cache: Callable[[], str] | None = None,
+) -> dict[str, str]:
     """The environment a worker for ``region`` starts with.
 
     This is the place for what must be set before ``import jax``: XLA_FLAGS,
@@ -72,11 +79,14 @@ def worker_environment(parent: Mapping[str, str], policy: Policy, region: Region
     worker, so this may depend on the region.
 
     The gate's own environment (whose TF_CPP_MIN_LOG_LEVEL `gate.cli.main` has
-    already made safe), plus the policy's ``env:``.
+    already made safe), plus the policy's ``env:``, plus JAX's persistent
+    compilation cache (`gate.isolation.compile_cache`): the user's
+    JAX_COMPILATION_CACHE_DIR when set, else ``run_cache()``, the run's own.
     """
     del region  # a policy's regions share its environment
     env = {**parent, **dict(policy.env)}
     prepare_environment(env)  # a policy's env must not hide the guard's log lines either
+    use_compile_cache(env, run_cache)
     return env
 
 
@@ -144,12 +154,15 @@ class Scheduler:
         # after two, the environment is broken and no region gets a worker.
         self._failed_starts: list[tuple[dict[str, str], RegionError]] = []
         self._jobs = itertools.count(1)
+        # The compilation cache this scheduler's workers share; removed on leaving.
+        self._cache = RunCache()
 
     def __enter__(self) -> Scheduler:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+        self._cache.remove()
 
     def close(self) -> None:
         worker, self._worker = self._worker, None
@@ -161,7 +174,7 @@ class Scheduler:
         running = _Running(policy, region, time.monotonic(), 0)
         if self.cancel is not None and self.cancel.requested:
             return running.result(self._cancelled_before())
-        env = worker_environment(self.environ, policy, region)
+        env = worker_environment(self.environ, policy, region, run_cache=self._cache.path)
         if self._worker is not None and (self._worker.env != env or self._worker.exited()):
             self.close()
         try:

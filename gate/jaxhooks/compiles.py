@@ -10,6 +10,14 @@ Two public means, both checked on jax 0.10.2 and 0.12:
   JAX's own and not a stable API; `gate.witness.recompiles` reads it loosely and
   falls back to "JAX did not say" rather than failing.
 
+With JAX's persistent compilation cache on (the gate turns it on for its
+workers: `gate.isolation.compile_cache`), a recompile may be served from disk
+instead of compiled. On jax 0.10.2 the backend-compile event still fires around
+such a hit; in case a version reports only ``/jax/compilation_cache/cache_hits``,
+a hit is counted too, as one compile with the backend-compile event that follows it
+in the same thread, before the next compile request
+(``/jax/compilation_cache/compile_requests_use_cache``).
+
 The flag is on for the whole region (JAX can only explain a miss against keys it
 saw while the flag was on); events are kept only while `CompileWatch.counting` is
 entered, i.e. around the step's calls after warm-up.
@@ -25,8 +33,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+CACHE_REQUEST_EVENT = "/jax/compilation_cache/compile_requests_use_cache"
+# A hit no backend-compile event named (yet): JAX's cache events carry no name.
+UNNAMED = "?"
 EXPLAIN_FLAG = "jax_explain_cache_misses"
 _MISS_MARKER = "TRACING CACHE MISS"
+# With the flag on and a persistent cache, JAX also warns on each of its misses (every
+# first compile of a program): noise in the CI log, and no reason a recompile needs.
+_QUIET_MARKERS = (_MISS_MARKER, "PERSISTENT COMPILATION CACHE MISS")
 
 
 @dataclass(frozen=True)
@@ -60,13 +75,32 @@ class CompileWatch:
             pending = self._pending.texts = []
         pending.append(text)
 
+    def _requested(self) -> None:
+        """A new compile request: an earlier hit in this thread had no compile event of its own."""
+        self._pending.hit = None
+
+    def _cache_hit(self) -> None:
+        if self._record(UNNAMED):
+            self._pending.hit = len(self.events) - 1
+
     def _compiled(self, fun_name: str) -> None:
+        hit = getattr(self._pending, "hit", None)
+        self._pending.hit = None
+        if hit is not None and hit < len(self.events) and self.events[hit].fun_name == UNNAMED:
+            # The same compile as the hit just counted: name it, do not count it twice.
+            event = self.events[hit]
+            self.events[hit] = CompileEvent(fun_name, event.stack, event.explanations)
+            return
+        self._record(fun_name)
+
+    def _record(self, fun_name: str) -> bool:
         texts = tuple(getattr(self._pending, "texts", ()))
         self._pending.texts = []
         if not self._counting:
-            return
+            return False
         stack = tuple(traceback.extract_stack())
         self.events.append(CompileEvent(fun_name, stack, texts))
+        return True
 
 
 class _MissLog(logging.Handler):
@@ -87,7 +121,8 @@ class _OnlyOthers(logging.Filter):
     """Keeps JAX's cache-miss lines out of every other handler (stderr, the user's)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return _MISS_MARKER not in str(record.msg)
+        message = str(record.msg)
+        return not any(marker in message for marker in _QUIET_MARKERS)
 
 
 @contextmanager
@@ -100,13 +135,20 @@ def watching_compiles() -> Iterator[CompileWatch]:
 
     def listener(event: str, duration_secs: float, **kwargs: str | int) -> None:
         if event == COMPILE_EVENT:
-            watch._compiled(str(kwargs.get("fun_name", "?")))
+            watch._compiled(str(kwargs.get("fun_name", UNNAMED)))
+
+    def cache_listener(event: str, **kwargs: str | int) -> None:
+        if event == CACHE_REQUEST_EVENT:
+            watch._requested()
+        elif event == CACHE_HIT_EVENT:
+            watch._cache_hit()
 
     logger = logging.getLogger("jax")
     handler = _MissLog(watch)
     quiet = _OnlyOthers()
     previous = bool(getattr(jax.config, EXPLAIN_FLAG))
     jax.monitoring.register_event_duration_secs_listener(listener)
+    jax.monitoring.register_event_listener(cache_listener)
     logger.addHandler(handler)
     jax.config.update(EXPLAIN_FLAG, True)
     others = [h for h in logging.getLogger().handlers + logger.handlers if h is not handler]
@@ -119,4 +161,5 @@ def watching_compiles() -> Iterator[CompileWatch]:
             other.removeFilter(quiet)
         jax.config.update(EXPLAIN_FLAG, previous)
         logger.removeHandler(handler)
+        jax.monitoring.unregister_event_listener(cache_listener)
         jax.monitoring.unregister_event_duration_listener(listener)
