@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 from cli_helpers import FAST_DEFAULTS, line_of, make_repo, run_gate
 
-from gate.jaxhooks.compiles import EXPLAIN_FLAG, CompileEvent, watching_compiles
+from gate.jaxhooks.compiles import (
+    EXPLAIN_FLAG,
+    UNNAMED,
+    CompileEvent,
+    CompileWatch,
+    watching_compiles,
+)
 from gate.results.records import SourceLocation
 from gate.user_code import UserCode
 from gate.witness.recompiles import attribute, explain
@@ -260,3 +266,32 @@ def test_the_watch_counts_only_while_counting_and_puts_everything_back() -> None
     assert logging.getLogger("jax").handlers == handlers
     f(jnp.ones(7))  # the listener is gone
     assert len(watch.events) == 1
+
+
+def test_a_recompile_served_from_the_persistent_cache_is_counted_once() -> None:
+    # On jax 0.10.2 a cache hit is reported as a hit and as a backend compile: one
+    # compile. A version reporting only the hit must still have it counted.
+    watch = CompileWatch()
+    with watch.counting():
+        watch._requested()
+        watch._cache_hit()
+        watch._compiled("jit(<lambda>)")  # the same compile: named, not counted again
+        watch._requested()
+        watch._cache_hit()  # a hit with no compile event of its own
+        watch._requested()
+        watch._compiled("jit(step)")  # a real compile of something else
+    assert [e.fun_name for e in watch.events] == ["jit(<lambda>)", UNNAMED, "jit(step)"]
+
+
+def test_a_new_jit_per_call_is_counted_with_the_users_compilation_cache(
+    repo: Path, tmp_path: Path
+) -> None:
+    # The lambda's program is on disk after its first compile; every later wrapper
+    # is served from the cache, and still counts as compiling again.
+    cache = tmp_path / "jax-cache"
+    make_repo(repo, {"policies/p.yaml": _policy("newjit", "new_jit_step")})
+    run = run_gate(repo, "run", "--json", "r.json", env={"JAX_COMPILATION_CACHE_DIR": str(cache)})
+    assert run.returncode == 1, run
+    assert any(cache.iterdir()), "the user's cache folder was not used"
+    [recompile] = _json(repo)["recompiles"]
+    assert (recompile["function"], recompile["count"]) == ("jit(<lambda>)", 4), recompile
