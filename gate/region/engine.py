@@ -309,7 +309,8 @@ def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> Region
     can_map = capture_works()
     callbacks_missing: str | None = None
     # Forget compiled calls from earlier regions, so that this region's first
-    # call takes the slow path where JAX checks every move.
+    # call takes the slow path where JAX checks every move. The executables
+    # come back from the run's persistent cache (`gate.isolation.compile_cache`).
     jax.clear_caches()
     checks: tuple[CheckOutcome, ...] = ()
 
