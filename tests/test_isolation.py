@@ -245,11 +245,15 @@ def test_other_ways_a_worker_dies(repo: Path) -> None:
 
 
 def start_gate(repo: Path, *args: str) -> contextlib.AbstractContextManager[subprocess.Popen[str]]:
-    """The gate, started in the background; its process group is killed when the test ends."""
+    """The gate, started in the background; its process group is killed when the test ends.
+
+    Its temporary folders (the run's compilation cache) go beside ``repo``: a gate
+    killed with SIGKILL cannot remove them.
+    """
     return started(
         [sys.executable, "-m", "gate", *args],
         cwd=repo,
-        env=gate_env(),
+        env=gate_env(extra={"TMPDIR": str(repo.parent)}),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
