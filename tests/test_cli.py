@@ -115,6 +115,19 @@ def test_exit_2_for_an_unwritable_report_path(repo: Path) -> None:
     assert not (repo / "step-ran").exists()
 
 
+@pytest.mark.parametrize(("command", "option"), [("run", "--json"), ("baseline", "--baseline")])
+def test_an_unwritable_json_or_baseline_path_names_its_own_option(
+    repo: Path, command: str, option: str
+) -> None:
+    make_repo(repo, {"policies/p.yaml": policy("touch_and_step"), "blocker": "a file\n"})
+    run = run_gate(repo, command, option, "blocker/out.json")
+    assert run.returncode == ExitCode.USAGE, run
+    assert "blocker/out.json: cannot create folder blocker" in run.stderr
+    assert f"choose another {option}" in run.stderr
+    assert "--junit" not in run.stderr
+    assert not (repo / "step-ran").exists()
+
+
 def test_exit_3_when_the_gate_itself_breaks_still_writes_a_report(repo: Path) -> None:
     # Inject a fault into the gate (not the user's code) through sitecustomize,
     # the way a real bug would surface: an exception from inside the gate's own

@@ -16,7 +16,7 @@ from gate.results.baseline import load_baseline, rebaselined, write_baseline
 def baseline_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
     """Write the baseline file; refuses (nothing written) when a region errored."""
     path, _ = baseline_for(args, repo_root)
-    check_writable(path)
+    check_writable(path, "--baseline")
     result = execute(args, repo_root)
     errored = [r for r in result.regions if r.error is not None]
     if errored:

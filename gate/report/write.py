@@ -26,9 +26,9 @@ class Reports:
 
     def check_writable(self) -> None:
         """Raise ReportWriteError before anything runs if a report could not be written."""
-        check_writable(self.junit)
+        check_writable(self.junit, "--junit")
         if self.json is not None:
-            check_writable(self.json)
+            check_writable(self.json, "--json")
 
     def describe(self) -> str:
         """``report: reports/transfer-gate.xml, reports/map.json``."""
@@ -43,18 +43,18 @@ def write_reports(run: RunResult, reports: Reports, fingerprints: Fingerprints) 
     report_to_github(run, reports.junit)
 
 
-def check_writable(report: Path) -> None:
-    """Fail before running anything if the report could not be written."""
+def check_writable(report: Path, option: str) -> None:
+    """Fail before running anything if the file could not be written; ``option`` names it."""
     folder = report.parent
     if report.is_dir():
-        raise ReportWriteError(f"{report}: is a folder; pass a file path to --junit")
+        raise ReportWriteError(f"{report}: is a folder; pass a file path to {option}")
     existing = folder
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
         raise ReportWriteError(
             f"{report}: cannot create folder {folder} ({existing} is a file); "
-            "choose another --junit"
+            f"choose another {option}"
         )
     probe = existing / f".transfer-gate-probe-{time.monotonic_ns()}"
     try:
@@ -62,5 +62,5 @@ def check_writable(report: Path) -> None:
         probe.unlink()
     except OSError as exc:
         raise ReportWriteError(
-            f"{report}: cannot write there ({exc.strerror}); choose another --junit"
+            f"{report}: cannot write there ({exc.strerror}); choose another {option}"
         ) from exc
