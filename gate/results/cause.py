@@ -59,6 +59,14 @@ _CONVERTING_USES = frozenset(
     }
 )
 _NUMPY_USES = frozenset({"__array__"})
+# Every array method the detector names a read by (`gate.witness.fetches`): one list, so a
+# read it reports is always one this module can classify.
+HOST_READS = (
+    _PRINTING_USES
+    | _CONVERTING_USES
+    | _NUMPY_USES
+    | {"__reduce__", "device_get", "copy_to_host_async"}
+)
 
 # Names (last attribute) whose call on the line says what the host did.
 _PRINTING_CALLS = frozenset(

@@ -17,6 +17,7 @@ from typing import Any
 
 from gate.jaxhooks.interpose import is_trampoline_frame
 from gate.policy.levels import Direction
+from gate.results.cause import HOST_READS
 from gate.results.records import Phase, SourceLocation, Transfer
 from gate.user_code import UserCode
 
@@ -146,29 +147,7 @@ class FetchLog:
 
 # Frames between the user's line and ``_value`` that name the operation,
 # mapped to the name reported. ``_item`` is how jax spells ``Array.item``.
-_READERS = {
-    name: name
-    for name in (
-        "__str__",
-        "__repr__",
-        "__format__",
-        "__float__",
-        "__int__",
-        "__bool__",
-        "__complex__",
-        "__index__",
-        "__hex__",
-        "__oct__",
-        "__array__",
-        "__iter__",
-        "__reduce__",
-        "tolist",
-        "tobytes",
-        "item",
-        "device_get",
-        "copy_to_host_async",
-    )
-} | {"_item": "item"}
+_READERS = {name: name for name in HOST_READS} | {"_item": "item"}
 _JAX_DIR = f"{os.sep}jax{os.sep}"
 
 
