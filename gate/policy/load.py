@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,16 @@ import yaml
 
 from gate.policy.levels import Direction, GuardLevel, GuardSpec
 from gate.policy.meaning import check_meaning
-from gate.policy.model import CallableRef, Checks, Policy, RecompileRule, Region
+from gate.policy.model import (
+    CallableRef,
+    Checks,
+    CostRule,
+    OnRegression,
+    Policy,
+    RecompileRule,
+    Region,
+    TimingRule,
+)
 from gate.policy.nodes import callable_of, line_of, mapping_of, string_of
 from gate.policy.problems import PolicyError, Problem, absolute_path, display_path
 from gate.policy.schema import json_type, scalar_value, validate
@@ -170,6 +179,8 @@ def _build(document: yaml.Node, shown: Path, file: Path, write_references: bool)
         key: value(defaults, key, v) for key, v in BUILTIN_DEFAULTS.items() if key != "guard"
     }
     default_guard = _guard(defaults.get("guard"), GuardSpec.uniform(GuardLevel.DISALLOW))
+    default_timing = _timing(defaults.get("timing"), TimingRule())
+    default_cost = _cost(defaults.get("cost"), CostRule())
 
     regions = []
     for region_node in top["regions"].value:
@@ -192,6 +203,8 @@ def _build(document: yaml.Node, shown: Path, file: Path, write_references: bool)
                 repeats=int(value(region, "repeats", inherited["repeats"])),
                 timeout_s=float(value(region, "timeout_s", inherited["timeout_s"])),
                 recompiles=RecompileRule(value(region, "recompiles", inherited["recompiles"])),
+                timing=_timing(region.get("timing"), default_timing),
+                cost=_cost(region.get("cost"), default_cost),
                 checks=Checks(
                     finite=bool(value(checks, "finite", False)),
                     reference=absolute_path(policy_dir / reference)
@@ -221,6 +234,36 @@ def _build(document: yaml.Node, shown: Path, file: Path, write_references: bool)
             )
         ),
     )
+
+
+def _timing(node: yaml.Node | None, inherited: TimingRule) -> TimingRule:
+    """A ``timing:`` setting; keys it leaves out keep ``inherited``'s (``defaults:``)."""
+    if node is None:
+        return inherited
+    if isinstance(node, yaml.ScalarNode):  # `timing: off`, which YAML reads as false
+        return replace(inherited, compare=False)
+    keys = {str(scalar_value(k)): scalar_value(v) for k, v in node.value}
+    return replace(
+        inherited,
+        compare=True,
+        max_slowdown=float(keys.get("max_slowdown", inherited.max_slowdown)),
+        baseline_max_slowdown=float(
+            keys.get("baseline_max_slowdown", inherited.baseline_max_slowdown)
+        ),
+        on_regression=OnRegression(keys.get("on_regression", inherited.on_regression.value)),
+        rounds=int(keys.get("rounds", inherited.rounds)),
+        max_rounds=int(keys.get("max_rounds", inherited.max_rounds)),
+        round_runs=int(keys.get("round_runs", inherited.round_runs)),
+        boundaries=bool(keys.get("boundaries", inherited.boundaries)),
+    )
+
+
+def _cost(node: yaml.Node | None, inherited: CostRule) -> CostRule:
+    if node is None:
+        return inherited
+    keys = {str(scalar_value(k)): scalar_value(v) for k, v in node.value}
+    limit = keys.get("max_increase", inherited.max_increase)
+    return CostRule(max_increase=None if limit is None else float(limit))
 
 
 def _guard(node: yaml.Node | None, inherited: GuardSpec) -> GuardSpec:

@@ -46,7 +46,10 @@ def check_meaning(
                     )
                 )
 
-    found += _check_finite(mapping_of(top.get("defaults")), "defaults", ("timeout_s",))
+    defaults = mapping_of(top.get("defaults"))
+    found += _check_finite(defaults, "defaults", ("timeout_s",))
+    found += _check_timing(defaults.get("timing"), "defaults.timing")
+    found += _check_finite(mapping_of(defaults.get("cost")), "defaults.cost", ("max_increase",))
     regions = top.get("regions")
     names: dict[str, tuple[int, int]] = {}
     for i, region_node in enumerate(
@@ -70,6 +73,8 @@ def check_meaning(
             else:
                 names[name] = (i, line_of(name_node))
         found += _check_finite(region, where, ("timeout_s",))
+        found += _check_timing(region.get("timing"), f"{where}.timing")
+        found += _check_finite(mapping_of(region.get("cost")), f"{where}.cost", ("max_increase",))
         checks = mapping_of(region.get("checks"))
         found += _check_finite(checks, f"{where}.checks", ("rtol", "atol"))
         reference = checks.get("reference")
@@ -78,6 +83,27 @@ def check_meaning(
             message = _reference_problem(absolute_path(policy_dir / written), root)
             if message is not None:
                 found.append(Violation(line_of(reference), f"{where}.checks.reference", message))
+    return found
+
+
+def _check_timing(node: yaml.Node | None, where: str) -> list[Violation]:
+    timing = mapping_of(node)
+    found = _check_finite(timing, where, ("max_slowdown", "baseline_max_slowdown"))
+    rounds, most = timing.get("rounds"), timing.get("max_rounds")
+    if (
+        isinstance(rounds, yaml.ScalarNode)
+        and isinstance(most, yaml.ScalarNode)
+        and json_type(rounds) == json_type(most) == "integer"
+        and scalar_value(rounds) > scalar_value(most)
+    ):
+        found.append(
+            Violation(
+                line_of(most),
+                where_key(where, "max_rounds"),
+                f"max_rounds ({most.value}) is below rounds ({rounds.value}); "
+                "raise max_rounds or lower rounds",
+            )
+        )
     return found
 
 

@@ -52,6 +52,42 @@ class RecompileRule(enum.Enum):
     ALLOW = "allow"  # not watched at all
 
 
+class OnRegression(enum.Enum):
+    """What a significant slowdown does to a region (``timing: {on_regression: ...}``)."""
+
+    FAIL = "fail"
+    WARN = "warn"  # reported, not failing
+
+
+@dataclass(frozen=True)
+class TimingRule:
+    """How a region's step time is compared (the policy's ``timing:``).
+
+    Two thresholds, because the two comparisons differ in noise: against
+    ``--base`` both trees run in the same job, interleaved, on the same
+    device; a stored baseline was measured in another job, maybe on another
+    runner of the same kind, so only a larger slowdown is told from drift.
+    """
+
+    compare: bool = True  # False: ``timing: off``, step time is recorded, never compared
+    max_slowdown: float = 1.10  # against --base
+    baseline_max_slowdown: float = 1.5  # against the stored baseline
+    on_regression: OnRegression = OnRegression.FAIL
+    rounds: int = 8  # interleaved rounds against --base before deciding
+    max_rounds: int = 32  # rounds at most, when noise leaves the verdict open
+    round_runs: int = 5  # timed runs per tree in each round
+    boundaries: bool = False  # compare boundary time per step like step time
+
+
+@dataclass(frozen=True)
+class CostRule:
+    """How the compiler's cost accounting is compared (the policy's ``cost:``)."""
+
+    # The largest ratio head/base (or head/baseline) of any cost total that
+    # passes; None: every change is reported, none fails.
+    max_increase: float | None = None
+
+
 @dataclass(frozen=True)
 class Region:
     """One critical code region: a step run under the guard."""
@@ -68,6 +104,8 @@ class Region:
     timeout_s: float
     checks: Checks
     recompiles: RecompileRule = RecompileRule.FAIL
+    timing: TimingRule = TimingRule()
+    cost: CostRule = CostRule()
 
 
 @dataclass(frozen=True)

@@ -378,6 +378,7 @@ def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> Region
     return result(
         transfers=tuple(run.verdict.transfers),
         timing=summarize(samples),
+        timing_samples=tuple(samples),
         boundaries=costs,
         checks=checks,
         recompiles=run.recompiles(compile_watch),

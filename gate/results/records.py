@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from gate.policy.levels import Direction, GuardSpec
+
+if TYPE_CHECKING:  # comparison.py imports this module's records
+    from gate.results.comparison import BaseComparison, TimingComparison
 
 
 class Phase(enum.Enum):
@@ -267,6 +271,12 @@ class RegionResult:
     coverage: tuple[tuple[str, CoverageJudge], ...] = ()
     # Compilations after warm-up (`recompiles: fail` or `warn`; none under `allow`).
     recompiles: tuple[Recompile, ...] = ()
+    # Every timed run's step time, in seconds, in the order they ran (`timing` summarises them).
+    timing_samples: tuple[float, ...] = ()
+    # Against the base tree of ``run --base`` (`gate.compare`); None without --base.
+    base: BaseComparison | None = None
+    # Against the timing ``transfer-gate baseline`` stored; None when not compared.
+    timing_vs_baseline: TimingComparison | None = None
 
     @property
     def classname(self) -> str:
@@ -289,12 +299,20 @@ class RegionResult:
         return any(not c.passed for c in self.checks)
 
     @property
+    def comparison_failed(self) -> bool:
+        """Slower than the base or the baseline, a result that differs, or a base that broke."""
+        return (self.base is not None and self.base.failing) or (
+            self.timing_vs_baseline is not None and self.timing_vs_baseline.failing
+        )
+
+    @property
     def passed(self) -> bool:
         return (
             self.error is None
             and not self.transfers_failed
             and not self.checks_failed
             and not self.recompiles_failed
+            and not self.comparison_failed
         )
 
 

@@ -1,0 +1,135 @@
+"""What a region's head run looks like against its base: frozen records the reporters read.
+
+Two kinds of "before": the base tree of ``run --base REF``, run in the same
+job (`gate.compare`), and the timing stored by ``transfer-gate baseline`` in an
+earlier job. Both end in the same `TimingComparison`; only ``against`` says
+which, because the thresholds and the reader's trust differ.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from gate.results.records import RegionError
+
+
+class TimingVerdict(str, enum.Enum):
+    """What two samples of step times say. A ``str``, so reports write the value itself."""
+
+    SLOWER = "slower"  # significant, and beyond the allowed slowdown
+    FASTER = "faster"  # significant, and beyond the same factor the other way
+    UNCHANGED = "unchanged"  # the interval rules out a change as large as the allowed one
+    INCONCLUSIVE = "inconclusive"  # noise leaves it open even after the most rounds
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+def duration_text(seconds: float) -> str:
+    """``412 µs``, ``5.3 ms``, ``1.20 s``: three significant figures at most."""
+    if seconds >= 1:
+        return f"{seconds:.3g} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} µs"
+
+
+@dataclass(frozen=True)
+class TimingComparison:
+    """Head's step times against the base's (or the stored baseline's)."""
+
+    against: str  # "base" or "baseline", as the report names the other side
+    verdict: TimingVerdict
+    base_median_s: float
+    head_median_s: float
+    ratio: float  # head / base, of the medians
+    ratio_low: float  # the ratio's confidence interval (`gate.compare.stats`)
+    ratio_high: float
+    p_value: float  # two-sided Mann-Whitney U
+    max_slowdown: float  # the threshold this comparison used
+    failing: bool  # slower, and the policy says ``on_regression: fail``
+    base_samples: tuple[float, ...] = ()
+    head_samples: tuple[float, ...] = ()
+    rounds: int = 0  # interleaved rounds run (0 against a stored baseline)
+    what: str = "step"  # "step", or the boundary's name when a boundary is compared
+
+    def headline(self) -> str:
+        """``1.32x slower: median 412 µs → 545 µs, p=3e-07, 40+40 samples``."""
+        if self.verdict is TimingVerdict.SLOWER:
+            lead = f"{self.ratio:.2f}x slower"
+        elif self.verdict is TimingVerdict.FASTER:
+            lead = f"{1 / self.ratio:.2f}x faster" if self.ratio > 0 else "faster"
+        elif self.verdict is TimingVerdict.UNCHANGED:
+            lead = f"unchanged ({self.ratio:.2f}x)"
+        else:
+            lead = (
+                f"inconclusive ({self.ratio:.2f}x, interval {self.ratio_low:.2f}-"
+                f"{self.ratio_high:.2f}x straddles {self.max_slowdown:g}x)"
+            )
+        return (
+            f"{lead}: median {duration_text(self.base_median_s)} → "
+            f"{duration_text(self.head_median_s)}, p={self.p_value:.2g}, "
+            f"{len(self.base_samples)}+{len(self.head_samples)} samples"
+        )
+
+
+@dataclass(frozen=True)
+class LeafDifference:
+    """One output leaf whose head value is not the base's within the region's tolerance."""
+
+    path: str  # the leaf's pytree path, e.g. "['params']['w']"; "" for a bare array output
+    detail: str  # "3 of 64 values differ, max abs diff 0.5, max rel diff 0.1 (rtol=…, atol=…)"
+
+
+@dataclass(frozen=True)
+class ResultComparison:
+    """Head's outputs against the base's, leaf by leaf, from setup's (deterministic) inputs."""
+
+    compared: bool  # False: not compared, and ``detail`` says why
+    passed: bool
+    detail: str
+    differences: tuple[LeafDifference, ...] = ()
+
+
+class BaseStatus(str, enum.Enum):
+    """How far the comparison with the base got for one region."""
+
+    COMPARED = "compared"
+    NEW_REGION = "new region, not compared"  # the base's policy has no such region
+    BASE_FAILED = "the base could not run it"  # the comparison is an error; the head is judged
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True)
+class BoundaryTime:
+    """A boundary's time per step, base and head (from each tree's timed runs)."""
+
+    name: str
+    base_per_step_s: float | None  # None: the base never called it
+    head_per_step_s: float | None
+
+
+@dataclass(frozen=True)
+class BaseComparison:
+    """One region of the head against the same region run from the base tree."""
+
+    base: str  # "HEAD~1 (1a2b3c4)": the ref as given and the commit it named
+    status: BaseStatus
+    timing: TimingComparison | None = None  # None: `timing: off`, or not compared
+    results: ResultComparison | None = None
+    boundaries: tuple[BoundaryTime, ...] = ()
+    boundary_timing: tuple[TimingComparison, ...] = ()  # `timing: {boundaries: true}`
+    base_error: RegionError | None = None  # BASE_FAILED: what the base's run said
+    already_in_base: int = 0  # transfers accepted because the base has them too
+
+    @property
+    def failing(self) -> bool:
+        if self.status is BaseStatus.BASE_FAILED:
+            return True
+        timings = (self.timing, *self.boundary_timing)
+        return any(t is not None and t.failing for t in timings) or (
+            self.results is not None and self.results.compared and not self.results.passed
+        )
