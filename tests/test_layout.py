@@ -14,18 +14,26 @@ import pytest
 
 GATE = Path(__file__).resolve().parents[1] / "gate"
 
-# A subsystem may not import these (the arrow of policy -> plan -> isolation -> region ->
-# witness -> jaxhooks, with results as the shared records and report/ reading them only).
+# A subsystem may not import these (the arrow of policy -> plan -> compare -> isolation ->
+# region -> witness -> jaxhooks, with results as the shared records and report/ reading them
+# only).
 FORBIDDEN: dict[str, frozenset[str]] = {
-    "policy": frozenset({"plan", "isolation", "region", "witness", "report", "cli", "machine"}),
-    "plan": frozenset({"isolation", "region", "witness", "jaxhooks", "report", "cli"}),
-    "isolation": frozenset({"cli", "report"}),
-    "region": frozenset({"cli", "isolation", "report", "plan"}),
-    "witness": frozenset({"cli", "isolation", "region", "report", "plan"}),
-    "jaxhooks": frozenset({"cli", "isolation", "region", "witness", "report", "plan", "machine"}),
-    "results": frozenset({"cli", "isolation", "region", "witness", "jaxhooks", "report", "plan"}),
-    "report": frozenset({"cli", "isolation", "region", "witness", "jaxhooks", "machine"}),
-    "machine": frozenset({"cli", "isolation", "region", "report", "plan"}),
+    "policy": frozenset(
+        {"plan", "compare", "isolation", "region", "witness", "report", "cli", "machine"}
+    ),
+    "plan": frozenset({"compare", "isolation", "region", "witness", "jaxhooks", "report", "cli"}),
+    "compare": frozenset({"cli", "report", "region", "witness", "jaxhooks"}),
+    "isolation": frozenset({"cli", "compare", "report"}),
+    "region": frozenset({"cli", "compare", "isolation", "report", "plan"}),
+    "witness": frozenset({"cli", "compare", "isolation", "region", "report", "plan"}),
+    "jaxhooks": frozenset(
+        {"cli", "compare", "isolation", "region", "witness", "report", "plan", "machine"}
+    ),
+    "results": frozenset(
+        {"cli", "compare", "isolation", "region", "witness", "jaxhooks", "report", "plan"}
+    ),
+    "report": frozenset({"cli", "compare", "isolation", "region", "witness", "jaxhooks", "machine"}),
+    "machine": frozenset({"cli", "compare", "isolation", "region", "report", "plan"}),
 }
 MAX_LINES = 400
 
