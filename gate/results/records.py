@@ -91,6 +91,9 @@ class Transfer:
     source: str | None = None  # the text of the offending line
     thread: str | None = None  # set when a thread the step started made it
     accepted: bool = False  # listed in the baseline: would fail, but is accepted
+    # ``run --base``: the base tree moves the same array at the same place, so this is not new;
+    # set together with ``accepted`` (and ``failing`` False).
+    in_base: bool = False
     # The argument of a jitted call that moved, e.g. "y" or "batch['image']",
     # where the gate could tell for sure (see gate.witness.arguments); else None.
     argument: str | None = None
