@@ -407,10 +407,10 @@ def test_a_gate_bug_inside_a_worker_is_an_internal_error_for_that_region(repo: P
 
                 original = gate.region.engine.run_region
 
-                def broken(policy, region, *, repo_root):
+                def broken(policy, region, **options):
                     if region.name == "buggy":
                         raise KeyError("injected gate bug")
-                    return original(policy, region, repo_root=repo_root)
+                    return original(policy, region, **options)
 
                 gate.region.engine.run_region = broken
             """,

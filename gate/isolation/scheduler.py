@@ -34,10 +34,11 @@ from typing import TextIO
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.compile_cache import RunCache, use_compile_cache
 from gate.isolation.lost_region import how_it_ended, lost_region_error, seconds
-from gate.isolation.worker import Done, Job, Ready
+from gate.isolation.worker import Done, Job, Ready, Sample, Sampled
 from gate.isolation.worker_process import WaitEvent, WorkerProcess
 from gate.plan import Plan
 from gate.policy.model import Policy, Region
+from gate.results.comparison import StepOutputs, StepSamples
 from gate.results.records import (
     ErrorKind,
     RegionError,
@@ -156,6 +157,7 @@ class Scheduler:
         self._jobs = itertools.count(1)
         # The compilation cache this scheduler's workers share; removed on leaving.
         self._cache = RunCache()
+        self.outputs: StepOutputs | None = None  # the last held region's, see `run`
 
     def __enter__(self) -> Scheduler:
         return self
@@ -169,8 +171,13 @@ class Scheduler:
         if worker is not None:
             worker.close()
 
-    def run(self, policy: Policy, region: Region) -> RegionResult:
-        """Run ``region`` in the worker; a lost worker makes it an error, never an exception."""
+    def run(self, policy: Policy, region: Region, *, hold: bool = False) -> RegionResult:
+        """Run ``region`` in the worker; a lost worker makes it an error, never an exception.
+
+        With ``hold`` the worker keeps the region loaded for `sample`, and
+        `outputs` is its outputs on the host (None if it did not run to the end).
+        """
+        self.outputs = None
         running = _Running(policy, region, time.monotonic(), 0)
         if self.cancel is not None and self.cancel.requested:
             return running.result(self._cancelled_before())
@@ -178,7 +185,7 @@ class Scheduler:
         if self._worker is not None and (self._worker.env != env or self._worker.exited()):
             self.close()
         try:
-            return self._run(running, env)
+            return self._run(running, env, hold)
         except BaseException:
             # A gate bug: leave no worker behind, and start afresh next time.
             worker, self._worker = self._worker, None
@@ -186,10 +193,10 @@ class Scheduler:
                 worker.stop(dump=False)
             raise
 
-    def _run(self, running: _Running, env: dict[str, str]) -> RegionResult:
+    def _run(self, running: _Running, env: dict[str, str], hold: bool) -> RegionResult:
         region = running.region
         label = f"{running.policy.suite}.{region.name}"
-        job = Job(next(self._jobs), running.policy, region, self.repo_root)
+        job = Job(next(self._jobs), running.policy, region, self.repo_root, hold)
         worker: WorkerProcess | None = None
         for attempt in range(2):
             if self._worker is None:
@@ -210,11 +217,38 @@ class Scheduler:
         event = worker.wait(time.monotonic() + region.timeout_s, self.cancel)
         if isinstance(event, Done) and event.number == job.number:
             worker.output.label = "worker"
+            self.outputs = event.outputs
             return event.result
         if not isinstance(event, WaitEvent):
             raise RuntimeError(f"worker answered job {job.number} with {event!r:.300}")
         self._worker = None
         return self._lost(worker, running, event)
+
+    def sample(self, policy: Policy, region: Region, runs: int) -> StepSamples:
+        """``runs`` more timed runs of the region the last ``run(hold=True)`` left loaded.
+
+        A worker lost meanwhile (crash, timeout, cancellation) is the samples' error.
+        """
+        worker = self._worker
+        if worker is None:
+            error = RegionError(
+                ErrorKind.CRASH, "the worker that ran this region is gone; nothing to time", ""
+            )
+            return StepSamples((), error=error)
+        running = _Running(policy, region, time.monotonic(), worker.output.count)
+        number = next(self._jobs)
+        worker.output.label = f"{policy.suite}.{region.name}"
+        if not worker.send(Sample(number, runs)):
+            self._worker = None
+            return StepSamples((), error=self._lost(worker, running, WaitEvent.EXITED).error)
+        event = worker.wait(time.monotonic() + region.timeout_s, self.cancel)
+        if isinstance(event, Sampled) and event.number == number:
+            worker.output.label = "worker"
+            return event.samples
+        if not isinstance(event, WaitEvent):
+            raise RuntimeError(f"worker answered sample {number} with {event!r:.300}")
+        self._worker = None
+        return StepSamples((), error=self._lost(worker, running, event).error)
 
     def _start(self, running: _Running, env: dict[str, str]) -> RegionResult | None:
         """Start a worker and wait until it is ready; the region's error if it is not."""

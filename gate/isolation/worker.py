@@ -31,9 +31,14 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gate import PACKAGE_DIR
 from gate.policy.model import Policy, Region
+
+if TYPE_CHECKING:  # the region engine is imported only when a region runs
+    from gate.region.held import HeldRegion, Keep
+from gate.results.comparison import StepOutputs, StepSamples
 from gate.results.records import ErrorKind, RegionError, RegionResult
 from gate.user_code import UserCode, frames_of
 
@@ -72,6 +77,16 @@ class Job:
     policy: Policy
     region: Region
     repo_root: Path
+    # Keep the region loaded afterwards for `Sample` jobs, and send its outputs (``run --base``).
+    hold: bool = False
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Time ``runs`` more runs of the region the last `Job` held."""
+
+    number: int
+    runs: int
 
 
 @dataclass(frozen=True)
@@ -88,9 +103,19 @@ class Done:
 
     number: int
     result: RegionResult
+    outputs: StepOutputs | None = None  # a held region's outputs on the host
 
 
-Message = Job | Ready | Done
+@dataclass(frozen=True)
+class Sampled:
+    """The step times a `Sample` asked for."""
+
+    number: int
+    samples: StepSamples
+
+
+Message = Job | Sample | Ready | Done | Sampled
+_MESSAGES = (Job, Sample, Ready, Done, Sampled)
 
 
 def encode(message: Message) -> bytes:
@@ -124,7 +149,7 @@ class FrameBuffer:
             payload = bytes(self._buffer[_HEADER : _HEADER + size])
             del self._buffer[: _HEADER + size]
             message = pickle.loads(payload)
-            if not isinstance(message, Job | Ready | Done):
+            if not isinstance(message, _MESSAGES):
                 raise TypeError(f"unexpected message from the other side: {message!r:.200}")
             yield message
 
@@ -149,26 +174,76 @@ def main(argv: list[str]) -> int:
     jax.devices()  # backend start-up is paid once per worker, not per region
     write_frame(results_fd, Ready(os.getpid(), time.perf_counter() - started))
 
-    jobs: queue.Queue[Job | None] = queue.Queue()
+    jobs: queue.Queue[Job | Sample | None] = queue.Queue()
     busy = threading.Event()
     threading.Thread(
         target=_read_jobs, args=(jobs_fd, jobs, busy), name="gate-jobs", daemon=True
     ).start()
+    held = _Held()
     while True:
         job = jobs.get()
         if job is None:
             return 0
         busy.set()
-        result = run_job(job)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        _send_result(results_fd, job, result)
+        if isinstance(job, Sample):
+            reply: Message = Sampled(job.number, held.sample(job.runs))
+            sys.stdout.flush()
+            sys.stderr.flush()
+            write_frame(results_fd, reply)
+        else:
+            held.region = None  # a new region: the last one is let go
+            result = run_job(job, held.keep if job.hold else None)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            _send_result(results_fd, job, result, held.take_outputs())
         busy.clear()
 
 
-def _send_result(fd: int, job: Job, result: RegionResult) -> None:
+class _Held:
+    """The region the last `Job` asked to hold, and its outputs until they are sent."""
+
+    def __init__(self) -> None:
+        self.region: HeldRegion | None = None
+        self._outputs: StepOutputs | None = None
+
+    def keep(self, region: HeldRegion, outputs: object) -> None:
+        self.region = region
+        try:
+            self._outputs = region.outputs(outputs)
+        except Exception:  # the comparison then says the outputs were not compared
+            traceback.print_exc()
+            self._outputs = None
+
+    def take_outputs(self) -> StepOutputs | None:
+        outputs, self._outputs = self._outputs, None
+        return outputs
+
+    def sample(self, runs: int) -> StepSamples:
+        if self.region is None:
+            error = RegionError(
+                ErrorKind.INTERNAL,
+                "transfer-gate asked for timed runs of a region this worker does not hold; "
+                "this is a bug",
+                "",
+            )
+            return StepSamples((), error=error)
+        try:
+            return self.region.sample(runs)
+        except Exception as exc:  # a gate bug, not the step's (the step's error is in the samples)
+            error = RegionError(
+                ErrorKind.INTERNAL,
+                f"transfer-gate itself failed while timing this region ({type(exc).__name__}: "
+                f"{exc}); this is a bug",
+                "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+            )
+            return StepSamples((), error=error)
+
+
+def _send_result(
+    fd: int, job: Job, result: RegionResult, outputs: StepOutputs | None = None
+) -> None:
     try:
-        frame = encode(Done(job.number, result))
+        frame = encode(Done(job.number, result, outputs))
     except Exception as exc:  # something in the result does not pickle: a gate bug
         error = RegionError(
             ErrorKind.INTERNAL,
@@ -180,13 +255,13 @@ def _send_result(fd: int, job: Job, result: RegionResult) -> None:
     write_all(fd, frame)
 
 
-def _read_jobs(fd: int, jobs: queue.Queue[Job | None], busy: threading.Event) -> None:
+def _read_jobs(fd: int, jobs: queue.Queue[Job | Sample | None], busy: threading.Event) -> None:
     frames = FrameBuffer()
     try:
         while chunk := os.read(fd, 1 << 16):
             for message in frames.feed(chunk):
-                if not isinstance(message, Job):
-                    raise TypeError(f"expected a Job, got {type(message).__name__}")
+                if not isinstance(message, Job | Sample):
+                    raise TypeError(f"expected a Job or a Sample, got {type(message).__name__}")
                 jobs.put(message)
     except BaseException:
         traceback.print_exc()
@@ -203,13 +278,13 @@ def _kill_own_group() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def run_job(job: Job) -> RegionResult:
+def run_job(job: Job, keep: Keep | None = None) -> RegionResult:
     """The region's result; a gate bug becomes an INTERNAL error for this region only."""
     from gate.region import engine
 
     started = time.perf_counter()
     try:
-        return engine.run_region(job.policy, job.region, repo_root=job.repo_root)
+        return engine.run_region(job.policy, job.region, repo_root=job.repo_root, keep=keep)
     except Exception as exc:
         # run_region turns every exception of the user's code into a RegionError.
         return _error_result(

@@ -25,6 +25,7 @@ from gate.isolation.worker import (
     FrameBuffer,
     Job,
     Message,
+    Sample,
     worker_command,
     write_frame,
 )
@@ -98,7 +99,7 @@ class WorkerProcess:
         except ChildProcessError:
             return True
 
-    def send(self, job: Job) -> bool:
+    def send(self, job: Job | Sample) -> bool:
         """Hand ``job`` to the worker; False when it is already gone."""
         if self._jobs is None:
             return False

@@ -119,6 +119,19 @@ EXPLICIT_ENTRY_POINTS = frozenset(
 )
 
 
+def explicit_functions() -> tuple[Callable[..., Any], ...]:
+    """The explicit-transfer functions this JAX version has (some are deprecated away)."""
+    import jax
+
+    found = []
+    for name in sorted(EXPLICIT_ENTRY_POINTS):
+        try:
+            found.append(getattr(jax, name))
+        except AttributeError:
+            continue
+    return tuple(found)
+
+
 @contextmanager
 def guard_kept_by_the_gate(
     is_user_frame: Callable[[str], bool], on_loosen: Callable[[str, FrameType], None]

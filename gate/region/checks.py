@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from gate.policy.model import Checks
+from gate.results.leaf_diff import leaf_differences
 from gate.results.records import CheckName, CheckOutcome
 
 # Host copy of the outputs: (path of each leaf, e.g. "[0]['w']", its value).
@@ -68,23 +69,7 @@ def check_reference(leaves: Leaves, path: Path, rtol: float, atol: float) -> Che
             f"outputs have {len(leaves)} leaves, {path.name} has {len(expected)}; "
             "regenerate it with `transfer-gate run --write-references`",
         )
-    problems = []
-    for (leaf_path, value), want in zip(leaves, expected, strict=False):
-        where = leaf_path or "output"
-        if value.shape != want.shape:
-            problems.append(f"{where}: shape {value.shape} != reference {want.shape}")
-            continue
-        try:
-            close = np.isclose(value, want, rtol=rtol, atol=atol, equal_nan=True)
-        except TypeError as exc:
-            problems.append(f"{where}: cannot compare {value.dtype} with {want.dtype} ({exc})")
-            continue
-        if not close.all():
-            diff = np.abs(value.astype(np.float64) - want.astype(np.float64))
-            problems.append(
-                f"{where}: {int(close.size - close.sum())} of {close.size} values differ, "
-                f"max abs diff {float(np.nanmax(diff)):.3g} (rtol={rtol:g}, atol={atol:g})"
-            )
+    problems = [d.detail for d in leaf_differences(leaves, expected, rtol, atol, "reference")]
     if problems:
         return CheckOutcome(CheckName.REFERENCE, False, "; ".join(problems))
     return CheckOutcome(

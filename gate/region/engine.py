@@ -35,7 +35,7 @@ from typing import Any
 
 from gate.jaxhooks.compiles import CompileWatch, watching_compiles
 from gate.jaxhooks.guard import (
-    EXPLICIT_ENTRY_POINTS,
+    explicit_functions,
     full_tracebacks,
     guard_kept_by_the_gate,
     guarded,
@@ -51,6 +51,7 @@ from gate.region.callables import RegionCode, import_region
 from gate.region.checks import run_checks
 from gate.region.errors import RegionAbort, error_from, first_line, refused_transfer
 from gate.region.fetch_watch import FetchWatch, watching_reads
+from gate.region.held import HeldRegion, Keep
 from gate.region.inputs import Inputs, StepInputs
 from gate.region.outputs import call_step, check_outputs, host_leaves
 from gate.region.sightings import PhaseTally, SightingMemory, between_runs
@@ -72,6 +73,9 @@ from gate.witness.fetches import FetchLog
 from gate.witness.observed import Observed, name_moves
 from gate.witness.recompiles import attribute
 from gate.witness.transfer_map import capture_works, mapped
+
+# What JAX runs on in this process; fixed once JAX has started.
+_platform = functools.cache(detect_platform)
 
 # How long the detector keeps watching after the last watched run when threads
 # of the user's are alive (work handed to them may still be on its way).
@@ -165,8 +169,6 @@ class RegionRun:
         region's own levels. Three witnesses: JAX's guard log, the gate's
         device-to-host detector, and the host-callback counter.
         """
-        import jax
-
         tally = PhaseTally(
             main_thread=threading.current_thread().name,
             step_location=self.code.step_location(),
@@ -174,7 +176,7 @@ class RegionRun:
             memory=self.memory,
             disagreements=self.verdict.disagreements,
         )
-        explicit = _explicit_functions(jax)
+        explicit = explicit_functions()
         for _ in range(runs):
             self._mapped_run(tally, explicit)
         for key, sighting, count in tally.sites():
@@ -259,13 +261,21 @@ class RegionRun:
         return samples, outputs
 
 
-def run_region(policy: Policy, region: Region, *, repo_root: Path | None = None) -> RegionResult:
+def run_region(
+    policy: Policy,
+    region: Region,
+    *,
+    repo_root: Path | None = None,
+    keep: Keep | None = None,
+) -> RegionResult:
     """Run one region of ``policy`` in this process and judge it. Never raises for the user's code.
 
     ``repo_root`` is the repository the user's code is in: reports name its
     files relative to it, and only frames in it (or in the policy's
     ``python_path``) count as the user's lines. By default it is the working
-    directory, where the gate's workers run.
+    directory, where the gate's workers run. ``keep``, when given, receives
+    the region loaded and warmed up, with its last outputs, if it ran to the
+    end (``run --base`` times it again, `gate.region.held`).
     """
     started = time.perf_counter()
     user = UserCode(Path.cwd() if repo_root is None else repo_root, policy.python_path)
@@ -288,20 +298,17 @@ def run_region(policy: Policy, region: Region, *, repo_root: Path | None = None)
                 callables = import_region(policy, region)
         except ResolveError as exc:
             return result(error=RegionError(ErrorKind.IMPORT, str(exc), str(exc)))
-        return _run_imported(RegionRun(RegionCode(policy, region, user, callables)), result)
+        run = RegionRun(RegionCode(policy, region, user, callables))
+        return _run_imported(run, result, keep)
 
 
-@functools.cache
-def platform_info() -> PlatformInfo:
-    """What JAX runs on in this process; fixed once JAX has started."""
-    return detect_platform()
-
-
-def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> RegionResult:
+def _run_imported(
+    run: RegionRun, result: Callable[..., RegionResult], keep: Keep | None
+) -> RegionResult:
     import jax
 
     region = run.code.region
-    run.platform = platform_info()
+    run.platform = _platform()
     base = {"platform": run.platform.describe()}
     wrong_platform = check_required(run.code.policy.platform, run.platform)
     if wrong_platform is not None:
@@ -375,6 +382,8 @@ def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> Region
             **base,
         )
     judged = coverage(witnessing())
+    if keep is not None:
+        keep(HeldRegion(run.code, run.inputs, run._call, run.monitor), outputs)
     return result(
         transfers=tuple(run.verdict.transfers),
         timing=summarize(samples),
@@ -387,14 +396,3 @@ def _run_imported(run: RegionRun, result: Callable[..., RegionResult]) -> Region
         error=unchecked(region.guard, witnessing(), judged),
         **base,
     )
-
-
-def _explicit_functions(jax: Any) -> tuple[Callable[..., Any], ...]:
-    """The explicit-transfer functions this JAX version has (some are deprecated away)."""
-    found = []
-    for name in sorted(EXPLICIT_ENTRY_POINTS):
-        try:
-            found.append(getattr(jax, name))
-        except AttributeError:
-            continue
-    return tuple(found)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from gate.files import DocumentError, read_json_document, write_text_atomically
 from gate.results.findings import Finding, group
-from gate.results.records import RegionResult, RunResult, Site, Transfer
+from gate.results.records import RegionResult, RunResult, Site, SuiteResult, Transfer
 
 FORMAT = "jax-transfer-gate.results.baseline"
 # Version 2: fingerprints name the array moved (one finding per array).
@@ -248,22 +248,7 @@ def rebaselined(
 def _judge(region: RegionResult, accepted: dict[str, Accepted], command: str) -> RegionResult:
     if region.error is not None and not region.transfers:
         return region  # nothing ran far enough to say what was fixed
-    findings = [f for f in group(region.transfers) if f.failing]
-    prints = fingerprints(region.classname, findings)
-    notes = list(region.notes)
-    forgiven: set[Transfer] = set()
-    for finding, print_ in prints.items():
-        entry = accepted.get(print_)
-        if entry is None:
-            notes.append(f"new since the baseline: {finding.headline()}")
-            continue
-        if finding.per_step > entry.per_step or finding.first_call > entry.first_call:
-            notes.append(
-                f"more often than the baseline accepts: {finding.headline()} "
-                f"(accepted: {entry.per_step}x per step, {entry.first_call}x on the first call)"
-            )
-            continue
-        forgiven.update(finding.members)
+    prints, forgiven, notes = _forgive(region, accepted, "the baseline")
     transfers = tuple(
         replace(t, failing=False, accepted=True) if t.failing and t in forgiven else t
         for t in region.transfers
@@ -279,7 +264,50 @@ def _judge(region: RegionResult, accepted: dict[str, Accepted], command: str) ->
             f"{len(fixed)} accepted transfer(s) no longer happen; ratchet the baseline down "
             f"with `{command}`"
         )
-    return replace(region, transfers=transfers, notes=tuple(notes), fixed=fixed)
+    return replace(region, transfers=transfers, notes=(*region.notes, *notes), fixed=fixed)
+
+
+def accept_base(region: RegionResult, base: RegionResult) -> tuple[RegionResult, int]:
+    """``region`` with its failing transfers that ``base`` has too accepted, and how many.
+
+    ``run --base``: the base tree's transfer map is the baseline, matched by the
+    same fingerprint as the file's entries, so only what the change brought in
+    fails. ``base`` is the same region run from the base tree under the head's policy.
+    """
+    accepted = {
+        entry.fingerprint: entry
+        for entry in accepted_from(RunResult((SuiteResult(base.suite, "", (base,)),)))
+    }
+    _, forgiven, notes = _forgive(region, accepted, "the base")
+    transfers = tuple(
+        replace(t, failing=False, accepted=True, in_base=True) if t.failing and t in forgiven else t
+        for t in region.transfers
+    )
+    kept = sum(1 for t in transfers if t.in_base)
+    return replace(region, transfers=transfers, notes=(*region.notes, *notes)), kept
+
+
+def _forgive(
+    region: RegionResult, accepted: dict[str, Accepted], other: str
+) -> tuple[dict[Finding, str], set[Transfer], list[str]]:
+    """The failing findings' fingerprints, the transfers ``accepted`` covers, notes on the rest."""
+    findings = [f for f in group(region.transfers) if f.failing]
+    prints = fingerprints(region.classname, findings)
+    notes: list[str] = []
+    forgiven: set[Transfer] = set()
+    for finding, print_ in prints.items():
+        entry = accepted.get(print_)
+        if entry is None:
+            notes.append(f"new since {other}: {finding.headline()}")
+            continue
+        if finding.per_step > entry.per_step or finding.first_call > entry.first_call:
+            notes.append(
+                f"more often than {other} accepts: {finding.headline()} "
+                f"(accepted: {entry.per_step}x per step, {entry.first_call}x on the first call)"
+            )
+            continue
+        forgiven.update(finding.members)
+    return prints, forgiven, notes
 
 
 def default_path(paths: Sequence[str], repo_root: Path, default_folder: str) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 from gate.results.records import RegionError
 
@@ -133,3 +134,30 @@ class BaseComparison:
         return any(t is not None and t.failing for t in timings) or (
             self.results is not None and self.results.compared and not self.results.passed
         )
+
+
+@dataclass(frozen=True)
+class StepOutputs:
+    """What a region run from one tree hands the comparison: its outputs on the host.
+
+    ``leaves`` are the array leaves of one run's outputs, fetched explicitly
+    after the timed runs, with their pytree paths; ``setup_digest`` is a hash
+    of setup's array leaves, the same over two calls, or None when two calls
+    gave different inputs (then outputs cannot be compared).
+    """
+
+    leaves: tuple[tuple[str, Any], ...]  # (path, numpy array)
+    setup_digest: str | None
+    setup_leaves: int = 0  # how many array leaves setup's digest covers
+    # Where the step's module was imported from: a base run must import the base's code, not
+    # the head's (installed into site-packages, say).
+    step_file: str | None = None
+
+
+@dataclass(frozen=True)
+class StepSamples:
+    """One round's timed runs of a held region (`gate.region.held`)."""
+
+    step_s: tuple[float, ...]
+    boundary_s: tuple[tuple[str, tuple[float, ...]], ...] = ()  # per boundary, per run
+    error: RegionError | None = None  # the step raised during the round

@@ -1,0 +1,88 @@
+"""A region kept loaded after its run, for ``run --base``: more timed runs, its outputs on the host.
+
+The comparison with the base interleaves the two trees' timed runs in rounds
+(`gate.compare.session`), so after its normal run a region stays in its worker,
+imported and warmed up, and times as many more runs as each round asks for,
+exactly as the engine's own timed runs do (fresh inputs from setup, untimed;
+the call blocks on the outputs; boundaries interposed and timed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gate.region.boundary import BoundaryMonitor
+from gate.region.callables import RegionCode
+from gate.region.errors import RegionAbort, error_from
+from gate.region.inputs import Inputs, StepInputs
+from gate.region.outputs import host_leaves
+from gate.results.comparison import StepOutputs, StepSamples
+from gate.results.records import ErrorKind
+
+
+@dataclass
+class HeldRegion:
+    """A region that ran to its end in this worker, ready for more timed runs."""
+
+    code: RegionCode
+    inputs: StepInputs
+    call: Callable[[Inputs], Any]  # the engine's own step call, blocking on the outputs
+    monitor: BoundaryMonitor
+
+    def sample(self, runs: int) -> StepSamples:
+        """``runs`` more timed runs; an error of the step ends the round early."""
+        step_s: list[float] = []
+        names = [name for name, _ in self.code.callables.boundaries]
+        boundary_s: dict[str, list[float]] = {name: [] for name in names}
+        try:
+            with self.monitor.installed(self.code.callables.boundaries):
+                for _ in range(runs):
+                    inputs = self.inputs.fresh()
+                    self.monitor.reset_costs()
+                    start = time.perf_counter()
+                    try:
+                        self.call(inputs)
+                    except Exception as exc:
+                        raise RegionAbort(error_from(self.code.user, ErrorKind.STEP, exc)) from exc
+                    step_s.append(time.perf_counter() - start)
+                    for cost in self.monitor.costs(1):
+                        boundary_s.setdefault(cost.name, []).append(cost.total_s)
+        except RegionAbort as abort:
+            return StepSamples(tuple(step_s), error=abort.error)
+        return StepSamples(
+            tuple(step_s), tuple((name, tuple(v)) for name, v in sorted(boundary_s.items()))
+        )
+
+    def outputs(self, outputs: Any) -> StepOutputs:
+        """``outputs`` (one run's, from setup's inputs) on the host, and whether setup repeats."""
+        _, leaves = host_leaves(outputs)
+        first, count = _digest(self.inputs.fresh())
+        second, _ = _digest(self.inputs.fresh())
+        module = sys.modules.get(self.code.region.step.module)
+        step_file = getattr(module, "__file__", None)
+        return StepOutputs(
+            tuple(leaves),
+            first if first == second else None,
+            count,
+            os.path.abspath(step_file) if step_file else None,
+        )
+
+
+def _digest(inputs: Inputs) -> tuple[str, int]:
+    """A hash of the array leaves of ``inputs`` (paths, dtypes, shapes, bytes), and their count."""
+    _, leaves = host_leaves(inputs)
+    digest = hashlib.sha256()
+    for path, value in leaves:
+        digest.update(f"{path}\x1f{value.dtype}\x1f{value.shape}\x1e".encode())
+        digest.update(value.tobytes())
+    return digest.hexdigest(), len(leaves)
+
+
+# What `gate.region.engine.run_region` hands a region that ran to its end, with its last outputs.
+Keep = Callable[[HeldRegion, Any], None]
