@@ -107,6 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
         "`platform:`",
     )
     run.add_argument(
+        "--base",
+        metavar="REF",
+        help="also run every region from the git commit REF (a branch, tag or SHA: the pull "
+        "request's base, HEAD~1), checked out in a temporary worktree, and compare; the head "
+        "is the working tree as it is (in CI, check out the full history: fetch-depth: 0)",
+    )
+    run.add_argument(
         "--time-budget",
         type=_time_budget,
         metavar="SECONDS",
