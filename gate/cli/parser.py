@@ -33,7 +33,7 @@ def _time_budget(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     """The command line of every subcommand; parsing only, nothing runs."""
     # allow_abbrev=False everywhere: a prefix must never quietly mean another
-    # option (`--base` would be taken as `--baseline`).
+    # option (`--baseli` would be taken as `--baseline`).
     parser = argparse.ArgumentParser(
         prog="transfer-gate",
         allow_abbrev=False,
