@@ -19,6 +19,7 @@ from processes import run
 from result_samples import STEPS, policy
 
 from gate.cli.exit_codes import ExitCode
+from gate.compare import worktree
 from gate.compare.worktree import TEMP_PREFIX, BaseRefError, BaseTree, check_base, checked_out
 from gate.isolation.cancellation import cancel_on_signals
 
@@ -202,6 +203,25 @@ def test_git_missing_is_one_line(repo: Path, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("PATH", str(repo / "no-bin"))
     with pytest.raises(BaseRefError, match=r"^--base: git is not installed; install git"):
         check_base(repo, "HEAD~1")
+
+
+def test_a_hung_git_is_stopped_and_never_asked_for_a_password(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    seen = tmp_path / "prompt"
+    fake = bin_dir / "git"
+    fake.write_text(f'#!/bin/sh\nprintf "%s" "$GIT_TERMINAL_PROMPT" > {seen}\nexec sleep 30\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(worktree, "GIT_TIMEOUT_S", 0.5)
+    with pytest.raises(BaseRefError) as raised:
+        check_base(repo, "HEAD~1")
+    assert str(raised.value).startswith(
+        "--base: `git rev-parse --show-toplevel --show-prefix` did not finish in 0.5 s; "
+    )
+    assert seen.read_text() == "0"
 
 
 def test_a_failing_worktree_add_gives_gits_own_line(repo: Path) -> None:

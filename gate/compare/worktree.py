@@ -154,9 +154,10 @@ def _not_a_repository(repo_root: Path, ref: str, stderr: str) -> str:
 
 
 def _git(
-    args: Sequence[str], cwd: Path, *, timeout_s: float = GIT_TIMEOUT_S, check: bool = True
+    args: Sequence[str], cwd: Path, *, timeout_s: float | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
     """``git ARGS`` in ``cwd``; BaseRefError when git is missing, hangs, or (``check``) fails."""
+    limit = GIT_TIMEOUT_S if timeout_s is None else timeout_s
     # Never ask for credentials on a terminal nobody watches.
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
     command = " ".join(["git", *args])
@@ -167,7 +168,7 @@ def _git(
             env=env,
             capture_output=True,
             text=True,
-            timeout=timeout_s,
+            timeout=limit,
             stdin=subprocess.DEVNULL,
             check=False,
         )
@@ -177,7 +178,7 @@ def _git(
         ) from exc
     except subprocess.TimeoutExpired as exc:
         raise BaseRefError(
-            f"--base: `{command}` did not finish in {timeout_s:.0f} s; check the repository "
+            f"--base: `{command}` did not finish in {limit:g} s; check the repository "
             "(a stale .git/index.lock?), or drop --base"
         ) from exc
     if check and done.returncode != 0:
