@@ -53,8 +53,16 @@ CI_LINT = Path(__file__).resolve().parent / "ci-lint"
 
 GATE_COMMAND = (
     "exec transfer-gate run --junit reports/transfer-gate.xml --json reports/transfer-gate.json "
-    "--time-budget 3300 policies/"
+    '--time-budget 3300 ${GATE_BASE:+--base "$GATE_BASE"} policies/'
 )
+# A pull request is compared against its base commit (`run --base`); a push against nothing.
+PR_BASE = "${{ github.event.pull_request.base.sha }}"
+# The full history when there is a base to compare: a shallow clone lacks it. '0', a string: the
+# number 0 is falsy in an expression and would give '1'.
+FETCH_DEPTH = "${{ github.event.pull_request.base.sha && '0' || '1' }}"
+SHARD_BASE = "${{ inputs.base || github.event.pull_request.base.sha }}"
+SHARD_FETCH_DEPTH = "${{ (inputs.base || github.event.pull_request.base.sha) && '0' || '1' }}"
+BASE_SHA = "1a2b3c4d" * 5
 JUNIT_PATH = "reports/transfer-gate.xml"
 JSON_PATH = "reports/transfer-gate.json"
 # The gate job's `if:`: pushes and same-repository pull requests; a fork's only when the fork
@@ -453,7 +461,10 @@ def test_gate_job_runs_the_gate_and_publishes_the_report(gate_workflow: dict[str
     gate = step_named(steps, "Run transfer gate")
     # exec: the gate is the step's process, for whatever signal reaches the step.
     assert gate["run"] == GATE_COMMAND
+    assert gate["env"] == {"GATE_BASE": PR_BASE}
     assert gate["id"] == "gate"
+    checkout = step_named(steps, "Check out")
+    assert checkout["with"] == {"persist-credentials": False, "fetch-depth": FETCH_DEPTH}
     budget = int(re.search(r"--time-budget (\d+)", gate["run"])[1])  # type: ignore[index]
     # Room after the budget for the reports, the check and the upload before the job is killed.
     assert timeout_s(job) - budget >= 180
@@ -475,6 +486,29 @@ def test_gate_job_runs_the_gate_and_publishes_the_report(gate_workflow: dict[str
     names = [s.get("name") for s in steps]
     assert names.index("Run transfer gate") < names.index("Publish report")
     assert names.index("Run transfer gate") < names.index("Upload report")
+
+
+@pytest.mark.parametrize(
+    ("base", "argv"),
+    [
+        (BASE_SHA, ["--base", BASE_SHA, "policies/"]),
+        # A push: no base, no --base.
+        ("", ["policies/"]),
+        # Never shell: a ref stays one literal word.
+        ("main $(touch pwned)", ["--base", "main $(touch pwned)", "policies/"]),
+    ],
+)
+def test_gate_step_passes_the_pull_requests_base_only_when_there_is_one(
+    gate_workflow: dict[str, Any], tmp_path: Path, fake_gate: Path, base: str, argv: list[str]
+) -> None:
+    gate = step_named(gate_workflow["jobs"]["gate"]["steps"], "Run transfer gate")
+    argv_file = tmp_path / "argv"
+    env = {"GATE_BASE": base, "FAKE_ARGV": str(argv_file), "FAKE_EXIT": "0"}
+    proc, _, _ = run_step_script(gate["run"], env, tmp_path, path_prefix=fake_gate)
+    assert proc.returncode == 0, shown(proc)
+    assert argv_file.read_text().splitlines()[-len(argv) :] == argv
+    assert argv_file.read_text().splitlines()[:2] == ["run", "--junit"]
+    assert not (tmp_path / "pwned").exists()
 
 
 def test_gate_job_checks_for_a_gpu_with_doctor_before_running(
@@ -564,13 +598,14 @@ def test_template_runs_the_composite_action_within_the_time_budget() -> None:
     job = load_yaml(TEMPLATE)["jobs"]["gate"]
     checkout, gate = job["steps"]
     assert checkout["uses"].startswith("actions/checkout@")
-    assert checkout["with"] == {"persist-credentials": False}
+    assert checkout["with"] == {"persist-credentials": False, "fetch-depth": FETCH_DEPTH}
     owner_repo, _, ref = gate["uses"].partition("@")
     assert owner_repo == "OWNER/jax-transfer-gate/.github/actions/transfer-gate"
     # A placeholder that cannot resolve: a copy that was not given a reviewed commit fails.
     assert ref == "0" * 40
     assert set(gate["with"]) <= set(load_yaml(ACTION)["inputs"])
     assert gate["with"]["expect"] == "gpu"
+    assert gate["with"]["base"] == PR_BASE
     assert timeout_s(job) - int(gate["with"]["time-budget"]) >= 180
 
 
@@ -857,6 +892,9 @@ def test_action_is_composite_with_documented_interface(action: dict[str, Any]) -
     assert action["inputs"]["expect"]["default"] == "gpu"
     assert action["inputs"]["json"]["default"] == JSON_PATH
     assert action["inputs"]["time-budget"]["default"] == ""
+    # The caller passes its pull request's base; the action cannot know the checkout's depth.
+    assert action["inputs"]["base"]["default"] == ""
+    assert "fetch-depth: 0" in one_line(action["inputs"]["base"]["description"])
     publish = step_named(action["runs"]["steps"], "Publish report")
     assert publish["uses"].startswith("mikepenz/action-junit-report@")
     assert publish["if"] == AFTER_THE_GATE
@@ -885,6 +923,7 @@ GATE_STEP_ENV = {
     "GATE_JUNIT": "${{ inputs.junit }}",
     "GATE_JSON": "${{ inputs.json }}",
     "GATE_TIME_BUDGET": "${{ inputs.time-budget }}",
+    "GATE_BASE": "${{ inputs.base }}",
     "GATE_ARGS": "${{ inputs.args }}",
 }
 
@@ -901,6 +940,7 @@ def test_action_gate_step_passes_inputs_and_records_the_exit_code(
         "GATE_JUNIT": "out/report.xml",
         "GATE_JSON": "out/report.json",
         "GATE_TIME_BUDGET": "3300",
+        "GATE_BASE": BASE_SHA,
         # Not shell: stays literal words, runs nothing.
         "GATE_ARGS": "--verbose $(touch${IFS}pwned) ;id",
         "FAKE_ARGV": str(argv_file),
@@ -918,6 +958,8 @@ def test_action_gate_step_passes_inputs_and_records_the_exit_code(
         "out/report.json",
         "--time-budget",
         "3300",
+        "--base",
+        BASE_SHA,
         "--verbose",
         "$(touch${IFS}pwned)",
         ";id",
@@ -993,6 +1035,7 @@ def test_action_gate_step_leaves_out_empty_json_and_time_budget(
         "GATE_JUNIT": "reports/transfer-gate.xml",
         "GATE_JSON": "",
         "GATE_TIME_BUDGET": "",
+        "GATE_BASE": "",
         "GATE_ARGS": "",
         "FAKE_ARGV": str(argv_file),
         "FAKE_EXIT": "0",
@@ -1181,12 +1224,22 @@ def test_shard_job_runs_one_shard_of_n_on_the_gpu(sharded: dict[str, Any]) -> No
     )
     gate = step_named(steps, "Run transfer gate")
     assert gate["id"] == "gate"
-    assert gate["env"] == {"SHARD": "${{ matrix.shard }}", "SHARDS": "${{ strategy.job-total }}"}
+    assert gate["env"] == {
+        "SHARD": "${{ matrix.shard }}",
+        "SHARDS": "${{ strategy.job-total }}",
+        "GATE_BASE": SHARD_BASE,
+    }
     assert gate["run"] == (
         'exec transfer-gate run --shard "$SHARD/$SHARDS" --time-budget 3300 '
         '--junit "reports/shards/transfer-gate-$SHARD.xml" '
-        '--json "reports/shards/transfer-gate-$SHARD.json" policies/'
+        '--json "reports/shards/transfer-gate-$SHARD.json" '
+        '${GATE_BASE:+--base "$GATE_BASE"} policies/'
     )
+    checkout = step_named(steps, "Check out")
+    assert checkout["with"] == {"persist-credentials": False, "fetch-depth": SHARD_FETCH_DEPTH}
+    # Run by hand, with the base to compare against as an input of the run.
+    base_input = triggers(sharded)["workflow_dispatch"]["inputs"]["base"]
+    assert (base_input["required"], base_input["default"]) == (False, "")
     assert timeout_s(job) - 3300 >= 180
     upload = step_named(steps, "Upload shard report")
     assert upload["if"] == ALWAYS_AFTER_THE_GATE

@@ -12,6 +12,7 @@ import traceback
 from collections.abc import Callable
 
 from gate.cli.exit_codes import ExitCode
+from gate.compare.worktree import BaseRefError
 from gate.plan import UnknownRegionError
 from gate.policy.problems import PolicyError
 from gate.report.junit import ReportWriteError
@@ -24,7 +25,14 @@ class UsageError(Exception):
 
 
 # Mistakes in what the user asked for: one line, exit 2.
-_USAGE_ERRORS = (UsageError, UnknownRegionError, ReportWriteError, BaselineError, MergeError)
+_USAGE_ERRORS = (
+    UsageError,
+    UnknownRegionError,
+    ReportWriteError,
+    BaselineError,
+    MergeError,
+    BaseRefError,
+)
 
 _BUG = (
     "error: transfer-gate itself failed; this is a bug, please report it with the traceback above"

@@ -33,7 +33,7 @@ def _time_budget(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     """The command line of every subcommand; parsing only, nothing runs."""
     # allow_abbrev=False everywhere: a prefix must never quietly mean another
-    # option (`--base` would be taken as `--baseline`).
+    # option (`--baseli` would be taken as `--baseline`).
     parser = argparse.ArgumentParser(
         prog="transfer-gate",
         allow_abbrev=False,
@@ -105,6 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=[p.value for p in (Platform.GPU, Platform.TPU, Platform.CPU)],
         help="fail every region (exit 1) when JAX runs elsewhere; overrides the policies' "
         "`platform:`",
+    )
+    run.add_argument(
+        "--base",
+        metavar="REF",
+        help="also run every region from the git commit REF (a branch, tag or SHA: the pull "
+        "request's base, HEAD~1), checked out in a temporary worktree, and compare; the head "
+        "is the working tree as it is (in CI, check out the full history: fetch-depth: 0)",
     )
     run.add_argument(
         "--time-budget",

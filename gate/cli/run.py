@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gate.cli.execute import baseline_for, execute, shown
 from gate.cli.exit_codes import ExitCode
+from gate.compare.worktree import BaseRefError, check_base
 from gate.isolation.cancellation import Cancellation, cancel_after, cancel_on_signals
 from gate.report.terminal import format_summary
 from gate.report.write import Reports, write_reports
@@ -22,7 +23,7 @@ from gate.results.baseline import (
     load_baseline,
 )
 from gate.results.records import ErrorKind, RunResult
-from gate.results.refusals import unusable_baseline
+from gate.results.refusals import unusable_base, unusable_baseline
 
 
 def run_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
@@ -42,6 +43,13 @@ def _write(run: RunResult, reports: Reports) -> None:
 def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellation) -> ExitCode:
     reports = Reports(Path(args.junit), Path(args.json) if args.json else None)
     reports.check_writable()
+    if args.base is not None:
+        try:
+            # Before anything runs: a bad --base is the user's, like an unusable baseline.
+            args.base_sha = check_base(repo_root, args.base)
+        except BaseRefError as exc:
+            _write(unusable_base(str(exc)), reports)
+            raise
     accepted = None
     baseline_path, named = baseline_for(args, repo_root)
     baseline_shown = shown(baseline_path, repo_root)

@@ -47,7 +47,9 @@ class Case:
     outcome: Outcome | None
 
 
-_RUN_LEVEL_ERRORS = frozenset({ErrorKind.POLICY, ErrorKind.BASELINE, ErrorKind.INTERNAL})
+_RUN_LEVEL_ERRORS = frozenset(
+    {ErrorKind.POLICY, ErrorKind.BASELINE, ErrorKind.BASE, ErrorKind.INTERNAL}
+)
 
 
 def region_cases(region: RegionResult) -> list[Case]:
@@ -68,7 +70,8 @@ def region_cases(region: RegionResult) -> list[Case]:
         # region's transfers: name the testcase after what broke ("policy",
         # "gate"). A gate bug while a region ran keeps the region's testcase.
         run_level = error.kind in _RUN_LEVEL_ERRORS and (
-            error.kind in (ErrorKind.POLICY, ErrorKind.BASELINE) or not region.policy_path
+            error.kind in (ErrorKind.POLICY, ErrorKind.BASELINE, ErrorKind.BASE)
+            or not region.policy_path
         )
         name = region.name if run_level else f"{region.name}: transfers"
         cases = [

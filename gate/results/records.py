@@ -221,6 +221,7 @@ class ErrorKind(enum.Enum):
     UNCHECKED = "not checked on this platform"
     POLICY = "invalid policy"
     BASELINE = "unusable baseline"  # the baseline file cannot be used; nothing ran
+    BASE = "unusable base"  # `run --base REF` cannot check REF out; nothing ran
     INTERNAL = "gate error"
     # The region's worker process was lost (gate.isolation.scheduler); the rest ran in a fresh one.
     CRASH = "worker crashed"

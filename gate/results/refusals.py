@@ -1,7 +1,7 @@
 """The results of runs that could not happen: invalid policies, an unusable baseline, a gate bug.
 
-Each becomes an error in the report, so CI sees a failed testcase that says
-why rather than a report with nothing in it.
+So is a ``run --base REF`` that cannot check REF out. Each becomes an error in the
+report, so CI sees a failed testcase that says why rather than a report with nothing in it.
 """
 
 from __future__ import annotations
@@ -61,6 +61,20 @@ def unusable_baseline(message: str, shown: str) -> RunResult:
         error=error,
     )
     return RunResult((SuiteResult("baseline", shown, (region,)),))
+
+
+def unusable_base(message: str) -> RunResult:
+    """A report for a ``--base`` that cannot be checked out: one error, at no file."""
+    error = RegionError(ErrorKind.BASE, message, message)
+    region = RegionResult(
+        suite="transfer-gate",
+        name="base",
+        policy_path="",
+        policy_line=0,
+        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
+        error=error,
+    )
+    return RunResult((SuiteResult("transfer-gate", "", (region,)),))
 
 
 def gate_bug(exc: BaseException) -> RunResult:

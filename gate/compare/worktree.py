@@ -1,0 +1,191 @@
+"""The base tree of ``run --base REF``: REF resolved, checked out in a temporary git worktree.
+
+The head is the working tree as it is, committed or not: nothing here touches it. The
+base is a detached `git worktree` in a fresh temporary folder, removed on every way out
+of `checked_out` (a normal return, an exception, KeyboardInterrupt; a cancelled run
+returns normally, see `gate.isolation.cancellation`). A gate killed outright leaves its
+entry behind; the next `checked_out` prunes it once its folder is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from string import hexdigits
+
+# Every git call is local (no fetch): a minute is far more than any needs, and a
+# hung git (a lock, a network filesystem) must not hang the gate.
+GIT_TIMEOUT_S = 60
+# Checking out a large base tree takes longer than the other calls.
+CHECKOUT_TIMEOUT_S = 600
+TEMP_PREFIX = "transfer-gate-base-"
+
+_SHALLOW_FIX = (
+    "the clone is shallow: fetch the full history (actions/checkout with `fetch-depth: 0`, "
+    "or `git fetch --unshallow`)"
+)
+
+
+class BaseRefError(Exception):
+    """``--base REF`` cannot be used; one line naming ``--base`` and the fix. Nothing was run."""
+
+
+@dataclass(frozen=True)
+class BaseTree:
+    """The base, checked out: what REF named, which commit that is, and where it lies."""
+
+    ref: str  # as the user gave it: "HEAD~1", "origin/main", a SHA
+    sha: str  # the full commit SHA
+    short_sha: str
+    # The folder in the base checkout that corresponds to the head's repo_root (the
+    # same subfolder of the git top level); it may not exist in the base.
+    root: Path
+
+    def describe(self) -> str:
+        """``HEAD~1 (1a2b3c4)``; the SHA alone when the ref is one."""
+        if set(self.ref.lower()) <= set(hexdigits) and self.sha.startswith(self.ref.lower()):
+            return self.short_sha
+        return f"{self.ref} ({self.short_sha})"
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    top: Path  # the git top level of the head
+    prefix: str  # repo_root below it, "" or "sub/dir/"
+    sha: str
+    short_sha: str
+
+
+def check_base(repo_root: Path, ref: str) -> str:
+    """The full SHA of the commit ``ref`` names in ``repo_root``'s repository, or BaseRefError.
+
+    For a check before anything runs: it checks nothing out.
+    """
+    return _resolve(repo_root, ref).sha
+
+
+@contextlib.contextmanager
+def checked_out(repo_root: Path, ref: str) -> Iterator[BaseTree]:
+    """The commit ``ref`` names, checked out in a temporary worktree for the ``with`` block."""
+    resolved = _resolve(repo_root, ref)
+    top = resolved.top
+    # Entries whose folders are gone, as a killed gate leaves them.
+    _git(["worktree", "prune"], top, check=False)
+    folder = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
+    try:
+        _add_worktree(top, folder, ref, resolved.sha)
+        yield BaseTree(ref, resolved.sha, resolved.short_sha, folder / resolved.prefix)
+    finally:
+        _remove_worktree(top, folder)
+
+
+def _add_worktree(top: Path, folder: Path, ref: str, sha: str) -> None:
+    # No hooks: a post-checkout hook of the user's has no business running in the gate.
+    no_hooks = ["-c", "core.hooksPath=/dev/null"]
+    done = _git(
+        [*no_hooks, "worktree", "add", "--detach", "--quiet", str(folder), sha],
+        top,
+        timeout_s=CHECKOUT_TIMEOUT_S,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise BaseRefError(
+            f"--base {ref}: git could not check it out ({_first_line(done.stderr)}); "
+            "fix what git says, or drop --base"
+        )
+
+
+def _remove_worktree(top: Path, folder: Path) -> None:
+    """Remove the worktree, its folder and git's entry for it; never raises."""
+    # Each step may fail (git gone, the folder half-written); the next one still runs,
+    # and none of them hides the exception that ended the `with` block.
+    with contextlib.suppress(BaseRefError):
+        _git(["worktree", "remove", "--force", str(folder)], top, check=False)
+    shutil.rmtree(folder, ignore_errors=True)
+    with contextlib.suppress(BaseRefError):
+        _git(["worktree", "prune"], top, check=False)
+
+
+def _resolve(repo_root: Path, ref: str) -> _Resolved:
+    if not ref or ref.startswith("-"):
+        # git would read it as an option.
+        raise BaseRefError(
+            f"--base {ref!r}: not a git ref; name a branch, tag or commit, "
+            "e.g. --base origin/main or --base HEAD~1"
+        )
+    if not repo_root.is_dir():
+        raise BaseRefError(f"--base {ref}: no folder {repo_root}; run the gate in a git checkout")
+    found = _git(["rev-parse", "--show-toplevel", "--show-prefix"], repo_root, check=False)
+    if found.returncode != 0:
+        raise BaseRefError(_not_a_repository(repo_root, ref, found.stderr))
+    top, prefix = [*found.stdout.splitlines(), "", ""][:2]
+    commit = _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], repo_root, check=False)
+    sha = commit.stdout.strip()
+    if commit.returncode != 0 or not sha:
+        shallow = _git(["rev-parse", "--is-shallow-repository"], repo_root, check=False)
+        if shallow.stdout.strip() == "true":
+            raise BaseRefError(f"--base {ref}: no such commit here; {_SHALLOW_FIX}")
+        raise BaseRefError(
+            f"--base {ref}: no such commit in this repository; name a branch, tag or commit "
+            "that exists here, e.g. --base origin/main or --base HEAD~1"
+        )
+    short = _git(["rev-parse", "--short", sha], repo_root).stdout.strip() or sha[:7]
+    return _Resolved(Path(top), prefix, sha, short)
+
+
+def _not_a_repository(repo_root: Path, ref: str, stderr: str) -> str:
+    said = _first_line(stderr)
+    if "dubious ownership" in said:
+        # Typical in a container job running as another user than the checkout's owner.
+        return (
+            f"--base {ref}: git refuses {repo_root}, which another user owns; "
+            f"run `git config --global --add safe.directory {repo_root}` first"
+        )
+    return (
+        f"--base {ref}: {repo_root} is not in a git repository ({said}); run the gate "
+        "in a git checkout, or drop --base"
+    )
+
+
+def _git(
+    args: Sequence[str], cwd: Path, *, timeout_s: float | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """``git ARGS`` in ``cwd``; BaseRefError when git is missing, hangs, or (``check``) fails."""
+    limit = GIT_TIMEOUT_S if timeout_s is None else timeout_s
+    # Never ask for credentials on a terminal nobody watches.
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+    command = " ".join(["git", *args])
+    try:
+        done = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=limit,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except FileNotFoundError as exc:  # cwd is a folder (`_resolve`): git is what is missing
+        raise BaseRefError(
+            "--base: git is not installed; install git where the gate runs, or drop --base"
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise BaseRefError(
+            f"--base: `{command}` did not finish in {limit:g} s; check the repository "
+            "(a stale .git/index.lock?), or drop --base"
+        ) from exc
+    if check and done.returncode != 0:
+        raise BaseRefError(f"--base: `{command}` failed ({_first_line(done.stderr)})")
+    return done
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else "no message"

@@ -1,0 +1,272 @@
+"""``run --base REF``'s base tree: REF resolved and checked out in a temporary git worktree.
+
+On real throwaway repositories in tmp_path: the worktree is there inside the ``with`` and gone
+after it however it ends, the head's uncommitted changes stay where they are, and every bad
+``--base`` is one line and exit 2, through the real CLI, with the report still written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+from cli_helpers import make_repo, run_gate
+from processes import run
+from result_samples import STEPS, policy
+
+from gate.cli.exit_codes import ExitCode
+from gate.compare import worktree
+from gate.compare.worktree import TEMP_PREFIX, BaseRefError, BaseTree, check_base, checked_out
+from gate.isolation.cancellation import cancel_on_signals
+
+TIMEOUT_S = 60
+# Commits made without the user's or the machine's git configuration.
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "test",
+    "GIT_AUTHOR_EMAIL": "test@example.com",
+    "GIT_COMMITTER_NAME": "test",
+    "GIT_COMMITTER_EMAIL": "test@example.com",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    done = run(["git", *args], cwd=repo, env={**os.environ, **GIT_ENV}, timeout=TIMEOUT_S)
+    assert done.returncode == 0, f"git {' '.join(args)}: {done.stderr}"
+    return done.stdout.strip()
+
+
+def commit(repo: Path, files: dict[str, str], message: str) -> str:
+    make_repo(repo, files)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A repository of two commits on main, and a branch `old` at the first."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    commit(root, {"step.txt": "base\n", "sub/here.txt": "base\n"}, "first")
+    git(root, "branch", "old")
+    commit(root, {"step.txt": "head\n"}, "second")
+    return root
+
+
+def worktrees(repo: Path) -> list[str]:
+    """The worktrees git knows of besides the main one."""
+    listed = git(repo, "worktree", "list", "--porcelain")
+    paths = [line.split(" ", 1)[1] for line in listed.splitlines() if line.startswith("worktree ")]
+    return paths[1:]
+
+
+def test_head_minus_one_is_checked_out_and_gone_afterwards(repo: Path) -> None:
+    first = git(repo, "rev-parse", "HEAD~1")
+    with checked_out(repo, "HEAD~1") as base:
+        assert isinstance(base, BaseTree)
+        assert (base.sha, base.ref) == (first, "HEAD~1")
+        assert first.startswith(base.short_sha)
+        assert base.describe() == f"HEAD~1 ({base.short_sha})"
+        assert (base.root / "step.txt").read_text() == "base\n"
+        assert base.root.name.startswith(TEMP_PREFIX)
+        assert worktrees(repo) == [str(base.root)]
+        # Detached: no branch of the user's is checked out (or locked) by the gate.
+        on_branch = run(["git", "symbolic-ref", "-q", "HEAD"], cwd=base.root, timeout=TIMEOUT_S)
+        assert on_branch.returncode != 0, on_branch.stdout
+        assert git(base.root, "rev-parse", "HEAD") == first
+    assert not base.root.exists()
+    assert worktrees(repo) == []
+    # The head was never touched.
+    assert (repo / "step.txt").read_text() == "head\n"
+    assert git(repo, "status", "--porcelain") == ""
+
+
+def test_a_branch_and_a_sha_resolve_and_describe_themselves(repo: Path) -> None:
+    first = git(repo, "rev-parse", "old")
+    assert check_base(repo, "old") == first
+    with checked_out(repo, "old") as base:
+        assert base.describe() == f"old ({base.short_sha})"
+    with checked_out(repo, first) as base:
+        assert base.describe() == base.short_sha
+        assert (base.root / "step.txt").read_text() == "base\n"
+    assert worktrees(repo) == []
+
+
+def test_an_exception_inside_leaves_nothing_behind(repo: Path) -> None:
+    seen: list[Path] = []
+
+    def region() -> None:
+        with checked_out(repo, "old") as base:
+            seen.append(base.root)
+            assert base.root.is_dir()
+            raise RuntimeError("region broke")
+
+    with pytest.raises(RuntimeError, match="region broke"):
+        region()
+    (root,) = seen
+    assert not root.exists()
+    assert worktrees(repo) == []
+
+
+def test_keyboard_interrupt_inside_leaves_nothing_behind(repo: Path) -> None:
+    with pytest.raises(KeyboardInterrupt), checked_out(repo, "old") as base:
+        raise KeyboardInterrupt
+    assert not base.root.exists()
+    assert worktrees(repo) == []
+
+
+def test_a_cancelled_run_leaves_nothing_behind(repo: Path) -> None:
+    # The run turns SIGTERM into a cancellation and returns normally: the `with` ends as usual.
+    with cancel_on_signals() as cancel, checked_out(repo, "old") as base:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert cancel.requested
+    assert not base.root.exists()
+    assert worktrees(repo) == []
+
+
+def test_a_killed_gates_stale_entry_is_pruned_next_time(repo: Path) -> None:
+    with checked_out(repo, "old") as killed:
+        # As if SIGKILLed: git's entry outlives the folder, which the runner's /tmp lost.
+        shutil.rmtree(killed.root)
+        git(repo, "worktree", "list")
+        with checked_out(repo, "old") as base:
+            assert worktrees(repo) == [str(base.root)]
+    assert worktrees(repo) == []
+
+
+def test_a_subfolder_of_the_git_top_level_maps_to_the_same_subfolder(repo: Path) -> None:
+    with checked_out(repo / "sub", "old") as base:
+        assert base.root.name == "sub"
+        assert (base.root / "here.txt").read_text() == "base\n"
+        assert base.root.parent.name.startswith(TEMP_PREFIX)
+    assert not base.root.parent.exists()
+    assert worktrees(repo) == []
+
+
+def test_uncommitted_head_changes_do_not_reach_the_base(repo: Path) -> None:
+    (repo / "step.txt").write_text("uncommitted\n")
+    (repo / "new.txt").write_text("untracked\n")
+    with checked_out(repo, "HEAD") as base:
+        assert (base.root / "step.txt").read_text() == "head\n"
+        assert not (base.root / "new.txt").exists()
+    # The head is as it was, changes and all.
+    assert (repo / "step.txt").read_text() == "uncommitted\n"
+    assert (repo / "new.txt").read_text() == "untracked\n"
+
+
+def test_an_unknown_ref_says_how_to_name_one(repo: Path) -> None:
+    with pytest.raises(BaseRefError) as raised:
+        check_base(repo, "origin/main")
+    message = str(raised.value)
+    assert message.startswith("--base origin/main: no such commit in this repository")
+    assert "e.g. --base origin/main or --base HEAD~1" in message
+    assert "\n" not in message
+
+
+def test_an_option_is_not_taken_for_a_ref(repo: Path) -> None:
+    with pytest.raises(BaseRefError, match=r"^--base '--output=x': not a git ref; "):
+        check_base(repo, "--output=x")
+
+
+def test_a_shallow_clone_without_the_base_says_fetch_depth_0(repo: Path, tmp_path: Path) -> None:
+    first = git(repo, "rev-parse", "HEAD~1")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{repo}", str(clone))
+    with pytest.raises(BaseRefError) as raised:
+        check_base(clone, first)
+    message = str(raised.value)
+    assert message.startswith(f"--base {first}: no such commit here; the clone is shallow")
+    assert "`fetch-depth: 0`" in message
+    assert "`git fetch --unshallow`" in message
+
+
+def test_a_folder_that_is_not_a_git_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # tmp_path may lie inside some repository of the machine's; git must not look above it.
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    with pytest.raises(BaseRefError) as raised:
+        check_base(tmp_path, "HEAD~1")
+    message = str(raised.value)
+    assert message.startswith(f"--base HEAD~1: {tmp_path} is not in a git repository (")
+    assert message.endswith("run the gate in a git checkout, or drop --base")
+
+
+def test_git_missing_is_one_line(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(repo / "no-bin"))
+    with pytest.raises(BaseRefError, match=r"^--base: git is not installed; install git"):
+        check_base(repo, "HEAD~1")
+
+
+def test_a_hung_git_is_stopped_and_never_asked_for_a_password(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    seen = tmp_path / "prompt"
+    fake = bin_dir / "git"
+    fake.write_text(f'#!/bin/sh\nprintf "%s" "$GIT_TERMINAL_PROMPT" > {seen}\nexec sleep 30\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(worktree, "GIT_TIMEOUT_S", 0.5)
+    with pytest.raises(BaseRefError) as raised:
+        check_base(repo, "HEAD~1")
+    assert str(raised.value).startswith(
+        "--base: `git rev-parse --show-toplevel --show-prefix` did not finish in 0.5 s; "
+    )
+    assert seen.read_text() == "0"
+
+
+def test_a_failing_worktree_add_gives_gits_own_line(repo: Path) -> None:
+    # A broken object store: the commit resolves, the checkout cannot read its blobs.
+    blob = git(repo, "rev-parse", "old:step.txt")
+    (repo / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    with pytest.raises(BaseRefError) as raised, checked_out(repo, "old"):
+        pass
+    message = str(raised.value)
+    assert message.startswith("--base old: git could not check it out (")
+    assert "\n" not in message
+    assert worktrees(repo) == []
+
+
+# --- through the real CLI ------------------------------------------------------------------------
+
+
+def test_run_with_an_unknown_base_exits_2_before_anything_runs(repo: Path) -> None:
+    make_repo(repo, {"mod.py": STEPS + TOUCH, "policies/p.yaml": policy("touch_and_step")})
+    run = run_gate(repo, "run", "--base", "nope", "--json", "reports/map.json")
+    assert run.returncode == ExitCode.USAGE, run
+    assert run.stderr.splitlines() == [
+        "error: --base nope: no such commit in this repository; name a branch, tag or commit "
+        "that exists here, e.g. --base origin/main or --base HEAD~1"
+    ]
+    assert not (repo / "step-ran").exists()
+    # Like an unusable baseline: nothing ran, but the reports say why.
+    error = run.testcase("base").find("error")
+    assert error is not None, run
+    assert "--base nope: no such commit in this repository" in error.get("message", "")
+    document = json.loads((repo / "reports" / "map.json").read_text())
+    (region,) = document["suites"][0]["regions"]
+    assert (region["name"], region["error"]["kind"]) == ("base", "base")
+
+
+def test_run_with_a_good_base_goes_on_to_run(repo: Path) -> None:
+    make_repo(repo, {"mod.py": STEPS + TOUCH, "policies/p.yaml": policy("touch_and_step")})
+    run = run_gate(repo, "run", "--base", "HEAD~1")
+    assert run.returncode == ExitCode.OK, run
+    assert (repo / "step-ran").exists()
+
+
+TOUCH = """
+
+def touch_and_step(x):
+    open("step-ran", "w").close()
+    return step(x)
+"""
