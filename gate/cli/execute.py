@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gate.cli.parser import DEFAULT_POLICIES
+from gate.compare.session import run_compared
+from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.scheduler import keep_accelerators_for_workers, run_isolated
 from gate.plan import Plan
@@ -91,8 +93,9 @@ def execute(
     repo_root: Path,
     refused: Callable[[RunResult], None] | None = None,
     cancel: Cancellation | None = None,
+    base: BaseTree | None = None,
 ) -> RunResult:
-    """Load, check, plan and run the policies that ``args`` names.
+    """Load, check, plan and run the policies that ``args`` names; each against ``base`` if given.
 
     When the policies are invalid or the gate breaks, ``refused`` gets the
     result that says so (to report it) before the exception goes on.
@@ -113,6 +116,8 @@ def execute(
     if plan.shard is not None:
         print(plan.shard.describe())
     try:
+        if base is not None:
+            return run_compared(plan, repo_root, base, cancel=cancel, forward=sys.stderr)
         return run_isolated(plan, repo_root, cancel=cancel, forward=sys.stderr)
     except Exception as exc:
         if refused is not None:

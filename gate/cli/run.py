@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 from gate.cli.execute import baseline_for, execute, shown
 from gate.cli.exit_codes import ExitCode
-from gate.compare.worktree import BaseRefError, check_base
+from gate.compare.worktree import BaseRefError, check_base, checked_out
 from gate.isolation.cancellation import Cancellation, cancel_after, cancel_on_signals
 from gate.report.terminal import format_summary
 from gate.report.write import Reports, write_reports
@@ -60,7 +61,11 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
             # Like an invalid policy: nothing runs, but the report says why.
             _write(unusable_baseline(str(exc), baseline_shown), reports)
             raise
-    result = execute(args, repo_root, lambda refused: _write(refused, reports), cancel)
+    with ExitStack() as trees:
+        base = trees.enter_context(checked_out(repo_root, args.base)) if args.base else None
+        if base is not None:
+            print(f"comparing with the base: {base.describe()}")
+        result = execute(args, repo_root, lambda refused: _write(refused, reports), cancel, base)
     if accepted is not None:
         paths = " ".join(args.paths)
         command = f"transfer-gate baseline {paths} --baseline {baseline_shown}".replace("  ", " ")

@@ -1,0 +1,239 @@
+"""Running each region from the head and from the base, side by side, and comparing them.
+
+Two schedulers, one per tree, each with its own worker on the same device.
+For each region the head runs first, then the base (each under the head's
+policy, `gate.compare.base_policy`); both workers then hold the region loaded
+and warmed up, and their timed runs are interleaved in rounds, A B, B A, A B,
+… so that drift (clocks, thermals, a neighbour on the runner) hits both trees
+alike. After ``timing.rounds`` rounds the samples are judged
+(`gate.compare.timing`); a verdict left open by noise gets more rounds, up to
+``timing.max_rounds``, and is then reported as inconclusive.
+
+Both workers are alive at once, so on a GPU each may take only part of the
+memory: unless the environment or the policy says otherwise, each worker's JAX
+preallocates 45% (``XLA_PYTHON_CLIENT_MEM_FRACTION``) instead of its default 75%.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TextIO
+
+from gate.compare.base_policy import for_base, regions_in_base
+from gate.compare.outputs import compare_outputs
+from gate.compare.timing import compare_timing, decided
+from gate.compare.worktree import BaseTree
+from gate.isolation.cancellation import Cancellation
+from gate.isolation.scheduler import Scheduler
+from gate.plan import Plan
+from gate.policy.model import Policy, Region
+from gate.results.baseline import accept_base
+from gate.results.comparison import (
+    BaseComparison,
+    BaseStatus,
+    BoundaryTime,
+    StepOutputs,
+    StepSamples,
+    TimingComparison,
+)
+from gate.results.records import ErrorKind, RegionError, RegionResult, RunResult, SuiteResult
+
+# Each of the two workers' share of a GPU's memory, when nothing else says.
+MEMORY_FRACTION = "0.45"
+_MEMORY_SETTINGS = (
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
+)
+
+
+def shared_device_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with each worker's share of the device memory, unless it sets its own."""
+    env = dict(environ)
+    if not any(key in env for key in _MEMORY_SETTINGS):
+        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = MEMORY_FRACTION
+    return env
+
+
+@dataclass
+class _Side:
+    """One tree: its scheduler and the policy it runs regions under."""
+
+    name: str  # "head" or "base"
+    scheduler: Scheduler
+    policy: Policy
+    step_s: list[float] = field(default_factory=list)
+    boundary_s: dict[str, list[float]] = field(default_factory=dict)
+
+    def take(self, samples: StepSamples) -> None:
+        self.step_s.extend(samples.step_s)
+        for name, values in samples.boundary_s:
+            self.boundary_s.setdefault(name, []).extend(values)
+
+
+def run_compared(
+    plan: Plan,
+    repo_root: Path,
+    base: BaseTree,
+    *,
+    cancel: Cancellation | None = None,
+    forward: TextIO | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> RunResult:
+    """Every region of ``plan`` from the head (``repo_root``), compared with ``base``."""
+    import os
+
+    env = shared_device_environment(os.environ if environ is None else environ)
+    suites = []
+    with (
+        Scheduler(repo_root, cancel=cancel, forward=forward, environ=env) as head,
+        Scheduler(base.root, cancel=cancel, forward=forward, environ=env) as base_scheduler,
+    ):
+        for policy, regions in plan.steps:
+            names = regions_in_base(policy, repo_root, base.root)
+            base_policy = for_base(policy, repo_root, base.root)
+            results = []
+            for region in regions:
+                if names is None or region.name not in names:
+                    result = head.run(policy, region)
+                    result = replace(
+                        result, base=BaseComparison(base.describe(), BaseStatus.NEW_REGION)
+                    )
+                else:
+                    pair = _Pair(
+                        region,
+                        _Side("head", head, policy),
+                        _Side("base", base_scheduler, base_policy),
+                        base,
+                        cancel,
+                    )
+                    result = pair.compare()
+                results.append(result)
+            suites.append(SuiteResult(policy.suite, policy.path.as_posix(), tuple(results)))
+    return RunResult(tuple(suites))
+
+
+@dataclass
+class _Pair:
+    """One region from both trees."""
+
+    region: Region
+    head: _Side
+    base: _Side
+    tree: BaseTree
+    cancel: Cancellation | None
+    rounds: int = 0  # interleaved rounds run so far
+
+    def compare(self) -> RegionResult:
+        head_result = self.head.scheduler.run(self.head.policy, self.region, hold=True)
+        head_outputs = self.head.scheduler.outputs
+        if head_result.error is not None:
+            # The head failed on its own; its error says what to fix, and a
+            # comparison with a step that did not run says nothing more.
+            note = "not compared with the base: the head's run did not finish"
+            return replace(head_result, notes=(*head_result.notes, note))
+        base_region = next(r for r in self.base.policy.regions if r.name == self.region.name)
+        base_result = self.base.scheduler.run(self.base.policy, base_region, hold=True)
+        base_outputs = self.base.scheduler.outputs
+        wrong_tree = _outside(base_outputs, self.tree.root)
+        if base_result.error is not None or wrong_tree is not None:
+            error = base_result.error or wrong_tree
+            assert error is not None
+            return replace(head_result, base=self._failed(error))
+        head_result, kept = accept_base(head_result, base_result)
+        timing: TimingComparison | None = None
+        boundary_timing: tuple[TimingComparison, ...] = ()
+        if self.region.timing.compare:
+            failed = self._rounds()
+            if failed is not None:
+                side, error = failed
+                if side is self.base:
+                    return replace(head_result, base=self._failed(error))
+                return replace(head_result, error=error)
+            timing, boundary_timing = self._judged()
+        comparison = BaseComparison(
+            self.tree.describe(),
+            BaseStatus.COMPARED,
+            timing=timing,
+            results=compare_outputs(base_outputs, head_outputs, self.region.checks),
+            boundaries=_boundary_times(base_result, head_result),
+            boundary_timing=boundary_timing,
+            already_in_base=kept,
+        )
+        return replace(head_result, base=comparison)
+
+    def _failed(self, error: RegionError) -> BaseComparison:
+        return BaseComparison(self.tree.describe(), BaseStatus.BASE_FAILED, base_error=error)
+
+    def _rounds(self) -> tuple[_Side, RegionError] | None:
+        """Interleaved rounds until the verdict is decided or the most rounds ran."""
+        rule = self.region.timing
+        rounds, target = 0, rule.rounds
+        while True:
+            while rounds < target:
+                order = (self.base, self.head) if rounds % 2 == 0 else (self.head, self.base)
+                for side in order:
+                    samples = side.scheduler.sample(side.policy, self.region, rule.round_runs)
+                    if samples.error is not None:
+                        return side, samples.error
+                    side.take(samples)
+                rounds += 1
+            self.rounds = rounds
+            if self._cancelled() or rounds >= rule.max_rounds:
+                return None
+            if decided(self._timing(self.base.step_s, self.head.step_s, "step")):
+                return None
+            target = min(rule.max_rounds, rounds + rule.rounds)
+
+    def _cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.requested
+
+    def _timing(self, base_s: list[float], head_s: list[float], what: str) -> TimingComparison:
+        rule = self.region.timing
+        return compare_timing(
+            base_s,
+            head_s,
+            max_slowdown=rule.max_slowdown,
+            on_regression=rule.on_regression,
+            against="base",
+            rounds=self.rounds,
+            what=what,
+        )
+
+    def _judged(self) -> tuple[TimingComparison, tuple[TimingComparison, ...]]:
+        step = self._timing(self.base.step_s, self.head.step_s, "step")
+        if not self.region.timing.boundaries:
+            return step, ()
+        boundaries = tuple(
+            self._timing(self.base.boundary_s[name], values, name)
+            for name, values in sorted(self.head.boundary_s.items())
+            if self.base.boundary_s.get(name) and values
+        )
+        return step, boundaries
+
+
+def _outside(outputs: StepOutputs | None, base_root: Path) -> RegionError | None:
+    """An error when the base's step was imported from outside the base checkout."""
+    if outputs is None or outputs.step_file is None:
+        return None
+    try:
+        Path(outputs.step_file).resolve().relative_to(base_root.resolve())
+    except ValueError:
+        message = (
+            f"the base's step was imported from {outputs.step_file}, outside the base checkout "
+            "(an installed copy of the head's package, most likely), so the base would be the "
+            "head; list the package's folder in the policy's python_path"
+        )
+        return RegionError(ErrorKind.IMPORT, message, message)
+    return None
+
+
+def _boundary_times(base: RegionResult, head: RegionResult) -> tuple[BoundaryTime, ...]:
+    base_costs = {c.name: c.per_step_s for c in base.boundaries}
+    head_costs = {c.name: c.per_step_s for c in head.boundaries}
+    return tuple(
+        BoundaryTime(name, base_costs.get(name), head_costs.get(name))
+        for name in sorted({*base_costs, *head_costs})
+    )
