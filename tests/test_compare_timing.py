@@ -82,7 +82,10 @@ def test_the_headline_reads_like_the_issue_says() -> None:
         lognormal(3, 412e-6, 0.15, 40), lognormal(4, 545e-6, 0.15, 40), rounds=8, what="step"
     )
     assert result.verdict is TimingVerdict.SLOWER
-    pattern = r"1\.[0-9]{2}x slower: median [0-9]{3} µs → [0-9]{3} µs, p=[0-9](\.[0-9])?e-[0-9]{2}, 40\+40 samples"
+    pattern = (
+        r"1\.[0-9]{2}x slower: median [0-9]{3} µs → [0-9]{3} µs, "
+        r"p=[0-9](\.[0-9])?e-[0-9]{2}, 40\+40 samples"
+    )
     assert re.fullmatch(pattern, result.headline()), result.headline()
     assert (result.rounds, result.what, result.against) == (8, "step", "base")
     assert len(result.base_samples) == len(result.head_samples) == 40

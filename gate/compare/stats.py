@@ -1,4 +1,4 @@
-"""Two samples of step times compared without assuming a distribution: Mann-Whitney U and a ratio interval.
+"""Two samples of step times, compared distribution-free: Mann-Whitney U and a ratio interval.
 
 Step times are skewed (a floor set by the work, a long tail from everything
 else the machine does), so nothing here assumes normality. The p-value is the
@@ -133,7 +133,7 @@ def mann_whitney_p(first: Sequence[float], second: Sequence[float]) -> float:
     pairs = n1 * n2
     if not ties and pairs <= EXACT_MAX_PAIRS:
         # The distribution is symmetric: twice the tail beyond the larger of U1 and U2.
-        big = int(round(max(u1, pairs - u1)))
+        big = round(max(u1, pairs - u1))
         return min(1.0, 2.0 * (1.0 - _exact_cdf(n1, n2, big - 1)))
     n = n1 + n2
     tie_term = sum(t**3 - t for t in ties) / (n * (n - 1))

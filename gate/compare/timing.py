@@ -1,26 +1,26 @@
 """Slower, faster, unchanged or inconclusive: the verdict on two samples of step times.
 
-The rule, with α = 0.01 and a 99% interval of the ratio head/base
+The rule, with alpha = 0.01 and a 99% interval of the ratio head/base
 (`gate.compare.stats`: Mann-Whitney U, Hodges-Lehmann/Moses on log-times):
 
-- SLOWER when p < α and the ratio of medians is above ``max_slowdown``;
-- FASTER when p < α and the ratio is below ``1 / max_slowdown``;
+- SLOWER when p < alpha and the ratio of medians is above ``max_slowdown``;
+- FASTER when p < alpha and the ratio is below ``1 / max_slowdown``;
 - UNCHANGED when the whole interval lies inside ``(1 / max_slowdown, max_slowdown)``;
 - INCONCLUSIVE otherwise: the caller runs more rounds (up to ``timing.max_rounds``),
   then reports it as a warning, never as a pass.
 
 Why not asv's rule (a factor of 1.1 and p < 0.002, with "not significant"
 read as "no change")? asv judges every benchmark at every commit of a
-history, so it needs a small α against a flood of false alarms, and it may
+history, so it needs a small alpha against a flood of false alarms, and it may
 call a noisy benchmark unchanged because nothing is lost by silence. A merge
 gate is the other way round: it judges a handful of regions once per PR, and
 "no evidence of a slowdown" from 10 noisy samples must not pass as "no
 slowdown". So UNCHANGED here needs positive evidence (the interval rules out
-the allowed factor both ways), which lets α be 0.01: a false failure needs
+the allowed factor both ways), which lets alpha be 0.01: a false failure needs
 both p < 0.01 and a median ratio past the factor on an unchanged step, and
 interleaved rounds make drift hit both sides alike. The looks that extra
 rounds add (up to ``max_rounds / rounds`` of them) raise the false-failure
-rate at most that many times α (Bonferroni), still a few percent at worst on
+rate at most that many times alpha (Bonferroni), still a few percent at worst on
 an unchanged step, against the power to catch a 1.3x slowdown in one job.
 
 Against a stored baseline (``against="baseline"``) the same rule runs with
@@ -40,7 +40,7 @@ from gate.policy.model import OnRegression
 from gate.results.comparison import TimingComparison, TimingVerdict
 
 ALPHA = 0.01  # the Mann-Whitney test's level
-CONFIDENCE = 0.99  # the ratio interval's level, matching α
+CONFIDENCE = 0.99  # the ratio interval's level, matching alpha
 
 # A clock that says 0 (a step faster than its resolution) must still have a logarithm.
 _SMALLEST_TIME_S = 1e-9
