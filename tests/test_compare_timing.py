@@ -121,8 +121,13 @@ def test_against_the_baseline_uses_its_own_wider_factor() -> None:
     assert (result.against, result.max_slowdown) == ("baseline", 1.5)
 
 
-def test_empty_samples_and_a_factor_of_one_are_refused() -> None:
+def test_empty_samples_and_a_factor_below_one_are_refused() -> None:
     with pytest.raises(ValueError, match="non-empty"):
         compare([], [1.0])
-    with pytest.raises(ValueError, match="above 1"):
-        compare([1.0], [1.0], max_slowdown=1.0)
+    with pytest.raises(ValueError, match="at least 1"):
+        compare([1.0], [1.0], max_slowdown=0.9)
+
+
+def test_a_factor_of_one_fails_any_significant_slowdown() -> None:
+    result = compare(lognormal(1, 1e-3, 0.02, 30), lognormal(2, 1.03e-3, 0.02, 30), max_slowdown=1.0)
+    assert result.verdict is TimingVerdict.SLOWER

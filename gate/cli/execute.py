@@ -91,11 +91,13 @@ def execute(
     repo_root: Path,
     refused: Callable[[RunResult], None] | None = None,
     cancel: Cancellation | None = None,
+    planned: Callable[[Plan], None] | None = None,
 ) -> RunResult:
     """Load, check, plan and run the policies that ``args`` names.
 
     When the policies are invalid or the gate breaks, ``refused`` gets the
     result that says so (to report it) before the exception goes on.
+    ``planned`` gets the plan before it runs (`run` reads each region's ``timing:`` from it).
     """
     keep_accelerators_for_workers()  # before load_policies imports the user's modules
     try:
@@ -112,6 +114,8 @@ def execute(
     plan = Plan.make(policies, args.region, getattr(args, "shard", None))
     if plan.shard is not None:
         print(plan.shard.describe())
+    if planned is not None:
+        planned(plan)
     try:
         return run_isolated(plan, repo_root, cancel=cancel, forward=sys.stderr)
     except Exception as exc:

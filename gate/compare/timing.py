@@ -71,12 +71,13 @@ def compare_timing(
 ) -> TimingComparison:
     """Head's step times against the base's (or the stored baseline's), judged.
 
-    Raises ValueError when either sample is empty or ``max_slowdown`` is not above 1.
+    Raises ValueError when either sample is empty or ``max_slowdown`` is below 1 (at 1,
+    any significant slowdown is SLOWER, and nothing can be UNCHANGED).
     """
     if not base_samples or not head_samples:
         raise ValueError(f"compare_timing: {what}: both samples must be non-empty")
-    if not max_slowdown > 1:
-        raise ValueError(f"compare_timing: max_slowdown must be above 1, not {max_slowdown}")
+    if not max_slowdown >= 1:
+        raise ValueError(f"compare_timing: max_slowdown must be at least 1, not {max_slowdown}")
     base = tuple(max(float(s), _SMALLEST_TIME_S) for s in base_samples)
     head = tuple(max(float(s), _SMALLEST_TIME_S) for s in head_samples)
     base_median, head_median = float(np.median(base)), float(np.median(head))
