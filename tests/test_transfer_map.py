@@ -119,9 +119,13 @@ def test_baseline_accepts_then_tolerates_shifts_and_catches_new(repo: Path) -> N
     document = json.loads(text)
     assert len(document["accepted"]) == 3
     assert "line" not in document["accepted"][0]
-    # Stable: a second baseline of the same code is byte-identical.
+    # Stable: a second baseline of the same code accepts the same lines, in the same order
+    # (only the step times it also stores are measured afresh).
     assert run_gate(repo, "baseline").returncode == 0
-    assert baseline.read_text() == text
+    again = json.loads(baseline.read_text())
+    assert again["accepted"] == document["accepted"]
+    assert again.keys() == document.keys()
+    assert again["timing"].keys() == document["timing"].keys()
 
     accepted = run_gate(repo, "run")
     assert accepted.returncode == 0, accepted

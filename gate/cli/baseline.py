@@ -1,4 +1,4 @@
-"""``transfer-gate baseline``: run the regions and accept the transfers they have today."""
+"""``transfer-gate baseline``: accept the transfers regions have today; store their step times."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from gate.cli.execute import baseline_for, execute, shown
 from gate.cli.exit_codes import ExitCode
 from gate.report.terminal import format_summary
 from gate.report.write import check_writable
-from gate.results.baseline import load_baseline, rebaselined, write_baseline
+from gate.results.baseline import load_baseline_file, rebaselined, write_baseline
+from gate.results.timing_baseline import retimed
 
 
 def baseline_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
@@ -25,11 +26,16 @@ def baseline_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
             f"{len(errored)} region(s) errored, so their transfers are unknown; "
             "fix them and run `transfer-gate baseline` again (the baseline was not written)"
         )
-    entries, kept = rebaselined(result, load_baseline(path) if path.is_file() else [])
-    write_baseline([*kept, *entries], path)
+    existing, stored = load_baseline_file(path) if path.is_file() else ([], None)
+    entries, kept = rebaselined(result, existing)
+    timing = retimed(result, stored)
+    write_baseline([*kept, *entries], path, timing)
     ran = {r.classname for r in result.regions}
+    timed = sum(1 for r in result.regions if r.classname in timing and r.timing_samples)
     print(
         f"baseline: {shown(path, repo_root)}: {len(entries)} accepted transfer line(s) "
-        f"from {len(ran)} region(s)" + (f", {len(kept)} kept for other regions" if kept else "")
+        f"from {len(ran)} region(s)"
+        + (f", {len(kept)} kept for other regions" if kept else "")
+        + f", step times of {timed} region(s)"
     )
     return ExitCode.OK

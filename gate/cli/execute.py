@@ -92,13 +92,16 @@ def execute(
     args: argparse.Namespace,
     repo_root: Path,
     refused: Callable[[RunResult], None] | None = None,
+    *,
     cancel: Cancellation | None = None,
     base: BaseTree | None = None,
+    planned: Callable[[Plan], None] | None = None,
 ) -> RunResult:
     """Load, check, plan and run the policies that ``args`` names; each against ``base`` if given.
 
     When the policies are invalid or the gate breaks, ``refused`` gets the
     result that says so (to report it) before the exception goes on.
+    ``planned`` gets the plan before it runs (`run` reads each region's ``timing:`` from it).
     """
     keep_accelerators_for_workers()  # before load_policies imports the user's modules
     try:
@@ -115,6 +118,8 @@ def execute(
     plan = Plan.make(policies, args.region, getattr(args, "shard", None))
     if plan.shard is not None:
         print(plan.shard.describe())
+    if planned is not None:
+        planned(plan)
     try:
         if base is not None:
             return run_compared(plan, repo_root, base, cancel=cancel, forward=sys.stderr)

@@ -13,18 +13,22 @@ from pathlib import Path
 
 from gate.cli.execute import baseline_for, execute, shown
 from gate.cli.exit_codes import ExitCode
+from gate.compare.against_baseline import compare_with_baseline, timing_rules
 from gate.compare.worktree import BaseRefError, check_base, checked_out
 from gate.isolation.cancellation import Cancellation, cancel_after, cancel_on_signals
+from gate.plan import Plan
+from gate.policy.model import TimingRule
 from gate.report.terminal import format_summary
 from gate.report.write import Reports, write_reports
 from gate.results.baseline import (
     BaselineError,
     apply_baseline,
     fingerprints_of,
-    load_baseline,
+    load_baseline_file,
 )
 from gate.results.records import ErrorKind, RunResult
 from gate.results.refusals import unusable_base, unusable_baseline
+from gate.results.timing_baseline import StoredTiming
 
 
 def run_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
@@ -52,24 +56,38 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
             _write(unusable_base(str(exc)), reports)
             raise
     accepted = None
+    timing: dict[str, StoredTiming] | None = None
     baseline_path, named = baseline_for(args, repo_root)
     baseline_shown = shown(baseline_path, repo_root)
     if not args.no_baseline and (named or baseline_path.is_file()):
         try:
-            accepted = load_baseline(baseline_path)
+            accepted, timing = load_baseline_file(baseline_path)
         except BaselineError as exc:
             # Like an invalid policy: nothing runs, but the report says why.
             _write(unusable_baseline(str(exc), baseline_shown), reports)
             raise
+    rules: dict[str, TimingRule] = {}
+
+    def planned(plan: Plan) -> None:
+        rules.update(timing_rules(plan))
+
     with ExitStack() as trees:
         base = trees.enter_context(checked_out(repo_root, args.base)) if args.base else None
         if base is not None:
             print(f"comparing with the base: {base.describe()}")
-        result = execute(args, repo_root, lambda refused: _write(refused, reports), cancel, base)
+        result = execute(
+            args,
+            repo_root,
+            lambda refused: _write(refused, reports),
+            cancel=cancel,
+            planned=planned,
+            base=base,
+        )
     if accepted is not None:
         paths = " ".join(args.paths)
         command = f"transfer-gate baseline {paths} --baseline {baseline_shown}".replace("  ", " ")
         result = apply_baseline(result, accepted, command)
+        result = compare_with_baseline(result, timing, rules)
     print(format_summary(result))
     if accepted is not None:
         print(f"baseline: {baseline_shown} ({len(accepted)} accepted)")

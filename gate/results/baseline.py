@@ -11,7 +11,9 @@ size is the same array, a different array (other dtype or feature dimensions)
 is a new transfer.
 
 The file is JSON, sorted and indented, one entry per accepted line, so a
-reviewer sees in the PR diff when someone accepts a new transfer.
+reviewer sees in the PR diff when someone accepts a new transfer. From
+version 3 it also holds each region's step times
+(`gate.results.timing_baseline`); a version 2 file still loads, without them.
 """
 
 from __future__ import annotations
@@ -19,17 +21,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gate.files import DocumentError, read_json_document, write_text_atomically
 from gate.results.findings import Finding, group
 from gate.results.records import RegionResult, RunResult, Site, SuiteResult, Transfer
+from gate.results.timing_baseline import StoredTiming, read_timing, timing_document
 
 FORMAT = "jax-transfer-gate.results.baseline"
 # Version 2: fingerprints name the array moved (one finding per array).
-VERSION = 2
+# Version 3: each region's step times too, under "timing".
+VERSION = 3
+_READABLE = (2, 3)  # version 2 differs only in having no "timing"
 DEFAULT_NAME = "transfer-gate-baseline.json"
 
 
@@ -166,31 +171,43 @@ def _entry_order(entry: Accepted) -> tuple[str, ...]:
     return (entry.region, entry.path, entry.function, entry.source, entry.fingerprint)
 
 
-def write_baseline(entries: Iterable[Accepted], path: Path) -> None:
+def write_baseline(
+    entries: Iterable[Accepted], path: Path, timing: Mapping[str, StoredTiming] | None = None
+) -> None:
     """Write the baseline atomically, sorted and stable for diffs."""
     document = {
         "format": FORMAT,
         "version": VERSION,
         "comment": "Implicit transfers accepted by `transfer-gate baseline`; "
-        "the gate fails only on transfers not listed here.",
+        "the gate fails only on transfers not listed here. Step times by region under 'timing'.",
         "accepted": [e.__dict__ for e in sorted(entries, key=_entry_order)],
+        "timing": timing_document(timing or {}),
     }
     text = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     write_text_atomically(path, text)
 
 
 def load_baseline(path: Path) -> list[Accepted]:
-    """Read a baseline file written by `write_baseline`."""
+    """Read the accepted transfers of a baseline file written by `write_baseline`."""
+    return load_baseline_file(path)[0]
+
+
+def load_baseline_file(path: Path) -> tuple[list[Accepted], dict[str, StoredTiming] | None]:
+    """The accepted transfers and the stored timing; None for a version 2 file, which has none."""
     fix = "regenerate it with `transfer-gate baseline`"
-    old = _old_version(path)
-    if old is not None:
+    version = _stored_version(path)
+    if version is not None and 0 < version < min(_READABLE):
         raise BaselineError(
-            f"{path}: baseline version {old} predates per-array fingerprints (one finding per "
+            f"{path}: baseline version {version} predates per-array fingerprints (one finding per "
             f"array moved); {fix}"
         )
     try:
         document = read_json_document(
-            path, format=FORMAT, version=VERSION, what="transfer-gate baseline", fix=fix
+            path,
+            format=FORMAT,
+            version=version if version in _READABLE else VERSION,
+            what="transfer-gate baseline",
+            fix=fix,
         )
     except DocumentError as exc:
         raise BaselineError(str(exc)) from exc
@@ -198,13 +215,19 @@ def load_baseline(path: Path) -> list[Accepted]:
     if not isinstance(entries, list):
         raise BaselineError(f"{path}: 'accepted' must be a list; {fix}")
     try:
-        return [Accepted(**entry) for entry in entries]
+        accepted = [Accepted(**entry) for entry in entries]
     except TypeError as exc:
         raise BaselineError(f"{path}: malformed entry ({exc}); {fix}") from exc
+    if version != VERSION:
+        return accepted, None
+    try:
+        return accepted, read_timing(document.get("timing", {}))
+    except ValueError as exc:
+        raise BaselineError(f"{path}: {exc}; {fix}") from exc
 
 
-def _old_version(path: Path) -> int | None:
-    """The version of a readable baseline older than this one, else None (let the reader judge)."""
+def _stored_version(path: Path) -> int | None:
+    """The version of a readable baseline file, else None (let the reader say what is wrong)."""
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -212,7 +235,7 @@ def _old_version(path: Path) -> int | None:
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         return None
     version = document.get("version")
-    return version if isinstance(version, int) and 0 < version < VERSION else None
+    return version if isinstance(version, int) else None
 
 
 def apply_baseline(run: RunResult, accepted: Sequence[Accepted], command: str) -> RunResult:
@@ -253,7 +276,9 @@ def _judge(region: RegionResult, accepted: dict[str, Accepted], command: str) ->
         replace(t, failing=False, accepted=True) if t.failing and t in forgiven else t
         for t in region.transfers
     )
-    current = set(prints.values())
+    # What the base has too (``run --base``) still happens: its entries are not fixed.
+    judged = [f for f in group(region.transfers) if f.failing or f.sample.in_base]
+    current = {*prints.values(), *fingerprints(region.classname, judged).values()}
     fixed = tuple(
         entry.describe()
         for print_, entry in sorted(accepted.items())

@@ -9,6 +9,7 @@ which, because the thresholds and the reader's trust differ.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +64,8 @@ class TimingComparison:
             lead = f"{1 / self.ratio:.2f}x faster" if self.ratio > 0 else "faster"
         elif self.verdict is TimingVerdict.UNCHANGED:
             lead = f"unchanged ({self.ratio:.2f}x)"
+        elif math.isinf(self.ratio_high):  # the samples are too small for the interval's level
+            lead = f"inconclusive ({self.ratio:.2f}x, too few samples for an interval)"
         else:
             lead = (
                 f"inconclusive ({self.ratio:.2f}x, interval {self.ratio_low:.2f}-"

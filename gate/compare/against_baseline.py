@@ -1,0 +1,85 @@
+"""Each region's step times against those ``transfer-gate baseline`` stored, on the same device.
+
+The threshold is the region's ``timing.baseline_max_slowdown`` (default 1.5),
+wider than the 1.10 against ``--base``: the stored samples were measured in
+another job, perhaps on another runner of the same kind, minutes or weeks
+apart and not interleaved with these, so thermal state, neighbours on the
+machine and clock drift differ between the two samples as a whole, and the
+rank test cannot tell that from the code. A factor of 1.5 is past what such
+drift does to a step on one runner model, and well short of the 2-3x a
+recompiling or host-bound step costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from gate.compare.timing import compare_timing
+from gate.plan import Plan, region_key
+from gate.policy.model import TimingRule
+from gate.results.records import RegionResult, RunResult
+from gate.results.timing_baseline import (
+    NO_REGION_TIMING,
+    NO_TIMING,
+    StoredTiming,
+    device_fingerprint,
+    mismatch_note,
+)
+
+
+def timing_rules(plan: Plan) -> dict[str, TimingRule]:
+    """Each planned region's ``timing:`` rule, by ``suite.region``."""
+    return {
+        region_key(policy, region): region.timing
+        for policy, regions in plan.steps
+        for region in regions
+    }
+
+
+def compare_with_baseline(
+    run: RunResult,
+    stored: Mapping[str, StoredTiming] | None,
+    rules: Mapping[str, TimingRule],
+) -> RunResult:
+    """``run`` with each region's `RegionResult.timing_vs_baseline` set, or a note saying why not.
+
+    ``stored`` is None for a baseline file without timing (version 2). A region
+    with ``timing: off``, or without samples (it errored, or was refused), is left as it is.
+    """
+    suites = []
+    for suite in run.suites:
+        regions = tuple(
+            _judged(region, stored, rules.get(region.classname)) for region in suite.regions
+        )
+        suites.append(replace(suite, regions=regions))
+    return replace(run, suites=tuple(suites))
+
+
+def _judged(
+    region: RegionResult, stored: Mapping[str, StoredTiming] | None, rule: TimingRule | None
+) -> RegionResult:
+    if rule is None or not rule.compare or region.error is not None or not region.timing_samples:
+        return region
+    current = device_fingerprint(region)
+    if current is None:
+        return region
+    if stored is None:
+        return _noted(region, NO_TIMING)
+    entry = stored.get(region.classname)
+    if entry is None:
+        return _noted(region, NO_REGION_TIMING)
+    if entry.device != current:
+        return _noted(region, mismatch_note(entry, current))
+    comparison = compare_timing(
+        entry.samples,
+        region.timing_samples,
+        max_slowdown=rule.baseline_max_slowdown,
+        on_regression=rule.on_regression,
+        against="baseline",
+    )
+    return replace(region, timing_vs_baseline=comparison)
+
+
+def _noted(region: RegionResult, note: str) -> RegionResult:
+    return replace(region, notes=(*region.notes, note))

@@ -1,0 +1,264 @@
+"""The stored timing baseline: `baseline` records step times, `run` compares with them.
+
+Through the real CLI on a throwaway repo. The step sleeps for ``STEP_SLEEP_S``
+seconds (an environment variable the workers inherit), so "3x slower" is a
+property of the code under test, not of this machine's load.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import make_repo, run_gate
+from result_samples import region as sample_region
+from result_samples import region_error, run_of
+
+import gate.cli.run
+from gate.compare.against_baseline import compare_with_baseline
+from gate.policy.model import TimingRule
+from gate.results.baseline import FORMAT, BaselineError, load_baseline_file
+from gate.results.comparison import TimingVerdict
+from gate.results.records import RegionResult, RunResult
+from gate.results.timing_baseline import NO_REGION_TIMING, NO_TIMING, retimed
+
+STEPS = """
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def add_one(x):
+    return x + 1.0
+
+
+def setup():
+    return (jnp.ones((4,), jnp.float32),)
+
+
+def step(x):
+    time.sleep(float(os.environ.get("STEP_SLEEP_S", "0.004")))
+    return add_one(x)
+
+
+def other(x):
+    return add_one(x)
+"""
+
+POLICY = """
+version: 1
+defaults: {warmup: 1, guarded_runs: 1, repeats: 15}
+regions:
+  - name: sleepy
+    step: steps:step
+    setup: steps:setup
+  - name: quick
+    step: steps:other
+    setup: steps:setup
+    timing: off
+"""
+
+BASELINE = "policies/transfer-gate-baseline.json"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path, {"steps.py": STEPS, "policies/p.yaml": POLICY})
+
+
+@pytest.fixture
+def written(monkeypatch: pytest.MonkeyPatch) -> list[RunResult]:
+    """Every run result `transfer-gate run` hands its reporters, in this (the gate's) process."""
+    runs: list[RunResult] = []
+    original = gate.cli.run.write_reports
+
+    def capture(run: RunResult, *args: Any, **kwargs: Any) -> None:
+        runs.append(run)
+        original(run, *args, **kwargs)
+
+    monkeypatch.setattr(gate.cli.run, "write_reports", capture)
+    return runs
+
+
+def region(runs: list[RunResult], name: str) -> RegionResult:
+    [found] = [r for r in runs[-1].regions if r.name == name]
+    return found
+
+
+def stored(repo: Path) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads((repo / BASELINE).read_text())
+    return document
+
+
+def test_baseline_records_each_regions_timing_by_device(repo: Path) -> None:
+    made = run_gate(repo, "baseline")
+    assert made.returncode == 0, made
+    assert "step times of 2 region(s)" in made.stdout
+    document = stored(repo)
+    assert document["version"] == 3
+    sleepy = document["timing"]["p.sleepy"]
+    assert len(sleepy["samples"]) == 15
+    assert sleepy["p25_s"] <= sleepy["median_s"] <= sleepy["p75_s"]
+    assert 0.004 <= sleepy["median_s"] < 0.05
+    assert sleepy["device"].startswith("cpu (cpu x1), jax ")
+    assert sleepy["device"].endswith(", transfer-gate 0.1.0")
+    # A region of its own: re-baselining one keeps the other's timing.
+    before = document["timing"]["p.quick"]
+    assert run_gate(repo, "baseline", "--region", "sleepy").returncode == 0
+    after = stored(repo)["timing"]
+    assert after["p.quick"] == before
+    assert after["p.sleepy"]["samples"] != sleepy["samples"]
+
+
+def test_a_step_made_3x_slower_fails_against_the_stored_baseline(
+    repo: Path, written: list[RunResult]
+) -> None:
+    assert run_gate(repo, "baseline").returncode == 0
+    slow = run_gate(repo, "run", env={"STEP_SLEEP_S": "0.012"})
+    assert slow.returncode == 1, slow
+    comparison = region(written, "sleepy").timing_vs_baseline
+    assert comparison is not None
+    assert comparison.verdict is TimingVerdict.SLOWER
+    assert comparison.failing
+    assert comparison.against == "baseline"
+    assert comparison.max_slowdown == 1.5
+    assert 2.0 < comparison.ratio < 4.0
+    assert len(comparison.base_samples) == len(comparison.head_samples) == 15
+    # `timing: off`: not compared, and nothing said about it.
+    quick = region(written, "quick")
+    assert quick.timing_vs_baseline is None
+    assert not any("timing" in note for note in quick.notes)
+    assert quick.passed
+
+
+def test_unchanged_code_passes_3_runs_of_3(repo: Path, written: list[RunResult]) -> None:
+    assert run_gate(repo, "baseline").returncode == 0
+    for _ in range(3):
+        run = run_gate(repo, "run")
+        assert run.returncode == 0, run
+        comparison = region(written, "sleepy").timing_vs_baseline
+        assert comparison is not None
+        assert comparison.verdict is not TimingVerdict.SLOWER
+        assert not comparison.failing
+
+
+def test_a_baseline_from_another_device_is_not_compared(
+    repo: Path, written: list[RunResult]
+) -> None:
+    assert run_gate(repo, "baseline").returncode == 0
+    document = stored(repo)
+    document["timing"]["p.sleepy"]["device"] = "gpu (NVIDIA H200 x1), jax 0.10.2, jaxlib 0.10.2"
+    (repo / BASELINE).write_text(json.dumps(document))
+    run = run_gate(repo, "run", env={"STEP_SLEEP_S": "0.012"})
+    assert run.returncode == 0, run
+    sleepy = region(written, "sleepy")
+    assert sleepy.timing_vs_baseline is None
+    [note] = [n for n in sleepy.notes if n.startswith("timing not compared")]
+    assert note.startswith(
+        "timing not compared: baseline from gpu (NVIDIA H200 x1), jax 0.10.2, jaxlib 0.10.2 "
+        "(this run: cpu (cpu x1), jax "
+    )
+
+
+def test_a_version_2_baseline_still_loads_and_says_it_has_no_timing(
+    repo: Path, written: list[RunResult]
+) -> None:
+    old = {"format": "jax-transfer-gate.results.baseline", "version": 2, "accepted": []}
+    (repo / BASELINE).write_text(json.dumps(old))
+    run = run_gate(repo, "run")
+    assert run.returncode == 0, run
+    sleepy = region(written, "sleepy")
+    assert sleepy.timing_vs_baseline is None
+    assert NO_TIMING in sleepy.notes
+    assert NO_TIMING in run.stdout
+    # Re-baselining upgrades the file to version 3, with timing.
+    assert run_gate(repo, "baseline").returncode == 0
+    assert stored(repo)["version"] == 3
+    assert "p.sleepy" in stored(repo)["timing"]
+
+
+def test_without_a_baseline_file_nothing_is_compared(repo: Path, written: list[RunResult]) -> None:
+    run = run_gate(repo, "run")
+    assert run.returncode == 0, run
+    sleepy = region(written, "sleepy")
+    assert sleepy.timing_vs_baseline is None
+    assert not any("timing" in note for note in sleepy.notes)
+
+
+# --- the records, without a run -------------------------------------------------------------------
+
+PLATFORM = "cpu (cpu x1), jax 0.10.2, jaxlib 0.10.2"
+
+
+def timed(name: str, samples: tuple[float, ...], **changes: object) -> RegionResult:
+    return sample_region(name, platform=PLATFORM, timing_samples=samples, **changes)
+
+
+def test_a_region_the_baseline_has_no_timing_for_says_so() -> None:
+    stored_timing = retimed(run_of(timed("old", (1e-3,) * 10)), None)
+    judged = compare_with_baseline(
+        run_of(timed("new", (1e-3,) * 10)), stored_timing, {"train.new": TimingRule()}
+    )
+    [new] = judged.regions
+    assert new.timing_vs_baseline is None
+    assert new.notes == (NO_REGION_TIMING,)
+
+
+def test_an_errored_or_unruled_region_is_left_alone() -> None:
+    stored_timing = retimed(run_of(timed("a", (1e-3,) * 10)), None)
+    errored = timed("a", (), error=region_error())
+    for run, rules in (
+        (run_of(errored), {"train.a": TimingRule()}),
+        (run_of(timed("a", (1e-3,))), {}),
+    ):
+        assert compare_with_baseline(run, stored_timing, rules) == run
+
+
+def test_retimed_records_quartiles_and_keeps_other_regions() -> None:
+    first = retimed(run_of(timed("a", (1.0, 2.0, 3.0, 4.0, 5.0)), timed("b", (1.0,))), None)
+    assert (first["train.a"].p25_s, first["train.a"].median_s, first["train.a"].p75_s) == (
+        2.0,
+        3.0,
+        4.0,
+    )
+    assert first["train.a"].device == f"{PLATFORM}, transfer-gate 0.1.0"
+    second = retimed(run_of(timed("a", (7.0,))), first)
+    assert second["train.b"] == first["train.b"]
+    assert second["train.a"].samples == (7.0,)
+    # A region that never reached JAX (no platform) stores nothing.
+    assert retimed(run_of(sample_region("c", timing_samples=(1.0,))), None) == {}
+
+
+@pytest.mark.parametrize(
+    ("timing", "message"),
+    [
+        ([], "'timing' must be a mapping"),
+        ({"p.a": {"device": "cpu"}}, "timing of 'p.a' is malformed"),
+        (
+            {"p.a": {"device": "x", "median_s": 1, "p25_s": 1, "p75_s": 1, "samples": []}},
+            "needs at least one finite, non-negative sample",
+        ),
+    ],
+)
+def test_a_malformed_timing_is_an_unusable_baseline(
+    tmp_path: Path, timing: object, message: str
+) -> None:
+    path = tmp_path / "b.json"
+    document = {"format": FORMAT, "version": 3, "accepted": [], "timing": timing}
+    path.write_text(json.dumps(document))
+    with pytest.raises(BaselineError, match=message) as raised:
+        load_baseline_file(path)
+    assert str(raised.value).startswith(f"{path}: ")
+    assert str(raised.value).endswith("regenerate it with `transfer-gate baseline`")
+
+
+def test_a_baseline_from_a_newer_gate_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps({"format": FORMAT, "version": 4, "accepted": []}))
+    with pytest.raises(BaselineError, match="version 4 is not 3"):
+        load_baseline_file(path)
