@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import make_repo, run_gate
+from git_helpers import TIMEOUT_S, commit, git
 from processes import run
 from result_samples import STEPS, policy
 
@@ -22,30 +23,6 @@ from gate.cli.exit_codes import ExitCode
 from gate.compare import worktree
 from gate.compare.worktree import TEMP_PREFIX, BaseRefError, BaseTree, check_base, checked_out
 from gate.isolation.cancellation import cancel_on_signals
-
-TIMEOUT_S = 60
-# Commits made without the user's or the machine's git configuration.
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "test",
-    "GIT_AUTHOR_EMAIL": "test@example.com",
-    "GIT_COMMITTER_NAME": "test",
-    "GIT_COMMITTER_EMAIL": "test@example.com",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
-
-
-def git(repo: Path, *args: str) -> str:
-    done = run(["git", *args], cwd=repo, env={**os.environ, **GIT_ENV}, timeout=TIMEOUT_S)
-    assert done.returncode == 0, f"git {' '.join(args)}: {done.stderr}"
-    return done.stdout.strip()
-
-
-def commit(repo: Path, files: dict[str, str], message: str) -> str:
-    make_repo(repo, files)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
 
 
 @pytest.fixture

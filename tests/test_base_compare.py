@@ -1,0 +1,198 @@
+"""``run --base REF`` through the real CLI, on a throwaway git repository: the head against its base.
+
+The base is a commit; the head is the working tree on top of it, changed as a pull request
+would change it. What issue 11 asks: a 2x slower step fails on timing with its ratio, a changed
+result fails naming the leaf, only the transfer new since the base fails, untouched regions
+pass, a region new in the head is "new region, not compared", and an unchanged tree compared
+with itself passes, three times of three.
+
+The steps sleep: a sleep's duration is steady on a busy machine where a microsecond jitted step
+is not, so the timing verdicts these tests assert are not at the mercy of the CI runner.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import make_repo, run_gate
+from git_helpers import commit, init
+
+BASE_STEPS = """
+import time
+
+import jax
+import numpy as np
+
+DELAY_S = 0.003
+
+
+@jax.jit
+def double(x):
+    return x * 2.0
+
+
+@jax.jit
+def weights(x):
+    return x * 3.0
+
+
+def make():
+    return (jax.device_put(np.arange(16, dtype=np.float32)),)
+
+
+def slow_step(x):
+    time.sleep(DELAY_S)
+    return double(x)
+
+
+def result_step(x):
+    return {"b": double(x), "w": weights(x)}
+
+
+def transfer_step(x):
+    y = double(x)
+    return y + np.ones(16, np.float32)  # in the base already
+
+
+def same_step(x):
+    time.sleep(0.002)
+    return double(x)
+"""
+
+POLICY = """
+version: 1
+defaults:
+  warmup: 1
+  guarded_runs: 1
+  repeats: 5
+  timing: {rounds: 4, max_rounds: 8, round_runs: 5}
+regions:
+  - {name: slow, step: "steps:slow_step", setup: "steps:make"}
+  - {name: result, step: "steps:result_step", setup: "steps:make"}
+  - {name: transfer, step: "steps:transfer_step", setup: "steps:make"}
+  - {name: same, step: "steps:same_step", setup: "steps:make"}
+"""
+
+
+def _changed(steps: str) -> str:
+    """The pull request: one step 2x slower, one result changed, one transfer added."""
+    changes = {
+        "def slow_step(x):\n    time.sleep(DELAY_S)": "def slow_step(x):\n    time.sleep(2 * DELAY_S)",
+        "    return x * 3.0": "    return x * 3.0 + 1.0",
+        "    y = double(x)\n": "    y = double(x)\n    y = y * np.full(16, 2.0, np.float32)  # new\n",
+    }
+    for old, new in changes.items():
+        assert old in steps
+        steps = steps.replace(old, new)
+    return steps
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = init(tmp_path / "repo")
+    commit(root, {"steps.py": BASE_STEPS, "policies/p.yaml": POLICY}, "base")
+    return root
+
+
+def _regions(report: Path) -> dict[str, dict[str, Any]]:
+    document = json.loads(report.read_text())
+    return {f"{r['suite']}.{r['name']}": r for r in document["regions"]}
+
+
+def test_a_change_fails_on_what_it_changed_and_nothing_else(repo: Path) -> None:
+    make_repo(
+        repo,
+        {
+            "steps.py": _changed(BASE_STEPS),
+            "policies/p.yaml": POLICY
+            + '  - {name: brand_new, step: "steps:same_step", setup: "steps:make"}\n',
+        },
+    )
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "reports/r.json")
+    assert run.returncode == 1, run
+    assert "comparing with the base: HEAD (" in run.stdout, run
+
+    # A 2x slower step fails on timing, with its ratio.
+    timing = run.testcase("slow: timing")
+    failure = timing.find("failure")
+    assert failure is not None, run
+    message = failure.get("message", "")
+    assert "x slower: median" in message and "samples" in message, message
+    ratio = float(message.split("x slower")[0])
+    assert 1.6 < ratio < 2.5, message
+
+    # A changed result fails, naming the leaf.
+    results = run.testcase("result: results vs base").find("failure")
+    assert results is not None, run
+    assert "['w']" in (results.get("message", "") + (results.text or "")), run
+    assert "['b']" not in (results.get("message", "") + (results.text or "")), run
+
+    # Only the transfer new since the base fails.
+    regions = _regions(repo / "reports" / "r.json")
+    transfers = regions["p.transfer"]["findings"]
+    failing = [f for f in transfers if f["failing"]]
+    assert len(failing) == 1 and "# new" in failing[0]["source"], transfers
+    kept = [f for f in transfers if not f["failing"]]
+    assert len(kept) == 1 and "in the base already" in kept[0]["source"], transfers
+    assert "already in the base" in run.stdout, run
+
+    # Untouched regions pass: their transfers, timing and results.
+    for name in ("same", "slow", "result"):
+        assert run.testcase(f"{name}: transfers").find("failure") is None, run
+    assert run.testcase("same: timing").find("failure") is None, run
+    assert run.testcase("same: results vs base").find("failure") is None, run
+
+    # A region new in the head is not compared.
+    skipped = run.testcase("brand_new: vs base").find("skipped")
+    assert skipped is not None and "new region, not compared" in skipped.get("message", ""), run
+
+
+def test_an_unchanged_tree_compared_with_itself_passes_three_times_of_three(repo: Path) -> None:
+    for attempt in range(3):
+        run = run_gate(repo, "run", "--base", "HEAD", "--json", "reports/r.json")
+        assert run.returncode == 0, f"attempt {attempt + 1}: {run}"
+        regions = _regions(repo / "reports" / "r.json")
+        for name, region in regions.items():
+            base = region["base"]
+            assert base["status"] == "compared", (name, base)
+            assert base["results"]["passed"] and base["results"]["compared"], (name, base)
+            assert base["timing"]["verdict"] != "slower", (name, base)
+
+
+def test_a_base_that_cannot_import_the_step_is_an_error_and_the_head_is_still_judged(
+    repo: Path,
+) -> None:
+    commit(repo, {"steps.py": "raise ImportError('the base is broken')\n"}, "broken")
+    make_repo(repo, {"steps.py": BASE_STEPS})
+    run = run_gate(repo, "run", "--base", "HEAD", "--region", "same")
+    assert run.returncode == 1, run
+    error = run.testcase("same: vs base").find("error")
+    assert error is not None and "the base is broken" in (error.text or ""), run
+    assert run.testcase("same: transfers").find("failure") is None, run
+
+
+def test_setup_that_is_not_deterministic_leaves_results_uncompared(repo: Path) -> None:
+    noisy = BASE_STEPS.replace(
+        "def make():\n    return (jax.device_put(np.arange(16, dtype=np.float32)),)",
+        "def make():\n    return (jax.device_put(np.random.rand(16).astype(np.float32)),)",
+    )
+    commit(repo, {"steps.py": noisy}, "random inputs")
+    run = run_gate(repo, "run", "--base", "HEAD", "--region", "result", "--json", "r.json")
+    assert run.returncode == 0, run
+    results = _regions(repo / "r.json")["p.result"]["base"]["results"]
+    assert not results["compared"], results
+    assert "setup is not deterministic" in results["detail"], results
+
+
+def test_timing_off_compares_results_and_transfers_but_not_time(repo: Path) -> None:
+    off = POLICY.replace("timing: {rounds: 4, max_rounds: 8, round_runs: 5}", "timing: off")
+    commit(repo, {"policies/p.yaml": off}, "timing off")
+    make_repo(repo, {"steps.py": _changed(BASE_STEPS)})
+    run = run_gate(repo, "run", "--base", "HEAD", "--region", "slow", "--json", "r.json")
+    assert run.returncode == 0, run
+    base = _regions(repo / "r.json")["p.slow"]["base"]
+    assert base["timing"] is None, base
+    assert base["results"]["passed"], base
