@@ -1,0 +1,179 @@
+"""The pieces of ``run --base`` below the CLI: held regions in a worker, the base's policy, outputs.
+
+A held region is a real worker process here (`gate.isolation.scheduler.Scheduler`): its rounds of
+timed runs, a step that dies in the middle of one, and its outputs on the host.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_helpers import gate_env, make_repo
+
+from gate.compare.base_policy import for_base, in_tree, regions_in_base
+from gate.compare.outputs import compare_outputs
+from gate.compare.session import MEMORY_FRACTION, shared_device_environment
+from gate.isolation.scheduler import Scheduler
+from gate.policy.load import load_policy
+from gate.policy.model import Checks, Policy
+from gate.results.comparison import StepOutputs
+from gate.results.records import ErrorKind
+
+STEPS = """
+import os
+
+import jax
+import numpy as np
+
+_calls = [0]
+
+
+@jax.jit
+def double(x):
+    return x * 2.0
+
+
+def make():
+    return (jax.device_put(np.arange(4, dtype=np.float32)),)
+
+
+def step(x):
+    return {"y": double(x)}
+
+
+def dies_on_the_tenth_call(x):
+    _calls[0] += 1
+    if _calls[0] == 10:
+        os._exit(7)
+    return double(x)
+"""
+
+POLICY = """
+version: 1
+python_path: [../src]
+defaults: {warmup: 1, guarded_runs: 1, repeats: 2}
+regions:
+  - {name: step, step: "steps:step", setup: "steps:make", checks: {finite: true}}
+  - {name: dies, step: "steps:dies_on_the_tenth_call", setup: "steps:make"}
+"""
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path, {"src/steps.py": STEPS, "policies/p.yaml": POLICY})
+
+
+def _policy(repo: Path) -> Policy:
+    return load_policy(repo / "policies/p.yaml", repo)
+
+
+def test_a_held_region_times_more_runs_and_hands_over_its_outputs(repo: Path) -> None:
+    policy = _policy(repo)
+    with Scheduler(repo, environ=gate_env()) as scheduler:
+        result = scheduler.run(policy, policy.regions[0], hold=True)
+        assert result.passed, result
+        outputs = scheduler.outputs
+        assert outputs is not None
+        assert [path for path, _ in outputs.leaves] == ["['y']"]
+        np.testing.assert_array_equal(outputs.leaves[0][1], [0.0, 2.0, 4.0, 6.0])
+        assert outputs.setup_digest is not None
+        assert outputs.setup_leaves == 1
+        assert outputs.step_file == str(repo / "src" / "steps.py")
+        for runs in (3, 5):
+            samples = scheduler.sample(policy, policy.regions[0], runs)
+            assert samples.error is None, samples
+            assert len(samples.step_s) == runs
+            assert all(s > 0 for s in samples.step_s)
+        # A region run without hold lets the held one go: nothing is left to time.
+        scheduler.run(policy, policy.regions[0])
+        assert scheduler.outputs is None
+        let_go = scheduler.sample(policy, policy.regions[0], 1)
+        assert let_go.error is not None
+        assert "does not hold" in let_go.error.message
+
+
+def test_a_worker_lost_during_a_round_is_that_rounds_error(repo: Path) -> None:
+    policy = _policy(repo)
+    region = policy.regions[1]
+    with Scheduler(repo, environ=gate_env()) as scheduler:
+        result = scheduler.run(policy, region, hold=True)  # 1 + 1 + 1 + 1 + 2 calls, and setup's
+        assert result.error is None, result
+        samples = scheduler.sample(policy, region, 10)
+        assert samples.error is not None
+        assert samples.error.kind is ErrorKind.CRASH, samples.error
+        assert "exit" in samples.error.message, samples.error
+        assert 0 < len(samples.step_s) or samples.step_s == (), samples
+        gone = scheduler.sample(policy, region, 1)
+        assert gone.error is not None
+        assert gone.error.kind is ErrorKind.CRASH
+
+
+def test_the_base_runs_the_heads_policy_from_its_own_folders_without_checks(
+    repo: Path, tmp_path: Path
+) -> None:
+    policy = _policy(repo)
+    base_root = tmp_path / "elsewhere"
+    based = for_base(policy, repo, base_root)
+    assert based.python_path == (base_root / "src",)
+    assert [r.name for r in based.regions] == ["step", "dies"]
+    assert not based.regions[0].checks.any
+    assert based.regions[0].guard == policy.regions[0].guard
+    assert in_tree(Path("/usr/lib"), repo, base_root) == Path("/usr/lib")
+
+
+def test_which_regions_the_base_has(repo: Path, tmp_path: Path) -> None:
+    policy = _policy(repo)
+    base_root = tmp_path / "base"
+    assert regions_in_base(policy, repo, base_root) is None  # no policy file there
+    make_repo(base_root, {"policies/p.yaml": "regions:\n  - name: step\n  - {nom: x}\n"})
+    assert regions_in_base(policy, repo, base_root) == frozenset({"step"})
+    make_repo(base_root, {"policies/p.yaml": ": not yaml ["})
+    assert regions_in_base(policy, repo, base_root) is None
+
+
+def test_each_worker_takes_part_of_the_device_unless_told_otherwise() -> None:
+    assert shared_device_environment({})["XLA_PYTHON_CLIENT_MEM_FRACTION"] == MEMORY_FRACTION
+    own = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    assert shared_device_environment(own) == own
+
+
+CHECKS = Checks(finite=False, reference=None, rtol=1e-5, atol=1e-8, custom=None)
+
+
+def _outputs(values: dict[str, list[float]], digest: str | None = "d") -> StepOutputs:
+    leaves = tuple((path, np.asarray(v, np.float32)) for path, v in values.items())
+    return StepOutputs(leaves, digest, 1)
+
+
+def test_outputs_that_match_pass_and_a_changed_leaf_is_named() -> None:
+    base = _outputs({"['b']": [1.0, 2.0], "['w']": [3.0, 4.0]})
+    same = compare_outputs(base, _outputs({"['b']": [1.0, 2.0], "['w']": [3.0, 4.0]}), CHECKS)
+    assert same.compared
+    assert same.passed
+    assert same.detail == "2 output leaves match the base within rtol=1e-05, atol=1e-08"
+    changed = compare_outputs(base, _outputs({"['b']": [1.0, 2.0], "['w']": [3.0, 5.0]}), CHECKS)
+    assert changed.compared
+    assert not changed.passed
+    assert [d.path for d in changed.differences] == ["['w']"]
+    assert changed.differences[0].detail == (
+        "['w']: 1 of 2 values differ, max abs diff 1, max rel diff 0.25 (rtol=1e-05, atol=1e-08)"
+    )
+    fewer = compare_outputs(base, _outputs({"['b']": [1.0, 2.0]}), CHECKS)
+    assert not fewer.passed
+    assert "1 array leaves, the base's 2" in fewer.detail
+
+
+def test_outputs_from_different_inputs_are_not_compared() -> None:
+    base = _outputs({"": [1.0]})
+    random_setup = compare_outputs(base, _outputs({"": [2.0]}, digest=None), CHECKS)
+    assert not random_setup.compared
+    assert random_setup.passed
+    assert random_setup.detail.startswith("results not compared: setup is not deterministic")
+    other_inputs = compare_outputs(base, _outputs({"": [2.0]}, digest="other"), CHECKS)
+    assert other_inputs.detail == (
+        "results not compared: setup gives the base and the head different inputs"
+    )
+    missing = compare_outputs(None, base, CHECKS)
+    assert missing.detail == "results not compared: the base's outputs could not be fetched"
