@@ -32,7 +32,9 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "results": frozenset(
         {"cli", "compare", "isolation", "region", "witness", "jaxhooks", "report", "plan"}
     ),
-    "report": frozenset({"cli", "compare", "isolation", "region", "witness", "jaxhooks", "machine"}),
+    "report": frozenset(
+        {"cli", "compare", "isolation", "region", "witness", "jaxhooks", "machine"}
+    ),
     "machine": frozenset({"cli", "compare", "isolation", "region", "report", "plan"}),
 }
 MAX_LINES = 400

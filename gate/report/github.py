@@ -157,9 +157,12 @@ def comparison_blocks(run: RunResult) -> list[str]:
     rows = [row for region in run.regions for row in _comparison_rows(region)]
     if not rows:
         return []
+    refs = sorted({r.base.base for r in run.regions if r.base is not None})
+    against = f"Base: {', '.join(_code(ref) for ref in refs)}. " if refs else ""
     head = (
-        "\n### Against the base\n\n| Region | Base | Head | Ratio | p | Verdict |\n"
-        "|---|---|---|---|---|---|\n"
+        f"\n### Against the base\n\n{against}Base and head: median step time (samples); "
+        "ratio: head/base of the medians (its interval); p: Mann-Whitney U.\n\n"
+        "| Region | Base | Head | Ratio | p | Verdict |\n|---|---|---|---|---|---|\n"
     )
     return [head, *rows]
 
