@@ -519,7 +519,10 @@ def test_merged_shards_keep_the_comparison_testcases_and_fields(
         (tmp_path / f"s{name}.json").write_text(render_json(run, fingerprints_of(run)), "utf-8")
 
     summary = merge_reports(tmp_path / "all.xml", [tmp_path / "s1.xml", tmp_path / "s2.xml"])
-    assert (summary.tests, summary.failures) == (5, 2)
+    assert (summary.tests, summary.failures, summary.skipped) == (5, 2, 1)
+    assert summary.describe(Path("all.xml")) == (
+        "merged 2 reports into all.xml: 1 suite, 5 tests, 2 failures, 0 errors, 1 skipped"
+    )
     schema.validate(str(tmp_path / "all.xml"))
     [suite] = ET.parse(tmp_path / "all.xml").getroot().findall("testsuite")
     assert suite.get("skipped") == "1"
