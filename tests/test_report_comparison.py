@@ -8,6 +8,7 @@ summary and annotations, the JSON report and shard merging make of them.
 from __future__ import annotations
 
 import json
+import math
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from pathlib import Path
@@ -543,3 +544,26 @@ def test_merged_shards_keep_the_comparison_testcases_and_fields(
     assert [r["base"]["timing"]["verdict"] for r in regions] == ["inconclusive", "slower"]
     assert regions[1]["base"]["timing"]["base_samples"] == list(BASE_SAMPLES)
     assert document["passed"] is False
+
+
+def test_the_unbounded_interval_of_small_samples_reads_as_none_and_has_no_infinity_in_json() -> (
+    None
+):
+    few = timing(
+        TimingVerdict.INCONCLUSIVE,
+        failing=False,
+        ratio_low=0.0,
+        ratio_high=math.inf,
+        base_samples=BASE_SAMPLES[:3],
+        head_samples=HEAD_SAMPLES[:3],
+    )
+    result = with_base(compared(timing=few))
+    body = "\n".join(
+        c.findtext("skipped") or "" for c in ET.fromstring(render_junit(run_of(result))).iter()
+    )
+    assert "ratio of medians, head/base: 1.32x, interval none (too few samples)" in body
+    assert "| 1.32x (no interval: too few samples) |" in render_summary(run_of(result), "r.xml")
+    text = render_json(run_of(result), fingerprints_of(run_of(result)))
+    assert "Infinity" not in text
+    step = json.loads(text)["suites"][0]["regions"][0]["base"]["timing"]
+    assert (step["ratio_low"], step["ratio_high"]) == (0.0, None)

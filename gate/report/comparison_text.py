@@ -7,6 +7,7 @@ are `duration_text`'s, the headline's own, so a body never disagrees with its me
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from gate.results.comparison import (
@@ -63,6 +64,13 @@ def verdict_text(timing: TimingComparison) -> str:
     )
 
 
+def interval_text(timing: TimingComparison, digits: int = 3) -> str:
+    """``1.25x-1.4x``; "none (too few samples)" for the unbounded interval of small samples."""
+    if not (math.isfinite(timing.ratio_low) and math.isfinite(timing.ratio_high)):
+        return "none (too few samples)"
+    return f"{timing.ratio_low:.{digits}g}x-{timing.ratio_high:.{digits}g}x"
+
+
 def sample_summary(samples: tuple[float, ...]) -> str:
     """``median 412 µs, IQR 405 µs-420 µs, 40 samples``."""
     if not samples:
@@ -91,7 +99,7 @@ def timing_details(timing: TimingComparison, ref: str | None) -> list[str]:
         if timing.head_samples
         else f"head: median {duration_text(timing.head_median_s)}",
         f"ratio of medians, head/{timing.against}: {timing.ratio:.3g}x, "
-        f"interval {timing.ratio_low:.3g}x-{timing.ratio_high:.3g}x",
+        f"interval {interval_text(timing)}",
         f"p-value (Mann-Whitney U, two-sided): {timing.p_value:.2g}",
         f"allowed slowdown: {timing.max_slowdown:g}x",
     ]

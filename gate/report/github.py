@@ -23,6 +23,7 @@ writes them and the summary. The wording comes from `gate.report.terminal` and
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -201,11 +202,17 @@ def _timing_row(name: str, timing: TimingComparison) -> str:
         name,
         f"{duration_text(timing.base_median_s)} ({len(timing.base_samples)})",
         f"{duration_text(timing.head_median_s)} ({len(timing.head_samples)})",
-        f"{timing.ratio:.2f}x ({timing.ratio_low:.2f}-{timing.ratio_high:.2f})",
+        f"{timing.ratio:.2f}x ({_interval_cell(timing)})",
         f"{timing.p_value:.2g}",
         verdict,
     ]
     return "| " + " | ".join(cells) + " |\n"
+
+
+def _interval_cell(timing: TimingComparison) -> str:
+    if not (math.isfinite(timing.ratio_low) and math.isfinite(timing.ratio_high)):
+        return "no interval: too few samples"
+    return f"{timing.ratio_low:.2f}-{timing.ratio_high:.2f}"
 
 
 def _summary_entry(entry: Annotation) -> str:

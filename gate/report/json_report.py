@@ -9,6 +9,7 @@ line (`gate.results.findings`).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,10 @@ def _recompiles(region: RegionResult) -> dict[str, Any]:
     }
 
 
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
 def timing_document(timing: TimingComparison | None) -> dict[str, Any] | None:
     """Every raw sample of both sides, and what the gate concluded from them."""
     if timing is None:
@@ -106,8 +111,9 @@ def timing_document(timing: TimingComparison | None) -> dict[str, Any] | None:
         "base_median_s": timing.base_median_s,
         "head_median_s": timing.head_median_s,
         "ratio": timing.ratio,
-        "ratio_low": timing.ratio_low,
-        "ratio_high": timing.ratio_high,
+        # Small samples give an unbounded interval (0, inf): null, since JSON has no infinity.
+        "ratio_low": _finite(timing.ratio_low),
+        "ratio_high": _finite(timing.ratio_high),
         "p_value": timing.p_value,
         "max_slowdown": timing.max_slowdown,
         "rounds": timing.rounds,
