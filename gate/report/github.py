@@ -9,7 +9,8 @@ the limit of 10 error annotations per step in https://github.com/actions/toolkit
   In the message ``%``, CR and LF are escaped (``%25``, ``%0D``, ``%0A``);
   in property values ``:`` and ``,`` too (``%3A``, ``%2C``). GitHub shows
   at most 10 error annotations per step, so at most 10 are written, the most
-  important first (failing transfers, then errors, then failed checks), and
+  important first (failing transfers, errors, failed checks, recompiles, then
+  comparisons with the base), and
   one warning line says how many more are in the report.
 - A Markdown summary appended to ``$GITHUB_STEP_SUMMARY``, which GitHub
   caps at 1 MiB per step: the summary is cut between entries, with a line
@@ -22,6 +23,7 @@ writes them and the summary. The wording comes from `gate.report.terminal` and
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -30,6 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
+from gate.report.comparison_text import base_status_line, failing_comparisons
 from gate.report.github_annotations import (
     TITLE,
     Annotation,
@@ -44,6 +47,7 @@ from gate.report.terminal import (
     format_duration,
     one_line,
 )
+from gate.results.comparison import BaseStatus, TimingComparison, TimingVerdict, duration_text
 from gate.results.findings import group
 from gate.results.records import CoverageJudge, RegionResult, RunResult
 
@@ -109,6 +113,7 @@ def _status(region: RegionResult) -> str:
         why.append("checks: " + ", ".join(failed_checks))
     if region.recompiles_failed:
         why.append("recompiles")
+    why.extend(label for label, _ in failing_comparisons(region))
     return f"**FAIL**: {'; '.join(why)}"
 
 
@@ -141,6 +146,73 @@ def _table_row(region: RegionResult) -> str:
         boundaries,
     ]
     return "| " + " | ".join(cells) + " |\n"
+
+
+def comparison_blocks(run: RunResult) -> list[str]:
+    """``region | base | head | ratio | p | verdict``: only when a region was compared.
+
+    One row per timing comparison (the step against the base, each gated boundary,
+    the step against the stored baseline), and one for a region the base did not
+    have or could not run, so every compared region is in the table.
+    """
+    rows = [row for region in run.regions for row in _comparison_rows(region)]
+    if not rows:
+        return []
+    refs = sorted({r.base.base for r in run.regions if r.base is not None})
+    against = f"Base: {', '.join(_code(ref) for ref in refs)}. " if refs else ""
+    head = (
+        f"\n### Against the base\n\n{against}Base and head: median step time (samples); "
+        "ratio: head/base of the medians (its interval); p: Mann-Whitney U.\n\n"
+        "| Region | Base | Head | Ratio | p | Verdict |\n|---|---|---|---|---|---|\n"
+    )
+    return [head, *rows]
+
+
+def _comparison_rows(region: RegionResult) -> list[str]:
+    name = _code(region.classname, in_table=True)
+    rows = []
+    base = region.base
+    if base is not None:
+        if base.status is not BaseStatus.COMPARED:
+            verdict = _text(base_status_line(base))
+            if base.status is BaseStatus.BASE_FAILED:
+                verdict = f"**ERROR**: {verdict}"
+            rows.append(f"| {name} | — | — | — | — | {verdict} |\n")
+        for timing in (base.timing, *base.boundary_timing):
+            if timing is not None:
+                rows.append(_timing_row(name, timing))
+    if region.timing_vs_baseline is not None:
+        rows.append(_timing_row(name, region.timing_vs_baseline))
+    return rows
+
+
+def _timing_row(name: str, timing: TimingComparison) -> str:
+    if timing.what != "step":
+        name += f" boundary {_code(timing.what, in_table=True)}"
+    if timing.against != "base":
+        name += f" (vs {_text(timing.against)})"
+    verdict = timing.verdict.value
+    if timing.failing:
+        verdict = f"**FAIL**: {verdict}"
+    elif timing.verdict is TimingVerdict.SLOWER:
+        verdict += " (warn)"
+    elif timing.verdict is TimingVerdict.INCONCLUSIVE:
+        verdict = f"**{verdict}** (not a pass)"
+    cells = [
+        name,
+        f"{duration_text(timing.base_median_s)} ({len(timing.base_samples)})",
+        f"{duration_text(timing.head_median_s)} ({len(timing.head_samples)})",
+        f"{timing.ratio:.2f}x ({_interval_cell(timing)})",
+        f"{timing.p_value:.2g}",
+        verdict,
+    ]
+    return "| " + " | ".join(cells) + " |\n"
+
+
+def _interval_cell(timing: TimingComparison) -> str:
+    if not (math.isfinite(timing.ratio_low) and math.isfinite(timing.ratio_high)):
+        return "no interval: too few samples"
+    return f"{timing.ratio_low:.2f}-{timing.ratio_high:.2f}"
 
 
 def _summary_entry(entry: Annotation) -> str:
@@ -186,6 +258,7 @@ def summary_blocks(run: RunResult) -> list[str]:
             "|---|---|---|---|---|\n"
         )
         blocks.extend(_table_row(region) for region in run.regions)
+    blocks.extend(comparison_blocks(run))
     # As in the terminal summary: regions that failed, and those with notes.
     shown = [r for r in run.regions if not r.passed or r.notes]
     if shown:

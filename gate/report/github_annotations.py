@@ -12,6 +12,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gate.report.comparison_text import failing_comparisons
 from gate.report.terminal import RECOMPILE_FIX, one_line
 from gate.results.findings import Finding, group
 from gate.results.hints import hint_for, hint_for_error
@@ -60,6 +61,7 @@ class AnnotationKind(enum.IntEnum):
     ERROR = 1
     CHECK = 2
     RECOMPILE = 3
+    COMPARISON = 4  # slower than the base or the baseline, a changed result, a broken base
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ class Annotation:
 
 
 def region_annotations(region: RegionResult) -> list[Annotation]:
-    """What failed in `region`: failing transfers, its error, failed checks, recompiles."""
+    """What failed in `region`: transfers, its error, checks, recompiles, the comparison."""
     found = [
         _transfer_annotation(region, finding)
         for finding in group(region.transfers)
@@ -135,7 +137,25 @@ def region_annotations(region: RegionResult) -> list[Annotation]:
         for r in region.recompiles
         if r.failing
     )
+    # At the region's policy line: a slower step or a changed result is no one line's fault.
+    found.extend(
+        Annotation(
+            AnnotationKind.COMPARISON,
+            region.classname,
+            region.policy_path,
+            region.policy_line,
+            label,
+            text,
+            details=_base_error_details(region) if label == "vs base" else "",
+        )
+        for label, text in failing_comparisons(region)
+    )
     return found
+
+
+def _base_error_details(region: RegionResult) -> str:
+    error = region.base.base_error if region.base is not None else None
+    return error.details if error is not None else ""
 
 
 def _transfer_annotation(region: RegionResult, finding: Finding) -> Annotation:

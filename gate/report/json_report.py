@@ -9,6 +9,7 @@ line (`gate.results.findings`).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from gate import __version__
 from gate.files import write_text_atomically
 from gate.results.cause import cause_of
+from gate.results.comparison import BaseComparison, TimingComparison
 from gate.results.findings import Finding, group
 from gate.results.hints import hint_for
 from gate.results.records import RegionResult, RunResult
@@ -37,7 +39,9 @@ def _finding(finding: Finding, fingerprint: str) -> dict[str, Any]:
         "direction": finding.direction.label,
         "kind": finding.kind,
         "failing": finding.failing,
-        "accepted_by_baseline": finding.sample.accepted,
+        # A transfer the base also has is accepted too, but not by the baseline file.
+        "accepted_by_baseline": finding.sample.accepted and not finding.sample.in_base,
+        "in_base": finding.sample.in_base,
         "dtype": finding.dtype,
         "shape": list(finding.shape) if finding.shape is not None else None,
         "bytes": sample.nbytes,
@@ -90,6 +94,75 @@ def _recompiles(region: RegionResult) -> dict[str, Any]:
     }
 
 
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def timing_document(timing: TimingComparison | None) -> dict[str, Any] | None:
+    """Every raw sample of both sides, and what the gate concluded from them."""
+    if timing is None:
+        return None
+    return {
+        "against": timing.against,
+        "what": timing.what,
+        "verdict": timing.verdict.value,
+        "failing": timing.failing,
+        "headline": timing.headline(),
+        "base_median_s": timing.base_median_s,
+        "head_median_s": timing.head_median_s,
+        "ratio": timing.ratio,
+        # Small samples give an unbounded interval (0, inf): null, since JSON has no infinity.
+        "ratio_low": _finite(timing.ratio_low),
+        "ratio_high": _finite(timing.ratio_high),
+        "p_value": timing.p_value,
+        "max_slowdown": timing.max_slowdown,
+        "rounds": timing.rounds,
+        "base_samples": list(timing.base_samples),
+        "head_samples": list(timing.head_samples),
+    }
+
+
+def base_document(base: BaseComparison | None) -> dict[str, Any] | None:
+    """The region against ``run --base``'s tree; None without --base."""
+    if base is None:
+        return None
+    results = base.results
+    error = base.base_error
+    return {
+        "ref": base.base,
+        "status": base.status.name.lower(),
+        "failing": base.failing,
+        "timing": timing_document(base.timing),
+        "results": None
+        if results is None
+        else {
+            "compared": results.compared,
+            "passed": results.passed,
+            "detail": results.detail,
+            "differences": [{"path": d.path, "detail": d.detail} for d in results.differences],
+        },
+        "boundaries": [
+            {
+                "name": b.name,
+                "base_per_step_s": b.base_per_step_s,
+                "head_per_step_s": b.head_per_step_s,
+            }
+            for b in base.boundaries
+        ],
+        "boundary_timing": [timing_document(t) for t in base.boundary_timing],
+        "error": None
+        if error is None
+        else {
+            "kind": error.kind.name.lower(),
+            "message": error.message,
+            "path": error.location.path if error.location else None,
+            "line": error.location.line if error.location else None,
+            "details": error.details,
+        },
+        "already_in_base": base.already_in_base,
+    }
+
+
 def region_document(region: RegionResult, prints: Mapping[Finding, str]) -> dict[str, Any]:
     findings = group(region.transfers)
     timing = region.timing
@@ -116,10 +189,13 @@ def region_document(region: RegionResult, prints: Mapping[Finding, str]) -> dict
             "p75_s": timing.p75_s,
             "max_s": timing.max_s,
         },
+        "timing_samples": list(region.timing_samples),
         "boundaries": [
             {"name": b.name, "calls": b.calls, "total_s": b.total_s, "per_step_s": b.per_step_s}
             for b in region.boundaries
         ],
+        "base": base_document(region.base),
+        "timing_vs_baseline": timing_document(region.timing_vs_baseline),
         "checks": [
             {"name": c.name.value, "passed": c.passed, "detail": c.detail} for c in region.checks
         ],

@@ -33,6 +33,7 @@ from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from gate.policy.levels import Direction
 from gate.report.junit_cases import Case, region_cases
+from gate.report.junit_comparison import comparison_cases, comparison_properties
 from gate.report.terminal import one_line
 from gate.results.records import RunResult, SuiteResult
 
@@ -96,7 +97,8 @@ def render_junit(run: RunResult) -> str:
     must not reach CI as a passing report.
     """
     planned = [
-        (suite, [case for r in suite.regions for case in region_cases(r)]) for suite in run.suites
+        (suite, [case for r in suite.regions for case in (*region_cases(r), *comparison_cases(r))])
+        for suite in run.suites
     ]
     suites = [
         TestSuite(
@@ -196,6 +198,9 @@ def _junit_case(case: Case) -> TestCase:
         body = _visible(outcome.body)
         if outcome.tag == "failure":
             junit_case.add_failure_info(message=message, output=body, failure_type=outcome.kind)
+        elif outcome.tag == "skipped":
+            # junit-xml writes type="skipped" whatever is asked; the kind is in the message.
+            junit_case.add_skipped_info(message=message, output=body)
         else:
             junit_case.add_error_info(message=message, output=body, error_type=outcome.kind)
     return junit_case
@@ -240,6 +245,7 @@ def _properties(suite: SuiteResult) -> dict[str, str]:
             properties[key + "calls"] = str(cost.calls)
             properties[key + "total_s"] = repr(cost.total_s)
             properties[key + "per_step_s"] = repr(cost.per_step_s)
+        properties.update(comparison_properties(region))
     return {_attribute(k): _attribute(v) for k, v in properties.items()}
 
 
@@ -255,11 +261,13 @@ def _check_rendered(xml_text: str, planned: list[list[Case]]) -> None:
             "tests": len(cases),
             "failures": sum(1 for c in cases if c.outcome and c.outcome.tag == "failure"),
             "errors": sum(1 for c in cases if c.outcome and c.outcome.tag == "error"),
+            "skipped": sum(1 for c in cases if c.outcome and c.outcome.tag == "skipped"),
         }
         found = {
             "tests": len(testcases),
             "failures": sum(len(tc.findall("failure")) for tc in testcases),
             "errors": sum(len(tc.findall("error")) for tc in testcases),
+            "skipped": sum(len(tc.findall("skipped")) for tc in testcases),
         }
         declared = {key: int(element.get(key, "-1")) for key in expected}
         if not expected == found == declared:
@@ -268,5 +276,8 @@ def _check_rendered(xml_text: str, planned: list[list[Case]]) -> None:
                 f"found nodes {found}, attributes {declared}"
             )
         for result in element.iter():
-            if result.tag in ("failure", "error") and not (result.get("message") or "").strip():
+            if (
+                result.tag in ("failure", "error", "skipped")
+                and not (result.get("message") or "").strip()
+            ):
                 raise AssertionError(f"JUnit suite {element.get('name')!r}: empty <{result.tag}>")

@@ -26,9 +26,9 @@ from gate.results.records import ErrorKind, RegionError, RegionResult
 
 @dataclass(frozen=True)
 class Outcome:
-    """A failure or error for one testcase, before it reaches junit-xml."""
+    """A failure, error or skip for one testcase, before it reaches junit-xml."""
 
-    tag: Literal["failure", "error"]
+    tag: Literal["failure", "error", "skipped"]
     kind: str  # the element's `type` attribute
     message: str
     body: str
@@ -232,6 +232,8 @@ def _finding_entry(finding: Finding, region: RegionResult) -> str:
     where = transfer_location(transfer, region)
     levels = region.guard.inside_boundary() if finding.boundary is not None else region.guard
     verdict = "FAILS" if finding.failing else "allowed"
+    if finding.sample.in_base:  # `run --base`: the base tree moves it too, so it is not new
+        verdict = "allowed: already in the base"
     lines = [f"- {where} in {function}: {finding.kind} {finding.what()} — {finding.counts()}"]
     if finding.source:
         lines.append(f"    {finding.source}")

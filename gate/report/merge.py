@@ -37,6 +37,9 @@ class MergeSummary:
     failures: int
     errors: int
     duplicates: tuple[str, ...]  # ``classname: name`` of testcases found more than once
+    # JUnit ``<skipped>`` cases (an inconclusive timing, a region new since the base):
+    # said apart, so that a merge never reads "all passed" over them.
+    skipped: int = 0
 
     def describe(self, output: Path) -> str:
         counts = ", ".join(
@@ -48,6 +51,8 @@ class MergeSummary:
                 (self.errors, "error"),
             )
         )
+        if self.skipped:
+            counts += f", {self.skipped} skipped"
         return f"merged {_count(self.inputs, 'report')} into {output}: {counts}"
 
 
@@ -129,6 +134,7 @@ def merge_junit(output: Path, inputs: Sequence[Path]) -> MergeSummary:
         failures=totals["failures"],
         errors=totals["errors"],
         duplicates=_duplicates(merged),
+        skipped=sum(int(suite.get("skipped", "0")) for suite in merged),
     )
 
 

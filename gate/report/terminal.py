@@ -7,6 +7,7 @@ same thing in the same words.
 
 from __future__ import annotations
 
+from gate.report.comparison_text import comparison_lines, failing_comparisons
 from gate.results.findings import group
 from gate.results.hints import hint_for, hint_for_error
 from gate.results.records import (
@@ -121,7 +122,11 @@ def format_summary(run: RunResult, color: bool = False) -> str:
     """
     regions = run.regions
     width = max((len(r.classname) for r in regions), default=0)
-    lines = [_region_line(region, width, color) for region in regions]
+    lines = []
+    for region in regions:
+        lines.append(_region_line(region, width, color))
+        # The comparison with the base or the stored baseline, one line each, under its row.
+        lines.extend(f"  {label}: {text}" for label, text in comparison_lines(region))
 
     findings = [
         line
@@ -174,10 +179,13 @@ def _region_line(region: RegionResult, width: int, color: bool) -> str:
     columns = [f"{lines} failing line" + ("" if lines == 1 else "s")]
     if failing > lines:
         columns[0] += f" ({failing} arrays)"
-    accepted = sum(1 for f in findings if f.sample.accepted)
-    others = len(findings) - failing - accepted
+    in_base = sum(1 for f in findings if f.sample.in_base)
+    accepted = sum(1 for f in findings if f.sample.accepted and not f.sample.in_base)
+    others = len(findings) - failing - accepted - in_base
     if accepted:
         columns[0] += f" (+{accepted} accepted by the baseline)"
+    if in_base:
+        columns[0] += f" (+{in_base} already in the base)"
     if others:
         columns[0] += f" (+{others} allowed)"
     if region.recompiles:
@@ -231,4 +239,5 @@ def _findings(region: RegionResult) -> list[str]:
         for c in region.checks
         if not c.passed
     )
+    lines.extend(f"  {policy}: {label}: {text}" for label, text in failing_comparisons(region))
     return lines

@@ -1,0 +1,194 @@
+"""How a region's comparison with the base or the stored baseline reads, in every report.
+
+The terminal, the JUnit report and GitHub's summary all take their words from
+here, so "1.32x slower: median 412 µs → 545 µs" is the same line in each. Durations
+are `duration_text`'s, the headline's own, so a body never disagrees with its message.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from gate.results.comparison import (
+    BaseComparison,
+    BaseStatus,
+    BoundaryTime,
+    ResultComparison,
+    TimingComparison,
+    TimingVerdict,
+    duration_text,
+)
+from gate.results.records import RegionResult
+
+
+def one_line(text: str) -> str:
+    # `gate.report.terminal.one_line`, which imports this module: kept here so it need not.
+    return " ".join(text.split())
+
+
+def timing_label(timing: TimingComparison) -> str:
+    """``timing vs base``, ``timing vs baseline``, ``boundary pkg.io:save timing vs base``."""
+    what = "timing" if timing.what == "step" else f"boundary {timing.what} timing"
+    return f"{what} vs {timing.against}"
+
+
+def timing_line(timing: TimingComparison) -> str:
+    """The headline, and what it means when that is not plain from the verdict."""
+    text = timing.headline()
+    if timing.verdict is TimingVerdict.SLOWER and not timing.failing:
+        text += " (a warning: timing.on_regression is warn)"
+    elif timing.verdict is TimingVerdict.INCONCLUSIVE:
+        # Not a pass dressed as one: the reader must know nothing was proven.
+        text += " (a warning, not a pass)"
+    return text
+
+
+def verdict_text(timing: TimingComparison) -> str:
+    """One sentence: what the verdict rests on, and whether it fails the region."""
+    limit = f"{timing.max_slowdown:g}x"
+    if timing.verdict is TimingVerdict.SLOWER:
+        consequence = (
+            "fails (timing.on_regression: fail)"
+            if timing.failing
+            else "reported, not failing (timing.on_regression: warn)"
+        )
+        return f"slower: significant, and beyond the allowed {limit}; {consequence}"
+    if timing.verdict is TimingVerdict.FASTER:
+        return f"faster: significant, and beyond {limit} the other way"
+    if timing.verdict is TimingVerdict.UNCHANGED:
+        return f"unchanged: the interval rules out a slowdown of {limit}"
+    return (
+        f"inconclusive: the interval straddles {limit} even after the most rounds; "
+        "not a pass: run it on a quieter runner, or raise timing.max_rounds"
+    )
+
+
+def interval_text(timing: TimingComparison, digits: int = 3) -> str:
+    """``1.25x-1.4x``; "none (too few samples)" for the unbounded interval of small samples."""
+    if not (math.isfinite(timing.ratio_low) and math.isfinite(timing.ratio_high)):
+        return "none (too few samples)"
+    return f"{timing.ratio_low:.{digits}g}x-{timing.ratio_high:.{digits}g}x"
+
+
+def sample_summary(samples: tuple[float, ...]) -> str:
+    """``median 412 µs, IQR 405 µs-420 µs, 40 samples``."""
+    if not samples:
+        return "no samples"
+    median = statistics.median(samples)
+    count = f"{len(samples)} sample" + ("" if len(samples) == 1 else "s")
+    if len(samples) < 2:
+        return f"median {duration_text(median)}, {count}"
+    # "inclusive" is numpy's default (linear) percentile, as the stats elsewhere use.
+    low, _, high = statistics.quantiles(samples, n=4, method="inclusive")
+    return (
+        f"median {duration_text(median)}, IQR {duration_text(low)}-{duration_text(high)}, {count}"
+    )
+
+
+def timing_details(timing: TimingComparison, ref: str | None) -> list[str]:
+    """Both sides, the interval, the test and the rounds: a testcase's body."""
+    other = f"base {ref}" if ref and timing.against == "base" else timing.against
+    lines = [
+        f"{timing_label(timing)}: {timing_line(timing)}",
+        f"verdict: {verdict_text(timing)}",
+        f"{timing.against}: {sample_summary(timing.base_samples)}"
+        if timing.base_samples
+        else f"{timing.against}: median {duration_text(timing.base_median_s)}",
+        f"head: {sample_summary(timing.head_samples)}"
+        if timing.head_samples
+        else f"head: median {duration_text(timing.head_median_s)}",
+        f"ratio of medians, head/{timing.against}: {timing.ratio:.3g}x, "
+        f"interval {interval_text(timing)}",
+        f"p-value (Mann-Whitney U, two-sided): {timing.p_value:.2g}",
+        f"allowed slowdown: {timing.max_slowdown:g}x",
+    ]
+    if timing.rounds:
+        lines.append(f"rounds: {timing.rounds}, {other} and head interleaved")
+    else:
+        lines.append(f"rounds: none; the {other} samples were measured in an earlier job")
+    return lines
+
+
+def boundary_time_line(boundary: BoundaryTime) -> str:
+    """``pkg.io:save: 150 µs → 155 µs per step``; "not called" on a side that never called it."""
+
+    def side(value: float | None) -> str:
+        return duration_text(value) if value is not None else "not called"
+
+    return (
+        f"{boundary.name}: {side(boundary.base_per_step_s)} → "
+        f"{side(boundary.head_per_step_s)} per step"
+    )
+
+
+def _leaf(path: str) -> str:
+    return path or "the output"
+
+
+def results_line(results: ResultComparison) -> str:
+    """``2 leaves differ: ['w'] (…); also ['b']``, or "same within tolerance", or why not."""
+    if not results.compared:
+        detail = one_line(results.detail)
+        return detail if detail.startswith("results not compared") else f"not compared: {detail}"
+    if results.passed:
+        return one_line(results.detail) or "the same within tolerance"
+    differences = results.differences
+    if not differences:
+        return one_line(results.detail) or "the results differ"
+    first = differences[0]
+    noun = "leaf differs" if len(differences) == 1 else "leaves differ"
+    text = f"{len(differences)} {noun}: {_leaf(first.path)} ({one_line(first.detail)})"
+    if len(differences) > 1:
+        text += "; also " + ", ".join(_leaf(d.path) for d in differences[1:4])
+        if len(differences) > 4:
+            text += f", and {len(differences) - 4} more"
+    return text
+
+
+def base_status_line(base: BaseComparison) -> str:
+    """``new region, not compared`` or ``the base could not run it: step raised: …``."""
+    if base.status is BaseStatus.BASE_FAILED and base.base_error is not None:
+        error = base.base_error
+        return f"{base.status}: {error.kind.value}: {one_line(error.message)}"
+    return str(base.status)
+
+
+def comparison_lines(region: RegionResult) -> list[tuple[str, str]]:
+    """``(label, text)`` for each comparison of `region`, in report order."""
+    lines: list[tuple[str, str]] = []
+    base = region.base
+    if base is not None:
+        if base.status is not BaseStatus.COMPARED:
+            lines.append(("vs base", base_status_line(base)))
+        if base.timing is not None:
+            lines.append((timing_label(base.timing), timing_line(base.timing)))
+        lines.extend((timing_label(t), timing_line(t)) for t in base.boundary_timing)
+        if base.results is not None:
+            lines.append(("results vs base", results_line(base.results)))
+        if base.already_in_base:
+            count = base.already_in_base
+            noun = "transfer" if count == 1 else "transfers"
+            lines.append(("transfers vs base", f"{count} {noun} already in the base, not failing"))
+    if region.timing_vs_baseline is not None:
+        timing = region.timing_vs_baseline
+        lines.append((timing_label(timing), timing_line(timing)))
+    return lines
+
+
+def failing_comparisons(region: RegionResult) -> list[tuple[str, str]]:
+    """The `comparison_lines` that fail the region (what annotations and findings list)."""
+    failing: list[tuple[str, str]] = []
+    base = region.base
+    if base is not None:
+        if base.status is BaseStatus.BASE_FAILED:
+            failing.append(("vs base", base_status_line(base)))
+        for timing in (base.timing, *base.boundary_timing):
+            if timing is not None and timing.failing:
+                failing.append((timing_label(timing), timing_line(timing)))
+        if base.results is not None and base.results.compared and not base.results.passed:
+            failing.append(("results vs base", results_line(base.results)))
+    vs_baseline = region.timing_vs_baseline
+    if vs_baseline is not None and vs_baseline.failing:
+        failing.append((timing_label(vs_baseline), timing_line(vs_baseline)))
+    return failing

@@ -1,0 +1,173 @@
+"""The testcases a region's comparison with the base (or the stored baseline) gives in JUnit.
+
+Present only when the region has a comparison, so every other region's
+testcases are what they always were. All at the region's policy line: a
+slower step or a changed result is not the fault of one line of code.
+
+An inconclusive timing, results not compared and a new region are
+``<skipped>``: the PR tools count and show skipped apart from passed
+(mikepenz/action-junit-report's summary since its PR #909, dorny/test-reporter
+too), so "nothing was proven" never reads as a green pass; nor does it fail
+the check, which only the gate's own verdict (its exit code) may do.
+"""
+
+from __future__ import annotations
+
+from gate.report.comparison_text import (
+    base_status_line,
+    boundary_time_line,
+    one_line,
+    results_line,
+    timing_details,
+    timing_label,
+)
+from gate.report.junit_cases import Case, Outcome
+from gate.results.comparison import (
+    BaseComparison,
+    BaseStatus,
+    ResultComparison,
+    TimingComparison,
+    TimingVerdict,
+)
+from gate.results.records import RegionResult
+
+
+def comparison_cases(region: RegionResult) -> list[Case]:
+    """``<region>: timing``, ``: results vs base``, ``: vs base``, ``: timing vs baseline``."""
+    cases: list[Case] = []
+    base = region.base
+    if base is not None:
+        if base.status is BaseStatus.NEW_REGION:
+            cases.append(_new_region_case(region, base))
+        elif base.status is BaseStatus.BASE_FAILED:
+            cases.append(_base_failed_case(region, base))
+        if base.timing is not None:
+            cases.append(_timing_case(region, f"{region.name}: timing", base.timing, base))
+        for timing in base.boundary_timing:
+            name = f"{region.name}: {timing_label(timing)}"
+            cases.append(_timing_case(region, name, timing, base))
+        if base.results is not None:
+            cases.append(_results_case(region, base, base.results))
+    if region.timing_vs_baseline is not None:
+        name = f"{region.name}: timing vs baseline"
+        cases.append(_timing_case(region, name, region.timing_vs_baseline, None))
+    return cases
+
+
+def _case(region: RegionResult, name: str, stdout: str, outcome: Outcome | None) -> Case:
+    return Case(
+        name, region.classname, region.policy_path, region.policy_line, None, stdout, outcome
+    )
+
+
+def _declared(region: RegionResult) -> str:
+    return f"Region declared at {region.policy_path}:{region.policy_line}\n"
+
+
+def _timing_case(
+    region: RegionResult, name: str, timing: TimingComparison, base: BaseComparison | None
+) -> Case:
+    lines = timing_details(timing, base.base if base is not None else None)
+    if base is not None and timing.what == "step" and base.boundaries:
+        lines.append(f"Boundary time per step, base → head ({base.base}):")
+        lines.extend(f"- {boundary_time_line(b)}" for b in base.boundaries)
+    body = "\n".join(lines) + "\n\n" + _declared(region)
+    outcome: Outcome | None = None
+    if timing.failing:
+        outcome = Outcome("failure", "timing", timing.headline(), body)
+    elif timing.verdict is TimingVerdict.INCONCLUSIVE:
+        outcome = Outcome("skipped", "inconclusive", timing.headline(), body)
+    # Unchanged, faster, or a slowdown under `on_regression: warn`: a pass, and system-out
+    # (which EnricoMi's action shows) says which, the warning included.
+    return _case(region, name, body, outcome)
+
+
+def _results_case(region: RegionResult, base: BaseComparison, results: ResultComparison) -> Case:
+    name = f"{region.name}: results vs base"
+    head = f"results vs base {base.base}: {results_line(results)}"
+    if not results.compared:
+        body = f"{head}\n\n{_declared(region)}"
+        return _case(
+            region, name, body, Outcome("skipped", "not-compared", results_line(results), body)
+        )
+    lines = [head]
+    if results.differences:
+        lines.append("Leaves that differ (pytree path: what differs):")
+        lines.extend(
+            f"- {d.path or '(the output)'}: {one_line(d.detail)}" for d in results.differences
+        )
+    if results.detail.strip() and one_line(results.detail) != results_line(results):
+        lines.append(one_line(results.detail))
+    body = "\n".join(lines) + "\n\n" + _declared(region)
+    outcome = None
+    if not results.passed:
+        message = f"results differ from the base: {results_line(results)}"
+        outcome = Outcome("failure", "result-diff", message, body)
+    return _case(region, name, body, outcome)
+
+
+def _new_region_case(region: RegionResult, base: BaseComparison) -> Case:
+    body = (
+        f"The base {base.base} has no region '{region.name}': nothing to compare the head "
+        f"with. The head is judged as usual.\n\n{_declared(region)}"
+    )
+    return _case(
+        region,
+        f"{region.name}: vs base",
+        body,
+        Outcome("skipped", "new-region", str(base.status), body),
+    )
+
+
+def _base_failed_case(region: RegionResult, base: BaseComparison) -> Case:
+    message = base_status_line(base)
+    parts = [f"{message}\n\nThe base is {base.base}; the head was still judged on its own."]
+    error = base.base_error
+    if error is not None:
+        if error.location is not None:
+            parts.append(f"at {error.location} in {error.location.function} (in the base tree)")
+        if error.details.strip():
+            parts.append(error.details.rstrip("\n"))
+    parts.append(_declared(region))
+    body = "\n\n".join(parts)
+    kind = f"base-{error.kind.name.lower()}" if error is not None else "base-failed"
+    return _case(region, f"{region.name}: vs base", "", Outcome("error", kind, message, body))
+
+
+def comparison_properties(region: RegionResult) -> dict[str, str]:
+    """The comparison's numbers, ``<region>.vs_base.…`` and ``<region>.vs_baseline.…``."""
+    properties: dict[str, str] = {}
+    base = region.base
+    if base is not None:
+        prefix = f"{region.name}.vs_base."
+        properties[prefix + "ref"] = base.base
+        properties[prefix + "status"] = base.status.name.lower()
+        for timing in (base.timing, *base.boundary_timing):
+            if timing is not None:
+                what = "timing" if timing.what == "step" else f"boundary[{timing.what}].timing"
+                properties.update(_timing_properties(prefix + what + ".", timing))
+        if base.results is not None:
+            properties[prefix + "results.compared"] = str(base.results.compared).lower()
+            properties[prefix + "results.passed"] = str(base.results.passed).lower()
+            properties[prefix + "results.differences"] = str(len(base.results.differences))
+        if base.already_in_base:
+            properties[prefix + "transfers.already_in_base"] = str(base.already_in_base)
+    if region.timing_vs_baseline is not None:
+        prefix = f"{region.name}.vs_baseline.timing."
+        properties.update(_timing_properties(prefix, region.timing_vs_baseline))
+    return properties
+
+
+def _timing_properties(prefix: str, timing: TimingComparison) -> dict[str, str]:
+    return {
+        prefix + "verdict": timing.verdict.value,
+        prefix + "failing": str(timing.failing).lower(),
+        prefix + "base_median_s": repr(timing.base_median_s),
+        prefix + "head_median_s": repr(timing.head_median_s),
+        prefix + "ratio": repr(timing.ratio),
+        prefix + "ratio_low": repr(timing.ratio_low),
+        prefix + "ratio_high": repr(timing.ratio_high),
+        prefix + "p_value": repr(timing.p_value),
+        prefix + "samples": f"{len(timing.base_samples)}+{len(timing.head_samples)}",
+        prefix + "rounds": str(timing.rounds),
+    }
