@@ -147,11 +147,19 @@ class CostChange:
     def text(self) -> str:
         """``jit(step): flops 2.10e6 → 4.19e6 (2.00x)``; a total reads ``total: ...``."""
         where = "total" if self.function is None else self.function
-        base = "absent" if self.base is None else f"{self.base:.3g}"
-        head = "absent" if self.head is None else f"{self.head:.3g}"
         ratio = self.ratio
         tail = f" ({ratio:.2f}x)" if ratio is not None else ""
-        return f"{where}: {self.metric} {base} → {head}{tail}"
+        return f"{where}: {self.metric} {number_text(self.base)} → {number_text(self.head)}{tail}"
+
+
+def number_text(value: float | None) -> str:
+    """``2.10e6`` for a figure, ``12`` for a small whole number, ``absent`` for None."""
+    if value is None:
+        return "absent"
+    if value == int(value) and abs(value) < 10_000:
+        return str(int(value))
+    mantissa, exponent = f"{value:.2e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
 
 
 @dataclass(frozen=True)
@@ -168,22 +176,22 @@ class CostComparison:
     def failing(self) -> bool:
         return any(c.failing for c in self.changes)
 
-    def headline(self) -> str:
-        """One line: what failed (or changed), for a JUnit message or a terminal line."""
+    def headline(self, most: int = 4) -> str:
+        """One line: the failing totals and what changed in the functions on the same figures."""
         if not self.compared:
             return f"cost not compared: {self.note}"
         if not self.changes:
             return f"cost unchanged against the {self.against}"
-        shown = [c for c in self.changes if c.failing] or list(self.changes)
-        more = len(self.changes) - len(shown)
+        failed = {c.metric for c in self.changes if c.failing}
+        shown = [c for c in self.changes if c.metric in failed] or list(self.changes)
+        more = len(shown) - most
         lead = (
             f"cost beyond {self.max_increase:g}x the {self.against}"
-            if self.failing and self.max_increase is not None
+            if failed and self.max_increase is not None
             else f"cost changed against the {self.against}"
         )
-        return (
-            f"{lead}: " + "; ".join(c.text() for c in shown) + (f" (+{more} more)" if more else "")
-        )
+        listed = "; ".join(c.text() for c in shown[:most])
+        return f"{lead}: {listed}" + (f" (+{more} more)" if more > 0 else "")
 
 
 def compare_costs(
@@ -192,8 +200,8 @@ def compare_costs(
     """Every figure that differs, total and per function; a total beyond the rule fails.
 
     Only totals fail: a function renamed or split moves work between names
-    without changing the step. A total that appears (absent in the base)
-    has no ratio and does not fail; it is listed.
+    without changing the step. A total that grows from 0 fails too (it has no
+    ratio); one XLA gave on one side only is listed and does not fail.
     """
     if not base.measured or not head.measured:
         side, cost = ("base", base) if not base.measured else ("head", head)
@@ -202,10 +210,10 @@ def compare_costs(
     for metric in METRICS:
         old, new = base.total(metric), head.total(metric)
         if old != new:
-            change = CostChange(None, metric, old, new)
-            ratio = change.ratio
+            # head > base x limit, not the ratio: growth from 0 has no ratio and still fails.
+            limit = rule.max_increase
             failing = (
-                rule.max_increase is not None and ratio is not None and ratio > rule.max_increase
+                limit is not None and old is not None and new is not None and new > old * limit
             )
             changes.append(CostChange(None, metric, old, new, failing))
     old_fns = {fn.name: fn for fn in base.functions}

@@ -54,7 +54,7 @@ def measure_step(prepare: Callable[[], T], run_step: Callable[[T], object]) -> S
         with every_execution_seen() as log:
             run_step(prepared)
     except InternalMissing as exc:
-        note = f"cost not measured: jax {jax_version()} has no {exc}"
+        note = f"cost not measured: {exc} (jax {jax_version()})"
         return not_measured(note, device_peaks(before, memory_marks(devices)))
     peaks = device_peaks(before, memory_marks(devices))
     executed = log.executed()
