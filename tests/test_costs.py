@@ -29,6 +29,7 @@ from gate.results.costs import (
     FunctionCost,
     StepCost,
     compare_costs,
+    si_text,
     step_cost,
 )
 from gate.results.records import RegionResult, RunResult, SuiteResult
@@ -101,6 +102,10 @@ def test_each_function_is_counted_and_the_totals_are_their_sum(tmp_path: Path) -
         given = [f[metric] for f in functions.values() if metric in f]
         assert two["totals"].get(metric) == (sum(given) if given else None), metric
     assert two["peak_memory"] is None  # the CPU reports no memory marks
+    flops_column = f"{si_text(two['totals']['flops'], 'FLOP')}/step"
+    assert flops_column == "132 kFLOP/step"
+    (line,) = [line for line in run.stdout.splitlines() if "p.two_functions" in line]
+    assert line.endswith(f"  {flops_column}"), run
 
     around = {f["name"]: f["runs"] for f in costs["python_around_jit"]["functions"]}
     assert around == {"jit(matmul)": 1, "jit(tanh)": 3}
