@@ -150,19 +150,23 @@ def test_twice_the_matmul_work_is_exactly_twice_the_flops() -> None:
 
 def test_every_call_is_seen_and_the_fast_path_comes_back_after() -> None:
     double = jax.jit(lambda v: v * 2.0)
-    aot = jax.jit(lambda v: v + 1.0).lower(jnp.ones(4)).compile()
-    x = jnp.ones(4)
+    aot = jax.jit(lambda v: v + 1.0).lower(jnp.ones((1, 4))).compile()
+    mapped = jax.pmap(lambda v: v - 1.0)
+    x = jnp.ones((1, 4))
 
     def step(v: jax.Array) -> jax.Array:
-        return aot(aot(double(double(double(v)))))
+        return aot(aot(double(double(double(mapped(mapped(v)))))))
 
     step(x).block_until_ready()
     execute, pxla, _ = dispatch_internals()
     before = (execute.__dict__["__call__"], pxla.MeshExecutableFastpathData)
     with every_execution_seen() as log:
         step(x).block_until_ready()
-    # Each program every time: jit's (3 runs), then the AOT-compiled one's (2), as first run.
+    # Each program every time, in the order each first ran: pmap's two (it is built on jit, and
+    # its second call takes the first's sharded output), jit's (3 runs), the AOT-compiled one's.
     assert [(e.name, e.runs) for e in log.executed()] == [
+        ("jit(_fun)", 1),
+        ("jit(_fun)", 1),
         ("jit(<lambda>)", 3),
         ("jit(<lambda>)", 2),
     ]

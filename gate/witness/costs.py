@@ -60,10 +60,7 @@ def measure_step(prepare: Callable[[], T], run_step: Callable[[T], object]) -> S
     executed = log.executed()
     if not executed:
         return step_cost((), peaks, "the step ran no compiled program")
-    note = ""
-    if any(e.pmap for e in executed):
-        note = "pmap's C++ fast path cannot be switched off: its programs' runs are a floor"
-    return step_cost(function_costs(executed), peaks, note)
+    return step_cost(function_costs(executed), peaks)
 
 
 def function_costs(executed: Sequence[Executed]) -> tuple[FunctionCost, ...]:
