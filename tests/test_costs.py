@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 from cli_helpers import FAST_DEFAULTS, make_repo, run_gate
+from git_helpers import commit, init
 
 from gate.jaxhooks.executables import every_execution_seen
 from gate.jaxhooks.internals import InternalMissing, dispatch_internals
@@ -300,3 +301,62 @@ def test_the_junit_cost_case_appears_only_against_a_base_and_fails_naming_the_ch
     assert case.outcome is None
     assert "total: flops 2.10e6 → 4.20e6 (2.00x)" in case.stdout
     assert quiet.passed
+
+
+BASE_TREE = """
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def step(x):
+    return x @ x
+
+
+@jax.jit
+def same(x):
+    return x @ x
+
+
+def batch():
+    return (jnp.ones((64, 64), jnp.float32),)
+"""
+
+COST_POLICY = f"""
+version: 1
+{FAST_DEFAULTS.strip()}
+regions:
+  - {{name: grows, step: "steps:step", setup: "steps:batch", timing: off,
+     cost: {{max_increase: 1.05}}}}
+  - {{name: same, step: "steps:same", setup: "steps:batch", timing: off}}
+"""
+
+
+def test_a_head_doing_twice_the_flops_fails_its_cost_against_the_base(tmp_path: Path) -> None:
+    repo = init(tmp_path / "repo")
+    commit(repo, {"steps.py": BASE_TREE, "policies/p.yaml": COST_POLICY}, "base")
+    make_repo(
+        repo, {"steps.py": BASE_TREE.replace("    return x @ x\n", "    return (x @ x) @ x\n", 1)}
+    )
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json")
+    assert run.returncode == 1, run
+
+    failure = run.testcase("grows: cost").find("failure")
+    assert failure is not None, run
+    assert failure.get("type") == "cost"
+    assert failure.get("message", "").startswith(
+        "cost beyond 1.05x the base: total: flops 5.24e5 → 1.05e6 (2.00x)"
+    ), run
+    assert "- jit(step): flops 5.24e5 → 1.05e6 (2.00x)" in (failure.text or ""), run
+    unchanged = run.testcase("same: cost")
+    assert unchanged.find("failure") is None, run
+    assert "cost unchanged against the base" in (unchanged.findtext("system-out") or ""), run
+
+    regions = json.loads((repo / "r.json").read_text())["suites"][0]["regions"]
+    grows = next(r for r in regions if r["name"] == "grows")
+    flops = [c for c in grows["base"]["cost"]["changes"] if c["metric"] == "flops"]
+    assert [(c["function"], c["ratio"], c["failing"]) for c in flops] == [
+        (None, 2.0, True),
+        ("jit(step)", 2.0, False),
+    ]
+    assert grows["cost"]["totals"]["flops"] == 2 * 2 * 64**3
