@@ -307,7 +307,7 @@ class RegionResult:
 
     @property
     def comparison_failed(self) -> bool:
-        """Slower than the base or the baseline, a result that differs, or a base that broke."""
+        """Slower than the base or the baseline, a result or a cost beyond it, a base that broke."""
         return (self.base is not None and self.base.failing) or (
             self.timing_vs_baseline is not None and self.timing_vs_baseline.failing
         )
