@@ -168,6 +168,8 @@ def test_an_unchanged_tree_compared_with_itself_passes_three_times_of_three(repo
             assert base["results"]["compared"], (name, base)
             assert base["results"]["passed"], (name, base)
             assert base["timing"]["verdict"] != "slower", (name, base)
+            assert base["first_call_s"]["base"] > 0, (name, base)
+            assert base["first_call_s"]["head"] > 0, (name, base)
 
 
 def test_a_base_that_cannot_import_the_step_is_an_error_and_the_head_is_still_judged(

@@ -50,9 +50,13 @@ def compare_outputs(
     return ResultComparison(
         compared=True,
         passed=True,
-        detail=f"{len(head.leaves)} output leaves match the base within {tolerance}",
+        detail=f"{_leaves(len(head.leaves))} the base within {tolerance}",
     )
 
 
 def _not_compared(why: str) -> ResultComparison:
     return ResultComparison(compared=False, passed=True, detail=f"results not compared: {why}")
+
+
+def _leaves(count: int) -> str:
+    return "1 output leaf matches" if count == 1 else f"{count} output leaves match"

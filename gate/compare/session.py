@@ -162,6 +162,8 @@ class _Pair:
             boundaries=_boundary_times(base_result, head_result),
             boundary_timing=boundary_timing,
             already_in_base=kept,
+            base_first_call_s=base_result.first_call_s,
+            head_first_call_s=head_result.first_call_s,
             cost=_cost(base_result, head_result, self.region),
         )
         return replace(head_result, base=comparison)

@@ -272,9 +272,8 @@ def run_region(
     ``repo_root`` is the repository the user's code is in: reports name its
     files relative to it, and only frames in it (or in the policy's
     ``python_path``) count as the user's lines. By default it is the working
-    directory, where the gate's workers run. ``keep``, when given, receives
-    the region loaded and warmed up, with its last outputs, if it ran to the
-    end (``run --base`` times it again, `gate.region.held`).
+    directory, where the gate's workers run. ``keep`` receives the region loaded, with its
+    last outputs, if it ran to the end (``run --base`` times it again, `gate.region.held`).
     """
     started = time.perf_counter()
     user = UserCode(Path.cwd() if repo_root is None else repo_root, policy.python_path)
@@ -314,9 +313,8 @@ def _run_imported(
         return result(error=RegionError(ErrorKind.PLATFORM, wrong_platform, wrong_platform), **base)
     can_map = capture_works()
     callbacks_missing: str | None = None
-    # Forget compiled calls from earlier regions, so that this region's first
-    # call takes the slow path where JAX checks every move. The executables
-    # come back from the run's persistent cache (`gate.isolation.compile_cache`).
+    # Forget earlier regions' compiled calls: this region's first call takes JAX's slow path, which
+    # checks every move. Executables return from the run's cache (`gate.isolation.compile_cache`).
     jax.clear_caches()
     checks: tuple[CheckOutcome, ...] = ()
 
@@ -342,10 +340,12 @@ def _run_imported(
                         run.callbacks = counting.enter_context(count_callbacks(run.code.user))
                     except CallbackHookMissing as exc:
                         callbacks_missing = str(exc)
+                    first_call = time.perf_counter()  # compiling included: --base compares it
                     if can_map:
                         run.mapped_calls(Phase.FIRST_CALL, 1)
                     else:
                         run.guarded_call(Phase.FIRST_CALL)
+                    first_call_s = time.perf_counter() - first_call
                     for _ in range(region.warmup):
                         run.unguarded_call()
                     run.compiles = compile_watch  # from here on, a compile is a recompile
@@ -387,6 +387,7 @@ def _run_imported(
         transfers=tuple(run.verdict.transfers),
         timing=summarize(samples),
         timing_samples=tuple(samples),
+        first_call_s=first_call_s,
         boundaries=costs,
         checks=checks,
         recompiles=run.recompiles(compile_watch),

@@ -166,6 +166,12 @@ def comparison_lines(region: RegionResult) -> list[tuple[str, str]]:
         lines.extend((timing_label(t), timing_line(t)) for t in base.boundary_timing)
         if base.results is not None:
             lines.append(("results vs base", results_line(base.results)))
+        if base.base_first_call_s is not None and base.head_first_call_s is not None:
+            first = (
+                f"{duration_text(base.base_first_call_s)} → "
+                f"{duration_text(base.head_first_call_s)} (compiling included; not gated)"
+            )
+            lines.append(("first call vs base", first))
         if base.already_in_base:
             count = base.already_in_base
             noun = "transfer" if count == 1 else "transfers"

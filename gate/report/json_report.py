@@ -162,6 +162,7 @@ def base_document(base: BaseComparison | None) -> dict[str, Any] | None:
         },
         "already_in_base": base.already_in_base,
         "cost": cost_comparison_document(base.cost),
+        "first_call_s": {"base": base.base_first_call_s, "head": base.head_first_call_s},
     }
 
 
@@ -245,6 +246,7 @@ def region_document(region: RegionResult, prints: Mapping[Finding, str]) -> dict
             "max_s": timing.max_s,
         },
         "timing_samples": list(region.timing_samples),
+        "first_call_s": region.first_call_s,
         "boundaries": [
             {"name": b.name, "calls": b.calls, "total_s": b.total_s, "per_step_s": b.per_step_s}
             for b in region.boundaries

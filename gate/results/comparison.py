@@ -129,6 +129,10 @@ class BaseComparison:
     boundary_timing: tuple[TimingComparison, ...] = ()  # `timing: {boundaries: true}`
     base_error: RegionError | None = None  # BASE_FAILED: what the base's run said
     already_in_base: int = 0  # transfers accepted because the base has them too
+    # Each tree's first call (compiling included), for the report: never gated, since one
+    # sample of it says nothing about noise.
+    base_first_call_s: float | None = None
+    head_first_call_s: float | None = None
     cost: CostComparison | None = None  # XLA's figures, base vs head (`compare_costs`)
 
     @property

@@ -278,6 +278,8 @@ class RegionResult:
     recompiles: tuple[Recompile, ...] = ()
     # Every timed run's step time, in seconds, in the order they ran (`timing` summarises them).
     timing_samples: tuple[float, ...] = ()
+    # The first call's wall time: compiling (or loading from the run's cache) and the mapped run.
+    first_call_s: float | None = None
     # Against the base tree of ``run --base`` (`gate.compare`); None without --base.
     base: BaseComparison | None = None
     # Against the timing ``transfer-gate baseline`` stored; None when not compared.
