@@ -144,6 +144,19 @@ HOOKS = (
         ),
     ),
     Hook(
+        "every program a step runs: jit's C++ fast path off for the cost run "
+        "(pxla.MeshExecutableFastpathData, PjitFunctionCache.clear_all), its executions counted "
+        "at pxla.ExecuteReplicated.__call__, and their cost and memory analysis",
+        ("jax._src.interpreters.pxla", "jax._src.lib._jax"),
+        (
+            "test_costs.py::test_each_function_is_counted_and_the_totals_are_their_sum",
+            "test_costs.py::test_twice_the_matmul_work_is_exactly_twice_the_flops",
+            "test_costs.py::test_every_call_is_seen_and_the_fast_path_comes_back_after",
+            "test_costs.py::test_a_jax_without_the_hook_gives_a_note_not_a_zero",
+            "test_costs.py::test_restoring_refuses_to_clobber_a_patch_made_meanwhile",
+        ),
+    ),
+    Hook(
         "the whole chain on real training steps (flax, optax, equinox pytrees of arrays)",
         ("jax.tree_util.tree_flatten_with_path",),
         ("test_real_models.py::test_a_planted_float_of_the_loss_fails_at_its_line",),

@@ -49,10 +49,12 @@ def slow_step(x):
 
 
 def result_step(x):
+    time.sleep(0.002)
     return {"b": double(x), "w": weights(x)}
 
 
 def transfer_step(x):
+    time.sleep(0.002)
     y = double(x)
     return y + np.ones(16, np.float32)  # in the base already
 
@@ -99,7 +101,7 @@ def repo(tmp_path: Path) -> Path:
 
 def _regions(report: Path) -> dict[str, dict[str, Any]]:
     document = json.loads(report.read_text())
-    return {f"{r['suite']}.{r['name']}": r for r in document["regions"]}
+    return {r["classname"]: r for suite in document["suites"] for r in suite["regions"]}
 
 
 def test_a_change_fails_on_what_it_changed_and_nothing_else(repo: Path) -> None:
@@ -133,12 +135,13 @@ def test_a_change_fails_on_what_it_changed_and_nothing_else(repo: Path) -> None:
 
     # Only the transfer new since the base fails.
     regions = _regions(repo / "reports" / "r.json")
-    transfers = regions["p.transfer"]["findings"]
+    transfers = regions["p.transfer"]["transfers"]
     failing = [f for f in transfers if f["failing"]]
     assert len(failing) == 1, transfers
     assert "np.full" in failing[0]["source"], transfers
     kept = [f for f in transfers if not f["failing"]]
     assert len(kept) == 1, transfers
+    assert kept[0]["in_base"], transfers
     assert "in the base already" in kept[0]["source"], transfers
     assert "already in the base" in run.stdout, run
 

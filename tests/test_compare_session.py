@@ -104,7 +104,7 @@ def test_a_worker_lost_during_a_round_is_that_rounds_error(repo: Path) -> None:
         assert samples.error is not None
         assert samples.error.kind is ErrorKind.CRASH, samples.error
         assert "exit" in samples.error.message, samples.error
-        assert 0 < len(samples.step_s) or samples.step_s == (), samples
+        assert samples.step_s == (), samples  # the round's runs died with the worker
         gone = scheduler.sample(policy, region, 1)
         assert gone.error is not None
         assert gone.error.kind is ErrorKind.CRASH

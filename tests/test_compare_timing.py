@@ -129,5 +129,7 @@ def test_empty_samples_and_a_factor_below_one_are_refused() -> None:
 
 
 def test_a_factor_of_one_fails_any_significant_slowdown() -> None:
-    result = compare(lognormal(1, 1e-3, 0.02, 30), lognormal(2, 1.03e-3, 0.02, 30), max_slowdown=1.0)
+    result = compare(
+        lognormal(1, 1e-3, 0.02, 30), lognormal(2, 1.03e-3, 0.02, 30), max_slowdown=1.0
+    )
     assert result.verdict is TimingVerdict.SLOWER

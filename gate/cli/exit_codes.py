@@ -19,7 +19,10 @@ class ExitCode(enum.IntEnum):
 
 _MEANINGS = {
     ExitCode.OK: "every region passed",
-    ExitCode.REGION_FAILED: "a region failed (implicit transfer, failed check) or errored",
+    ExitCode.REGION_FAILED: (
+        "a region failed (implicit transfer, failed check, slower than the base, "
+        "a changed result) or errored"
+    ),
     ExitCode.USAGE: "usage error or invalid policy; nothing was run",
     ExitCode.INTERNAL: "the gate itself broke (a bug: please report it)",
 }

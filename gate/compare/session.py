@@ -38,6 +38,7 @@ from gate.results.comparison import (
     StepSamples,
     TimingComparison,
 )
+from gate.results.costs import CostComparison, compare_costs
 from gate.results.records import ErrorKind, RegionError, RegionResult, RunResult, SuiteResult
 
 # Each of the two workers' share of a GPU's memory, when nothing else says.
@@ -161,6 +162,7 @@ class _Pair:
             boundaries=_boundary_times(base_result, head_result),
             boundary_timing=boundary_timing,
             already_in_base=kept,
+            cost=_cost(base_result, head_result, self.region),
         )
         return replace(head_result, base=comparison)
 
@@ -237,3 +239,10 @@ def _boundary_times(base: RegionResult, head: RegionResult) -> tuple[BoundaryTim
         BoundaryTime(name, base_costs.get(name), head_costs.get(name))
         for name in sorted({*base_costs, *head_costs})
     )
+
+
+def _cost(base: RegionResult, head: RegionResult, region: Region) -> CostComparison | None:
+    """XLA's figures, base vs head, under the head's ``cost:`` rule; None if a side has none."""
+    if base.cost is None or head.cost is None:
+        return None
+    return compare_costs(base.cost, head.cost, region.cost)

@@ -25,6 +25,9 @@ Where each lives, in JAX 0.10.2:
 - ``jax._src.lib.cuda_versions`` (the CUDA plugin's ``_versions`` module) and
   ``jax._src.xla_bridge._backend_errors`` (why a backend failed to start).
 - ``PjitFunction._jit_info``: a jitted function's signature and static arguments.
+- ``jax._src.interpreters.pxla``: ``ExecuteReplicated.__call__`` (a compiled
+  program run from Python) and ``MeshExecutableFastpathData`` (what hands a
+  call to jaxlib's C++ fast path); ``jax._src.lib._jax.PjitFunctionCache.clear_all``.
 """
 
 from __future__ import annotations
@@ -195,3 +198,36 @@ def backend_errors() -> dict[Any, Any] | None:
 def jit_info(fn: object) -> Any | None:
     """A jitted function's ``_jit_info`` (signature, static arguments); None without one."""
     return getattr(fn, "_jit_info", None)
+
+
+# --- executions ----------------------------------------------------------------------------------
+
+
+def dispatch_internals() -> tuple[type, types.ModuleType, Callable[[], None]]:
+    """What `gate.jaxhooks.executables` needs to see every execution of a step's programs.
+
+    ``jax._src.interpreters.pxla.ExecuteReplicated``, whose ``__call__`` runs a
+    compiled program from Python (``xla_executable``, ``name``); the ``pxla``
+    module, whose ``MeshExecutableFastpathData`` jit and AOT calls build to hand
+    a call to jaxlib's C++ fast path; and ``PjitFunctionCache.clear_all`` (from
+    ``jax._src.lib._jax``), which drops every fast-path entry without touching
+    the compiled executables (they live in Python's caches).
+    """
+    try:
+        from jax._src.interpreters import pxla
+        from jax._src.lib import _jax  # type: ignore[attr-defined]
+    except ImportError as exc:
+        raise InternalMissing(f"jax._src.interpreters.pxla ({exc})") from exc
+    execute = getattr(pxla, "ExecuteReplicated", None)
+    if not isinstance(execute, type) or not callable(execute.__dict__.get("__call__")):
+        raise InternalMissing("pxla.ExecuteReplicated.__call__ (absent)")
+    slots = set(getattr(execute, "__slots__", ()))
+    if not {"xla_executable", "name"} <= slots:
+        raise InternalMissing("pxla.ExecuteReplicated no longer holds xla_executable and name")
+    fast_path = getattr(pxla, "MeshExecutableFastpathData", None)
+    if not (isinstance(fast_path, type) and issubclass(fast_path, tuple)):
+        raise InternalMissing("pxla.MeshExecutableFastpathData is no longer a NamedTuple")
+    clear_all = getattr(getattr(_jax, "PjitFunctionCache", None), "clear_all", None)
+    if not callable(clear_all):
+        raise InternalMissing("jax._src.lib._jax.PjitFunctionCache.clear_all (absent)")
+    return execute, pxla, clear_all

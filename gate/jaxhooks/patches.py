@@ -1,4 +1,4 @@
-"""Replacing a class attribute of JAX's for a block, and putting the original back.
+"""Replacing a class (or module) attribute of JAX's for a block, and putting the original back.
 
 As chex's ``restrict_backends`` does, the restore checks that what it removes
 is still the gate's own: if something replaced the attribute meanwhile (a
@@ -9,13 +9,16 @@ stays.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 
 @contextmanager
-def attribute_replaced(owner: type, name: str, replacement: Any, *, label: str) -> Iterator[None]:
+def attribute_replaced(
+    owner: type | types.ModuleType, name: str, replacement: Any, *, label: str
+) -> Iterator[None]:
     """``owner.name`` is ``replacement`` while the block runs.
 
     ``label`` is how refusals spell the attribute (``ArrayImpl._value``). The

@@ -1,24 +1,22 @@
 """Running one region: setup → first call (mapped) → warm-up → mapped runs → JAX's verdict
-→ timed runs → checks.
+→ timed runs → checks → cost run.
 
 Why this order:
-- Every run gets fresh inputs from setup (`gate.region.inputs`): a value whose
-  host copy was already fetched hides the next transfer of it.
-- The very first call is watched, after ``jax.clear_caches()``: JAX checks
-  some moves (an uncommitted array sent to another device) only on a call's
-  slow path, which an unguarded warm-up would use up.
-- "Mapped" runs record every transfer with its line (`gate.witness.transfer_map`:
-  JAX's guard at ``log_explicit``; `gate.witness.detector` for device-to-host;
-  `gate.witness.callbacks` for host callbacks; merged per site in
-  `gate.region.sightings`); the region's own levels then decide which of them
-  fail (`gate.region.verdict`).
-- Warm-up compiles whatever else the step needs, unguarded, so that the
-  steady-state runs and the timed runs see the steady state.
-- One run under the region's real levels lets JAX itself refuse what the
-  map might have missed; its refusal always fails.
-- Timed runs are not watched (entering the guard costs ~10 µs, the map far
-  more) and block on the outputs, so the figure is device time, not
-  dispatch time.
+- Every run gets fresh inputs from setup (`gate.region.inputs`): a value whose host copy was
+  already fetched hides the next transfer of it.
+- The very first call is watched, after ``jax.clear_caches()``: JAX checks some moves (an
+  uncommitted array sent to another device) only on a call's slow path, which an unguarded
+  warm-up would use up.
+- "Mapped" runs record every transfer with its line (`gate.witness.transfer_map`: JAX's guard
+  at ``log_explicit``; `gate.witness.detector` for device-to-host; `gate.witness.callbacks`
+  for host callbacks; merged per site in `gate.region.sightings`); the region's own levels
+  then decide which of them fail (`gate.region.verdict`).
+- Warm-up compiles whatever else the step needs, unguarded, so that the steady-state runs and
+  the timed runs see the steady state.
+- One run under the region's real levels lets JAX itself refuse what the map might have
+  missed; its refusal always fails.
+- Timed runs are not watched (entering the guard costs ~10 µs, the map far more) and block on
+  the outputs, so the figure is device time, not dispatch time.
 """
 
 from __future__ import annotations
@@ -49,6 +47,7 @@ from gate.policy.resolve import ResolveError, python_path
 from gate.region.boundary import BoundaryMonitor
 from gate.region.callables import RegionCode, import_region
 from gate.region.checks import run_checks
+from gate.region.cost_phase import cost_phase
 from gate.region.errors import RegionAbort, error_from, first_line, refused_transfer
 from gate.region.fetch_watch import FetchWatch, watching_reads
 from gate.region.held import HeldRegion, Keep
@@ -394,5 +393,6 @@ def _run_imported(
         notes=notes(run.verdict, witnessing()),
         coverage=judged,
         error=unchecked(region.guard, witnessing(), judged),
+        cost=cost_phase(run.inputs.fresh, run._call),  # last: it slows dispatch (cost_phase)
         **base,
     )

@@ -18,6 +18,7 @@ from gate import __version__
 from gate.files import write_text_atomically
 from gate.results.cause import cause_of
 from gate.results.comparison import BaseComparison, TimingComparison
+from gate.results.costs import CostComparison, StepCost
 from gate.results.findings import Finding, group
 from gate.results.hints import hint_for
 from gate.results.records import RegionResult, RunResult
@@ -160,6 +161,60 @@ def base_document(base: BaseComparison | None) -> dict[str, Any] | None:
             "details": error.details,
         },
         "already_in_base": base.already_in_base,
+        "cost": cost_comparison_document(base.cost),
+    }
+
+
+def cost_document(cost: StepCost | None) -> dict[str, Any] | None:
+    """XLA's figures for the step (`gate.results.costs`); None for a region that never got there."""
+    if cost is None:
+        return None
+    return {
+        "measured": cost.measured,
+        "note": cost.note,
+        "totals": dict(cost.totals),
+        "functions": [
+            {"name": f.name, "runs": f.runs, "programs": f.programs, **dict(f.figures)}
+            | ({"unknown": f.unknown} if f.unknown else {})
+            for f in cost.functions
+        ],
+        "peak_memory": None
+        if cost.peak_memory is None
+        else [
+            {
+                "device": p.device,
+                "peak_bytes": p.peak_bytes,
+                "peak_before_bytes": p.peak_before_bytes,
+                "in_use_before_bytes": p.in_use_before_bytes,
+                "set_by_step": p.set_by_step,
+            }
+            for p in cost.peak_memory
+        ],
+    }
+
+
+def cost_comparison_document(cost: CostComparison | None) -> dict[str, Any] | None:
+    """Every figure that changed against the base (``function: null``: the step's total)."""
+    if cost is None:
+        return None
+    return {
+        "against": cost.against,
+        "compared": cost.compared,
+        "note": cost.note,
+        "failing": cost.failing,
+        "max_increase": cost.max_increase,
+        "headline": cost.headline(),
+        "changes": [
+            {
+                "function": c.function,
+                "metric": c.metric,
+                "base": c.base,
+                "head": c.head,
+                "ratio": c.ratio,
+                "failing": c.failing,
+            }
+            for c in cost.changes
+        ],
     }
 
 
@@ -194,6 +249,7 @@ def region_document(region: RegionResult, prints: Mapping[Finding, str]) -> dict
             {"name": b.name, "calls": b.calls, "total_s": b.total_s, "per_step_s": b.per_step_s}
             for b in region.boundaries
         ],
+        "cost": cost_document(region.cost),
         "base": base_document(region.base),
         "timing_vs_baseline": timing_document(region.timing_vs_baseline),
         "checks": [

@@ -19,6 +19,7 @@ from gate.report.terminal import (
     one_line,
     transfer_location,
 )
+from gate.results.costs import CostComparison
 from gate.results.findings import Finding, group
 from gate.results.hints import hint_for, hint_for_error
 from gate.results.records import ErrorKind, RegionError, RegionResult
@@ -152,7 +153,32 @@ def region_cases(region: RegionResult) -> list[Case]:
                 check_outcome,
             )
         )
+    if region.base is not None and region.base.cost is not None:
+        cases.append(_cost_case(region, region.base.cost))
     return cases
+
+
+def _cost_case(region: RegionResult, cost: CostComparison) -> Case:
+    """XLA's figures against the base: present only when compared, so other reports keep theirs.
+
+    Fails when a total grew beyond ``cost: {max_increase}``; otherwise it lists
+    every change in its system-out.
+    """
+    changes = "\n".join(f"- {c.text()}" for c in cost.changes)
+    listing = f"{cost.headline()}\n" + (f"{changes}\n" if changes else "")
+    outcome = None
+    if cost.failing:
+        body = f"{listing}\nRegion declared at {region.policy_path}:{region.policy_line}\n"
+        outcome = Outcome("failure", "cost", cost.headline(), body)
+    return Case(
+        f"{region.name}: cost",
+        region.classname,
+        region.policy_path,
+        region.policy_line,
+        None,
+        listing,
+        outcome,
+    )
 
 
 def _recompiles_case(region: RegionResult) -> Case:

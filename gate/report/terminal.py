@@ -200,6 +200,8 @@ def _region_line(region: RegionResult, width: int, color: bool) -> str:
             columns.append(f"checks ok ({len(region.checks)})")
     if region.timing is not None:
         columns.append(f"median {format_duration(region.timing.median_s)}")
+    if region.cost is not None and region.cost.headline():
+        columns.append(region.cost.headline())  # XLA's count: exact where the median is not
     if region.boundaries:
         per_step = sum(b.per_step_s for b in region.boundaries)
         columns.append(f"boundaries {format_duration(per_step)}/step")

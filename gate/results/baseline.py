@@ -293,7 +293,7 @@ def _judge(region: RegionResult, accepted: dict[str, Accepted], command: str) ->
 
 
 def accept_base(region: RegionResult, base: RegionResult) -> tuple[RegionResult, int]:
-    """``region`` with its failing transfers that ``base`` has too accepted, and how many.
+    """``region`` with its failing transfers that ``base`` has too accepted, and how many findings.
 
     ``run --base``: the base tree's transfer map is the baseline, matched by the
     same fingerprint as the file's entries, so only what the change brought in
@@ -308,7 +308,7 @@ def accept_base(region: RegionResult, base: RegionResult) -> tuple[RegionResult,
         replace(t, failing=False, accepted=True, in_base=True) if t.failing and t in forgiven else t
         for t in region.transfers
     )
-    kept = sum(1 for t in transfers if t.in_base)
+    kept = sum(1 for finding in group(transfers) if finding.sample.in_base)
     return replace(region, transfers=transfers, notes=(*region.notes, *notes)), kept
 
 

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from gate.results.costs import CostComparison
 from gate.results.records import RegionError
 
 
@@ -128,14 +129,17 @@ class BaseComparison:
     boundary_timing: tuple[TimingComparison, ...] = ()  # `timing: {boundaries: true}`
     base_error: RegionError | None = None  # BASE_FAILED: what the base's run said
     already_in_base: int = 0  # transfers accepted because the base has them too
+    cost: CostComparison | None = None  # XLA's figures, base vs head (`compare_costs`)
 
     @property
     def failing(self) -> bool:
         if self.status is BaseStatus.BASE_FAILED:
             return True
         timings = (self.timing, *self.boundary_timing)
-        return any(t is not None and t.failing for t in timings) or (
-            self.results is not None and self.results.compared and not self.results.passed
+        return (
+            any(t is not None and t.failing for t in timings)
+            or (self.results is not None and self.results.compared and not self.results.passed)
+            or (self.cost is not None and self.cost.failing)
         )
 
 

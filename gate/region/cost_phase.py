@@ -1,0 +1,39 @@
+"""The cost run: one more run of the step, after every judged and timed run, that sees its programs.
+
+Why a run of its own, last: to see every program the step runs, the gate
+sends every jitted call through Python's slower dispatch for that run
+(`gate.jaxhooks.executables`), so it must never be one of the timed runs, and
+nothing judged depends on it. It is not guarded (as warm-up is not): what it
+moves was judged in the runs before. It runs for every region, whatever
+``timing:`` says: the compiler's figures cost one step and no noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gate.region.errors import RegionAbort, first_line
+from gate.region.inputs import Inputs
+from gate.results.costs import StepCost, not_measured
+from gate.witness.costs import measure_step
+
+
+def cost_phase(fresh: Callable[[], Inputs], call: Callable[[Inputs], Any]) -> StepCost:
+    """The step's cost, from one ``call`` of the step on ``fresh()`` inputs (setup not counted).
+
+    A step (or setup) that raises only now, having passed every run before,
+    costs the region its cost figures, not its verdict: the note says what it
+    raised.
+    """
+    try:
+        cost = measure_step(fresh, call)
+        # One more, untimed: each call's first after the cost run goes through Python to put
+        # its fast path back, and a held region's timed rounds (`gate.region.held`) come next.
+        call(fresh())
+    except RegionAbort as abort:
+        return not_measured(f"cost not measured: the cost run raised: {abort.error.message}")
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {first_line(exc)}"
+        return not_measured(f"cost not measured: the step raised in the cost run: {why}")
+    return cost

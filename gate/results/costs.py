@@ -1,0 +1,233 @@
+"""The compiler's own accounting of one step, per compiled function and in total, and base vs head.
+
+XLA's figures for a compiled program (``cost_analysis()``: flops, bytes
+accessed, transcendentals; ``memory_analysis()``: argument, output, alias, temp
+and generated-code bytes) are exact for that program and the same on every
+run, so unlike time they can be compared with no noise at all.
+
+Per step, per function name (JAX's, ``jit(step)``; every program of that name
+together, e.g. an eager ``jit(add)`` at two shapes):
+
+- the work figures (`WORK`) are what the step does: each program's figure
+  times how often the step ran it;
+- the memory figures (`MEMORY`) are what the step's programs need, each
+  program once (running it twice needs no more code or scratch space).
+
+A figure XLA did not give for a program is absent (None), never 0; a total
+sums the figures that were given and is absent when none was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gate.policy.model import CostRule
+
+WORK = ("flops", "bytes_accessed", "transcendentals")
+MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
+METRICS = WORK + MEMORY
+
+
+@dataclass(frozen=True)
+class FunctionCost:
+    """One compiled function of the step: how often it ran and what that cost, per step."""
+
+    name: str  # "jit(train_step)"
+    runs: int  # executions per step, over all its programs
+    programs: int  # distinct compiled programs of this name the step ran
+    # (metric, value) for each of `METRICS` XLA gave, in that order.
+    figures: tuple[tuple[str, float], ...]
+    unknown: str = ""  # why a figure is absent ("cost_analysis() raised ..."), if one is
+
+    def figure(self, metric: str) -> float | None:
+        return dict(self.figures).get(metric)
+
+
+@dataclass(frozen=True)
+class DevicePeak:
+    """A device's memory high-water mark around the cost run (``memory_stats()``).
+
+    JAX offers no way to reset the mark, and a worker runs several regions, so
+    the mark after the step is the step's own peak only when the step raised
+    it (`set_by_step`); otherwise the step's peak is at most that much.
+    """
+
+    device: str  # "cuda:0"
+    peak_bytes: int  # ``peak_bytes_in_use`` after the cost run
+    peak_before_bytes: int  # ``peak_bytes_in_use`` before it
+    in_use_before_bytes: int  # ``bytes_in_use`` before it (inputs, params, earlier arrays)
+
+    @property
+    def set_by_step(self) -> bool:
+        return self.peak_bytes > self.peak_before_bytes
+
+    def text(self) -> str:
+        bound = "" if self.set_by_step else "≤ "
+        return f"{self.device} peak {bound}{size_text(self.peak_bytes)}"
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """What one step's compiled programs cost, from one dedicated run after the timed runs."""
+
+    functions: tuple[FunctionCost, ...] = ()  # by name
+    # Per step, (metric, value) for each of `METRICS` any function gave.
+    totals: tuple[tuple[str, float], ...] = ()
+    peak_memory: tuple[DevicePeak, ...] | None = None  # None: no device reports a peak (CPU)
+    # Why the cost is absent or incomplete; "" when it is all there. Absent costs are
+    # never zeros: `measured` is False and `functions` is empty.
+    note: str = ""
+    measured: bool = True
+
+    def total(self, metric: str) -> float | None:
+        return dict(self.totals).get(metric)
+
+    def headline(self) -> str:
+        """``1.2 GFLOP/step``; "" when not measured or without a flop count."""
+        flops = self.total("flops")
+        return "" if not self.measured or flops is None else f"{si_text(flops, 'FLOP')}/step"
+
+
+def step_cost(
+    functions: tuple[FunctionCost, ...],
+    peak_memory: tuple[DevicePeak, ...] | None,
+    note: str = "",
+) -> StepCost:
+    """The step's record, its totals summed from its functions' figures."""
+    totals = []
+    for metric in METRICS:
+        given = [f for f in (fn.figure(metric) for fn in functions) if f is not None]
+        if given:
+            totals.append((metric, float(sum(given))))
+    ordered = tuple(sorted(functions, key=lambda fn: fn.name))
+    return StepCost(ordered, tuple(totals), peak_memory, note)
+
+
+def not_measured(note: str, peak_memory: tuple[DevicePeak, ...] | None = None) -> StepCost:
+    """No cost, and why (the JAX version that lacks a hook, the step that would not run)."""
+    return StepCost(peak_memory=peak_memory, note=note, measured=False)
+
+
+def si_text(value: float, unit: str) -> str:
+    """``1.2 GFLOP``, ``524 kFLOP``, ``0 FLOP``."""
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def size_text(n: float) -> str:
+    """``1.5 GiB``, ``12 KiB``, ``512 B``."""
+    for factor, prefix in ((2**40, "Ti"), (2**30, "Gi"), (2**20, "Mi"), (2**10, "Ki")):
+        if abs(n) >= factor:
+            return f"{n / factor:.3g} {prefix}B"
+    return f"{n:.0f} B"
+
+
+# --- base against head ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CostChange:
+    """One figure that differs between base and head, for one function or the step's total."""
+
+    function: str | None  # None: the step's total
+    metric: str
+    base: float | None  # None: absent on that side (a function new in the head, or gone)
+    head: float | None
+    failing: bool = False  # a total beyond the rule's ``max_increase``
+
+    @property
+    def ratio(self) -> float | None:
+        """head / base, exactly; None when a side is absent or the base is 0."""
+        if self.base is None or self.head is None or self.base == 0:
+            return None
+        return self.head / self.base
+
+    def text(self) -> str:
+        """``jit(step): flops 2.10e6 → 4.19e6 (2.00x)``; a total reads ``total: ...``."""
+        where = "total" if self.function is None else self.function
+        ratio = self.ratio
+        tail = f" ({ratio:.2f}x)" if ratio is not None else ""
+        return f"{where}: {self.metric} {number_text(self.base)} → {number_text(self.head)}{tail}"
+
+
+def number_text(value: float | None) -> str:
+    """``2.10e6`` for a figure, ``12`` for a small whole number, ``absent`` for None."""
+    if value is None:
+        return "absent"
+    if value == int(value) and abs(value) < 10_000:
+        return str(int(value))
+    mantissa, exponent = f"{value:.2e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+@dataclass(frozen=True)
+class CostComparison:
+    """Head's step cost against the base's (or the stored baseline's): every figure that changed."""
+
+    against: str  # "base" or "baseline"
+    changes: tuple[CostChange, ...]  # totals first, then per function by name
+    max_increase: float | None  # the rule's threshold; None: reported, never failing
+    compared: bool = True  # False: a side was not measured; ``note`` says why
+    note: str = ""
+
+    @property
+    def failing(self) -> bool:
+        return any(c.failing for c in self.changes)
+
+    def headline(self, most: int = 4) -> str:
+        """One line: the failing totals and what changed in the functions on the same figures."""
+        if not self.compared:
+            return f"cost not compared: {self.note}"
+        if not self.changes:
+            return f"cost unchanged against the {self.against}"
+        failed = {c.metric for c in self.changes if c.failing}
+        shown = [c for c in self.changes if c.metric in failed] or list(self.changes)
+        more = len(shown) - most
+        lead = (
+            f"cost beyond {self.max_increase:g}x the {self.against}"
+            if failed and self.max_increase is not None
+            else f"cost changed against the {self.against}"
+        )
+        listed = "; ".join(c.text() for c in shown[:most])
+        return f"{lead}: {listed}" + (f" (+{more} more)" if more > 0 else "")
+
+
+def compare_costs(
+    base: StepCost, head: StepCost, rule: CostRule, *, against: str = "base"
+) -> CostComparison:
+    """Every figure that differs, total and per function; a total beyond the rule fails.
+
+    Only totals fail: a function renamed or split moves work between names
+    without changing the step. A total that grows from 0 fails too (it has no
+    ratio); one XLA gave on one side only is listed and does not fail.
+    """
+    if not base.measured or not head.measured:
+        side, cost = ("base", base) if not base.measured else ("head", head)
+        return CostComparison(against, (), rule.max_increase, False, f"{side}: {cost.note}")
+    changes = []
+    for metric in METRICS:
+        old, new = base.total(metric), head.total(metric)
+        if old != new:
+            # head > base x limit, not the ratio: growth from 0 has no ratio and still fails.
+            limit = rule.max_increase
+            failing = (
+                limit is not None and old is not None and new is not None and new > old * limit
+            )
+            changes.append(CostChange(None, metric, old, new, failing))
+    old_fns = {fn.name: fn for fn in base.functions}
+    new_fns = {fn.name: fn for fn in head.functions}
+    for name in sorted(old_fns.keys() | new_fns.keys()):
+        for metric in ("runs", *METRICS):
+            old_value = _figure(old_fns.get(name), metric)
+            new_value = _figure(new_fns.get(name), metric)
+            if old_value != new_value:
+                changes.append(CostChange(name, metric, old_value, new_value))
+    return CostComparison(against, tuple(changes), rule.max_increase)
+
+
+def _figure(fn: FunctionCost | None, metric: str) -> float | None:
+    if fn is None:
+        return None
+    return float(fn.runs) if metric == "runs" else fn.figure(metric)

@@ -1,0 +1,128 @@
+"""What one run of the step costs by XLA's accounting: every program it ran, per function name.
+
+The run itself sees every execution (`gate.jaxhooks.executables`); this module
+reads each program's cost and memory analysis once, weighs them by how often
+the step ran it (`gate.results.costs`), and reads the devices' memory marks
+around the run. A JAX that lacks a hook gives no cost and a note naming the
+version, never zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from gate.jaxhooks.executables import (
+    Executed,
+    cost_analysis,
+    every_execution_seen,
+    memory_analysis,
+)
+from gate.jaxhooks.internals import InternalMissing, jax_version
+from gate.results.costs import DevicePeak, FunctionCost, StepCost, not_measured, step_cost
+
+# XLA's keys, as `cost_analysis()` and `get_compiled_memory_stats()` spell them.
+_WORK_KEYS = (
+    ("flops", "flops"),
+    ("bytes accessed", "bytes_accessed"),
+    ("transcendentals", "transcendentals"),
+)
+_MEMORY_KEYS = (
+    ("argument_size_in_bytes", "argument_bytes"),
+    ("output_size_in_bytes", "output_bytes"),
+    ("alias_size_in_bytes", "alias_bytes"),
+    ("temp_size_in_bytes", "temp_bytes"),
+    ("generated_code_size_in_bytes", "generated_code_bytes"),
+)
+
+T = TypeVar("T")
+Marks = dict[str, tuple[int, int]]  # device -> (bytes_in_use, peak_bytes_in_use)
+
+
+def measure_step(prepare: Callable[[], T], run_step: Callable[[T], object]) -> StepCost:
+    """Run ``run_step(prepare())`` once, every execution of the step seen, and what it cost.
+
+    Only the step is seen: ``prepare`` (setup) runs before the hook is in.
+    Whatever either raises propagates (the hook is put back first).
+    """
+    import jax
+
+    prepared = prepare()
+    devices = jax.local_devices()
+    before = memory_marks(devices)
+    try:
+        with every_execution_seen() as log:
+            run_step(prepared)
+    except InternalMissing as exc:
+        note = f"cost not measured: {exc} (jax {jax_version()})"
+        return not_measured(note, device_peaks(before, memory_marks(devices)))
+    peaks = device_peaks(before, memory_marks(devices))
+    executed = log.executed()
+    if not executed:
+        return step_cost((), peaks, "the step ran no compiled program")
+    return step_cost(function_costs(executed), peaks)
+
+
+def function_costs(executed: Sequence[Executed]) -> tuple[FunctionCost, ...]:
+    """One `FunctionCost` per name: work weighed by runs, memory once per program."""
+    by_name: dict[str, list[Executed]] = {}
+    for one in executed:
+        by_name.setdefault(one.name, []).append(one)
+    return tuple(_function_cost(name, programs) for name, programs in by_name.items())
+
+
+def _function_cost(name: str, programs: list[Executed]) -> FunctionCost:
+    sums: dict[str, float] = {}
+    unknown: list[str] = []
+    for program in programs:
+        work = cost_analysis(program.executable)
+        if isinstance(work, str):
+            unknown.append(work)
+        else:
+            for key, metric in _WORK_KEYS:
+                if key in work:
+                    sums[metric] = sums.get(metric, 0.0) + program.runs * work[key]
+        memory = memory_analysis(program.executable)
+        if isinstance(memory, str):
+            unknown.append(memory)
+        else:
+            for key, metric in _MEMORY_KEYS:
+                sums[metric] = sums.get(metric, 0.0) + memory[key]
+    order = [metric for _, metric in _WORK_KEYS + _MEMORY_KEYS]
+    return FunctionCost(
+        name=name,
+        runs=sum(p.runs for p in programs),
+        programs=len(programs),
+        figures=tuple((m, sums[m]) for m in order if m in sums),
+        unknown="; ".join(dict.fromkeys(unknown)),
+    )
+
+
+def memory_marks(devices: Sequence[Any]) -> Marks:
+    """Each device's ``(bytes_in_use, peak_bytes_in_use)`` where it reports both (not on CPU)."""
+    marks: Marks = {}
+    for device in devices:
+        try:
+            stats = device.memory_stats()
+        except Exception:  # a backend without memory stats may raise rather than return None
+            continue
+        if not isinstance(stats, dict):
+            continue
+        in_use, peak = stats.get("bytes_in_use"), stats.get("peak_bytes_in_use")
+        if isinstance(in_use, int) and isinstance(peak, int):
+            marks[_device_name(device)] = (in_use, peak)
+    return marks
+
+
+def device_peaks(before: Marks, after: Marks) -> tuple[DevicePeak, ...] | None:
+    """The devices' peaks around the run; None where no device reports one."""
+    peaks = tuple(
+        DevicePeak(name, after[name][1], before[name][1], before[name][0])
+        for name in sorted(before.keys() & after.keys())
+    )
+    return peaks or None
+
+
+def _device_name(device: Any) -> str:
+    platform, index = getattr(device, "platform", None), getattr(device, "id", None)
+    return f"{platform}:{index}" if platform is not None and index is not None else str(device)
