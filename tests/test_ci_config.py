@@ -1413,7 +1413,16 @@ def test_dockerignore_keeps_what_pip_install_needs() -> None:
             for p in patterns
         )
 
-    for needed in ("pyproject.toml", "README.md", "gate", "gate/__init__.py", "gate/py.typed"):
+    # LICENSE: pyproject.toml's license-files, which setuptools puts in the wheel.
+    needed_files = (
+        "pyproject.toml",
+        "README.md",
+        "LICENSE",
+        "gate",
+        "gate/__init__.py",
+        "gate/py.typed",
+    )
+    for needed in needed_files:
         assert not ignored(needed), f".dockerignore drops {needed}, which `pip install .` needs"
     for local in (".git", ".venv", "reports", "tests/ci-lint/node_modules"):
         assert ignored(local), f".dockerignore should leave out {local}"
