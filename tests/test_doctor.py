@@ -7,7 +7,9 @@ command on the CPU.
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
+import textwrap
 import types
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import replace
@@ -28,6 +30,7 @@ from gate.machine.doctor import (
     format_diagnosis,
 )
 from gate.machine.settings import Setting, cache_setting, read_settings
+from gate.machine.version_check import version_problems
 
 H200 = Diagnosis(
     python="3.12.3",
@@ -45,6 +48,8 @@ H200 = Diagnosis(
     settings=(Setting("JAX_PLATFORMS", None, "JAX takes the best backend"),),
     guard=(("jax_transfer_guard", "None"),),
     libcuda=True,
+    installed=(("jax", "0.10.2"), ("jaxlib", "0.10.2")),
+    jaxlib_requirement="jaxlib<=0.10.2,>=0.10.1",
 )
 
 CPU_ONLY = replace(
@@ -299,7 +304,8 @@ def test_doctor_refuses_an_unknown_accelerator(tmp_path: Path) -> None:
 def test_doctor_help_documents_its_exit_codes(tmp_path: Path) -> None:
     run = run_gate(tmp_path, "doctor", "--help")
     assert run.returncode == 0, run
-    assert "  1  the --expect'ed accelerator is missing, or JAX cannot start" in run.stdout
+    assert "  1  the --expect'ed accelerator is missing, JAX cannot start, or jax" in run.stdout
+    assert "  2  usage error, or a --requirements file that cannot be read" in run.stdout
 
 
 @pytest.mark.gpu
@@ -339,3 +345,158 @@ def test_doctor_expect_gpu_on_what_jax_reports_on_a_gpu(monkeypatch: pytest.Monk
     assert "CUDA runtime   12.8 (JAX built against 12.8)" in out.getvalue()
     assert "ok: JAX runs on the expected GPU" in out.getvalue()
     assert err.getvalue() == ""
+
+
+# --- versions: jax, jaxlib and the plugins, and the user's requirements ---------------------------
+
+
+def test_matching_versions_are_no_problem() -> None:
+    assert version_problems(H200) == []
+    assert version_problems(CPU_ONLY) == []
+
+
+def test_a_plugin_of_another_version_than_jaxlib_is_a_problem() -> None:
+    diagnosis = replace(
+        H200, plugins=(("jax-cuda12-plugin", "0.10.1"), ("jax-cuda12-pjrt", "0.10.2"))
+    )
+    assert version_problems(diagnosis) == [
+        "jax-cuda12-plugin 0.10.1 does not match jaxlib 0.10.2: JAX uses a GPU plugin only at "
+        "jaxlib's version (another one warns and leaves the GPU unused, or crashes); "
+        'pip install "jax-cuda12-plugin==0.10.2"'
+    ]
+    # jax pins the ROCm plugin as ==0.10.2.*: a fourth number is the same release.
+    rocm = replace(H200, plugins=(("jax-rocm7-plugin", "0.10.2.1"), ("libtpu", "0.0.42")))
+    assert version_problems(rocm) == []
+
+
+def test_jaxlib_outside_jax_s_own_requirement_is_a_problem() -> None:
+    old = replace(H200, installed=(("jax", "0.10.2"), ("jaxlib", "0.9.0")), plugins=())
+    assert version_problems(old) == [
+        "jax 0.10.2 needs jaxlib<=0.10.2,>=0.10.1 (its own requirement), but jaxlib 0.9.0 is "
+        'installed; pip install "jax==0.10.2" "jaxlib==0.10.2"'
+    ]
+    # Without jax's metadata (a jax from source), one minor release is the rule.
+    unknown = replace(old, jaxlib_requirement=None)
+    assert version_problems(unknown) == [
+        "jax 0.10.2 and jaxlib 0.9.0 are not of one minor release; "
+        'pip install "jax==0.10.2" "jaxlib==0.10.2"'
+    ]
+    assert (
+        version_problems(replace(unknown, installed=(("jax", "0.10.2"), ("jaxlib", "0.10.1"))))
+        == []
+    )
+
+
+def site(tmp_path: Path, versions: dict[str, str]) -> str:
+    """A folder of fake installed distributions (metadata only) to put first on PYTHONPATH:
+    importlib.metadata finds them before the real ones, `import jax` still imports the real jax."""
+    folder = tmp_path / "site"
+    for name, version in versions.items():
+        info = folder / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return str(folder)
+
+
+def requirements_file(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return name
+
+
+JAX = importlib.metadata.version("jax")
+JAXLIB = importlib.metadata.version("jaxlib")
+
+
+def test_doctor_requirements_met_are_listed(tmp_path: Path) -> None:
+    name = requirements_file(
+        tmp_path,
+        "requirements.txt",
+        f"""
+        optax
+        jax[cuda12]>={JAX}
+        jaxlib~={".".join(JAXLIB.split(".")[:2])}.0; python_version >= "3.11"
+        """,
+    )
+    run = run_gate(tmp_path, "doctor", "--requirements", name)
+    assert run.returncode == DoctorExitCode.OK, run
+    assert "requirements:\n" in run.stdout
+    assert f"  requirements.txt:2  jax[cuda12]>={JAX}: jax {JAX}, met" in run.stdout
+    assert "  requirements.txt:3  jaxlib~=" in run.stdout
+    assert 'not checked: its marker (python_version >= "3.11") is not evaluated' in run.stdout
+
+
+def test_doctor_fails_on_a_requirement_the_installed_jax_does_not_meet(tmp_path: Path) -> None:
+    name = requirements_file(
+        tmp_path,
+        "pyproject.toml",
+        """
+        [project]
+        name = "model"
+        dependencies = ["flax", "jax<0.5"]
+        [project.optional-dependencies]
+        gpu = ["jax-cuda12-plugin==0.4.30"]
+        """,
+    )
+    run = run_gate(tmp_path, "doctor", "--requirements", name, env={"GITHUB_ACTIONS": "true"})
+    assert run.returncode == DoctorExitCode.FAILED, run
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        f"error: pyproject.toml:3: jax<0.5 is not met: jax {JAX} is installed; run the gate with "
+        "a JAX that meets it (the gate's image: --build-arg JAX_VERSION=...), or change the "
+        "requirement (docs/dependencies.md)",
+        "error: pyproject.toml:5: jax-cuda12-plugin==0.4.30 asks for jax-cuda12-plugin, which "
+        "is not installed here; install it in the gate's environment, or run the gate in an "
+        "image that has it (docs/dependencies.md)",
+    ], run
+    assert f"  pyproject.toml:3  jax<0.5: jax {JAX}, not met" in run.stdout
+    annotations = [line for line in run.stdout.splitlines() if line.startswith("::error")]
+    assert len(annotations) == 2, run
+    assert annotations[0].startswith("::error title=transfer-gate doctor::pyproject.toml:3: ")
+
+
+def test_doctor_fails_when_the_installed_packages_disagree(tmp_path: Path) -> None:
+    # Fake metadata: a jaxlib far older than jax accepts, and a CUDA plugin of yet another
+    # version. JAX_PLATFORMS=cpu (run_gate's) keeps the real backend the CPU.
+    fakes = site(tmp_path, {"jax-cuda12-plugin": "0.0.2", "jaxlib": "0.0.1"})
+    run = run_gate(tmp_path, "doctor", "--expect", "cpu", env={"PYTHONPATH": fakes})
+    assert run.returncode == DoctorExitCode.FAILED, run
+    assert "plugins        jax-cuda12-plugin 0.0.2" in run.stdout
+    assert "ok: JAX runs on the expected CPU" in run.stdout
+    first, second = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert first.startswith(f"error: jax {JAX} needs jaxlib"), run
+    assert first.endswith(
+        f'(its own requirement), but jaxlib 0.0.1 is installed; pip install "jax=={JAX}" '
+        f'"jaxlib=={JAX}"'
+    ), run
+    assert second == (
+        "error: jax-cuda12-plugin 0.0.2 does not match jaxlib 0.0.1: JAX uses a GPU plugin only "
+        "at jaxlib's version (another one warns and leaves the GPU unused, or crashes); "
+        'pip install "jax-cuda12-plugin==0.0.1"'
+    ), run
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("jax===0.10.2\n", "error: requirements.txt:1: jax===0.10.2: '===' is not supported"),
+        ("-r base.txt\n", "error: requirements.txt:1: -r base.txt: no such file next to"),
+    ],
+)
+def test_doctor_refuses_a_requirements_file_it_cannot_read(
+    tmp_path: Path, text: str, error: str
+) -> None:
+    name = requirements_file(tmp_path, "requirements.txt", text)
+    run = run_gate(tmp_path, "doctor", "--requirements", name)
+    assert run.returncode == DoctorExitCode.USAGE, run
+    assert run.stderr.strip().startswith(error), run
+    assert run.stdout == "", run  # refused before JAX starts: no diagnosis
+
+
+def test_doctor_refuses_a_missing_requirements_file(tmp_path: Path) -> None:
+    run = run_gate(tmp_path, "doctor", "--requirements", "requirements-gpu.txt")
+    assert run.returncode == DoctorExitCode.USAGE, run
+    assert run.stderr.strip() == (
+        "error: requirements-gpu.txt: no such file; name a requirements file or pyproject.toml "
+        "with --requirements"
+    ), run

@@ -1,4 +1,7 @@
-"""``transfer-gate doctor``: print what JAX sees here, and fail when ``--expect`` is not met.
+"""``transfer-gate doctor``: print what JAX sees here; fail on a missing accelerator or JAX version.
+
+It fails when ``--expect`` is not met, when JAX cannot start, and when jax, jaxlib and the GPU
+plugins disagree with each other or with a ``--requirements`` file.
 
 `gate.machine.doctor` finds and words it; this prints it, annotates the step
 on GitHub Actions, and picks the exit code (`DoctorExitCode`).
@@ -8,11 +11,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from gate.cli.exit_codes import DoctorExitCode
 from gate.machine.diagnosis import Platform
 from gate.machine.doctor import Diagnosis, collect, doctor_problem, format_diagnosis
+from gate.machine.requirements import read_requirements
+from gate.machine.version_check import requirements_text, version_problems
 from gate.report.github_annotations import in_github_actions, workflow_command
 
 
@@ -20,19 +26,30 @@ def main_doctor(
     expect: str | None,
     environ: Mapping[str, str] | None = None,
     diagnosis: Diagnosis | None = None,
+    requirements: Sequence[str] = (),
 ) -> DoctorExitCode:
-    """Print the diagnosis; FAILED when ``expect`` is not met or JAX cannot start."""
+    """Print the diagnosis; FAILED when ``expect`` is not met, JAX cannot start, or a version
+    disagrees. A ``requirements`` file that cannot be read raises `RequirementsError` first."""
     environ = os.environ if environ is None else environ
+    # Read before JAX starts: a mistyped path is a usage error, not a diagnosis.
+    stated = tuple((path, read_requirements(Path(path))) for path in requirements)
     diagnosis = collect(environ) if diagnosis is None else diagnosis
     print(format_diagnosis(diagnosis))
+    if stated:
+        print()
+        print(requirements_text(diagnosis, stated))
     expected = None if expect is None else Platform(expect)
-    problem = doctor_problem(diagnosis, expected)
-    if problem is None:
-        if expected is not None:
-            print(f"\nok: JAX runs on the expected {expected.value.upper()}")
+    platform_problem = doctor_problem(diagnosis, expected)
+    problems = [platform_problem] if platform_problem is not None else []
+    problems += version_problems(diagnosis, tuple(r for _, found in stated for r in found))
+    if platform_problem is None and expected is not None:
+        print(f"\nok: JAX runs on the expected {expected.value.upper()}")
+    if not problems:
         return DoctorExitCode.OK
     sys.stdout.flush()  # the diagnosis first, then the verdict, also when both go to one log
-    print(f"\nerror: {problem}", file=sys.stderr)
-    if in_github_actions(environ):
-        print(workflow_command("error", problem, title="transfer-gate doctor"))
+    print(file=sys.stderr)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+        if in_github_actions(environ):
+            print(workflow_command("error", problem, title="transfer-gate doctor"))
     return DoctorExitCode.FAILED

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from gate.cli.exit_codes import ExitCode
 from gate.compare.worktree import BaseRefError
+from gate.machine.requirements import RequirementsError
 from gate.plan import UnknownRegionError
 from gate.policy.problems import PolicyError
 from gate.report.junit import ReportWriteError
@@ -32,6 +33,7 @@ _USAGE_ERRORS = (
     BaselineError,
     MergeError,
     BaseRefError,
+    RequirementsError,
 )
 
 _BUG = (

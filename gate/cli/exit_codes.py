@@ -32,7 +32,8 @@ class DoctorExitCode(enum.IntEnum):
     """``transfer-gate doctor``'s codes: the same numbers as `ExitCode`, read for a machine."""
 
     OK = ExitCode.OK
-    FAILED = ExitCode.REGION_FAILED  # the expected accelerator is missing, or JAX cannot start
+    # The expected accelerator is missing, JAX cannot start, or JAX's versions disagree.
+    FAILED = ExitCode.REGION_FAILED
     USAGE = ExitCode.USAGE
     INTERNAL = ExitCode.INTERNAL  # as for `run`: the gate itself broke
 
@@ -43,8 +44,11 @@ class DoctorExitCode(enum.IntEnum):
 
 _DOCTOR_MEANINGS = {
     DoctorExitCode.OK: "JAX starts (and has the --expect'ed accelerator)",
-    DoctorExitCode.FAILED: "the --expect'ed accelerator is missing, or JAX cannot start",
-    DoctorExitCode.USAGE: "usage error",
+    DoctorExitCode.FAILED: (
+        "the --expect'ed accelerator is missing, JAX cannot start, or jax, jaxlib and the GPU "
+        "plugins disagree with each other or with the --requirements"
+    ),
+    DoctorExitCode.USAGE: "usage error, or a --requirements file that cannot be read",
     DoctorExitCode.INTERNAL: "doctor itself broke (a bug: please report it)",
 }
 

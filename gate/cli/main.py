@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "doctor":
         # Before prepare_environment: doctor reports the settings the job gave the gate.
-        return main_doctor(args.expect)
+        return main_doctor(args.expect, requirements=args.requirements or ())
     # Before anything imports jax (user modules do, while policies are checked).
     prepare_environment(os.environ)
     if args.command == "merge":

@@ -164,6 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
         choices=[p.value for p in Platform],
         help="fail (exit 1) unless JAX runs on this kind of device",
     )
+    doctor.add_argument(
+        "--requirements",
+        action="append",
+        metavar="FILE",
+        help="also fail (exit 1) unless the installed jax, jaxlib and GPU plugins meet the "
+        "requirements on them in FILE: pyproject.toml (any *.toml) or a pip requirements file; "
+        "repeatable (docs/dependencies.md)",
+    )
 
     merge = commands.add_parser(
         "merge",

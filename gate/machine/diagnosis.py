@@ -27,6 +27,7 @@ import enum
 import glob
 import importlib.metadata
 import os
+import re
 from dataclasses import dataclass
 
 from gate.jaxhooks import internals
@@ -180,6 +181,29 @@ def installed_plugins() -> tuple[tuple[str, str], ...]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return tuple(found)
+
+
+def installed_jax() -> tuple[tuple[str, str], ...]:
+    """(distribution, version) of jax and jaxlib as installed; readable when jax does not import."""
+    found = []
+    for name in ("jax", "jaxlib"):
+        try:
+            found.append((name, importlib.metadata.version(name)))
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return tuple(found)
+
+
+def jaxlib_requirement() -> str | None:
+    """jax's Requires-Dist on jaxlib without a marker: the jaxlib versions this jax works with."""
+    try:
+        requires = importlib.metadata.requires("jax") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for line in requires:
+        if ";" not in line and re.match(r"jaxlib\s*[<>=!~(]", line):
+            return line.strip()
+    return None
 
 
 def nvidia_device_files() -> bool:

@@ -12,12 +12,16 @@ Where the numbers come from (JAX 0.10):
   driver and cuDNN versions, and the ones JAX was built against;
 - ``jax.default_backend()``, ``jax.devices()`` and each device's
   ``device_kind`` (and ``compute_capability`` on CUDA);
-- the installed distributions ``jax-cuda*-plugin``/``-pjrt`` and ``libtpu``;
+- the installed distributions ``jax-cuda*-plugin``/``-pjrt`` and ``libtpu``, and the
+  versions of ``jax`` and ``jaxlib`` as installed (their metadata, readable also when
+  ``import jax`` fails) with jax's own requirement on jaxlib;
 - the environment as the gate's process got it, read before JAX is
   imported: ``import jax`` sets ``TF_CPP_MIN_LOG_LEVEL=1`` when it is unset.
 
 The likely causes come from `gate.machine.diagnosis`, the same words a
 region's report uses; `gate.cli.doctor` prints this module's findings.
+`gate.machine.version_check` checks that those versions agree with each
+other and with the user's stated requirements.
 Reporting only: doctor runs no step and changes no setting.
 """
 
@@ -39,7 +43,9 @@ from gate.machine.diagnosis import (
     Platform,
     cuda_version_text,
     failed_backends,
+    installed_jax,
     installed_plugins,
+    jaxlib_requirement,
     libcuda_found,
     likely_causes,
     nvidia_device_files,
@@ -84,6 +90,8 @@ class Diagnosis:
     guard: tuple[tuple[str, str], ...]  # (config name, value)
     libcuda: bool  # the NVIDIA driver's libcuda can be found
     backend_errors: tuple[tuple[str, str], ...] = ()  # (platform, why JAX could not start it)
+    installed: tuple[tuple[str, str], ...] = ()  # (distribution, version): jax, jaxlib by metadata
+    jaxlib_requirement: str | None = None  # jax's own, e.g. "jaxlib<=0.10.2,>=0.10.1"
 
     @property
     def evidence(self) -> Evidence:
@@ -144,6 +152,8 @@ def collect(environ: Mapping[str, str] | None = None) -> Diagnosis:
         guard=guard,
         libcuda=libcuda_found(),
         backend_errors=backend_errors,
+        installed=installed_jax(),
+        jaxlib_requirement=jaxlib_requirement(),
     )
 
 

@@ -83,8 +83,10 @@ class Version:
     def is_prerelease(self) -> bool:
         return self.pre is not None or self.dev is not None
 
-    def padded(self, length: int) -> tuple[int, ...]:
-        return self.release + (0,) * (length - len(self.release))
+    def starts_with(self, release: tuple[int, ...], epoch: int = 0) -> bool:
+        """Whether this version's release begins with ``release`` (padded: 1 is 1.0.0)."""
+        padded = self.release + (0,) * (len(release) - len(self.release))
+        return self.epoch == epoch and padded[: len(release)] == release
 
 
 @dataclass(frozen=True)
@@ -94,17 +96,20 @@ class Clause:
     operator: str
     version: str  # as written, may end in ".*" for == and !=
 
+    @property
+    def epoch(self) -> int:
+        return Version.parse(self.version.removesuffix(".*")).epoch
+
     def admits(self, candidate: Version) -> bool:
         if self.version.endswith(".*"):
-            prefix = Version.parse(self.version[:-2])
-            inside = (candidate.epoch, candidate.padded(len(prefix.release))[: len(prefix.release)])
-            matches = inside == (prefix.epoch, prefix.release)
+            matches = candidate.starts_with(Version.parse(self.version[:-2]).release, self.epoch)
             return matches if self.operator == "==" else not matches
         spec = Version.parse(self.version)
         if self.operator == "~=":
-            head = spec.release[:-1]
-            inside = (candidate.epoch, candidate.padded(len(head))[: len(head)]) == (spec.epoch, head)
-            return candidate.key >= spec.key and inside
+            # ~=0.10.1 is >=0.10.1, ==0.10.*
+            return candidate.key >= spec.key and candidate.starts_with(
+                spec.release[:-1], spec.epoch
+            )
         if self.operator in ("==", "!="):
             # `==1.0` admits 1.0+cuda12; `==1.0+cuda12` only that local version.
             same = candidate.key == spec.key and (
@@ -129,7 +134,7 @@ class Clause:
 
 @dataclass(frozen=True)
 class Specifier:
-    """Comma-joined clauses (``>=0.10,<0.11``), all of which must admit a version; empty admits all."""
+    """Comma-joined clauses (``>=0.10,<0.11``) that must all admit a version; none admit all."""
 
     clauses: tuple[Clause, ...]
 
