@@ -70,3 +70,10 @@ def test_doctor_passes_on_the_example_s_requirements(tmp_path: Path) -> None:
     run = run_gate(tmp_path, "doctor", "--requirements", str(requirements))
     assert run.returncode == 0, run
     assert f"jax>=0.10.1: jax {importlib.metadata.version('jax')}, met" in run.stdout
+
+
+def test_the_page_quotes_the_example_as_it_is() -> None:
+    page = (ROOT / "docs" / "dependencies.md").read_text(encoding="utf-8")
+    quoted = page.split("```dockerfile\n", 1)[1].split("```", 1)[0]
+    instructions = [line for line in TEXT.splitlines() if line and not line.startswith("#")]
+    assert quoted.splitlines() == instructions
