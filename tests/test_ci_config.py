@@ -611,6 +611,9 @@ GOOD_IMAGE = f"ghcr.io/owner/jax-transfer-gate@{DIGEST}"
         ({"image": GOOD_IMAGE, "gpu-cache": "x:/etc"}, "input 'gpu-cache'"),
         ({"image": GOOD_IMAGE, "time-budget": 3500}, "input 'time-budget'"),
         ({"image": GOOD_IMAGE, "time-budget": 0}, "input 'time-budget'"),
+        ({"image": GOOD_IMAGE, "time-budget": 3300.5}, "input 'time-budget'"),
+        ({"image": GOOD_IMAGE, "timeout-minutes": 1.5}, "input 'timeout-minutes'"),
+        ({"image": GOOD_IMAGE, "timeout-minutes": 3}, "input 'timeout-minutes'"),
         # Without the GPU job the image is never used, so not checked; the budget still is.
         ({"gpu": False, "time-budget": 3600}, "input 'time-budget'"),
     ],
