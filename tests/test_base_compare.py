@@ -207,3 +207,40 @@ def test_timing_off_compares_results_and_transfers_but_not_time(repo: Path) -> N
     base = _regions(repo / "r.json")["p.slow"]["base"]
     assert base["timing"] is None, base
     assert base["results"]["passed"], base
+
+
+def test_boundary_time_is_gated_when_the_policy_asks(repo: Path) -> None:
+    fetch = """
+
+def fetch(y):
+    time.sleep(0.002)
+    return jax.device_get(y)
+
+
+def logged_step(x):
+    time.sleep(0.002)
+    y = double(x)
+    fetch(y)
+    return y
+"""
+    gated = POLICY.replace(
+        "timing: {rounds: 4, max_rounds: 8, round_runs: 5}",
+        "timing: {rounds: 4, max_rounds: 8, round_runs: 5, boundaries: true}",
+    ) + (
+        '  - {name: logged, step: "steps:logged_step", setup: "steps:make",'
+        ' boundaries: ["steps:fetch"]}\n'
+    )
+    commit(repo, {"steps.py": BASE_STEPS + fetch, "policies/p.yaml": gated}, "a boundary")
+    slower = fetch.replace(
+        "def fetch(y):\n    time.sleep(0.002)", "def fetch(y):\n    time.sleep(0.006)"
+    )
+    make_repo(repo, {"steps.py": BASE_STEPS + slower})
+    run = run_gate(repo, "run", "--base", "HEAD", "--region", "logged", "--json", "r.json")
+    assert run.returncode == 1, run
+    base = _regions(repo / "r.json")["p.logged"]["base"]
+    [boundary] = base["boundary_timing"]
+    assert boundary["what"] == "steps:fetch", boundary
+    assert boundary["verdict"] == "slower", boundary
+    assert boundary["failing"], boundary
+    times = {b["name"]: b for b in base["boundaries"]}
+    assert times["steps:fetch"]["head_per_step_s"] > times["steps:fetch"]["base_per_step_s"], times

@@ -47,6 +47,10 @@ ACTION = GITHUB / "actions" / "transfer-gate" / "action.yml"
 TEMPLATE = GITHUB / "workflow-templates" / "transfer-gate.yml"
 # Every workflow, the template included: linted and held to the same rules.
 ALL_WORKFLOWS = [*WORKFLOWS, TEMPLATE]
+# The release workflow runs on tags, must never be cancelled half-way and needs more than
+# `checks: write`: tests/test_release.py holds it to its own rules on those two.
+RELEASE_WORKFLOW = GITHUB / "workflows" / "release.yml"
+CHECK_WORKFLOWS = [p for p in ALL_WORKFLOWS if p != RELEASE_WORKFLOW]
 README = REPO / "README.md"
 # The page that explains the workflows and shows the template's key lines.
 GITHUB_ACTIONS_DOC = REPO / "docs" / "github-actions.md"
@@ -386,7 +390,7 @@ def test_no_pull_request_target(path: Path) -> None:
     assert not [line for line in code if "pull_request_target" in line]
 
 
-@pytest.mark.parametrize("path", ALL_WORKFLOWS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CHECK_WORKFLOWS, ids=lambda p: p.name)
 def test_permissions_are_least_privilege(path: Path) -> None:
     workflow = load_yaml(path)
     assert workflow.get("permissions") == {}, f"{path}: top-level `permissions: {{}}` missing"
@@ -398,7 +402,7 @@ def test_permissions_are_least_privilege(path: Path) -> None:
         assert writes <= {"checks"}, f"{path}: job {name} can write {sorted(writes)}"
 
 
-@pytest.mark.parametrize("path", ALL_WORKFLOWS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CHECK_WORKFLOWS, ids=lambda p: p.name)
 def test_superseded_runs_are_cancelled(path: Path) -> None:
     workflow = load_yaml(path)
     if set(triggers(workflow)) == {"workflow_call"}:
@@ -1728,7 +1732,16 @@ def test_dockerignore_keeps_what_pip_install_needs() -> None:
             for p in patterns
         )
 
-    for needed in ("pyproject.toml", "README.md", "gate", "gate/__init__.py", "gate/py.typed"):
+    # LICENSE: pyproject.toml's license-files, which setuptools puts in the wheel.
+    needed_files = (
+        "pyproject.toml",
+        "README.md",
+        "LICENSE",
+        "gate",
+        "gate/__init__.py",
+        "gate/py.typed",
+    )
+    for needed in needed_files:
         assert not ignored(needed), f".dockerignore drops {needed}, which `pip install .` needs"
     for local in (".git", ".venv", "reports", "tests/ci-lint/node_modules"):
         assert ignored(local), f".dockerignore should leave out {local}"

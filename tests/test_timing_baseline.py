@@ -18,11 +18,19 @@ from result_samples import region_error, run_of
 
 import gate.cli.run
 from gate.compare.against_baseline import compare_with_baseline
-from gate.policy.model import TimingRule
+from gate.policy.levels import GuardLevel, GuardSpec
+from gate.policy.model import CallableRef, Checks, CostRule, Region, TimingRule
 from gate.results.baseline import FORMAT, BaselineError, load_baseline_file
 from gate.results.comparison import TimingVerdict
+from gate.results.costs import FunctionCost, StepCost, step_cost
 from gate.results.records import RegionResult, RunResult
-from gate.results.timing_baseline import NO_REGION_TIMING, NO_TIMING, retimed
+from gate.results.timing_baseline import (
+    NO_REGION_TIMING,
+    NO_TIMING,
+    read_timing,
+    retimed,
+    timing_document,
+)
 
 STEPS = """
 import os
@@ -199,10 +207,52 @@ def timed(name: str, samples: tuple[float, ...], **changes: object) -> RegionRes
     return sample_region(name, platform=PLATFORM, timing_samples=samples, **changes)
 
 
+def ruled(timing: TimingRule | None = None, cost: CostRule | None = None) -> Region:
+    """A planned region with the rules `compare_with_baseline` reads."""
+    return Region(
+        name="r",
+        line=1,
+        step=CallableRef("m:f", "m", "f", 1),
+        setup=None,
+        boundaries=(),
+        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
+        warmup=1,
+        guarded_runs=1,
+        repeats=1,
+        timeout_s=1.0,
+        checks=Checks(finite=False, reference=None, rtol=1e-5, atol=1e-8, custom=None),
+        timing=timing or TimingRule(),
+        cost=cost or CostRule(),
+    )
+
+
+def _cost(flops: float) -> StepCost:
+    return step_cost((FunctionCost("jit(step)", 1, 1, (("flops", flops),)),), None)
+
+
+def test_xla_figures_are_compared_with_the_stored_ones_exactly_and_kept_in_the_file() -> None:
+    stored = retimed(run_of(timed("a", (1e-3,) * 10, cost=_cost(100.0))), None)
+    assert read_timing(json.loads(json.dumps(timing_document(stored)))) == stored
+    doubled = run_of(timed("a", (1e-3,) * 10, cost=_cost(200.0)))
+    [gated] = compare_with_baseline(
+        doubled, stored, {"train.a": ruled(cost=CostRule(1.05))}
+    ).regions
+    assert gated.cost_vs_baseline is not None
+    assert gated.cost_vs_baseline.failing
+    assert not gated.passed
+    assert "flops 100 → 200 (2.00x)" in gated.cost_vs_baseline.headline()
+    off = ruled(timing=TimingRule(compare=False))  # timing: off still compares the figures
+    [reported] = compare_with_baseline(doubled, stored, {"train.a": off}).regions
+    assert reported.cost_vs_baseline is not None
+    assert not reported.cost_vs_baseline.failing
+    assert reported.timing_vs_baseline is None
+    assert reported.passed
+
+
 def test_a_region_the_baseline_has_no_timing_for_says_so() -> None:
     stored_timing = retimed(run_of(timed("old", (1e-3,) * 10)), None)
     judged = compare_with_baseline(
-        run_of(timed("new", (1e-3,) * 10)), stored_timing, {"train.new": TimingRule()}
+        run_of(timed("new", (1e-3,) * 10)), stored_timing, {"train.new": ruled()}
     )
     [new] = judged.regions
     assert new.timing_vs_baseline is None
@@ -213,7 +263,7 @@ def test_an_errored_or_unruled_region_is_left_alone() -> None:
     stored_timing = retimed(run_of(timed("a", (1e-3,) * 10)), None)
     errored = timed("a", (), error=region_error())
     for run, rules in (
-        (run_of(errored), {"train.a": TimingRule()}),
+        (run_of(errored), {"train.a": ruled()}),
         (run_of(timed("a", (1e-3,))), {}),
     ):
         assert compare_with_baseline(run, stored_timing, rules) == run

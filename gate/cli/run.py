@@ -13,11 +13,11 @@ from pathlib import Path
 
 from gate.cli.execute import baseline_for, execute, shown
 from gate.cli.exit_codes import ExitCode
-from gate.compare.against_baseline import compare_with_baseline, timing_rules
+from gate.compare.against_baseline import compare_with_baseline, planned_regions
 from gate.compare.worktree import BaseRefError, check_base, checked_out
 from gate.isolation.cancellation import Cancellation, cancel_after, cancel_on_signals
 from gate.plan import Plan
-from gate.policy.model import TimingRule
+from gate.policy.model import Region
 from gate.report.terminal import format_summary
 from gate.report.write import Reports, write_reports
 from gate.results.baseline import (
@@ -66,10 +66,10 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
             # Like an invalid policy: nothing runs, but the report says why.
             _write(unusable_baseline(str(exc), baseline_shown), reports)
             raise
-    rules: dict[str, TimingRule] = {}
+    rules: dict[str, Region] = {}
 
     def planned(plan: Plan) -> None:
-        rules.update(timing_rules(plan))
+        rules.update(planned_regions(plan))
 
     with ExitStack() as trees:
         base = trees.enter_context(checked_out(repo_root, args.base)) if args.base else None

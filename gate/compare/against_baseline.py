@@ -17,7 +17,8 @@ from dataclasses import replace
 
 from gate.compare.timing import compare_timing
 from gate.plan import Plan, region_key
-from gate.policy.model import TimingRule
+from gate.policy.model import Region
+from gate.results.costs import compare_costs
 from gate.results.records import RegionResult, RunResult
 from gate.results.timing_baseline import (
     NO_REGION_TIMING,
@@ -28,24 +29,24 @@ from gate.results.timing_baseline import (
 )
 
 
-def timing_rules(plan: Plan) -> dict[str, TimingRule]:
-    """Each planned region's ``timing:`` rule, by ``suite.region``."""
+def planned_regions(plan: Plan) -> dict[str, Region]:
+    """Each planned region, by ``suite.region``: its ``timing:`` and ``cost:`` rules."""
     return {
-        region_key(policy, region): region.timing
-        for policy, regions in plan.steps
-        for region in regions
+        region_key(policy, region): region for policy, regions in plan.steps for region in regions
     }
 
 
 def compare_with_baseline(
     run: RunResult,
     stored: Mapping[str, StoredTiming] | None,
-    rules: Mapping[str, TimingRule],
+    rules: Mapping[str, Region],
 ) -> RunResult:
     """``run`` with each region's `RegionResult.timing_vs_baseline` set, or a note saying why not.
 
     ``stored`` is None for a baseline file without timing (version 2). A region
     with ``timing: off``, or without samples (it errored, or was refused), is left as it is.
+    XLA's figures are compared too (`RegionResult.cost_vs_baseline`), whatever ``timing:``
+    says, when both the stored entry and the run measured them on the same device.
     """
     suites = []
     for suite in run.suites:
@@ -57,16 +58,20 @@ def compare_with_baseline(
 
 
 def _judged(
-    region: RegionResult, stored: Mapping[str, StoredTiming] | None, rule: TimingRule | None
+    region: RegionResult, stored: Mapping[str, StoredTiming] | None, rule: Region | None
 ) -> RegionResult:
-    if rule is None or not rule.compare or region.error is not None or not region.timing_samples:
+    if rule is None or region.error is not None or not region.timing_samples:
         return region
     current = device_fingerprint(region)
     if current is None:
         return region
+    entry = stored.get(region.classname) if stored is not None else None
+    if entry is not None and entry.device == current:
+        region = _cost_judged(region, entry, rule)
+    if not rule.timing.compare:
+        return region
     if stored is None:
         return _noted(region, NO_TIMING)
-    entry = stored.get(region.classname)
     if entry is None:
         return _noted(region, NO_REGION_TIMING)
     if entry.device != current:
@@ -74,11 +79,18 @@ def _judged(
     comparison = compare_timing(
         entry.samples,
         region.timing_samples,
-        max_slowdown=rule.baseline_max_slowdown,
-        on_regression=rule.on_regression,
+        max_slowdown=rule.timing.baseline_max_slowdown,
+        on_regression=rule.timing.on_regression,
         against="baseline",
     )
     return replace(region, timing_vs_baseline=comparison)
+
+
+def _cost_judged(region: RegionResult, entry: StoredTiming, rule: Region) -> RegionResult:
+    if entry.cost is None or region.cost is None or not region.cost.measured:
+        return region
+    compared = compare_costs(entry.cost, region.cost, rule.cost, against="baseline")
+    return replace(region, cost_vs_baseline=compared)
 
 
 def _noted(region: RegionResult, note: str) -> RegionResult:

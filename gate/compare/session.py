@@ -92,6 +92,9 @@ def run_compared(
         Scheduler(repo_root, cancel=cancel, forward=forward, environ=env) as head,
         Scheduler(base.root, cancel=cancel, forward=forward, environ=env) as base_scheduler,
     ):
+        first = next(((p, rs[0]) for p, rs in plan.steps if rs), None)
+        if first is not None:  # both trees' workers start side by side
+            base_scheduler.start_early(for_base(first[0], repo_root, base.root), first[1])
         for policy, regions in plan.steps:
             names = regions_in_base(policy, repo_root, base.root)
             base_policy = for_base(policy, repo_root, base.root)

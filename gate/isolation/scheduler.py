@@ -26,13 +26,14 @@ import os
 import signal
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
 from gate.isolation.cancellation import Cancellation
-from gate.isolation.compile_cache import RunCache, use_compile_cache
+from gate.isolation.compile_cache import RunCache
+from gate.isolation.environment import keep_accelerators_for_workers, worker_environment
 from gate.isolation.lost_region import how_it_ended, lost_region_error, seconds
 from gate.isolation.worker import Done, Job, Ready, Sample, Sampled
 from gate.isolation.worker_process import WaitEvent, WorkerProcess
@@ -47,7 +48,6 @@ from gate.results.records import (
     SuiteResult,
 )
 from gate.user_code import UserCode
-from gate.witness.guard_log import prepare_environment
 
 # What other modules import from here; `gate.cli.main` takes the run's cancellation from here
 # too, and mypy's strict no-implicit-reexport accepts re-exported names only when listed.
@@ -61,49 +61,6 @@ __all__ = [
 # Workers in a row that may fail to start before the rest of the regions
 # are not given one (a broken environment, e.g. no GPU for JAX_PLATFORMS=cuda).
 _START_ATTEMPTS = 2
-
-
-def worker_environment(
-    parent: Mapping[str, str],
-    policy: Policy,
-    region: Region,
-    *,
-    run_cache: Callable[[], str] | None = None,
-) -> dict[str, str]:
-    """The environment a worker for ``region`` starts with.
-
-    This is the place for what must be set before ``import jax``: XLA_FLAGS,
-    JAX_PLATFORMS, TF_CPP_MIN_LOG_LEVEL (jaxlib reads it once, when it loads;
-    CI images often set it to 2, which hides every ``log``-level guard line).
-    The gate decides it here rather than leaving it to the caller's shell. A
-    region whose environment differs from the running worker's gets a fresh
-    worker, so this may depend on the region.
-
-    The gate's own environment (whose TF_CPP_MIN_LOG_LEVEL `gate.cli.main` has
-    already made safe), plus the policy's ``env:``, plus JAX's persistent
-    compilation cache (`gate.isolation.compile_cache`): the user's
-    JAX_COMPILATION_CACHE_DIR when set, else ``run_cache()``, the run's own.
-    """
-    del region  # a policy's regions share its environment
-    env = {**parent, **dict(policy.env)}
-    prepare_environment(env)  # a policy's env must not hide the guard's log lines either
-    use_compile_cache(env, run_cache)
-    return env
-
-
-def keep_accelerators_for_workers() -> None:
-    """Keep the gate's own process off GPUs and TPUs; call before importing the user's modules.
-
-    The gate imports the user's modules to check a policy, and a module that
-    makes an array when imported would start JAX's backend in the gate's
-    process: on a GPU, JAX then preallocates most of the memory
-    (XLA_PYTHON_CLIENT_PREALLOCATE) in a process that runs no region, and
-    the worker runs out. Only this process's JAX config changes; workers
-    start with the environment as it is.
-    """
-    import jax
-
-    jax.config.update("jax_platforms", "cpu")
 
 
 # -- the scheduler ---------------------------------------------------------------
@@ -158,6 +115,7 @@ class Scheduler:
         # The compilation cache this scheduler's workers share; removed on leaving.
         self._cache = RunCache()
         self.outputs: StepOutputs | None = None  # the last held region's, see `run`
+        self._early: WorkerProcess | None = None  # started by `start_early`, not yet waited on
 
     def __enter__(self) -> Scheduler:
         return self
@@ -170,6 +128,19 @@ class Scheduler:
         worker, self._worker = self._worker, None
         if worker is not None:
             worker.close()
+        early, self._early = self._early, None
+        if early is not None:
+            early.stop(dump=False)
+
+    def start_early(self, policy: Policy, region: Region) -> None:
+        """Start the worker ``region`` will run in, without waiting for it to be ready.
+
+        ``run --base`` keeps two schedulers: starting the second tree's worker
+        while the first's starts and runs saves a worker start-up (seconds on a GPU).
+        """
+        if self._worker is None and self._early is None:
+            env = worker_environment(self.environ, policy, region, run_cache=self._cache.path)
+            self._early = WorkerProcess(self.repo_root, env, self.forward)
 
     def run(self, policy: Policy, region: Region, *, hold: bool = False) -> RegionResult:
         """Run ``region`` in the worker; a lost worker makes it an error, never an exception.
@@ -262,7 +233,11 @@ class Scheduler:
                     f"{_START_ATTEMPTS} workers in a row could not start)",
                 )
             )
-        worker = WorkerProcess(self.repo_root, env, self.forward)
+        early, self._early = self._early, None
+        if early is not None and early.env != env:
+            early.stop(dump=False)
+            early = None
+        worker = early if early is not None else WorkerProcess(self.repo_root, env, self.forward)
         timeout = running.region.timeout_s
         event = worker.wait(time.monotonic() + timeout, self.cancel)
         if isinstance(event, Ready):

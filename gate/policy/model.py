@@ -73,9 +73,13 @@ class TimingRule:
     max_slowdown: float = 1.10  # against --base
     baseline_max_slowdown: float = 1.5  # against the stored baseline
     on_regression: OnRegression = OnRegression.FAIL
-    rounds: int = 8  # interleaved rounds against --base before deciding
-    max_rounds: int = 32  # rounds at most, when noise leaves the verdict open
-    round_runs: int = 5  # timed runs per tree in each round
+    # Interleaved rounds against --base before deciding, and at most. One run per tree per
+    # round by default: a burst of load on a shared runner then lands on both trees' samples
+    # alike (with 5 runs a round, measured: 5 of 20 unchanged trees called slower under load;
+    # with 1, 0 of 10; docs/performance.md).
+    rounds: int = 40
+    max_rounds: int = 160
+    round_runs: int = 1  # timed runs per tree in each round
     boundaries: bool = False  # compare boundary time per step like step time
 
 

@@ -176,9 +176,13 @@ def comparison_lines(region: RegionResult) -> list[tuple[str, str]]:
             count = base.already_in_base
             noun = "transfer" if count == 1 else "transfers"
             lines.append(("transfers vs base", f"{count} {noun} already in the base, not failing"))
+        if base.cost is not None and (base.cost.changes or not base.cost.compared):
+            lines.append(("cost vs base", base.cost.headline()))
     if region.timing_vs_baseline is not None:
         timing = region.timing_vs_baseline
         lines.append((timing_label(timing), timing_line(timing)))
+    if region.cost_vs_baseline is not None and region.cost_vs_baseline.changes:
+        lines.append(("cost vs baseline", region.cost_vs_baseline.headline()))
     return lines
 
 
@@ -194,7 +198,11 @@ def failing_comparisons(region: RegionResult) -> list[tuple[str, str]]:
                 failing.append((timing_label(timing), timing_line(timing)))
         if base.results is not None and base.results.compared and not base.results.passed:
             failing.append(("results vs base", results_line(base.results)))
+        if base.cost is not None and base.cost.failing:
+            failing.append(("cost vs base", base.cost.headline()))
     vs_baseline = region.timing_vs_baseline
     if vs_baseline is not None and vs_baseline.failing:
         failing.append((timing_label(vs_baseline), timing_line(vs_baseline)))
+    if region.cost_vs_baseline is not None and region.cost_vs_baseline.failing:
+        failing.append(("cost vs baseline", region.cost_vs_baseline.headline()))
     return failing

@@ -254,6 +254,7 @@ def region_document(region: RegionResult, prints: Mapping[Finding, str]) -> dict
         "cost": cost_document(region.cost),
         "base": base_document(region.base),
         "timing_vs_baseline": timing_document(region.timing_vs_baseline),
+        "cost_vs_baseline": cost_comparison_document(region.cost_vs_baseline),
         "checks": [
             {"name": c.name.value, "passed": c.passed, "detail": c.detail} for c in region.checks
         ],

@@ -154,11 +154,13 @@ def region_cases(region: RegionResult) -> list[Case]:
             )
         )
     if region.base is not None and region.base.cost is not None:
-        cases.append(_cost_case(region, region.base.cost))
+        cases.append(_cost_case(region, region.base.cost, "cost"))
+    if region.cost_vs_baseline is not None:
+        cases.append(_cost_case(region, region.cost_vs_baseline, "cost vs baseline"))
     return cases
 
 
-def _cost_case(region: RegionResult, cost: CostComparison) -> Case:
+def _cost_case(region: RegionResult, cost: CostComparison, label: str) -> Case:
     """XLA's figures against the base: present only when compared, so other reports keep theirs.
 
     Fails when a total grew beyond ``cost: {max_increase}``; otherwise it lists
@@ -171,7 +173,7 @@ def _cost_case(region: RegionResult, cost: CostComparison) -> Case:
         body = f"{listing}\nRegion declared at {region.policy_path}:{region.policy_line}\n"
         outcome = Outcome("failure", "cost", cost.headline(), body)
     return Case(
-        f"{region.name}: cost",
+        f"{region.name}: {label}",
         region.classname,
         region.policy_path,
         region.policy_line,

@@ -20,6 +20,7 @@ sums the figures that were given and is absent when none was.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gate.policy.model import CostRule
 
@@ -101,6 +102,40 @@ def step_cost(
             totals.append((metric, float(sum(given))))
     ordered = tuple(sorted(functions, key=lambda fn: fn.name))
     return StepCost(ordered, tuple(totals), peak_memory, note)
+
+
+def cost_to_json(cost: StepCost) -> dict[str, Any]:
+    """What the baseline file keeps of a measured step cost: the exact figures, no peak memory.
+
+    The device's memory peak depends on what ran before in the worker, so only
+    XLA's own figures, which are the same on every run, are stored.
+    """
+    return {
+        "functions": [
+            {"name": fn.name, "runs": fn.runs, "programs": fn.programs, "figures": dict(fn.figures)}
+            for fn in cost.functions
+        ],
+    }
+
+
+def cost_from_json(node: object) -> StepCost:
+    """`cost_to_json` read back; ValueError when malformed."""
+    if not isinstance(node, dict) or not isinstance(node.get("functions"), list):
+        raise ValueError("'cost' must be a mapping with a list of 'functions'")
+    functions = []
+    for fn in node["functions"]:
+        figures = fn["figures"]
+        if not isinstance(figures, dict) or not set(figures) <= set(METRICS):
+            raise ValueError(f"cost figures of {fn.get('name')!r} are malformed")
+        functions.append(
+            FunctionCost(
+                name=str(fn["name"]),
+                runs=int(fn["runs"]),
+                programs=int(fn["programs"]),
+                figures=tuple((m, float(figures[m])) for m in METRICS if m in figures),
+            )
+        )
+    return step_cost(tuple(functions), None)
 
 
 def not_measured(note: str, peak_memory: tuple[DevicePeak, ...] | None = None) -> StepCost:

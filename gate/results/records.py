@@ -13,7 +13,7 @@ from gate.policy.levels import Direction, GuardSpec
 
 if TYPE_CHECKING:  # comparison.py imports this module's records
     from gate.results.comparison import BaseComparison, TimingComparison
-    from gate.results.costs import StepCost
+    from gate.results.costs import CostComparison, StepCost
 
 
 class Phase(enum.Enum):
@@ -284,6 +284,8 @@ class RegionResult:
     base: BaseComparison | None = None
     # Against the timing ``transfer-gate baseline`` stored; None when not compared.
     timing_vs_baseline: TimingComparison | None = None
+    # XLA's figures against those ``transfer-gate baseline`` stored; None when not compared.
+    cost_vs_baseline: CostComparison | None = None
     # XLA's accounting of the step's compiled programs (`gate.results.costs`); None: not run.
     cost: StepCost | None = None
 
@@ -310,8 +312,10 @@ class RegionResult:
     @property
     def comparison_failed(self) -> bool:
         """Slower than the base or the baseline, a result or a cost beyond it, a base that broke."""
-        return (self.base is not None and self.base.failing) or (
-            self.timing_vs_baseline is not None and self.timing_vs_baseline.failing
+        return (
+            (self.base is not None and self.base.failing)
+            or (self.timing_vs_baseline is not None and self.timing_vs_baseline.failing)
+            or (self.cost_vs_baseline is not None and self.cost_vs_baseline.failing)
         )
 
     @property

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from gate import __version__
+from gate.results.costs import StepCost, cost_from_json, cost_to_json
 from gate.results.records import RegionResult, RunResult
 
 NO_TIMING = (
@@ -42,6 +43,8 @@ class StoredTiming:
     p25_s: float
     p75_s: float
     samples: tuple[float, ...]  # every timed run's step time, in seconds
+    # XLA's figures for the step (`gate.results.costs`), compared exactly on the same device.
+    cost: StepCost | None = None
 
 
 def device_fingerprint(region: RegionResult) -> str | None:
@@ -62,7 +65,8 @@ def timing_of(region: RegionResult) -> StoredTiming | None:
         return None
     samples = tuple(float(s) for s in region.timing_samples)
     p25, median, p75 = (float(q) for q in np.percentile(samples, [25, 50, 75]))
-    return StoredTiming(device, median, p25, p75, samples)
+    cost = region.cost if region.cost is not None and region.cost.measured else None
+    return StoredTiming(device, median, p25, p75, samples, cost)
 
 
 def retimed(run: RunResult, existing: Mapping[str, StoredTiming] | None) -> dict[str, StoredTiming]:
@@ -85,6 +89,7 @@ def timing_document(timing: Mapping[str, StoredTiming]) -> dict[str, dict[str, A
             "p25_s": entry.p25_s,
             "p75_s": entry.p75_s,
             "samples": list(entry.samples),
+            **({"cost": cost_to_json(entry.cost)} if entry.cost is not None else {}),
         }
         for name, entry in sorted(timing.items())
     }
@@ -104,6 +109,7 @@ def read_timing(node: object) -> dict[str, StoredTiming]:
                 p25_s=float(entry["p25_s"]),
                 p75_s=float(entry["p75_s"]),
                 samples=samples,
+                cost=cost_from_json(entry["cost"]) if "cost" in entry else None,
             )
         except (TypeError, KeyError, ValueError) as exc:
             raise ValueError(f"timing of {name!r} is malformed ({exc!r})") from exc

@@ -1,0 +1,56 @@
+"""A worker's environment, decided before it imports jax; the gate's own process off the GPU.
+
+`gate.isolation.scheduler` starts each worker with `worker_environment`, and
+`keep_accelerators_for_workers` keeps the accelerators for the workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from gate.isolation.compile_cache import use_compile_cache
+from gate.policy.model import Policy, Region
+from gate.witness.guard_log import prepare_environment
+
+
+def worker_environment(
+    parent: Mapping[str, str],
+    policy: Policy,
+    region: Region,
+    *,
+    run_cache: Callable[[], str] | None = None,
+) -> dict[str, str]:
+    """The environment a worker for ``region`` starts with.
+
+    This is the place for what must be set before ``import jax``: XLA_FLAGS,
+    JAX_PLATFORMS, TF_CPP_MIN_LOG_LEVEL (jaxlib reads it once, when it loads;
+    CI images often set it to 2, which hides every ``log``-level guard line).
+    The gate decides it here rather than leaving it to the caller's shell. A
+    region whose environment differs from the running worker's gets a fresh
+    worker, so this may depend on the region.
+
+    The gate's own environment (whose TF_CPP_MIN_LOG_LEVEL `gate.cli.main` has
+    already made safe), plus the policy's ``env:``, plus JAX's persistent
+    compilation cache (`gate.isolation.compile_cache`): the user's
+    JAX_COMPILATION_CACHE_DIR when set, else ``run_cache()``, the run's own.
+    """
+    del region  # a policy's regions share its environment
+    env = {**parent, **dict(policy.env)}
+    prepare_environment(env)  # a policy's env must not hide the guard's log lines either
+    use_compile_cache(env, run_cache)
+    return env
+
+
+def keep_accelerators_for_workers() -> None:
+    """Keep the gate's own process off GPUs and TPUs; call before importing the user's modules.
+
+    The gate imports the user's modules to check a policy, and a module that
+    makes an array when imported would start JAX's backend in the gate's
+    process: on a GPU, JAX then preallocates most of the memory
+    (XLA_PYTHON_CLIENT_PREALLOCATE) in a process that runs no region, and
+    the worker runs out. Only this process's JAX config changes; workers
+    start with the environment as it is.
+    """
+    import jax
+
+    jax.config.update("jax_platforms", "cpu")
