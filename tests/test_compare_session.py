@@ -177,3 +177,37 @@ def test_outputs_from_different_inputs_are_not_compared() -> None:
     )
     missing = compare_outputs(None, base, CHECKS)
     assert missing.detail == "results not compared: the base's outputs could not be fetched"
+
+
+def _lognormal(seed: int, median_s: float, n: int = 40) -> list[float]:
+    rng = np.random.default_rng(seed)
+    return [float(v) for v in median_s * np.exp(0.02 * rng.standard_normal(n))]
+
+
+def test_a_speed_difference_both_workers_show_leaves_the_verdict_open(repo: Path) -> None:
+    from gate.compare.session import _Pair, _Side
+    from gate.compare.worktree import BaseTree
+    from gate.results.comparison import TimingVerdict
+
+    policy = _policy(repo)
+    region = policy.regions[0]
+    tree = BaseTree("HEAD", "0" * 40, "0000000", repo)
+
+    def pair(head_reference_s: float) -> _Pair:
+        head = _Side("head", None, policy)  # type: ignore[arg-type]  # no worker is asked
+        base = _Side("base", None, policy)  # type: ignore[arg-type]
+        base.step_s, head.step_s = _lognormal(1, 1e-3), _lognormal(2, 2e-3)
+        base.reference_s = _lognormal(3, 1e-4)
+        head.reference_s = _lognormal(4, head_reference_s)
+        return _Pair(region, head, base, tree, None, rounds=40)
+
+    # The same machine speed in both workers: the step's 2x is the change's.
+    slower = pair(1e-4)._step_timing()
+    assert slower.verdict is TimingVerdict.SLOWER
+    assert slower.failing
+    # The head's worker is as much slower on the gate's own computation: not the change's doing.
+    biased = pair(2e-4)._step_timing()
+    assert biased.verdict is TimingVerdict.INCONCLUSIVE
+    assert not biased.failing
+    assert "reference computation 2.0" in biased.reason
+    assert biased.headline().startswith("inconclusive (2.0")

@@ -37,6 +37,7 @@ from gate.results.comparison import (
     StepOutputs,
     StepSamples,
     TimingComparison,
+    TimingVerdict,
 )
 from gate.results.costs import CostComparison, compare_costs
 from gate.results.records import ErrorKind, RegionError, RegionResult, RunResult, SuiteResult
@@ -66,10 +67,12 @@ class _Side:
     scheduler: Scheduler
     policy: Policy
     step_s: list[float] = field(default_factory=list)
+    reference_s: list[float] = field(default_factory=list)
     boundary_s: dict[str, list[float]] = field(default_factory=dict)
 
     def take(self, samples: StepSamples) -> None:
         self.step_s.extend(samples.step_s)
+        self.reference_s.extend(samples.reference_s)
         for name, values in samples.boundary_s:
             self.boundary_s.setdefault(name, []).extend(values)
 
@@ -190,7 +193,7 @@ class _Pair:
             self.rounds = rounds
             if self._cancelled() or rounds >= rule.max_rounds:
                 return None
-            if decided(self._timing(self.base.step_s, self.head.step_s, "step")):
+            if decided(self._step_timing()):
                 return None
             target = min(rule.max_rounds, rounds + rule.rounds)
 
@@ -209,8 +212,24 @@ class _Pair:
             what=what,
         )
 
-    def _judged(self) -> tuple[TimingComparison, tuple[TimingComparison, ...]]:
+    def _step_timing(self) -> TimingComparison:
+        """The step's verdict, left open when the two workers themselves ran at different speeds."""
         step = self._timing(self.base.step_s, self.head.step_s, "step")
+        if step.verdict not in (TimingVerdict.SLOWER, TimingVerdict.FASTER):
+            return step
+        if not self.base.reference_s or not self.head.reference_s:
+            return step
+        reference = self._timing(self.base.reference_s, self.head.reference_s, "reference")
+        if reference.verdict in (TimingVerdict.SLOWER, TimingVerdict.FASTER):
+            reason = (
+                f"the head's worker ran the gate's reference computation {reference.ratio:.2f}x "
+                "the base's time, so the machine, not the change, may explain it"
+            )
+            return replace(step, verdict=TimingVerdict.INCONCLUSIVE, failing=False, reason=reason)
+        return step
+
+    def _judged(self) -> tuple[TimingComparison, tuple[TimingComparison, ...]]:
+        step = self._step_timing()
         if not self.region.timing.boundaries:
             return step, ()
         boundaries = tuple(

@@ -22,6 +22,7 @@ from gate.region.callables import RegionCode
 from gate.region.errors import RegionAbort, error_from
 from gate.region.inputs import Inputs, StepInputs
 from gate.region.outputs import host_leaves
+from gate.region.reference import time_reference, warm_reference
 from gate.results.comparison import StepOutputs, StepSamples
 from gate.results.records import ErrorKind
 
@@ -38,8 +39,10 @@ class HeldRegion:
     def sample(self, runs: int) -> StepSamples:
         """``runs`` more timed runs; an error of the step ends the round early."""
         step_s: list[float] = []
+        reference_s: list[float] = []
         names = [name for name, _ in self.code.callables.boundaries]
         boundary_s: dict[str, list[float]] = {name: [] for name in names}
+        warm_reference()
         try:
             with self.monitor.installed(self.code.callables.boundaries):
                 for _ in range(runs):
@@ -51,12 +54,15 @@ class HeldRegion:
                     except Exception as exc:
                         raise RegionAbort(error_from(self.code.user, ErrorKind.STEP, exc)) from exc
                     step_s.append(time.perf_counter() - start)
+                    reference_s.append(time_reference())
                     for cost in self.monitor.costs(1):
                         boundary_s.setdefault(cost.name, []).append(cost.total_s)
         except RegionAbort as abort:
             return StepSamples(tuple(step_s), error=abort.error)
         return StepSamples(
-            tuple(step_s), tuple((name, tuple(v)) for name, v in sorted(boundary_s.items()))
+            tuple(step_s),
+            tuple((name, tuple(v)) for name, v in sorted(boundary_s.items())),
+            tuple(reference_s),
         )
 
     def outputs(self, outputs: Any) -> StepOutputs:

@@ -56,6 +56,9 @@ class TimingComparison:
     head_samples: tuple[float, ...] = ()
     rounds: int = 0  # interleaved rounds run (0 against a stored baseline)
     what: str = "step"  # "step", or the boundary's name when a boundary is compared
+    # Why the verdict was left open though the samples differ ("the two workers ran the
+    # reference computation at different speeds, ..."); "" when the samples alone decided.
+    reason: str = ""
 
     def headline(self) -> str:
         """``1.32x slower: median 412 µs → 545 µs, p=3e-07, 40+40 samples``."""
@@ -65,6 +68,8 @@ class TimingComparison:
             lead = f"{1 / self.ratio:.2f}x faster" if self.ratio > 0 else "faster"
         elif self.verdict is TimingVerdict.UNCHANGED:
             lead = f"unchanged ({self.ratio:.2f}x)"
+        elif self.reason:
+            lead = f"inconclusive ({self.ratio:.2f}x, {self.reason})"
         elif math.isinf(self.ratio_high):  # the samples are too small for the interval's level
             lead = f"inconclusive ({self.ratio:.2f}x, too few samples for an interval)"
         else:
@@ -171,4 +176,6 @@ class StepSamples:
 
     step_s: tuple[float, ...]
     boundary_s: tuple[tuple[str, tuple[float, ...]], ...] = ()  # per boundary, per run
+    # The gate's own fixed computation, timed after each step run (`gate.region.reference`).
+    reference_s: tuple[float, ...] = ()
     error: RegionError | None = None  # the step raised during the round
