@@ -70,7 +70,7 @@ defaults:
   warmup: 1
   guarded_runs: 1
   repeats: 5
-  timing: {rounds: 4, max_rounds: 8, round_runs: 5}
+  timing: {rounds: 20, max_rounds: 60}
 regions:
   - {name: slow, step: "steps:slow_step", setup: "steps:make"}
   - {name: result, step: "steps:result_step", setup: "steps:make"}
@@ -199,7 +199,7 @@ def test_setup_that_is_not_deterministic_leaves_results_uncompared(repo: Path) -
 
 
 def test_timing_off_compares_results_and_transfers_but_not_time(repo: Path) -> None:
-    off = POLICY.replace("timing: {rounds: 4, max_rounds: 8, round_runs: 5}", "timing: off")
+    off = POLICY.replace("timing: {rounds: 20, max_rounds: 60}", "timing: off")
     commit(repo, {"policies/p.yaml": off}, "timing off")
     make_repo(repo, {"steps.py": _changed(BASE_STEPS)})
     run = run_gate(repo, "run", "--base", "HEAD", "--region", "slow", "--json", "r.json")
@@ -224,8 +224,8 @@ def logged_step(x):
     return y
 """
     gated = POLICY.replace(
-        "timing: {rounds: 4, max_rounds: 8, round_runs: 5}",
-        "timing: {rounds: 4, max_rounds: 8, round_runs: 5, boundaries: true}",
+        "timing: {rounds: 20, max_rounds: 60}",
+        "timing: {rounds: 20, max_rounds: 60, boundaries: true}",
     ) + (
         '  - {name: logged, step: "steps:logged_step", setup: "steps:make",'
         ' boundaries: ["steps:fetch"]}\n'

@@ -213,20 +213,28 @@ class _Pair:
         )
 
     def _step_timing(self) -> TimingComparison:
-        """The step's verdict, left open when the two workers themselves ran at different speeds."""
+        """The step's verdict, left open when the workers' own speeds differ enough to explain it.
+
+        A 2x slower step beside workers 1.2x apart is still slower: 2 / 1.2 is past
+        the allowed factor. A 1.3x beside 1.25x is not, and is left open.
+        """
         step = self._timing(self.base.step_s, self.head.step_s, "step")
         if step.verdict not in (TimingVerdict.SLOWER, TimingVerdict.FASTER):
             return step
         if not self.base.reference_s or not self.head.reference_s:
             return step
         reference = self._timing(self.base.reference_s, self.head.reference_s, "reference")
-        if reference.verdict in (TimingVerdict.SLOWER, TimingVerdict.FASTER):
-            reason = (
-                f"the head's worker ran the gate's reference computation {reference.ratio:.2f}x "
-                "the base's time, so the machine, not the change, may explain it"
-            )
-            return replace(step, verdict=TimingVerdict.INCONCLUSIVE, failing=False, reason=reason)
-        return step
+        if reference.verdict not in (TimingVerdict.SLOWER, TimingVerdict.FASTER):
+            return step
+        # The workers differ: the verdict stands only if the difference cannot explain it.
+        limit = self.region.timing.max_slowdown
+        if not 1 / limit < step.ratio / reference.ratio < limit:
+            return step
+        reason = (
+            f"the head's worker ran the gate's reference computation {reference.ratio:.2f}x "
+            "the base's time, so the machine, not the change, may explain it"
+        )
+        return replace(step, verdict=TimingVerdict.INCONCLUSIVE, failing=False, reason=reason)
 
     def _judged(self) -> tuple[TimingComparison, tuple[TimingComparison, ...]]:
         step = self._step_timing()
