@@ -23,7 +23,7 @@ from gate.policy.model import Policy
 from gate.policy.problems import PolicyError, Problem
 from gate.policy.resolve import check_callables, check_named
 from gate.results.baseline import default_path
-from gate.results.records import RunResult
+from gate.results.records import RegionResult, RunResult
 from gate.results.refusals import gate_bug, policy_problems
 
 
@@ -96,6 +96,7 @@ def execute(
     cancel: Cancellation | None = None,
     base: BaseTree | None = None,
     planned: Callable[[Plan], None] | None = None,
+    finished: Callable[[RegionResult], None] | None = None,
 ) -> RunResult:
     """Load, check, plan and run the policies that ``args`` names; each against ``base`` if given.
 
@@ -122,8 +123,10 @@ def execute(
         planned(plan)
     try:
         if base is not None:
-            return run_compared(plan, repo_root, base, cancel=cancel, forward=sys.stderr)
-        return run_isolated(plan, repo_root, cancel=cancel, forward=sys.stderr)
+            return run_compared(
+                plan, repo_root, base, cancel=cancel, forward=sys.stderr, finished=finished
+            )
+        return run_isolated(plan, repo_root, cancel=cancel, forward=sys.stderr, finished=finished)
     except Exception as exc:
         if refused is not None:
             refused(gate_bug(exc))

@@ -7,9 +7,11 @@ Every path that ran or refused to run leaves its reports behind
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TextIO
 
 from gate.cli.execute import baseline_for, execute, shown
 from gate.cli.exit_codes import ExitCode
@@ -18,7 +20,7 @@ from gate.compare.worktree import BaseRefError, check_base, checked_out
 from gate.isolation.cancellation import Cancellation, cancel_after, cancel_on_signals
 from gate.plan import Plan
 from gate.policy.model import Region
-from gate.report.terminal import format_summary
+from gate.report.terminal import format_summary, progress_line
 from gate.report.write import Reports, write_reports
 from gate.results.baseline import (
     BaselineError,
@@ -26,7 +28,7 @@ from gate.results.baseline import (
     fingerprints_of,
     load_baseline_file,
 )
-from gate.results.records import ErrorKind, RunResult
+from gate.results.records import ErrorKind, RegionResult, RunResult, SuiteResult
 from gate.results.refusals import unusable_base, unusable_baseline
 from gate.results.timing_baseline import StoredTiming
 
@@ -67,9 +69,26 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
             _write(unusable_baseline(str(exc), baseline_shown), reports)
             raise
     rules: dict[str, Region] = {}
+    paths = " ".join(args.paths)
+    command = f"transfer-gate baseline {paths} --baseline {baseline_shown}".replace("  ", " ")
 
     def planned(plan: Plan) -> None:
         rules.update(planned_regions(plan))
+
+    def judged(run: RunResult) -> RunResult:
+        if accepted is None:
+            return run
+        return compare_with_baseline(apply_baseline(run, accepted, command), timing, rules)
+
+    done: list[RegionResult] = []
+
+    def finished(region: RegionResult) -> None:
+        # A line per region as it finishes, on stderr beside the workers' output: stdout
+        # keeps only the summary, which tools read.
+        done.append(region)
+        [shown_region] = judged(RunResult((SuiteResult(region.suite, "", (region,)),))).regions
+        line = progress_line(len(done), len(rules), shown_region, color=_colour(sys.stderr))
+        print(line, file=sys.stderr, flush=True)
 
     with ExitStack() as trees:
         base = trees.enter_context(checked_out(repo_root, args.base)) if args.base else None
@@ -82,18 +101,20 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
             cancel=cancel,
             planned=planned,
             base=base,
+            finished=finished,
         )
-    if accepted is not None:
-        paths = " ".join(args.paths)
-        command = f"transfer-gate baseline {paths} --baseline {baseline_shown}".replace("  ", " ")
-        result = apply_baseline(result, accepted, command)
-        result = compare_with_baseline(result, timing, rules)
+    result = judged(result)
     print(format_summary(result))
     if accepted is not None:
         print(f"baseline: {baseline_shown} ({len(accepted)} accepted)")
     print(reports.describe())
     _write(result, reports)
     return _verdict(result, cancel)
+
+
+def _colour(stream: TextIO) -> bool:
+    """ANSI colour on a terminal only, and never with ``NO_COLOR`` set (https://no-color.org)."""
+    return stream.isatty() and not os.environ.get("NO_COLOR")
 
 
 def _verdict(result: RunResult, cancel: Cancellation) -> ExitCode:

@@ -16,7 +16,7 @@ preallocates 45% (``XLA_PYTHON_CLIENT_MEM_FRACTION``) instead of its default 75%
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
@@ -85,8 +85,12 @@ def run_compared(
     cancel: Cancellation | None = None,
     forward: TextIO | None = None,
     environ: Mapping[str, str] | None = None,
+    finished: Callable[[RegionResult], None] | None = None,
 ) -> RunResult:
-    """Every region of ``plan`` from the head (``repo_root``), compared with ``base``."""
+    """Every region of ``plan`` from the head (``repo_root``), compared with ``base``.
+
+    ``finished`` gets each region's result as soon as both trees are done with it.
+    """
     import os
 
     env = shared_device_environment(os.environ if environ is None else environ)
@@ -118,6 +122,8 @@ def run_compared(
                     )
                     result = pair.compare()
                 results.append(result)
+                if finished is not None:
+                    finished(result)
             suites.append(SuiteResult(policy.suite, policy.path.as_posix(), tuple(results)))
     return RunResult(tuple(suites))
 

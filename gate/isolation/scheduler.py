@@ -26,7 +26,7 @@ import os
 import signal
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
@@ -335,13 +335,15 @@ def run_isolated(
     *,
     cancel: Cancellation | None = None,
     forward: TextIO | None = None,
+    finished: Callable[[RegionResult], None] | None = None,
 ) -> RunResult:
     """Run every region of ``plan``, each in a worker process; never loses one.
 
     A region whose worker crashes, times out or is cancelled is an error in
     the result; so is a bug in the gate while it ran one (INTERNAL). After
     ``cancel`` is requested, the regions not yet run are CANCELLED errors.
-    ``forward`` receives the workers' output, line by line.
+    ``forward`` receives the workers' output, line by line; ``finished``, each region's
+    result as soon as it is known.
     """
     suites = []
     with Scheduler(repo_root, cancel=cancel, forward=forward) as scheduler:
@@ -355,6 +357,8 @@ def run_isolated(
                     running = _Running(policy, region, started, 0)
                     result = running.result(_internal_error(exc))
                 results.append(result)
+                if finished is not None:
+                    finished(result)
             suites.append(SuiteResult(policy.suite, policy.path.as_posix(), tuple(results)))
     return RunResult(tuple(suites))
 

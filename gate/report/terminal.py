@@ -153,6 +153,18 @@ def format_summary(run: RunResult, color: bool = False) -> str:
     return "\n".join(lines)
 
 
+def progress_line(done: int, total: int, region: RegionResult, color: bool = False) -> str:
+    """``[3/20] FAIL  train.step  1 failing line  median 412 µs``: one region as it finishes.
+
+    Written while later regions still run, so a long run shows where it is
+    (`gate.cli.run`); the same row the summary prints, with the count in front.
+    """
+    count = f"[{done}/{total}]"
+    return (
+        f"{count:>{2 * len(str(total)) + 3}} {_region_line(region, len(region.classname), color)}"
+    )
+
+
 def _verdict(region: RegionResult, color: bool) -> str:
     if region.error is not None:
         word, colour = "ERROR", _BOLD_RED

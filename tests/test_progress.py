@@ -1,0 +1,106 @@
+"""A line per region as it finishes, on stderr, while later regions still run.
+
+Through the real CLI in a process of its own: the second region's step waits for a file that
+the test writes only once the first region's line has arrived, so the line cannot have come
+from the end-of-run summary.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from cli_helpers import FAST_DEFAULTS, gate_env, make_repo, run_gate
+from processes import started
+
+STEPS = """
+import os
+import time
+
+import jax
+import numpy as np
+
+GO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "go")
+
+
+@jax.jit
+def double(x):
+    return x * 2.0
+
+
+def make():
+    return (jax.device_put(np.ones(4, np.float32)),)
+
+
+def quick(x):
+    return double(x)
+
+
+def waits(x):
+    deadline = time.monotonic() + 120
+    while not os.path.exists(GO):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the test never wrote the go file")
+        time.sleep(0.01)
+    return double(x)
+"""
+
+POLICY = (
+    "version: 1\n"
+    + FAST_DEFAULTS
+    + """regions:
+  - {name: a, step: "steps:quick", setup: "steps:make"}
+  - {name: b, step: "steps:waits", setup: "steps:make"}
+"""
+)
+
+
+def test_each_region_has_its_line_while_the_next_still_runs(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, {"steps.py": STEPS, "policies/p.yaml": POLICY})
+    lines: list[str] = []
+    with (
+        (tmp_path / "stdout.txt").open("w") as stdout,
+        started(
+            [sys.executable, "-m", "gate", "run"],
+            cwd=repo,
+            env=gate_env(),
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+        ) as proc,
+    ):
+        assert proc.stderr is not None
+        reader = threading.Thread(target=lambda: lines.extend(proc.stderr or ()), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 180
+        while not any(line.startswith("[1/2] PASS") for line in lines):
+            assert proc.poll() is None, f"the gate ended before region a's line: {lines}"
+            assert time.monotonic() < deadline, f"no line for region a: {lines}"
+            time.sleep(0.05)
+        assert not any(line.startswith("[2/2]") for line in lines), lines
+        (repo / "go").write_text("")
+        assert proc.wait(timeout=180) == 0, lines
+        reader.join(timeout=30)
+    [first] = [line for line in lines if line.startswith("[1/2]")]
+    assert first.split()[1:3] == ["PASS", "p.a"], first
+    [second] = [line for line in lines if line.startswith("[2/2]")]
+    assert second.split()[1:3] == ["PASS", "p.b"], second
+    assert "median" in second, second
+    summary = (tmp_path / "stdout.txt").read_text()
+    assert "[1/2]" not in summary, summary  # stdout keeps only the summary
+    assert "\n2 passed, 0 failed\n" in summary, summary
+
+
+def test_the_line_shows_the_verdict_after_the_baseline(tmp_path: Path) -> None:
+    leaky = STEPS + "\n\ndef leaks(x):\n    return double(x) + np.ones(4, np.float32)\n"
+    policy = POLICY.replace("steps:waits", "steps:leaks")
+    repo = make_repo(tmp_path, {"steps.py": leaky, "policies/p.yaml": policy})
+    assert run_gate(repo, "run").returncode == 1
+    assert run_gate(repo, "baseline").returncode == 0
+    run = run_gate(repo, "run")
+    assert run.returncode == 0, run
+    [line] = [line for line in run.stderr.splitlines() if line.startswith("[2/2]")]
+    assert line.split()[1:3] == ["PASS", "p.b"], line
+    assert "accepted by the baseline" in line, line
