@@ -104,3 +104,36 @@ def test_the_line_shows_the_verdict_after_the_baseline(tmp_path: Path) -> None:
     [line] = [line for line in run.stderr.splitlines() if line.startswith("[2/2]")]
     assert line.split()[1:3] == ["PASS", "p.b"], line
     assert "accepted by the baseline" in line, line
+
+
+class _Stream:
+    def __init__(self, tty: bool) -> None:
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_colour_follows_the_option_the_terminal_no_color_and_force_color() -> None:
+    from gate.cli.run import colour
+
+    terminal, pipe = _Stream(tty=True), _Stream(tty=False)
+    assert colour("auto", terminal, {})
+    assert not colour("auto", pipe, {})
+    assert not colour("auto", terminal, {"NO_COLOR": "1"})
+    assert colour("auto", pipe, {"FORCE_COLOR": "1"})
+    assert not colour("auto", terminal, {"NO_COLOR": "1", "FORCE_COLOR": "1"})
+    assert colour("always", pipe, {"NO_COLOR": "1"})
+    assert not colour("never", terminal, {"FORCE_COLOR": "1"})
+
+
+def test_color_always_colours_the_summary_and_the_rows(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, {"steps.py": STEPS, "policies/p.yaml": POLICY})
+    (repo / "go").write_text("")
+    coloured = run_gate(repo, "run", "--color", "always")
+    assert coloured.returncode == 0, coloured
+    assert "\x1b[32mPASS\x1b[0m" in coloured.stdout, coloured
+    assert "\x1b[32mPASS\x1b[0m" in coloured.stderr, coloured
+    assert coloured.stdout.rstrip().splitlines()[-2] == "2 passed, 0 failed"  # never coloured
+    plain = run_gate(repo, "run", "--color", "never", env={"FORCE_COLOR": "1"})
+    assert "\x1b[" not in plain.stdout + plain.stderr, plain

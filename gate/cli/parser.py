@@ -114,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
         "is the working tree as it is (in CI, check out the full history: fetch-depth: 0)",
     )
     run.add_argument(
+        "--color",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="colour the verdicts: auto (default) on a terminal only; NO_COLOR turns auto off "
+        "and FORCE_COLOR on",
+    )
+    run.add_argument(
         "--time-budget",
         type=_time_budget,
         metavar="SECONDS",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TextIO
@@ -87,7 +88,9 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
         # keeps only the summary, which tools read.
         done.append(region)
         [shown_region] = judged(RunResult((SuiteResult(region.suite, "", (region,)),))).regions
-        line = progress_line(len(done), len(rules), shown_region, color=_colour(sys.stderr))
+        line = progress_line(
+            len(done), len(rules), shown_region, color=colour(args.color, sys.stderr)
+        )
         print(line, file=sys.stderr, flush=True)
 
     with ExitStack() as trees:
@@ -104,7 +107,7 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
             finished=finished,
         )
     result = judged(result)
-    print(format_summary(result))
+    print(format_summary(result, color=colour(args.color, sys.stdout)))
     if accepted is not None:
         print(f"baseline: {baseline_shown} ({len(accepted)} accepted)")
     print(reports.describe())
@@ -112,9 +115,19 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     return _verdict(result, cancel)
 
 
-def _colour(stream: TextIO) -> bool:
-    """ANSI colour on a terminal only, and never with ``NO_COLOR`` set (https://no-color.org)."""
-    return stream.isatty() and not os.environ.get("NO_COLOR")
+def colour(choice: str, stream: TextIO, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether to colour what goes to ``stream`` under ``--color CHOICE``.
+
+    ``auto``: on a terminal only; a non-empty ``NO_COLOR`` (https://no-color.org) turns it
+    off, a non-empty ``FORCE_COLOR`` on (CI logs that render ANSI, such as GitHub's).
+    """
+    if choice != "auto":
+        return choice == "always"
+    if environ.get("NO_COLOR"):
+        return False
+    if environ.get("FORCE_COLOR"):
+        return True
+    return stream.isatty()
 
 
 def _verdict(result: RunResult, cancel: Cancellation) -> ExitCode:
