@@ -9,6 +9,7 @@ region runs in the caller's, so JAX's settings are the caller's (docs/python-api
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import types
@@ -55,7 +56,9 @@ def check_region(
     step_ref = _ref(step, "step")
     custom = (checks or {}).get("custom")
     if custom is not None and not callable(custom):
-        raise TypeError(f"checks['custom'] is {type(custom).__name__}, not callable; pass a function")
+        raise TypeError(
+            f"checks['custom'] is {type(custom).__name__}, not callable; pass a function"
+        )
     named = [(_ref(fn, "boundary"), _boundary(fn)) for fn in boundaries]
     file, line = _defined_at(step, root)
     region = Region(
@@ -117,10 +120,8 @@ def _defined_at(step: Callable[..., Any], root: Path) -> tuple[Path, int]:
     if code is None:
         return Path("<step>"), 0
     path = Path(os.path.realpath(code.co_filename))
-    try:
+    with contextlib.suppress(ValueError):  # outside the working directory: named in full
         path = path.relative_to(root.resolve())
-    except ValueError:
-        pass
     return path, code.co_firstlineno
 
 
@@ -134,7 +135,9 @@ def _guard(guard: Guard) -> GuardSpec:
         keys = ", ".join(d.value for d in Direction)
         raise ValueError(f"guard has unknown direction {unknown[0]!r}; use {keys}")
     levels = {
-        d.value: _level(guard[d.value], f"guard[{d.value!r}]") if d.value in guard else GuardLevel.DISALLOW
+        d.value: _level(guard[d.value], f"guard[{d.value!r}]")
+        if d.value in guard
+        else GuardLevel.DISALLOW
         for d in Direction
     }
     return GuardSpec(**levels)

@@ -17,7 +17,7 @@ class TransferGate:
     """What the ``transfer_gate`` fixture gives a test."""
 
     def check(self, step: Callable[..., Any], **options: Any) -> RegionResult:
-        """`gate.check_region(step, **options)`; the test fails with the gate's report if it fails."""
+        """Run `gate.check_region(step, **options)`; fail the test with its report if it fails."""
         # Imported here: pytest loads this plugin in every session, most of which never use it.
         from gate.api import check_region, format_failure
 
