@@ -34,8 +34,14 @@ def leaky_step(x):
     return loss
 
 
+def fetch_metrics(loss):
+    return jax.device_get(loss)
+
+
 def clean_step(x):
-    return loss_fn(x)
+    loss = loss_fn(x)
+    fetch_metrics(loss)
+    return loss
 
 
 def test_leaky(transfer_gate):
@@ -43,8 +49,11 @@ def test_leaky(transfer_gate):
 
 
 def test_clean(transfer_gate):
-    result = transfer_gate.check(clean_step, setup=make_inputs, repeats=2)
-    assert result.passed and result.transfers == ()
+    result = transfer_gate.check(
+        clean_step, setup=make_inputs, guard="disallow_explicit", boundaries=[fetch_metrics]
+    )
+    assert result.passed
+    assert [b.name for b in result.boundaries] == ["test_steps:fetch_metrics"]
 """
 FLOAT_LINE = TESTS.splitlines().index("    print(float(loss))") + 1
 TIMEOUT_S = 240
