@@ -1,8 +1,26 @@
 """jax-transfer-gate: fail CI on implicit host/device transfers in JAX code."""
 
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
 # The folder of this `gate` package: frames under it are the gate's, never the user's line.
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+if TYPE_CHECKING:
+    from gate.api import check_region, format_failure
+
+__all__ = ["PACKAGE_DIR", "check_region", "format_failure"]
+
+
+def __getattr__(name: str) -> object:
+    # Imported on first use: `import gate` (the CLI, every worker) must not pay for the
+    # engine, nor import jax (`gate.api`).
+    if name in ("check_region", "format_failure"):
+        from gate import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'gate' has no attribute {name!r}")

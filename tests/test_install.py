@@ -85,6 +85,7 @@ def test_the_wheel_holds_the_package_data_and_the_command_and_nothing_else(
     assert "gate/policy/policy.schema.json" in names
     assert "gate/py.typed" in names
     assert "transfer-gate = gate.cli.main:main" in commands.splitlines()
+    assert "transfer_gate = gate.pytest_plugin" in commands.splitlines()  # the pytest fixture
     assert [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
     assert not [n for n in names if n.startswith(NOT_SHIPPED)]
     assert {n.split("/")[0] for n in names if "/" in n} == {"gate", wheel_dist_info(wheel)}

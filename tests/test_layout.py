@@ -36,6 +36,14 @@ FORBIDDEN: dict[str, frozenset[str]] = {
         {"cli", "compare", "isolation", "region", "witness", "jaxhooks", "machine"}
     ),
     "machine": frozenset({"cli", "compare", "isolation", "region", "report", "plan"}),
+    # `gate/api.py`, check_region: a region run in the caller's process, beside the CLI (which
+    # runs them in workers), so it stays off the command line, the scheduler and --base.
+    "api": frozenset({"cli", "compare", "isolation", "plan"}),
+    # `gate/pytest_plugin.py`: the fixture only calls gate.api and reads its result.
+    "pytest_plugin": frozenset(
+        {"cli", "compare", "isolation", "region", "witness", "jaxhooks", "report", "plan"}
+        | {"machine", "policy"}
+    ),
 }
 MAX_LINES = 400
 

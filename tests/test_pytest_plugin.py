@@ -1,0 +1,118 @@
+"""The ``transfer_gate`` fixture in a user's own test suite: a real pytest run, in a subprocess.
+
+Each inner pytest runs in a process of its own (``runpytest_subprocess``, with a timeout), so
+the JAX it starts and the regions it runs leave nothing behind in this one.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+# The inner test module. Line numbers matter: the failure must name the `float(loss)` line.
+TESTS = """\
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def loss_fn(x):
+    return jnp.sum(x * x)
+
+
+def make_inputs():
+    return (jnp.ones(8),)
+
+
+def leaky_step(x):
+    loss = loss_fn(x)
+    print(float(loss))
+    return loss
+
+
+def fetch_metrics(loss):
+    return jax.device_get(loss)
+
+
+def clean_step(x):
+    loss = loss_fn(x)
+    fetch_metrics(loss)
+    return loss
+
+
+def test_leaky(transfer_gate):
+    transfer_gate.check(leaky_step, setup=make_inputs)
+
+
+def test_clean(transfer_gate):
+    result = transfer_gate.check(
+        clean_step, setup=make_inputs, guard="disallow_explicit", boundaries=[fetch_metrics]
+    )
+    assert result.passed
+    assert [b.name for b in result.boundaries] == ["test_steps:fetch_metrics"]
+"""
+FLOAT_LINE = TESTS.splitlines().index("    print(float(loss))") + 1
+TIMEOUT_S = 240
+
+
+@pytest.fixture
+def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    # On CPU, as the suite runs the gate everywhere; the gate's detector sees device-to-host there.
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    pytester.makepyfile(test_steps=TESTS)
+    return pytester
+
+
+def test_a_leaky_step_fails_at_its_line_and_a_clean_one_passes(inner: pytest.Pytester) -> None:
+    result = inner.runpytest_subprocess("-p", "no:cacheprovider", timeout=TIMEOUT_S)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*FAIL  test_steps.leaky_step  1 failing line*",
+            f"*test_steps.py:{FLOAT_LINE}: implicit device-to-host float32[]*print(float(loss))",
+            "*fix: float(), int(), bool()*",
+        ]
+    )
+
+
+def test_the_failure_is_in_pytests_junit_report(inner: pytest.Pytester) -> None:
+    result = inner.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--junitxml=report.xml", timeout=TIMEOUT_S
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    cases = {
+        case.get("name"): case for case in ET.parse(inner.path / "report.xml").iter("testcase")
+    }
+    assert cases["test_clean"].find("failure") is None
+    failure = cases["test_leaky"].find("failure")
+    assert failure is not None
+    assert f"test_steps.py:{FLOAT_LINE}: implicit device-to-host" in (failure.text or "")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"guard": "dissallow"}, "guard is 'dissallow'; use one of allow, log, disallow"),
+        ({"guard": {"host_to_dev": "log"}}, "guard has unknown direction 'host_to_dev'"),
+        ({"recompiles": "never"}, "recompiles is 'never'; use one of fail, warn, allow"),
+        ({"repeats": 0}, "repeats is 0; pass an int of at least 1"),
+        ({"checks": {"finit": True}}, "checks has unknown key 'finit'"),
+    ],
+)
+def test_a_wrong_argument_is_one_line_naming_it(options: dict[str, object], message: str) -> None:
+    import gate
+
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        gate.check_region(abs, **options)  # type: ignore[arg-type]
+
+
+def test_a_boundary_must_be_a_named_function() -> None:
+    import gate
+
+    with pytest.raises(TypeError, match="is not a named plain Python function; pass the `def`"):
+        gate.check_region(abs, boundaries=[lambda: None])
