@@ -12,13 +12,13 @@ from gate.policy.starter import is_callable_spec, starter_policy
 
 
 def default_output(step: str) -> str:
-    """``policies/<the step module's last part>.yaml``: ``examples.mlp:step`` -> ``policies/mlp.yaml``."""
+    """``policies/<module's last part>.yaml``: ``examples.mlp:f`` -> ``policies/mlp.yaml``."""
     module = step.partition(":")[0]
     return f"{DEFAULT_POLICIES}/{module.rpartition('.')[2]}.yaml"
 
 
 def init_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
-    """Write the starter policy to ``--output`` (relative to ``repo_root``) and say how to check it."""
+    """Write the starter policy to ``--output`` (under ``repo_root``); say how to check it."""
     named = [("MODULE:STEP", args.step)]
     named += [("--setup", args.setup)] if args.setup is not None else []
     named += [("--boundary", b) for b in args.boundary or ()]
