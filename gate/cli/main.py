@@ -1,4 +1,4 @@
-"""The command line: ``transfer-gate run|baseline|validate|doctor|merge``.
+"""The command line: ``transfer-gate run|baseline|validate|doctor|merge|init|schema``.
 
 `main(argv) -> int` is the only entry point: it parses (`gate.cli.parser`),
 hands the arguments to one subcommand, and returns its exit code; exceptions
@@ -15,8 +15,10 @@ from pathlib import Path
 from gate.cli.baseline import baseline_command
 from gate.cli.doctor import main_doctor
 from gate.cli.errors import exit_code_of
+from gate.cli.init import init_command
 from gate.cli.parser import build_parser
 from gate.cli.run import run_command
+from gate.cli.schema import schema_command
 from gate.cli.validate import validate_command
 from gate.report.merge import main_merge
 from gate.witness.guard_log import prepare_environment
@@ -41,6 +43,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "doctor":
         # Before prepare_environment: doctor reports the settings the job gave the gate.
         return main_doctor(args.expect, requirements=args.requirements or ())
+    # Neither imports jax nor the user's code.
+    if args.command == "schema":
+        return schema_command()
+    if args.command == "init":
+        return init_command(args, Path.cwd())
     # Before anything imports jax (user modules do, while policies are checked).
     prepare_environment(os.environ)
     if args.command == "merge":

@@ -1,4 +1,4 @@
-"""The command line's grammar: ``transfer-gate run|baseline|validate|doctor|merge`` and options.
+"""The command line's grammar: ``transfer-gate run|baseline|validate|doctor|merge|init|schema``.
 
 Parsing only: `gate.cli.main` hands the parsed arguments to one subcommand.
 """
@@ -17,6 +17,10 @@ DEFAULT_POLICIES = "policies"
 DEFAULT_JUNIT = "reports/transfer-gate.xml"
 DEFAULT_BASELINE_HELP = f"{DEFAULT_BASELINE_NAME} in the first PATH's folder"
 _EXIT_CODES_HELP = exit_codes_help(ExitCode)
+_INIT_EXIT_CODES = """exit codes:
+  0  the policy was written
+  2  usage error: a callable not spelt MODULE:QUALNAME, or FILE exists already
+  3  the gate itself broke (a bug: please report it)"""
 
 
 def _time_budget(text: str) -> float:
@@ -189,4 +193,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     merge.add_argument("output", metavar="OUT")
     merge.add_argument("inputs", nargs="+", metavar="IN")
+
+    init = commands.add_parser(
+        "init",
+        allow_abbrev=False,
+        help="write a commented starter policy for a step (never overwrites a file)",
+        description="Write a commented starter policy for the step MODULE:QUALNAME, with the "
+        "schema modeline for editors. Nothing is imported: check it with `transfer-gate "
+        "validate FILE`.",
+        epilog=_INIT_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    init.add_argument("step", metavar="MODULE:STEP", help="the step, e.g. examples.mlp:train_step")
+    init.add_argument(
+        "--setup", metavar="MODULE:SETUP", help="the function that makes the step's inputs"
+    )
+    init.add_argument(
+        "--boundary",
+        action="append",
+        metavar="MODULE:FN",
+        help="a function where explicit transfers are meant to happen; repeatable",
+    )
+    init.add_argument(
+        "--output",
+        metavar="FILE",
+        help=f"where to write it (default: {DEFAULT_POLICIES}/<the step module's last part>.yaml)",
+    )
+
+    commands.add_parser(
+        "schema",
+        allow_abbrev=False,
+        help="print the policy JSON Schema (point an editor at it: docs/policy.md)",
+    )
     return parser

@@ -1,0 +1,51 @@
+"""``transfer-gate init``: write a commented starter policy for a step; never overwrite one."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from gate.cli.errors import UsageError
+from gate.cli.exit_codes import ExitCode
+from gate.cli.parser import DEFAULT_POLICIES
+from gate.policy.starter import is_callable_spec, starter_policy
+
+
+def default_output(step: str) -> str:
+    """``policies/<module's last part>.yaml``: ``examples.mlp:f`` -> ``policies/mlp.yaml``."""
+    module = step.partition(":")[0]
+    return f"{DEFAULT_POLICIES}/{module.rpartition('.')[2]}.yaml"
+
+
+def init_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
+    """Write the starter policy to ``--output`` (under ``repo_root``); say how to check it."""
+    named = [("MODULE:STEP", args.step)]
+    named += [("--setup", args.setup)] if args.setup is not None else []
+    named += [("--boundary", b) for b in args.boundary or ()]
+    for option, spec in named:
+        if not is_callable_spec(spec):
+            raise UsageError(
+                f"init {option}: {spec!r} is not MODULE:QUALNAME; "
+                "spell it like examples.mlp:train_step"
+            )
+    shown = args.output or default_output(args.step)
+    target = repo_root / shown
+    if Path(shown).suffix not in (".yaml", ".yml"):
+        raise UsageError(
+            f"init --output {shown}: name a .yaml or .yml file (a folder of policies is read "
+            "for those only)"
+        )
+    text = starter_policy(args.step, args.setup, args.boundary or ())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        # "x": created here or not at all, so a policy someone has edited is never replaced.
+        with target.open("x", encoding="utf-8") as out:
+            out.write(text)
+    except FileExistsError:
+        raise UsageError(
+            f"{shown} already exists; init never overwrites a policy: "
+            "name another file with --output FILE"
+        ) from None
+    print(f"wrote {shown}; check it with `transfer-gate validate {shown}`")
+    print("(init imports nothing: validate imports the step, setup and boundaries)")
+    return ExitCode.OK

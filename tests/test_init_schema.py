@@ -1,0 +1,233 @@
+"""``transfer-gate init`` and ``transfer-gate schema``, through the real CLI on throwaway repos.
+
+The schema is what editors complete and check policies with, so it must hold every key the
+loader reads, each with a description (read from `gate/policy/load.py` itself, so a key added
+to the loader and not to the schema fails here).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import tomllib
+from cli_helpers import ROOT, make_repo, run_gate
+
+from gate.policy.levels import Direction
+from gate.policy.load import BUILTIN_DEFAULTS
+
+SCHEMA_FILE = ROOT / "gate" / "policy" / "policy.schema.json"
+MODELINE = re.compile(r"# yaml-language-server: \$schema=(\S+)\n")
+
+# A step module that imports nothing: validate imports it, and jax adds nothing to that here.
+STEP_MODULE = {
+    "models/tiny.py": """
+        def train_step(x):
+            return x
+
+        def make_inputs():
+            return (1.0,)
+
+        def fetch_metrics(x):
+            return x
+    """,
+}
+STEP = ["models.tiny:train_step", "--setup", "models.tiny:make_inputs"]
+
+
+def _schema() -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    return schema
+
+
+def _properties(schema: Any, where: str = "") -> Iterator[tuple[str, str, Mapping[str, Any]]]:
+    """(where, key, its schema) for every property anywhere in ``schema``."""
+    if isinstance(schema, Mapping):
+        for key, sub in schema.get("properties", {}).items():
+            yield where, key, sub
+        for key, sub in schema.items():
+            yield from _properties(sub, f"{where}/{key}")
+    elif isinstance(schema, list):
+        for i, sub in enumerate(schema):
+            yield from _properties(sub, f"{where}/{i}")
+
+
+def _described(schema: Mapping[str, Any], root: Mapping[str, Any]) -> bool:
+    if "description" in schema:
+        return True
+    ref = schema.get("$ref")
+    return ref is not None and _described(root["$defs"][ref.removeprefix("#/$defs/")], root)
+
+
+def _keys_the_loader_reads() -> set[str]:
+    """Every key `gate/policy/load.py` reads: ``value(m, KEY, ...)``, ``m.get(KEY)``,
+    ``m[KEY]`` and ``KEY in m``, plus `BUILTIN_DEFAULTS` and the guard's directions."""
+    tree = ast.parse((ROOT / "gate" / "policy" / "load.py").read_text(encoding="utf-8"))
+    keys: set[str] = set(BUILTIN_DEFAULTS) | {d.value for d in Direction}
+
+    def text(node: ast.AST) -> str | None:
+        return (
+            node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+        )
+
+    for node in ast.walk(tree):
+        found: list[str | None] = []
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id == "value" and len(node.args) >= 2:
+                found.append(text(node.args[1]))
+            elif isinstance(func, ast.Attribute) and func.attr == "get" and node.args:
+                found.append(text(node.args[0]))
+        elif isinstance(node, ast.Subscript):
+            found.append(text(node.slice))
+        elif isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.In):
+            found.append(text(node.left))
+        keys.update(k for k in found if k is not None)
+    return keys
+
+
+# --- schema -------------------------------------------------------------------------------
+
+
+def test_schema_prints_the_shipped_schema_a_valid_draft_2020_12_schema(tmp_path: Path) -> None:
+    done = run_gate(tmp_path, "schema")
+    assert done.returncode == 0, done
+    printed = json.loads(done.stdout)
+    assert printed == _schema()
+    jsonschema.Draft202012Validator.check_schema(printed)
+    assert printed["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert printed["$id"].endswith("/gate/policy/policy.schema.json")
+
+
+def test_the_schema_id_names_the_repository_that_pyproject_names() -> None:
+    # Replacing OWNER in pyproject.toml before the first release must not leave the schema's
+    # address (which every `init`-written policy's modeline carries) pointing at OWNER.
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["urls"]
+    repository = urls["Source"].removeprefix("https://github.com/")
+    assert _schema()["$id"] == (
+        f"https://raw.githubusercontent.com/{repository}/main/gate/policy/policy.schema.json"
+    )
+
+
+def test_every_property_in_the_schema_has_a_description() -> None:
+    schema = _schema()
+    undescribed = [f"{w}: {k}" for w, k, sub in _properties(schema) if not _described(sub, schema)]
+    assert not undescribed, "properties without a description (editors show it on hover)"
+
+
+def test_every_key_the_loader_reads_is_in_the_schema() -> None:
+    in_schema = {key for _, key, _ in _properties(_schema())}
+    read = _keys_the_loader_reads()
+    assert {"step", "max_slowdown", "rtol", "python_path"} <= read  # the walk finds them
+    assert read - in_schema == set()
+
+
+# --- init ---------------------------------------------------------------------------------
+
+
+def test_init_writes_a_policy_that_validate_accepts(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, STEP_MODULE)
+    done = run_gate(repo, "init", *STEP, "--boundary", "models.tiny:fetch_metrics")
+    assert done.returncode == 0, done
+    assert done.stdout.splitlines()[0] == (
+        "wrote policies/tiny.yaml; check it with `transfer-gate validate policies/tiny.yaml`"
+    )
+    text = (repo / "policies" / "tiny.yaml").read_text(encoding="utf-8")
+    modeline = MODELINE.match(text)
+    assert modeline is not None, text
+    assert modeline.group(1) == _schema()["$id"]
+    assert "      - models.tiny:fetch_metrics\n" in text
+    checked = run_gate(repo, "validate", "policies/tiny.yaml")
+    assert checked.returncode == 0, checked
+    assert "policies/tiny.yaml: ok (1 regions)" in checked.stdout
+
+
+def test_what_the_starter_leaves_commented_out_validates_too(tmp_path: Path) -> None:
+    # The commented keys are suggestions a user will uncomment; each must be valid as written.
+    repo = make_repo(tmp_path, STEP_MODULE)
+    assert run_gate(repo, "init", *STEP, "--output", "p.yaml").returncode == 0
+    path = repo / "p.yaml"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    uncommented = [
+        re.sub(r"^(\s*)# ", r"\1", line)
+        if re.match(r"^\s*# +\w+:", line) and not re.search(r"MODULE|NAME|python_path", line)
+        else line
+        for line in lines
+    ]
+    assert uncommented != lines
+    path.write_text("\n".join(uncommented) + "\n", encoding="utf-8")
+    checked = run_gate(repo, "validate", "p.yaml")
+    assert checked.returncode == 0, f"{checked}\n{path.read_text()}"
+
+
+def test_init_without_setup_or_boundaries_validates(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, {"solo.py": "def step():\n    return 1.0\n"})
+    done = run_gate(repo, "init", "solo:step", "--output", "gate-policies/solo.yml")
+    assert done.returncode == 0, done
+    assert "wrote gate-policies/solo.yml;" in done.stdout
+    assert run_gate(repo, "validate", "gate-policies").returncode == 0
+
+
+def test_init_never_overwrites_a_policy(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, {**STEP_MODULE, "policies/tiny.yaml": "version: 1  # mine\n"})
+    done = run_gate(repo, "init", *STEP)
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines() == [
+        "error: policies/tiny.yaml already exists; init never overwrites a policy: "
+        "name another file with --output FILE"
+    ]
+    assert (repo / "policies" / "tiny.yaml").read_text() == "version: 1  # mine\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "spelling"),
+    [
+        (["models.tiny"], "MODULE:STEP", "models.tiny"),
+        (["models/tiny.py:train_step"], "MODULE:STEP", "models/tiny.py:train_step"),
+        (["models.tiny:train_step", "--setup", "make_inputs"], "--setup", "make_inputs"),
+        (["models.tiny:train_step", "--boundary", "m:f()"], "--boundary", "m:f()"),
+    ],
+)
+def test_a_callable_not_spelt_module_qualname_is_one_usage_line(
+    tmp_path: Path, args: list[str], option: str, spelling: str
+) -> None:
+    done = run_gate(tmp_path, "init", *args)
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines() == [
+        f"error: init {option}: {spelling!r} is not MODULE:QUALNAME; "
+        "spell it like examples.mlp:train_step"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_init_wants_a_yaml_file(tmp_path: Path) -> None:
+    done = run_gate(tmp_path, "init", "m:step", "--output", "policies/m.json")
+    assert done.returncode == 2, done
+    assert len(done.stderr.splitlines()) == 1
+    assert "--output policies/m.json: name a .yaml or .yml file" in done.stderr
+    assert not (tmp_path / "policies").exists()
+
+
+# --- the shipped policies -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "policy",
+    sorted(
+        p.relative_to(ROOT).as_posix()
+        for p in ROOT.glob("*/**/*.yaml")
+        if p.parts[len(ROOT.parts)] in ("policies", "examples")
+    ),
+)
+def test_shipped_policies_point_editors_at_the_schema(policy: str) -> None:
+    text = (ROOT / policy).read_text(encoding="utf-8")
+    modeline = MODELINE.match(text)
+    assert modeline is not None, f"{policy}: no schema modeline on its first line"
+    # Relative: the checkout's own schema, offline and always the one this tree validates with.
+    assert ((ROOT / policy).parent / modeline.group(1)).resolve() == SCHEMA_FILE
