@@ -7,6 +7,7 @@ from the end-of-run summary.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -137,3 +138,35 @@ def test_color_always_colours_the_summary_and_the_rows(tmp_path: Path) -> None:
     assert coloured.stdout.rstrip().splitlines()[-2] == "2 passed, 0 failed"  # never coloured
     plain = run_gate(repo, "run", "--color", "never", env={"FORCE_COLOR": "1"})
     assert "\x1b[" not in plain.stdout + plain.stderr, plain
+
+
+def test_quiet_shows_only_failures_and_verbose_every_transfer(tmp_path: Path) -> None:
+    steps = STEPS + (
+        "\n\ndef leaks(x):\n    return double(x) + np.ones(4, np.float32)  # leaks here\n"
+    )
+    policy = (
+        "version: 1\n"
+        + FAST_DEFAULTS
+        + """regions:
+  - {name: a, step: "steps:quick", setup: "steps:make"}
+  - {name: logged, step: "steps:leaks", setup: "steps:make", guard: log}
+  - {name: leaky, step: "steps:leaks", setup: "steps:make"}
+"""
+    )
+    repo = make_repo(tmp_path, {"steps.py": steps, "policies/p.yaml": policy})
+    quiet = run_gate(repo, "run", "-q")
+    assert quiet.returncode == 1, quiet
+    rows = [line for line in quiet.stdout.splitlines() if line.startswith(("PASS", "FAIL"))]
+    assert [row.split()[:2] for row in rows] == [["FAIL", "p.leaky"]], quiet
+    live = [line for line in quiet.stderr.splitlines() if re.match(r"\[\d+/\d+\] ", line)]
+    assert [line.split()[:3] for line in live] == [["[3/3]", "FAIL", "p.leaky"]], quiet
+    assert "1 passed" not in quiet.stdout
+    assert "2 passed, 1 failed" in quiet.stdout, quiet
+
+    verbose = run_gate(repo, "run", "-v")
+    assert "p.logged: 1 transfer line(s) that pass:" in verbose.stdout, verbose
+    assert "(allowed by the guard level)" in verbose.stdout, verbose
+    normal = run_gate(repo, "run")
+    assert "that pass:" not in normal.stdout, normal
+    both = run_gate(repo, "run", "-q", "-v")
+    assert both.returncode == 2, both

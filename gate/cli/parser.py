@@ -117,6 +117,19 @@ def build_parser() -> argparse.ArgumentParser:
         "request's base, HEAD~1), checked out in a temporary worktree, and compare; the head "
         "is the working tree as it is (in CI, check out the full history: fetch-depth: 0)",
     )
+    loudness = run.add_mutually_exclusive_group()
+    loudness.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print only the regions that failed (live and in the summary) and the count",
+    )
+    loudness.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also list every transfer that passes, and why (accepted, in the base, allowed)",
+    )
     run.add_argument(
         "--color",
         choices=["auto", "always", "never"],

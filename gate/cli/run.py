@@ -88,10 +88,12 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
         # keeps only the summary, which tools read.
         done.append(region)
         [shown_region] = judged(RunResult((SuiteResult(region.suite, "", (region,)),))).regions
-        line = progress_line(
-            len(done), len(rules), shown_region, color=colour(args.color, sys.stderr)
+        if args.quiet and shown_region.passed:
+            return
+        tinted = colour(args.color, sys.stderr)
+        print(
+            progress_line(len(done), len(rules), shown_region, tinted), file=sys.stderr, flush=True
         )
-        print(line, file=sys.stderr, flush=True)
 
     with ExitStack() as trees:
         base = trees.enter_context(checked_out(repo_root, args.base)) if args.base else None
@@ -107,7 +109,8 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
             finished=finished,
         )
     result = judged(result)
-    print(format_summary(result, color=colour(args.color, sys.stdout)))
+    tinted = colour(args.color, sys.stdout)
+    print(format_summary(result, color=tinted, quiet=args.quiet, verbose=args.verbose))
     if accepted is not None:
         print(f"baseline: {baseline_shown} ({len(accepted)} accepted)")
     print(reports.describe())

@@ -113,17 +113,23 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def format_summary(run: RunResult, color: bool = False) -> str:
+def format_summary(
+    run: RunResult, color: bool = False, *, quiet: bool = False, verbose: bool = False
+) -> str:
     """What a CI log shows for `run`; the last line is exactly ``N passed, N failed``.
 
     Regions that errored count as failed. `color` adds ANSI colours to the
     verdicts (pass it only when writing to a TTY); the count line is never
-    coloured so tools can read it. No trailing newline.
+    coloured so tools can read it. `quiet` leaves out the rows of regions that
+    passed; `verbose` lists every transfer of every region, the accepted and the
+    allowed too. No trailing newline.
     """
     regions = run.regions
     width = max((len(r.classname) for r in regions), default=0)
     lines = []
     for region in regions:
+        if quiet and region.passed:
+            continue
         lines.append(_region_line(region, width, color))
         # The comparison with the base or the stored baseline, one line each, under its row.
         lines.extend(f"  {label}: {text}" for label, text in comparison_lines(region))
@@ -134,6 +140,8 @@ def format_summary(run: RunResult, color: bool = False) -> str:
         if not region.passed or region.notes or region.recompiles
         for line in _findings(region)
     ]
+    if verbose:
+        findings.extend(line for region in regions for line in _passing_findings(region))
     if findings:
         lines.append("")
         lines.extend(findings)
@@ -218,6 +226,24 @@ def _region_line(region: RegionResult, width: int, color: bool) -> str:
         per_step = sum(b.per_step_s for b in region.boundaries)
         columns.append(f"boundaries {format_duration(per_step)}/step")
     return f"{head}  " + "  ".join(columns)
+
+
+def _passing_findings(region: RegionResult) -> list[str]:
+    """``-v``: the transfers that do not fail the region, each with why not."""
+    passing = [f for f in group(region.transfers) if not f.failing]
+    lines = [f"{region.classname}: {len(passing)} transfer line(s) that pass:"] if passing else []
+    for finding in passing:
+        if finding.sample.in_base:
+            why = "already in the base"
+        elif finding.sample.accepted:
+            why = "accepted by the baseline"
+        elif finding.sample.boundary is not None:
+            why = f"in boundary {finding.sample.boundary}"
+        else:
+            why = "allowed by the guard level"
+        where = transfer_location(finding.sample, region)
+        lines.append(f"  {where}: {finding.kind} {finding.what()}, {finding.counts()} ({why})")
+    return lines
 
 
 def _findings(region: RegionResult) -> list[str]:
