@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gate.policy.model import Policy, Region
+from gate.policy.schema import did_you_mean
 
 _SHARD = re.compile(r"(?P<index>[0-9]+)/(?P<count>[0-9]+)")
 
@@ -124,8 +125,9 @@ class Plan:
             missing = [name for name in regions or () if name not in known]
             if missing:
                 names = ", ".join(sorted(r.name for p in policies for r in p.regions))
+                close = did_you_mean(missing[0], sorted(known))
                 raise UnknownRegionError(
-                    f"--region {missing[0]}: no such region; the policies define: {names}"
+                    f"--region {missing[0]}: no such region{close}; the policies define: {names}"
                 )
         selection = None if shard is None else select_shard(policies, shard, wanted)
         if selection is not None:

@@ -11,7 +11,7 @@ from cli_helpers import TESTS, gate_env, make_repo, run_gate
 from processes import run
 from result_samples import STEPS, policy
 
-from gate.cli.exit_codes import ExitCode
+from gate.cli.exit_codes import COMMAND_MEANINGS, ExitCode
 
 CLEAN = (
     STEPS
@@ -34,6 +34,17 @@ def test_help_documents_every_exit_code() -> None:
     assert done.returncode == 0, done.stderr
     for code in ExitCode:
         assert f"{code.value}  {code.meaning}" in done.stdout
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_MEANINGS))
+def test_each_command_s_help_lists_its_own_exit_codes(command: str) -> None:
+    done = run([sys.executable, "-m", "gate", command, "--help"], env=gate_env(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    table = done.stdout.split("exit codes:\n", 1)[1]
+    assert table.splitlines() == [
+        f"  {code.value}  {meaning}" for code, meaning in COMMAND_MEANINGS[command].items()
+    ]
+    assert ExitCode.REGION_FAILED.meaning not in done.stdout  # run's, not this command's
 
 
 def test_readme_documents_every_exit_code() -> None:
@@ -104,6 +115,13 @@ def test_exit_2_for_an_unknown_region(repo: Path) -> None:
     run = run_gate(repo, "run", "--region", "nope")
     assert run.returncode == ExitCode.USAGE, run
     assert "--region nope: no such region; the policies define: step" in run.stderr
+
+
+def test_a_mistyped_region_gets_a_did_you_mean(repo: Path) -> None:
+    make_repo(repo, {"policies/p.yaml": policy("step")})
+    run = run_gate(repo, "run", "--region", "stpe")
+    assert run.returncode == ExitCode.USAGE, run
+    assert "--region stpe: no such region (did you mean 'step'?); the policies" in run.stderr
 
 
 def test_exit_2_for_an_unwritable_report_path(repo: Path) -> None:

@@ -136,6 +136,36 @@ def test_jax_s_own_reason_for_a_failed_backend_comes_first() -> None:
     assert f"cuda failed    {why}" in format_diagnosis(diagnosis)
 
 
+LIBTPU_MISSING = "INTERNAL: Failed to open libtpu.so"
+
+
+def test_a_backend_nobody_installed_reads_as_not_installed() -> None:
+    diagnosis = replace(CPU_ONLY, backend_errors=(("tpu", LIBTPU_MISSING),))
+    text = format_diagnosis(diagnosis)
+    assert "tpu failed" not in text
+    assert LIBTPU_MISSING not in text
+    assert "\ntpu            not installed\n" in text
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"environ": {"JAX_PLATFORMS": "tpu,cpu"}}, {"plugins": (("libtpu", "0.0.20"),)}],
+    ids=["jax-platforms-asks", "libtpu-installed"],
+)
+def test_a_backend_someone_wanted_still_shows_its_failure(change: dict[str, object]) -> None:
+    diagnosis = replace(CPU_ONLY, backend_errors=(("tpu", LIBTPU_MISSING),), **change)
+    assert f"tpu failed     {LIBTPU_MISSING}" in format_diagnosis(diagnosis)
+
+
+def test_doctor_expect_tpu_shows_why_the_tpu_did_not_start() -> None:
+    diagnosis = replace(CPU_ONLY, backend_errors=(("tpu", LIBTPU_MISSING),))
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        assert main_doctor("tpu", {}, diagnosis) == DoctorExitCode.FAILED
+    assert f"tpu failed     {LIBTPU_MISSING}" in out.getvalue()
+    assert f"JAX could not start its tpu backend: {LIBTPU_MISSING}" in err.getvalue()
+
+
 def test_tpu_causes() -> None:
     problem = expectation_problem(CPU_ONLY, Platform.TPU)
     assert problem is not None

@@ -120,7 +120,7 @@ def test_a_plan_selects_by_name_or_suite_and_name() -> None:
 
 
 def test_a_plan_refuses_a_region_no_policy_defines() -> None:
-    with pytest.raises(UnknownRegionError, match=r"^--region eval\.nope: no such region; "):
+    with pytest.raises(UnknownRegionError, match=r"^--region eval\.nope: no such region\b"):
         Plan.make(POLICIES, ["a", "eval.nope"])
 
 

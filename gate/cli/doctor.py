@@ -34,11 +34,11 @@ def main_doctor(
     # Read before JAX starts: a mistyped path is a usage error, not a diagnosis.
     stated = tuple((path, read_requirements(Path(path))) for path in requirements)
     diagnosis = collect(environ) if diagnosis is None else diagnosis
-    print(format_diagnosis(diagnosis))
+    expected = None if expect is None else Platform(expect)
+    print(format_diagnosis(diagnosis, expected))
     if stated:
         print()
         print(requirements_text(diagnosis, stated))
-    expected = None if expect is None else Platform(expect)
     platform_problem = doctor_problem(diagnosis, expected)
     problems = [platform_problem] if platform_problem is not None else []
     problems += version_problems(diagnosis, tuple(r for _, found in stated for r in found))

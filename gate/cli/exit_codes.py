@@ -53,8 +53,38 @@ _DOCTOR_MEANINGS = {
 }
 
 
+# What `ExitCode` means for the commands that run no judged region: none of them returns 1,
+# and each ``--help`` lists only the codes its command returns.
+COMMAND_MEANINGS: dict[str, dict[ExitCode, str]] = {
+    "baseline": {
+        ExitCode.OK: "the baseline was written",
+        ExitCode.USAGE: (
+            "usage error, invalid policy, or a region errored; the baseline was not written"
+        ),
+        ExitCode.INTERNAL: _MEANINGS[ExitCode.INTERNAL],
+    },
+    "validate": {
+        ExitCode.OK: "every policy is valid and every callable it names imports",
+        ExitCode.USAGE: "usage error, invalid policy, or a callable that does not import",
+        ExitCode.INTERNAL: _MEANINGS[ExitCode.INTERNAL],
+    },
+    "merge": {
+        ExitCode.OK: "the merged report was written",
+        ExitCode.USAGE: "usage error, or an input report that cannot be read or merged",
+        ExitCode.INTERNAL: _MEANINGS[ExitCode.INTERNAL],
+    },
+}
+
+
 def exit_codes_help(codes: Iterable[ExitCode | DoctorExitCode]) -> str:
     """The ``exit codes:`` table that ends a command's ``--help``."""
-    lines = ["exit codes:"]
-    lines += [f"  {code.value}  {code.meaning}" for code in codes]
-    return "\n".join(lines)
+    return _table((code.value, code.meaning) for code in codes)
+
+
+def command_exit_codes_help(command: str) -> str:
+    """The ``exit codes:`` table of a `COMMAND_MEANINGS` command."""
+    return _table((code.value, meaning) for code, meaning in COMMAND_MEANINGS[command].items())
+
+
+def _table(rows: Iterable[tuple[int, str]]) -> str:
+    return "\n".join(["exit codes:", *(f"  {value}  {meaning}" for value, meaning in rows)])

@@ -8,7 +8,12 @@ from __future__ import annotations
 import argparse
 
 from gate import __version__
-from gate.cli.exit_codes import DoctorExitCode, ExitCode, exit_codes_help
+from gate.cli.exit_codes import (
+    DoctorExitCode,
+    ExitCode,
+    command_exit_codes_help,
+    exit_codes_help,
+)
 from gate.machine.diagnosis import Platform
 from gate.plan import parse_shard
 from gate.results.baseline import DEFAULT_NAME as DEFAULT_BASELINE_NAME
@@ -150,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         "baseline",
         allow_abbrev=False,
         help="run every region and accept the transfers it has today in a baseline file",
-        epilog=_EXIT_CODES_HELP,
+        epilog=command_exit_codes_help("baseline"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     baseline.add_argument("paths", nargs="*", metavar="PATH")
@@ -171,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         "validate",
         allow_abbrev=False,
         help="check policies and that every named callable imports, without running any step",
-        epilog=_EXIT_CODES_HELP,
+        epilog=command_exit_codes_help("validate"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     validate.add_argument("paths", nargs="*", metavar="PATH")
@@ -201,8 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
         "merge",
         allow_abbrev=False,
         help="combine the reports of several shards (JUnit .xml or JSON .json) into one",
-        description="Combine the shards' reports into OUT, all JUnit (.xml) or all the gate's "
+        # Raw, for the exit codes' table: the description's line breaks are its own.
+        description="Combine the shards' reports into OUT, all JUnit (.xml) or all the gate's\n"
         "JSON (.json), read from OUT's suffix; OUT may be one of the inputs.",
+        epilog=command_exit_codes_help("merge"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     merge.add_argument("output", metavar="OUT")
     merge.add_argument("inputs", nargs="+", metavar="IN")

@@ -255,6 +255,24 @@ def failed_backends() -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), " ".join(str(v).split())) for k, v in errors.items()))
 
 
+def not_installed(name: str, evidence: Evidence, expect: Platform | None = None) -> bool:
+    """JAX's error for backend ``name`` means only that it is absent, not that it broke.
+
+    JAX tries a TPU on every machine, so a CPU-only box always holds "Failed to
+    open libtpu.so". That is no failure when no plugin gives the platform and
+    nobody asked for it (``expect`` or JAX_PLATFORMS); asked for, it still is one.
+    """
+    platform = Platform.named(name)
+    if platform is None or platform is Platform.CPU or platform is expect:
+        return False
+    asked = {p.strip() for p in (evidence.jax_platforms or "").split(",")}
+    if platform.backend_names & asked:
+        return False
+    if platform is Platform.GPU:
+        return not any(p.startswith(_GPU_PLUGIN_PREFIXES) for p in evidence.plugins)
+    return not _TPU_PLUGINS & set(evidence.plugins)
+
+
 def check_required(required: str | None, info: PlatformInfo) -> str | None:
     """None when JAX runs on ``required`` (or nothing is required), else one line:
     what was expected, what was found, and the likely cause."""

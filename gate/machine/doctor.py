@@ -48,6 +48,7 @@ from gate.machine.diagnosis import (
     jaxlib_requirement,
     libcuda_found,
     likely_causes,
+    not_installed,
     nvidia_device_files,
     tpu_device_files,
 )
@@ -280,8 +281,9 @@ def _devices_text(diagnosis: Diagnosis) -> str:
     return ", ".join(parts)
 
 
-def format_diagnosis(diagnosis: Diagnosis) -> str:
-    """The report doctor prints; no trailing newline."""
+def format_diagnosis(diagnosis: Diagnosis, expect: Platform | None = None) -> str:
+    """The report doctor prints; no trailing newline. A backend that is not installed, and
+    not `expect`ed, reads as such rather than as a failure."""
     rows = [
         ("transfer-gate", __version__),
         ("python", f"{diagnosis.python} on {diagnosis.system}"),
@@ -296,7 +298,12 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
         ("devices", _devices_text(diagnosis)),
     ]
     rows.extend(diagnosis.cuda)
-    rows.extend((f"{name} failed", why) for name, why in diagnosis.backend_errors)
+    rows.extend(
+        (name, "not installed")
+        if not_installed(name, diagnosis.evidence, expect)
+        else (f"{name} failed", why)
+        for name, why in diagnosis.backend_errors
+    )
     width = max(len(label) for label, _ in rows)
     lines = [f"{label:<{width}}  {value}" for label, value in rows]
     lines.append("")
