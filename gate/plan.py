@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from gate.policy.model import Policy, Region
 from gate.policy.schema import did_you_mean
+from gate.wording import counted
 
 _SHARD = re.compile(r"(?P<index>[0-9]+)/(?P<count>[0-9]+)")
 
@@ -67,9 +68,9 @@ class ShardSelection:
         if not self.regions:
             return (
                 f"shard {self.shard}: no regions to run (the {self.total} selected are split "
-                f"over {self.shard.count} shards); writing a report with zero tests"
+                f"over {counted(self.shard.count, 'shard')}); writing a report with zero tests"
             )
-        return f"shard {self.shard}: running {len(self.regions)} of {self.total} regions"
+        return f"shard {self.shard}: running {len(self.regions)} of {counted(self.total, 'region')}"
 
 
 class UnknownRegionError(Exception):

@@ -194,8 +194,16 @@ def test_validate_checks_without_running(repo: Path) -> None:
     make_repo(repo, {"policies/p.yaml": policy("touch_and_step")})
     run = run_gate(repo, "validate")
     assert run.returncode == ExitCode.OK, run
-    assert "1 policies, 1 regions: valid" in run.stdout
+    assert "policies/p.yaml: ok (1 region)\n1 policy, 1 region: valid" in run.stdout
     assert not (repo / "step-ran").exists()
+
+
+def test_validate_counts_two_of_each_in_the_plural(repo: Path) -> None:
+    make_repo(repo, {"policies/a.yaml": policy("step", "leaky"), "policies/b.yaml": policy("step")})
+    run = run_gate(repo, "validate")
+    assert run.returncode == ExitCode.OK, run
+    assert "policies/a.yaml: ok (2 regions)" in run.stdout
+    assert "2 policies, 3 regions: valid" in run.stdout
 
 
 def test_validate_reports_every_problem_of_a_file_at_once(repo: Path) -> None:

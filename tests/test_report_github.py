@@ -381,7 +381,7 @@ def test_cancelled_regions_are_one_warning_not_an_error_each() -> None:
     assert not [line for line in lines if line.startswith("::error")]
     (warning,) = lines
     assert warning.startswith("::warning title=transfer-gate%3A run cancelled::")
-    assert "before 2 region(s) finished (train.a, train.b)" in warning
+    assert "before 2 regions finished (train.a, train.b)" in warning
 
 
 def test_an_error_annotation_carries_the_usual_fix() -> None:

@@ -106,7 +106,7 @@ def stored(repo: Path) -> dict[str, Any]:
 def test_baseline_records_each_regions_timing_by_device(repo: Path) -> None:
     made = run_gate(repo, "baseline")
     assert made.returncode == 0, made
-    assert "step times of 2 region(s)" in made.stdout
+    assert "step times of 2 regions" in made.stdout
     document = stored(repo)
     assert document["version"] == 3
     sleepy = document["timing"]["p.sleepy"]
@@ -117,7 +117,10 @@ def test_baseline_records_each_regions_timing_by_device(repo: Path) -> None:
     assert sleepy["device"].endswith(", transfer-gate 0.1.0")
     # A region of its own: re-baselining one keeps the other's timing.
     before = document["timing"]["p.quick"]
-    assert run_gate(repo, "baseline", "--region", "sleepy").returncode == 0
+    one = run_gate(repo, "baseline", "--region", "sleepy")
+    assert one.returncode == 0, one
+    assert "accepted transfer lines from 1 region" in one.stdout
+    assert "step times of 1 region\n" in one.stdout
     after = stored(repo)["timing"]
     assert after["p.quick"] == before
     assert after["p.sleepy"]["samples"] != sleepy["samples"]

@@ -12,6 +12,7 @@ from gate.report.terminal import format_summary
 from gate.report.write import check_writable
 from gate.results.baseline import load_baseline_file, rebaselined, write_baseline
 from gate.results.timing_baseline import retimed
+from gate.wording import counted
 
 
 def baseline_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
@@ -23,7 +24,7 @@ def baseline_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
     if errored:
         print(format_summary(result))
         raise UsageError(
-            f"{len(errored)} region(s) errored, so their transfers are unknown; "
+            f"{counted(len(errored), 'region')} errored, so their transfers are unknown; "
             "fix them and run `transfer-gate baseline` again (the baseline was not written)"
         )
     existing, stored = load_baseline_file(path) if path.is_file() else ([], None)
@@ -33,9 +34,9 @@ def baseline_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
     ran = {r.classname for r in result.regions}
     timed = sum(1 for r in result.regions if r.classname in timing and r.timing_samples)
     print(
-        f"baseline: {shown(path, repo_root)}: {len(entries)} accepted transfer line(s) "
-        f"from {len(ran)} region(s)"
+        f"baseline: {shown(path, repo_root)}: {counted(len(entries), 'accepted transfer line')} "
+        f"from {counted(len(ran), 'region')}"
         + (f", {len(kept)} kept for other regions" if kept else "")
-        + f", step times of {timed} region(s)"
+        + f", step times of {counted(timed, 'region')}"
     )
     return ExitCode.OK

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from gate.cli.execute import load_policies
 from gate.cli.exit_codes import ExitCode
+from gate.wording import counted
 
 
 def validate_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
@@ -14,6 +15,6 @@ def validate_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
     policies = load_policies(args.paths, repo_root)
     regions = sum(len(p.regions) for p in policies)
     for policy in policies:
-        print(f"{policy.path.as_posix()}: ok ({len(policy.regions)} regions)")
-    print(f"{len(policies)} policies, {regions} regions: valid")
+        print(f"{policy.path.as_posix()}: ok ({counted(len(policy.regions), 'region')})")
+    print(f"{counted(len(policies), 'policy', 'policies')}, {counted(regions, 'region')}: valid")
     return ExitCode.OK

@@ -17,6 +17,7 @@ from gate.report.terminal import RECOMPILE_FIX, one_line
 from gate.results.findings import Finding, group
 from gate.results.hints import hint_for, hint_for_error
 from gate.results.records import ErrorKind, RegionResult, RunResult
+from gate.wording import counted
 
 MAX_ERROR_ANNOTATIONS = 10  # GitHub shows no more error annotations per step
 TITLE = "transfer-gate"
@@ -206,8 +207,8 @@ def annotation_lines(run: RunResult, report: str, limit: int = MAX_ERROR_ANNOTAT
         lines.append(
             workflow_command(
                 "warning",
-                f"the run was stopped before {len(cancelled)} region(s) finished ({shown}); "
-                "they were not judged",
+                f"the run was stopped before {counted(len(cancelled), 'region')} finished "
+                f"({shown}); they were not judged",
                 title=f"{TITLE}: run cancelled",
             )
         )

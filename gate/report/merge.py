@@ -23,6 +23,7 @@ from typing import Any
 
 from gate.files import DocumentError, read_json_document, write_text_atomically
 from gate.report.junit import write_report_file
+from gate.wording import counted
 
 
 class MergeError(Exception):
@@ -43,7 +44,7 @@ class MergeSummary:
 
     def describe(self, output: Path) -> str:
         counts = ", ".join(
-            _count(n, noun)
+            counted(n, noun)
             for n, noun in (
                 (self.suites, "suite"),
                 (self.tests, "test"),
@@ -53,11 +54,7 @@ class MergeSummary:
         )
         if self.skipped:
             counts += f", {self.skipped} skipped"
-        return f"merged {_count(self.inputs, 'report')} into {output}: {counts}"
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
+        return f"merged {counted(self.inputs, 'report')} into {output}: {counts}"
 
 
 Merger = Callable[[Path, Sequence[Path]], MergeSummary]

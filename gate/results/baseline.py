@@ -29,6 +29,7 @@ from gate.files import DocumentError, read_json_document, write_text_atomically
 from gate.results.findings import Finding, group
 from gate.results.records import RegionResult, RunResult, Site, SuiteResult, Transfer
 from gate.results.timing_baseline import StoredTiming, read_timing, timing_document
+from gate.wording import counted
 
 FORMAT = "jax-transfer-gate.results.baseline"
 # Version 2: fingerprints name the array moved (one finding per array).
@@ -286,7 +287,8 @@ def _judge(region: RegionResult, accepted: dict[str, Accepted], command: str) ->
     )
     if fixed:
         notes.append(
-            f"{len(fixed)} accepted transfer(s) no longer happen; ratchet the baseline down "
+            f"{counted(len(fixed), 'accepted transfer')} no longer "
+            f"{'happens' if len(fixed) == 1 else 'happen'}; ratchet the baseline down "
             f"with `{command}`"
         )
     return replace(region, transfers=transfers, notes=(*region.notes, *notes), fixed=fixed)
