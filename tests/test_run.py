@@ -312,10 +312,11 @@ def test_write_references_then_compare(repo: Path) -> None:
     written = run_gate(repo, "run", "--write-references")
     assert written.returncode == 0, written
     assert (repo / "policies/refs/clean.npz").is_file()
+    assert "\nwrote policies/refs/clean.npz (p.clean)\n" in written.stdout
     compared = run_gate(repo, "run")
     assert compared.returncode == 0, compared
     out = compared.testcase("clean: result checks").findtext("system-out") or ""
-    assert "1 leaves match clean.npz" in out
+    assert "1 leaf matches clean.npz within" in out
     # A different step against the same reference: the comparison bites.
     (repo / "policies/p.yaml").write_text(policy(region("clean", "scalar_step", extra=checks)))
     differs = run_gate(repo, "run", "--region", "clean")

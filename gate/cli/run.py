@@ -29,7 +29,7 @@ from gate.results.baseline import (
     fingerprints_of,
     load_baseline_file,
 )
-from gate.results.records import ErrorKind, RegionResult, RunResult, SuiteResult
+from gate.results.records import CheckName, ErrorKind, RegionResult, RunResult, SuiteResult
 from gate.results.refusals import unusable_base, unusable_baseline
 from gate.results.timing_baseline import StoredTiming
 
@@ -113,6 +113,8 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     print(format_summary(result, color=tinted, quiet=args.quiet, verbose=args.verbose))
     if accepted is not None:
         print(f"baseline: {baseline_shown} ({len(accepted)} accepted)")
+    for line in _written_references(result, rules, repo_root):
+        print(line)
     print(reports.describe())
     _write(result, reports)
     return _verdict(result, cancel)
@@ -131,6 +133,19 @@ def colour(choice: str, stream: TextIO, environ: Mapping[str, str] = os.environ)
     if environ.get("FORCE_COLOR"):
         return True
     return stream.isatty()
+
+
+def _written_references(result: RunResult, rules: dict[str, Region], repo_root: Path) -> list[str]:
+    """``wrote refs/clean.npz (p.clean)`` per reference file this run wrote: a region that
+    errored before its checks wrote none, and the files are what the user reviews next."""
+    lines = []
+    for region in result.regions:
+        rule = rules.get(region.classname)
+        if rule is None or rule.checks.reference is None or not rule.checks.write_reference:
+            continue
+        if any(c.name is CheckName.REFERENCE and c.passed for c in region.checks):
+            lines.append(f"wrote {shown(rule.checks.reference, repo_root)} ({region.classname})")
+    return lines
 
 
 def _verdict(result: RunResult, cancel: Cancellation) -> ExitCode:

@@ -15,6 +15,7 @@ import numpy as np
 from gate.policy.model import Checks
 from gate.results.leaf_diff import leaf_differences
 from gate.results.records import CheckName, CheckOutcome
+from gate.wording import counted
 
 # Host copy of the outputs: (path of each leaf, e.g. "[0]['w']", its value).
 Leaves = Sequence[tuple[str, np.ndarray[Any, Any]]]
@@ -75,7 +76,8 @@ def check_reference(leaves: Leaves, path: Path, rtol: float, atol: float) -> Che
     return CheckOutcome(
         CheckName.REFERENCE,
         True,
-        f"{len(leaves)} leaves match {path.name} within rtol={rtol:g}, atol={atol:g}",
+        f"{counted(len(leaves), 'leaf', 'leaves')} {'matches' if len(leaves) == 1 else 'match'} "
+        f"{path.name} within rtol={rtol:g}, atol={atol:g}",
     )
 
 
@@ -105,7 +107,8 @@ def run_checks(
             CheckOutcome(
                 CheckName.REFERENCE,
                 True,
-                f"wrote {len(leaves)} leaves to {checks.reference} (--write-references)",
+                f"wrote {counted(len(leaves), 'leaf', 'leaves')} to {checks.reference} "
+                "(--write-references)",
             )
         )
     elif checks.reference is not None:
