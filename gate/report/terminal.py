@@ -20,6 +20,7 @@ from gate.results.records import (
     TimingStats,
     Transfer,
 )
+from gate.wording import counted
 
 _GREEN = "\x1b[32m"
 _RED = "\x1b[31m"
@@ -231,7 +232,9 @@ def _region_line(region: RegionResult, width: int, color: bool) -> str:
 def _passing_findings(region: RegionResult) -> list[str]:
     """``-v``: the transfers that do not fail the region, each with why not."""
     passing = [f for f in group(region.transfers) if not f.failing]
-    lines = [f"{region.classname}: {len(passing)} transfer line(s) that pass:"] if passing else []
+    verb = "passes" if len(passing) == 1 else "pass"
+    head = f"{region.classname}: {counted(len(passing), 'transfer line')} that {verb}:"
+    lines = [head] if passing else []
     for finding in passing:
         if finding.sample.in_base:
             why = "already in the base"
