@@ -145,7 +145,7 @@ def test_init_writes_a_policy_that_validate_accepts(tmp_path: Path) -> None:
     assert "      - models.tiny:fetch_metrics\n" in text
     checked = run_gate(repo, "validate", "policies/tiny.yaml")
     assert checked.returncode == 0, checked
-    assert "policies/tiny.yaml: ok (1 regions)" in checked.stdout
+    assert "policies/tiny.yaml: ok (1 region)" in checked.stdout
 
 
 def test_what_the_starter_leaves_commented_out_validates_too(tmp_path: Path) -> None:
