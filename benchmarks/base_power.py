@@ -26,12 +26,9 @@ than 0 and 1, or a report without a timing verdict, stop the benchmark.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -39,6 +36,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from grouped import run_grouped
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE = 64  # the matrix is SIZE x SIZE float32
@@ -91,38 +90,8 @@ class Trial:
     head_samples: tuple[float, ...]
 
 
-def run_group(
-    argv: list[str], cwd: Path, env: dict[str, str], timeout_s: float
-) -> subprocess.CompletedProcess[str]:
-    """``subprocess.run`` in a session of its own, whose whole group is killed afterwards.
-
-    ``subprocess.run(timeout=...)`` kills only the child: the gate's workers would outlive it
-    and hold the pipes open (as tests/processes.py explains).
-    """
-    proc = subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=env,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise SystemExit(f"{' '.join(argv)}: no result in {timeout_s:g} s (--timeout)") from None
-    finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.communicate(timeout=10)
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
-
-
 def git(repo: Path, *args: str) -> None:
-    done = run_group(["git", *args], repo, {**os.environ, **GIT_ENV}, 60)
+    done = run_grouped(["git", *args], repo, {**os.environ, **GIT_ENV}, 60)
     if done.returncode != 0:
         raise SystemExit(f"git {' '.join(args)}: {done.stderr.strip()}")
 
@@ -174,7 +143,7 @@ def trial(repo: Path, report: Path, factor: float, env: dict[str, str], timeout_
     argv += ["--junit", str(report.with_suffix(".xml"))]
     report.unlink(missing_ok=True)
     start = time.perf_counter()
-    done = run_group(argv, repo, env, timeout_s)
+    done = run_grouped(argv, repo, env, timeout_s, timeout_option="--timeout")
     wall_s = time.perf_counter() - start
     timing = None
     if done.returncode in (0, 1) and report.exists():

@@ -20,11 +20,12 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from grouped import run_grouped
 
 ROOT = Path(__file__).resolve().parent.parent
 # The console script beside this interpreter: what the workflows run.
@@ -37,9 +38,7 @@ def gate_run(paths: list[str], cache: Path, reports: Path) -> float:
     env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(cache)}
     argv = [str(GATE), "run", "--junit", str(reports / "r.xml"), *paths]
     started = time.perf_counter()
-    proc = subprocess.run(
-        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False
-    )
+    proc = run_grouped(argv, ROOT, env, TIMEOUT_S)
     seconds = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit(f"transfer-gate run exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")

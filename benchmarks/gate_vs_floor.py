@@ -27,9 +27,7 @@ JAX_COMPILATION_CACHE_DIR unset (each gets a cold start).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -37,6 +35,8 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+
+from grouped import run_grouped
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 1800  # one command's limit: 20 regions against a base on a busy machine
@@ -154,34 +154,14 @@ def build(repo: Path, regions: int) -> None:
 
 
 def timed(command: list[str], cwd: Path, env: dict[str, str], ok: tuple[int, ...] = (0,)) -> float:
-    """Wall seconds of ``command``, in a session of its own whose group is killed afterwards.
-
-    The gate's workers would otherwise outlive a killed gate and hold its pipes open.
-    """
+    """Wall seconds of ``command``, in a process group of its own killed afterwards (`grouped`)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(
-        command,
-        cwd=cwd,
-        env=env,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise SystemExit(f"{' '.join(command)}: no result in {TIMEOUT_S} s") from None
-    finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.communicate(timeout=10)
+    done = run_grouped(command, cwd, env, TIMEOUT_S, merge_stderr=True)
+    out = done.stdout
     wall = time.perf_counter() - start
-    if proc.returncode not in ok:
+    if done.returncode not in ok:
         tail = textwrap.indent(out[-3000:], "    ")
-        raise SystemExit(f"{' '.join(command)} exited {proc.returncode}:\n{tail}")
+        raise SystemExit(f"{' '.join(command)} exited {done.returncode}:\n{tail}")
     return wall
 
 

@@ -1,0 +1,53 @@
+"""A command in a process group of its own, the whole group killed afterwards: the benchmarks'
+one way to run the gate.
+
+``subprocess.run(timeout=...)`` kills only the child: a gate's workers would outlive it and
+hold its pipes open (tests/processes.py explains the same for the tests). Imported by the
+scripts beside it, which run with this folder first on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def run_grouped(
+    argv: list[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout_s: float,
+    *,
+    merge_stderr: bool = False,
+    timeout_option: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``argv``'s exit status and output; past ``timeout_s`` the benchmark stops (SystemExit).
+
+    With ``merge_stderr``, stderr is interleaved into ``stdout`` and ``stderr`` is None.
+    ``timeout_option`` names the option that set ``timeout_s``, for the message.
+    """
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=dict(env),
+        text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        option = f" ({timeout_option})" if timeout_option else ""
+        raise SystemExit(f"{' '.join(argv)}: no result in {timeout_s:g} s{option}") from None
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=10)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
