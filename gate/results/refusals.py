@@ -52,44 +52,34 @@ def policy_problems(problems: Sequence[Problem]) -> RunResult:
 def unusable_baseline(message: str, shown: str) -> RunResult:
     """A report for a baseline that cannot be used: one error at the baseline file."""
     error = RegionError(ErrorKind.BASELINE, message, message, SourceLocation(shown, 1, ""))
-    region = RegionResult(
-        suite="baseline",
-        name="baseline",
-        policy_path=shown,
-        policy_line=1,
-        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
-        error=error,
-    )
-    return RunResult((SuiteResult("baseline", shown, (region,)),))
+    return _one_error("baseline", "baseline", shown, 1, error)
 
 
 def unusable_base(message: str) -> RunResult:
     """A report for a ``--base`` that cannot be checked out: one error, at no file."""
     error = RegionError(ErrorKind.BASE, message, message)
-    region = RegionResult(
-        suite="transfer-gate",
-        name="base",
-        policy_path="",
-        policy_line=0,
-        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
-        error=error,
-    )
-    return RunResult((SuiteResult("transfer-gate", "", (region,)),))
+    return _one_error("transfer-gate", "base", "", 0, error)
 
 
 def gate_bug(exc: BaseException) -> RunResult:
     """A report for the gate itself failing outside any region, with the traceback."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    region = RegionResult(
-        suite="transfer-gate",
-        name="gate",
-        policy_path="",
-        policy_line=0,
-        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
-        error=RegionError(
-            ErrorKind.INTERNAL,
-            f"transfer-gate itself failed ({type(exc).__name__}: {exc}); this is a bug",
-            text,
-        ),
+    error = RegionError(
+        ErrorKind.INTERNAL,
+        f"transfer-gate itself failed ({type(exc).__name__}: {exc}); this is a bug",
+        text,
     )
-    return RunResult((SuiteResult("transfer-gate", "", (region,)),))
+    return _one_error("transfer-gate", "gate", "", 0, error)
+
+
+def _one_error(suite: str, name: str, path: str, line: int, error: RegionError) -> RunResult:
+    """A run of one testcase, ``suite.name``, that is ``error``."""
+    region = RegionResult(
+        suite=suite,
+        name=name,
+        policy_path=path,
+        policy_line=line,
+        guard=GuardSpec.uniform(GuardLevel.DISALLOW),
+        error=error,
+    )
+    return RunResult((SuiteResult(suite, path, (region,)),))
