@@ -32,6 +32,15 @@ from typing import Any
 import processes
 import pytest
 import yaml
+from workflow_helpers import (
+    PINNED_USES,
+    TIMEOUT_S,
+    VERSION_COMMENT,
+    run,
+    run_step_script,
+    shown,
+    venv_tool,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 GITHUB = REPO / ".github"
@@ -90,36 +99,11 @@ PULL_REQUEST_TYPES = ["opened", "synchronize", "reopened"]
 AFTER_THE_GATE = "${{ !cancelled() && steps.gate.outcome != 'skipped' }}"
 # Uploading too, and also after a cancellation: a partial report is still worth keeping.
 ALWAYS_AFTER_THE_GATE = "${{ always() && steps.gate.outcome != 'skipped' }}"
-# owner/repo[/path]@<full commit SHA>
-PINNED_USES = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
-VERSION_COMMENT = re.compile(r"#\s*v\d+(\.\d+)*\s*$")
 UNKNOWN_LABEL = re.compile(r'^label "([^"]+)" is unknown\. ')
 DIGEST = "sha256:" + "0123456789abcdef" * 4
-TIMEOUT_S = 60
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def run(argv: list[str | Path], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return processes.run(argv, timeout=TIMEOUT_S, **kwargs)
-
-
-def shown(proc: subprocess.CompletedProcess[str]) -> str:
-    return f"exit {proc.returncode}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
-
-
-def venv_tool(name: str) -> Path:
-    """A console script from this environment's bin directory, or a failed test that says why."""
-    scripts = Path(sysconfig.get_path("scripts"))
-    path = scripts / name
-    if not path.is_file():
-        pytest.fail(
-            f"{name} is not installed in {scripts}. It is a test dependency: "
-            "pip install -e '.[test]' (or run .ci/run).",
-            pytrace=False,
-        )
-    return path
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
@@ -163,32 +147,6 @@ def step_named(steps: list[dict[str, Any]], name: str) -> dict[str, Any]:
     matches = [s for s in steps if s.get("name") == name]
     assert len(matches) == 1, f"expected one step named {name!r}, found {len(matches)}"
     return matches[0]
-
-
-def run_step_script(
-    script: str, env: Mapping[str, str], tmp_path: Path, *, path_prefix: Path | None = None
-) -> tuple[subprocess.CompletedProcess[str], str, str]:
-    """Run a step's script as `shell: bash` does; return the process, $GITHUB_OUTPUT, summary."""
-    output = tmp_path / "github_output"
-    summary = tmp_path / "step_summary"
-    output.write_text("")
-    summary.write_text("")
-    script_file = tmp_path / "step.sh"
-    script_file.write_text(script)
-    path = os.environ.get("PATH", "")
-    if path_prefix is not None:
-        path = f"{path_prefix}{os.pathsep}{path}"
-    proc = run(
-        ["bash", "--noprofile", "--norc", "-eo", "pipefail", script_file],
-        cwd=tmp_path,
-        env={
-            "PATH": path,
-            "GITHUB_OUTPUT": str(output),
-            "GITHUB_STEP_SUMMARY": str(summary),
-            **env,
-        },
-    )
-    return proc, output.read_text(), summary.read_text()
 
 
 # --- actionlint ----------------------------------------------------------------------------------

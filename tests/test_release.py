@@ -8,26 +8,23 @@ What it publishes is built and checked for real in tests/test_install.py (`pytho
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import processes
 import pytest
 import tomllib
 import yaml
+from workflow_helpers import PINNED_USES, VERSION_COMMENT, run, shown, venv_tool
+from workflow_helpers import run_step_script as run_bash_step
 
 REPO = Path(__file__).resolve().parent.parent
 RELEASE = REPO / ".github" / "workflows" / "release.yml"
 CI_LINT = Path(__file__).resolve().parent / "ci-lint"
-PINNED_USES = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
-VERSION_COMMENT = re.compile(r"#\s*v\d+(\.\d+)*\s*$")
 # What each job may do, and nothing more. Only publish can mint an OIDC token.
 JOB_PERMISSIONS = {
     "build": {"contents": "read"},
@@ -36,18 +33,9 @@ JOB_PERMISSIONS = {
 }
 COMMIT = "1a2b3c4d" * 5
 DIGEST = "sha256:" + "0123456789abcdef" * 4
-TIMEOUT_S = 60
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def run(argv: list[str | Path], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return processes.run(argv, timeout=TIMEOUT_S, **kwargs)
-
-
-def shown(proc: subprocess.CompletedProcess[str]) -> str:
-    return f"exit {proc.returncode}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
 
 
 @pytest.fixture(scope="module")
@@ -84,28 +72,12 @@ def run_step_script(
 ) -> tuple[subprocess.CompletedProcess[str], str, str]:
     """Run a step's script as `shell: bash` does, with this interpreter as `python`; return the
     process, $GITHUB_OUTPUT and the job summary."""
-    output = cwd / "github_output"
-    summary = cwd / "step_summary"
-    output.write_text("")
-    summary.write_text("")
-    script_file = cwd / "step.sh"
-    script_file.write_text(script)
     bin_dir = cwd / "bin"
     bin_dir.mkdir(exist_ok=True)
     python = bin_dir / "python"
     if not python.exists():
         python.symlink_to(sys.executable)
-    proc = run(
-        ["bash", "--noprofile", "--norc", "-eo", "pipefail", script_file],
-        cwd=cwd,
-        env={
-            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-            "GITHUB_OUTPUT": str(output),
-            "GITHUB_STEP_SUMMARY": str(summary),
-            **env,
-        },
-    )
-    return proc, output.read_text(), summary.read_text()
+    return run_bash_step(script, env, cwd, path_prefix=bin_dir)
 
 
 def error_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
@@ -136,10 +108,7 @@ def test_actionlint_finds_nothing() -> None:
 
 
 def zizmor() -> Path:
-    path = Path(sysconfig.get_path("scripts")) / "zizmor"
-    if not path.is_file():
-        pytest.fail("zizmor is not installed: pip install -e '.[test]'", pytrace=False)
-    return path
+    return venv_tool("zizmor")
 
 
 def test_zizmor_finds_nothing_even_as_an_auditor() -> None:
