@@ -16,6 +16,7 @@ preallocates 45% (``XLA_PYTHON_CLIENT_MEM_FRACTION``) instead of its default 75%
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -91,8 +92,6 @@ def run_compared(
 
     ``finished`` gets each region's result as soon as both trees are done with it.
     """
-    import os
-
     env = shared_device_environment(os.environ if environ is None else environ)
     suites = []
     with (
