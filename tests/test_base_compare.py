@@ -113,9 +113,15 @@ def test_a_change_fails_on_what_it_changed_and_nothing_else(repo: Path) -> None:
             + '  - {name: brand_new, step: "steps:same_step", setup: "steps:make"}\n',
         },
     )
-    run = run_gate(repo, "run", "--base", "HEAD", "--json", "reports/r.json")
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "reports/r.json", "-v")
     assert run.returncode == 1, run
     assert "comparing with the base: HEAD (" in run.stdout, run
+    # -v: each stage with its time, the base tree's named as such.
+    lines = run.stderr.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("[") and " p.slow " in line)
+    slow_stages = next(line for line in lines[row:] if line.strip().startswith("stages: "))
+    assert ", base: compiling " in slow_stages, slow_stages
+    assert ", timing against the base " in slow_stages, slow_stages
 
     # A 2x slower step fails on timing, with its ratio.
     timing = run.testcase("slow: timing")

@@ -1,7 +1,7 @@
 """What `run` and `baseline` share: the policies loaded, planned and run; the baseline file.
 
 Each region runs in a worker process (`gate.isolation.scheduler`); what the
-workers print is forwarded to stderr, so stdout keeps only the summary.
+workers print goes to stderr, so stdout keeps only the summary.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from gate.compare.session import run_compared
 from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.scheduler import keep_accelerators_for_workers, run_isolated
+from gate.isolation.watcher import PrefixedOutput, RunWatcher
 from gate.plan import Plan
 from gate.policy.load import callables_of_invalid, discover_policy_files, load_policy
 from gate.policy.model import Policy
@@ -96,6 +97,7 @@ def execute(
     cancel: Cancellation | None = None,
     base: BaseTree | None = None,
     planned: Callable[[Plan], None] | None = None,
+    watcher: RunWatcher | None = None,
     finished: Callable[[RegionResult], None] | None = None,
 ) -> RunResult:
     """Load, check, plan and run the policies that ``args`` names; each against ``base`` if given.
@@ -103,7 +105,10 @@ def execute(
     When the policies are invalid or the gate breaks, ``refused`` gets the
     result that says so (to report it) before the exception goes on.
     ``planned`` gets the plan before it runs (`run` reads each region's ``timing:`` from it).
+    ``watcher`` hears the regions' stages and output (by default each output line goes to
+    stderr as ``[suite.region] line``); ``finished`` gets each region's result.
     """
+    watcher = PrefixedOutput(sys.stderr) if watcher is None else watcher
     keep_accelerators_for_workers()  # before load_policies imports the user's modules
     try:
         policies = load_policies(
@@ -124,9 +129,9 @@ def execute(
     try:
         if base is not None:
             return run_compared(
-                plan, repo_root, base, cancel=cancel, forward=sys.stderr, finished=finished
+                plan, repo_root, base, cancel=cancel, watcher=watcher, finished=finished
             )
-        return run_isolated(plan, repo_root, cancel=cancel, forward=sys.stderr, finished=finished)
+        return run_isolated(plan, repo_root, cancel=cancel, watcher=watcher, finished=finished)
     except Exception as exc:
         if refused is not None:
             refused(gate_bug(exc))

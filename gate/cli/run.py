@@ -21,7 +21,8 @@ from gate.compare.worktree import BaseRefError, check_base, checked_out
 from gate.isolation.cancellation import Cancellation, cancel_after, cancel_on_signals
 from gate.plan import Plan
 from gate.policy.model import Region
-from gate.report.terminal import format_summary, progress_line
+from gate.report.live import LiveOutput
+from gate.report.terminal import format_summary
 from gate.report.write import Reports, write_reports
 from gate.results.baseline import (
     BaselineError,
@@ -75,27 +76,28 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
 
     def planned(plan: Plan) -> None:
         rules.update(planned_regions(plan))
+        live.total = len(rules)
 
     def judged(run: RunResult) -> RunResult:
         if accepted is None:
             return run
         return compare_with_baseline(apply_baseline(run, accepted, command), timing, rules)
 
-    done: list[RegionResult] = []
+    # The run as it goes, on stderr beside the workers' output: stdout keeps only the
+    # summary, which tools read.
+    live = LiveOutput.for_stream(
+        sys.stderr,
+        os.environ,
+        color=colour(args.color, sys.stderr),
+        quiet=args.quiet,
+        verbose=args.verbose,
+    )
 
     def finished(region: RegionResult) -> None:
-        # A line per region as it finishes, on stderr beside the workers' output: stdout
-        # keeps only the summary, which tools read.
-        done.append(region)
         [shown_region] = judged(RunResult((SuiteResult(region.suite, "", (region,)),))).regions
-        if args.quiet and shown_region.passed:
-            return
-        tinted = colour(args.color, sys.stderr)
-        print(
-            progress_line(len(done), len(rules), shown_region, tinted), file=sys.stderr, flush=True
-        )
+        live.finished(shown_region)
 
-    with ExitStack() as trees:
+    with live, ExitStack() as trees:  # the running line is wiped before the summary
         base = trees.enter_context(checked_out(repo_root, args.base)) if args.base else None
         if base is not None:
             print(f"comparing with the base: {base.describe()}")
@@ -106,6 +108,7 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
             cancel=cancel,
             planned=planned,
             base=base,
+            watcher=live,
             finished=finished,
         )
     result = judged(result)

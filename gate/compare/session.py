@@ -20,7 +20,6 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TextIO
 
 from gate.compare.base_policy import for_base, regions_in_base
 from gate.compare.outputs import compare_outputs
@@ -28,6 +27,7 @@ from gate.compare.timing import compare_timing, decided
 from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.scheduler import Scheduler
+from gate.isolation.watcher import RunWatcher
 from gate.plan import Plan
 from gate.policy.model import Policy, Region
 from gate.results.baseline import accept_base
@@ -43,6 +43,8 @@ from gate.results.comparison import (
 from gate.results.costs import CostComparison, compare_costs
 from gate.results.records import ErrorKind, RegionError, RegionResult, RunResult, SuiteResult
 
+# The stage the live line shows while the two trees' timed runs alternate.
+TIMING_BOTH = "timing against the base"
 # Each of the two workers' share of a GPU's memory, when nothing else says.
 MEMORY_FRACTION = "0.45"
 _MEMORY_SETTINGS = (
@@ -84,7 +86,7 @@ def run_compared(
     base: BaseTree,
     *,
     cancel: Cancellation | None = None,
-    forward: TextIO | None = None,
+    watcher: RunWatcher | None = None,
     environ: Mapping[str, str] | None = None,
     finished: Callable[[RegionResult], None] | None = None,
 ) -> RunResult:
@@ -95,8 +97,10 @@ def run_compared(
     env = shared_device_environment(os.environ if environ is None else environ)
     suites = []
     with (
-        Scheduler(repo_root, cancel=cancel, forward=forward, environ=env) as head,
-        Scheduler(base.root, cancel=cancel, forward=forward, environ=env) as base_scheduler,
+        Scheduler(repo_root, cancel=cancel, watcher=watcher, environ=env) as head,
+        Scheduler(
+            base.root, cancel=cancel, watcher=watcher, environ=env, tree="base"
+        ) as base_scheduler,
     ):
         first = next(((p, rs[0]) for p, rs in plan.steps if rs), None)
         if first is not None:  # both trees' workers start side by side
@@ -186,6 +190,7 @@ class _Pair:
         """Interleaved rounds until the verdict is decided or the most rounds ran."""
         rule = self.region.timing
         rounds, target = 0, rule.rounds
+        self.head.scheduler.announce(f"{self.head.policy.suite}.{self.region.name}", TIMING_BOTH)
         while True:
             while rounds < target:
                 order = (self.base, self.head) if rounds % 2 == 0 else (self.head, self.base)

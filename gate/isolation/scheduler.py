@@ -15,8 +15,9 @@ the gate, which decides what to stop, and killing the worker's process group
 also stops anything the code under test started. The worker's stdout and
 stderr go through one pipe that a thread here drains all the time (a full
 pipe would block the worker), keeping the last lines for error messages and
-forwarding every line to the gate's stderr with the region's name in front,
-so what a step prints still reaches the CI log.
+handing every line to the run's watcher (`gate.isolation.watcher`) with the
+region's name, so what a step prints still reaches the CI log; the watcher also
+hears each stage a region enters, for the live line.
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TextIO
 
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.compile_cache import RunCache
 from gate.isolation.environment import keep_accelerators_for_workers, worker_environment
 from gate.isolation.lost_region import how_it_ended, lost_region_error, seconds
-from gate.isolation.worker import Done, Job, Ready, Sample, Sampled
+from gate.isolation.watcher import BETWEEN_REGIONS, STARTING_A_WORKER, RunWatcher
+from gate.isolation.worker import Done, Entered, Job, Message, Ready, Sample, Sampled
 from gate.isolation.worker_process import WaitEvent, WorkerProcess
 from gate.plan import Plan
 from gate.policy.model import Policy, Region
@@ -75,6 +76,10 @@ class _Running:
     started: float  # time.monotonic()
     mark: int  # the worker's output count when it started
 
+    @property
+    def label(self) -> str:
+        return f"{self.policy.suite}.{self.region.name}"
+
     def result(self, error: RegionError) -> RegionResult:
         return RegionResult(
             suite=self.policy.suite,
@@ -91,7 +96,8 @@ class _Running:
 class Scheduler:
     """Runs regions one at a time in a worker process, replacing it when it is lost.
 
-    Use as a context manager: leaving it stops the worker.
+    Use as a context manager: leaving it stops the worker. ``tree`` names the
+    tree this scheduler runs for ``watcher`` when there are two (``run --base``).
     """
 
     def __init__(
@@ -99,12 +105,14 @@ class Scheduler:
         repo_root: Path,
         *,
         cancel: Cancellation | None = None,
-        forward: TextIO | None = None,
+        watcher: RunWatcher | None = None,
         environ: Mapping[str, str] | None = None,
+        tree: str | None = None,
     ) -> None:
         self.repo_root = repo_root
         self.cancel = cancel
-        self.forward = forward
+        self.watcher = watcher
+        self.tree = tree
         self.environ = dict(os.environ if environ is None else environ)
         self.startups: list[Ready] = []  # every worker started, for benchmarks and tests
         self._worker: WorkerProcess | None = None
@@ -140,7 +148,7 @@ class Scheduler:
         """
         if self._worker is None and self._early is None:
             env = worker_environment(self.environ, policy, region, run_cache=self._cache.path)
-            self._early = WorkerProcess(self.repo_root, env, self.forward)
+            self._early = WorkerProcess(self.repo_root, env, self.watcher)
 
     def run(self, policy: Policy, region: Region, *, hold: bool = False) -> RegionResult:
         """Run ``region`` in the worker; a lost worker makes it an error, never an exception.
@@ -166,7 +174,7 @@ class Scheduler:
 
     def _run(self, running: _Running, env: dict[str, str], hold: bool) -> RegionResult:
         region = running.region
-        label = f"{running.policy.suite}.{region.name}"
+        label = running.label
         job = Job(next(self._jobs), running.policy, region, self.repo_root, hold)
         worker: WorkerProcess | None = None
         for attempt in range(2):
@@ -185,9 +193,9 @@ class Scheduler:
             if attempt:
                 return self._lost(worker, running, WaitEvent.EXITED)
         assert worker is not None
-        event = worker.wait(time.monotonic() + region.timeout_s, self.cancel)
+        event = self._wait(worker, time.monotonic() + region.timeout_s, label)
         if isinstance(event, Done) and event.number == job.number:
-            worker.output.label = "worker"
+            worker.output.label = BETWEEN_REGIONS
             self.outputs = event.outputs
             return event.result
         if not isinstance(event, WaitEvent):
@@ -208,13 +216,13 @@ class Scheduler:
             return StepSamples((), error=error)
         running = _Running(policy, region, time.monotonic(), worker.output.count)
         number = next(self._jobs)
-        worker.output.label = f"{policy.suite}.{region.name}"
+        worker.output.label = running.label
         if not worker.send(Sample(number, runs)):
             self._worker = None
             return StepSamples((), error=self._lost(worker, running, WaitEvent.EXITED).error)
-        event = worker.wait(time.monotonic() + region.timeout_s, self.cancel)
+        event = self._wait(worker, time.monotonic() + region.timeout_s, running.label)
         if isinstance(event, Sampled) and event.number == number:
-            worker.output.label = "worker"
+            worker.output.label = BETWEEN_REGIONS
             return event.samples
         if not isinstance(event, WaitEvent):
             raise RuntimeError(f"worker answered sample {number} with {event!r:.300}")
@@ -237,7 +245,8 @@ class Scheduler:
         if early is not None and early.env != env:
             early.stop(dump=False)
             early = None
-        worker = early if early is not None else WorkerProcess(self.repo_root, env, self.forward)
+        self.announce(running.label, STARTING_A_WORKER)
+        worker = early if early is not None else WorkerProcess(self.repo_root, env, self.watcher)
         timeout = running.region.timeout_s
         event = worker.wait(time.monotonic() + timeout, self.cancel)
         if isinstance(event, Ready):
@@ -272,7 +281,7 @@ class Scheduler:
         """Stop the worker that ran ``running``; the region's error says what happened."""
         timeout = running.region.timeout_s
         returncode = worker.stop(dump=event is not WaitEvent.EXITED)
-        worker.output.label = "worker"
+        worker.output.label = BETWEEN_REGIONS
         if event is WaitEvent.EXITED and self._signalled_by_cancel(returncode):
             event = WaitEvent.CANCELLED
         fresh = "The regions after it run in a fresh worker."
@@ -300,6 +309,19 @@ class Scheduler:
         crashed = event is WaitEvent.EXITED
         error = lost_region_error(kind, message, headline, lines=lines, code=code, crashed=crashed)
         return running.result(error)
+
+    def announce(self, label: str, stage: str) -> None:
+        """Tell the watcher region ``label`` has entered ``stage`` (in which tree, if two)."""
+        if self.watcher is not None:
+            self.watcher.stage(label, f"{self.tree}: {stage}" if self.tree else stage)
+
+    def _wait(self, worker: WorkerProcess, deadline: float, label: str) -> Message | WaitEvent:
+        """The worker's next message but a stage, which goes to the watcher on the way."""
+        while True:
+            event = worker.wait(deadline, self.cancel)
+            if not isinstance(event, Entered):
+                return event
+            self.announce(label, event.stage)
 
     def _signalled_by_cancel(self, returncode: int | None) -> bool:
         """A worker killed by SIGINT/SIGTERM: most likely the same signal is cancelling us."""
@@ -334,7 +356,7 @@ def run_isolated(
     repo_root: Path,
     *,
     cancel: Cancellation | None = None,
-    forward: TextIO | None = None,
+    watcher: RunWatcher | None = None,
     finished: Callable[[RegionResult], None] | None = None,
 ) -> RunResult:
     """Run every region of ``plan``, each in a worker process; never loses one.
@@ -342,11 +364,11 @@ def run_isolated(
     A region whose worker crashes, times out or is cancelled is an error in
     the result; so is a bug in the gate while it ran one (INTERNAL). After
     ``cancel`` is requested, the regions not yet run are CANCELLED errors.
-    ``forward`` receives the workers' output, line by line; ``finished``, each region's
-    result as soon as it is known.
+    ``watcher`` hears each region's stages and its worker's output; ``finished`` gets each
+    region's result as soon as it is known.
     """
     suites = []
-    with Scheduler(repo_root, cancel=cancel, forward=forward) as scheduler:
+    with Scheduler(repo_root, cancel=cancel, watcher=watcher) as scheduler:
         for policy, regions in plan.steps:
             results = []
             for region in regions:

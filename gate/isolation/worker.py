@@ -2,7 +2,8 @@
 
 A worker imports jax once, then runs regions one at a time for the parent
 (`gate.isolation.scheduler`): it reads `Job` frames from ``JOBS_FD`` and answers each
-with a `Done` frame on ``RESULTS_FD`` as soon as the region finishes. Both are
+with a `Done` frame on ``RESULTS_FD`` as soon as the region finishes (and an
+`Entered` frame as it enters each stage, for the gate's live line). Both are
 pipes of their own, so nothing the code under test prints to stdout or
 stderr can corrupt the protocol. A frame is an 8-byte big-endian length and a
 pickle; the parent and the worker are the same program, so pickling between
@@ -20,6 +21,7 @@ What the parent learns when things go wrong:
 from __future__ import annotations
 
 import faulthandler
+import functools
 import os
 import pickle
 import queue
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from gate import PACKAGE_DIR
 from gate.policy.model import Policy, Region
+from gate.region.stages import Stage, listening
 
 if TYPE_CHECKING:  # the region engine is imported only when a region runs
     from gate.region.held import HeldRegion, Keep
@@ -98,6 +101,14 @@ class Ready:
 
 
 @dataclass(frozen=True)
+class Entered:
+    """The running job's region has entered a stage (`gate.region.stages`), for the live line."""
+
+    number: int
+    stage: str  # a `Stage` value: the parent shows it as it is
+
+
+@dataclass(frozen=True)
 class Done:
     """A region's result."""
 
@@ -114,8 +125,8 @@ class Sampled:
     samples: StepSamples
 
 
-Message = Job | Sample | Ready | Done | Sampled
-_MESSAGES = (Job, Sample, Ready, Done, Sampled)
+Message = Job | Sample | Ready | Entered | Done | Sampled
+_MESSAGES = (Job, Sample, Ready, Entered, Done, Sampled)
 
 
 def encode(message: Message) -> bytes:
@@ -192,7 +203,8 @@ def main(argv: list[str]) -> int:
             write_frame(results_fd, reply)
         else:
             held.region = None  # a new region: the last one is let go
-            result = run_job(job, held.keep if job.hold else None)
+            with listening(functools.partial(_send_stage, results_fd, job.number)):
+                result = run_job(job, held.keep if job.hold else None)
             sys.stdout.flush()
             sys.stderr.flush()
             _send_result(results_fd, job, result, held.take_outputs())
@@ -237,6 +249,11 @@ class _Held:
                 "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
             )
             return StepSamples((), error=error)
+
+
+def _send_stage(fd: int, number: int, stage: Stage) -> None:
+    # From the thread that runs the region, the only one that writes frames while it runs.
+    write_frame(fd, Entered(number, stage.value))
 
 
 def _send_result(

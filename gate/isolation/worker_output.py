@@ -2,7 +2,7 @@
 
 `WorkerOutput` drains the worker's stdout and stderr (one pipe) in a thread,
 so a full pipe never blocks the worker, keeps the last lines for the report
-and forwards every line to the gate's stderr. `StackDump` reads the stack
+and forwards every line to the run's watcher (`gate.isolation.watcher`). `StackDump` reads the stack
 dump faulthandler prints when a worker crashes or is asked for it before
 being stopped (`gate.isolation.worker.DUMP_SIGNAL`): it says which line of the user's
 code was running.
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import codecs
 import collections
-import contextlib
 import os
 import re
 import threading
@@ -20,8 +19,8 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TextIO
 
+from gate.isolation.watcher import BETWEEN_REGIONS, RunWatcher
 from gate.results.records import SourceLocation
 from gate.user_code import UserCode
 
@@ -32,13 +31,13 @@ _MAX_LINE = 2000  # characters; a longer line (a progress bar without newlines) 
 class WorkerOutput:
     """A worker's stdout and stderr: drained by a thread, kept as the last lines, forwarded.
 
-    Each line goes to ``forward`` as ``[<label>] <line>``; the scheduler sets
-    `label` to the region that is running.
+    The lines go to ``watcher`` with `label`, which the scheduler sets to the
+    region that is running.
     """
 
-    def __init__(self, fd: int, forward: TextIO | None) -> None:
-        self.label = "worker"
-        self._forward = forward
+    def __init__(self, fd: int, watcher: RunWatcher | None) -> None:
+        self.label = BETWEEN_REGIONS
+        self._watcher = watcher
         self._lines: collections.deque[str] = collections.deque(maxlen=_KEPT_LINES)
         self._count = 0  # lines received so far
         self._partial = ""
@@ -107,11 +106,9 @@ class WorkerOutput:
             self._lines.extend(lines)
             self._count += len(lines)
             label = self.label
-        if self._forward is not None and lines:
+        if self._watcher is not None and lines:
             # Outside the lock: a slow stderr must not stall the scheduler.
-            with contextlib.suppress(OSError, ValueError):
-                self._forward.write("".join(f"[{label}] {line}\n" for line in lines))
-                self._forward.flush()
+            self._watcher.output(label, lines)
 
 
 # faulthandler's format, e.g.

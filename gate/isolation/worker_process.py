@@ -17,9 +17,9 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import TextIO
 
 from gate.isolation.cancellation import Cancellation
+from gate.isolation.watcher import RunWatcher
 from gate.isolation.worker import (
     DUMP_SIGNAL,
     FrameBuffer,
@@ -52,7 +52,7 @@ class WaitEvent(enum.Enum):
 class WorkerProcess:
     """A worker process and the pipes to it."""
 
-    def __init__(self, repo_root: Path, env: dict[str, str], forward: TextIO | None) -> None:
+    def __init__(self, repo_root: Path, env: dict[str, str], watcher: RunWatcher | None) -> None:
         jobs_read, jobs_write = os.pipe()
         results_read, results_write = os.pipe()
         output_read, output_write = os.pipe()
@@ -75,7 +75,7 @@ class WorkerProcess:
             for fd in (jobs_read, results_write, output_write):
                 os.close(fd)
         self.env = env
-        self.output = WorkerOutput(output_read, forward)
+        self.output = WorkerOutput(output_read, watcher)
         self._jobs: int | None = jobs_write
         self._results: int | None = results_read
         self._frames = FrameBuffer()

@@ -15,6 +15,7 @@ from typing import Any
 
 from gate.region.errors import RegionAbort, first_line
 from gate.region.inputs import Inputs
+from gate.region.stages import Stage, announce
 from gate.results.costs import StepCost, not_measured
 from gate.witness.costs import measure_step
 
@@ -26,6 +27,7 @@ def cost_phase(fresh: Callable[[], Inputs], call: Callable[[Inputs], Any]) -> St
     costs the region its cost figures, not its verdict: the note says what it
     raised.
     """
+    announce(Stage.COSTING)
     try:
         cost = measure_step(fresh, call)
         # One more, untimed: each call's first after the cost run goes through Python to put

@@ -54,6 +54,7 @@ from gate.region.held import HeldRegion, Keep
 from gate.region.inputs import Inputs, StepInputs
 from gate.region.outputs import call_step, check_outputs, host_leaves
 from gate.region.sightings import PhaseTally, SightingMemory, between_runs
+from gate.region.stages import Stage, announce
 from gate.region.threads import join_step_threads, user_threads_alive
 from gate.region.timing import summarize
 from gate.region.verdict import Verdict, Witnessing, coverage, notes, site_transfer, unchecked
@@ -113,21 +114,20 @@ class RegionRun:
         events = watch.events if watch is not None else []
         return attribute(events, self.code.user, self.counted_runs, at, failing=fails)
 
-    def _check(self, outputs: Any) -> None:
-        check_outputs(self.code.region.step.spec, outputs)
-
     def _abort(self, kind: ErrorKind, exc: BaseException) -> RegionAbort:
         return RegionAbort(error_from(self.code.user, kind, exc))
 
     # -- the phases ---------------------------------------------------------
 
-    def unguarded_call(self) -> Any:
-        inputs = self.inputs.fresh()
+    def _step(self, inputs: Inputs) -> Any:
         try:
-            outputs = self._call(inputs)
+            return self._call(inputs)
         except Exception as exc:
             raise self._abort(ErrorKind.STEP, exc) from exc
-        self._check(outputs)
+
+    def unguarded_call(self) -> Any:
+        outputs = self._step(self.inputs.fresh())
+        check_outputs(self.code.region.step.spec, outputs)
         return outputs
 
     def guarded_call(self, phase: Phase) -> None:
@@ -158,7 +158,7 @@ class RegionRun:
             return
         finally:
             self.monitor.guard = None
-        self._check(outputs)
+        check_outputs(self.code.region.step.spec, outputs)
 
     def mapped_calls(self, phase: Phase, runs: int) -> None:
         """``runs`` runs under the logging levels, every transfer charged to its line.
@@ -202,7 +202,7 @@ class RegionRun:
             raise
         except Exception as exc:
             raise self._abort(ErrorKind.STEP, exc) from exc
-        self._check(outputs)
+        check_outputs(self.code.region.step.spec, outputs)
         ran: dict[CallbackSite, int] = {}
         if self.callbacks is not None:
             self.callbacks.settle()
@@ -246,17 +246,13 @@ class RegionRun:
 
     def timed_calls(self) -> tuple[list[float], Any]:
         """Step times over ``repeats`` runs, and the last run's outputs."""
-        samples = []
-        outputs = None
+        samples, outputs = [], None
         for _ in range(self.code.region.repeats):
             inputs = self.inputs.fresh()
             start = time.perf_counter()
-            try:
-                outputs = self._call(inputs)
-            except Exception as exc:
-                raise self._abort(ErrorKind.STEP, exc) from exc
+            outputs = self._step(inputs)
             samples.append(time.perf_counter() - start)
-        self._check(outputs)
+        check_outputs(self.code.region.step.spec, outputs)
         return samples, outputs
 
 
@@ -292,12 +288,12 @@ def run_region(
 
     with python_path(policy.python_path):
         try:
+            announce(Stage.IMPORTING)
             with watching_reads(user):  # a module that reads an array at import caches it
                 callables = import_region(policy, region)
         except ResolveError as exc:
             return result(error=RegionError(ErrorKind.IMPORT, str(exc), str(exc)))
-        run = RegionRun(RegionCode(policy, region, user, callables))
-        return _run_imported(run, result, keep)
+        return _run_imported(RegionRun(RegionCode(policy, region, user, callables)), result, keep)
 
 
 def _run_imported(
@@ -340,15 +336,18 @@ def _run_imported(
                         run.callbacks = counting.enter_context(count_callbacks(run.code.user))
                     except CallbackHookMissing as exc:
                         callbacks_missing = str(exc)
+                    announce(Stage.COMPILING)
                     first_call = time.perf_counter()  # compiling included: --base compares it
                     if can_map:
                         run.mapped_calls(Phase.FIRST_CALL, 1)
                     else:
                         run.guarded_call(Phase.FIRST_CALL)
                     first_call_s = time.perf_counter() - first_call
+                    announce(Stage.WARMING_UP)
                     for _ in range(region.warmup):
                         run.unguarded_call()
                     run.compiles = compile_watch  # from here on, a compile is a recompile
+                    announce(Stage.WATCHING)
                     if can_map:
                         run.mapped_calls(Phase.STEADY_STATE, region.guarded_runs)
                 run.callbacks = None
@@ -362,10 +361,12 @@ def _run_imported(
             if background is not None:
                 run.fetches_between_runs(background, threads_before)
             run.monitor.reset_costs()
+            announce(Stage.TIMING)
             samples, outputs = run.timed_calls()
             costs = run.monitor.costs(region.repeats)
             run.compiles = None
         if region.checks.any:
+            announce(Stage.CHECKING)
             try:
                 host, leaves = host_leaves(outputs)
                 checks = run_checks(region.checks, host, leaves, run.code.callables.custom)

@@ -174,6 +174,20 @@ def progress_line(done: int, total: int, region: RegionResult, color: bool = Fal
     )
 
 
+def progress_lines(
+    done: int, total: int, region: RegionResult, color: bool = False, verbose: bool = False
+) -> list[str]:
+    """`progress_line`, then what the summary says under that region: its comparison lines
+    and, when it failed, the lines to fix; ``verbose`` adds the transfers that pass."""
+    lines = [progress_line(done, total, region, color)]
+    lines.extend(f"  {label}: {text}" for label, text in comparison_lines(region))
+    if not region.passed:
+        lines.extend(_findings(region)[1:])  # the row above already names the region
+    if verbose:
+        lines.extend(_passing_findings(region)[1:])
+    return lines
+
+
 def _verdict(region: RegionResult, color: bool) -> str:
     if region.error is not None:
         word, colour = "ERROR", _BOLD_RED

@@ -1,0 +1,49 @@
+"""Who watches a run as it goes: each region's stages and what its worker prints.
+
+The scheduler tells a `RunWatcher` when a region enters a stage (``starting a
+worker``, then the engine's own, `gate.region.stages`) and hands it every line
+a worker prints, with the region that was running. The CLI's watcher
+(`gate.report.live`) turns them into the live output; `PrefixedOutput` is the
+plain one: each line as ``[suite.region] line``, stages not shown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Protocol, TextIO
+
+# The label of what a worker prints between regions (importing jax, exiting).
+BETWEEN_REGIONS = "worker"
+# What the scheduler itself announces before a region's worker is ready.
+STARTING_A_WORKER = "starting a worker"
+
+
+class RunWatcher(Protocol):
+    """Told of each region's stages and its worker's output, from the scheduler's threads."""
+
+    def stage(self, label: str, stage: str) -> None:
+        """Region ``label`` (``suite.region``) has entered ``stage``."""
+
+    def output(self, label: str, lines: Sequence[str]) -> None:
+        """A worker printed ``lines`` while ``label`` ran (`BETWEEN_REGIONS` when none did).
+
+        Called from the thread that drains the worker's pipe: a slow watcher must not block
+        the worker for long.
+        """
+
+
+class PrefixedOutput:
+    """Every line to ``stream`` as ``[label] line``; the stages are not shown."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def stage(self, label: str, stage: str) -> None:
+        pass
+
+    def output(self, label: str, lines: Sequence[str]) -> None:
+        # A closed or broken stderr must not stop the run: the report is what counts.
+        with contextlib.suppress(OSError, ValueError):
+            self.stream.write("".join(f"[{label}] {line}\n" for line in lines))
+            self.stream.flush()

@@ -1,0 +1,209 @@
+"""The run as it goes, on stderr: a line per region as it finishes, and what is running now.
+
+`LiveOutput` is the CLI's run watcher (the scheduler's side is
+`gate.isolation.watcher`): it hears each region's stages and its worker's
+output from the scheduler's threads, and each region's result from ``run``.
+
+- Each finished region gets its row, ``[3/20] FAIL  train.step  1 failing line …``, and
+  under a failing one the lines to fix; ``-q`` keeps only the failing regions,
+  ``-v`` adds the transfers that pass and how long each stage took.
+- On a terminal, the last line shows the running region and its stage
+  (``[4/20] train.eval: compiling 2 s``), redrawn in place every second and
+  wiped before anything else is written, so it never mixes with real lines.
+- Under GitHub Actions each region's row heads a ``::group::`` holding what its
+  worker printed and its stages, folded in the log; its lines to fix follow
+  outside the group, where they are seen. Elsewhere a worker's lines are
+  written as they come, as ``[suite.region] line``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TextIO
+
+from gate.report.terminal import format_duration, progress_lines
+from gate.results.records import RegionResult
+
+_DIM = "\x1b[2m"
+_RESET = "\x1b[0m"
+_WIPE = "\r\x1b[K"  # back to the line's start, and clear it
+_REDRAW_S = 1.0  # how often the running line's clock moves on
+
+
+class LiveOutput:
+    """What ``run`` writes to ``stream`` while its regions run. Use as a context manager."""
+
+    def __init__(
+        self,
+        stream: TextIO,
+        *,
+        color: bool = False,
+        quiet: bool = False,
+        verbose: bool = False,
+        running_line: bool = False,
+        groups: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.stream = stream
+        self.color = color
+        self.quiet = quiet
+        self.verbose = verbose
+        self.running_line = running_line
+        self.groups = groups
+        self.total = 0  # regions planned; set once the plan is known
+        self._clock = clock
+        self._done = 0
+        self._lock = threading.RLock()
+        # Per region started and not finished: the stages entered, with when.
+        self._stages: dict[str, list[tuple[str, float]]] = {}
+        self._held: dict[str, list[str]] = {}  # in groups: a region's output until its row
+        self._running: tuple[str, str, float] | None = None  # label, stage, since
+        self._shown = False  # the running line is on the screen
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    @classmethod
+    def for_stream(
+        cls,
+        stream: TextIO,
+        environ: Mapping[str, str],
+        *,
+        color: bool,
+        quiet: bool = False,
+        verbose: bool = False,
+    ) -> LiveOutput:
+        """Groups under GitHub Actions; the running line on a terminal that can redraw."""
+        groups = environ.get("GITHUB_ACTIONS") == "true"
+        terminal = _isatty(stream) and environ.get("TERM") != "dumb"
+        return cls(
+            stream,
+            color=color,
+            quiet=quiet,
+            verbose=verbose,
+            running_line=terminal and not groups,
+            groups=groups,
+        )
+
+    def __enter__(self) -> LiveOutput:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the clock and wipe the running line; what a region still held is written."""
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=5)
+        with self._lock:
+            self._running = None
+            self._wipe()
+            for label, lines in self._held.items():  # a region that never finished
+                self._write("".join(f"[{label}] {line}\n" for line in lines))
+            self._held.clear()
+
+    # -- what the scheduler says ------------------------------------------------
+
+    def stage(self, label: str, stage: str) -> None:
+        now = self._clock()
+        with self._lock:
+            self._stages.setdefault(label, []).append((stage, now))
+            self._running = (label, stage, now)
+            self._draw()
+        if self.running_line and self._ticker is None:
+            self._ticker = threading.Thread(target=self._tick, name="gate-live", daemon=True)
+            self._ticker.start()
+
+    def output(self, label: str, lines: Sequence[str]) -> None:
+        with self._lock:
+            if self.groups and label in self._stages:
+                self._held.setdefault(label, []).extend(lines)
+                return
+            self._wipe()
+            self._write("".join(f"[{label}] {line}\n" for line in lines))
+            self._draw()
+
+    # -- what run says ----------------------------------------------------------
+
+    def finished(self, region: RegionResult) -> None:
+        """``region``'s row (as judged: after the baseline), its lines to fix, its stages."""
+        label = region.classname
+        with self._lock:
+            self._done += 1
+            stages = _durations(self._stages.pop(label, []), self._clock())
+            held = self._held.pop(label, [])
+            if self._running is not None and self._running[0] == label:
+                self._running = None
+            rows = progress_lines(self._done, self.total, region, self.color, self.verbose)
+            timings = [f"    stages: {stages}"] if stages else []
+            shown = not (self.quiet and region.passed)
+            self._wipe()
+            if self.groups and (shown or held):
+                # Folded: the worker's output and the stages. Seen: the lines to fix.
+                inside = [f"::group::{rows[0]}", *held, *timings, "::endgroup::", *rows[1:]]
+                self._write("".join(f"{line}\n" for line in inside))
+            elif shown:
+                lines = [*rows, *timings] if self.verbose else rows
+                self._write("".join(f"{line}\n" for line in lines))
+            self._draw()
+
+    # -- the running line -------------------------------------------------------
+
+    def _tick(self) -> None:
+        while not self._stop.wait(_REDRAW_S):
+            with self._lock:
+                self._draw()
+
+    def _draw(self) -> None:
+        if not self.running_line or self._running is None:
+            return
+        label, stage, since = self._running
+        count = f"[{self._done + 1}/{self.total}] " if self.total else ""
+        elapsed = int(self._clock() - since)
+        text = f"{count}{label}: {stage}" + (f" {elapsed} s" if elapsed else "")
+        text = text[: _width(self.stream) - 1]  # a line that wraps could not be wiped
+        self._write(f"{_WIPE}{_DIM}{text}{_RESET}" if self.color else f"{_WIPE}{text}")
+        self._shown = True
+
+    def _wipe(self) -> None:
+        if self._shown:
+            self._write(_WIPE)
+            self._shown = False
+
+    def _write(self, text: str) -> None:
+        if not text:
+            return
+        # A closed or broken stderr must not stop the run: the report is what counts.
+        with contextlib.suppress(OSError, ValueError):
+            self.stream.write(text)
+            self.stream.flush()
+
+
+def _durations(stages: list[tuple[str, float]], end: float) -> str:
+    """``importing 40.1 ms, compiling 1.20 s, …``: each stage until the next began."""
+    if not stages:  # cancelled before it started
+        return ""
+    ends = [at for _, at in stages[1:]] + [end]
+    return ", ".join(
+        f"{name} {format_duration(max(0.0, stop - at))}"
+        for (name, at), stop in zip(stages, ends, strict=True)
+    )
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # closed, or not a real file
+        return False
+
+
+def _width(stream: TextIO) -> int:
+    try:
+        columns = os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        columns = 0
+    return columns if columns > 1 else 80  # a terminal that says nothing of its size: 0

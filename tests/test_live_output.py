@@ -1,0 +1,287 @@
+"""The run as it goes: the running line on a terminal, ``::group::`` under GitHub Actions, stages.
+
+`LiveOutput` is driven directly with a fake clock for the exact bytes; then the real CLI on a
+pseudo-terminal, under ``GITHUB_ACTIONS=true`` and with ``-v``, for what a user sees.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cli_helpers import FAST_DEFAULTS, gate_env, make_repo, run_gate
+from processes import started
+from result_samples import region, transfer
+
+from gate.report.live import LiveOutput
+
+WIPE = "\r\x1b[K"
+ROW = "[1/2] PASS  train.step  0 failing lines  median 1.23 ms  boundaries 155 µs/step"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def live(**options: bool) -> tuple[LiveOutput, io.StringIO, Clock]:
+    stream, clock = io.StringIO(), Clock()
+    watcher = LiveOutput(stream, clock=clock, **options)
+    watcher.total = 2
+    return watcher, stream, clock
+
+
+def test_the_running_line_is_redrawn_in_place_and_wiped_before_every_real_line() -> None:
+    watcher, stream, clock = live(running_line=True)
+    with watcher:
+        watcher.stage("train.step", "compiling")
+        assert stream.getvalue() == f"{WIPE}[1/2] train.step: compiling"
+        clock.now += 3.4
+        watcher.stage("train.step", "timing")
+        assert stream.getvalue().endswith(f"{WIPE}[1/2] train.step: timing")
+        clock.now += 2.0
+        watcher.output("train.step", ["loss 4.7"])
+        # Wiped, the line, then the running line again, with its clock.
+        assert stream.getvalue().endswith(
+            f"{WIPE}[train.step] loss 4.7\n{WIPE}[1/2] train.step: timing 2 s"
+        )
+        watcher.finished(region())
+        # The row replaces the running line; no region runs now, so none is drawn after it.
+        assert stream.getvalue().endswith(f"{WIPE}{ROW}\n")
+    written = stream.getvalue()
+    assert written.endswith("\n"), written  # nothing is left on the last line after close
+    assert written.count("[1/2] PASS") == 1, written
+
+
+def test_without_a_terminal_nothing_is_redrawn() -> None:
+    watcher, stream, _ = live()
+    with watcher:
+        watcher.stage("train.step", "compiling")
+        watcher.output("train.step", ["hello"])
+        watcher.finished(region())
+    written = stream.getvalue()
+    assert "\r" not in written, written
+    assert "\x1b" not in written, written
+    assert written.startswith("[train.step] hello\n[1/2] PASS  train.step"), written
+
+
+def test_a_failing_row_is_followed_by_the_lines_to_fix() -> None:
+    watcher, stream, _ = live()
+    with watcher:
+        watcher.finished(region(transfers=(transfer(),)))
+    rows = stream.getvalue().splitlines()
+    assert rows[0].startswith("[1/2] FAIL  train.step  1 failing line"), rows
+    assert rows[1].startswith("  examples/bad.py:12: implicit host-to-device"), rows
+    assert rows[2].startswith("  fix: "), rows
+
+
+def test_quiet_drops_passing_rows_and_verbose_adds_each_stage_with_its_time() -> None:
+    quiet, stream, _ = live(quiet=True)
+    with quiet:
+        quiet.stage("train.step", "compiling")
+        quiet.finished(region())
+    assert stream.getvalue() == ""
+
+    verbose, stream, clock = live(verbose=True)
+    with verbose:
+        verbose.stage("train.step", "starting a worker")
+        clock.now += 0.5
+        verbose.stage("train.step", "compiling")
+        clock.now += 1.25
+        verbose.stage("train.step", "timing")
+        clock.now += 0.002
+        verbose.finished(region())
+    lines = stream.getvalue().splitlines()
+    assert lines[-1] == "    stages: starting a worker 500 ms, compiling 1.25 s, timing 2.00 ms", (
+        lines
+    )
+
+
+def test_under_github_each_region_is_a_group_of_its_output_and_stages() -> None:
+    watcher, stream, clock = live(groups=True)
+    with watcher:
+        watcher.output("worker", ["jax warning at start-up"])  # no region yet: written now
+        watcher.stage("train.step", "compiling")
+        watcher.output("train.step", ["loss 4.7", "loss 4.6"])
+        assert stream.getvalue() == "[worker] jax warning at start-up\n"  # held until the row
+        clock.now += 1.0
+        watcher.finished(region(transfers=(transfer(),)))
+    lines = stream.getvalue().splitlines()
+    assert lines[1].startswith("::group::[1/2] FAIL  train.step  1 failing line"), lines
+    assert lines[2:5] == ["loss 4.7", "loss 4.6", "    stages: compiling 1.00 s"], lines
+    assert lines[5] == "::endgroup::", lines
+    # What to fix stays outside the fold, where it is seen.
+    assert lines[6].startswith("  examples/bad.py:12: implicit host-to-device"), lines
+
+
+def test_under_github_quiet_still_shows_what_a_passing_region_printed() -> None:
+    watcher, stream, _ = live(groups=True, quiet=True)
+    with watcher:
+        watcher.stage("train.a", "compiling")
+        watcher.finished(region("a"))
+        watcher.stage("train.b", "compiling")
+        watcher.output("train.b", ["printed"])
+        watcher.finished(region("b"))
+    lines = stream.getvalue().splitlines()
+    # Region a passed and printed nothing: no group. Region b's output is never dropped.
+    assert lines == [
+        "::group::[2/2] PASS  train.b  0 failing lines  median 1.23 ms  boundaries 155 µs/step",
+        "printed",
+        "    stages: compiling 0 s",
+        "::endgroup::",
+    ], lines
+
+
+def test_what_a_region_that_never_finished_printed_is_written_on_close() -> None:
+    watcher, stream, _ = live(groups=True)
+    with watcher:
+        watcher.stage("train.step", "compiling")
+        watcher.output("train.step", ["last words"])
+    assert stream.getvalue() == "[train.step] last words\n"
+
+
+def test_the_running_line_is_cut_to_the_terminal_width() -> None:
+    watcher, stream, _ = live(running_line=True)
+    with watcher:
+        watcher.stage("train." + "x" * 200, "compiling")
+        first = stream.getvalue()
+    assert len(first.removeprefix(WIPE)) == 79, first  # not a terminal that says its size: 80
+
+
+def test_the_mode_follows_the_stream_and_the_environment() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    on_terminal = LiveOutput.for_stream(Terminal(), {}, color=False)
+    assert on_terminal.running_line
+    assert not on_terminal.groups
+    assert not LiveOutput.for_stream(Terminal(), {"TERM": "dumb"}, color=False).running_line
+    github = LiveOutput.for_stream(Terminal(), {"GITHUB_ACTIONS": "true"}, color=False)
+    assert github.groups
+    assert not github.running_line
+    piped = LiveOutput.for_stream(io.StringIO(), {}, color=False)
+    assert not piped.running_line
+    assert not piped.groups
+
+
+# -- through the real CLI ---------------------------------------------------------------------
+
+STEPS = """
+import jax
+import numpy as np
+
+
+@jax.jit
+def double(x):
+    return x * 2.0
+
+
+def make():
+    return (jax.device_put(np.ones(4, np.float32)),)
+
+
+def chatty(x):
+    print("hello from the step")
+    return double(x)
+"""
+
+POLICY = (
+    "version: 1\n"
+    + FAST_DEFAULTS
+    + """regions:
+  - {name: a, step: "steps:chatty", setup: "steps:make"}
+  - {name: b, step: "steps:chatty", setup: "steps:make", checks: {finite: true}}
+"""
+)
+
+
+def _repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path, {"steps.py": STEPS, "policies/p.yaml": POLICY})
+
+
+def test_on_a_terminal_the_running_region_and_its_stage_show_in_place(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    leader, follower = pty.openpty()
+    try:
+        with started(
+            [sys.executable, "-m", "gate", "run", "--color", "never"],
+            cwd=repo,
+            env=gate_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=follower,
+        ) as proc:
+            os.close(follower)
+            follower = -1
+            seen = _read_until_exit(leader, proc, timeout=180)
+            assert proc.returncode == 0, seen
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    assert f"{WIPE}[1/2] p.a: starting a worker" in seen, seen
+    assert f"{WIPE}[1/2] p.a: compiling" in seen, seen
+    assert f"{WIPE}[2/2] p.b: checking" in seen, seen
+    # A finished row replaces the running line, and the last thing written ends the line.
+    assert f"{WIPE}[1/2] PASS  p.a" in seen, seen
+    assert seen.endswith("\n"), seen
+
+
+def _read_until_exit(fd: int, proc: subprocess.Popen[str], timeout: float) -> str:
+    chunks: list[bytes] = []
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:  # the other side closed: on Linux, EIO
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout=max(1.0, end - time.monotonic()))
+    return b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+
+
+def test_piped_stderr_gets_rows_and_output_lines_but_no_redrawing(tmp_path: Path) -> None:
+    run = run_gate(_repo(tmp_path), "run", "-v")
+    assert run.returncode == 0, run
+    assert "\r" not in run.stderr, run
+    assert "\x1b" not in run.stderr, run
+    assert "[p.a] hello from the step" in run.stderr, run
+    stages = [line.strip() for line in run.stderr.splitlines() if "stages:" in line]
+    assert len(stages) == 2, run
+    names = [part.rsplit(" ", 2)[0] for part in stages[1].removeprefix("stages: ").split(", ")]
+    # The second region's worker is already up; its checks run before the cost run.
+    expected = ["importing", "compiling", "warming up", "watching", "timing", "checking", "costing"]
+    assert names == expected, stages
+    assert stages[0].startswith("stages: starting a worker "), stages
+
+
+def test_under_github_actions_each_region_is_a_group_holding_its_output(tmp_path: Path) -> None:
+    run = run_gate(_repo(tmp_path), "run", env={"GITHUB_ACTIONS": "true"})
+    assert run.returncode == 0, run
+    lines = run.stderr.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("::group::")]
+    assert [lines[i].split()[:3] for i in starts] == [
+        ["::group::[1/2]", "PASS", "p.a"],
+        ["::group::[2/2]", "PASS", "p.b"],
+    ], run
+    for start in starts:
+        end = lines.index("::endgroup::", start)
+        inside = lines[start + 1 : end]
+        assert "hello from the step" in inside, run  # the region's own output, unprefixed
+        assert any(line.strip().startswith("stages: ") for line in inside), run
+    assert "[p.a]" not in run.stderr, run
