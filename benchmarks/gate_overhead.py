@@ -1,13 +1,17 @@
 """What watching a step costs: the shipped MLP step, plain and under the gate's map.
 
-    .venv/bin/python benchmarks/gate_overhead.py [--runs N]
+    .venv/bin/python benchmarks/gate_overhead.py [--runs N] [--live-rounds N]
 
 Prints medians (and the interquartile range) of:
 - the plain step (what the timed runs measure);
 - the step under the transfer map (guard at log_explicit, fd 2 captured, the
   user's code traced, the device-to-host detector on): what each mapped run costs;
 - entering and leaving the guard alone;
-- a whole `transfer-gate run` of the shipped policies, wall time, in a subprocess.
+- a whole `transfer-gate run` of the shipped policies, wall time, in a subprocess;
+- what the live output costs (`gate/report/live.py`): whole runs with stderr on a
+  pseudo-terminal (the running line redrawn, every row, colour) against ``-q`` with stderr
+  to a pipe, alternating, ``--live-rounds`` each; and one stage message a worker sends
+  (encode and write to a pipe), of which each region sends about eight.
 
 The map is paid on 1 + guarded_runs runs per region, never on the timed runs.
 Runs on whatever backend JAX picks (JAX_PLATFORMS=cpu for CPU).
@@ -16,7 +20,11 @@ Runs on whatever backend JAX picks (JAX_PLATFORMS=cpu for CPU).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import pty
+import select
+import signal
 import statistics
 import subprocess
 import sys
@@ -35,6 +43,7 @@ prepare_environment(os.environ)
 import jax  # noqa: E402
 
 from examples.mlp import make_inputs, train_step  # noqa: E402
+from gate.isolation.worker import Entered, write_frame  # noqa: E402
 from gate.jaxhooks.guard import guarded  # noqa: E402
 from gate.policy.levels import GuardLevel, GuardSpec  # noqa: E402
 from gate.user_code import UserCode  # noqa: E402
@@ -56,9 +65,77 @@ def timed(runs: int, body: Callable[[], None]) -> list[float]:
     return samples
 
 
+def on_terminal(argv: list[str], timeout_s: float) -> float:
+    """Wall seconds of ``argv`` with its stderr on a pseudo-terminal (drained as a terminal
+    would be), stdout to a pipe; its process group is killed afterwards."""
+    leader, follower = pty.openpty()
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=follower,
+        start_new_session=True,
+    )
+    os.close(follower)
+    try:
+        end = time.monotonic() + timeout_s
+        while proc.poll() is None and time.monotonic() < end:
+            if select.select([leader], [], [], 0.1)[0]:
+                with contextlib.suppress(OSError):  # the other side closed (EIO)
+                    os.read(leader, 1 << 16)
+        if proc.poll() is None:
+            raise SystemExit(f"{' '.join(argv)}: no result in {timeout_s:g} s")
+        return time.perf_counter() - start
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        os.close(leader)
+
+
+def piped(argv: list[str], timeout_s: float) -> float:
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        proc.communicate(timeout=timeout_s)
+        return time.perf_counter() - start
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"{' '.join(argv)}: no result in {timeout_s:g} s") from None
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def stage_message_cost(runs: int) -> list[float]:
+    """One `Entered` frame, encoded and written to a pipe that nothing else fills."""
+    read_end, write_end = os.pipe()
+    try:
+        samples = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            write_frame(write_end, Entered(1, "compiling"))
+            samples.append(time.perf_counter() - start)
+            os.read(read_end, 1 << 16)
+        return samples
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--live-rounds", type=int, default=5)
     args = parser.parse_args()
     code = UserCode(ROOT)
     log_all = GuardSpec.uniform(GuardLevel.LOG_EXPLICIT)
@@ -98,12 +175,32 @@ def main() -> None:
         )
         whole = time.perf_counter() - start
 
+    live: list[float] = []
+    quiet: list[float] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        gate = [sys.executable, "-m", "gate", "run", "--junit", f"{scratch}/report.xml"]
+        for round_ in range(args.live_rounds):
+            # Alternating, each first in turn, so that load drifts hit both alike.
+            pair = [
+                (live, [*gate, "--color", "always"], on_terminal),
+                (quiet, [*gate, "-q"], piped),
+            ]
+            for samples, argv, run in pair if round_ % 2 == 0 else pair[::-1]:
+                samples.append(run(argv, 600))
+    frames = stage_message_cost(args.runs)
+
     device = jax.devices()[0]
     print(f"backend: {jax.default_backend()} ({device.device_kind}), jax {jax.__version__}")
     print(f"plain step          {quartiles(plain_samples)}")
     print(f"step under the map  {quartiles(watched_samples)}")
     print(f"guard enter + exit  {quartiles(guard)}")
     print(f"transfer-gate run of policies/ (2 regions): {whole:.2f} s wall")
+    on_tty, off = statistics.median(live), statistics.median(quiet)
+    print(
+        f"live output, {args.live_rounds} runs each: on a terminal {on_tty:.2f} s, -q to a pipe "
+        f"{off:.2f} s: ratio {on_tty / off:.3f} (medians)"
+    )
+    print(f"one stage message   {quartiles(frames)}")
 
 
 if __name__ == "__main__":
