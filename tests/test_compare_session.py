@@ -162,7 +162,7 @@ def test_outputs_that_match_pass_and_a_changed_leaf_is_named() -> None:
     )
     fewer = compare_outputs(base, _outputs({"['b']": [1.0, 2.0]}), CHECKS)
     assert not fewer.passed
-    assert "1 array leaves, the base's 2" in fewer.detail
+    assert "the outputs have 1 array leaf, the base's 2" in fewer.detail
 
 
 def test_outputs_from_different_inputs_are_not_compared() -> None:

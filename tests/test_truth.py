@@ -293,7 +293,7 @@ def test_a_thread_left_running_is_an_error_not_a_pass(tmp_path: Path) -> None:
     assert run.returncode == 1, run
     error = run.testcase("bg: transfers").find("error")
     assert error is not None, run
-    assert "left thread(s) metrics-logger running" in error.get("message", "")
+    assert "left thread metrics-logger running" in error.get("message", "")
 
 
 def test_a_late_fetch_in_a_background_thread_is_caught(tmp_path: Path) -> None:

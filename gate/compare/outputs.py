@@ -11,6 +11,7 @@ from __future__ import annotations
 from gate.policy.model import Checks
 from gate.results.comparison import ResultComparison, StepOutputs
 from gate.results.leaf_diff import leaf_differences
+from gate.wording import counted
 
 
 def compare_outputs(
@@ -33,8 +34,8 @@ def compare_outputs(
         return ResultComparison(
             compared=True,
             passed=False,
-            detail=f"the outputs have {len(head.leaves)} array leaves, the base's "
-            f"{len(base.leaves)}",
+            detail=f"the outputs have {counted(len(head.leaves), 'array leaf', 'array leaves')}, "
+            f"the base's {len(base.leaves)}",
         )
     differences = leaf_differences(
         head.leaves, [value for _, value in base.leaves], checks.rtol, checks.atol, "base"
@@ -43,8 +44,9 @@ def compare_outputs(
         return ResultComparison(
             compared=True,
             passed=False,
-            detail=f"{len(differences)} of {len(head.leaves)} output leaves differ from the "
-            f"base: " + "; ".join(d.detail for d in differences),
+            detail=f"{len(differences)} of {counted(len(head.leaves), 'output leaf', 'leaves')}"
+            f" {'differs' if len(differences) == 1 else 'differ'} from the base: "
+            + "; ".join(d.detail for d in differences),
             differences=tuple(differences),
         )
     return ResultComparison(

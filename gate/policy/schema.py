@@ -176,7 +176,8 @@ class _Walker:
     def check(self, node: yaml.Node, schema: Schema, where: str) -> list[Violation]:
         unknown = set(schema) - _KEYWORDS
         if unknown:
-            raise ValueError(f"schema keyword(s) {sorted(unknown)} not supported here")
+            noun = "keyword" if len(unknown) == 1 else "keywords"
+            raise ValueError(f"schema {noun} {sorted(unknown)} not supported here")
         kind = json_type(node)
         if kind is None:
             return []  # a non-core tag: yaml_check reports it

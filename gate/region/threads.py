@@ -30,10 +30,11 @@ def join_step_threads(
     alive = [t.name for t in started if t.is_alive()]
     if alive:
         names = ", ".join(alive)
+        threads = f"thread{'s' if len(alive) > 1 else ''} {names}"
         raise RegionAbort(
             RegionError(
                 ErrorKind.STEP,
-                f"the step left thread(s) {names} running {THREAD_GRACE_S:g} s after it "
+                f"the step left {threads} running {THREAD_GRACE_S:g} s after it "
                 "returned; the gate cannot watch transfers they make later: join them "
                 "before the step returns",
                 f"threads still alive after the step: {names}",
