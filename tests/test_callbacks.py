@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import FAST_DEFAULTS, make_repo, run_gate
 from jax_scripts import line_of, run_script
 
 STEPS = """
@@ -235,3 +237,58 @@ def test_a_missing_entry_point_fails_loudly_and_changes_nothing(
         pytest.fail("the block must not run")
     monkeypatch.undo()
     assert _entry_codes() == before
+
+
+CALLBACK_STEP = """
+import jax
+import numpy as np
+
+SEEN = []
+
+
+@jax.jit
+def logged(x):
+    jax.debug.callback(SEEN.append, x.sum())  # the callback
+    return x * 2.0
+
+
+def make():
+    return (jax.device_put(np.ones(4, np.float32)),)
+
+
+def step(x):
+    return logged(x)  # the jitted call
+"""
+
+
+def test_jaxs_own_device_put_for_a_callback_is_one_explicit_transfer_under_the_strict_guard(
+    tmp_path: Path,
+) -> None:
+    # JAX hands a debug callback's operands back through jax.device_put: an explicit
+    # host-to-device move that disallow_explicit refuses inside the callback, where XLA's
+    # error carries the stack only as text. It is the one explicit transfer the map saw, not
+    # a second, implicit one named after XLA's wrapper.
+    policy = (
+        "version: 1\n"
+        + FAST_DEFAULTS
+        + """regions:
+  - {name: strict, step: "steps:step", setup: "steps:make", guard: disallow_explicit}
+  - {name: plain, step: "steps:step", setup: "steps:make"}
+"""
+    )
+    repo = make_repo(tmp_path, {"steps.py": CALLBACK_STEP, "policies/p.yaml": policy})
+    run = run_gate(repo, "run", "--json", "reports/r.json")
+    assert run.returncode == 1, run
+    regions = {
+        r["name"]: r
+        for suite in json.loads((repo / "reports/r.json").read_text())["suites"]
+        for r in suite["regions"]
+    }
+    call_line = line_of(CALLBACK_STEP.lstrip("\n"), "# the jitted call")
+    strict = [t for t in regions["strict"]["transfers"] if t["failing"]]
+    to_device = [t for t in strict if t["direction"] == "host-to-device"]
+    assert {(t["kind"], t["line"]) for t in to_device} == {("explicit", call_line)}, strict
+    assert not any("CpuCallback" in t["seen_by"] for t in strict), strict
+    # Under plain disallow the explicit move passes; the callback itself still fails.
+    plain = [t for t in regions["plain"]["transfers"] if t["failing"]]
+    assert [t["direction"] for t in plain] == ["device-to-host"], plain

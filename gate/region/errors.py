@@ -3,6 +3,7 @@ report) and JAX's guard refusing a transfer (a failing transfer)."""
 
 from __future__ import annotations
 
+import re
 import traceback
 from pathlib import Path
 
@@ -48,15 +49,18 @@ def refused_transfer(code: RegionCode, exc: BaseException, phase: Phase) -> Tran
     """The transfer JAX's guard refused with ``exc`` (a `parse_violation` of it must exist)."""
     violation = parse_violation(exc)
     assert violation is not None
-    frames = [f for f in frames_of(exc.__traceback__) if not is_trampoline_frame(f.filename)]
-    callee = code.user.callee_after_user(frames)
-    explicit = (
-        callee is not None
-        and callee.name in EXPLICIT_ENTRY_POINTS
-        and f"{Path('jax', '_src')}" in callee.filename
+    own = [f for f in frames_of(exc.__traceback__) if not is_trampoline_frame(f.filename)]
+    inner = _callback_frames(exc)
+    # JAX marks a transfer explicit when it happens inside jax.device_put & co., whoever called
+    # it: the user, or JAX itself handing a host callback its operands.
+    stack = inner or own
+    last_user = max((i for i, f in enumerate(stack) if code.user.is_user(f.filename)), default=-1)
+    explicit = any(
+        f.name in EXPLICIT_ENTRY_POINTS and f"{Path('jax', '_src')}" in f.filename
+        for f in stack[last_user + 1 :]
     )
-    boundary = code.boundary_in(frames)
-    location = code.user.locate(frames) or code.step_location()
+    boundary = code.boundary_in(stack) or code.boundary_in(own)
+    location = code.user.locate(stack) or code.user.locate(own) or code.step_location()
     return Transfer(
         direction=violation.direction,
         explicit=explicit,
@@ -65,11 +69,36 @@ def refused_transfer(code: RegionCode, exc: BaseException, phase: Phase) -> Tran
         location=location,
         phase=phase,
         failing=fails(code.region.guard, violation.direction, explicit, boundary),
-        message="JAX's guard, refusing the transfer: "
-        + (str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__),
+        message="JAX's guard, refusing the transfer: " + _refusal_line(exc),
         boundary=boundary,
         source=code.source_line(location),
     )
+
+
+# A refusal inside a host callback reaches the step as XLA's error ("CpuCallback error calling
+# callback: Traceback ..."), its message holding the callback's Python stack as text: deeper
+# than the exception's own traceback, which ends at the jitted call.
+_CALLBACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)')
+
+
+def _callback_frames(exc: BaseException) -> list[traceback.FrameSummary]:
+    text = str(exc)
+    if "Traceback (most recent call last):" not in text:
+        return []
+    found = (_CALLBACK_FRAME.match(line) for line in text.splitlines())
+    frames = [
+        traceback.FrameSummary(m["file"], int(m["line"]), m["name"], lookup_line=False)
+        for m in found
+        if m is not None
+    ]
+    return [f for f in frames if not is_trampoline_frame(f.filename)]
+
+
+def _refusal_line(exc: BaseException) -> str:
+    """The line of ``exc``'s message that names the refused transfer."""
+    lines = [line.strip() for line in str(exc).strip().splitlines()]
+    named = [line for line in lines if "Disallowed" in line]
+    return (named or lines or [type(exc).__name__])[0]
 
 
 def first_line(exc: BaseException) -> str:
