@@ -285,3 +285,14 @@ def test_under_github_actions_each_region_is_a_group_holding_its_output(tmp_path
         assert "hello from the step" in inside, run  # the region's own output, unprefixed
         assert any(line.strip().startswith("stages: ") for line in inside), run
     assert "[p.a]" not in run.stderr, run
+
+
+def test_baseline_shows_no_rows_but_groups_what_each_region_printed(tmp_path: Path) -> None:
+    # Its transfers are what `baseline` accepts: rows saying FAIL and "fix:" would mislead.
+    run = run_gate(_repo(tmp_path), "baseline", env={"GITHUB_ACTIONS": "true"})
+    assert run.returncode == 0, run
+    lines = run.stderr.splitlines()
+    assert not any(line.startswith(("[1/2]", "::group::[")) for line in lines), run
+    start = lines.index("::group::p.a")
+    assert "hello from the step" in lines[start : lines.index("::endgroup::", start)], run
+    assert "::group::p.b" in lines, run

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 
 from gate.cli.errors import UsageError
 from gate.cli.execute import baseline_for, execute, shown
 from gate.cli.exit_codes import ExitCode
+from gate.cli.run import colour
+from gate.compare.against_baseline import planned_regions
+from gate.plan import Plan
+from gate.report.live import LiveOutput
 from gate.report.terminal import format_summary
 from gate.report.write import check_writable
 from gate.results.baseline import load_baseline_file, rebaselined, write_baseline
@@ -19,7 +25,16 @@ def baseline_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
     """Write the baseline file; refuses (nothing written) when a region errored."""
     path, _ = baseline_for(args, repo_root)
     check_writable(path, "--baseline")
-    result = execute(args, repo_root)
+    # `run`'s live output but the rows: the running region in place, a GitHub group per region.
+    live = LiveOutput.for_stream(
+        sys.stderr, os.environ, color=colour("auto", sys.stderr), rows=False
+    )
+
+    def planned(plan: Plan) -> None:
+        live.total = len(planned_regions(plan))
+
+    with live:
+        result = execute(args, repo_root, planned=planned, watcher=live, finished=live.finished)
     errored = [r for r in result.regions if r.error is not None]
     if errored:
         print(format_summary(result))

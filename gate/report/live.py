@@ -46,6 +46,7 @@ class LiveOutput:
         verbose: bool = False,
         running_line: bool = False,
         groups: bool = False,
+        rows: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.stream = stream
@@ -54,6 +55,8 @@ class LiveOutput:
         self.verbose = verbose
         self.running_line = running_line
         self.groups = groups
+        # Off for `baseline`: a region's transfers are what it accepts, not failures to fix.
+        self.rows = rows
         self.total = 0  # regions planned; set once the plan is known
         self._clock = clock
         self._done = 0
@@ -75,6 +78,7 @@ class LiveOutput:
         color: bool,
         quiet: bool = False,
         verbose: bool = False,
+        rows: bool = True,
     ) -> LiveOutput:
         """Groups under GitHub Actions; the running line on a terminal that can redraw."""
         groups = environ.get("GITHUB_ACTIONS") == "true"
@@ -86,6 +90,7 @@ class LiveOutput:
             verbose=verbose,
             running_line=terminal and not groups,
             groups=groups,
+            rows=rows,
         )
 
     def __enter__(self) -> LiveOutput:
@@ -138,9 +143,13 @@ class LiveOutput:
             held = self._held.pop(label, [])
             if self._running is not None and self._running[0] == label:
                 self._running = None
-            rows = progress_lines(self._done, self.total, region, self.color, self.verbose)
+            rows = (
+                progress_lines(self._done, self.total, region, self.color, self.verbose)
+                if self.rows
+                else [label]
+            )
             timings = [f"    stages: {stages}"] if stages else []
-            shown = not (self.quiet and region.passed)
+            shown = self.rows and not (self.quiet and region.passed)
             self._wipe()
             if self.groups and (shown or held):
                 # Folded: the worker's output and the stages. Seen: the lines to fix.
