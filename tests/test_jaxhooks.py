@@ -191,15 +191,22 @@ def test_a_setter_this_jax_moved_is_left_alone(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(gate.jaxhooks.guard, "guard_setters", lambda: (None, None))
     loosened: list[str] = []
+    unkept: list[str] = []
     this_file = __file__
     with (
         guard_kept_by_the_gate(
-            lambda filename: filename == this_file, lambda what, frame: loosened.append(what)
+            lambda filename: filename == this_file,
+            lambda what, frame: loosened.append(what),
+            unkept.append,
         ),
         jax.transfer_guard("allow"),
     ):
         pass
     assert loosened == ["jax.transfer_guard('allow')"]
+    # What the gate cannot keep is said, never skipped in silence.
+    assert len(unkept) == 2, unkept
+    assert "jax.transfer_guard_<direction>(...) is out of the gate's reach" in unkept[0]
+    assert 'jax.config.update("jax_transfer_guard...", ...)' in unkept[1]
 
 
 # --- interpose.py --------------------------------------------------------------------------------

@@ -134,7 +134,9 @@ def explicit_functions() -> tuple[Callable[..., Any], ...]:
 
 @contextmanager
 def guard_kept_by_the_gate(
-    is_user_frame: Callable[[str], bool], on_loosen: Callable[[str, FrameType], None]
+    is_user_frame: Callable[[str], bool],
+    on_loosen: Callable[[str, FrameType], None],
+    on_unkept: Callable[[str], None] = lambda note: None,
 ) -> Iterator[None]:
     """While a region runs, the policy decides the guard, not the step.
 
@@ -142,7 +144,9 @@ def guard_kept_by_the_gate(
     per-direction one, or ``jax.config.update("jax_transfer_guard...")``)
     would turn the gate off for that code. Calls from the user's code are
     ignored here and reported through ``on_loosen(what, frame)``; JAX's own
-    calls (and the gate's) go through.
+    calls (and the gate's) go through. A way this JAX has moved out of reach
+    is said through ``on_unkept(note)``: a step loosening the guard that way
+    would go unseen, and a note says so rather than nothing.
     """
     import jax
 
@@ -200,11 +204,16 @@ def guard_kept_by_the_gate(
         return original(*args, **kw)
 
     with ExitStack() as stack:
-        for target, wrapper in (
-            (jax.transfer_guard, context),
-            (state_call_fn, state_call),
-            (update_fn, update),
+        for target, wrapper, how in (
+            (jax.transfer_guard, context, "jax.transfer_guard(...)"),
+            (state_call_fn, state_call, "jax.transfer_guard_<direction>(...)"),
+            (update_fn, update, 'jax.config.update("jax_transfer_guard...", ...)'),
         ):
-            if isinstance(target, FunctionType):  # else this JAX moved it; nothing to keep
+            if isinstance(target, FunctionType):
                 stack.enter_context(interposed(target, wrapper))
+            else:  # this JAX moved it or made it native: nothing to interpose
+                on_unkept(
+                    f"this JAX's {how} is out of the gate's reach, so a step that loosens the "
+                    "guard that way would not be seen; a newer transfer-gate may reach it"
+                )
         yield

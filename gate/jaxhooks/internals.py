@@ -148,7 +148,7 @@ def guard_setters() -> tuple[types.FunctionType | None, types.FunctionType | Non
     """``State.__call__`` (what ``jax.transfer_guard_*(level)`` runs) and ``Config.update``.
 
     None for one this JAX moved or made native: the gate then cannot keep the
-    guard against that way of loosening it, and says nothing (as before).
+    guard against that way of loosening it, and each region's notes say so.
     """
     from jax._src import config as jax_config
 

@@ -321,7 +321,7 @@ def _run_imported(
         with (
             full_tracebacks(),
             run.monitor.installed(run.code.callables.boundaries),
-            guard_kept_by_the_gate(run.code.user.is_user, run.loosened),
+            guard_kept_by_the_gate(run.code.user.is_user, run.loosened, run.verdict.warn),
             nullcontext(None)
             if region.recompiles is RecompileRule.ALLOW
             else watching_compiles() as compile_watch,
