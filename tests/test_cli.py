@@ -122,6 +122,10 @@ def test_a_mistyped_region_gets_a_did_you_mean(repo: Path) -> None:
     run = run_gate(repo, "run", "--region", "stpe")
     assert run.returncode == ExitCode.USAGE, run
     assert "--region stpe: no such region (did you mean 'step'?); the policies" in run.stderr
+    # Nothing ran, and the report says why: a missing report would read as "0 tests, passed".
+    error = run.testcase("region").find("error")
+    assert error is not None, run
+    assert "did you mean 'step'?" in error.get("message", ""), run
 
 
 def test_exit_2_for_an_unwritable_report_path(repo: Path) -> None:

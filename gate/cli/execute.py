@@ -18,14 +18,14 @@ from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.scheduler import keep_accelerators_for_workers, run_isolated
 from gate.isolation.watcher import PrefixedOutput, RunWatcher
-from gate.plan import Plan
+from gate.plan import Plan, UnknownRegionError
 from gate.policy.load import callables_of_invalid, discover_policy_files, load_policy
 from gate.policy.model import Policy
 from gate.policy.problems import PolicyError, Problem
 from gate.policy.resolve import check_callables, check_named
 from gate.results.baseline import default_path
 from gate.results.records import RegionResult, RunResult
-from gate.results.refusals import gate_bug, policy_problems
+from gate.results.refusals import gate_bug, policy_problems, unknown_region
 
 
 def load_policies(
@@ -102,8 +102,8 @@ def execute(
 ) -> RunResult:
     """Load, check, plan and run the policies that ``args`` names; each against ``base`` if given.
 
-    When the policies are invalid or the gate breaks, ``refused`` gets the
-    result that says so (to report it) before the exception goes on.
+    When the policies are invalid, ``--region`` names no region or the gate breaks,
+    ``refused`` gets the result that says so (to report it) before the exception goes on.
     ``planned`` gets the plan before it runs (`run` reads each region's ``timing:`` from it).
     ``watcher`` hears the regions' stages and output (by default each output line goes to
     stderr as ``[suite.region] line``); ``finished`` gets each region's result.
@@ -121,7 +121,12 @@ def execute(
     required = getattr(args, "require_platform", None)
     if required is not None:
         policies = [dataclasses.replace(p, platform=required) for p in policies]
-    plan = Plan.make(policies, args.region, getattr(args, "shard", None))
+    try:
+        plan = Plan.make(policies, args.region, getattr(args, "shard", None))
+    except UnknownRegionError as exc:
+        if refused is not None:
+            refused(unknown_region(str(exc)))
+        raise
     if plan.shard is not None:
         print(plan.shard.describe())
     if planned is not None:

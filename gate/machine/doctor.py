@@ -323,7 +323,8 @@ def format_diagnosis(diagnosis: Diagnosis, expect: Platform | None = None) -> st
     if diagnosis.backend == "cpu":
         lines.append("")
         lines.append(
-            "note: on the CPU the guard never sees device-to-host transfers (print(x), "
-            "float(x), np.asarray(x)); a CPU run does not judge that direction."
+            "note: on the CPU JAX's guard never sees device-to-host transfers (print(x), "
+            "float(x), np.asarray(x)); the gate's own detector judges that direction there "
+            "instead (docs/how-it-works.md), and each region's report says what judged it."
         )
     return "\n".join(lines)

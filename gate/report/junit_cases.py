@@ -48,9 +48,9 @@ class Case:
     outcome: Outcome | None
 
 
-_RUN_LEVEL_ERRORS = frozenset(
-    {ErrorKind.POLICY, ErrorKind.BASELINE, ErrorKind.BASE, ErrorKind.INTERNAL}
-)
+# Errors of the run, not of a region: their testcase is named after what broke.
+_REFUSALS = frozenset({ErrorKind.POLICY, ErrorKind.BASELINE, ErrorKind.BASE, ErrorKind.REGION})
+_RUN_LEVEL_ERRORS = _REFUSALS | {ErrorKind.INTERNAL}
 
 
 def region_cases(region: RegionResult) -> list[Case]:
@@ -71,8 +71,7 @@ def region_cases(region: RegionResult) -> list[Case]:
         # region's transfers: name the testcase after what broke ("policy",
         # "gate"). A gate bug while a region ran keeps the region's testcase.
         run_level = error.kind in _RUN_LEVEL_ERRORS and (
-            error.kind in (ErrorKind.POLICY, ErrorKind.BASELINE, ErrorKind.BASE)
-            or not region.policy_path
+            error.kind in _REFUSALS or not region.policy_path
         )
         name = region.name if run_level else f"{region.name}: transfers"
         cases = [

@@ -223,6 +223,7 @@ class ErrorKind(enum.Enum):
     POLICY = "invalid policy"
     BASELINE = "unusable baseline"  # the baseline file cannot be used; nothing ran
     BASE = "unusable base"  # `run --base REF` cannot check REF out; nothing ran
+    REGION = "no such region"  # `--region NAME` names none of the policies' regions; nothing ran
     INTERNAL = "gate error"
     # The region's worker process was lost (gate.isolation.scheduler); the rest ran in a fresh one.
     CRASH = "worker crashed"

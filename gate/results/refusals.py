@@ -1,7 +1,8 @@
 """The results of runs that could not happen: invalid policies, an unusable baseline, a gate bug.
 
-So is a ``run --base REF`` that cannot check REF out. Each becomes an error in the
-report, so CI sees a failed testcase that says why rather than a report with nothing in it.
+So are a ``run --base REF`` that cannot check REF out and a ``--region`` that names no
+region. Each becomes an error in the report, so CI sees a failed testcase that says why
+rather than a report with nothing in it.
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ def unusable_base(message: str) -> RunResult:
     """A report for a ``--base`` that cannot be checked out: one error, at no file."""
     error = RegionError(ErrorKind.BASE, message, message)
     return _one_error("transfer-gate", "base", "", 0, error)
+
+
+def unknown_region(message: str) -> RunResult:
+    """A report for a ``--region`` that names no region: one error, at no file."""
+    error = RegionError(ErrorKind.REGION, message, message)
+    return _one_error("transfer-gate", "region", "", 0, error)
 
 
 def gate_bug(exc: BaseException) -> RunResult:
