@@ -13,6 +13,7 @@ import select
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from cli_helpers import FAST_DEFAULTS, gate_env, make_repo, run_gate
@@ -296,3 +297,84 @@ def test_baseline_shows_no_rows_but_groups_what_each_region_printed(tmp_path: Pa
     start = lines.index("::group::p.a")
     assert "hello from the step" in lines[start : lines.index("::endgroup::", start)], run
     assert "::group::p.b" in lines, run
+
+
+# -- a region's last lines are its own --------------------------------------------------------
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.got: list[tuple[str, list[str]]] = []
+
+    def stage(self, label: str, stage: str) -> None:
+        pass
+
+    def output(self, label: str, lines: Sequence[str]) -> None:
+        self.got.append((label, list(lines)))
+
+
+def test_the_end_of_job_mark_closes_the_regions_output_whatever_arrived_first() -> None:
+    from gate.isolation.worker import END_OF_JOB
+    from gate.isolation.worker_output import WorkerOutput
+
+    read_end, write_end = os.pipe()
+    recorder = Recorder()
+    output = WorkerOutput(read_end, recorder)
+    output.label = "p.a"
+    # A last line without its newline, then the mark; the next lines are between regions.
+    os.write(write_end, f"first\nno newline{END_OF_JOB}7\nafter\n".encode())
+    assert output.wait_ended(7, timeout_s=10)
+    assert not output.wait_ended(8, timeout_s=0.05)
+    os.close(write_end)
+    output.finish(timeout_s=10)
+    assert recorder.got == [("p.a", ["first", "no newline"]), ("worker", ["after"])]
+    assert output.lines_since(0) == ["first", "no newline", "after"]  # the mark is not kept
+    assert output.count == 3
+
+
+CHATTY_AT_THE_END = """
+import jax
+import numpy as np
+
+
+@jax.jit
+def double(x):
+    return x * 2.0
+
+
+def make():
+    return (jax.device_put(np.ones(4, np.float32)),)
+
+
+def step(x):
+    y = double(x)
+    # Many lines just before the step returns: the reply overtakes them on its own pipe.
+    print("\\n".join(f"line {i}" for i in range(300)))
+    return y
+"""
+
+
+def test_under_github_actions_a_regions_last_lines_stay_in_its_group(tmp_path: Path) -> None:
+    policy = (
+        "version: 1\n"
+        + FAST_DEFAULTS
+        + """regions:
+  - {name: a, step: "steps:step", setup: "steps:make"}
+  - {name: b, step: "steps:step", setup: "steps:make"}
+"""
+    )
+    repo = make_repo(tmp_path, {"steps.py": CHATTY_AT_THE_END, "policies/p.yaml": policy})
+    run = run_gate(repo, "run", env={"GITHUB_ACTIONS": "true"})
+    assert run.returncode == 0, run
+    lines = run.stderr.splitlines()
+    assert not any(line.startswith("[worker] line ") for line in lines), run
+    for name in ("a", "b"):
+        start = next(
+            i
+            for i, line in enumerate(lines)
+            if line.startswith("::group::[") and f" p.{name} " in line
+        )
+        inside = lines[start + 1 : lines.index("::endgroup::", start)]
+        # Every call's 300 lines, whole, the last call's too.
+        assert inside.count("line 0") >= 5, (name, inside[-5:])
+        assert inside.count("line 299") == inside.count("line 0"), (name, inside[-5:])

@@ -62,6 +62,9 @@ __all__ = [
 # Workers in a row that may fail to start before the rest of the regions
 # are not given one (a broken environment, e.g. no GPU for JAX_PLATFORMS=cuda).
 _START_ATTEMPTS = 2
+# After a job's reply, how long its last output lines may take to be read (they come on another
+# pipe, marked at their end): then the region's output is complete when its row is written.
+_OUTPUT_LAG_S = 1.0
 
 
 # -- the scheduler ---------------------------------------------------------------
@@ -195,6 +198,7 @@ class Scheduler:
         assert worker is not None
         event = self._wait(worker, time.monotonic() + region.timeout_s, label)
         if isinstance(event, Done) and event.number == job.number:
+            worker.output.wait_ended(job.number, _OUTPUT_LAG_S)
             worker.output.label = BETWEEN_REGIONS
             self.outputs = event.outputs
             return event.result
@@ -222,6 +226,7 @@ class Scheduler:
             return StepSamples((), error=self._lost(worker, running, WaitEvent.EXITED).error)
         event = self._wait(worker, time.monotonic() + region.timeout_s, running.label)
         if isinstance(event, Sampled) and event.number == number:
+            worker.output.wait_ended(number, _OUTPUT_LAG_S)
             worker.output.label = BETWEEN_REGIONS
             return event.samples
         if not isinstance(event, WaitEvent):

@@ -33,7 +33,7 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from gate import PACKAGE_DIR
 from gate.policy.model import Policy, Region
@@ -50,6 +50,11 @@ from gate.user_code import UserCode, frames_of
 DUMP_SIGNAL = signal.SIGUSR1
 
 _HEADER = 8
+
+# Written to the output pipe, with the job's number and a newline, once a job's output is
+# flushed and before its reply: the parent's reader then knows every line before it is that
+# job's (the reply comes on another pipe and can overtake them). Never forwarded.
+END_OF_JOB = "\x00transfer-gate: end of job "
 
 # The folder that holds this `gate` package (site-packages, or a source checkout).
 _GATE_HOME = os.path.dirname(PACKAGE_DIR)
@@ -198,15 +203,13 @@ def main(argv: list[str]) -> int:
         busy.set()
         if isinstance(job, Sample):
             reply: Message = Sampled(job.number, held.sample(job.runs))
-            sys.stdout.flush()
-            sys.stderr.flush()
+            _end_output(crash_log, job.number)
             write_frame(results_fd, reply)
         else:
             held.region = None  # a new region: the last one is let go
             with listening(functools.partial(_send_stage, results_fd, job.number)):
                 result = run_job(job, held.keep if job.hold else None)
-            sys.stdout.flush()
-            sys.stderr.flush()
+            _end_output(crash_log, job.number)
             _send_result(results_fd, job, result, held.take_outputs())
         busy.clear()
 
@@ -249,6 +252,14 @@ class _Held:
                 "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
             )
             return StepSamples((), error=error)
+
+
+def _end_output(output: TextIO, number: int) -> None:
+    """Flush what the job printed, then mark its end on the output pipe (`END_OF_JOB`)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The private copy of stderr: the code under test may have pointed fd 1 or 2 elsewhere.
+    write_all(output.fileno(), f"{END_OF_JOB}{number}\n".encode())
 
 
 def _send_stage(fd: int, number: int, stage: Stage) -> None:

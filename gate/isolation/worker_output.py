@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gate.isolation.watcher import BETWEEN_REGIONS, RunWatcher
+from gate.isolation.worker import END_OF_JOB
 from gate.results.records import SourceLocation
 from gate.user_code import UserCode
 
@@ -32,7 +33,8 @@ class WorkerOutput:
     """A worker's stdout and stderr: drained by a thread, kept as the last lines, forwarded.
 
     The lines go to ``watcher`` with `label`, which the scheduler sets to the
-    region that is running.
+    region that is running; the worker's end-of-job mark (`END_OF_JOB`) sets it
+    back, so a region's last lines are its own even when its reply arrived first.
     """
 
     def __init__(self, fd: int, watcher: RunWatcher | None) -> None:
@@ -42,7 +44,9 @@ class WorkerOutput:
         self._count = 0  # lines received so far
         self._partial = ""
         self._last_data = time.monotonic()
+        self._ended = 0  # the last job whose end-of-job mark has been read
         self._lock = threading.Lock()
+        self._job_ended = threading.Condition(self._lock)
         self._thread = threading.Thread(
             target=self._drain, args=(fd,), name="gate-worker-output", daemon=True
         )
@@ -79,6 +83,11 @@ class WorkerOutput:
                 return
             time.sleep(0.02)
 
+    def wait_ended(self, number: int, timeout_s: float) -> bool:
+        """Wait until job ``number``'s output has all been read (its end-of-job mark)."""
+        with self._job_ended:
+            return self._job_ended.wait_for(lambda: self._ended >= number, timeout_s)
+
     def finish(self, timeout_s: float) -> None:
         """Wait for the rest of the output (the pipe closes when the worker is gone)."""
         self._thread.join(timeout_s)
@@ -102,13 +111,33 @@ class WorkerOutput:
             if len(self._partial) > _MAX_LINE:
                 parts.append(self._partial)
                 self._partial = ""
-            lines = [line.rstrip("\r")[:_MAX_LINE] for line in parts]
-            self._lines.extend(lines)
-            self._count += len(lines)
-            label = self.label
-        if self._watcher is not None and lines:
+            # Each run of lines with the label it was printed under: a job's end switches it.
+            runs: list[tuple[str, list[str]]] = [(self.label, [])]
+            for part in parts:
+                # After a last line without a newline (print(x, end="")), the mark follows it.
+                text, marked, number = part.partition(END_OF_JOB)
+                if text or not marked:
+                    line = text.rstrip("\r")[:_MAX_LINE]
+                    runs[-1][1].append(line)
+                    self._lines.append(line)
+                    self._count += 1
+                if marked:
+                    self._ended = max(self._ended, _job_number(number))
+                    self.label = BETWEEN_REGIONS
+                    runs.append((self.label, []))
+            self._job_ended.notify_all()
+        if self._watcher is not None:
             # Outside the lock: a slow stderr must not stall the scheduler.
-            self._watcher.output(label, lines)
+            for label, lines in runs:
+                if lines:
+                    self._watcher.output(label, lines)
+
+
+def _job_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # cut by _MAX_LINE, or mangled: the job is over all the same
+        return 0
 
 
 # faulthandler's format, e.g.
