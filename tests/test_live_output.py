@@ -378,3 +378,24 @@ def test_under_github_actions_a_regions_last_lines_stay_in_its_group(tmp_path: P
         # Every call's 300 lines, whole, the last call's too.
         assert inside.count("line 0") >= 5, (name, inside[-5:])
         assert inside.count("line 299") == inside.count("line 0"), (name, inside[-5:])
+
+
+def test_a_failing_comparison_is_said_once_under_its_row() -> None:
+    from gate.report.terminal import progress_lines
+    from gate.results.comparison import TimingComparison, TimingVerdict
+
+    failing = TimingComparison(
+        against="baseline",
+        verdict=TimingVerdict.SLOWER,
+        base_median_s=0.001,
+        head_median_s=0.002,
+        ratio=2.0,
+        ratio_low=1.8,
+        ratio_high=2.2,
+        p_value=0.0001,
+        max_slowdown=1.1,
+        failing=True,
+    )
+    rows = progress_lines(1, 1, region(timing_vs_baseline=failing))
+    said = [row for row in rows if "slower" in row]
+    assert len(said) == 1, rows

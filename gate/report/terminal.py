@@ -182,7 +182,10 @@ def progress_lines(
     lines = [progress_line(done, total, region, color)]
     lines.extend(f"  {label}: {text}" for label, text in comparison_lines(region))
     if not region.passed:
-        lines.extend(_findings(region)[1:])  # the row above already names the region
+        # The row above already names the region, and the comparisons are just above.
+        policy = f"{region.policy_path}:{region.policy_line}"
+        said = {f"  {policy}: {label}: {text}" for label, text in failing_comparisons(region)}
+        lines.extend(line for line in _findings(region)[1:] if line not in said)
     if verbose:
         lines.extend(_passing_findings(region)[1:])
     return lines
