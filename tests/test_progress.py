@@ -126,6 +126,8 @@ def test_colour_follows_the_option_the_terminal_no_color_and_force_color() -> No
     assert not colour("auto", terminal, {"NO_COLOR": "1", "FORCE_COLOR": "1"})
     assert colour("always", pipe, {"NO_COLOR": "1"})
     assert not colour("never", terminal, {"FORCE_COLOR": "1"})
+    assert not colour("auto", terminal, {"TERM": "dumb"})  # a terminal that shows escapes raw
+    assert colour("auto", terminal, {"TERM": "dumb", "FORCE_COLOR": "1"})
 
 
 def test_color_always_colours_the_summary_and_the_rows(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from gate.cli.baseline import baseline_command
 from gate.cli.doctor import main_doctor
 from gate.cli.errors import exit_code_of
 from gate.cli.init import init_command
-from gate.cli.parser import build_parser
+from gate.cli.parser import build_parser, command_parser
 from gate.cli.run import run_command
 from gate.cli.schema import schema_command
 from gate.cli.validate import validate_command
@@ -32,8 +32,15 @@ _IN_REPOSITORY: dict[str, Callable[[argparse.Namespace, Path], int]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (see `gate.cli.exit_codes`), never exits."""
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            # In the command's own usage: argparse would print the top-level one, which does
+            # not show the command's options.
+            command_parser(parser, args.command).error(
+                f"unrecognized arguments: {' '.join(unknown)}"
+            )
     except SystemExit as exc:  # --help, --version, or a usage error argparse has printed
         return exc.code if isinstance(exc.code, int) else 0
     return exit_code_of(args.command, lambda: _dispatch(args))

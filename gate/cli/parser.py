@@ -39,6 +39,18 @@ def _time_budget(text: str) -> float:
     return seconds
 
 
+_PATHS_HELP = f"policy files or folders of them (*.yaml, *.yml); default: {DEFAULT_POLICIES}/"
+
+
+def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of ``command``, for an error in its own usage (`gate.cli.main`)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[command]
+            return found
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line of every subcommand; parsing only, nothing runs."""
     # allow_abbrev=False everywhere: a prefix must never quietly mean another
@@ -61,12 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument(
-        "paths",
-        nargs="*",
-        metavar="PATH",
-        help=f"policy files or folders of them (*.yaml, *.yml); default: {DEFAULT_POLICIES}/",
-    )
+    run.add_argument("paths", nargs="*", metavar="PATH", help=_PATHS_HELP)
     run.add_argument(
         "--junit",
         default=DEFAULT_JUNIT,
@@ -158,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=command_exit_codes_help("baseline"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    baseline.add_argument("paths", nargs="*", metavar="PATH")
+    baseline.add_argument("paths", nargs="*", metavar="PATH", help=_PATHS_HELP)
     baseline.add_argument(
         "--baseline",
         metavar="FILE",
@@ -179,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=command_exit_codes_help("validate"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    validate.add_argument("paths", nargs="*", metavar="PATH")
+    validate.add_argument("paths", nargs="*", metavar="PATH", help=_PATHS_HELP)
 
     doctor = commands.add_parser(
         "doctor",

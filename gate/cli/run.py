@@ -126,8 +126,9 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
 def colour(choice: str, stream: TextIO, environ: Mapping[str, str] = os.environ) -> bool:
     """Whether to colour what goes to ``stream`` under ``--color CHOICE``.
 
-    ``auto``: on a terminal only; a non-empty ``NO_COLOR`` (https://no-color.org) turns it
-    off, a non-empty ``FORCE_COLOR`` on (CI logs that render ANSI, such as GitHub's).
+    ``auto``: on a terminal only, and not ``TERM=dumb``; a non-empty ``NO_COLOR``
+    (https://no-color.org) turns it off, a non-empty ``FORCE_COLOR`` on (CI logs that render
+    ANSI, such as GitHub's), whatever its value, as https://force-color.org says.
     """
     if choice != "auto":
         return choice == "always"
@@ -135,7 +136,7 @@ def colour(choice: str, stream: TextIO, environ: Mapping[str, str] = os.environ)
         return False
     if environ.get("FORCE_COLOR"):
         return True
-    return stream.isatty()
+    return stream.isatty() and environ.get("TERM") != "dumb"
 
 
 def _written_references(result: RunResult, rules: dict[str, Region], repo_root: Path) -> list[str]:
