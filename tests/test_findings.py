@@ -389,3 +389,68 @@ def test_an_undescribed_guard_fetch_is_the_detectors_only_array_at_its_line(
     other = replace(place, dtype="int32", shape=(4,))
     apart, _ = merge_witnesses(Counter({place: 1}), Counter({loss: 1, other: 1}), platform)
     assert apart[place] == 1
+
+
+# --- threads a step starts anew each run ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "label"),
+    [
+        ("Thread-12", "thread"),
+        ("Thread-12 (worker)", "worker"),
+        ("ThreadPoolExecutor-3_0", "ThreadPoolExecutor-*_*"),
+        ("ThreadPoolExecutor-14_2", "ThreadPoolExecutor-*_*"),
+        ("loader_0", "loader_*"),  # ThreadPoolExecutor(thread_name_prefix="loader")
+        ("asyncio_0", "asyncio_*"),  # asyncio's default executor
+        ("Dummy-4", "Dummy-*"),
+        ("metrics-logger", "metrics-logger"),
+        ("uploader", "uploader"),
+        ("worker-1", "worker-1"),
+    ],
+)
+def test_a_threads_label_drops_the_numbers_python_made_up(name: str, label: str) -> None:
+    from gate.region.thread_names import thread_label
+
+    assert thread_label(name) == label
+
+
+def fetches_by_thread(runs: list[list[str]]) -> list[tuple[Site, int]]:
+    """The sites and per-step counts of mapped runs whose guard logged one fetch per thread
+    name given, all at one line."""
+    from gate.region.sightings import PhaseTally, SightingMemory
+    from gate.witness.observed import Observed
+
+    where = transfer().location
+    tally = PhaseTally("MainThread", None, "cpu", SightingMemory(), set())
+    for threads in runs:
+        seen = [
+            Observed(Direction.DEVICE_TO_HOST, "float32", (), where, False, None, name, i, 0)
+            for i, name in enumerate(threads)
+        ]
+        tally.add_run(seen, None, {})
+    return [(site, count) for site, _, count in tally.sites()]
+
+
+def test_a_fresh_pool_each_run_is_one_site_counted_per_step() -> None:
+    # `with ThreadPoolExecutor(1) as ex: ex.submit(...)` in the step: a new name each run.
+    runs = [[f"ThreadPoolExecutor-{n}_0"] for n in range(4)]
+    [(site, count)] = fetches_by_thread(runs)
+    assert (site.thread, count) == ("ThreadPoolExecutor-*_*", 1)
+    # Two workers of one pool, each fetching once per step: twice per step, not once.
+    runs = [[f"ThreadPoolExecutor-{n}_0", f"ThreadPoolExecutor-{n}_1"] for n in range(3)]
+    assert [(s.thread, c) for s, c in fetches_by_thread(runs)] == [("ThreadPoolExecutor-*_*", 2)]
+    runs = [[f"Thread-{n} (log)"] for n in range(3)]
+    assert [(s.thread, c) for s, c in fetches_by_thread(runs)] == [("log", 1)]
+
+
+def test_threads_the_user_named_apart_stay_apart_in_name_order() -> None:
+    runs = [["uploader", "metrics-logger"], ["metrics-logger", "uploader"]]
+    assert sorted((s.thread, c) for s, c in fetches_by_thread(runs)) == [
+        ("metrics-logger", 1),
+        ("uploader", 1),
+    ]
+    # Whichever thread ran first, the findings come in one order: the step's own, then by name.
+    line = [transfer(thread=t) for t in ("uploader", None, "metrics-logger")]
+    for transfers in (line, line[::-1]):
+        assert [f.thread for f in group(transfers)] == [None, "metrics-logger", "uploader"]

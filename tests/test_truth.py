@@ -336,6 +336,46 @@ def test_a_late_fetch_in_a_background_thread_is_caught(tmp_path: Path) -> None:
     assert "Traceback" not in run.stderr
 
 
+def test_a_fetch_in_a_fresh_pool_each_step_is_one_finding_per_step(tmp_path: Path) -> None:
+    # A new pool per call: its worker is ThreadPoolExecutor-N_0 with a new N each run.
+    repo = make_repo(
+        tmp_path,
+        {
+            "pooled.py": """
+                import concurrent.futures
+
+                import jax
+                import numpy as np
+
+
+                def inputs():
+                    return (jax.device_put(np.ones(4, np.float32)),)
+
+
+                def step(x):
+                    y = x * x
+                    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                        pool.submit(lambda: float(y.sum())).result()  # fetched in the pool
+                    return y
+            """,
+            "policies/p.yaml": (
+                "version: 1\ndefaults: {warmup: 1, guarded_runs: 1, repeats: 4}\nregions:\n"
+                "  - name: pooled\n    step: pooled:step\n    setup: pooled:inputs\n"
+            ),
+        },
+    )
+    run = run_gate(repo, "run", "--json", "reports/map.json")
+    assert run.returncode == 1, run
+    line = line_of(repo / "pooled.py", "fetched in the pool")
+    assert f"pooled.py:{line}: implicit device-to-host float32[] in thread " in run.stdout, run
+    assert "1 failing line  " in run.stdout, run  # not "(5 arrays)": one per run
+    [region] = json.loads((repo / "reports/map.json").read_text())["suites"][0]["regions"]
+    at_line = [t for t in region["transfers"] if t["line"] == line]
+    assert [(t["thread"], t["per_step"], t["failing"]) for t in at_line] == [
+        ("ThreadPoolExecutor-*_*", 1, True)
+    ], run
+
+
 def test_setup_returning_cached_arrays_is_warned_about(repo: Path) -> None:
     make_repo(
         repo,

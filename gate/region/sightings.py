@@ -11,7 +11,6 @@ without it.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from gate.policy.levels import Direction
+from gate.region.thread_names import thread_label
 from gate.results.cause import HOST_CALLBACK_USE
 from gate.results.records import Site, SourceLocation
 from gate.witness.callbacks import CallbackSite
@@ -348,11 +348,6 @@ _HOST_USES = {
 
 def host_use(what: str) -> str:
     return _HOST_USES.get(what, f"read through {what}")
-
-
-def thread_label(name: str) -> str:
-    """A thread's name without the counter that changes every run ("Thread-7 (worker)")."""
-    return re.sub(r"^Thread-\d+\s*", "", name).strip("()") or "thread"
 
 
 def site_order(key: Site) -> tuple[str, int, str, bool]:

@@ -210,7 +210,8 @@ def group(transfers: Iterable[Transfer]) -> tuple[Finding, ...]:
 
 def _order(f: Finding) -> tuple[object, ...]:
     """Failing first; then what moves every step, most per step first; then first-call-only
-    lines (initialisers); ties by file and line, then the order JAX moved the arrays in."""
+    lines (initialisers); ties by file and line, then direction, then thread (a thread's
+    finding after the step's own), then the order JAX moved the arrays in."""
     where = f.location
     return (
         not f.failing,
@@ -219,4 +220,5 @@ def _order(f: Finding) -> tuple[object, ...]:
         where.path if where else "~",
         where.line if where else 0,
         f.direction.value,
+        f.thread or "",  # by name, not by which thread happened to run first
     )
