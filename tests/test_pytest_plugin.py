@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -56,7 +57,21 @@ def test_clean(transfer_gate):
     assert [b.name for b in result.boundaries] == ["test_steps:fetch_metrics"]
 """
 FLOAT_LINE = TESTS.splitlines().index("    print(float(loss))") + 1
+SETUP_LINE = TESTS.splitlines().index("def make_inputs():") + 1
 TIMEOUT_S = 240
+
+# A second module: its lambda step takes two arguments, the setup it borrows gives one.
+MORE = """\
+from test_steps import make_inputs
+
+
+def test_misfit(transfer_gate):
+    transfer_gate.check(
+        lambda x, y: x + y,
+        setup=make_inputs,
+    )
+"""
+LAMBDA_LINE = MORE.splitlines().index("        lambda x, y: x + y,") + 1
 
 
 @pytest.fixture
@@ -64,12 +79,14 @@ def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
     # On CPU, as the suite runs the gate everywhere; the gate's detector sees device-to-host there.
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     monkeypatch.delenv("XLA_FLAGS", raising=False)
-    pytester.makepyfile(test_steps=TESTS)
+    pytester.makepyfile(test_steps=TESTS, test_more=MORE)
     return pytester
 
 
 def test_a_leaky_step_fails_at_its_line_and_a_clean_one_passes(inner: pytest.Pytester) -> None:
-    result = inner.runpytest_subprocess("-p", "no:cacheprovider", timeout=TIMEOUT_S)
+    result = inner.runpytest_subprocess(
+        "-p", "no:cacheprovider", "test_steps.py", timeout=TIMEOUT_S
+    )
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
@@ -80,9 +97,22 @@ def test_a_leaky_step_fails_at_its_line_and_a_clean_one_passes(inner: pytest.Pyt
     )
 
 
+def test_a_misfit_names_each_callable_where_it_is_defined(inner: pytest.Pytester) -> None:
+    result = inner.runpytest_subprocess("-p", "no:cacheprovider", "test_more.py", timeout=TIMEOUT_S)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"  test_more.py:{LAMBDA_LINE}: setup and step don't fit:"
+            f" setup test_steps:make_inputs (test_steps.py:{SETUP_LINE})"
+            " returned 1 value; step test_more:test_misfit.<locals>.<lambda>"
+            f" (test_more.py:{LAMBDA_LINE}) takes 2 (x, y); make setup return what the step takes",
+        ]
+    )
+
+
 def test_the_failure_is_in_pytests_junit_report(inner: pytest.Pytester) -> None:
     result = inner.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--junitxml=report.xml", timeout=TIMEOUT_S
+        "-p", "no:cacheprovider", "--junitxml=report.xml", "test_steps.py", timeout=TIMEOUT_S
     )
     result.assert_outcomes(passed=1, failed=1)
     cases = {
@@ -116,3 +146,22 @@ def test_a_boundary_must_be_a_named_function() -> None:
 
     with pytest.raises(TypeError, match="is not a named plain Python function; pass the `def`"):
         gate.check_region(abs, boundaries=[lambda: None])
+
+
+def test_a_wrapped_callable_is_named_where_the_function_inside_is_defined() -> None:
+    import functools
+
+    from gate.api import _ref
+
+    def inner(x: int) -> int:
+        return x
+
+    @functools.wraps(inner)  # as jax.jit does: __wrapped__ leads to the `def`
+    def outer(*args: int) -> int:
+        return inner(*args)
+
+    ref = _ref(outer, "step", Path.cwd())
+    line = inner.__code__.co_firstlineno
+    assert (ref.spec.split(":")[1], ref.line) == (inner.__qualname__, 0)
+    assert ref.defined_at is not None
+    assert ref.defined_at.endswith(f"test_pytest_plugin.py:{line}")
