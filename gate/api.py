@@ -20,8 +20,8 @@ from typing import Any
 from gate.policy.levels import Direction, GuardLevel, GuardSpec
 from gate.policy.load import BUILTIN_DEFAULTS, DEFAULT_ATOL, DEFAULT_RTOL
 from gate.policy.model import CallableRef, Checks, Policy, RecompileRule, Region
-from gate.report.terminal import format_summary
-from gate.results.records import RegionResult, RunResult, SuiteResult
+from gate.report.terminal import format_region_failure
+from gate.results.records import RegionResult
 
 # A guard as a policy writes it: one level for every direction, or one per direction.
 Guard = str | GuardLevel | GuardSpec | Mapping[str, str]
@@ -88,9 +88,9 @@ def check_region(
 
 
 def format_failure(result: RegionResult) -> str:
-    """What ``transfer-gate run`` prints for ``result``: its line, findings, fixes, the count."""
-    suite = SuiteResult(result.suite, result.policy_path, (result,))
-    return format_summary(RunResult((suite,)))
+    """A failing ``result`` as a test failure: the verdict and first failing ``file:line``, then
+    what ``transfer-gate run`` prints for it (its row, findings, fixes), the platform last."""
+    return format_region_failure(result)
 
 
 def _ref(fn: Callable[..., Any], role: str, root: Path) -> CallableRef:

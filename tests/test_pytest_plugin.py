@@ -11,6 +11,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from result_samples import FAILED_CHECK, SETUP_ERROR, at, region, transfer
+
+from gate.results.records import Recompile, RegionResult
 
 pytest_plugins = ["pytester"]
 
@@ -79,6 +82,8 @@ def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
     # On CPU, as the suite runs the gate everywhere; the gate's detector sees device-to-host there.
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     monkeypatch.delenv("XLA_FLAGS", raising=False)
+    # Wide enough that pytest's one-line summary keeps what the failure's first line says.
+    monkeypatch.setenv("COLUMNS", "200")
     pytester.makepyfile(test_steps=TESTS, test_more=MORE)
     return pytester
 
@@ -93,8 +98,14 @@ def test_a_leaky_step_fails_at_its_line_and_a_clean_one_passes(inner: pytest.Pyt
             "*FAIL  test_steps.leaky_step  1 failing line*",
             f"*test_steps.py:{FLOAT_LINE}: implicit device-to-host float32[]*print(float(loss))",
             "*fix: float(), int(), bool()*",
+            "platform: *",
+            # pytest's one-line summary shows the failure's first line only: the verdict and where.
+            "FAILED test_steps.py::test_leaky - Failed: transfer-gate: FAIL"
+            f" test_steps.py:{FLOAT_LINE}: implicit device-to-host float32[]*",
         ]
     )
+    # The run's count line would read as pytest's own, and say less.
+    result.stdout.no_fnmatch_line("*0 passed, 1 failed*")
 
 
 def test_a_misfit_names_each_callable_where_it_is_defined(inner: pytest.Pytester) -> None:
@@ -106,6 +117,10 @@ def test_a_misfit_names_each_callable_where_it_is_defined(inner: pytest.Pytester
             f" setup test_steps:make_inputs (test_steps.py:{SETUP_LINE})"
             " returned 1 value; step test_more:test_misfit.<locals>.<lambda>"
             f" (test_more.py:{LAMBDA_LINE}) takes 2 (x, y); make setup return what the step takes",
+            # Cut to the terminal's width, the one-line summary still says where and why.
+            "FAILED test_more.py::test_misfit - Failed: transfer-gate: ERROR"
+            f" test_more.py:{LAMBDA_LINE}: setup and step don't fit:"
+            f" setup test_steps:make_inputs (test_steps.py:{SETUP_LINE}) returned 1 value; *",
         ]
     )
 
@@ -146,6 +161,55 @@ def test_a_boundary_must_be_a_named_function() -> None:
 
     with pytest.raises(TypeError, match="is not a named plain Python function; pass the `def`"):
         gate.check_region(abs, boundaries=[lambda: None])
+
+
+# --- format_failure on hand-made results: what comes first, what comes last ----------------------
+
+PLATFORM = "cpu (cpu x1), jax 0.10.2, jaxlib 0.10.2"
+
+
+def test_a_failure_starts_with_the_verdict_and_its_first_line_and_ends_with_the_platform() -> None:
+    import gate
+
+    leaky = region("step", transfers=(transfer(source="x = np.ones(8)"),), platform=PLATFORM)
+    lines = gate.format_failure(leaky).splitlines()
+    assert lines[0] == (
+        "transfer-gate: FAIL examples/bad.py:12: implicit host-to-device float32[8],"
+        " 1x on the first call   x = np.ones(8)"
+    )
+    assert lines[1].startswith("FAIL  train.step  1 failing line")
+    assert "  fix: a NumPy array mixed with device arrays" in "\n".join(lines)
+    assert lines[-1] == f"platform: {PLATFORM}"
+    assert not any(re.fullmatch(r"\d+ passed, \d+ failed", line) for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("result", "first"),
+    [
+        (
+            region("e", error=SETUP_ERROR),
+            "ERROR examples/setup.py:3: setup raised: ValueError: boom",
+        ),
+        # A warning (recompiles: warn) fails nothing: the failing check comes first.
+        (
+            region(
+                "c",
+                has_checks=True,
+                checks=(FAILED_CHECK,),
+                recompiles=(Recompile("jit(f)", at(20), 2, 3, None, failing=False),),
+            ),
+            "FAIL policies/train.yaml:7: result check failed: reference: max abs diff 0.3 > 1e-05",
+        ),
+        (
+            region("r", recompiles=(Recompile("jit(f)", at(20), 2, 3, "x: f32[2]", failing=True),)),
+            "FAIL examples/bad.py:20: jit(f) compiled again 2x in 3 runs after warm-up: x: f32[2]",
+        ),
+    ],
+)
+def test_the_first_line_names_what_fails_the_region(result: RegionResult, first: str) -> None:
+    import gate
+
+    assert gate.format_failure(result).splitlines()[0] == f"transfer-gate: {first}"
 
 
 def test_a_wrapped_callable_is_named_where_the_function_inside_is_defined() -> None:
