@@ -20,8 +20,8 @@ from typing import Any
 from gate.policy.levels import Direction, GuardLevel, GuardSpec
 from gate.policy.load import BUILTIN_DEFAULTS, DEFAULT_ATOL, DEFAULT_RTOL
 from gate.policy.model import CallableRef, Checks, Policy, RecompileRule, Region
-from gate.report.terminal import format_summary
-from gate.results.records import RegionResult, RunResult, SuiteResult
+from gate.report.terminal import format_region_failure
+from gate.results.records import RegionResult
 
 # A guard as a policy writes it: one level for every direction, or one per direction.
 Guard = str | GuardLevel | GuardSpec | Mapping[str, str]
@@ -53,26 +53,26 @@ def check_region(
     from gate.region.engine import run_region
 
     root = Path.cwd()
-    step_ref = _ref(step, "step")
+    step_ref = _ref(step, "step", root)
     custom = (checks or {}).get("custom")
     if custom is not None and not callable(custom):
         raise TypeError(
             f"checks['custom'] is {type(custom).__name__}, not callable; pass a function"
         )
-    named = [(_ref(fn, "boundary"), _boundary(fn)) for fn in boundaries]
-    file, line = _defined_at(step, root)
+    named = [(_ref(fn, "boundary", root), _boundary(fn)) for fn in boundaries]
+    file, line = _defined_at(step, root) or (Path("<step>"), 0)
     region = Region(
         name=step_ref.qualname,
         line=line,
         step=step_ref,
-        setup=_ref(setup, "setup") if setup is not None else None,
+        setup=_ref(setup, "setup", root) if setup is not None else None,
         boundaries=tuple(ref for ref, _ in named),
         guard=_guard(guard),
         warmup=_count("warmup", warmup, 0),
         guarded_runs=_count("guarded_runs", guarded_runs, 1),
         repeats=_count("repeats", repeats, 1),
         timeout_s=float(BUILTIN_DEFAULTS["timeout_s"]),  # only workers time out
-        checks=_checks(checks, root, _ref(custom, "custom") if custom else None),
+        checks=_checks(checks, root, _ref(custom, "custom", root) if custom else None),
         recompiles=_recompiles(recompiles),
     )
     policy = Policy(path=file, version=1, suite=step_ref.module, python_path=(), regions=(region,))
@@ -88,19 +88,24 @@ def check_region(
 
 
 def format_failure(result: RegionResult) -> str:
-    """What ``transfer-gate run`` prints for ``result``: its line, findings, fixes, the count."""
-    suite = SuiteResult(result.suite, result.policy_path, (result,))
-    return format_summary(RunResult((suite,)))
+    """A failing ``result`` as a test failure: the verdict and first failing ``file:line``, then
+    what ``transfer-gate run`` prints for it (its row, findings, fixes), the platform last."""
+    return format_region_failure(result)
 
 
-def _ref(fn: Callable[..., Any], role: str) -> CallableRef:
-    """A ``module:qualname`` for ``fn``, as reports name the callables a policy names."""
+def _ref(fn: Callable[..., Any], role: str, root: Path) -> CallableRef:
+    """A ``module:qualname`` for ``fn``, as reports name the callables a policy names.
+
+    There is no policy line to point at: messages name where ``fn`` itself is defined.
+    """
     if not callable(fn):
         raise TypeError(f"{role} is {type(fn).__name__}, not callable; pass a function")
     inner = inspect.unwrap(fn)
     module = getattr(inner, "__module__", None) or "__main__"
     qualname = getattr(inner, "__qualname__", None) or type(fn).__name__
-    return CallableRef(f"{module}:{qualname}", module, qualname, 0)
+    found = _defined_at(fn, root)
+    defined_at = None if found is None else f"{found[0].as_posix()}:{found[1]}"
+    return CallableRef(f"{module}:{qualname}", module, qualname, 0, defined_at)
 
 
 def _boundary(fn: Callable[..., Any]) -> types.FunctionType:
@@ -114,11 +119,15 @@ def _boundary(fn: Callable[..., Any]) -> types.FunctionType:
     return fn
 
 
-def _defined_at(step: Callable[..., Any], root: Path) -> tuple[Path, int]:
-    """The step's file (relative to ``root`` when under it) and its first line, for reports."""
-    code = getattr(inspect.unwrap(step), "__code__", None)
+def _defined_at(fn: Callable[..., Any], root: Path) -> tuple[Path, int] | None:
+    """``fn``'s file (relative to ``root`` when under it) and its first line; None: no Python.
+
+    Through ``jax.jit``'s and ``functools.wraps``' ``__wrapped__`` to the function inside; a
+    lambda's first line is the lambda's own.
+    """
+    code = getattr(inspect.unwrap(fn), "__code__", None)
     if code is None:
-        return Path("<step>"), 0
+        return None
     path = Path(os.path.realpath(code.co_filename))
     with contextlib.suppress(ValueError):  # outside the working directory: named in full
         path = path.relative_to(root.resolve())

@@ -20,10 +20,19 @@ class CallableRef:
     spec: str
     module: str
     qualname: str
-    line: int  # 1-based line in the policy file, for error messages
+    line: int  # 1-based line in the policy file, for error messages; 0: no policy (gate.api)
+    # ``path:line`` of the callable's own definition, for a callable handed over without a
+    # policy (`gate.api.check_region`): messages point there, as there is no policy line.
+    defined_at: str | None = None
 
     def __str__(self) -> str:
         return self.spec
+
+    def where(self, policy_path: str) -> str | None:
+        """Where messages point for this callable: where it is defined, else its policy line."""
+        if self.defined_at is not None:
+            return self.defined_at
+        return f"{policy_path}:{self.line}" if self.line > 0 else None
 
 
 @dataclass(frozen=True)

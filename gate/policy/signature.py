@@ -3,8 +3,9 @@
 A step called with one argument too few raises ``TypeError: missing 1 required
 positional argument``, which reads like a bug in the step. Binding setup's
 outputs to the step's signature first tells the two apart: a misfit is named
-as one (both policy lines, what setup gave, what the step takes), and a
-TypeError raised inside a step that was called correctly stays the step's own.
+as one (both policy lines, or from `gate.api` where each callable is defined;
+what setup gave, what the step takes), and a TypeError raised inside a step
+that was called correctly stays the step's own.
 
 Two uses: at run time on setup's actual outputs (`misfit_error`), and in
 `validate` on setup's return annotation where that gives a count of values
@@ -229,7 +230,8 @@ def _arguments(names: Sequence[str]) -> str:
 
 
 def _at(path: str, ref: CallableRef) -> str:
-    return f"{ref.spec} ({path}:{ref.line})"
+    where = ref.where(path)
+    return ref.spec if where is None else f"{ref.spec} ({where})"
 
 
 def _annotated_count(setup: Callable[..., Any]) -> tuple[int, str] | None:

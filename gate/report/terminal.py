@@ -8,7 +8,7 @@ same thing in the same words.
 from __future__ import annotations
 
 from gate.report.comparison_text import comparison_lines, failing_comparisons
-from gate.results.findings import group
+from gate.results.findings import Finding, group
 from gate.results.hints import hint_for, hint_for_error
 from gate.results.records import (
     BoundaryCost,
@@ -266,38 +266,79 @@ def _passing_findings(region: RegionResult) -> list[str]:
     return lines
 
 
+def format_region_failure(region: RegionResult) -> str:
+    """One failing region as a test failure shows it (`gate.format_failure`).
+
+    The first line is the verdict and the first ``file:line`` that fails the region, as
+    pytest's one-line summary shows only that; then the region's row and findings as the
+    run's summary prints them; the platform last. No count line: the test runner counts.
+    """
+    verdict = "ERROR" if region.error is not None else "FAIL"
+    failing = _failing_lines(region)
+    first = failing[0] if failing else f"{region.policy_path}:{region.policy_line}: passed"
+    lines = [
+        f"transfer-gate: {verdict} {first}",
+        _region_line(region, len(region.classname), False),
+    ]
+    lines.extend(f"  {label}: {text}" for label, text in comparison_lines(region))
+    lines.extend(["", *_findings(region), ""])
+    if region.platform:
+        lines.append(f"platform: {region.platform}")
+    unchecked = [d for d, judge in region.coverage if judge is CoverageJudge.NOT_CHECKED]
+    if unchecked:
+        lines.append(f"NOT CHECKED on this platform: {', '.join(sorted(unchecked))} transfers")
+    return "\n".join(lines).rstrip("\n")
+
+
+def _failing_lines(region: RegionResult) -> list[str]:
+    """``path:line: what`` for each thing that fails ``region``, in the findings' order."""
+    policy = f"{region.policy_path}:{region.policy_line}"
+    if region.error is not None:
+        where = str(region.error.location) if region.error.location is not None else policy
+        return [f"{where}: {region.error.kind.value}: {one_line(region.error.message)}"]
+    return [
+        *(_transfer_line(f, region) for f in group(region.transfers) if f.failing),
+        *(_recompile_line(r, region) for r in region.recompiles if r.failing),
+        *(_check_line(c, policy) for c in region.checks if not c.passed),
+        *(f"{policy}: {label}: {text}" for label, text in failing_comparisons(region)),
+    ]
+
+
+def _transfer_line(finding: Finding, region: RegionResult) -> str:
+    where = transfer_location(finding.sample, region)
+    scope = f" {finding.scope()}" if finding.scope() else ""
+    source = f"   {finding.source}" if finding.source else ""
+    return f"{where}: {finding.kind} {finding.what()}{scope}, {finding.counts()}{source}"
+
+
+def _recompile_line(recompile: Recompile, region: RegionResult) -> str:
+    source = f"   {recompile.source}" if recompile.source else ""
+    return f"{format_recompile(recompile, region)}{source}"
+
+
+def _check_line(check: CheckOutcome, policy: str) -> str:
+    return f"{policy}: result check failed: {check.name.value}: {one_line(check.detail)}"
+
+
 def _findings(region: RegionResult) -> list[str]:
     lines = [f"{region.classname}:"]
     policy = f"{region.policy_path}:{region.policy_line}"
     if region.error is not None:
-        where = str(region.error.location) if region.error.location is not None else policy
-        lines.append(f"  {where}: {region.error.kind.value}: {one_line(region.error.message)}")
+        lines.extend(f"  {line}" for line in _failing_lines(region))
         fix = hint_for_error(region.error)
         if fix is not None:
             lines.append(f"  fix: {fix}")
         lines.extend(f"  note: {note}" for note in region.notes)
         return lines
     failing = [f for f in group(region.transfers) if f.failing]
-    for finding in failing:
-        where = transfer_location(finding.sample, region)
-        scope = f" {finding.scope()}" if finding.scope() else ""
-        source = f"   {finding.source}" if finding.source else ""
-        lines.append(
-            f"  {where}: {finding.kind} {finding.what()}{scope}, {finding.counts()}{source}"
-        )
+    lines.extend(f"  {_transfer_line(finding, region)}" for finding in failing)
     # One hint per kind of finding, not one per line: the same fix reads once.
     hints = dict.fromkeys(hint_for(f.sample) for f in failing)
     lines.extend(f"  fix: {hint}" for hint in hints)
-    for recompile in region.recompiles:
-        source = f"   {recompile.source}" if recompile.source else ""
-        lines.append(f"  {format_recompile(recompile, region)}{source}")
+    lines.extend(f"  {_recompile_line(recompile, region)}" for recompile in region.recompiles)
     if region.recompiles:
         lines.append(f"  fix: {RECOMPILE_FIX}")
     lines.extend(f"  note: {note}" for note in region.notes)
-    lines.extend(
-        f"  {policy}: result check failed: {c.name.value}: {one_line(c.detail)}"
-        for c in region.checks
-        if not c.passed
-    )
+    lines.extend(f"  {_check_line(c, policy)}" for c in region.checks if not c.passed)
     lines.extend(f"  {policy}: {label}: {text}" for label, text in failing_comparisons(region))
     return lines
