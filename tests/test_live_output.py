@@ -399,3 +399,28 @@ def test_a_failing_comparison_is_said_once_under_its_row() -> None:
     rows = progress_lines(1, 1, region(timing_vs_baseline=failing))
     said = [row for row in rows if "slower" in row]
     assert len(said) == 1, rows
+
+
+def test_on_a_terminal_the_summary_does_not_repeat_the_rows_shown_live(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    leader, follower = pty.openpty()
+    try:
+        with started(
+            [sys.executable, "-m", "gate", "run", "--color", "never"],
+            cwd=repo,
+            env=gate_env(),
+            stdout=follower,
+            stderr=follower,
+        ) as proc:
+            os.close(follower)
+            follower = -1
+            seen = _read_until_exit(leader, proc, timeout=180)
+            assert proc.returncode == 0, seen
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    lines = [line.rsplit(WIPE, 1)[-1] for line in seen.split("\n")]
+    assert any(line.startswith("[2/2] PASS  p.b") for line in lines), seen
+    assert not any(line.startswith("PASS") for line in lines), seen  # no summary rows
+    assert "2 passed, 0 failed" in lines, seen

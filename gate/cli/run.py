@@ -113,7 +113,9 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
         )
     result = judged(result)
     tinted = colour(args.color, sys.stdout)
-    print(format_summary(result, color=tinted, quiet=args.quiet, verbose=args.verbose))
+    # On a terminal every row was just shown live, above: the summary recaps what failed.
+    recap = args.quiet or (_isatty(sys.stdout) and _isatty(sys.stderr))
+    print(format_summary(result, color=tinted, quiet=recap, verbose=args.verbose))
     if accepted is not None:
         print(f"baseline: {baseline_shown} ({len(accepted)} accepted)")
     for line in _written_references(result, rules, repo_root):
@@ -121,6 +123,13 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     print(reports.describe())
     _write(result, reports)
     return _verdict(result, cancel)
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # closed, or not a real file
+        return False
 
 
 def colour(choice: str, stream: TextIO, environ: Mapping[str, str] = os.environ) -> bool:
