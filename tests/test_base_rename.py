@@ -80,6 +80,8 @@ def test_a_renamed_step_is_compared_with_the_bases_own_and_passes(repo: Path) ->
         "detail": base["results"]["detail"],  # type: ignore[index]
         "differences": [],
     }, base
+    properties = {p.get("name"): p.get("value") for p in run.junit().iter("property")}
+    assert properties["clean.vs_base.renamed.step"] == "pkg.steps:clean -> pkg.steps:clean2"
     # The jitted step's cost is compared under its new name, not as one gone and one new.
     assert "cost vs base" not in run.stdout, run
     results = run.testcase("clean: results vs base")
@@ -125,6 +127,27 @@ def test_a_step_the_base_lacks_under_its_own_policy_too_is_an_error_saying_what_
         assert said in message, message
         assert said in " ".join(run.stdout.split()), run
     assert _base(repo)["renamed"] == []
+
+
+def test_a_base_whose_own_step_fails_too_says_it_was_its_own(repo: Path) -> None:
+    broken = STEPS.replace("return x * 2.0", "raise ValueError('the old bug')")
+    commit(repo, {"pkg/steps.py": broken}, "a broken base")
+    make_repo(
+        repo,
+        {"pkg/steps.py": _renamed(STEPS), "policies/p.yaml": POLICY.replace(":clean", ":clean2")},
+    )
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json")
+    assert run.returncode == 1, run
+    error = run.testcase("clean: vs base").find("error")
+    assert error is not None, run
+    message = error.get("message", "")
+    assert "the base ran its own step pkg.steps:clean (the head renamed it pkg.steps:clean2)" in (
+        message
+    ), message
+    assert "and that failed too:" in message and "the old bug" in message, message
+    assert _base(repo)["renamed"] == [
+        {"role": "step", "base": "pkg.steps:clean", "head": "pkg.steps:clean2"}
+    ]
 
 
 @pytest.mark.parametrize(
