@@ -144,7 +144,8 @@ def test_a_base_whose_own_step_fails_too_says_it_was_its_own(repo: Path) -> None
     assert "the base ran its own step pkg.steps:clean (the head renamed it pkg.steps:clean2)" in (
         message
     ), message
-    assert "and that failed too:" in message and "the old bug" in message, message
+    assert "and that failed too:" in message, message
+    assert "the old bug" in message, message
     assert _base(repo)["renamed"] == [
         {"role": "step", "base": "pkg.steps:clean", "head": "pkg.steps:clean2"}
     ]
