@@ -199,7 +199,7 @@ def test_a_speed_difference_both_workers_show_leaves_the_verdict_open(repo: Path
         base.step_s, head.step_s = _lognormal(1, 1e-3), _lognormal(2, 2e-3)
         base.reference_s = _lognormal(3, 1e-4)
         head.reference_s = _lognormal(4, head_reference_s)
-        return _Pair(region, head, base, tree, None, rounds=40)
+        return _Pair(region, head, base, tree, None, repo, rounds=40)
 
     # The same machine speed in both workers: the step's 2x is the change's.
     slower = pair(1e-4)._step_timing()

@@ -30,6 +30,7 @@ from gate.results.comparison import (
     BaseStatus,
     BoundaryTime,
     LeafDifference,
+    Renamed,
     ResultComparison,
     TimingComparison,
     TimingVerdict,
@@ -392,6 +393,25 @@ def test_the_terminal_shows_each_comparison_under_its_region() -> None:
     # The findings say it again at the region's policy line, and the count line is unchanged.
     assert f"  {POLICY}:7: timing vs base: {HEADLINE}" in lines
     assert lines[-1] == "2 passed, 1 failed"
+
+
+def test_a_step_the_change_renamed_is_named_beside_every_comparison_with_the_bases() -> None:
+    renamed = (Renamed("step", "pkg.steps:clean", "pkg.steps:clean2"),)
+    said = "compared with the base's step pkg.steps:clean (the head renamed it pkg.steps:clean2)"
+    run = run_of(with_base(compared(timing=timing(), results=DIFFERENT, renamed=renamed)))
+    lines = format_summary(run).splitlines()
+    assert lines[1] == f"  vs base: {said}", lines
+    finding = next(line for line in lines if f"{POLICY}:7: results vs base" in line)
+    assert finding.endswith(f"({said})"), finding
+    assert f"| `train.step` | — | — | — | — | {said} |" in render_summary(run, "report.xml")
+    document = json.loads(render_json(run, fingerprints_of(run)))
+    base = document["suites"][0]["regions"][0]["base"]
+    assert base["renamed"] == [
+        {"role": "step", "base": "pkg.steps:clean", "head": "pkg.steps:clean2"}
+    ]
+    # A base that failed says it in its error, not as "compared with".
+    failed = BaseComparison(REF, BaseStatus.BASE_FAILED, base_error=BASE_ERROR, renamed=renamed)
+    assert said not in format_summary(run_of(with_base(failed)))
 
 
 def test_the_terminal_marks_warnings_and_inconclusive_timings() -> None:

@@ -4,7 +4,9 @@
 policy file says (guard levels, runs, setup, boundaries), from the base's
 code. Only what points into the tree moves: the policy's ``python_path``
 folders are taken in the base checkout. The base's result checks are off
-(they are the head's to pass), and so is its comparison with anything.
+(they are the head's to pass), and so is its comparison with anything. A
+callable the base cannot import, renamed in the change, is taken from the
+base's own copy of the policy instead (`gate.compare.own_definition`).
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ def in_tree(path: Path, head_root: Path, base_root: Path) -> Path:
     return base_root / relative
 
 
-def regions_in_base(policy: Policy, head_root: Path, base_root: Path) -> frozenset[str] | None:
-    """The region names the base's copy of this policy file has; None when it has no such file.
+def base_document(policy: Policy, head_root: Path, base_root: Path) -> list[object] | None:
+    """The base's copy of this policy file's ``regions:`` as plain YAML; None when it has no file.
 
-    Read leniently (only the names): the base's file may be of an older
-    shape the head's gate would refuse, and its regions still count as there.
+    Read leniently (plain YAML, nothing validated): the base's file may be of an
+    older shape the head's gate would refuse, and its regions still count as there.
+    A file without a list of regions gives [].
     """
     file = in_tree(policy.path, head_root, base_root)
     try:
@@ -39,8 +42,14 @@ def regions_in_base(policy: Policy, head_root: Path, base_root: Path) -> frozens
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     regions = document.get("regions") if isinstance(document, dict) else None
-    if not isinstance(regions, list):
-        return frozenset()
+    return list(regions) if isinstance(regions, list) else []
+
+
+def regions_in_base(policy: Policy, head_root: Path, base_root: Path) -> frozenset[str] | None:
+    """The region names the base's copy of this policy file has; None when it has no such file."""
+    regions = base_document(policy, head_root, base_root)
+    if regions is None:
+        return None
     return frozenset(
         str(region["name"]) for region in regions if isinstance(region, dict) and "name" in region
     )

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from gate.compare.base_policy import for_base, regions_in_base
 from gate.compare.outputs import compare_outputs
+from gate.compare.own_definition import own_definition
 from gate.compare.timing import compare_timing, decided
 from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
@@ -35,10 +36,12 @@ from gate.results.comparison import (
     BaseComparison,
     BaseStatus,
     BoundaryTime,
+    Renamed,
     StepOutputs,
     StepSamples,
     TimingComparison,
     TimingVerdict,
+    renamed_text,
 )
 from gate.results.costs import CostComparison, compare_costs
 from gate.results.records import ErrorKind, RegionError, RegionResult, RunResult, SuiteResult
@@ -122,6 +125,7 @@ def run_compared(
                         _Side("base", base_scheduler, base_policy),
                         base,
                         cancel,
+                        repo_root,
                     )
                     result = pair.compare()
                 results.append(result)
@@ -140,7 +144,9 @@ class _Pair:
     base: _Side
     tree: BaseTree
     cancel: Cancellation | None
+    head_root: Path
     rounds: int = 0  # interleaved rounds run so far
+    renamed: tuple[Renamed, ...] = ()  # what the base ran from its own policy instead
 
     def compare(self) -> RegionResult:
         head_result = self.head.scheduler.run(self.head.policy, self.region, hold=True)
@@ -152,6 +158,8 @@ class _Pair:
             return replace(head_result, notes=(*head_result.notes, note))
         base_region = next(r for r in self.base.policy.regions if r.name == self.region.name)
         base_result = self.base.scheduler.run(self.base.policy, base_region, hold=True)
+        if base_result.error is not None and base_result.error.kind is ErrorKind.IMPORT:
+            base_result = self._own_definition(base_region, base_result)
         base_outputs = self.base.scheduler.outputs
         wrong_tree = _outside(base_outputs, self.tree.root)
         if base_result.error is not None or wrong_tree is not None:
@@ -179,12 +187,40 @@ class _Pair:
             already_in_base=kept,
             base_first_call_s=base_result.first_call_s,
             head_first_call_s=head_result.first_call_s,
-            cost=_cost(base_result, head_result, self.region),
+            cost=_cost(base_result, head_result, self.region, self.renamed),
+            renamed=self.renamed,
         )
         return replace(head_result, base=comparison)
 
+    def _own_definition(self, region: Region, failed: RegionResult) -> RegionResult:
+        """The base's run of its own definition of ``region``, which ``failed`` could not import.
+
+        A step renamed in the change: the head's policy names what the base's code
+        lacks. Without a definition of its own to run, ``failed`` says why there is none.
+        """
+        assert failed.error is not None
+        own = own_definition(self.head.policy, region, self.head_root, self.tree.root)
+        if isinstance(own, str):
+            message = (
+                f"{failed.error.message}. The base cannot import what the head's policy names "
+                f"for this region ({_callables(region)}), and {own}. If it is new in this "
+                "change, give the region a new name in the policy: a new region is not compared"
+            )
+            return replace(failed, error=replace(failed.error, message=message))
+        self.renamed = own.renamed
+        result = self.base.scheduler.run(self.base.policy, own.region, hold=True)
+        if result.error is not None:
+            message = (
+                f"the head's policy names what the base lacks, so the base ran its own "
+                f"{renamed_text(own.renamed)}, and that failed too: {result.error.message}"
+            )
+            return replace(result, error=replace(result.error, message=message))
+        return result
+
     def _failed(self, error: RegionError) -> BaseComparison:
-        return BaseComparison(self.tree.describe(), BaseStatus.BASE_FAILED, base_error=error)
+        return BaseComparison(
+            self.tree.describe(), BaseStatus.BASE_FAILED, base_error=error, renamed=self.renamed
+        )
 
     def _rounds(self) -> tuple[_Side, RegionError] | None:
         """Interleaved rounds until the verdict is decided or the most rounds ran."""
@@ -274,6 +310,15 @@ def _outside(outputs: StepOutputs | None, base_root: Path) -> RegionError | None
     return None
 
 
+def _callables(region: Region) -> str:
+    """``step steps:clean2, setup steps:make``: what a region imports."""
+    parts = [f"step {region.step}"]
+    if region.setup is not None:
+        parts.append(f"setup {region.setup}")
+    parts.extend(f"boundary {b}" for b in region.boundaries)
+    return ", ".join(parts)
+
+
 def _boundary_times(base: RegionResult, head: RegionResult) -> tuple[BoundaryTime, ...]:
     base_costs = {c.name: c.per_step_s for c in base.boundaries}
     head_costs = {c.name: c.per_step_s for c in head.boundaries}
@@ -283,8 +328,22 @@ def _boundary_times(base: RegionResult, head: RegionResult) -> tuple[BoundaryTim
     )
 
 
-def _cost(base: RegionResult, head: RegionResult, region: Region) -> CostComparison | None:
-    """XLA's figures, base vs head, under the head's ``cost:`` rule; None if a side has none."""
+def _leaf(spec: str) -> str:
+    """``clean`` of ``pkg.steps:clean``, ``m`` of ``pkg.steps:Model.m``: what jit names it."""
+    return spec.rsplit(":", maxsplit=1)[-1].rsplit(".", maxsplit=1)[-1]
+
+
+def _cost(
+    base: RegionResult, head: RegionResult, region: Region, renamed: tuple[Renamed, ...] = ()
+) -> CostComparison | None:
+    """XLA's figures, base vs head, under the head's ``cost:`` rule; None if a side has none.
+
+    A jitted function the change renamed is compared under the head's name: ``jit(clean)``
+    in the base is ``jit(clean2)``'s before, not a function gone and another new.
+    """
     if base.cost is None or head.cost is None:
         return None
-    return compare_costs(base.cost, head.cost, region.cost)
+    names = {f"jit({_leaf(r.base)})": f"jit({_leaf(r.head)})" for r in renamed if r.head}
+    functions = tuple(replace(f, name=names.get(f.name, f.name)) for f in base.cost.functions)
+    base_cost = replace(base.cost, functions=functions)
+    return compare_costs(base_cost, head.cost, region.cost)

@@ -18,6 +18,7 @@ from gate.results.comparison import (
     TimingComparison,
     TimingVerdict,
     duration_text,
+    renamed_text,
 )
 from gate.results.records import RegionResult
 
@@ -154,6 +155,18 @@ def base_status_line(base: BaseComparison) -> str:
     return str(base.status)
 
 
+def own_definition_line(base: BaseComparison) -> str:
+    """``compared with the base's step pkg.steps:clean (the head renamed it pkg.steps:clean2)``.
+
+    "" when the base ran the head's policy as it is. Said beside every comparison of a
+    renamed step, so a result or timing against another function name is never read as
+    one against the same.
+    """
+    if not base.renamed or base.status is not BaseStatus.COMPARED:
+        return ""  # a base that failed says it in its error
+    return f"compared with the base's {renamed_text(base.renamed)}"
+
+
 def comparison_lines(region: RegionResult) -> list[tuple[str, str]]:
     """``(label, text)`` for each comparison of `region`, in report order."""
     lines: list[tuple[str, str]] = []
@@ -161,6 +174,8 @@ def comparison_lines(region: RegionResult) -> list[tuple[str, str]]:
     if base is not None:
         if base.status is not BaseStatus.COMPARED:
             lines.append(("vs base", base_status_line(base)))
+        if own_definition_line(base):
+            lines.append(("vs base", own_definition_line(base)))
         if base.timing is not None:
             lines.append((timing_label(base.timing), timing_line(base.timing)))
         lines.extend((timing_label(t), timing_line(t)) for t in base.boundary_timing)
@@ -197,7 +212,10 @@ def failing_comparisons(region: RegionResult) -> list[tuple[str, str]]:
             if timing is not None and timing.failing:
                 failing.append((timing_label(timing), timing_line(timing)))
         if base.results is not None and base.results.compared and not base.results.passed:
-            failing.append(("results vs base", results_line(base.results)))
+            text = results_line(base.results)
+            if own_definition_line(base):  # where the fix is: the rename changed the result
+                text += f" ({own_definition_line(base)})"
+            failing.append(("results vs base", text))
         if base.cost is not None and base.cost.failing:
             failing.append(("cost vs base", base.cost.headline()))
     vs_baseline = region.timing_vs_baseline

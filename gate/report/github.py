@@ -32,7 +32,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
-from gate.report.comparison_text import base_status_line, failing_comparisons
+from gate.report.comparison_text import (
+    base_status_line,
+    failing_comparisons,
+    own_definition_line,
+)
 from gate.report.github_annotations import (
     TITLE,
     Annotation,
@@ -178,6 +182,8 @@ def _comparison_rows(region: RegionResult) -> list[str]:
             if base.status is BaseStatus.BASE_FAILED:
                 verdict = f"**ERROR**: {verdict}"
             rows.append(f"| {name} | — | — | — | — | {verdict} |\n")
+        if own_definition_line(base):  # what the rows below were measured against
+            rows.append(f"| {name} | — | — | — | — | {_text(own_definition_line(base))} |\n")
         for timing in (base.timing, *base.boundary_timing):
             if timing is not None:
                 rows.append(_timing_row(name, timing))

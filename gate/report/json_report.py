@@ -161,6 +161,8 @@ def base_document(base: BaseComparison | None) -> dict[str, Any] | None:
             "details": error.details,
         },
         "already_in_base": base.already_in_base,
+        # The callables the base ran from its own policy, the head's having been renamed.
+        "renamed": [{"role": r.role, "base": r.base, "head": r.head} for r in base.renamed],
         "cost": cost_comparison_document(base.cost),
         "first_call_s": {"base": base.base_first_call_s, "head": base.head_first_call_s},
     }

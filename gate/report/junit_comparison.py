@@ -17,6 +17,7 @@ from gate.report.comparison_text import (
     base_status_line,
     boundary_time_line,
     one_line,
+    own_definition_line,
     results_line,
     timing_details,
     timing_label,
@@ -68,6 +69,8 @@ def _timing_case(
     region: RegionResult, name: str, timing: TimingComparison, base: BaseComparison | None
 ) -> Case:
     lines = timing_details(timing, base.base if base is not None else None)
+    if base is not None and own_definition_line(base):
+        lines.append(own_definition_line(base))
     if base is not None and timing.what == "step" and base.boundaries:
         lines.append(f"Boundary time per step, base → head ({base.base}):")
         lines.extend(f"- {boundary_time_line(b)}" for b in base.boundaries)
@@ -85,6 +88,8 @@ def _timing_case(
 def _results_case(region: RegionResult, base: BaseComparison, results: ResultComparison) -> Case:
     name = f"{region.name}: results vs base"
     head = f"results vs base {base.base}: {results_line(results)}"
+    if own_definition_line(base):
+        head += f"\n{own_definition_line(base)}"
     if not results.compared:
         body = f"{head}\n\n{_declared(region)}"
         return _case(
@@ -150,6 +155,9 @@ def comparison_properties(region: RegionResult) -> dict[str, str]:
             properties[prefix + "results.compared"] = str(base.results.compared).lower()
             properties[prefix + "results.passed"] = str(base.results.passed).lower()
             properties[prefix + "results.differences"] = str(len(base.results.differences))
+        for r in base.renamed:
+            key = f"renamed.{r.role}" + (f"[{r.base}]" if r.role == "boundary" else "")
+            properties[prefix + key] = f"{r.base} -> {r.head or '(none)'}"
         if base.already_in_base:
             properties[prefix + "transfers.already_in_base"] = str(base.already_in_base)
     if region.timing_vs_baseline is not None:

@@ -123,6 +123,30 @@ class BoundaryTime:
 
 
 @dataclass(frozen=True)
+class Renamed:
+    """A callable the base ran from its own policy because it lacks the one the head's names.
+
+    A step (or setup, or boundary) renamed in the change: the head's policy names
+    the new name, which the base's code does not have, so the base ran the name
+    its own copy of the policy file gives the same region (`gate.compare.own_definition`).
+    """
+
+    role: str  # "step", "setup" or "boundary"
+    base: str  # the base's ``module:qualname``
+    head: str  # the head's in the same place; "" when the head's policy has none there
+
+
+def renamed_text(renamed: tuple[Renamed, ...]) -> str:
+    """``step pkg.steps:clean (the head renamed it pkg.steps:clean2)``, each place joined."""
+    return "; ".join(
+        f"{r.role} {r.base} (the head renamed it {r.head})"
+        if r.head
+        else f"{r.role} {r.base} (not in the head's policy)"
+        for r in renamed
+    )
+
+
+@dataclass(frozen=True)
 class BaseComparison:
     """One region of the head against the same region run from the base tree."""
 
@@ -139,6 +163,9 @@ class BaseComparison:
     base_first_call_s: float | None = None
     head_first_call_s: float | None = None
     cost: CostComparison | None = None  # XLA's figures, base vs head (`compare_costs`)
+    # What the base ran from its own policy instead of the head's names (a rename); () when
+    # it ran the head's policy as it is.
+    renamed: tuple[Renamed, ...] = ()
 
     @property
     def failing(self) -> bool:
