@@ -215,3 +215,11 @@ def test_hints_name_the_usual_fix() -> None:
     assert "sharding" in hint_for(transfer(Direction.DEVICE_TO_DEVICE))
     assert "boundaries:" in hint_for(transfer(explicit=True))
     assert "boundaries:" not in hint_for(transfer(explicit=True, boundary="pkg.io:save"))
+
+
+def test_quiet_rows_are_aligned_on_the_rows_shown_not_the_hidden_ones() -> None:
+    run = run_of(region("a_region_with_a_long_name"), region("b", transfers=(transfer(),)))
+    [row] = [
+        line for line in format_summary(run, quiet=True).splitlines() if line.startswith("FAIL")
+    ]
+    assert row.startswith("FAIL  train.b  1 failing line"), row

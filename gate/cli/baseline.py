@@ -50,7 +50,7 @@ def baseline_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
     timed = sum(1 for r in result.regions if r.classname in timing and r.timing_samples)
     print(
         f"baseline: {shown(path, repo_root)}: {counted(len(entries), 'accepted transfer line')} "
-        f"from {counted(len(ran), 'region')}"
+        f"in {len({e.region for e in entries})} of {counted(len(ran), 'region')} run"
         + (f", {len(kept)} kept for other regions" if kept else "")
         + f", step times of {counted(timed, 'region')}"
     )

@@ -126,7 +126,8 @@ def format_summary(
     allowed too. No trailing newline.
     """
     regions = run.regions
-    width = max((len(r.classname) for r in regions), default=0)
+    # Aligned on the rows shown: -q hides the passing ones.
+    width = max((len(r.classname) for r in regions if not (quiet and r.passed)), default=0)
     lines = []
     for region in regions:
         if quiet and region.passed:
