@@ -65,26 +65,26 @@ def timed(runs: int, body: Callable[[], None]) -> list[float]:
     return samples
 
 
-def on_terminal(argv: list[str], timeout_s: float) -> float:
-    """Wall seconds of ``argv`` with its stderr on a pseudo-terminal (drained as a terminal
-    would be), stdout to a pipe; its process group is killed afterwards."""
-    leader, follower = pty.openpty()
+def timed_run(argv: list[str], timeout_s: float, *, terminal: bool) -> float:
+    """Wall seconds of ``argv`` with its stderr on a pseudo-terminal (``terminal``) or a pipe,
+    drained the same way either side, stdout discarded; its process group is killed after."""
+    reader, writer = pty.openpty() if terminal else os.pipe()
     start = time.perf_counter()
     proc = subprocess.Popen(
         argv,
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
-        stderr=follower,
+        stderr=writer,
         start_new_session=True,
     )
-    os.close(follower)
+    os.close(writer)
     try:
         end = time.monotonic() + timeout_s
         while proc.poll() is None and time.monotonic() < end:
-            if select.select([leader], [], [], 0.1)[0]:
-                with contextlib.suppress(OSError):  # the other side closed (EIO)
-                    os.read(leader, 1 << 16)
+            if select.select([reader], [], [], 0.1)[0]:
+                with contextlib.suppress(OSError):  # a terminal's other side closed (EIO)
+                    os.read(reader, 1 << 16)
         if proc.poll() is None:
             raise SystemExit(f"{' '.join(argv)}: no result in {timeout_s:g} s")
         return time.perf_counter() - start
@@ -92,28 +92,7 @@ def on_terminal(argv: list[str], timeout_s: float) -> float:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
-        os.close(leader)
-
-
-def piped(argv: list[str], timeout_s: float) -> float:
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        argv,
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        proc.communicate(timeout=timeout_s)
-        return time.perf_counter() - start
-    except subprocess.TimeoutExpired:
-        raise SystemExit(f"{' '.join(argv)}: no result in {timeout_s:g} s") from None
-    finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        os.close(reader)
 
 
 def stage_message_cost(runs: int) -> list[float]:
@@ -181,12 +160,9 @@ def main() -> None:
         gate = [sys.executable, "-m", "gate", "run", "--junit", f"{scratch}/report.xml"]
         for round_ in range(args.live_rounds):
             # Alternating, each first in turn, so that load drifts hit both alike.
-            pair = [
-                (live, [*gate, "--color", "always"], on_terminal),
-                (quiet, [*gate, "-q"], piped),
-            ]
-            for samples, argv, run in pair if round_ % 2 == 0 else pair[::-1]:
-                samples.append(run(argv, 600))
+            pair = [(live, [*gate, "--color", "always"], True), (quiet, [*gate, "-q"], False)]
+            for samples, argv, terminal in pair if round_ % 2 == 0 else pair[::-1]:
+                samples.append(timed_run(argv, 600, terminal=terminal))
     frames = stage_message_cost(args.runs)
 
     device = jax.devices()[0]

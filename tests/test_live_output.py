@@ -210,15 +210,16 @@ def _repo(tmp_path: Path) -> Path:
     return make_repo(tmp_path, {"steps.py": STEPS, "policies/p.yaml": POLICY})
 
 
-def test_on_a_terminal_the_running_region_and_its_stage_show_in_place(tmp_path: Path) -> None:
-    repo = _repo(tmp_path)
+def _on_terminal(repo: Path, *, stdout_too: bool) -> str:
+    """``transfer-gate run --color never`` in ``repo`` with stderr (and stdout) on a
+    pseudo-terminal: what the terminal received. The run must pass."""
     leader, follower = pty.openpty()
     try:
         with started(
             [sys.executable, "-m", "gate", "run", "--color", "never"],
             cwd=repo,
             env=gate_env(),
-            stdout=subprocess.DEVNULL,
+            stdout=follower if stdout_too else subprocess.DEVNULL,
             stderr=follower,
         ) as proc:
             os.close(follower)
@@ -229,6 +230,11 @@ def test_on_a_terminal_the_running_region_and_its_stage_show_in_place(tmp_path: 
         os.close(leader)
         if follower >= 0:
             os.close(follower)
+    return seen
+
+
+def test_on_a_terminal_the_running_region_and_its_stage_show_in_place(tmp_path: Path) -> None:
+    seen = _on_terminal(_repo(tmp_path), stdout_too=False)
     assert f"{WIPE}[1/2] p.a: starting a worker" in seen, seen
     assert f"{WIPE}[1/2] p.a: compiling" in seen, seen
     assert f"{WIPE}[2/2] p.b: checking" in seen, seen
@@ -402,24 +408,7 @@ def test_a_failing_comparison_is_said_once_under_its_row() -> None:
 
 
 def test_on_a_terminal_the_summary_does_not_repeat_the_rows_shown_live(tmp_path: Path) -> None:
-    repo = _repo(tmp_path)
-    leader, follower = pty.openpty()
-    try:
-        with started(
-            [sys.executable, "-m", "gate", "run", "--color", "never"],
-            cwd=repo,
-            env=gate_env(),
-            stdout=follower,
-            stderr=follower,
-        ) as proc:
-            os.close(follower)
-            follower = -1
-            seen = _read_until_exit(leader, proc, timeout=180)
-            assert proc.returncode == 0, seen
-    finally:
-        os.close(leader)
-        if follower >= 0:
-            os.close(follower)
+    seen = _on_terminal(_repo(tmp_path), stdout_too=True)
     lines = [line.rsplit(WIPE, 1)[-1] for line in seen.split("\n")]
     assert any(line.startswith("[2/2] PASS  p.b") for line in lines), seen
     assert not any(line.startswith("PASS") for line in lines), seen  # no summary rows
