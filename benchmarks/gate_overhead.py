@@ -56,6 +56,14 @@ def quartiles(samples: list[float]) -> str:
     return f"median {median * 1e3:8.3f} ms  (p25 {q1 * 1e3:.3f}, p75 {q3 * 1e3:.3f})"
 
 
+def spread(samples: list[float]) -> str:
+    """``5.36 s (p25 5.20, p75 5.51)``: whole runs, in seconds."""
+    if len(samples) < 2:
+        return f"{samples[0]:.2f} s"
+    q1, median, q3 = statistics.quantiles(samples, n=4)
+    return f"{median:.2f} s (p25 {q1:.2f}, p75 {q3:.2f})"
+
+
 def timed(runs: int, body: Callable[[], None]) -> list[float]:
     samples = []
     for _ in range(runs):
@@ -173,8 +181,8 @@ def main() -> None:
     print(f"transfer-gate run of policies/ (2 regions): {whole:.2f} s wall")
     on_tty, off = statistics.median(live), statistics.median(quiet)
     print(
-        f"live output, {args.live_rounds} runs each: on a terminal {on_tty:.2f} s, -q to a pipe "
-        f"{off:.2f} s: ratio {on_tty / off:.3f} (medians)"
+        f"live output, {args.live_rounds} runs each: on a terminal {spread(live)}, -q to a pipe "
+        f"{spread(quiet)}: ratio {on_tty / off:.3f} (medians)"
     )
     print(f"one stage message   {quartiles(frames)}")
 
