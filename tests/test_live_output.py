@@ -118,7 +118,11 @@ def test_under_github_each_region_is_a_group_of_its_output_and_stages() -> None:
         watcher.finished(region(transfers=(transfer(),)))
     lines = stream.getvalue().splitlines()
     assert lines[1].startswith("::group::[1/2] FAIL  train.step  1 failing line"), lines
-    assert lines[2:5] == ["loss 4.7", "loss 4.6", "    stages: compiling 1.00 s"], lines
+    assert lines[2:5] == [
+        "[train.step] loss 4.7",
+        "[train.step] loss 4.6",
+        "    stages: compiling 1.00 s",
+    ], lines
     assert lines[5] == "::endgroup::", lines
     # What to fix stays outside the fold, where it is seen.
     assert lines[6].startswith("  examples/bad.py:12: implicit host-to-device"), lines
@@ -136,7 +140,7 @@ def test_under_github_quiet_still_shows_what_a_passing_region_printed() -> None:
     # Region a passed and printed nothing: no group. Region b's output is never dropped.
     assert lines == [
         "::group::[2/2] PASS  train.b  0 failing lines  median 1.23 ms  boundaries 155 µs/step",
-        "printed",
+        "[train.b] printed",
         "    stages: compiling 0 s",
         "::endgroup::",
     ], lines
@@ -289,9 +293,14 @@ def test_under_github_actions_each_region_is_a_group_holding_its_output(tmp_path
     for start in starts:
         end = lines.index("::endgroup::", start)
         inside = lines[start + 1 : end]
-        assert "hello from the step" in inside, run  # the region's own output, unprefixed
+        assert f"[{lines[start].split()[2]}] hello from the step" in inside, run
         assert any(line.strip().startswith("stages: ") for line in inside), run
-    assert "[p.a]" not in run.stderr, run
+    # Outside the groups, no line of the step's.
+    assert sum(line.endswith("] hello from the step") for line in lines) == sum(
+        line.startswith("[p.") and line.endswith("hello from the step")
+        for start in starts
+        for line in lines[start : lines.index("::endgroup::", start)]
+    ), run
 
 
 def test_baseline_shows_no_rows_but_groups_what_each_region_printed(tmp_path: Path) -> None:
@@ -301,7 +310,7 @@ def test_baseline_shows_no_rows_but_groups_what_each_region_printed(tmp_path: Pa
     lines = run.stderr.splitlines()
     assert not any(line.startswith(("[1/2]", "::group::[")) for line in lines), run
     start = lines.index("::group::p.a")
-    assert "hello from the step" in lines[start : lines.index("::endgroup::", start)], run
+    assert "[p.a] hello from the step" in lines[start : lines.index("::endgroup::", start)], run
     assert "::group::p.b" in lines, run
 
 
@@ -382,8 +391,9 @@ def test_under_github_actions_a_regions_last_lines_stay_in_its_group(tmp_path: P
         )
         inside = lines[start + 1 : lines.index("::endgroup::", start)]
         # Every call's 300 lines, whole, the last call's too.
-        assert inside.count("line 0") >= 5, (name, inside[-5:])
-        assert inside.count("line 299") == inside.count("line 0"), (name, inside[-5:])
+        first, last = f"[p.{name}] line 0", f"[p.{name}] line 299"
+        assert inside.count(first) >= 5, (name, inside[-5:])
+        assert inside.count(last) == inside.count(first), (name, inside[-5:])
 
 
 def test_a_failing_comparison_is_said_once_under_its_row() -> None:
@@ -413,3 +423,15 @@ def test_on_a_terminal_the_summary_does_not_repeat_the_rows_shown_live(tmp_path:
     assert any(line.startswith("[2/2] PASS  p.b") for line in lines), seen
     assert not any(line.startswith("PASS") for line in lines), seen  # no summary rows
     assert "2 passed, 0 failed" in lines, seen
+
+
+def test_a_line_the_step_prints_never_reaches_github_as_a_workflow_command() -> None:
+    watcher, stream, _ = live(groups=True)
+    with watcher:
+        watcher.stage("train.step", "compiling")
+        watcher.output("train.step", ["::endgroup::", "::error file=x.py,line=1::fake"])
+        watcher.finished(region())
+    lines = stream.getvalue().splitlines()
+    # The gate's own group commands only; the step's lines are prefixed, so GitHub shows them.
+    assert [line for line in lines if line.startswith("::")] == [f"::group::{ROW}", "::endgroup::"]
+    assert "[train.step] ::error file=x.py,line=1::fake" in lines

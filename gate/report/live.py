@@ -13,7 +13,8 @@ output from the scheduler's threads, and each region's result from ``run``.
 - Under GitHub Actions each region's row heads a ``::group::`` holding what its
   worker printed and its stages, folded in the log; its lines to fix follow
   outside the group, where they are seen. Elsewhere a worker's lines are
-  written as they come, as ``[suite.region] line``.
+  written as they come. Either way each is ``[suite.region] line``: never a line
+  of the code under test's that starts with ``::``, a workflow command to GitHub.
 """
 
 from __future__ import annotations
@@ -107,8 +108,8 @@ class LiveOutput:
         with self._lock:
             self._running = None
             self._wipe()
-            for label, lines in self._held.items():  # a region that never finished
-                self._write("".join(f"[{label}] {line}\n" for line in lines))
+            for lines in self._held.values():  # a region that never finished
+                self._write("".join(f"{line}\n" for line in lines))
             self._held.clear()
 
     # -- what the scheduler says ------------------------------------------------
@@ -126,7 +127,10 @@ class LiveOutput:
     def output(self, label: str, lines: Sequence[str]) -> None:
         with self._lock:
             if self.groups and label in self._stages:
-                self._held.setdefault(label, []).extend(lines)
+                # Prefixed here too: GitHub runs a line that starts with "::" as a workflow
+                # command, and the code under test (a fork's, say) must not end the group,
+                # fake an annotation or stop the gate's own commands.
+                self._held.setdefault(label, []).extend(f"[{label}] {line}" for line in lines)
                 return
             self._wipe()
             self._write("".join(f"[{label}] {line}\n" for line in lines))
