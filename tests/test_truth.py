@@ -376,6 +376,52 @@ def test_a_fetch_in_a_fresh_pool_each_step_is_one_finding_per_step(tmp_path: Pat
     ], run
 
 
+def test_jaxs_refusal_in_a_pool_thread_is_the_maps_finding_not_a_second_one(
+    tmp_path: Path,
+) -> None:
+    # JAX's own verdict (the run under `disallow`) refuses the eager index in the pool's
+    # thread; the refusal reaches the step through the future and knows no thread. It is the
+    # same transfer the map charged to that thread, not a third finding "1x per step".
+    repo = make_repo(
+        tmp_path,
+        {
+            "pooled.py": """
+                import concurrent.futures
+
+                import jax
+                import numpy as np
+
+
+                def inputs():
+                    return (jax.device_put(np.ones(4, np.float32)),)
+
+
+                def step(y):
+                    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                        list(pool.map(lambda i: float(y[i]), range(2)))  # indexed in the pool
+                    return y * 2.0
+            """,
+            "policies/p.yaml": (
+                "version: 1\ndefaults: {warmup: 1, guarded_runs: 1, repeats: 2}\nregions:\n"
+                "  - name: pooled\n    step: pooled:step\n    setup: pooled:inputs\n"
+            ),
+        },
+    )
+    run = run_gate(repo, "run", "--json", "reports/map.json")
+    assert run.returncode == 1, run
+    line = line_of(repo / "pooled.py", "indexed in the pool")
+    [region] = json.loads((repo / "reports/map.json").read_text())["suites"][0]["regions"]
+    at_line = sorted(
+        (t["direction"], t["thread"], t["per_step"])
+        for t in region["transfers"]
+        if t["line"] == line
+    )
+    assert at_line == [
+        ("device-to-host", "ThreadPoolExecutor-*_*", 2),
+        ("host-to-device", "ThreadPoolExecutor-*_*", 2),
+    ], run
+
+
 def test_setup_returning_cached_arrays_is_warned_about(repo: Path) -> None:
     make_repo(
         repo,

@@ -3,7 +3,7 @@ direction, what a reader must be told, and when a pass would claim too much."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gate.machine.diagnosis import PlatformInfo, direction_coverage
 from gate.policy.levels import Direction, GuardSpec
@@ -69,11 +69,19 @@ class Verdict:
         return any(t.failing for t in self.transfers)
 
     def add_refusal(self, found: Transfer) -> None:
-        """JAX's refusal of a transfer, unless one at its line in its phase is already failing."""
+        """JAX's refusal of a transfer, unless one at its line in its phase is already failing.
+
+        A refusal knows no thread: one raised in a pool's thread reaches the step through
+        ``future.result()``, and the map's finding in that thread at that line is the same.
+        """
         place = found.site.place
+
+        def same(known: Transfer) -> bool:
+            seen = known.site.place
+            return seen == place or (found.thread is None and replace(seen, thread=None) == place)
+
         if not any(
-            known.failing and known.phase is found.phase and known.site.place == place
-            for known in self.transfers
+            known.failing and known.phase is found.phase and same(known) for known in self.transfers
         ):
             self.transfers.append(found)
 
