@@ -496,7 +496,7 @@ def test_setup_reads_count_as_host_copies_whoever_runs_setup(tmp_path: Path) -> 
 
     from gate.policy.resolve import python_path
     from gate.region.callables import RegionCode, import_region
-    from gate.region.engine import RegionRun
+    from gate.region.region_run import RegionRun
     from gate.user_code import UserCode
     from gate.witness.host_copies import host_copy_cached
 

@@ -16,7 +16,7 @@ from result_samples import callable_ref, one_region_policy
 from gate.policy.levels import Direction
 from gate.policy.resolve import python_path
 from gate.region.callables import RegionCode, import_region
-from gate.region.engine import RegionRun
+from gate.region.region_run import RegionRun
 from gate.results.records import Phase, SourceLocation, Transfer
 from gate.user_code import UserCode
 

@@ -1,0 +1,220 @@
+"""One region while it runs: a method per phase, over the parts that keep its state.
+
+`gate.region.engine` runs the phases in their order (and says why that order);
+this is what each phase does: a call unguarded, a call under the region's own
+guard levels (JAX's verdict), mapped calls with every transfer charged to its
+line, the timed calls, and the fetches other threads made between the runs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gate.jaxhooks.compiles import CompileWatch
+from gate.jaxhooks.guard import (
+    explicit_functions,
+    guarded,
+    parse_violation,
+)
+from gate.machine.diagnosis import PlatformInfo
+from gate.policy.levels import GuardLevel, GuardSpec
+from gate.policy.model import RecompileRule
+from gate.region.boundary import BoundaryMonitor
+from gate.region.callables import RegionCode
+from gate.region.errors import RegionAbort, error_from, first_line, refused_transfer
+from gate.region.fetch_watch import FetchWatch
+from gate.region.inputs import Inputs, StepInputs
+from gate.region.outputs import call_step, check_outputs
+from gate.region.sightings import PhaseTally, SightingMemory, between_runs
+from gate.region.threads import join_step_threads
+from gate.region.verdict import Verdict, site_transfer
+from gate.results.records import (
+    ErrorKind,
+    Phase,
+    Recompile,
+)
+from gate.witness.arguments import CallPlan, is_jitted, plan_call
+from gate.witness.callbacks import CallbackLog, CallbackSite
+from gate.witness.fetches import FetchLog
+from gate.witness.observed import Observed, name_moves
+from gate.witness.recompiles import attribute
+from gate.witness.transfer_map import mapped
+
+
+@dataclass
+class RegionRun:
+    """One region while it runs: a method per phase, over the parts that keep its state."""
+
+    code: RegionCode
+    platform: PlatformInfo | None = None
+    callbacks: CallbackLog | None = None  # set while host callbacks are counted
+    compiles: CompileWatch | None = None  # set after warm-up, unless `recompiles: allow`
+    counted_runs: int = 0  # step calls watched for compilations
+    monitor: BoundaryMonitor = field(default_factory=BoundaryMonitor)
+    verdict: Verdict = field(default_factory=Verdict)
+    memory: SightingMemory = field(default_factory=SightingMemory)
+    watch: FetchWatch = field(init=False)
+    inputs: StepInputs = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.watch = FetchWatch(self.code.user, self.monitor.current)
+        self.inputs = StepInputs(self.code, self.watch, self.verdict)
+
+    def _call(self, inputs: Inputs) -> Any:
+        if self.compiles is None:
+            return call_step(self.code.callables.step, inputs)
+        # Only the step's own call: setup may build arrays of new shapes freely.
+        self.counted_runs += 1
+        with self.compiles.counting():
+            return call_step(self.code.callables.step, inputs)
+
+    def recompiles(self, watch: CompileWatch | None) -> tuple[Recompile, ...]:
+        fails, at = self.code.region.recompiles is RecompileRule.FAIL, self.code.step_location()
+        events = watch.events if watch is not None else []
+        return attribute(events, self.code.user, self.counted_runs, at, failing=fails)
+
+    def _abort(self, kind: ErrorKind, exc: BaseException) -> RegionAbort:
+        return RegionAbort(error_from(self.code.user, kind, exc))
+
+    # -- the phases ---------------------------------------------------------
+
+    def _step(self, inputs: Inputs) -> Any:
+        try:
+            return self._call(inputs)
+        except Exception as exc:
+            raise self._abort(ErrorKind.STEP, exc) from exc
+
+    def unguarded_call(self) -> Any:
+        outputs = self._step(self.inputs.fresh())
+        check_outputs(self.code.region.step.spec, outputs)
+        return outputs
+
+    def guarded_call(self, phase: Phase) -> None:
+        """One run under the region's guard; a disallowed transfer is recorded.
+
+        JAX refusing a transfer is its own verdict: the record always fails,
+        whatever the map concluded about the same line.
+        """
+        inputs = self.inputs.fresh()
+        guard = self.code.region.guard
+        self.monitor.guard = guard
+        try:
+            with guarded(guard):
+                outputs = self._call(inputs)
+        except Exception as exc:
+            if parse_violation(exc) is None:
+                if self.verdict.any_failing:
+                    # Most likely a refused transfer in a thread broke the
+                    # step; the failing transfers already say what to fix.
+                    self.verdict.warn(
+                        f"under the region's guard the step raised {type(exc).__name__}: "
+                        f"{first_line(exc)} (a refused transfer elsewhere, e.g. in a "
+                        "thread, can cause this)"
+                    )
+                    return
+                raise self._abort(ErrorKind.STEP, exc) from exc
+            self.verdict.add_refusal(replace(refused_transfer(self.code, exc, phase), failing=True))
+            return
+        finally:
+            self.monitor.guard = None
+        check_outputs(self.code.region.step.spec, outputs)
+
+    def mapped_calls(self, phase: Phase, runs: int) -> None:
+        """``runs`` runs under the logging levels, every transfer charged to its line.
+
+        Always ``log_explicit``: the map shows explicit transfers too (in
+        boundaries or not); whether one fails is judged afterwards from the
+        region's own levels. Three witnesses: JAX's guard log, the gate's
+        device-to-host detector, and the host-callback counter.
+        """
+        tally = PhaseTally(
+            main_thread=threading.current_thread().name,
+            step_location=self.code.step_location(),
+            platform=self.platform.platform if self.platform is not None else None,
+            memory=self.memory,
+            disagreements=self.verdict.disagreements,
+        )
+        explicit = explicit_functions()
+        for _ in range(runs):
+            self._mapped_run(tally, explicit)
+        for key, sighting, count in tally.sites():
+            self.verdict.transfers.append(site_transfer(self.code, key, sighting, phase, count))
+
+    def _mapped_run(self, tally: PhaseTally, explicit: tuple[Callable[..., Any], ...]) -> None:
+        inputs = self.inputs.fresh()
+        step_plan = self._step_plan(inputs)
+        callbacks_before = self.callbacks.counts() if self.callbacks else {}
+        threads_before = set(threading.enumerate())
+        try:
+            with (
+                self.watch.detector() as fetches,
+                mapped(
+                    self.code.user,
+                    explicit=explicit,
+                    boundary_codes=self.code.callables.boundary_codes,
+                ) as log,
+                guarded(GuardSpec.uniform(GuardLevel.LOG_EXPLICIT)),
+            ):
+                outputs = self._call(inputs)
+                join_step_threads(threads_before, self.code.step_location)
+        except RegionAbort:
+            raise
+        except Exception as exc:
+            raise self._abort(ErrorKind.STEP, exc) from exc
+        check_outputs(self.code.region.step.spec, outputs)
+        ran: dict[CallbackSite, int] = {}
+        if self.callbacks is not None:
+            self.callbacks.settle()
+            ran = {site: n for site, n in self.callbacks.delta(callbacks_before).items() if n}
+
+        def plan_of(seen: Observed) -> CallPlan | None:
+            # A jitted step: no line of the user's ran, and JAX moved setup's
+            # outputs; name them after the step's parameters where they agree.
+            moved_arguments = (
+                seen.location is None and seen.thread == tally.main_thread and not seen.argument
+            )
+            return step_plan if moved_arguments else None
+
+        name_moves(log.observed, plan_of)
+        tally.add_run(log.observed, fetches, ran)
+
+    def _step_plan(self, inputs: Inputs) -> CallPlan | None:
+        """What a jitted step moves of setup's outputs, by parameter; None if not jitted."""
+        step = self.code.callables.step
+        if not is_jitted(step):
+            return None
+        args, kwargs = inputs
+        try:
+            return plan_call(step, args, kwargs)
+        except Exception:  # naming is a nicety: never let it break the run
+            return None
+
+    def fetches_between_runs(self, log: FetchLog, threads_before: set[str]) -> None:
+        """Record the fetches other threads made between the watched runs."""
+        for key, sighting in between_runs(log, threads_before, self.memory.detector_seen):
+            transfer = site_transfer(self.code, key, sighting, Phase.STEADY_STATE, 1)
+            self.verdict.transfers.append(transfer)
+
+    def loosened(self, what: str, frame: types.FrameType) -> None:
+        """The step tried to change the guard itself: ignored, and said."""
+        where = f"{self.code.user.relative(frame.f_code.co_filename)}:{frame.f_lineno}"
+        self.verdict.warn(
+            f"{where}: the step calls {what}; the gate ignored it while watching (the "
+            "policy's guard levels decide), so what moves there is judged like the rest"
+        )
+
+    def timed_calls(self) -> tuple[list[float], Any]:
+        """Step times over ``repeats`` runs, and the last run's outputs."""
+        samples, outputs = [], None
+        for _ in range(self.code.region.repeats):
+            inputs = self.inputs.fresh()
+            start = time.perf_counter()
+            outputs = self._step(inputs)
+            samples.append(time.perf_counter() - start)
+        check_outputs(self.code.region.step.spec, outputs)
+        return samples, outputs
