@@ -241,6 +241,7 @@ def test_summary_shows_a_failing_cost_comparison_against_the_base_and_the_baseli
     doubled = compare_costs(_cost(2.1e6), _cost(4.2e6), CostRule(max_increase=1.05))
     baseline = dataclasses.replace(doubled, against="baseline")
     report_only = compare_costs(_cost(2.1e6), _cost(4.2e6), CostRule())
+    unmeasured = compare_costs(not_measured("no hook"), _cost(4.2e6), CostRule(1.05))
     run = run_of(
         region(
             "vs_base",
@@ -255,6 +256,11 @@ def test_summary_shows_a_failing_cost_comparison_against_the_base_and_the_baseli
         ),
         region(
             "same", cost=_cost(4.2e6), base=BaseComparison("HEAD~1", BaseStatus.COMPARED, cost=None)
+        ),
+        region(
+            "unmeasured",
+            cost=_cost(4.2e6),
+            base=BaseComparison("HEAD~1", BaseStatus.COMPARED, cost=unmeasured),
         ),
     )
     text = render_summary(run, REPORT)
@@ -278,6 +284,7 @@ def test_summary_shows_a_failing_cost_comparison_against_the_base_and_the_baseli
         in (table)
     )
     assert "`train.same` cost" not in table
+    assert "| `train.unmeasured` cost | — | — | — | — | cost not compared: base: no hook |" in table
     # ... and the findings say it again, with the whole headline.
     findings = text.split("### Findings")[1]
     assert f"cost vs base: cost beyond 1.05x the base: {headline}" in findings
