@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from result_samples import (
 
 from gate.cli.exit_codes import ExitCode
 from gate.policy.levels import Direction, GuardLevel, GuardSpec
+from gate.policy.model import CostRule
 from gate.report.github import (
     MAX_DETAILS_CHARS,
     MAX_SUMMARY_BYTES,
@@ -32,6 +34,8 @@ from gate.report.github_annotations import (
     escape_property,
     workflow_command,
 )
+from gate.results.comparison import BaseComparison, BaseStatus
+from gate.results.costs import FunctionCost, StepCost, compare_costs, not_measured, step_cost
 from gate.results.records import (
     CheckName,
     CheckOutcome,
@@ -186,7 +190,7 @@ def test_the_most_important_findings_win_the_ten_slots() -> None:
 
 def test_summary_has_a_row_per_region_and_the_findings() -> None:
     run = run_of(
-        region("ok"),
+        region("ok", cost=_cost(603_460.0)),
         region(
             "leaky",
             transfers=(
@@ -201,13 +205,14 @@ def test_summary_has_a_row_per_region_and_the_findings() -> None:
     text = render_summary(run, REPORT)
     assert text.startswith("## transfer-gate: 1 passed, 3 failed\n")
     rows = [line for line in text.splitlines() if line.startswith("| `train.")]
+    assert "| Region | Status | Failing transfers | Median step | Cost | Boundary costs |" in text
     assert rows == [
-        "| `train.ok` | pass | none | 1.23 ms | pkg.io:save: 20 calls, 3.10 ms total, "
-        "155 µs per step |",
+        "| `train.ok` | pass | none | 1.23 ms | 603 kFLOP/step | pkg.io:save: 20 calls, "
+        "3.10 ms total, 155 µs per step |",
         "| `train.leaky` | **FAIL**: transfers | host-to-device: 2 lines, device-to-host: 1 line "
-        "| 1.23 ms | pkg.io:save: 20 calls, 3.10 ms total, 155 µs per step |",
-        "| `train.broken` | **ERROR**: step raised | — | — | — |",
-        "| `train.checked` | **FAIL**: checks: reference | none | 1.23 ms "
+        "| 1.23 ms | — | pkg.io:save: 20 calls, 3.10 ms total, 155 µs per step |",
+        "| `train.broken` | **ERROR**: step raised | — | — | — | — |",
+        "| `train.checked` | **FAIL**: checks: reference | none | 1.23 ms | — "
         "| pkg.io:save: 20 calls, 3.10 ms total, 155 µs per step |",
     ]
     assert "- `examples/bad.py:12`: implicit host-to-device float32\\[8\\]" in text
@@ -216,6 +221,74 @@ def test_summary_has_a_row_per_region_and_the_findings() -> None:
     assert "<details><summary>details</summary>" in text
     assert "- `policies/train.yaml:7`: result check failed: reference: max abs diff" in text
     assert text.endswith(f"\nFull report: `{REPORT}`\n")
+
+
+def _cost(flops: float) -> StepCost:
+    return step_cost((FunctionCost("jit(step)", 1, 1, (("flops", flops),)),), None)
+
+
+def test_summary_cost_column_is_a_dash_when_the_cost_was_not_measured() -> None:
+    run = run_of(
+        region("old_jax", cost=not_measured("this JAX has no compile hook")),
+        # Measured, but XLA gave no flop count: nothing to show as the terminal shows nothing.
+        region("no_flops", cost=step_cost((FunctionCost("jit(s)", 1, 1, ()),), None)),
+    )
+    rows = [line for line in render_summary(run, REPORT).splitlines() if "| `train." in line]
+    assert [row.split(" | ")[4] for row in rows] == ["—", "—"]
+
+
+def test_summary_shows_a_failing_cost_comparison_against_the_base_and_the_baseline() -> None:
+    doubled = compare_costs(_cost(2.1e6), _cost(4.2e6), CostRule(max_increase=1.05))
+    baseline = dataclasses.replace(doubled, against="baseline")
+    report_only = compare_costs(_cost(2.1e6), _cost(4.2e6), CostRule())
+    unmeasured = compare_costs(not_measured("no hook"), _cost(4.2e6), CostRule(1.05))
+    run = run_of(
+        region(
+            "vs_base",
+            cost=_cost(4.2e6),
+            base=BaseComparison("HEAD~1", BaseStatus.COMPARED, cost=doubled),
+        ),
+        region("vs_baseline", cost=_cost(4.2e6), cost_vs_baseline=baseline),
+        region(
+            "changed",
+            cost=_cost(4.2e6),
+            base=BaseComparison("HEAD~1", BaseStatus.COMPARED, cost=report_only),
+        ),
+        region(
+            "same", cost=_cost(4.2e6), base=BaseComparison("HEAD~1", BaseStatus.COMPARED, cost=None)
+        ),
+        region(
+            "unmeasured",
+            cost=_cost(4.2e6),
+            base=BaseComparison("HEAD~1", BaseStatus.COMPARED, cost=unmeasured),
+        ),
+    )
+    text = render_summary(run, REPORT)
+    headline = "total: flops 2.10e6 → 4.20e6 (2.00x); jit(step): flops 2.10e6 → 4.20e6 (2.00x)"
+    # The region table says why it failed, ...
+    assert "| `train.vs_base` | **FAIL**: cost vs base | none | 1.23 ms | 4.2 MFLOP/step |" in text
+    assert "| `train.vs_baseline` | **FAIL**: cost vs baseline | none |" in text
+    assert "| `train.changed` | pass | none |" in text
+    # ... the comparison table has a row for each cost comparison that found a change, ...
+    table = text.split("### Against the base")[1].split("###")[0]
+    assert (
+        f"| `train.vs_base` cost | — | — | — | — | **FAIL**: cost beyond 1.05x the base: "
+        f"{headline} |\n"
+    ) in table
+    assert (
+        f"| `train.vs_baseline` cost (vs baseline) | — | — | — | — | **FAIL**: cost beyond 1.05x "
+        f"the baseline: {headline} |\n"
+    ) in table
+    assert (
+        f"| `train.changed` cost | — | — | — | — | cost changed against the base: {headline} |"
+        in (table)
+    )
+    assert "`train.same` cost" not in table
+    assert "| `train.unmeasured` cost | — | — | — | — | cost not compared: base: no hook |" in table
+    # ... and the findings say it again, with the whole headline.
+    findings = text.split("### Findings")[1]
+    assert f"cost vs base: cost beyond 1.05x the base: {headline}" in findings
+    assert f"cost vs baseline: cost beyond 1.05x the baseline: {headline}" in findings
 
 
 def test_summary_escapes_user_text_and_fences_tracebacks() -> None:
@@ -254,6 +327,7 @@ def test_summary_stays_within_the_limit_and_says_what_it_left_out(limit: int) ->
             f"r{i:05d}",
             transfers=tuple(transfer(line=j) for j in range(3)),
             error=region_error(details="frame\n" * 400) if i % 2 else None,
+            cost=_cost(603_460.0),
         )
         for i in range(3_000)
     ]

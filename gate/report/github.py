@@ -52,6 +52,7 @@ from gate.report.terminal import (
     one_line,
 )
 from gate.results.comparison import BaseStatus, TimingComparison, TimingVerdict, duration_text
+from gate.results.costs import CostComparison
 from gate.results.findings import group
 from gate.results.records import CoverageJudge, RegionResult, RunResult
 
@@ -142,11 +143,14 @@ def _table_row(region: RegionResult) -> str:
         if region.boundaries
         else "—"
     )
+    # XLA's count, as the terminal shows it; "" when not measured or without flops.
+    cost = region.cost.headline() if region.cost is not None else ""
     cells = [
         _code(region.classname, in_table=True),
         _status(region),
         _failing_by_direction(region),
         median,
+        _text(cost) if cost else "—",
         boundaries,
     ]
     return "| " + " | ".join(cells) + " |\n"
@@ -156,8 +160,9 @@ def comparison_blocks(run: RunResult) -> list[str]:
     """``region | base | head | ratio | p | verdict``: only when a region was compared.
 
     One row per timing comparison (the step against the base, each gated boundary,
-    the step against the stored baseline), and one for a region the base did not
-    have or could not run, so every compared region is in the table.
+    the step against the stored baseline), one per cost comparison that found a
+    change, and one for a region the base did not have or could not run, so every
+    compared region is in the table.
     """
     rows = [row for region in run.regions for row in _comparison_rows(region)]
     if not rows:
@@ -187,9 +192,25 @@ def _comparison_rows(region: RegionResult) -> list[str]:
         for timing in (base.timing, *base.boundary_timing):
             if timing is not None:
                 rows.append(_timing_row(name, timing))
+        # Listed when the terminal lists it: a figure changed, or a side was not measured.
+        if base.cost is not None and (base.cost.changes or not base.cost.compared):
+            rows.append(_cost_row(name, base.cost))
     if region.timing_vs_baseline is not None:
         rows.append(_timing_row(name, region.timing_vs_baseline))
+    if region.cost_vs_baseline is not None and region.cost_vs_baseline.changes:
+        rows.append(_cost_row(name, region.cost_vs_baseline))
     return rows
+
+
+def _cost_row(name: str, cost: CostComparison) -> str:
+    """XLA's figures are exact: no medians, ratio interval or p; the verdict names the changes."""
+    name += " cost"
+    if cost.against != "base":
+        name += f" (vs {_text(cost.against)})"
+    verdict = _text(cost.headline())
+    if cost.failing:
+        verdict = f"**FAIL**: {verdict}"
+    return f"| {name} | — | — | — | — | {verdict} |\n"
 
 
 def _timing_row(name: str, timing: TimingComparison) -> str:
@@ -260,8 +281,8 @@ def summary_blocks(run: RunResult) -> list[str]:
     blocks = [_heading(run)]
     if run.regions:
         blocks.append(
-            "\n| Region | Status | Failing transfers | Median step | Boundary costs |\n"
-            "|---|---|---|---|---|\n"
+            "\n| Region | Status | Failing transfers | Median step | Cost | Boundary costs |\n"
+            "|---|---|---|---|---|---|\n"
         )
         blocks.extend(_table_row(region) for region in run.regions)
     blocks.extend(comparison_blocks(run))
