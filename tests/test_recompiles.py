@@ -207,6 +207,8 @@ def test_what_changed_is_said_in_the_reports_words() -> None:
         "Static(val=2), so the pytree node metadata does not match"
     )
     assert explain([static]) == "static argument [0][1]: 2 before, 3 now"
+    long = static.replace("Static(val=3)", f"Static(val={'7' * 200})")
+    assert explain([long]) == f"static argument [0][1]: 2 before, {'7' * 119}… now"
     node = head + (
         "  * at input path [0][0], now <class 'flax.training.train_state.TrainState'> with "
         "pytree metadata (<function apply at 0x1>, GradientTransformationExtraArgs(init=...)) "
