@@ -618,3 +618,58 @@ def test_the_callback_counter_refuses_to_remove_an_entry_point_recoded_over_its_
     finally:
         jax.pure_callback.__code__ = saved
     assert jax.debug.print.__code__ is not theirs.__code__
+
+
+# --- static_misses.py: the static argument jax 0.12's cache-miss log leaves out ----------------
+
+
+@pytest.mark.jaxhooks
+def test_a_changed_static_argument_is_explained_alike_on_every_jax() -> None:
+    # jax 0.10 says it itself; on jax 0.12 the gate's wrapper of diff_tracing_cache_keys does.
+    import jax
+    import jax.numpy as jnp
+    from jax._src.interpreters import partial_eval
+
+    from gate.jaxhooks.compiles import watching_compiles
+    from gate.witness.recompiles import explain
+
+    @functools.partial(jax.jit, static_argnums=1, static_argnames="m")
+    def scale(x: Any, n: int, m: object = 1) -> Any:
+        return x * n * len(str(m))
+
+    original = partial_eval.diff_tracing_cache_keys
+    x = jnp.ones(3)
+    with watching_compiles() as watch:
+        scale(x, 1, m=1)
+        with watch.counting():
+            scale(x, 2, m=1)
+            scale(x, 2, m=5)
+            scale(x, 2, m="a" * 300)  # a long value is cut
+    said = [explain(event.explanations) for event in watch.events]
+    assert said[:2] == [
+        "static argument [0][1]: 1 before, 2 now",
+        "static argument [1]['m']: 1 before, 5 now",
+    ], said
+    assert said[2] == f"static argument [1]['m']: 1 before, '{'a' * 118}… now", said
+    assert partial_eval.diff_tracing_cache_keys is original
+
+
+@pytest.mark.jaxhooks
+def test_the_static_diff_patches_only_a_jax_with_flat_trees_and_leaves_other_answers() -> None:
+    from jax._src.interpreters import partial_eval
+
+    from gate.jaxhooks import static_misses
+
+    original = partial_eval.diff_tracing_cache_keys
+    has_flat_trees = static_misses._lookup() is not None
+    with static_misses.static_values_explained() as patched:
+        assert patched is has_flat_trees
+        assert (partial_eval.diff_tracing_cache_keys is not original) is has_flat_trees
+        unexplained = (static_misses._UNAVAILABLE, 0, "cache miss explanation unavailable")
+        wrapper = static_misses._explaining(lambda new, old: unexplained, (int, str, bytes, float))
+        # A key of another shape, or no static leaf that differs: JAX's answer stands.
+        assert wrapper(None, None) == unexplained
+        assert wrapper(((), (3, None), {}), ((), (3, None), {})) == unexplained
+        explained = (3, 1, "different input types:\n  * at x, now f32[2] and before f32[1]")
+        assert static_misses._explaining(lambda new, old: explained, ())(0, 0) == explained
+    assert partial_eval.diff_tracing_cache_keys is original

@@ -8,7 +8,9 @@ Two public means, both checked on jax 0.10.2 and 0.12:
   call was and what differs from the closest earlier call ("TRACING CACHE MISS at
   ...: * at x, now f32[201,64] and before f32[200,64]"). The wording of that log is
   JAX's own and not a stable API; `gate.witness.recompiles` reads it loosely and
-  falls back to "JAX did not say" rather than failing.
+  falls back to "JAX did not say" rather than failing. jax 0.12 leaves a changed
+  static argument out ("explanation unavailable"): `gate.jaxhooks.static_misses`
+  adds it, in jax 0.10's words.
 
 With JAX's persistent compilation cache on (the gate turns it on for its
 workers: `gate.isolation.compile_cache`), a recompile may be served from disk
@@ -31,6 +33,8 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+from gate.jaxhooks.static_misses import static_values_explained
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
@@ -155,7 +159,8 @@ def watching_compiles() -> Iterator[CompileWatch]:
     for other in others:
         other.addFilter(quiet)
     try:
-        yield watch
+        with static_values_explained():  # jax 0.12 would not say which static value changed
+            yield watch
     finally:
         for other in others:
             other.removeFilter(quiet)

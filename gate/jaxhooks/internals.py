@@ -28,6 +28,9 @@ Where each lives, in JAX 0.10.2:
 - ``jax._src.interpreters.pxla``: ``ExecuteReplicated.__call__`` (a compiled
   program run from Python) and ``MeshExecutableFastpathData`` (what hands a
   call to jaxlib's C++ fast path); ``jax._src.lib._jax.PjitFunctionCache.clear_all``.
+- jax 0.12's ``jax._src.flattree`` (``FTStatic`` and the nodes around it) and
+  ``partial_eval.diff_tracing_cache_keys``: looked up in `gate.jaxhooks.static_misses`,
+  optional (without them a changed static argument goes unexplained).
 """
 
 from __future__ import annotations

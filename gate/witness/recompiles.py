@@ -46,6 +46,12 @@ _METADATA = "pytree node metadata does not match"
 _NEW_FUNCTION = "never seen function"
 _NO_EXPLANATION = "explanation unavailable"
 _CHANGE_LIMIT = 300
+# One static value's share of that (jax 0.10 prints a static argument whole: a model, say).
+_VALUE_LIMIT = 120
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _dtype_names(text: str) -> str:
@@ -71,7 +77,8 @@ def explain(texts: Sequence[str]) -> str | None:
                 statics = _STATIC.search(was), _STATIC.search(now)
                 if statics[0] and statics[1]:
                     at = f"static argument {at.removeprefix('input path ')}"
-                    was, now = statics[0]["val"], statics[1]["val"]
+                    was = _cut(statics[0]["val"], _VALUE_LIMIT)
+                    now = _cut(statics[1]["val"], _VALUE_LIMIT)
                 elif _METADATA in line and (node := _NODE.search(now)) is not None:
                     changes.append(
                         f"{at}: a {node['cls']} whose static fields (pytree metadata) differ "
@@ -90,7 +97,7 @@ def explain(texts: Sequence[str]) -> str | None:
         ]
         if body and not any(_NO_EXPLANATION in line for line in body):
             said = _dtype_names(" ".join(body))
-            return said if len(said) <= _CHANGE_LIMIT else said[: _CHANGE_LIMIT - 1] + "…"
+            return _cut(said, _CHANGE_LIMIT)
     return None
 
 

@@ -1,0 +1,111 @@
+"""Saying which static argument changed where JAX's cache-miss log does not (jax 0.12).
+
+jax 0.10 keeps a jitted call's static arguments in its tracing cache key as
+``tree_util.Static`` pytree nodes, so its ``jax_explain_cache_misses`` log says
+"* at input path [0][1], now ... Static(val=3) and before ... Static(val=2), so the
+pytree node metadata does not match". jax 0.12 keeps them as ``FTStatic`` leaves of
+a ``FlatTree`` (``jax._src.flattree``) whose PyTreeDef treats them as plain leaves;
+``diff_tracing_cache_keys`` (``jax._src.interpreters.partial_eval``), which compares
+the PyTreeDefs, then finds nothing and logs "cache miss explanation unavailable".
+
+`static_values_explained` replaces that function for a block: where JAX found
+nothing, it compares the two keys' static leaves and, where some differ, says so in
+the words jax 0.10 uses, so `gate.witness.recompiles` reads both versions alike.
+Anything unexpected in a key leaves JAX's own answer as it was. On a JAX without
+``flattree`` (0.10), nothing is replaced: JAX says it itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from gate.jaxhooks.patches import attribute_replaced
+
+_DIFF = "diff_tracing_cache_keys"
+# JAX's answer when no difference it knows of explains the miss (its lowest severity).
+_UNAVAILABLE = 4
+# What a key's value may print as; a static argument can be a whole model.
+_VALUE_LIMIT = 120
+
+Diff = Callable[[Any, Any], tuple[int, int, str]]
+
+
+def _lookup() -> tuple[types.ModuleType, Diff, tuple[Any, ...]] | None:
+    """JAX's key-diffing module, its function, and FTStatic, FTTuple, FTDict, FTFiltered."""
+    try:
+        flattree = importlib.import_module("jax._src.flattree")
+        partial_eval = importlib.import_module("jax._src.interpreters.partial_eval")
+    except ImportError:
+        return None
+    names = ("FTStatic", "FTTuple", "FTDict", "FTFiltered")
+    kinds = tuple(getattr(flattree, name, None) for name in names)
+    diff = partial_eval.__dict__.get(_DIFF)
+    if not callable(diff) or not all(isinstance(kind, type) for kind in kinds):
+        return None
+    return partial_eval, diff, kinds
+
+
+def _statics(tree: Any, kinds: tuple[Any, ...], path: str = "") -> Iterator[tuple[str, Any]]:
+    """Each static leaf of a FlatTree with its path as JAX's keystr writes it: ``[1]['n']``."""
+    static, group, mapping, filtered = kinds
+    if isinstance(tree, static):
+        yield path, tree
+    elif isinstance(tree, group):
+        for index, element in enumerate(tree.elts):
+            yield from _statics(element, kinds, f"{path}[{index}]")
+    elif isinstance(tree, mapping):
+        for key, value in zip(tree.keys, tree._vals, strict=True):
+            yield from _statics(value, kinds, f"{path}[{key!r}]")
+    elif isinstance(tree, filtered):
+        yield from _statics(tree.val, kinds, path)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _VALUE_LIMIT else text[: _VALUE_LIMIT - 1] + "…"
+
+
+def static_changes(new_tree: Any, old_tree: Any, kinds: tuple[Any, ...]) -> list[str]:
+    """JAX-0.10-worded lines for the static leaves that differ; [] when none or not comparable."""
+    new, old = dict(_statics(new_tree, kinds)), dict(_statics(old_tree, kinds))
+    if new.keys() != old.keys():
+        return []  # another pytree: JAX's own diff already covers what it can
+    return [
+        f"  * at input path {path}, now Static(val={_shown(new[path].val)}) and before "
+        f"Static(val={_shown(old[path].val)}), so the static argument's value does not match"
+        for path in new
+        if new[path] != old[path]
+    ]
+
+
+def _explaining(original: Diff, kinds: tuple[Any, ...]) -> Diff:
+    def diff_tracing_cache_keys(new_key: Any, old_key: Any) -> tuple[int, int, str]:
+        found = original(new_key, old_key)
+        if found[0] != _UNAVAILABLE:
+            return found
+        try:
+            changes = static_changes(new_key[1][0], old_key[1][0], kinds)
+        except Exception:  # a key of another shape: JAX's answer stands
+            return found
+        if not changes:
+            return found
+        return 1, len(changes), "different input pytree:\n" + "\n".join(changes)
+
+    return diff_tracing_cache_keys
+
+
+@contextlib.contextmanager
+def static_values_explained() -> Iterator[bool]:
+    """JAX's cache-miss log names changed static arguments in the block; yields whether patched."""
+    found = _lookup()
+    if found is None:
+        yield False
+        return
+    module, original, kinds = found
+    label = f"jax._src.interpreters.partial_eval.{_DIFF}"
+    with attribute_replaced(module, _DIFF, _explaining(original, kinds), label=label):
+        yield True
