@@ -25,6 +25,21 @@ class Hook:
 
 HOOKS = (
     Hook(
+        "jax 0.12's tracing-cache key diff (partial_eval.diff_tracing_cache_keys) and flattree's "
+        "FTStatic & co., so a recompile says which static argument changed",
+        (
+            "jax._src.flattree",
+            "jax._src.interpreters.partial_eval",
+            "jax._src.interpreters.partial_eval.",
+        ),
+        (
+            "test_jaxhooks.py::test_a_changed_static_argument_is_explained_alike_on_every_jax",
+            "test_jaxhooks.py::test_the_static_diff_patches_only_a_jax_with_flat_trees_and_"
+            "leaves_other_answers",
+            "test_recompiles.py::test_a_static_argument_that_changes_fails",
+        ),
+    ),
+    Hook(
         "the detector replaces ArrayImpl._value and reads _npy_value, the cached host copy",
         ("jax._src.array.ArrayImpl",),
         (
