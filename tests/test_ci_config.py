@@ -480,6 +480,7 @@ def test_reusable_workflow_is_only_called(reusable: dict[str, Any]) -> None:
     assert set(inputs) == {
         "policies",
         "install",
+        "requirements",
         "image",
         "runs-on",
         "timeout-minutes",
@@ -494,6 +495,7 @@ def test_reusable_workflow_is_only_called(reusable: dict[str, Any]) -> None:
     }
     assert inputs["policies"]["default"] == "policies/"
     assert inputs["install"]["default"] == ""
+    assert inputs["requirements"]["default"] == ""  # no check unless the caller names its files
     # The gate's released image, pinned by digest; until a release fills it in, the placeholder
     # is refused like a tag.
     assert inputs["image"]["default"] == IMAGE_PLACEHOLDER
@@ -655,6 +657,7 @@ def test_cpu_job_runs_on_a_hosted_runner_and_installs_the_gate_from_this_commit(
         "Check out",
         "Check out the gate",
         "Check the policies",
+        "Check the requirements",
         "Set up Python",
         "Install the gate",
         "Install the dependencies",
@@ -680,7 +683,8 @@ def test_cpu_job_runs_on_a_hosted_runner_and_installs_the_gate_from_this_commit(
     assert gate["with"]["artifact-name"] == "transfer-gate-report-cpu"
     assert gate["with"]["time-budget"] == "${{ inputs.time-budget }}"
     assert job["outputs"]["error"] == (
-        "${{ steps.policies.outputs.error || steps.install.outputs.error }}"
+        "${{ steps.policies.outputs.error || steps.requirements.outputs.error "
+        "|| steps.install.outputs.error }}"
     )
 
 
@@ -704,6 +708,7 @@ def test_gpu_job_runs_in_the_checked_image_on_the_self_hosted_runner(
         "Check out",
         "Check out the gate",
         "Check the policies",
+        "Check the requirements",
         "Install the dependencies",
         "Run transfer gate",
     ]
@@ -722,9 +727,16 @@ def test_gpu_job_runs_in_the_checked_image_on_the_self_hosted_runner(
 
 def test_both_gate_jobs_check_the_policies_and_install_alike(reusable: dict[str, Any]) -> None:
     cpu, gpu = (reusable["jobs"][name]["steps"] for name in ("cpu", "gpu"))
-    for name in ("Check the policies", "Install the dependencies"):
+    for name in ("Check the policies", "Check the requirements", "Install the dependencies"):
         assert step_named(cpu, name) == step_named(gpu, name)
     assert step_named(cpu, "Install the dependencies")["if"] == "inputs.install != ''"
+    assert step_named(cpu, "Check the requirements")["if"] == "inputs.requirements != ''"
+    # The paths are checked before the install; doctor, in the action, checks the JAX after it.
+    names = [s["name"] for s in cpu]
+    assert names.index("Check the requirements") < names.index("Install the dependencies")
+    for steps in (cpu, gpu):
+        gate = step_named(steps, "Run transfer gate")
+        assert gate["with"]["requirements"] == "${{ inputs.requirements }}"
 
 
 @pytest.mark.parametrize(
@@ -803,6 +815,43 @@ def test_gate_jobs_refuse_an_unknown_policy_path_with_one_error(
     (error,) = error_lines(proc.stdout)
     assert error.startswith("::error title=transfer-gate inputs::input 'policies'"), shown(proc)
     assert names in error
+    assert output == f"error={error.split('::', 2)[2]}\n"
+
+
+@pytest.mark.parametrize(
+    ("requirements", "names"),
+    [
+        ("requirements.txt", None),
+        ("requirements.txt pyproject.toml", None),
+        ("requirement.txt", "'requirement.txt' is not a file in the repository"),
+        # doctor reads files, not folders.
+        ("deps/", "'deps/' is not a file in the repository"),
+        ("requirements.txt\npyproject.toml", "on one line"),
+        # Never shell: the path stays one literal word.
+        ("$(touch${IFS}pwned)", "is not a file in the repository"),
+    ],
+)
+def test_gate_jobs_refuse_an_unknown_requirements_file_with_one_error(
+    reusable: dict[str, Any], tmp_path: Path, requirements: str, names: str | None
+) -> None:
+    step = step_named(reusable["jobs"]["cpu"]["steps"], "Check the requirements")
+    assert step["id"] == "requirements"
+    (tmp_path / "requirements.txt").write_text("jax>=0.10.1\n")
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'model'\n")
+    (tmp_path / "deps").mkdir()
+    env = inputs_env(reusable, step, {"requirements": requirements})
+    assert env == {"GATE_REQUIREMENTS": requirements}
+    proc, output, _ = run_step_script(step["run"], env, tmp_path)
+    assert not (tmp_path / "pwned").exists()
+    if names is None:
+        assert proc.returncode == 0, shown(proc)
+        assert (output, error_lines(proc.stdout)) == ("", [])
+        return
+    assert proc.returncode == 1, shown(proc)
+    (error,) = error_lines(proc.stdout)
+    assert error.startswith("::error title=transfer-gate inputs::input 'requirements'"), shown(proc)
+    assert names in error
+    assert "like requirements: requirements.txt" in error  # the fix
     assert output == f"error={error.split('::', 2)[2]}\n"
 
 
@@ -971,23 +1020,44 @@ def test_docs_tell_the_verdict_for_each_case() -> None:
 
 
 @pytest.mark.parametrize(
-    ("given", "job", "names"),
+    ("given", "job", "step_name", "names"),
     [
-        ({}, "inputs", "input 'image'"),
-        ({"image": GOOD_IMAGE, "policies": "polices/"}, "cpu", "input 'policies'"),
-        ({"image": GOOD_IMAGE, "install": "exit 2"}, "gpu", "input 'install'"),
+        ({}, "inputs", "Check the inputs", "input 'image'"),
+        (
+            {"image": GOOD_IMAGE, "policies": "polices/"},
+            "cpu",
+            "Check the policies",
+            "input 'policies'",
+        ),
+        (
+            {"image": GOOD_IMAGE, "requirements": "requirement.txt"},
+            "gpu",
+            "Check the requirements",
+            "input 'requirements'",
+        ),
+        (
+            {"image": GOOD_IMAGE, "install": "exit 2"},
+            "gpu",
+            "Install the dependencies",
+            "input 'install'",
+        ),
     ],
 )
 def test_a_bad_input_from_the_failing_job_to_the_verdict(
-    reusable: dict[str, Any], tmp_path: Path, given: dict[str, Any], job: str, names: str
+    reusable: dict[str, Any],
+    tmp_path: Path,
+    *,
+    given: dict[str, Any],
+    job: str,
+    step_name: str,
+    names: str,
 ) -> None:
     # The job fails with one error naming the input, and the verdict still says why.
     (tmp_path / "policies").mkdir()
-    script = {
-        "inputs": reusable["jobs"]["inputs"]["steps"][0],
-        "cpu": step_named(reusable["jobs"]["cpu"]["steps"], "Check the policies"),
-        "gpu": step_named(reusable["jobs"]["gpu"]["steps"], "Install the dependencies"),
-    }[job]
+    script = step_named(reusable["jobs"][job]["steps"], step_name)
+    # The failing step's output is the job's output `error`, which the verdict reads.
+    step_id = script["id"] if job != "inputs" else "check"
+    assert f"steps.{step_id}.outputs.error" in reusable["jobs"][job]["outputs"]["error"]
     env = inputs_env(reusable, script, given)
     proc, output, _ = run_step_script(script["run"], env, tmp_path)
     assert proc.returncode == 1, shown(proc)
@@ -1033,6 +1103,18 @@ def test_docs_show_the_whole_template(page: Path, after: str) -> None:
     # The caller shown is the template, line for line, so that it cannot drift.
     assert yaml_snippet(page, after) == template_code_lines()
     assert str(TEMPLATE.relative_to(REPO)) in page.read_text(encoding="utf-8")
+
+
+def test_docs_list_every_input_of_the_workflow_and_the_action(
+    reusable: dict[str, Any], action: dict[str, Any]
+) -> None:
+    text = GITHUB_ACTIONS_DOC.read_text(encoding="utf-8")
+    table = text.split("### Inputs", 1)[1].split("\n#", 1)[0]
+    rows = {line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| `")}
+    assert rows == {f"`{name}`" for name in triggers(reusable)["workflow_call"]["inputs"]}
+    section = one_line(text.split("## The composite action", 1)[1].split("\n## ", 1)[0])
+    for name in action["inputs"]:
+        assert f"`{name}`" in section, name
 
 
 # --- the sharded workflow's image job ------------------------------------------------------------
@@ -1285,26 +1367,78 @@ def test_action_fails_unless_the_gate_passed(
 
 
 @pytest.mark.parametrize(
-    ("expect", "argv"),
+    ("expect", "requirements", "argv"),
     [
-        ("gpu", ["doctor", "--expect", "gpu"]),
-        ("cpu", ["doctor", "--expect", "cpu"]),
-        ("", ["doctor"]),
+        ("gpu", "", ["doctor", "--expect", "gpu"]),
+        ("cpu", "", ["doctor", "--expect", "cpu"]),
+        ("", "", ["doctor"]),
+        (
+            "gpu",
+            "requirements.txt",
+            ["doctor", "--expect", "gpu", "--requirements", "requirements.txt"],
+        ),
+        (
+            "cpu",
+            "requirements.txt  pyproject.toml",
+            [
+                "doctor",
+                "--expect",
+                "cpu",
+                "--requirements",
+                "requirements.txt",
+                "--requirements",
+                "pyproject.toml",
+            ],
+        ),
+        ("", "$(touch${IFS}pwned)", ["doctor", "--requirements", "$(touch${IFS}pwned)"]),
     ],
 )
 def test_action_checks_the_environment_first(
-    action: dict[str, Any], tmp_path: Path, fake_gate: Path, expect: str, argv: list[str]
+    action: dict[str, Any],
+    tmp_path: Path,
+    fake_gate: Path,
+    *,
+    expect: str,
+    requirements: str,
+    argv: list[str],
 ) -> None:
     steps = action["runs"]["steps"]
     assert [s.get("name") for s in steps][:2] == ["Check the environment", "Run transfer gate"]
     step = steps[0]
-    assert step["env"] == {"GATE_EXPECT": "${{ inputs.expect }}"}
+    assert step["env"] == {
+        "GATE_EXPECT": "${{ inputs.expect }}",
+        "GATE_REQUIREMENTS": "${{ inputs.requirements }}",
+    }
+    assert action["inputs"]["requirements"]["default"] == ""
     assert "if" not in step  # a failed check stops the action before the gate runs
     argv_file = tmp_path / "argv"
-    env = {"GATE_EXPECT": expect, "FAKE_ARGV": str(argv_file), "FAKE_EXIT": "0"}
+    env = {
+        "GATE_EXPECT": expect,
+        "GATE_REQUIREMENTS": requirements,
+        "FAKE_ARGV": str(argv_file),
+        "FAKE_EXIT": "0",
+    }
     proc, _, _ = run_step_script(step["run"], env, tmp_path, path_prefix=fake_gate)
     assert proc.returncode == 0, shown(proc)
     assert argv_file.read_text().splitlines() == argv
+    assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize(
+    ("requirement", "code", "says"),
+    [("jax>=0.1", 0, "jax>=0.1: jax "), ("jax<0.5", 1, "requirements.txt:1: jax<0.5 is not met")],
+)
+def test_action_environment_check_runs_the_real_doctor_on_the_requirements(
+    action: dict[str, Any], tmp_path: Path, requirement: str, code: int, says: str
+) -> None:
+    # The argv the step builds is one the real doctor takes: a pin the JAX here misses fails.
+    step = step_named(action["runs"]["steps"], "Check the environment")
+    (tmp_path / "requirements.txt").write_text(f"{requirement}\n")
+    env = {"GATE_EXPECT": "cpu", "GATE_REQUIREMENTS": "requirements.txt", "JAX_PLATFORMS": "cpu"}
+    scripts = Path(sysconfig.get_path("scripts"))
+    proc, _, _ = run_step_script(step["run"], env, tmp_path, path_prefix=scripts)
+    assert proc.returncode == code, shown(proc)
+    assert says in proc.stdout + proc.stderr, shown(proc)
 
 
 @pytest.mark.parametrize(("gate_exit", "says"), [(1, ""), (127, "not installed")])
