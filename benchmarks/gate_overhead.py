@@ -122,7 +122,7 @@ def stage_message_cost(runs: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--live-rounds", type=int, default=5)
+    parser.add_argument("--live-rounds", type=int, default=5, choices=range(1, 101), metavar="N")
     args = parser.parse_args()
     code = UserCode(ROOT)
     log_all = GuardSpec.uniform(GuardLevel.LOG_EXPLICIT)

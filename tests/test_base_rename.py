@@ -188,5 +188,27 @@ def test_the_bases_definition_takes_its_callables_and_keeps_the_heads_settings(
     assert found.region.setup is None  # the base's region has none
     assert found.region.timing == policy.regions[0].timing
     assert [(r.role, r.base, r.head) for r in found.renamed] == [
-        ("step", "pkg.steps:clean", "pkg.steps:clean2")
+        ("step", "pkg.steps:clean", "pkg.steps:clean2"),
+        ("setup", "", "pkg.steps:make"),  # the head's setup, which the base's region lacks
     ]
+
+
+def test_a_boundary_the_head_adds_is_a_difference_and_the_base_runs_without_it(
+    tmp_path: Path,
+) -> None:
+    # The base cannot import the head's new boundary: it runs its own definition, without it,
+    # rather than failing with "names the same step, setup and boundaries".
+    head, base = tmp_path / "head", tmp_path / "base"
+    added = POLICY.replace(
+        'setup: "pkg.steps:make"}', 'setup: "pkg.steps:make", boundaries: ["pkg.io:save"]}'
+    )
+    make_repo(head, {"policies/p.yaml": added})
+    make_repo(base, {"policies/p.yaml": POLICY})
+    policy = load_policy(Path("policies/p.yaml"), head)
+    found = own_definition(policy, policy.regions[0], head, base)
+    assert isinstance(found, OwnDefinition), found
+    assert found.region.boundaries == ()
+    assert [(r.role, r.base, r.head) for r in found.renamed] == [("boundary", "", "pkg.io:save")]
+    from gate.results.comparison import renamed_text
+
+    assert renamed_text(found.renamed) == "definition without the head's new boundary pkg.io:save"

@@ -1391,6 +1391,12 @@ def test_action_fails_unless_the_gate_passed(
             ],
         ),
         ("", "$(touch${IFS}pwned)", ["doctor", "--requirements", "$(touch${IFS}pwned)"]),
+        # The action used on its own: a value over two lines is every file, not the first only.
+        (
+            "",
+            "requirements.txt\npyproject.toml\n",
+            ["doctor", "--requirements", "requirements.txt", "--requirements", "pyproject.toml"],
+        ),
     ],
 )
 def test_action_checks_the_environment_first(

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from cli_helpers import FAST_DEFAULTS, gate_env, make_repo, run_gate
 from processes import started
 from result_samples import region, transfer
@@ -335,16 +336,40 @@ def test_the_end_of_job_mark_closes_the_regions_output_whatever_arrived_first() 
     read_end, write_end = os.pipe()
     recorder = Recorder()
     output = WorkerOutput(read_end, recorder)
-    output.label = "p.a"
+    output.start_job(7, "p.a")
     # A last line without its newline, then the mark; the next lines are between regions.
     os.write(write_end, f"first\nno newline{END_OF_JOB}7\nafter\n".encode())
     assert output.wait_ended(7, timeout_s=10)
     assert not output.wait_ended(8, timeout_s=0.05)
+    # The next job sent before the last one's mark was read: the mark hands over to it.
+    output.start_job(8, "p.b")
+    output.start_job(9, "p.c")
+    os.write(write_end, f"b's last{END_OF_JOB}8\nc's first\n{END_OF_JOB}9\n".encode())
+    assert output.wait_ended(9, timeout_s=10)
     os.close(write_end)
     output.finish(timeout_s=10)
-    assert recorder.got == [("p.a", ["first", "no newline"]), ("worker", ["after"])]
-    assert output.lines_since(0) == ["first", "no newline", "after"]  # the mark is not kept
-    assert output.count == 3
+    assert recorder.got == [
+        ("p.a", ["first", "no newline"]),
+        ("worker", ["after"]),
+        ("p.b", ["b's last"]),
+        ("p.c", ["c's first"]),
+    ]
+    # The marks are not kept.
+    assert output.lines_since(0) == ["first", "no newline", "after", "b's last", "c's first"]
+    assert output.count == 5
+
+
+def test_a_line_redrawn_with_a_carriage_return_keeps_what_a_terminal_shows() -> None:
+    from gate.isolation.worker_output import WorkerOutput
+
+    read_end, write_end = os.pipe()
+    recorder = Recorder()
+    output = WorkerOutput(read_end, recorder)
+    # A progress bar; and a "\r" that would start a line of its own for GitHub's runner.
+    os.write(write_end, b"10%\r50%\r100%\nx\r::error::forged\r\n")
+    os.close(write_end)
+    output.finish(timeout_s=10)
+    assert recorder.got == [("worker", ["100%", "::error::forged"])]  # prefixed by the sinks
 
 
 CHATTY_AT_THE_END = """
@@ -435,3 +460,22 @@ def test_a_line_the_step_prints_never_reaches_github_as_a_workflow_command() -> 
     # The gate's own group commands only; the step's lines are prefixed, so GitHub shows them.
     assert [line for line in lines if line.startswith("::")] == [f"::group::{ROW}", "::endgroup::"]
     assert "[train.step] ::error file=x.py,line=1::fake" in lines
+
+
+def test_under_github_a_regions_held_output_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gate.report.live
+
+    monkeypatch.setattr(gate.report.live, "_HELD_LINES", 2)
+    watcher, stream, _ = live(groups=True)
+    with watcher:
+        watcher.stage("train.step", "compiling")
+        watcher.output("train.step", [f"line {i}" for i in range(7)])
+        watcher.finished(region())
+    lines = stream.getvalue().splitlines()
+    assert lines[1:6] == [
+        "[train.step] line 0",
+        "[train.step] line 1",
+        "... 3 lines left out ...",
+        "[train.step] line 5",
+        "[train.step] line 6",
+    ], lines

@@ -208,6 +208,12 @@ def test_what_changed_is_said_in_the_reports_words() -> None:
     assert explain([static]) == "static argument [0][1]: 2 before, 3 now"
     long = static.replace("Static(val=3)", f"Static(val={'7' * 200})")
     assert explain([long]) == f"static argument [0][1]: 2 before, {'7' * 119}… now"
+    # A repr with line breaks stays on one line: a "\r" would start a line of its own on GitHub.
+    broken = static.replace("Static(val=3)", "Static(val=a\rb\nc)")
+    said = explain([broken])
+    assert said is not None
+    assert "\r" not in said, said
+    assert "\n" not in said, said
     node = head + (
         "  * at input path [0][0], now <class 'flax.training.train_state.TrainState'> with "
         "pytree metadata (<function apply at 0x1>, GradientTransformationExtraArgs(init=...)) "

@@ -21,7 +21,7 @@ from gate.compare.worktree import BaseRefError, check_base, checked_out
 from gate.isolation.cancellation import Cancellation, cancel_after, cancel_on_signals
 from gate.plan import Plan
 from gate.policy.model import Region
-from gate.report.live import LiveOutput
+from gate.report.live import LiveOutput, is_terminal
 from gate.report.terminal import format_summary
 from gate.report.write import Reports, write_reports
 from gate.results.baseline import (
@@ -114,7 +114,7 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     result = judged(result)
     tinted = colour(args.color, sys.stdout)
     # On a terminal every row was just shown live, above: the summary recaps what failed.
-    recap = args.quiet or (_isatty(sys.stdout) and _isatty(sys.stderr))
+    recap = args.quiet or (is_terminal(sys.stdout) and is_terminal(sys.stderr))
     print(format_summary(result, color=tinted, quiet=recap, verbose=args.verbose))
     if accepted is not None:
         print(f"baseline: {baseline_shown} ({len(accepted)} accepted)")
@@ -123,13 +123,6 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     print(reports.describe())
     _write(result, reports)
     return _verdict(result, cancel)
-
-
-def _isatty(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):  # closed, or not a real file
-        return False
 
 
 def colour(choice: str, stream: TextIO, environ: Mapping[str, str] = os.environ) -> bool:
@@ -145,7 +138,7 @@ def colour(choice: str, stream: TextIO, environ: Mapping[str, str] = os.environ)
         return False
     if environ.get("FORCE_COLOR"):
         return True
-    return stream.isatty() and environ.get("TERM") != "dumb"
+    return is_terminal(stream) and environ.get("TERM") != "dumb"
 
 
 def _written_references(result: RunResult, rules: dict[str, Region], repo_root: Path) -> list[str]:

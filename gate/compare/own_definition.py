@@ -104,12 +104,14 @@ def _renamed(head: Region, base: Region) -> tuple[Renamed, ...]:
         ("step", base.step, head.step),
         ("setup", base.setup, head.setup),
     ]
-    if base.boundaries != head.boundaries:
-        heads: list[CallableRef | None] = list(head.boundaries)
-        heads += [None] * (len(base.boundaries) - len(heads))
-        pairs += [("boundary", b, h) for b, h in zip(base.boundaries, heads, strict=False)]
+    if [b.spec for b in base.boundaries] != [h.spec for h in head.boundaries]:
+        width = max(len(base.boundaries), len(head.boundaries))
+        bases: list[CallableRef | None] = [*base.boundaries, *[None] * width][:width]
+        heads: list[CallableRef | None] = [*head.boundaries, *[None] * width][:width]
+        pairs += [("boundary", b, h) for b, h in zip(bases, heads, strict=True)]
+    # A callable the head adds (a new boundary or setup the base lacks) is a difference too.
     return tuple(
-        Renamed(role, base_ref.spec, head_ref.spec if head_ref is not None else "")
+        Renamed(role, base_ref.spec if base_ref else "", head_ref.spec if head_ref else "")
         for role, base_ref, head_ref in pairs
-        if base_ref is not None and (head_ref is None or base_ref.spec != head_ref.spec)
+        if (base_ref.spec if base_ref else None) != (head_ref.spec if head_ref else None)
     )

@@ -35,7 +35,7 @@ from gate.isolation.cancellation import Cancellation
 from gate.isolation.compile_cache import RunCache
 from gate.isolation.environment import keep_accelerators_for_workers, worker_environment
 from gate.isolation.lost_region import how_it_ended, lost_region_error, seconds
-from gate.isolation.watcher import BETWEEN_REGIONS, STARTING_A_WORKER, RunWatcher
+from gate.isolation.watcher import STARTING_A_WORKER, RunWatcher
 from gate.isolation.worker import Done, Entered, Job, Message, Ready, Sample, Sampled
 from gate.isolation.worker_process import WaitEvent, WorkerProcess
 from gate.plan import Plan
@@ -188,7 +188,7 @@ class Scheduler:
             worker = self._worker
             assert worker is not None
             running = _Running(running.policy, region, running.started, worker.output.count)
-            worker.output.label = label
+            worker.output.start_job(job.number, label)
             if worker.send(job):
                 break
             # It died while idle, between regions: not this region's doing.
@@ -199,7 +199,6 @@ class Scheduler:
         event = self._wait(worker, time.monotonic() + region.timeout_s, label)
         if isinstance(event, Done) and event.number == job.number:
             worker.output.wait_ended(job.number, _OUTPUT_LAG_S)
-            worker.output.label = BETWEEN_REGIONS
             self.outputs = event.outputs
             return event.result
         if not isinstance(event, WaitEvent):
@@ -220,14 +219,13 @@ class Scheduler:
             return StepSamples((), error=error)
         running = _Running(policy, region, time.monotonic(), worker.output.count)
         number = next(self._jobs)
-        worker.output.label = running.label
+        worker.output.start_job(number, running.label)
         if not worker.send(Sample(number, runs)):
             self._worker = None
             return StepSamples((), error=self._lost(worker, running, WaitEvent.EXITED).error)
         event = self._wait(worker, time.monotonic() + region.timeout_s, running.label)
         if isinstance(event, Sampled) and event.number == number:
             worker.output.wait_ended(number, _OUTPUT_LAG_S)
-            worker.output.label = BETWEEN_REGIONS
             return event.samples
         if not isinstance(event, WaitEvent):
             raise RuntimeError(f"worker answered sample {number} with {event!r:.300}")
@@ -286,7 +284,7 @@ class Scheduler:
         """Stop the worker that ran ``running``; the region's error says what happened."""
         timeout = running.region.timeout_s
         returncode = worker.stop(dump=event is not WaitEvent.EXITED)
-        worker.output.label = BETWEEN_REGIONS
+        worker.output.stop_jobs()
         if event is WaitEvent.EXITED and self._signalled_by_cancel(returncode):
             event = WaitEvent.CANCELLED
         fresh = "The regions after it run in a fresh worker."

@@ -32,13 +32,17 @@ _MAX_LINE = 2000  # characters; a longer line (a progress bar without newlines) 
 class WorkerOutput:
     """A worker's stdout and stderr: drained by a thread, kept as the last lines, forwarded.
 
-    The lines go to ``watcher`` with `label`, which the scheduler sets to the
-    region that is running; the worker's end-of-job mark (`END_OF_JOB`) sets it
-    back, so a region's last lines are its own even when its reply arrived first.
+    The lines go to ``watcher`` with `label`: the region of the job the worker
+    is on. The scheduler names each job's region as it sends the job
+    (`start_job`); the worker's end-of-job mark (`END_OF_JOB`) moves the label on
+    to the next job's, so a region's last lines are its own even when its reply
+    arrived first, and a mark read late cannot take the next region's lines.
     """
 
     def __init__(self, fd: int, watcher: RunWatcher | None) -> None:
         self.label = BETWEEN_REGIONS
+        # The jobs sent whose end-of-job mark has not been read, oldest first, with their labels.
+        self._jobs: collections.deque[tuple[int, str]] = collections.deque()
         self._watcher = watcher
         self._lines: collections.deque[str] = collections.deque(maxlen=_KEPT_LINES)
         self._count = 0  # lines received so far
@@ -83,6 +87,19 @@ class WorkerOutput:
                 return
             time.sleep(0.02)
 
+    def start_job(self, number: int, label: str) -> None:
+        """Job ``number``, of region ``label``, is about to be sent: its lines are that region's."""
+        with self._lock:
+            self._jobs.append((number, label))
+            if len(self._jobs) == 1:  # the worker has finished every earlier job
+                self.label = label
+
+    def stop_jobs(self) -> None:
+        """The worker is gone: what is still in the pipe is nobody's region."""
+        with self._lock:
+            self._jobs.clear()
+            self.label = BETWEEN_REGIONS
+
     def wait_ended(self, number: int, timeout_s: float) -> bool:
         """Wait until job ``number``'s output has all been read (its end-of-job mark)."""
         with self._job_ended:
@@ -117,13 +134,19 @@ class WorkerOutput:
                 # After a last line without a newline (print(x, end="")), the mark follows it.
                 text, marked, number = part.partition(END_OF_JOB)
                 if text or not marked:
-                    line = text.rstrip("\r")[:_MAX_LINE]
+                    # What a terminal shows of a line redrawn with "\r" (a progress bar): its
+                    # last part. No "\r" is left inside, where GitHub would start a line
+                    # that its prefix no longer guards ("x\r::error::...").
+                    line = text.rstrip("\r").rsplit("\r", 1)[-1][:_MAX_LINE]
                     runs[-1][1].append(line)
                     self._lines.append(line)
                     self._count += 1
                 if marked:
-                    self._ended = max(self._ended, _job_number(number))
-                    self.label = BETWEEN_REGIONS
+                    ended = _job_number(number)
+                    self._ended = max(self._ended, ended)
+                    while self._jobs and self._jobs[0][0] <= ended:
+                        self._jobs.popleft()
+                    self.label = self._jobs[0][1] if self._jobs else BETWEEN_REGIONS
                     runs.append((self.label, []))
             self._job_ended.notify_all()
         if self._watcher is not None:
@@ -136,7 +159,7 @@ class WorkerOutput:
 def _job_number(text: str) -> int:
     try:
         return int(text)
-    except ValueError:  # cut by _MAX_LINE, or mangled: the job is over all the same
+    except ValueError:  # mangled: no job ends, and the scheduler's wait runs out
         return 0
 
 

@@ -83,13 +83,16 @@ def static_changes(new_tree: Any, old_tree: Any, kinds: tuple[Any, ...]) -> list
 
 
 def _explaining(original: Diff, kinds: tuple[Any, ...]) -> Diff:
-    def diff_tracing_cache_keys(new_key: Any, old_key: Any) -> tuple[int, int, str]:
-        found = original(new_key, old_key)
-        if found[0] != _UNAVAILABLE:
-            return found
+    # JAX calls this from inside the user's jitted call: whatever a later JAX passes or
+    # returns, it gets JAX's own answer unless the gate's reading of it works out.
+    def diff_tracing_cache_keys(*args: Any, **kwargs: Any) -> Any:
+        found = original(*args, **kwargs)
         try:
+            if found[0] != _UNAVAILABLE:
+                return found
+            new_key, old_key = args
             changes = static_changes(new_key[1][0], old_key[1][0], kinds)
-        except Exception:  # a key of another shape: JAX's answer stands
+        except Exception:  # another signature, result or key shape: JAX's answer stands
             return found
         if not changes:
             return found

@@ -156,7 +156,7 @@ def comparison_properties(region: RegionResult) -> dict[str, str]:
             properties[prefix + "results.passed"] = str(base.results.passed).lower()
             properties[prefix + "results.differences"] = str(len(base.results.differences))
         for r in base.renamed:
-            key = f"renamed.{r.role}" + (f"[{r.base}]" if r.role == "boundary" else "")
+            key = f"renamed.{r.role}" + (f"[{r.base or r.head}]" if r.role == "boundary" else "")
             properties[prefix + key] = f"{r.base} -> {r.head or '(none)'}"
         if base.already_in_base:
             properties[prefix + "transfers.already_in_base"] = str(base.already_in_base)

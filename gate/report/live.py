@@ -19,11 +19,12 @@ output from the scheduler's threads, and each region's result from ``run``.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TextIO
 
 from gate.report.terminal import format_duration, progress_lines
@@ -33,6 +34,7 @@ _DIM = "\x1b[2m"
 _RESET = "\x1b[0m"
 _WIPE = "\r\x1b[K"  # back to the line's start, and clear it
 _REDRAW_S = 1.0  # how often the running line's clock moves on
+_HELD_LINES = 1000  # in groups: a region's first lines kept, and as many of its last
 
 
 class LiveOutput:
@@ -64,7 +66,7 @@ class LiveOutput:
         self._lock = threading.RLock()
         # Per region started and not finished: the stages entered, with when.
         self._stages: dict[str, list[tuple[str, float]]] = {}
-        self._held: dict[str, list[str]] = {}  # in groups: a region's output until its row
+        self._held: dict[str, _Held] = {}  # in groups: a region's output until its row
         self._running: tuple[str, str, float] | None = None  # label, stage, since
         self._shown = False  # the running line is on the screen
         self._stop = threading.Event()
@@ -83,7 +85,7 @@ class LiveOutput:
     ) -> LiveOutput:
         """Groups under GitHub Actions; the running line on a terminal that can redraw."""
         groups = environ.get("GITHUB_ACTIONS") == "true"
-        terminal = _isatty(stream) and environ.get("TERM") != "dumb"
+        terminal = is_terminal(stream) and environ.get("TERM") != "dumb"
         return cls(
             stream,
             color=color,
@@ -108,8 +110,8 @@ class LiveOutput:
         with self._lock:
             self._running = None
             self._wipe()
-            for lines in self._held.values():  # a region that never finished
-                self._write("".join(f"{line}\n" for line in lines))
+            for held in self._held.values():  # a region that never finished
+                self._write("".join(f"{line}\n" for line in held.lines()))
             self._held.clear()
 
     # -- what the scheduler says ------------------------------------------------
@@ -130,7 +132,8 @@ class LiveOutput:
                 # Prefixed here too: GitHub runs a line that starts with "::" as a workflow
                 # command, and the code under test (a fork's, say) must not end the group,
                 # fake an annotation or stop the gate's own commands.
-                self._held.setdefault(label, []).extend(f"[{label}] {line}" for line in lines)
+                held = self._held.setdefault(label, _Held())
+                held.extend(f"[{label}] {line}" for line in lines)
                 return
             self._wipe()
             self._write("".join(f"[{label}] {line}\n" for line in lines))
@@ -144,7 +147,7 @@ class LiveOutput:
         with self._lock:
             self._done += 1
             stages = _durations(self._stages.pop(label, []), self._clock())
-            held = self._held.pop(label, [])
+            held = self._held.pop(label, _Held()).lines()
             if self._running is not None and self._running[0] == label:
                 self._running = None
             rows = (
@@ -196,6 +199,32 @@ class LiveOutput:
             self.stream.flush()
 
 
+class _Held:
+    """A region's output until its row: its first and last lines, the middle counted.
+
+    Bounded, so a step printing millions of lines costs the gate no more memory than
+    ``2 * _HELD_LINES`` of them; the report keeps the worker's last lines anyway.
+    """
+
+    def __init__(self) -> None:
+        self.head: list[str] = []
+        self.tail: collections.deque[str] = collections.deque(maxlen=_HELD_LINES)
+        self.dropped = 0
+
+    def extend(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            if len(self.head) < _HELD_LINES:
+                self.head.append(line)
+                continue
+            if len(self.tail) == self.tail.maxlen:
+                self.dropped += 1
+            self.tail.append(line)
+
+    def lines(self) -> list[str]:
+        cut = [f"... {self.dropped} lines left out ..."] if self.dropped else []
+        return [*self.head, *cut, *self.tail]
+
+
 def _durations(stages: list[tuple[str, float]], end: float) -> str:
     """``importing 40.1 ms, compiling 1.20 s, …``: each stage until the next began."""
     if not stages:  # cancelled before it started
@@ -207,7 +236,8 @@ def _durations(stages: list[tuple[str, float]], end: float) -> str:
     )
 
 
-def _isatty(stream: TextIO) -> bool:
+def is_terminal(stream: TextIO) -> bool:
+    """``stream.isatty()``, False for a closed stream or one that is not a real file."""
     try:
         return stream.isatty()
     except (AttributeError, ValueError):  # closed, or not a real file

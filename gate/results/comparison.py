@@ -132,14 +132,16 @@ class Renamed:
     """
 
     role: str  # "step", "setup" or "boundary"
-    base: str  # the base's ``module:qualname``
+    base: str  # the base's ``module:qualname``; "" when the base's policy has none there
     head: str  # the head's in the same place; "" when the head's policy has none there
 
 
 def renamed_text(renamed: tuple[Renamed, ...]) -> str:
     """``step pkg.steps:clean (the head renamed it pkg.steps:clean2)``, each place joined."""
     return "; ".join(
-        f"{r.role} {r.base} (the head renamed it {r.head})"
+        f"definition without the head's new {r.role} {r.head}"
+        if not r.base
+        else f"{r.role} {r.base} (the head renamed it {r.head})"
         if r.head
         else f"{r.role} {r.base} (not in the head's policy)"
         for r in renamed

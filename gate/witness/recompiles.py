@@ -51,6 +51,8 @@ _VALUE_LIMIT = 120
 
 
 def _cut(text: str, limit: int) -> str:
+    # On one line: a value's repr may hold line breaks, and a "\r" starts a line for GitHub.
+    text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
