@@ -269,6 +269,31 @@ def test_explicit_transfer_outside_boundary_fails_under_disallow_explicit(
     assert f"bsteps.py:{line}" in message
 
 
+def test_a_boundary_the_step_never_calls_is_a_note_and_the_region_still_judged(
+    tmp_path: Path,
+) -> None:
+    # After a refactor the policy names a boundary the step no longer reaches.
+    repo = make_repo(
+        tmp_path,
+        {
+            "metrics.py": METRICS,
+            "bsteps.py": BOUNDARY + "\n\ndef clean(x):\n    return x\n",
+            "policies/p.yaml": policy(
+                "  - name: stale\n    step: bsteps:clean\n    setup: bsteps:host_batch\n"
+                "    boundaries: [metrics:upload]\n"
+                "  - name: used\n    step: bsteps:via_module\n    setup: bsteps:host_batch\n"
+                "    guard: disallow_explicit\n    boundaries: [metrics:upload]\n"
+            ),
+        },
+    )
+    run = run_gate(repo, "run")
+    assert run.returncode == 0, run
+    note = "note: boundary metrics:upload was not called in any timed run"
+    assert [line.strip().startswith(note) for line in run.stdout.splitlines()].count(True) == 1
+    stale = run.stdout.split("p.stale:", 1)[1]
+    assert note in stale.split("\n\n", 1)[0], run
+
+
 def test_raising_step_is_an_error_and_others_still_run(repo: Path) -> None:
     make_repo(
         repo,

@@ -177,6 +177,13 @@ def _run_imported(
             announce(Stage.TIMING)
             samples, outputs = run.timed_calls()
             costs = run.monitor.costs(region.repeats)
+            for unused in (cost.name for cost in costs if cost.calls == 0):
+                # Most likely stale: the step was refactored and fetches somewhere else now.
+                run.verdict.warn(
+                    f"boundary {unused} was not called in any timed run: if the step no longer "
+                    "calls it, remove it from the policy's boundaries; if it calls it only now "
+                    "and then, the gate's runs did not reach it"
+                )
             run.compiles = None
         if region.checks.any:
             announce(Stage.CHECKING)
