@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from grouped import run_grouped
+from grouped import git, run_grouped
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE = 64  # the matrix is SIZE x SIZE float32
@@ -67,16 +67,6 @@ def step(x, w):
     return jax.lax.fori_loop(0, K, lambda i, h: jnp.tanh(h @ w), x)
 '''
 
-# Commits made without the user's or the machine's git configuration.
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "bench",
-    "GIT_AUTHOR_EMAIL": "bench@example.com",
-    "GIT_COMMITTER_NAME": "bench",
-    "GIT_COMMITTER_EMAIL": "bench@example.com",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
-
 
 @dataclass(frozen=True)
 class Trial:
@@ -88,12 +78,6 @@ class Trial:
     exit_code: int
     base_samples: tuple[float, ...]
     head_samples: tuple[float, ...]
-
-
-def git(repo: Path, *args: str) -> None:
-    done = run_grouped(["git", *args], repo, {**os.environ, **GIT_ENV}, 60)
-    if done.returncode != 0:
-        raise SystemExit(f"git {' '.join(args)}: {done.stderr.strip()}")
 
 
 def step_s(k: int, quantile: float = 0.5, calls: int = 200) -> float:

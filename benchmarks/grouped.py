@@ -1,5 +1,5 @@
 """A command in a process group of its own, the whole group killed afterwards: the benchmarks'
-one way to run the gate.
+one way to run the gate (and git, for the trees ``--base`` compares).
 
 ``subprocess.run(timeout=...)`` kills only the child: a gate's workers would outlive it and
 hold its pipes open (tests/processes.py explains the same for the tests). Imported by the
@@ -14,6 +14,16 @@ import signal
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+
+# Commits made without the user's or the machine's git configuration.
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "bench",
+    "GIT_AUTHOR_EMAIL": "bench@example.com",
+    "GIT_COMMITTER_NAME": "bench",
+    "GIT_COMMITTER_EMAIL": "bench@example.com",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
 
 
 def run_grouped(
@@ -51,3 +61,10 @@ def run_grouped(
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.communicate(timeout=10)
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def git(repo: Path, *args: str) -> None:
+    """``git ARGS`` in ``repo``, without the user's configuration; a failure stops the benchmark."""
+    done = run_grouped(["git", *args], repo, {**os.environ, **GIT_ENV}, 60)
+    if done.returncode != 0:
+        raise SystemExit(f"git {' '.join(args)} in {repo}: {done.stderr.strip()}")
