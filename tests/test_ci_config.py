@@ -474,6 +474,16 @@ def error_lines(stdout: str) -> list[str]:
     return [line for line in stdout.splitlines() if line.startswith("::error")]
 
 
+def one_input_error(proc: subprocess.CompletedProcess[str], output: str, names: str) -> str:
+    """The one ``::error`` a step failed with, naming ``names`` (``input 'install'``); its
+    words are also the step's output ``error``, which the verdict repeats."""
+    assert proc.returncode == 1, shown(proc)
+    (error,) = error_lines(proc.stdout)
+    assert error.startswith(f"::error title=transfer-gate inputs::{names}"), shown(proc)
+    assert output == f"error={error.split('::', 2)[2]}\n"
+    return error
+
+
 def test_reusable_workflow_is_only_called(reusable: dict[str, Any]) -> None:
     assert set(triggers(reusable)) == {"workflow_call"}
     inputs = triggers(reusable)["workflow_call"]["inputs"]
@@ -593,11 +603,7 @@ def test_inputs_job_fails_a_bad_input_with_one_error_that_names_it(
     job = reusable["jobs"]["inputs"]
     (step,) = job["steps"]
     proc, output, _ = run_step_script(step["run"], inputs_env(reusable, step, given), tmp_path)
-    assert proc.returncode == 1, shown(proc)
-    (error,) = error_lines(proc.stdout)
-    assert error.startswith(f"::error title=transfer-gate inputs::{names}"), shown(proc)
-    # The same words as the job's output `error`, which the verdict repeats.
-    assert output == f"error={error.split('::', 2)[2]}\n"
+    one_input_error(proc, output, names)
     assert job["outputs"]["error"] == "${{ steps.check.outputs.error }}"
 
 
@@ -811,11 +817,8 @@ def test_gate_jobs_refuse_an_unknown_policy_path_with_one_error(
         assert proc.returncode == 0, shown(proc)
         assert (output, error_lines(proc.stdout)) == ("", [])
         return
-    assert proc.returncode == 1, shown(proc)
-    (error,) = error_lines(proc.stdout)
-    assert error.startswith("::error title=transfer-gate inputs::input 'policies'"), shown(proc)
+    error = one_input_error(proc, output, "input 'policies'")
     assert names in error
-    assert output == f"error={error.split('::', 2)[2]}\n"
 
 
 @pytest.mark.parametrize(
@@ -847,12 +850,9 @@ def test_gate_jobs_refuse_an_unknown_requirements_file_with_one_error(
         assert proc.returncode == 0, shown(proc)
         assert (output, error_lines(proc.stdout)) == ("", [])
         return
-    assert proc.returncode == 1, shown(proc)
-    (error,) = error_lines(proc.stdout)
-    assert error.startswith("::error title=transfer-gate inputs::input 'requirements'"), shown(proc)
+    error = one_input_error(proc, output, "input 'requirements'")
     assert names in error
     assert "like requirements: requirements.txt" in error  # the fix
-    assert output == f"error={error.split('::', 2)[2]}\n"
 
 
 @pytest.mark.parametrize(
@@ -877,12 +877,9 @@ def test_gate_jobs_name_the_install_input_when_its_command_fails(
         assert (tmp_path / "installed").exists()
         assert (output, error_lines(proc.stdout)) == ("", [])
         return
-    assert proc.returncode == 1, shown(proc)
+    error = one_input_error(proc, output, "input 'install'")
     assert not (tmp_path / "installed").exists()
-    (error,) = error_lines(proc.stdout)
-    assert error.startswith("::error title=transfer-gate inputs::input 'install'"), shown(proc)
     assert f"exit code {code}" in error
-    assert output == f"error={error.split('::', 2)[2]}\n"
 
 
 # --- the reusable workflow: the verdict ----------------------------------------------------------
