@@ -21,7 +21,7 @@ from gate.compare.worktree import BaseRefError, check_base, checked_out
 from gate.isolation.cancellation import Cancellation, cancel_after, cancel_on_signals
 from gate.plan import Plan
 from gate.policy.model import Region
-from gate.report.live import LiveOutput, is_terminal
+from gate.report.live import LiveOutput, is_terminal, shows_escapes
 from gate.report.terminal import format_summary
 from gate.report.write import Reports, write_reports
 from gate.results.baseline import (
@@ -138,7 +138,7 @@ def colour(choice: str, stream: TextIO, environ: Mapping[str, str] = os.environ)
         return False
     if environ.get("FORCE_COLOR"):
         return True
-    return is_terminal(stream) and environ.get("TERM") != "dumb"
+    return shows_escapes(stream, environ)
 
 
 def _written_references(result: RunResult, rules: dict[str, Region], repo_root: Path) -> list[str]:

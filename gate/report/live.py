@@ -85,7 +85,7 @@ class LiveOutput:
     ) -> LiveOutput:
         """Groups under GitHub Actions; the running line on a terminal that can redraw."""
         groups = environ.get("GITHUB_ACTIONS") == "true"
-        terminal = is_terminal(stream) and environ.get("TERM") != "dumb"
+        terminal = shows_escapes(stream, environ)
         return cls(
             stream,
             color=color,
@@ -234,6 +234,11 @@ def _durations(stages: list[tuple[str, float]], end: float) -> str:
         f"{name} {format_duration(max(0.0, stop - at))}"
         for (name, at), stop in zip(stages, ends, strict=True)
     )
+
+
+def shows_escapes(stream: TextIO, environ: Mapping[str, str]) -> bool:
+    """Whether ``stream`` is a terminal that acts on ANSI escapes (colour, redrawing a line)."""
+    return is_terminal(stream) and environ.get("TERM") != "dumb"
 
 
 def is_terminal(stream: TextIO) -> bool:
