@@ -18,7 +18,7 @@ from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.scheduler import keep_accelerators_for_workers, run_isolated
 from gate.isolation.watcher import PrefixedOutput, RunWatcher
-from gate.plan import Plan, UnknownRegionError
+from gate.plan import Plan, UnknownRegionError, region_key
 from gate.policy.load import callables_of_invalid, discover_policy_files, load_policy
 from gate.policy.model import Policy
 from gate.policy.problems import PolicyError, Problem
@@ -73,7 +73,7 @@ def _clashing_regions(policies: Sequence[Policy]) -> list[Problem]:
     problems = []
     for policy in policies:
         for index, region in enumerate(policy.regions):
-            name = f"{policy.suite}.{region.name}"
+            name = region_key(policy, region)
             seen = first.setdefault(name, (policy, region.line))
             if seen[0] is not policy:
                 other, line = seen

@@ -29,7 +29,7 @@ from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.scheduler import Scheduler
 from gate.isolation.watcher import RunWatcher
-from gate.plan import Plan
+from gate.plan import Plan, region_key
 from gate.policy.model import Policy, Region
 from gate.results.baseline import accept_base
 from gate.results.comparison import (
@@ -226,7 +226,7 @@ class _Pair:
         """Interleaved rounds until the verdict is decided or the most rounds ran."""
         rule = self.region.timing
         rounds, target = 0, rule.rounds
-        self.head.scheduler.announce(f"{self.head.policy.suite}.{self.region.name}", TIMING_BOTH)
+        self.head.scheduler.announce(region_key(self.head.policy, self.region), TIMING_BOTH)
         while True:
             while rounds < target:
                 order = (self.base, self.head) if rounds % 2 == 0 else (self.head, self.base)

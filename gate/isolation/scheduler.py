@@ -38,7 +38,7 @@ from gate.isolation.lost_region import how_it_ended, lost_region_error, seconds
 from gate.isolation.watcher import STARTING_A_WORKER, RunWatcher
 from gate.isolation.worker import Done, Entered, Job, Message, Ready, Sample, Sampled
 from gate.isolation.worker_process import WaitEvent, WorkerProcess
-from gate.plan import Plan
+from gate.plan import Plan, region_key
 from gate.policy.model import Policy, Region
 from gate.results.comparison import StepOutputs, StepSamples
 from gate.results.records import (
@@ -81,7 +81,7 @@ class _Running:
 
     @property
     def label(self) -> str:
-        return f"{self.policy.suite}.{self.region.name}"
+        return region_key(self.policy, self.region)
 
     def result(self, error: RegionError) -> RegionResult:
         return RegionResult(
