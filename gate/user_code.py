@@ -77,15 +77,6 @@ class UserCode:
                     )
         return None
 
-    def callee_after_user(
-        self, frames: Sequence[traceback.FrameSummary]
-    ) -> traceback.FrameSummary | None:
-        """The frame the innermost user frame called into, if any."""
-        for index in range(len(frames) - 1, -1, -1):
-            if self.is_user(frames[index].filename):
-                return frames[index + 1] if index + 1 < len(frames) else None
-        return None
-
 
 def frames_of(tb: TracebackType | None) -> list[traceback.FrameSummary]:
     """The traceback's frames, outermost first."""
