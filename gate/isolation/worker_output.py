@@ -40,7 +40,6 @@ class WorkerOutput:
     """
 
     def __init__(self, fd: int, watcher: RunWatcher | None) -> None:
-        self.label = BETWEEN_REGIONS
         # The jobs sent whose end-of-job mark has not been read, oldest first, with their labels.
         self._jobs: collections.deque[tuple[int, str]] = collections.deque()
         self._watcher = watcher
@@ -87,18 +86,20 @@ class WorkerOutput:
                 return
             time.sleep(0.02)
 
+    @property
+    def label(self) -> str:
+        """The region whose lines arrive now: the oldest job sent whose end has not been read."""
+        return self._jobs[0][1] if self._jobs else BETWEEN_REGIONS
+
     def start_job(self, number: int, label: str) -> None:
         """Job ``number``, of region ``label``, is about to be sent: its lines are that region's."""
         with self._lock:
             self._jobs.append((number, label))
-            if len(self._jobs) == 1:  # the worker has finished every earlier job
-                self.label = label
 
     def stop_jobs(self) -> None:
         """The worker is gone: what is still in the pipe is nobody's region."""
         with self._lock:
             self._jobs.clear()
-            self.label = BETWEEN_REGIONS
 
     def wait_ended(self, number: int, timeout_s: float) -> bool:
         """Wait until job ``number``'s output has all been read (its end-of-job mark)."""
@@ -146,7 +147,6 @@ class WorkerOutput:
                     self._ended = max(self._ended, ended)
                     while self._jobs and self._jobs[0][0] <= ended:
                         self._jobs.popleft()
-                    self.label = self._jobs[0][1] if self._jobs else BETWEEN_REGIONS
                     runs.append((self.label, []))
             self._job_ended.notify_all()
         if self._watcher is not None:
