@@ -184,9 +184,7 @@ def progress_lines(
     lines.extend(f"  {label}: {text}" for label, text in comparison_lines(region))
     if not region.passed:
         # The row above already names the region, and the comparisons are just above.
-        policy = f"{region.policy_path}:{region.policy_line}"
-        said = {f"  {policy}: {label}: {text}" for label, text in failing_comparisons(region)}
-        lines.extend(line for line in _findings(region)[1:] if line not in said)
+        lines.extend(_findings(region, comparisons=False)[1:])
     if verbose:
         lines.extend(_passing_findings(region)[1:])
     return lines
@@ -321,7 +319,8 @@ def _check_line(check: CheckOutcome, policy: str) -> str:
     return f"{policy}: result check failed: {check.name.value}: {one_line(check.detail)}"
 
 
-def _findings(region: RegionResult) -> list[str]:
+def _findings(region: RegionResult, *, comparisons: bool = True) -> list[str]:
+    """What to fix in ``region``, under its name; ``comparisons``: its failing comparisons too."""
     lines = [f"{region.classname}:"]
     policy = f"{region.policy_path}:{region.policy_line}"
     if region.error is not None:
@@ -341,5 +340,6 @@ def _findings(region: RegionResult) -> list[str]:
         lines.append(f"  fix: {RECOMPILE_FIX}")
     lines.extend(f"  note: {note}" for note in region.notes)
     lines.extend(f"  {_check_line(c, policy)}" for c in region.checks if not c.passed)
-    lines.extend(f"  {policy}: {label}: {text}" for label, text in failing_comparisons(region))
+    if comparisons:
+        lines.extend(f"  {policy}: {label}: {text}" for label, text in failing_comparisons(region))
     return lines
