@@ -22,15 +22,13 @@ characters illegal in XML (ANSI colour codes) are deleted, not escaped.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import secrets
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
+from gate.files import write_bytes_atomically
 from gate.policy.levels import Direction
 from gate.report.junit_cases import Case, region_cases
 from gate.report.junit_comparison import comparison_cases, comparison_properties
@@ -133,29 +131,9 @@ def write_report_file(path: Path, data: bytes) -> None:
 
 def _write_atomically(path: Path, data: bytes) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomically(path, data)
     except OSError as exc:
         raise ReportWriteError(_write_error(path, exc)) from exc
-    # A name of our own (not tempfile's) so O_EXCL guards against clashes
-    # and the 0o666 mode goes through the umask like any other output file.
-    temporary = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except OSError as exc:
-        raise ReportWriteError(_write_error(path, exc)) from exc
-    try:
-        with os.fdopen(descriptor, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except OSError as exc:
-        _remove_quietly(temporary)
-        raise ReportWriteError(_write_error(path, exc)) from exc
-    except BaseException:
-        _remove_quietly(temporary)
-        raise
-    _fsync_folder(path.parent)
 
 
 def _write_error(path: Path, exc: OSError) -> str:
@@ -164,22 +142,6 @@ def _write_error(path: Path, exc: OSError) -> str:
         f"cannot write the JUnit report {path}: {reason}; "
         "choose a writable path for the report or fix that folder's permissions"
     )
-
-
-def _remove_quietly(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        path.unlink()
-
-
-def _fsync_folder(folder: Path) -> None:
-    # Makes the rename itself durable; not possible on every platform
-    # (Windows cannot open a folder), and the report is already complete.
-    with contextlib.suppress(OSError):
-        descriptor = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
 
 
 def _junit_case(case: Case) -> TestCase:
