@@ -621,7 +621,7 @@ BAD_CASES = {
         "result checks",
         "failure",
         "result-check",
-        "cannot compare float32",
+        "dtype float32 != reference <U",
     ),
     "ref_leaves": (
         "    step: bad:returns_two\n    setup: bad:batch\n"
@@ -629,7 +629,7 @@ BAD_CASES = {
         "result checks",
         "failure",
         "result-check",
-        "outputs have 2 leaves",
+        "the outputs have 2 array leaves, the reference 1; regenerate it",
     ),
     "check_raises": (
         "    step: bad:step\n    setup: bad:batch\n    checks: {custom: bad:check_raises}\n",

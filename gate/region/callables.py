@@ -80,7 +80,11 @@ class RegionCode:
 
     def step_location(self) -> SourceLocation | None:
         """Where the step is defined (through ``jax.jit``'s ``__wrapped__``), if it is Python."""
-        code = getattr(inspect.unwrap(self.callables.step), "__code__", None)
+        return self.definition(self.callables.step)
+
+    def definition(self, fn: Callable[..., Any]) -> SourceLocation | None:
+        """The ``def`` line of ``fn`` (through decorators' ``__wrapped__``), if it is the user's."""
+        code = getattr(inspect.unwrap(fn), "__code__", None)
         if code is None or not self.user.is_user(code.co_filename):
             return None
         line = code.co_firstlineno

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gate.region.checks import Leaves
 from gate.region.errors import RegionAbort
 from gate.region.inputs import Inputs
+from gate.results.leaf_diff import Leaves
 from gate.results.records import ErrorKind, RegionError
 
 
