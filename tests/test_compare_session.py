@@ -18,7 +18,7 @@ from gate.compare.session import MEMORY_FRACTION, shared_device_environment
 from gate.isolation.scheduler import Scheduler
 from gate.policy.load import load_policy
 from gate.policy.model import Checks, Policy
-from gate.results.comparison import StepOutputs
+from gate.results.comparison import ResultStatus, StepOutputs
 from gate.results.records import ErrorKind
 
 STEPS = """
@@ -150,33 +150,63 @@ def _outputs(values: dict[str, list[float]], digest: str | None = "d") -> StepOu
 def test_outputs_that_match_pass_and_a_changed_leaf_is_named() -> None:
     base = _outputs({"['b']": [1.0, 2.0], "['w']": [3.0, 4.0]})
     same = compare_outputs(base, _outputs({"['b']": [1.0, 2.0], "['w']": [3.0, 4.0]}), CHECKS)
-    assert same.compared
-    assert same.passed
+    assert same.status is ResultStatus.MATCHES
     assert same.detail == "2 output leaves match the base within rtol=1e-05, atol=1e-08"
     changed = compare_outputs(base, _outputs({"['b']": [1.0, 2.0], "['w']": [3.0, 5.0]}), CHECKS)
-    assert changed.compared
-    assert not changed.passed
+    assert changed.status is ResultStatus.DIFFERS
     assert [d.path for d in changed.differences] == ["['w']"]
     assert changed.differences[0].detail == (
         "['w']: 1 of 2 values differ, max abs diff 1, max rel diff 0.25 (rtol=1e-05, atol=1e-08)"
     )
     fewer = compare_outputs(base, _outputs({"['b']": [1.0, 2.0]}), CHECKS)
-    assert not fewer.passed
-    assert "the outputs have 1 array leaf, the base's 2" in fewer.detail
+    assert fewer.status is ResultStatus.DIFFERS
+    assert [(d.path, d.detail) for d in fewer.differences] == [
+        ("['w']", "['w']: the base has this leaf, the outputs do not")
+    ]
+
+
+def test_a_renamed_or_reordered_leaf_is_matched_by_its_path_not_its_position() -> None:
+    base = _outputs({"['b']": [1.0, 2.0], "['w']": [3.0, 4.0]})
+    # The head renamed 'w' to 'v': both are said, and 'b' is still compared with 'b'.
+    renamed = compare_outputs(base, _outputs({"['b']": [1.0, 2.0], "['v']": [3.0, 4.0]}), CHECKS)
+    assert renamed.status is ResultStatus.DIFFERS
+    assert [d.detail for d in renamed.differences] == [
+        "['v']: a leaf the base does not have",
+        "['w']: the base has this leaf, the outputs do not",
+    ]
+    # The same leaves in another order: each compared with its namesake, so they match. By
+    # position, 'b' would have been diffed against 'w' and failed.
+    reordered = compare_outputs(base, _outputs({"['w']": [3.0, 4.0], "['b']": [1.0, 2.0]}), CHECKS)
+    assert reordered.status is ResultStatus.MATCHES, reordered.detail
+
+
+def test_a_changed_dtype_differs_and_bfloat16_is_compared_in_float32() -> None:
+    import jax.numpy as jnp
+
+    def bf16(values: list[float], digest: str = "d") -> StepOutputs:
+        return StepOutputs((("", np.asarray(values, np.float32).astype(jnp.bfloat16)),), digest, 1)
+
+    base = bf16([1.0, 2.0])
+    assert compare_outputs(base, bf16([1.0, 2.0]), CHECKS).status is ResultStatus.MATCHES
+    changed = compare_outputs(base, bf16([1.0, 2.5]), CHECKS)
+    assert changed.status is ResultStatus.DIFFERS
+    assert changed.differences[0].detail.startswith(
+        "output: 1 of 2 values differ, max abs diff 0.5"
+    )
+    widened = compare_outputs(base, _outputs({"": [1.0, 2.0]}), CHECKS)
+    assert [d.detail for d in widened.differences] == ["output: dtype float32 != base bfloat16"]
 
 
 def test_outputs_from_different_inputs_are_not_compared() -> None:
     base = _outputs({"": [1.0]})
     random_setup = compare_outputs(base, _outputs({"": [2.0]}, digest=None), CHECKS)
-    assert not random_setup.compared
-    assert random_setup.passed
+    assert random_setup.status is ResultStatus.NOT_COMPARED
+    assert not random_setup.failing
     assert random_setup.detail.startswith("results not compared: setup is not deterministic")
     other_inputs = compare_outputs(base, _outputs({"": [2.0]}, digest="other"), CHECKS)
     assert other_inputs.detail == (
         "results not compared: setup gives the base and the head different inputs"
     )
-    missing = compare_outputs(None, base, CHECKS)
-    assert missing.detail == "results not compared: the base's outputs could not be fetched"
 
 
 def _lognormal(seed: int, median_s: float, n: int = 40) -> list[float]:

@@ -32,6 +32,7 @@ from gate.results.comparison import (
     LeafDifference,
     Renamed,
     ResultComparison,
+    ResultStatus,
     TimingComparison,
     TimingVerdict,
 )
@@ -68,16 +69,15 @@ def compared(**changes: object) -> BaseComparison:
 
 
 DIFFERENT = ResultComparison(
-    compared=True,
-    passed=False,
-    detail="2 of 3 output leaves differ",
+    ResultStatus.DIFFERS,
+    detail="2 leaves differ from the base",
     differences=(
         LeafDifference("['w']", "3 of 64 values differ, max abs diff 0.5 (rtol=1e-05, atol=1e-08)"),
         LeafDifference("['b']", "1 of 8 values differ, max abs diff 0.1 (rtol=1e-05, atol=1e-08)"),
     ),
 )
 NOT_DETERMINISTIC = ResultComparison(
-    False, False, "results not compared: setup is not deterministic"
+    ResultStatus.NOT_COMPARED, "results not compared: setup is not deterministic"
 )
 BASE_ERROR = RegionError(
     ErrorKind.IMPORT,
@@ -241,7 +241,9 @@ def test_results_not_compared_are_skipped_with_the_reason(
 
 
 def test_results_the_same_pass(tmp_path: Path, schema: xmlschema.XMLSchema) -> None:
-    same = ResultComparison(True, True, "all 3 output leaves within rtol=1e-05, atol=1e-08")
+    same = ResultComparison(
+        ResultStatus.MATCHES, "all 3 output leaves within rtol=1e-05, atol=1e-08"
+    )
     case = case_named(
         junit(run_of(with_base(compared(results=same))), tmp_path, schema), "step: results vs base"
     )

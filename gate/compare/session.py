@@ -44,7 +44,14 @@ from gate.results.comparison import (
     renamed_text,
 )
 from gate.results.costs import CostComparison, compare_costs
-from gate.results.records import ErrorKind, RegionError, RegionResult, RunResult, SuiteResult
+from gate.results.records import (
+    ErrorKind,
+    RegionError,
+    RegionResult,
+    RunResult,
+    SuiteResult,
+    gate_fault,
+)
 
 # The stage the live line shows while the two trees' timed runs alternate.
 TIMING_BOTH = "timing against the base"
@@ -161,11 +168,16 @@ class _Pair:
         if base_result.error is not None and base_result.error.kind is ErrorKind.IMPORT:
             base_result = self._own_definition(base_region, base_result)
         base_outputs = self.base.scheduler.outputs
+        if base_result.error is not None:
+            return replace(head_result, base=self._failed(base_result.error))
+        if head_outputs is None or base_outputs is None:
+            # A held region that ran to its end hands its outputs over, or errors: a gate bug.
+            which = "head" if head_outputs is None else "base"
+            fault = gate_fault(f"comparing with the base: the {which}'s outputs never arrived")
+            return replace(head_result, error=fault)
         wrong_tree = _outside(base_outputs, self.tree.root)
-        if base_result.error is not None or wrong_tree is not None:
-            error = base_result.error or wrong_tree
-            assert error is not None
-            return replace(head_result, base=self._failed(error))
+        if wrong_tree is not None:
+            return replace(head_result, base=self._failed(wrong_tree))
         head_result, kept = accept_base(head_result, base_result)
         timing: TimingComparison | None = None
         boundary_timing: tuple[TimingComparison, ...] = ()
@@ -294,9 +306,9 @@ class _Pair:
         return step, boundaries
 
 
-def _outside(outputs: StepOutputs | None, base_root: Path) -> RegionError | None:
+def _outside(outputs: StepOutputs, base_root: Path) -> RegionError | None:
     """An error when the base's step was imported from outside the base checkout."""
-    if outputs is None or outputs.step_file is None:
+    if outputs.step_file is None:
         return None
     try:
         Path(outputs.step_file).resolve().relative_to(base_root.resolve())

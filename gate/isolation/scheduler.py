@@ -26,7 +26,6 @@ import itertools
 import os
 import signal
 import time
-import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,6 +46,7 @@ from gate.results.records import (
     RegionResult,
     RunResult,
     SuiteResult,
+    gate_fault,
 )
 from gate.user_code import UserCode
 
@@ -380,7 +380,7 @@ def run_isolated(
                     result = scheduler.run(policy, region)
                 except Exception as exc:
                     running = _Running(policy, region, started, 0)
-                    result = running.result(_internal_error(exc))
+                    result = running.result(gate_fault("running this region", exc))
                 results.append(result)
                 if finished is not None:
                     finished(result)
@@ -388,10 +388,3 @@ def run_isolated(
     return RunResult(tuple(suites))
 
 
-def _internal_error(exc: BaseException) -> RegionError:
-    return RegionError(
-        ErrorKind.INTERNAL,
-        f"transfer-gate itself failed while running this region "
-        f"({type(exc).__name__}: {exc}); this is a bug",
-        "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-    )

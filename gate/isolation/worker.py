@@ -42,7 +42,7 @@ from gate.region.stages import Stage, listening
 if TYPE_CHECKING:  # the region engine is imported only when a region runs
     from gate.region.held import HeldRegion, Keep
 from gate.results.comparison import StepOutputs, StepSamples
-from gate.results.records import ErrorKind, RegionError, RegionResult
+from gate.results.records import ErrorKind, RegionError, RegionResult, gate_fault
 from gate.user_code import UserCode, frames_of
 
 # The parent sends this to a worker it is about to kill (timeout, cancelled
@@ -222,12 +222,11 @@ class _Held:
         self._outputs: StepOutputs | None = None
 
     def keep(self, region: HeldRegion, outputs: object) -> None:
+        """Hold ``region`` with its outputs on the host. Raises what fetching them raises:
+        the user's setup failing is the region's error (`RegionAbort`), anything else a gate
+        fault (`run_job`), never a comparison quietly not made."""
+        self._outputs = region.outputs(outputs)
         self.region = region
-        try:
-            self._outputs = region.outputs(outputs)
-        except Exception:  # the comparison then says the outputs were not compared
-            traceback.print_exc()
-            self._outputs = None
 
     def take_outputs(self) -> StepOutputs | None:
         outputs, self._outputs = self._outputs, None
@@ -235,23 +234,12 @@ class _Held:
 
     def sample(self, runs: int) -> StepSamples:
         if self.region is None:
-            error = RegionError(
-                ErrorKind.INTERNAL,
-                "transfer-gate asked for timed runs of a region this worker does not hold; "
-                "this is a bug",
-                "",
-            )
-            return StepSamples((), error=error)
+            doing = "asking for timed runs of a region this worker does not hold"
+            return StepSamples((), error=gate_fault(doing))
         try:
             return self.region.sample(runs)
         except Exception as exc:  # a gate bug, not the step's (the step's error is in the samples)
-            error = RegionError(
-                ErrorKind.INTERNAL,
-                f"transfer-gate itself failed while timing this region ({type(exc).__name__}: "
-                f"{exc}); this is a bug",
-                "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-            )
-            return StepSamples((), error=error)
+            return StepSamples((), error=gate_fault("timing this region", exc))
 
 
 def _end_output(output: TextIO, number: int) -> None:
@@ -273,12 +261,7 @@ def _send_result(
     try:
         frame = encode(Done(job.number, result, outputs))
     except Exception as exc:  # something in the result does not pickle: a gate bug
-        error = RegionError(
-            ErrorKind.INTERNAL,
-            f"transfer-gate could not send this region's result ({type(exc).__name__}: "
-            f"{exc}); this is a bug",
-            "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-        )
+        error = gate_fault("sending this region's result", exc)
         frame = encode(Done(job.number, _error_result(job, time.perf_counter(), error)))
     write_all(fd, frame)
 
@@ -315,16 +298,7 @@ def run_job(job: Job, keep: Keep | None = None) -> RegionResult:
         return engine.run_region(job.policy, job.region, repo_root=job.repo_root, keep=keep)
     except Exception as exc:
         # run_region turns every exception of the user's code into a RegionError.
-        return _error_result(
-            job,
-            started,
-            RegionError(
-                ErrorKind.INTERNAL,
-                f"transfer-gate itself failed while running this region "
-                f"({type(exc).__name__}: {exc}); this is a bug",
-                "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-            ),
-        )
+        return _error_result(job, started, gate_fault("running this region", exc))
     except BaseException as exc:  # SystemExit, KeyboardInterrupt from the code under test
         code = UserCode(job.repo_root, job.policy.python_path)
         return _error_result(

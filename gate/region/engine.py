@@ -187,11 +187,18 @@ def _run_imported(
             run.compiles = None
         if region.checks.any:
             announce(Stage.CHECKING)
+            custom = run.code.callables.custom
+            custom_at = run.code.definition(custom) if custom is not None else None
             try:
                 host, leaves = host_leaves(outputs)
-                checks = run_checks(region.checks, host, leaves, run.code.callables.custom)
+                checks = run_checks(region.checks, host, leaves, custom, custom_at)
+            except RegionAbort:
+                raise
             except Exception as exc:
                 raise RegionAbort(error_from(run.code.user, ErrorKind.CHECK, exc)) from exc
+        if keep is not None:
+            # Its outputs fetched now, in this try: setup failing to repeat is the region's error.
+            keep(HeldRegion(run.code, run.inputs, run._call, run.monitor), outputs)
     except RegionAbort as abort:
         return result(
             transfers=tuple(run.verdict.transfers),
@@ -202,8 +209,6 @@ def _run_imported(
             **base,
         )
     judged = coverage(witnessing())
-    if keep is not None:
-        keep(HeldRegion(run.code, run.inputs, run._call, run.monitor), outputs)
     return result(
         transfers=tuple(run.verdict.transfers),
         timing=summarize(samples),

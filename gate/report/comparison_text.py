@@ -15,6 +15,7 @@ from gate.results.comparison import (
     BaseStatus,
     BoundaryTime,
     ResultComparison,
+    ResultStatus,
     TimingComparison,
     TimingVerdict,
     duration_text,
@@ -129,10 +130,10 @@ def _leaf(path: str) -> str:
 
 def results_line(results: ResultComparison) -> str:
     """``2 leaves differ: ['w'] (…); also ['b']``, or "same within tolerance", or why not."""
-    if not results.compared:
+    if results.status is ResultStatus.NOT_COMPARED:
         detail = one_line(results.detail)
         return detail if detail.startswith("results not compared") else f"not compared: {detail}"
-    if results.passed:
+    if results.status is ResultStatus.MATCHES:
         return one_line(results.detail) or "the same within tolerance"
     differences = results.differences
     if not differences:
@@ -211,7 +212,7 @@ def failing_comparisons(region: RegionResult) -> list[tuple[str, str]]:
         for timing in (base.timing, *base.boundary_timing):
             if timing is not None and timing.failing:
                 failing.append((timing_label(timing), timing_line(timing)))
-        if base.results is not None and base.results.compared and not base.results.passed:
+        if base.results is not None and base.results.failing:
             text = results_line(base.results)
             if own_definition_line(base):  # where the fix is: the rename changed the result
                 text += f" ({own_definition_line(base)})"

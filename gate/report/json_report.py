@@ -17,7 +17,7 @@ from typing import Any
 from gate import __version__
 from gate.files import write_text_atomically
 from gate.results.cause import cause_of
-from gate.results.comparison import BaseComparison, TimingComparison
+from gate.results.comparison import BaseComparison, ResultStatus, TimingComparison
 from gate.results.costs import CostComparison, StepCost
 from gate.results.findings import Finding, group
 from gate.results.hints import hint_for
@@ -137,8 +137,10 @@ def base_document(base: BaseComparison | None) -> dict[str, Any] | None:
         "results": None
         if results is None
         else {
-            "compared": results.compared,
-            "passed": results.passed,
+            "status": str(results.status),
+            # Derived from "status", kept for the tools that read version 1 before it.
+            "compared": results.status is not ResultStatus.NOT_COMPARED,
+            "passed": not results.failing,
             "detail": results.detail,
             "differences": [{"path": d.path, "detail": d.detail} for d in results.differences],
         },

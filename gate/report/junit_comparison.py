@@ -27,6 +27,7 @@ from gate.results.comparison import (
     BaseComparison,
     BaseStatus,
     ResultComparison,
+    ResultStatus,
     TimingComparison,
     TimingVerdict,
 )
@@ -90,7 +91,7 @@ def _results_case(region: RegionResult, base: BaseComparison, results: ResultCom
     head = f"results vs base {base.base}: {results_line(results)}"
     if own_definition_line(base):
         head += f"\n{own_definition_line(base)}"
-    if not results.compared:
+    if results.status is ResultStatus.NOT_COMPARED:
         body = f"{head}\n\n{_declared(region)}"
         return _case(
             region, name, body, Outcome("skipped", "not-compared", results_line(results), body)
@@ -105,7 +106,7 @@ def _results_case(region: RegionResult, base: BaseComparison, results: ResultCom
         lines.append(one_line(results.detail))
     body = "\n".join(lines) + "\n\n" + _declared(region)
     outcome = None
-    if not results.passed:
+    if results.failing:
         message = f"results differ from the base: {results_line(results)}"
         outcome = Outcome("failure", "result-diff", message, body)
     return _case(region, name, body, outcome)
@@ -152,8 +153,7 @@ def comparison_properties(region: RegionResult) -> dict[str, str]:
                 what = "timing" if timing.what == "step" else f"boundary[{timing.what}].timing"
                 properties.update(_timing_properties(prefix + what + ".", timing))
         if base.results is not None:
-            properties[prefix + "results.compared"] = str(base.results.compared).lower()
-            properties[prefix + "results.passed"] = str(base.results.passed).lower()
+            properties[prefix + "results.status"] = str(base.results.status)
             properties[prefix + "results.differences"] = str(len(base.results.differences))
         for r in base.renamed:
             key = f"renamed.{r.role}" + (f"[{r.base or r.head}]" if r.role == "boundary" else "")

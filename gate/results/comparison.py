@@ -92,14 +92,31 @@ class LeafDifference:
     detail: str  # "3 of 64 values differ, max abs diff 0.5, max rel diff 0.1 (rtol=…, atol=…)"
 
 
+class ResultStatus(str, enum.Enum):
+    """What the head's outputs are against the base's. A ``str``: reports write the value."""
+
+    MATCHES = "matches"  # every leaf within the region's tolerance
+    DIFFERS = "differs"  # a leaf beyond it, or one side's leaves are not the other's
+    # The two trees did not compute from the same inputs (setup is random, or differs between
+    # them), so there was nothing to compare; ``detail`` says why. Never a gate fault: a gate
+    # that cannot fetch the outputs is an internal error of the region, not this.
+    NOT_COMPARED = "not compared"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
 @dataclass(frozen=True)
 class ResultComparison:
     """Head's outputs against the base's, leaf by leaf, from setup's (deterministic) inputs."""
 
-    compared: bool  # False: not compared, and ``detail`` says why
-    passed: bool
+    status: ResultStatus
     detail: str
     differences: tuple[LeafDifference, ...] = ()
+
+    @property
+    def failing(self) -> bool:
+        return self.status is ResultStatus.DIFFERS
 
 
 class BaseStatus(str, enum.Enum):
@@ -176,7 +193,7 @@ class BaseComparison:
         timings = (self.timing, *self.boundary_timing)
         return (
             any(t is not None and t.failing for t in timings)
-            or (self.results is not None and self.results.compared and not self.results.passed)
+            or (self.results is not None and self.results.failing)
             or (self.cost is not None and self.cost.failing)
         )
 

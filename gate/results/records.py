@@ -256,6 +256,22 @@ class RegionError:
     location: SourceLocation | None = None
 
 
+def gate_fault(doing: str, exc: BaseException | None = None) -> RegionError:
+    """The gate's own bug while ``doing`` ("running this region"; "" when outside any task):
+    an INTERNAL error, which makes ``run`` exit 3, with ``exc``'s traceback for the report."""
+    import traceback
+
+    what = f"transfer-gate itself failed{f' while {doing}' if doing else ''}"
+    if exc is None:
+        message = f"{what}; this is a bug"
+        return RegionError(ErrorKind.INTERNAL, message, message)
+    return RegionError(
+        ErrorKind.INTERNAL,
+        f"{what} ({type(exc).__name__}: {exc}); this is a bug",
+        "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+    )
+
+
 @dataclass(frozen=True)
 class RegionResult:
     suite: str

@@ -7,7 +7,6 @@ rather than a report with nothing in it.
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from gate.results.records import (
     RunResult,
     SourceLocation,
     SuiteResult,
+    gate_fault,
 )
 
 
@@ -70,13 +70,7 @@ def unknown_region(message: str) -> RunResult:
 
 def gate_bug(exc: BaseException) -> RunResult:
     """A report for the gate itself failing outside any region, with the traceback."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    error = RegionError(
-        ErrorKind.INTERNAL,
-        f"transfer-gate itself failed ({type(exc).__name__}: {exc}); this is a bug",
-        text,
-    )
-    return _one_error("transfer-gate", "gate", "", 0, error)
+    return _one_error("transfer-gate", "gate", "", 0, gate_fault("", exc))
 
 
 def _one_error(suite: str, name: str, path: str, line: int, error: RegionError) -> RunResult:
