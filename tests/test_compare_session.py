@@ -16,10 +16,12 @@ from gate.compare.base_policy import for_base, in_tree, regions_in_base
 from gate.compare.outputs import compare_outputs
 from gate.compare.session import MEMORY_FRACTION, shared_device_environment
 from gate.isolation.scheduler import Scheduler
+from gate.isolation.worker import Job, _Held, run_job
 from gate.policy.load import load_policy
 from gate.policy.model import Checks, Policy
+from gate.region.errors import RegionAbort
 from gate.results.comparison import ResultStatus, StepOutputs
-from gate.results.records import ErrorKind
+from gate.results.records import ErrorKind, RegionError, RegionResult
 
 STEPS = """
 import os
@@ -244,3 +246,41 @@ def test_a_speed_difference_both_workers_show_leaves_the_verdict_open(repo: Path
     # Workers 1.3x apart cannot explain a 2x step: it stays slower.
     still = pair(1.3e-4)._step_timing()
     assert still.verdict is TimingVerdict.SLOWER
+
+
+def _held_run(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, failure: Exception
+) -> tuple[RegionResult, _Held]:
+    """The held region of ``run --base``, run in this process, its outputs' fetch raising."""
+    import gate.region.held
+
+    def fetch(tree: object) -> object:
+        raise failure
+
+    monkeypatch.setattr(gate.region.held, "host_leaves", fetch)
+    monkeypatch.syspath_prepend(str(repo / "src"))
+    policy = _policy(repo)
+    held = _Held()
+    result = run_job(Job(1, policy, policy.regions[0], repo, hold=True), held.keep)
+    return result, held
+
+
+def test_outputs_the_gate_cannot_fetch_are_its_own_fault_not_a_comparison_not_made(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result, held = _held_run(repo, monkeypatch, RuntimeError("the fetch broke"))
+    error = result.error
+    assert error is not None
+    assert error.kind is ErrorKind.INTERNAL  # exit 3
+    assert "RuntimeError: the fetch broke" in error.message
+    assert held.region is None
+    assert held.take_outputs() is None
+
+
+def test_setup_failing_while_the_outputs_are_fetched_is_the_regions_error(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user_error = RegionError(ErrorKind.SETUP, "ValueError: setup broke", "")
+    result, held = _held_run(repo, monkeypatch, RegionAbort(user_error))
+    assert result.error == user_error
+    assert held.region is None
