@@ -139,6 +139,10 @@ def _setter_codes() -> list[types.CodeType]:
     return [jax.transfer_guard.__code__, state_call.__code__, update.__code__]
 
 
+def _never_unkept(why: str) -> None:
+    raise AssertionError(f"every guard setter of this JAX must be within the gate's reach: {why}")
+
+
 @pytest.mark.jaxhooks
 def test_the_guard_stays_as_the_gate_set_it_whatever_the_user_code_asks() -> None:
     import jax
@@ -152,7 +156,7 @@ def test_the_guard_stays_as_the_gate_set_it_whatever_the_user_code_asks() -> Non
 
     with (
         guarded(GuardSpec.uniform(GuardLevel.DISALLOW)),
-        guard_kept_by_the_gate(lambda filename: filename == this_file, on_loosen),
+        guard_kept_by_the_gate(lambda filename: filename == this_file, on_loosen, _never_unkept),
     ):
         with jax.transfer_guard("allow"):
             assert jax.config.jax_transfer_guard_host_to_device == "disallow"
@@ -175,7 +179,9 @@ def test_the_gate_s_own_calls_to_the_guard_go_through() -> None:
     import jax
 
     loosened: list[str] = []
-    with guard_kept_by_the_gate(lambda filename: False, lambda what, frame: loosened.append(what)):
+    with guard_kept_by_the_gate(
+        lambda filename: False, lambda what, frame: loosened.append(what), _never_unkept
+    ):
         with guarded(GuardSpec.uniform(GuardLevel.LOG)):
             assert jax.config.jax_transfer_guard_host_to_device == "log"
         with jax.transfer_guard("disallow"):

@@ -15,6 +15,7 @@ from gate.jaxhooks.compiles import (
     UNNAMED,
     CompileEvent,
     CompileWatch,
+    compile_events_arrive,
     watching_compiles,
 )
 from gate.results.records import SourceLocation
@@ -273,6 +274,24 @@ def test_the_watch_counts_only_while_counting_and_puts_everything_back() -> None
     assert logging.getLogger("jax").handlers == handlers
     f(jnp.ones(7))  # the listener is gone
     assert len(watch.events) == 1
+
+
+def test_a_probe_compile_proves_the_watch_live_and_a_renamed_event_is_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gate.jaxhooks.compiles as compiles
+
+    compiles.compile_events_arrive.cache_clear()
+    assert compile_events_arrive() is None  # this JAX sends the events the watch listens for
+    compiles.compile_events_arrive.cache_clear()
+    monkeypatch.setattr(compiles, "COMPILE_EVENT", "/jax/core/compile/renamed")
+    monkeypatch.setattr(compiles, "CACHE_HIT_EVENT", "/jax/compilation_cache/renamed")
+    try:
+        why = compile_events_arrive()
+    finally:
+        compiles.compile_events_arrive.cache_clear()
+    assert why is not None
+    assert "sent neither /jax/core/compile/renamed nor /jax/compilation_cache/renamed" in why
 
 
 def test_a_recompile_served_from_the_persistent_cache_is_counted_once() -> None:

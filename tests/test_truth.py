@@ -483,8 +483,8 @@ def test_a_disallowed_direction_nothing_could_check_is_an_error_not_a_pass(repo:
     assert error.get("message", "") == (
         "not checked on this platform: device-to-host transfers could not be checked on "
         "cpu (cpu x1), jax 0.10.2, jaxlib 0.10.2 (injected: no ArrayImpl._value), and the "
-        "policy disallows them; run where they can be checked, or accept the gap with "
-        "`guard: {device_to_host: allow}`"
+        "policy disallows them; run where they can be checked (another platform, or a JAX "
+        "this transfer-gate reaches), or accept the gap with `guard: {device_to_host: allow}`"
     ).replace("jax 0.10.2, jaxlib 0.10.2", _versions())
     accepted = run.testcase("accepted: transfers")
     assert accepted.find("error") is None, run

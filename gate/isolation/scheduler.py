@@ -386,5 +386,3 @@ def run_isolated(
                     finished(result)
             suites.append(SuiteResult(policy.suite, policy.path.as_posix(), tuple(results)))
     return RunResult(tuple(suites))
-
-

@@ -27,6 +27,7 @@ entered, i.e. around the step's calls after warm-up.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import traceback
@@ -168,3 +169,33 @@ def watching_compiles() -> Iterator[CompileWatch]:
         logger.removeHandler(handler)
         jax.monitoring.unregister_event_listener(cache_listener)
         jax.monitoring.unregister_event_duration_listener(listener)
+
+
+@functools.cache
+def compile_events_arrive() -> str | None:
+    """None when a compilation reaches `watching_compiles` in this process; else why not.
+
+    The recompile check hears of a compile only through JAX's monitoring events: a JAX
+    that renamed them would deliver none, and every step would look compiled once. So one
+    probe program is compiled under the watch, once per process (the gate's workers each
+    ask before their first region that watches), the way `capture_works` proves the
+    guard's log. A hit in the persistent cache counts: the watch counts those too.
+    """
+    import jax
+    import numpy as np
+
+    try:
+        with watching_compiles() as watch, watch.counting():
+            jax.block_until_ready(jax.jit(_probe)(np.float32(1.0)))
+    except Exception as exc:  # a JAX without these listeners: nothing can be watched
+        return f"JAX's compile events cannot be listened to ({type(exc).__name__}: {exc})"
+    if not watch.events:
+        return (
+            f"a probe compile under jax {jax.__version__} sent neither {COMPILE_EVENT} nor "
+            f"{CACHE_HIT_EVENT}, so no compilation can be seen"
+        )
+    return None
+
+
+def _probe(x: object) -> object:
+    return x * 2.0 + 1.0  # type: ignore[operator]

@@ -136,7 +136,7 @@ def explicit_functions() -> tuple[Callable[..., Any], ...]:
 def guard_kept_by_the_gate(
     is_user_frame: Callable[[str], bool],
     on_loosen: Callable[[str, FrameType], None],
-    on_unkept: Callable[[str], None] = lambda note: None,
+    on_unkept: Callable[[str], None],
 ) -> Iterator[None]:
     """While a region runs, the policy decides the guard, not the step.
 
@@ -145,8 +145,9 @@ def guard_kept_by_the_gate(
     would turn the gate off for that code. Calls from the user's code are
     ignored here and reported through ``on_loosen(what, frame)``; JAX's own
     calls (and the gate's) go through. A way this JAX has moved out of reach
-    is said through ``on_unkept(note)``: a step loosening the guard that way
-    would go unseen, and a note says so rather than nothing.
+    is said through ``on_unkept(why)``: a step loosening the guard that way
+    would go unseen, so the region cannot prove its own levels held
+    (`gate.region.verdict.Gap`).
     """
     import jax
 
@@ -212,8 +213,5 @@ def guard_kept_by_the_gate(
             if isinstance(target, FunctionType):
                 stack.enter_context(interposed(target, wrapper))
             else:  # this JAX moved it or made it native: nothing to interpose
-                on_unkept(
-                    f"this JAX's {how} is out of the gate's reach, so a step that loosens the "
-                    "guard that way would not be seen; a newer transfer-gate may reach it"
-                )
+                on_unkept(f"this JAX's {how} is out of the gate's reach")
         yield

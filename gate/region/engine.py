@@ -29,7 +29,7 @@ from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from typing import Any
 
-from gate.jaxhooks.compiles import watching_compiles
+from gate.jaxhooks.compiles import compile_events_arrive, watching_compiles
 from gate.jaxhooks.guard import (
     full_tracebacks,
     guard_kept_by_the_gate,
@@ -122,22 +122,31 @@ def _run_imported(
         return result(error=RegionError(ErrorKind.PLATFORM, wrong_platform, wrong_platform), **base)
     can_map = capture_works()
     callbacks_missing: str | None = None
+    unkept: list[str] = []  # guard setters this JAX put out of the gate's reach
+    watched = region.recompiles is not RecompileRule.ALLOW
+    compiles_unseen = compile_events_arrive() if watched else None
     # Forget earlier regions' compiled calls: this region's first call takes JAX's slow path, which
     # checks every move. Executables return from the run's cache (`gate.isolation.compile_cache`).
     jax.clear_caches()
     checks: tuple[CheckOutcome, ...] = ()
 
     def witnessing() -> Witnessing:
-        return Witnessing(run.platform, can_map, run.watch.missing, callbacks_missing)
+        return Witnessing(
+            run.platform,
+            can_map,
+            run.watch.missing,
+            callbacks_missing,
+            run.watch.blind_spots,
+            tuple(unkept),
+            compiles_unseen,
+        )
 
     try:
         with (
             full_tracebacks(),
             run.monitor.installed(run.code.callables.boundaries),
-            guard_kept_by_the_gate(run.code.user.is_user, run.loosened, run.verdict.warn),
-            nullcontext(None)
-            if region.recompiles is RecompileRule.ALLOW
-            else watching_compiles() as compile_watch,
+            guard_kept_by_the_gate(run.code.user.is_user, run.loosened, unkept.append),
+            watching_compiles() if watched else nullcontext(None) as compile_watch,
         ):
             threads_before = {t.name for t in threading.enumerate()}
             # The detector also watches between the runs: a thread that lives
@@ -204,7 +213,7 @@ def _run_imported(
             transfers=tuple(run.verdict.transfers),
             error=abort.error,
             recompiles=run.recompiles(run.compiles),
-            notes=notes(run.verdict, witnessing()),
+            notes=notes(run.verdict, witnessing(), region),
             coverage=coverage(witnessing()),
             **base,
         )
@@ -217,9 +226,9 @@ def _run_imported(
         boundaries=costs,
         checks=checks,
         recompiles=run.recompiles(compile_watch),
-        notes=notes(run.verdict, witnessing()),
+        notes=notes(run.verdict, witnessing(), region),
         coverage=judged,
-        error=unchecked(region.guard, witnessing(), judged),
+        error=unchecked(region, witnessing(), judged),
         cost=cost_phase(run.inputs.fresh, run._call),  # last: it slows dispatch (cost_phase)
         **base,
     )

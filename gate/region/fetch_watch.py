@@ -22,6 +22,7 @@ class FetchWatch:
     user: UserCode
     boundary_of: Callable[[], str | None]  # the declared boundary running now, if any
     missing: str | None = None  # why the device-to-host detector could not run
+    blind_spots: tuple[str, ...] = ()  # what it cannot see here (`FetchLog.blind_spots`)
 
     @contextmanager
     def detector(self) -> Iterator[FetchLog | None]:
@@ -33,6 +34,8 @@ class FetchWatch:
                     log = stack.enter_context(detect_fetches(self.user, self.boundary_of))
                 except DetectorUnavailable as exc:  # raised before anything was patched
                     self.missing = str(exc)
+                else:
+                    self.blind_spots = log.blind_spots
             yield log
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 
 from gate.machine.diagnosis import PlatformInfo, direction_coverage
 from gate.policy.levels import Direction, GuardSpec
+from gate.policy.model import RecompileRule, Region
 from gate.region.callables import RegionCode
 from gate.region.sightings import Sighting
 from gate.results.records import (
@@ -88,16 +89,47 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Witnessing:
-    """What could watch this region, for the coverage and the notes."""
+    """What could watch this region, and what each witness could not see, for the verdict."""
 
     platform: PlatformInfo | None
     can_map: bool  # the guard's log reached the gate: there is a transfer map
     detector_missing: str | None  # why the device-to-host detector could not run
     callbacks_missing: str | None  # why host callbacks were not counted
+    # What the detector cannot see on this interpreter (`FetchLog.blind_spots`).
+    detector_blind: tuple[str, ...] = ()
+    # Ways to set the guard this JAX put out of the gate's reach (`guard_kept_by_the_gate`):
+    # a step loosening the guard that way would turn the map off for its own code, unseen.
+    guard_unkept: tuple[str, ...] = ()
+    # Why JAX's compile events do not reach the gate (`compile_events_arrive`); None when
+    # they do, or when the region does not watch for recompiles.
+    compiles_unseen: str | None = None
 
     @property
     def where(self) -> str:
         return self.platform.describe() if self.platform else "this platform"
+
+
+@dataclass(frozen=True)
+class Gap:
+    """One way this region's transfers, or its compilations, could have gone unseen.
+
+    A gap that hides what the region's levels (or ``recompiles: fail``) would fail makes
+    the region an error, never a pass (`unchecked`); any other is a note (`notes`).
+    """
+
+    unseen: str  # what went unseen: "device-to-host transfers", "host callbacks (...)"
+    why: str
+    directions: frozenset[Direction] = frozenset()  # transfers it may hide
+    recompiles: bool = False  # hides compilations after warm-up instead
+
+    def hides_failing(self, region: Region) -> bool:
+        """Whether something the region would fail may have gone unseen here."""
+        return (self.recompiles and region.recompiles is RecompileRule.FAIL) or any(
+            region.guard.level(d).fails_implicit for d in self.directions
+        )
+
+    def text(self, where: str) -> str:
+        return f"{self.unseen} could not be checked on {where} ({self.why})"
 
 
 def coverage(witnessing: Witnessing) -> Coverage:
@@ -109,7 +141,51 @@ def coverage(witnessing: Witnessing) -> Coverage:
     return tuple((direction.label, judge) for direction, judge in found.items())
 
 
-def notes(verdict: Verdict, witnessing: Witnessing) -> tuple[str, ...]:
+def gaps(witnessing: Witnessing, judged: Coverage) -> tuple[Gap, ...]:
+    """Every way this region's witnesses were blind, with what each may have hidden."""
+    judge = {Direction.from_label(label): j for label, j in judged}
+    no_map = "the guard's log did not reach the gate (no transfer map)"
+    found = [
+        Gap(
+            f"{direction.label} transfers",
+            witnessing.detector_missing or no_map,
+            frozenset({direction}),
+        )
+        for direction, j in judge.items()
+        if j is CoverageJudge.NOT_CHECKED
+    ]
+    fetches = Direction.DEVICE_TO_HOST
+    if judge[fetches] is CoverageJudge.DETECTOR:  # the detector alone judged reads: its blind
+        # spots are the region's (where the guard judges them too, it sees what the detector
+        # cannot, and on CPU only the buffer protocol hides a read from the detector).
+        found.extend(
+            Gap(
+                f"{fetches.label} reads: {spot}",
+                "the detector cannot watch them here",
+                frozenset({fetches}),
+            )
+            for spot in witnessing.detector_blind
+        )
+    if witnessing.callbacks_missing is not None:
+        # No guard ever sees a host callback's operands leave the device: the counter is all.
+        found.append(
+            Gap(
+                "host callbacks (jax.debug.print, pure_callback, io_callback)",
+                witnessing.callbacks_missing,
+                frozenset({fetches}),
+            )
+        )
+    guard_only = frozenset(d for d, j in judge.items() if j is CoverageJudge.GUARD)
+    found.extend(
+        Gap("transfers in code that loosens the guard itself", unkept, guard_only)
+        for unkept in witnessing.guard_unkept
+    )
+    if witnessing.compiles_unseen is not None:
+        found.append(Gap("compilations after warm-up", witnessing.compiles_unseen, recompiles=True))
+    return tuple(found)
+
+
+def notes(verdict: Verdict, witnessing: Witnessing, region: Region) -> tuple[str, ...]:
     """What a reader must know to trust the region's verdict."""
     found = []
     if not witnessing.can_map:
@@ -122,38 +198,45 @@ def notes(verdict: Verdict, witnessing: Witnessing) -> tuple[str, ...]:
         )
     if witnessing.detector_missing is not None:
         found.append(f"device-to-host detector unavailable: {witnessing.detector_missing}")
-    if witnessing.callbacks_missing is not None:
-        found.append(f"host callbacks not counted: {witnessing.callbacks_missing}")
-    for direction, judge in coverage(witnessing):
-        if judge is CoverageJudge.NOT_CHECKED:
-            found.append(
-                f"{direction} transfers were NOT checked on {witnessing.where}: "
-                "this region's pass says nothing about them"
-            )
+    found.extend(
+        f"{gap.text(witnessing.where)}: this region's pass says nothing about them"
+        for gap in gaps(witnessing, coverage(witnessing))
+        if not gap.hides_failing(region)
+    )
     found.extend(sorted(verdict.disagreements))
     found.extend(verdict.warnings)
     return tuple(found)
 
 
-def unchecked(guard: GuardSpec, witnessing: Witnessing, judged: Coverage) -> RegionError | None:
-    """An error when the policy disallows a direction that nothing could check.
+def unchecked(region: Region, witnessing: Witnessing, judged: Coverage) -> RegionError | None:
+    """An error when something the region would fail could have gone unseen.
 
-    A pass would claim what nobody saw. The fix is the user's choice: a
-    platform where it can be checked, or a policy that says it may go unchecked.
+    A pass would claim what nobody saw. The fix is the user's choice: a platform (or a
+    JAX) where it can be seen, or a policy that says it may go unchecked.
     """
-    blind = [
-        label
-        for label, judge in judged
-        if judge is CoverageJudge.NOT_CHECKED
-        and guard.level(Direction.from_label(label)).fails_implicit
-    ]
+    blind = [gap for gap in gaps(witnessing, judged) if gap.hides_failing(region)]
     if not blind:
         return None
-    why = witnessing.detector_missing or "the guard's log did not reach the gate (no transfer map)"
-    keys = ", ".join(f"{label.replace('-', '_')}: allow" for label in blind)
+    directions = sorted(
+        {d for gap in blind for d in gap.directions if region.guard.level(d).fails_implicit},
+        key=lambda d: d.label,
+    )
+    accept = []
+    if directions:
+        keys = ", ".join(f"{d.label.replace('-', '_')}: allow" for d in directions)
+        accept.append(f"`guard: {{{keys}}}`")
+    if any(gap.recompiles for gap in blind):
+        accept.append("`recompiles: warn`")
+    recompiles = any(gap.recompiles for gap in blind)
+    if directions and recompiles:
+        what = (
+            f"disallows {', '.join(d.label for d in directions)} transfers and fails on recompiles"
+        )
+    else:
+        what = "disallows them" if directions else "fails on recompiles"
     message = (
-        f"{', '.join(blind)} transfers could not be checked on {witnessing.where} ({why}), and "
-        f"the policy disallows them; run where they can be checked, or accept the gap with "
-        f"`guard: {{{keys}}}`"
+        f"{'; '.join(gap.text(witnessing.where) for gap in blind)}, and the policy {what}; "
+        f"run where they can be checked (another platform, or a JAX this transfer-gate reaches), "
+        f"or accept the gap with {' and '.join(accept)}"
     )
     return RegionError(ErrorKind.UNCHECKED, message, message)
