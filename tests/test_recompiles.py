@@ -279,7 +279,7 @@ def test_the_watch_counts_only_while_counting_and_puts_everything_back() -> None
 def test_a_probe_compile_proves_the_watch_live_and_a_renamed_event_is_said(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import gate.jaxhooks.compiles as compiles
+    from gate.jaxhooks import compiles
 
     compiles.compile_events_arrive.cache_clear()
     assert compile_events_arrive() is None  # this JAX sends the events the watch listens for

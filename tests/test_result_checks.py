@@ -247,7 +247,7 @@ def test_a_custom_check_returning_numpys_false_fails(checked: tuple[Path, GateRu
     _, run = checked
     tag, _, body = _outcome(run, "np_false")
     assert tag == "failure", run
-    assert "steps:numpy_false returned False (numpy.bool"  in body
+    assert "steps:numpy_false returned False (numpy.bool" in body
     assert _outcome(run, "np_true")[0] == "passed", run
 
 
