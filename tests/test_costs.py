@@ -206,10 +206,18 @@ def test_a_jax_without_the_hook_gives_a_note_not_a_zero(monkeypatch: pytest.Monk
         f"(jax {jax.__version__})"
     )
     assert cost.headline() == ""
-    comparison = compare_costs(cost, cost, CostRule(max_increase=1.0))
-    assert not comparison.compared
-    assert not comparison.failing
-    assert comparison.headline() == f"cost not compared: base: {cost.note}"
+    reported = compare_costs(cost, cost, CostRule())
+    assert not reported.compared
+    assert not reported.failing
+    assert reported.headline() == f"cost not compared: base: {cost.note}"
+    # A bound nobody could check is not a pass: it is said, and it fails.
+    bounded = compare_costs(cost, cost, CostRule(max_increase=1.0))
+    assert bounded.unchecked == f"base: {cost.note}"
+    assert bounded.failing
+    assert bounded.headline() == (
+        f"cost not checked against the base: base: {cost.note}, so cost.max_increase 1x "
+        "cannot bound it"
+    )
 
 
 def test_restoring_refuses_to_clobber_a_patch_made_meanwhile() -> None:
@@ -270,6 +278,24 @@ def _region(cost: StepCost | None, base: BaseComparison | None = None) -> Region
 def _cost(flops: float, runs: int = 1) -> StepCost:
     function = FunctionCost("jit(step)", runs, 1, (("flops", flops), ("temp_bytes", 64.0)))
     return step_cost((function,), None)
+
+
+def test_a_total_one_side_lacks_cannot_be_bounded_and_is_an_error_case() -> None:
+    with_transcendentals = step_cost(
+        (FunctionCost("jit(step)", 1, 1, (("flops", 10.0), ("transcendentals", 4.0))),), None
+    )
+    without = step_cost((FunctionCost("jit(step)", 1, 1, (("flops", 10.0),)),), None)
+    bounded = compare_costs(with_transcendentals, without, CostRule(max_increase=1.05))
+    assert bounded.unchecked == (
+        "total transcendentals is absent in the head (XLA gave it on one side only)"
+    )
+    assert bounded.failing
+    assert not compare_costs(with_transcendentals, without, CostRule()).failing  # listed only
+    base = BaseComparison("HEAD~1 (1a2b3c4)", BaseStatus.COMPARED, cost=bounded)
+    (case,) = [c for c in region_cases(_region(without, base)) if c.name == "step: cost"]
+    assert case.outcome is not None
+    assert (case.outcome.tag, case.outcome.kind) == ("error", "cost-not-checked")
+    assert case.outcome.message.startswith("cost not checked against the base: total transc")
 
 
 def test_the_junit_cost_case_appears_only_against_a_base_and_fails_naming_the_change() -> None:

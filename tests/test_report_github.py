@@ -284,7 +284,11 @@ def test_summary_shows_a_failing_cost_comparison_against_the_base_and_the_baseli
         in (table)
     )
     assert "`train.same` cost" not in table
-    assert "| `train.unmeasured` cost | — | — | — | — | cost not compared: base: no hook |" in table
+    # A bound nobody could check fails, saying so, instead of passing as "not compared".
+    assert (
+        "| `train.unmeasured` cost | — | — | — | — | **FAIL**: cost not checked against the base: "
+        "base: no hook, so cost.max\\_increase 1.05x cannot bound it |"
+    ) in table
     # ... and the findings say it again, with the whole headline.
     findings = text.split("### Findings")[1]
     assert f"cost vs base: cost beyond 1.05x the base: {headline}" in findings

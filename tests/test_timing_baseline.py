@@ -22,7 +22,7 @@ from gate.policy.levels import GuardLevel, GuardSpec
 from gate.policy.model import CallableRef, Checks, CostRule, Region, TimingRule
 from gate.results.baseline import FORMAT, BaselineError, load_baseline_file
 from gate.results.comparison import TimingVerdict
-from gate.results.costs import FunctionCost, StepCost, step_cost
+from gate.results.costs import FunctionCost, StepCost, not_measured, step_cost
 from gate.results.records import RegionResult, RunResult
 from gate.results.timing_baseline import (
     NO_REGION_TIMING,
@@ -250,6 +250,51 @@ def test_xla_figures_are_compared_with_the_stored_ones_exactly_and_kept_in_the_f
     assert not reported.cost_vs_baseline.failing
     assert reported.timing_vs_baseline is None
     assert reported.passed
+
+
+def test_a_cost_bound_the_baseline_or_the_run_cannot_give_is_not_checked_never_a_pass() -> None:
+    bounded = {"train.a": ruled(cost=CostRule(1.05))}
+    without_cost = retimed(run_of(timed("a", (1e-3,) * 10)), None)  # stored with no cost
+    [unbounded] = compare_with_baseline(
+        run_of(timed("a", (1e-3,) * 10, cost=_cost(200.0))), without_cost, bounded
+    ).regions
+    comparison = unbounded.cost_vs_baseline
+    assert comparison is not None
+    assert comparison.unchecked is not None
+    assert comparison.headline() == (
+        "cost not checked against the baseline: baseline: no cost stored for this region; run "
+        "`transfer-gate baseline` to record it, so cost.max_increase 1.05x cannot bound it"
+    )
+    assert not unbounded.passed
+    # The run's own cost unmeasured (a JAX that moved the hook) against a stored one: the same.
+    stored = retimed(run_of(timed("a", (1e-3,) * 10, cost=_cost(100.0))), None)
+    unmeasured = not_measured("cost not measured: injected")
+    [blind] = compare_with_baseline(
+        run_of(timed("a", (1e-3,) * 10, cost=unmeasured)), stored, bounded
+    ).regions
+    assert blind.cost_vs_baseline is not None
+    assert blind.cost_vs_baseline.unchecked == "head: cost not measured: injected"
+    assert not blind.passed
+    # Without a bound to check, both are what they were: nothing to claim, nothing said.
+    for run, store in (
+        (timed("a", (1e-3,) * 10, cost=_cost(200.0)), without_cost),
+        (timed("a", (1e-3,) * 10, cost=unmeasured), stored),
+    ):
+        [left] = compare_with_baseline(run_of(run), store, {"train.a": ruled()}).regions
+        assert left.cost_vs_baseline is None
+        assert left.passed
+
+
+def test_a_cost_bound_against_another_devices_baseline_is_noted() -> None:
+    stored = retimed(run_of(timed("a", (1e-3,) * 10, cost=_cost(100.0))), None)
+    elsewhere = sample_region(
+        "a", platform="gpu (cuda x1), jax 0.10.2", timing_samples=(1e-3,) * 10, cost=_cost(200.0)
+    )
+    [noted] = compare_with_baseline(
+        run_of(elsewhere), stored, {"train.a": ruled(cost=CostRule(1.05))}
+    ).regions
+    assert noted.cost_vs_baseline is None
+    assert any(note.startswith("cost not compared: baseline from cpu") for note in noted.notes)
 
 
 def test_a_region_the_baseline_has_no_timing_for_says_so() -> None:

@@ -18,7 +18,7 @@ from dataclasses import replace
 from gate.compare.timing import compare_timing
 from gate.plan import Plan, region_key
 from gate.policy.model import Region
-from gate.results.costs import compare_costs
+from gate.results.costs import compare_costs, not_measured
 from gate.results.records import RegionResult, RunResult
 from gate.results.timing_baseline import (
     NO_REGION_TIMING,
@@ -68,6 +68,9 @@ def _judged(
     entry = stored.get(region.classname) if stored is not None else None
     if entry is not None and entry.device == current:
         region = _cost_judged(region, entry, rule)
+    elif entry is not None and rule.cost.max_increase is not None:
+        # XLA's figures are the platform's own: another device's are no bound on these.
+        region = _noted(region, mismatch_note(entry, current, "cost"))
     if not rule.timing.compare:
         return region
     if stored is None:
@@ -87,9 +90,22 @@ def _judged(
 
 
 def _cost_judged(region: RegionResult, entry: StoredTiming, rule: Region) -> RegionResult:
-    if entry.cost is None or region.cost is None or not region.cost.measured:
+    """XLA's figures against the stored ones of the same device. A side without them is
+    left out, unless ``cost.max_increase`` asks for a bound: then it is a comparison that
+    could not be checked (`CostComparison.unchecked`), never a silent pass."""
+    stored = entry.cost
+    current = region.cost
+    if rule.cost.max_increase is None and (
+        stored is None or current is None or not current.measured
+    ):
         return region
-    compared = compare_costs(entry.cost, region.cost, rule.cost, against="baseline")
+    if stored is None:
+        stored = not_measured(
+            "no cost stored for this region; run `transfer-gate baseline` to record it"
+        )
+    if current is None:
+        current = not_measured("the cost run did not happen")
+    compared = compare_costs(stored, current, rule.cost, against="baseline")
     return replace(region, cost_vs_baseline=compared)
 
 

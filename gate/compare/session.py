@@ -43,7 +43,7 @@ from gate.results.comparison import (
     TimingVerdict,
     renamed_text,
 )
-from gate.results.costs import CostComparison, compare_costs
+from gate.results.costs import CostComparison, compare_costs, not_measured
 from gate.results.records import (
     ErrorKind,
     RegionError,
@@ -348,14 +348,17 @@ def _leaf(spec: str) -> str:
 def _cost(
     base: RegionResult, head: RegionResult, region: Region, renamed: tuple[Renamed, ...] = ()
 ) -> CostComparison | None:
-    """XLA's figures, base vs head, under the head's ``cost:`` rule; None if a side has none.
+    """XLA's figures, base vs head, under the head's ``cost:`` rule; None when neither side
+    has any and no rule asks for them.
 
     A jitted function the change renamed is compared under the head's name: ``jit(clean)``
     in the base is ``jit(clean2)``'s before, not a function gone and another new.
     """
-    if base.cost is None or head.cost is None:
+    if base.cost is None and head.cost is None and region.cost.max_increase is None:
         return None
+    missing = not_measured("the cost run did not happen")
     names = {f"jit({_leaf(r.base)})": f"jit({_leaf(r.head)})" for r in renamed if r.head}
-    functions = tuple(replace(f, name=names.get(f.name, f.name)) for f in base.cost.functions)
-    base_cost = replace(base.cost, functions=functions)
-    return compare_costs(base_cost, head.cost, region.cost)
+    base_cost = missing if base.cost is None else base.cost
+    functions = tuple(replace(f, name=names.get(f.name, f.name)) for f in base_cost.functions)
+    base_cost = replace(base_cost, functions=functions)
+    return compare_costs(base_cost, missing if head.cost is None else head.cost, region.cost)

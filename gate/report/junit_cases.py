@@ -162,7 +162,8 @@ def region_cases(region: RegionResult) -> list[Case]:
 def _cost_case(region: RegionResult, cost: CostComparison, label: str) -> Case:
     """XLA's figures against the base: present only when compared, so other reports keep theirs.
 
-    Fails when a total grew beyond ``cost: {max_increase}``; otherwise it lists
+    Fails when a total grew beyond ``cost: {max_increase}``, is an error when that rule
+    could not be checked (a side unmeasured, a total one side lacks); otherwise it lists
     every change in its system-out.
     """
     changes = "\n".join(f"- {c.text()}" for c in cost.changes)
@@ -170,7 +171,10 @@ def _cost_case(region: RegionResult, cost: CostComparison, label: str) -> Case:
     outcome = None
     if cost.failing:
         body = f"{listing}\nRegion declared at {region.policy_path}:{region.policy_line}\n"
-        outcome = Outcome("failure", "cost", cost.headline(), body)
+        if cost.unchecked is not None:
+            outcome = Outcome("error", "cost-not-checked", cost.headline(), body)
+        else:
+            outcome = Outcome("failure", "cost", cost.headline(), body)
     return Case(
         f"{region.name}: {label}",
         region.classname,

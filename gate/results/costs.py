@@ -173,6 +173,11 @@ class CostChange:
     failing: bool = False  # a total beyond the rule's ``max_increase``
 
     @property
+    def one_sided(self) -> bool:
+        """A step total XLA gave on one side only: no ratio can bound it."""
+        return self.function is None and (self.base is None) != (self.head is None)
+
+    @property
     def ratio(self) -> float | None:
         """head / base, exactly; None when a side is absent or the base is 0."""
         if self.base is None or self.head is None or self.base == 0:
@@ -208,11 +213,34 @@ class CostComparison:
     note: str = ""
 
     @property
+    def unchecked(self) -> str | None:
+        """Why ``max_increase`` could not bound the step's totals; None when it could, or
+        when no rule asks it to. A pass would claim a bound nobody checked, so it fails."""
+        if self.max_increase is None:
+            return None
+        if not self.compared:
+            return self.note
+        lacking = [c for c in self.changes if c.one_sided]
+        if not lacking:
+            return None
+        sides = "; ".join(
+            f"total {c.metric} is absent in the {'head' if c.head is None else self.against}"
+            for c in lacking
+        )
+        return f"{sides} (XLA gave it on one side only)"
+
+    @property
     def failing(self) -> bool:
-        return any(c.failing for c in self.changes)
+        return self.unchecked is not None or any(c.failing for c in self.changes)
 
     def headline(self, most: int = 4) -> str:
         """One line: the failing totals and what changed in the functions on the same figures."""
+        unchecked = self.unchecked
+        if unchecked is not None:
+            return (
+                f"cost not checked against the {self.against}: {unchecked}, so "
+                f"cost.max_increase {self.max_increase:g}x cannot bound it"
+            )
         if not self.compared:
             return f"cost not compared: {self.note}"
         if not self.changes:
@@ -236,10 +264,12 @@ def compare_costs(
 
     Only totals fail: a function renamed or split moves work between names
     without changing the step. A total that grows from 0 fails too (it has no
-    ratio); one XLA gave on one side only is listed and does not fail.
+    ratio). Under a rule, a side that was not measured, or a total XLA gave on one
+    side only, cannot be bounded: the comparison is `CostComparison.unchecked`, a
+    failure, never a pass. Without a rule both are listed and nothing fails.
     """
     if not base.measured or not head.measured:
-        side, cost = ("base", base) if not base.measured else ("head", head)
+        side, cost = (against, base) if not base.measured else ("head", head)
         return CostComparison(against, (), rule.max_increase, False, f"{side}: {cost.note}")
     changes = []
     for metric in METRICS:

@@ -54,8 +54,8 @@ def device_fingerprint(region: RegionResult) -> str | None:
     return f"{region.platform}, transfer-gate {__version__}"
 
 
-def mismatch_note(stored: StoredTiming, current: str) -> str:
-    return f"timing not compared: baseline from {stored.device} (this run: {current})"
+def mismatch_note(stored: StoredTiming, current: str, what: str = "timing") -> str:
+    return f"{what} not compared: baseline from {stored.device} (this run: {current})"
 
 
 def timing_of(region: RegionResult) -> StoredTiming | None:
