@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 from result_samples import transfer
 
 from gate.policy.levels import Direction
+from gate.results.baseline import _SITE_PARTS
 from gate.results.findings import UNDESCRIBED, Finding, group
 from gate.results.records import Phase, Site, Transfer
 
@@ -15,6 +16,11 @@ from gate.results.records import Phase, Site, Transfer
 def only(findings: tuple[Finding, ...]) -> Finding:
     [finding] = findings
     return finding
+
+
+def test_the_baseline_fingerprint_takes_every_part_of_a_site() -> None:
+    # An identity the fingerprint did not see would make two findings share one baseline entry.
+    assert set(_SITE_PARTS) == {field.name for field in fields(Site)}
 
 
 def test_no_transfers_no_findings() -> None:
