@@ -206,6 +206,8 @@ def cost_comparison_document(cost: CostComparison | None) -> dict[str, Any] | No
         "against": cost.against,
         "compared": cost.compared,
         "note": cost.note,
+        # Why cost.max_increase could not bound the totals (then "failing" is true); else null.
+        "unchecked": cost.unchecked,
         "failing": cost.failing,
         "max_increase": cost.max_increase,
         "headline": cost.headline(),
