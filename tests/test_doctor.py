@@ -511,7 +511,7 @@ def test_doctor_fails_when_the_installed_packages_disagree(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("text", "error"),
     [
-        ("jax===0.10.2\n", "error: requirements.txt:1: jax===0.10.2: '===' is not supported"),
+        ("jax=>0.10\n", "error: requirements.txt:1: jax=>0.10: Expected semicolon"),
         ("-r base.txt\n", "error: requirements.txt:1: -r base.txt: no such file next to"),
     ],
 )

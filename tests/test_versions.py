@@ -1,59 +1,25 @@
-"""doctor's own PEP 440 specifiers (`gate.machine.versions`), cross-checked against ``packaging``,
-and the requirements it reads from requirements files and pyproject.toml
-(`gate.machine.requirements`). The command's use of them: tests/test_doctor.py."""
+"""The JAX requirements doctor reads from requirements files and pyproject.toml
+(`gate.machine.requirements`, on ``packaging``). The command's use of them: tests/test_doctor.py."""
 
 from __future__ import annotations
 
-import itertools
 import textwrap
 from pathlib import Path
 
 import pytest
-from packaging.specifiers import SpecifierSet
-from packaging.version import Version as ReferenceVersion
 
-from gate.machine.requirements import RequirementsError, read_requirements
-from gate.machine.versions import Specifier, SpecifierError, Version
-
-VERSIONS = [
-    "0.9", "0.10", "0.10.0", "0.10.1", "0.10.2", "0.10.2+cuda12", "0.10.2.post1", "0.10.3.dev0",
-    "0.10.3a1", "0.10.3rc1", "0.10.3", "0.10.20", "0.11.0", "1.0", "1!0.1",
-]  # fmt: skip
-SPECIFIERS = [
-    "", "==0.10.2", "==0.10.2+cuda12", "!=0.10.2", "==0.10.*", "!=0.10.*", ">=0.10.1",
-    ">0.10.2", "<0.10.3", "<=0.10.2", "~=0.10.1", "~=0.10", ">=0.10.1,<0.11", "<0.10.3rc1",
-    ">0.10.2.post0", "==0.10", "<1!0", ">=0.10.3.dev0", "==0.10.2.post1",
-]  # fmt: skip
+from gate.machine.requirements import RequirementsError, parse_requirement, read_requirements
+from gate.machine.version_check import _admits
 
 
-@pytest.mark.parametrize(
-    ("specifier", "version"), list(itertools.product(SPECIFIERS, VERSIONS)), ids=repr
-)
-def test_specifiers_agree_with_packaging(specifier: str, version: str) -> None:
-    # prereleases=True: an installed pre-release is judged like any other, as `pip check` does.
-    expected = SpecifierSet(specifier).contains(version, prereleases=True)
-    assert Specifier.parse(specifier).admits(version) is expected
-
-
-def test_versions_order_as_pep_440_does() -> None:
-    keys = sorted(VERSIONS, key=lambda v: Version.parse(v).key)
-    assert keys == sorted(VERSIONS, key=ReferenceVersion)
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("===0.10.2", "'===' is not supported; use '=='"),
-        (">=0.10.*", "'.*' goes only with == or !="),
-        ("~=1", "'~=' needs two numbers or more"),
-        ("=>0.10", "is not OPERATOR VERSION"),
-        (">=0.10,", "an empty clause between commas"),
-        (">=ten", "'ten' is not a version"),
-    ],
-)
-def test_specifiers_doctor_cannot_read_say_why(text: str, message: str) -> None:
-    with pytest.raises(SpecifierError, match=message):
-        Specifier.parse(text)
+def test_an_installed_pre_release_inside_a_specifier_meets_it_as_pip_check_says() -> None:
+    # packaging alone would not admit 0.11.0rc1 to >=0.10 (it leaves pre-releases out of a
+    # download); doctor judges what is installed.
+    requirement = parse_requirement("jax>=0.10", "requirements.txt:1")
+    assert requirement is not None
+    assert _admits(requirement, "0.11.0rc1") is True
+    assert _admits(requirement, "0.9.0") is False
+    assert _admits(requirement, "not-a-version") is None
 
 
 def write(path: Path, text: str) -> Path:
@@ -80,7 +46,7 @@ def test_a_requirements_file_keeps_jax_s_distributions_with_their_lines(tmp_path
     )
     found = read_requirements(path)
     assert [(r.where, r.name, str(r.specifier), r.unchecked) for r in found] == [
-        (f"{path}:3", "jax", ">=0.10,<0.11", None),
+        (f"{path}:3", "jax", "<0.11,>=0.10", None),
         (f"{path}:5", "jaxlib", "==0.10.2", None),
         (f"{tmp_path / 'constraints.txt'}:1", "jax-cuda12-plugin", "==0.10.2", None),
         (f"{path}:8", "jax", "", """its marker (sys_platform == "darwin") is not evaluated"""),
@@ -114,9 +80,12 @@ def test_pyproject_lists_every_dependency_list(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
-        ("requirements.txt", "jax===0.10.2\n", r"requirements.txt:1: jax===0.10.2: '===' is not"),
+        (
+            "requirements.txt",
+            "jax=>0.10\n",
+            r"requirements.txt:1: jax=>0.10: Expected semicolon \(after name with no version",
+        ),
         ("requirements.txt", "-r other.txt\n", r"requirements.txt:1: -r other.txt: no such file"),
-        ("requirements.txt", "jax>=0.10,\n", r"requirements.txt:1: jax>=0.10,: an empty clause"),
         ("pyproject.toml", "[project\n", r"pyproject.toml: not valid TOML"),
         ("pyproject.toml", "[project]\ndependencies = 'jax'\n", r"project.dependencies is not a"),
     ],

@@ -10,6 +10,9 @@ that the installed JAX is the one the code asks for, not the user's whole enviro
 A requirement with an environment marker (``; python_version >= "3.12"``) or a URL
 (``jax @ https://...``) is kept but not checked: doctor does not evaluate markers, and a URL
 names no version. doctor prints it as not checked.
+
+Requirements, specifiers and versions are read by ``packaging``, the reference
+implementation of PEP 440 and PEP 508 that pip itself vendors.
 """
 
 from __future__ import annotations
@@ -19,12 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement
+from packaging.requirements import Requirement as Pep508
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+
 from gate.machine.diagnosis import PLUGIN_DISTRIBUTIONS
-from gate.machine.versions import Specifier, SpecifierError
 
 JAX_DISTRIBUTIONS = frozenset({"jax", "jaxlib", *PLUGIN_DISTRIBUTIONS})
 
-_NAME = re.compile(r"\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(\[[^\]]*\])?\s*(.*)$")
 # pip's options that name another file whose requirements count too.
 _INCLUDES = ("-r", "--requirement", "-c", "--constraint")
 
@@ -40,35 +46,28 @@ class Requirement:
     where: str  # "requirements.txt:3", "pyproject.toml:16"
     text: str  # as written
     name: str  # normalized: "jax-cuda12-plugin"
-    specifier: Specifier
+    specifier: SpecifierSet
     unchecked: str | None = None  # why doctor does not check it: a marker, a URL
-
-
-def normalize(name: str) -> str:
-    """PEP 503: ``JAX_CUDA12.Plugin`` and ``jax-cuda12-plugin`` are one distribution."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def parse_requirement(text: str, where: str) -> Requirement | None:
     """The requirement in ``text`` when it names a JAX distribution; None for any other."""
-    body, _, marker = text.partition(";")
-    match = _NAME.match(body)
-    if match is None:
-        raise RequirementsError(f"{where}: {text.strip()!r} is not a requirement (NAME[SPEC])")
-    name = normalize(match.group(1))
+    try:
+        parsed = Pep508(text)
+    except InvalidRequirement as exc:
+        raise RequirementsError(f"{where}: {text.strip()}: {_first_line(exc)}") from None
+    name = canonicalize_name(parsed.name)
     if name not in JAX_DISTRIBUTIONS:
         return None
-    rest = match.group(3).strip()
-    if rest.startswith("@"):
-        return Requirement(where, text.strip(), name, Specifier(()), "a URL names no version")
-    if rest.startswith("(") and rest.endswith(")"):
-        rest = rest[1:-1]
-    try:
-        specifier = Specifier.parse(rest)
-    except SpecifierError as exc:
-        raise RequirementsError(f"{where}: {text.strip()}: {exc}") from None
-    unchecked = f"its marker ({marker.strip()}) is not evaluated" if marker.strip() else None
-    return Requirement(where, text.strip(), name, specifier, unchecked)
+    if parsed.url is not None:
+        return Requirement(where, text.strip(), name, SpecifierSet(), "a URL names no version")
+    marker = f"its marker ({parsed.marker}) is not evaluated" if parsed.marker else None
+    return Requirement(where, text.strip(), name, parsed.specifier, marker)
+
+
+def _first_line(exc: Exception) -> str:
+    # packaging points at the column on lines of its own; the error names the file's line.
+    return str(exc).strip().splitlines()[0]
 
 
 def read_requirements(path: Path) -> tuple[Requirement, ...]:

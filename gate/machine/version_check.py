@@ -10,9 +10,10 @@ each requirement on a JAX distribution in a ``--requirements`` file
 
 from __future__ import annotations
 
+from packaging.version import InvalidVersion, Version
+
 from gate.machine.doctor import Diagnosis
 from gate.machine.requirements import Requirement, RequirementsError, parse_requirement
-from gate.machine.versions import SpecifierError, Version
 
 DEPENDENCIES_DOC = "docs/dependencies.md"
 
@@ -61,9 +62,9 @@ def _jaxlib_problems(diagnosis: Diagnosis, installed: dict[str, str]) -> list[st
         return []
     # No metadata to go by (a jax from source): JAX releases jax and jaxlib together.
     try:
-        if Version.parse(jax).release[:2] != Version.parse(jaxlib).release[:2]:
+        if Version(jax).release[:2] != Version(jaxlib).release[:2]:
             return [f"jax {jax} and jaxlib {jaxlib} are not of one minor release; {fix}"]
-    except SpecifierError:
+    except InvalidVersion:
         pass
     return []
 
@@ -78,20 +79,25 @@ def _parsed(text: str | None) -> Requirement | None:
 
 
 def _admits(requirement: Requirement, version: str) -> bool | None:
-    """Whether ``version`` meets it; None when the installed version is not PEP 440."""
+    """Whether ``version`` meets it; None when the installed version is not PEP 440.
+
+    An installed pre-release counts as inside a specifier it is inside, as ``pip check``
+    counts it: doctor judges what is installed, not what to download.
+    """
     try:
-        return requirement.specifier.admits(version)
-    except SpecifierError:
+        return requirement.specifier.contains(Version(version), prereleases=True)
+    except InvalidVersion:
         return None
 
 
 def _same(plugin: str, jaxlib: str) -> bool:
     # `==jaxlib.*`: jax pins jax-rocm7-plugin==0.10.2.* and the CUDA plugins to jaxlib exactly.
     try:
-        wanted, found = Version.parse(jaxlib), Version.parse(plugin)
-    except SpecifierError:
+        wanted, found = Version(jaxlib), Version(plugin)
+    except InvalidVersion:
         return plugin == jaxlib
-    return found.starts_with(wanted.release, wanted.epoch)
+    padded = found.release + (0,) * (len(wanted.release) - len(found.release))
+    return found.epoch == wanted.epoch and padded[: len(wanted.release)] == wanted.release
 
 
 def _requirement_problem(requirement: Requirement, installed: dict[str, str]) -> str | None:
