@@ -10,13 +10,13 @@ from __future__ import annotations
 import ast
 import json
 import re
+import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
-import tomllib
 from cli_helpers import ROOT, make_repo, run_gate
 
 from gate.policy.levels import Direction

@@ -12,12 +12,12 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-import tomllib
 import yaml
 from workflow_helpers import PINNED_USES, VERSION_COMMENT, run, shown, venv_tool
 from workflow_helpers import run_step_script as run_bash_step

@@ -17,16 +17,13 @@ from gate.results.costs import CostComparison
 from gate.results.records import RegionError
 
 
-class TimingVerdict(str, enum.Enum):
+class TimingVerdict(enum.StrEnum):
     """What two samples of step times say. A ``str``, so reports write the value itself."""
 
     SLOWER = "slower"  # significant, and beyond the allowed slowdown
     FASTER = "faster"  # significant, and beyond the same factor the other way
     UNCHANGED = "unchanged"  # the interval rules out a change as large as the allowed one
     INCONCLUSIVE = "inconclusive"  # noise leaves it open even after the most rounds
-
-    def __str__(self) -> str:
-        return str(self.value)
 
 
 def duration_text(seconds: float) -> str:
@@ -92,7 +89,7 @@ class LeafDifference:
     detail: str  # "3 of 64 values differ, max abs diff 0.5, max rel diff 0.1 (rtol=…, atol=…)"
 
 
-class ResultStatus(str, enum.Enum):
+class ResultStatus(enum.StrEnum):
     """What the head's outputs are against the base's. A ``str``: reports write the value."""
 
     MATCHES = "matches"  # every leaf within the region's tolerance
@@ -101,9 +98,6 @@ class ResultStatus(str, enum.Enum):
     # them), so there was nothing to compare; ``detail`` says why. Never a gate fault: a gate
     # that cannot fetch the outputs is an internal error of the region, not this.
     NOT_COMPARED = "not compared"
-
-    def __str__(self) -> str:
-        return str(self.value)
 
 
 @dataclass(frozen=True)
@@ -119,15 +113,12 @@ class ResultComparison:
         return self.status is ResultStatus.DIFFERS
 
 
-class BaseStatus(str, enum.Enum):
+class BaseStatus(enum.StrEnum):
     """How far the comparison with the base got for one region."""
 
     COMPARED = "compared"
     NEW_REGION = "new region, not compared"  # the base's policy has no such region
     BASE_FAILED = "the base could not run it"  # the comparison is an error; the head is judged
-
-    def __str__(self) -> str:
-        return str(self.value)
 
 
 @dataclass(frozen=True)

@@ -231,21 +231,17 @@ class ErrorKind(enum.Enum):
     CANCELLED = "run cancelled"
 
 
-class CoverageJudge(str, enum.Enum):
+class CoverageJudge(enum.StrEnum):
     """What judged one direction of a region's transfers (`RegionResult.coverage`).
 
-    A ``str``, so that every report writes the value itself ("device-to-host: gate
-    detector", JUnit's ``checked_by`` properties) on Python 3.10 too, which has no
-    ``enum.StrEnum``.
+    A ``StrEnum``, so that every report writes the value itself ("device-to-host: gate
+    detector", JUnit's ``checked_by`` properties).
     """
 
     GUARD = "jax guard"
     DETECTOR = "gate detector"
     BOTH = "jax guard + gate detector"
     NOT_CHECKED = "not checked"
-
-    def __str__(self) -> str:
-        return str(self.value)
 
 
 @dataclass(frozen=True)
