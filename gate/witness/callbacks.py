@@ -63,6 +63,7 @@ from gate import PACKAGE_DIR
 from gate.jaxhooks import internals
 from gate.jaxhooks.internals import InternalMissing
 from gate.jaxhooks.interpose import interposed, is_trampoline_frame
+from gate.jaxhooks.patches import SharedPatches
 from gate.results.records import SourceLocation
 from gate.user_code import UserCode
 
@@ -144,16 +145,6 @@ class CallbackLog:
 # --- module state: which logs are active, and what this thread is doing -------------------------
 
 
-@dataclass
-class _Registry:
-    """The active logs, and the interposed entry points while any is active."""
-
-    lock: threading.Lock
-    active: list[CallbackLog]
-    installed: ExitStack | None = None
-
-
-_registry = _Registry(threading.Lock(), [])
 _local = threading.local()  # .placing: entry-point depth; .running: host-callback depth
 
 
@@ -169,9 +160,7 @@ def _depth(name: str) -> int:
 
 
 def _ran(site: CallbackSite) -> None:
-    with _registry.lock:
-        logs = list(_registry.active)
-    for log in logs:
+    for log in _shared.logs():
         log._ran(site)
 
 
@@ -275,8 +264,7 @@ def _place(
         if not callable(second):
             return second
         return functools.wraps(second)(lambda *a, **k: _place(kind, param, second, a, dict(k)))
-    with _registry.lock:
-        logs = list(_registry.active)
+    logs = _shared.logs()
     if not logs or (kind is CallbackKind.DEBUG_PRINT and not isinstance(first, str)):
         return call(*args, **kwargs)  # nothing to count, or jax will refuse the call itself
     site = _site(logs[0].code, kind, first)
@@ -354,6 +342,19 @@ def _find_hooks() -> _Hooks:
 
 
 @contextmanager
+def _interposed(hooks: _Hooks) -> Iterator[None]:
+    with ExitStack() as stack:
+        for kind, param, fn in hooks.entries:
+            stack.enter_context(interposed(fn, _entry_wrapper(kind, param)))
+        stack.enter_context(interposed(hooks.print_runner, _print_runner))
+        yield
+
+
+# Looked up at each install, not bound now: a test (or a sitecustomize) may stand in for it.
+_shared: SharedPatches[_Hooks, CallbackLog] = SharedPatches(lambda: _find_hooks(), _interposed)  # noqa: PLW0108
+
+
+@contextmanager
 def count_callbacks(code: UserCode) -> Iterator[CallbackLog]:
     """Record host-callback sites placed, and their runs, while the block is active.
 
@@ -364,30 +365,8 @@ def count_callbacks(code: UserCode) -> Iterator[CallbackLog]:
     when the last one ends. Raises `CallbackHookMissing` before changing
     anything when this JAX lacks an entry point.
     """
-    log = CallbackLog(code)
-    with _registry.lock:
-        if _registry.installed is None:
-            # Found only while nothing is interposed: interposed, the entry
-            # points would look like trampolines.
-            hooks = _find_hooks()
-            stack = ExitStack()
-            try:
-                for kind, param, fn in hooks.entries:
-                    stack.enter_context(interposed(fn, _entry_wrapper(kind, param)))
-                stack.enter_context(interposed(hooks.print_runner, _print_runner))
-            except BaseException:
-                stack.close()
-                raise
-            _registry.installed = stack
-        _registry.active.append(log)
-    try:
+    with _shared.active(lambda hooks: CallbackLog(code)) as log:
         yield log
-    finally:
-        with _registry.lock:
-            _registry.active.remove(log)
-            if not _registry.active and _registry.installed is not None:
-                stack, _registry.installed = _registry.installed, None
-                stack.close()
 
 
 def per_step(counts: Mapping[CallbackSite, int], runs: int) -> dict[CallbackSite, float]:

@@ -65,7 +65,7 @@ from typing import Any
 from gate.jaxhooks import internals
 from gate.jaxhooks.internals import InternalMissing, host_value
 from gate.jaxhooks.interpose import interposed
-from gate.jaxhooks.patches import attribute_replaced
+from gate.jaxhooks.patches import SharedPatches, attribute_replaced
 from gate.jaxhooks.slots import BufferSlot, buffer_export_off, buffer_slot
 from gate.user_code import UserCode
 from gate.witness.callbacks import in_host_callback
@@ -139,17 +139,6 @@ def _find_hooks() -> _Hooks:
     )
 
 
-@dataclass
-class _Registry:
-    """The active logs, and the installed hooks while any is active."""
-
-    lock: threading.Lock
-    active: list[FetchLog]
-    installed: ExitStack | None = None
-    hooks: _Hooks | None = None  # as found before patching; nested blocks reuse them
-
-
-_registry = _Registry(threading.Lock(), [])
 _local = threading.local()  # .explicit: device_get depth; .busy: inside our own code
 
 
@@ -174,9 +163,7 @@ def _record_everywhere(array: Any, caller: types.FrameType, refused: str | None,
         frames = traceback.extract_stack(caller)
         explicit = _explicit_depth() > 0
         in_callback = in_host_callback()
-        with _registry.lock:
-            logs = list(_registry.active)
-        for log in logs:
+        for log in _shared.logs():
             log._record(array, frames, explicit, in_callback, refused, hook=hook)
     finally:
         _local.busy = False
@@ -270,6 +257,10 @@ def _patched(hooks: _Hooks) -> Iterator[None]:
         yield
 
 
+# Looked up at each install, not bound now: a test (or a sitecustomize) may stand in for it.
+_shared: SharedPatches[_Hooks, FetchLog] = SharedPatches(lambda: _find_hooks(), _patched)  # noqa: PLW0108
+
+
 @contextmanager
 def detect_fetches(code: UserCode, boundary_of: Callable[[], str | None]) -> Iterator[FetchLog]:
     """Record every device-to-host fetch, in any thread, while the block runs.
@@ -277,25 +268,9 @@ def detect_fetches(code: UserCode, boundary_of: Callable[[], str | None]) -> Ite
     ``boundary_of()`` is asked, in the fetching thread, which declared
     boundary is running (`gate.region.boundary.BoundaryMonitor.current`). Blocks
     may nest or overlap across threads: the hooks are installed while at
-    least one is active and removed, in ``finally``, when the last ends.
-    Raises `DetectorUnavailable` before changing anything when this JAX
-    lacks a hook.
+    least one is active and removed, in ``finally``, when the last ends
+    (`SharedPatches`). Raises `DetectorUnavailable` before changing anything
+    when this JAX lacks a hook.
     """
-    with _registry.lock:
-        if _registry.installed is None or _registry.hooks is None:
-            # Found only while nothing is patched: patched, the hooks would
-            # look like the detector's own.
-            hooks = _find_hooks()
-            stack = ExitStack()
-            stack.enter_context(_patched(hooks))
-            _registry.installed, _registry.hooks = stack, hooks
-        log = FetchLog(code, boundary_of, _registry.hooks.blind_spots)
-        _registry.active.append(log)
-    try:
+    with _shared.active(lambda hooks: FetchLog(code, boundary_of, hooks.blind_spots)) as log:
         yield log
-    finally:
-        with _registry.lock:
-            _registry.active.remove(log)
-            if not _registry.active and _registry.installed is not None:
-                stack, _registry.installed, _registry.hooks = _registry.installed, None, None
-                stack.close()
