@@ -133,6 +133,15 @@ def parse_destination(text: str, all_devices: int | None = None) -> Placement | 
     return placement
 
 
+def parse_sharding(text: str, devices: int | None = None) -> Placement | None:
+    """A sharding's own ``repr`` (``NamedSharding(mesh=..., spec=P('data',), ...)``), read as the
+    guard's destination is: the same spelling whether JAX logged it or an array holds it.
+
+    ``devices``: how many devices the sharding spans, for a GSPMD ``{replicated}``.
+    """
+    return parse_destination(f"dst_sharding={text}", devices)
+
+
 def _enclosed(text: str, start: int) -> str:
     """The text inside the bracket that opens at ``text[start]``, up to its partner."""
     pairs = {"(": ")", "{": "}", "[": "]"}

@@ -95,6 +95,10 @@ _SITE_PARTS: dict[str, Callable[[Site, str | None], tuple[str, ...]]] = {
     "thread": lambda s, _: (s.thread or "",),
     "dtype": lambda s, _: (array_class(s.dtype, s.shape),),
     "shape": lambda s, _: (),  # in "dtype": the array's class, batch dimension left out
+    # On a mesh, the spec it landed in: a batch once sent split (P('data')) and now sent
+    # replicated (P()) is a new transfer. Nothing on one device, so those fingerprints are
+    # what they were before destinations were read.
+    "destination": lambda s, _: (s.destination.spec,) if s.destination is not None else (),
 }
 if set(_SITE_PARTS) != {f.name for f in dataclasses.fields(Site)}:  # pragma: no cover
     raise AssertionError(
