@@ -11,6 +11,7 @@ from gate.jaxhooks.guard import EXPLICIT_ENTRY_POINTS, parse_violation
 from gate.jaxhooks.interpose import is_trampoline_frame
 from gate.policy.levels import Direction
 from gate.region.callables import RegionCode
+from gate.region.sharding_mismatch import describe_mismatch
 from gate.region.verdict import fails
 from gate.results.records import ErrorKind, Phase, RegionError, Transfer
 from gate.user_code import UserCode, frames_of, user_frames_text
@@ -25,10 +26,17 @@ class RegionAbort(Exception):
 
 
 def error_from(user: UserCode, kind: ErrorKind, exc: BaseException) -> RegionError:
-    """What the user's code raised: one line, their frames first, then the full traceback."""
+    """What the user's code raised: one line, their frames first, then the full traceback.
+
+    A jitted call JAX refused for its arguments' shardings is said as that, naming the
+    argument and both shardings (`gate.region.sharding_mismatch`).
+    """
     frames = frames_of(exc.__traceback__)
     text = str(exc).strip().splitlines()
     summary = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    mismatch = describe_mismatch(user, exc)
+    if mismatch is not None:
+        kind, summary = ErrorKind.SHARDING, mismatch
     if _buffer_export_refused(exc):
         summary += (
             " (the gate turns off device arrays' buffer export while it watches "

@@ -115,6 +115,12 @@ def hint_for(transfer: Transfer) -> str:
 
 # What to do about a region that could not be judged, where there is a usual answer.
 _ERROR_FIXES: dict[ErrorKind, str] = {
+    ErrorKind.SHARDING: (
+        "give the argument the sharding (and devices) the jitted function takes before the "
+        "call: create it so in setup or the data loader (jax.device_put(x, sharding)), or "
+        "reshard it on the devices (jax.sharding.reshard(x, sharding)); or change the "
+        "function's in_shardings to match how the array arrives"
+    ),
     ErrorKind.TIMEOUT: (
         "raise the region's timeout_s in the policy if the step is legitimately slow (its "
         "first call compiles, which takes longest on a GPU), else find where it hangs in the "

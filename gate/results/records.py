@@ -238,6 +238,8 @@ class ErrorKind(enum.Enum):
     BAD_INPUT = "setup returned something unusable"
     # Setup's outputs do not bind to the step's parameters; the step was not called.
     MISFIT = "setup and step don't fit"
+    # A jitted call refused its arguments' shardings, devices or memory kinds.
+    SHARDING = "shardings don't match"
     BAD_OUTPUT = "step returned something unusable"
     CHECK = "result check could not run"
     IMPORT = "callable did not import"
