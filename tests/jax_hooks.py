@@ -127,6 +127,8 @@ HOOKS = (
             "test_mesh_steps.py::test_the_explicit_looking_sharding_idioms_are_named_uploads",
             "test_mesh_steps.py::test_an_uncommitted_array_is_resharded_once_a_step",
             "test_mesh_steps.py::test_a_sharding_jit_refuses_is_one_error_naming_argument_shardings_and_line",
+            "test_mesh_steps.py::test_the_terminal_and_junit_say_where_a_batch_went_and_what_landed",
+            "test_mesh_steps.py::test_jax_device_get_of_a_split_array_stays_explicit_in_its_boundary",
         ),
     ),
     Hook(

@@ -191,3 +191,18 @@ def test_a_placement_says_where_it_went_and_what_landed() -> None:
     unknown = Placement("{replicated}", None, 1)
     assert unknown.words() == "replicated to every device, {replicated}"
     assert unknown.landed(4096) is None
+
+
+def test_a_read_to_the_host_has_no_destination_whatever_sharding_it_names() -> None:
+    # Not a captured line (no JAX on CPU writes one): a device-to-host line that named the
+    # source's sharding must still be the detector's one read, not a destination of its own.
+    line = (
+        "W1203 15:53:06.268193   18832 guard_lib.cc:184] device-to-host transfer: "
+        "aval=ShapedArray(float32[64,16]), dst_sharding=NamedSharding(mesh=Mesh('data': 8, "
+        "axis_types=(Explicit,)), spec=P('data',), memory_kind=device)"
+    )
+    parsed = parse_guard_line(line, all_devices=8)
+    assert parsed is not None
+    assert (parsed.destination, parsed.lines_per_transfer) == (None, 1)
+    refused = parse_violation(RuntimeError("Disallowed " + line.split("] ", 1)[1]))
+    assert refused == Violation(D2H, *F64x16, None)

@@ -407,6 +407,15 @@ def mismatch_step(x):
     double = take_replicated()
     doubled = double(x)  # idioms: mismatch
     return doubled
+
+
+def fetch_metrics(x):
+    return jax.device_get(x)  # idioms: device_get
+
+
+def fetching_step(x):
+    host = fetch_metrics(x)
+    return x
 '''
 
 TRUTH = r'''
@@ -534,12 +543,17 @@ IDIOMS = [
     ("reshard-host-array", "reshard_host_array", "host_setup"),
     ("offset", "offset_step", "offset_setup"),
     ("mismatch", "mismatch_step", "split_setup"),
+    ("device-get", "fetching_step", "split_setup"),
 ]
 
 
 def policy(suite: str, devices: int, regions: list[tuple[str, str, str]]) -> str:
+    def boundary(name: str) -> str:
+        return ", boundaries: [mesh_steps:fetch_metrics]" if name == "device-get" else ""
+
     listed = "".join(
-        f"  - {{name: {name}, step: mesh_steps:{step}, setup: mesh_steps:{setup}}}\n"
+        f"  - {{name: {name}, step: mesh_steps:{step}, setup: mesh_steps:{setup}"
+        f"{boundary(name)}}}\n"
         for name, step, setup in regions
     )
     flags = f"--xla_force_host_platform_device_count={devices}"
@@ -739,3 +753,38 @@ def test_a_sharding_jit_refuses_is_one_error_naming_argument_shardings_and_line(
         "P() (replicated to 8 devices): jax.jit does not move a committed array to another "
         "sharding for you"
     )
+
+
+def test_jax_device_get_of_a_split_array_stays_explicit_in_its_boundary(
+    repo: Path, gate: GateRun
+) -> None:
+    # JAX 0.12's guard logs this read too; inside jax.device_get it is explicit (unlike
+    # the read inside jax.device_put above), and a declared boundary allows it.
+    found = region(gate, "idioms", "device-get")
+    assert found["status"] == "passed", gate
+    [read] = found["transfers"]
+    assert (read["direction"], read["kind"], read["boundary"], read["failing"]) == (
+        "device-to-host",
+        "explicit",
+        "mesh_steps:fetch_metrics",
+        False,
+    ), read
+    assert read["line"] == line_of(repo / "mesh_steps.py", "# idioms: device_get")
+
+
+def test_the_terminal_and_junit_say_where_a_batch_went_and_what_landed(gate: GateRun) -> None:
+    assert (
+        "implicit host-to-device float32[16,2] (replicated to 8 devices, P()), 1x per step"
+        in gate.stdout
+    ), gate
+    [case] = [
+        c
+        for c in gate.junit().iter("testcase")
+        if c.get("classname") == "mesh8.dp-numpy" and c.get("name") == "dp-numpy: transfers"
+    ]
+    failure = case.find("failure")
+    assert failure is not None, gate
+    body = failure.text or ""
+    # float32[16,2] is 128 bytes; replicated to 8 devices, 8 copies land.
+    lands = "lands: replicated to 8 devices, P() (mesh 'data': 8): 1024 bytes a transfer"
+    assert f"{lands} (8 copies of 128)" in body, body

@@ -57,9 +57,10 @@ def parse_violation(exc: BaseException, all_devices: int | None = None) -> Viola
     if found is None:
         return None
     said = parse_guard_text(text[found.end() :], all_devices)
-    return Violation(
-        Direction.from_label(found["direction"]), said.dtype, said.shape, said.destination
-    )
+    direction = Direction.from_label(found["direction"])
+    # A read lands on the host: any sharding it names is the source's (as in the map).
+    destination = None if direction is Direction.DEVICE_TO_HOST else said.destination
+    return Violation(direction, said.dtype, said.shape, destination)
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gate.jaxhooks.guard_text import parse_guard_text
 from gate.jaxhooks.internals import set_cpp_log_level
@@ -73,8 +73,14 @@ def parse_guard_line(line: str, all_devices: int | None = None) -> GuardLine | N
     if found is None:
         return None
     said = parse_guard_text(line[found.end() :], all_devices)
+    direction = Direction.from_label(found["direction"])
+    if direction is Direction.DEVICE_TO_HOST:
+        # A read lands on the host, once per array (JAX 0.12 logs a split array's gather
+        # as one line): a sharding the line may name is where it came from, not a
+        # destination, and would part it from the detector's sighting of the same read.
+        said = replace(said, destination=None, from_sharded_array=False)
     return GuardLine(
-        Direction.from_label(found["direction"]),
+        direction,
         said.dtype,
         said.shape,
         int(found["tid"]),
