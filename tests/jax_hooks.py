@@ -115,6 +115,25 @@ HOOKS = (
         ),
     ),
     Hook(
+        "the guard on a mesh: a line per destination device naming the global aval and the "
+        "dst_sharding (NamedSharding, GSPMD), @axis avals, JAX 0.12's device-to-host "
+        "shape=/dtype= form, and the wording of jit's sharding-mismatch errors",
+        ("dst_sharding=", "Sharding passed to jit does not match"),
+        (
+            "test_mesh_steps.py::test_a_clean_sharded_step_passes_with_nothing_to_say",
+            "test_mesh_steps.py::test_a_numpy_batch_fails_once_per_array_saying_where_it_went",
+            "test_mesh_steps.py::test_a_host_read_of_a_sharded_value_fails_at_its_line_saying_who_saw_it",
+            "test_mesh_steps.py::test_counts_and_bytes_per_step_are_what_jaxs_own_guard_logs",
+            "test_mesh_steps.py::test_eight_devices_report_as_many_transfers_per_step_as_one",
+            "test_mesh_steps.py::test_device_put_of_a_sharded_array_is_a_round_trip_through_the_host",
+            "test_mesh_steps.py::test_the_explicit_looking_sharding_idioms_are_named_uploads",
+            "test_mesh_steps.py::test_an_uncommitted_array_is_resharded_once_a_step",
+            "test_mesh_steps.py::test_a_sharding_jit_refuses_is_one_error_naming_argument_shardings_and_line",
+            "test_mesh_steps.py::test_the_terminal_and_junit_say_where_a_batch_went_and_what_landed",
+            "test_mesh_steps.py::test_jax_device_get_of_a_split_array_stays_explicit_in_its_boundary",
+        ),
+    ),
+    Hook(
         "a jitted function's signature and static arguments (PjitFunction._jit_info)",
         ("_jit_info",),
         (

@@ -339,7 +339,7 @@ def test_a_warm_move_takes_the_array_the_first_call_described_at_its_place_or_no
     # JAX's fast path logs warm moves with an empty description, in the order
     # the first call described them; the runner fills them in by position, per
     # run of the line in the step, and only where the run moved as many values.
-    from gate.region.sightings import LineRun, SightingMemory
+    from gate.region.descriptions import LineRun, SightingMemory
     from gate.witness.observed import Observed
 
     where = transfer().location
@@ -424,7 +424,8 @@ def test_a_threads_label_drops_the_numbers_python_made_up(name: str, label: str)
 def fetches_by_thread(runs: list[list[str]]) -> list[tuple[Site, int]]:
     """The sites and per-step counts of mapped runs whose guard logged one fetch per thread
     name given, all at one line."""
-    from gate.region.sightings import PhaseTally, SightingMemory
+    from gate.region.descriptions import SightingMemory
+    from gate.region.sightings import PhaseTally
     from gate.witness.observed import Observed
 
     where = transfer().location

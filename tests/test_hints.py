@@ -13,6 +13,7 @@ from result_samples import transfer
 from gate.policy.levels import Direction
 from gate.results.cause import HOST_CALLBACK_USE, Cause, cause_of
 from gate.results.hints import _FIXES, hint_for
+from gate.results.placement import Placement
 from gate.results.records import Transfer
 
 H2D = Direction.HOST_TO_DEVICE
@@ -30,11 +31,25 @@ def sighting(
     jitted_call: str | None = None,
     explicit: bool = False,
     boundary: str | None = None,
+    destination: Placement | None = None,
+    fetched_from: Placement | None = None,
 ) -> Transfer:
     base = transfer(
         direction, shape=shape, dtype=dtype, source=source, explicit=explicit, boundary=boundary
     )
-    return replace(base, host_use=host_use, jitted_call=jitted_call)
+    return replace(
+        base,
+        host_use=host_use,
+        jitted_call=jitted_call,
+        destination=destination,
+        fetched_from=fetched_from,
+    )
+
+
+# Where a transfer lands (or a read array lay) over 8 devices, as the guard's lines say it.
+REPLICATED = Placement("P()", 8, 1, "'data': 8")
+SPLIT = Placement("P('data')", 8, 8, "'data': 8")
+CONSTRAINED = Placement("{devices=[8,1]<=[8]}", 8, 8)
 
 
 CASES: list[tuple[str, Transfer, Cause]] = [
@@ -148,6 +163,57 @@ CASES: list[tuple[str, Transfer, Cause]] = [
         Cause.HOST_CALLBACK,
     ),
     ("a fetch with nothing to go on", sighting(D2H, "out = helper(x)"), Cause.DEVICE_TO_HOST),
+    # On a mesh: the kind of a transfer over several devices.
+    (
+        "numpy batch into a jit with replicated params",
+        sighting(source="p, l = step(p, x)", shape=(64, 16), destination=REPLICATED),
+        Cause.HOST_BATCH_REPLICATED,
+    ),
+    (
+        "numpy batch into a sharded jit",
+        sighting(source="p, l = step(p, x)", jitted_call="step", destination=SPLIT),
+        Cause.HOST_BATCH_SPLIT,
+    ),
+    (
+        "a python scalar replicated over the mesh keeps its own fix",
+        sighting(source="y = x * 0.5", shape=(), destination=REPLICATED),
+        Cause.EAGER_SCALAR,
+    ),
+    (
+        "an uncommitted array resharded onto the mesh",
+        sighting(D2D, "return add(x, offset)", destination=SPLIT),
+        Cause.UNCOMMITTED_RESHARDED,
+    ),
+    (
+        "np.asarray of an array split over the mesh",
+        sighting(D2H, "a = np.asarray(x)", host_use="__array__", fetched_from=SPLIT),
+        Cause.SHARDED_READ,
+    ),
+    (
+        "float of a replicated loss is a plain conversion",
+        sighting(D2H, "v = float(loss)", host_use="__float__", fetched_from=REPLICATED),
+        Cause.CONVERTED,
+    ),
+    (
+        "device_put of a sharded array to another sharding",
+        sighting(D2H, "y = jax.device_put(x, whole)", host_use="shard_sharded_device_array"),
+        Cause.RESHARD_THROUGH_HOST,
+    ),
+    (
+        "with_sharding_constraint outside jit",
+        sighting(source="x = jax.lax.with_sharding_constraint(batch, s)", destination=CONSTRAINED),
+        Cause.CONSTRAINT_ON_HOST_ARRAY,
+    ),
+    (
+        "a jitted helper constraining a host batch",
+        sighting(source="x = shard(batch)", jitted_call="shard", destination=CONSTRAINED),
+        Cause.CONSTRAINT_ON_HOST_ARRAY,
+    ),
+    (
+        "reshard of a host array",
+        sighting(source="x = jax.sharding.reshard(batch, s)", destination=CONSTRAINED),
+        Cause.RESHARD_OF_HOST_ARRAY,
+    ),
 ]
 
 

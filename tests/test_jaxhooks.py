@@ -19,9 +19,9 @@ from gate.jaxhooks.guard import (
     full_tracebacks,
     guard_kept_by_the_gate,
     guarded,
-    parse_aval,
     parse_violation,
 )
+from gate.jaxhooks.guard_text import parse_aval
 from gate.jaxhooks.internals import InternalMissing
 from gate.jaxhooks.interpose import interposed, is_trampoline_frame
 from gate.jaxhooks.patches import attribute_replaced

@@ -15,17 +15,19 @@ from types import FrameType, FunctionType
 from typing import Any
 
 from gate.jaxhooks import interpose as _interpose_module
+from gate.jaxhooks.guard_text import parse_guard_text
 from gate.jaxhooks.internals import guard_setters
 from gate.jaxhooks.interpose import interposed
 from gate.policy.levels import Direction, GuardSpec
+from gate.results.placement import Placement
 
 # JAX's wording, e.g. "INVALID_ARGUMENT: Disallowed host-to-device transfer:
 # aval=ShapedArray(float32[8]), dst_sharding=...". Matched loosely on purpose:
-# only the direction is required, dtype and shape are extras when present.
+# only the direction is required; the array and its destination are read where
+# present (`gate.jaxhooks.guard_text`, which knows every version's spelling).
 _DISALLOWED = re.compile(
     r"Disallowed (?P<direction>host-to-device|device-to-host|device-to-device)"
 )
-_AVAL = re.compile(r"aval=ShapedArray\((?P<dtype>[a-z0-9_]+)\[(?P<shape>[0-9, ]*)\]")
 
 _CONFIG_NAMES = {
     Direction.HOST_TO_DEVICE: "jax_transfer_guard_host_to_device",
@@ -41,27 +43,24 @@ class Violation:
     direction: Direction
     dtype: str | None
     shape: tuple[int, ...] | None
+    destination: Placement | None = None  # over several devices, where JAX named it
 
 
-def parse_aval(text: str) -> tuple[str | None, tuple[int, ...] | None]:
-    """Dtype and shape from JAX's ``aval=ShapedArray(float32[8,4])``, where it says them.
+def parse_violation(exc: BaseException, all_devices: int | None = None) -> Violation | None:
+    """The disallowed transfer ``exc`` reports, or None if it is another error.
 
-    The guard's raised errors and its log lines spell the aval the same way.
+    ``all_devices``: this process's devices, for a destination JAX names without them
+    (`gate.jaxhooks.guard_text.parse_guard_text`).
     """
-    aval = _AVAL.search(text)
-    if aval is None:
-        return None, None
-    dims = aval["shape"].replace(" ", "")
-    return aval["dtype"], tuple(int(d) for d in dims.split(",")) if dims else ()
-
-
-def parse_violation(exc: BaseException) -> Violation | None:
-    """The disallowed transfer ``exc`` reports, or None if it is another error."""
     text = str(exc)
     found = _DISALLOWED.search(text)
     if found is None:
         return None
-    return Violation(Direction.from_label(found["direction"]), *parse_aval(text))
+    said = parse_guard_text(text[found.end() :], all_devices)
+    direction = Direction.from_label(found["direction"])
+    # A read lands on the host: any sharding it names is the source's (as in the map).
+    destination = None if direction is Direction.DEVICE_TO_HOST else said.destination
+    return Violation(direction, said.dtype, said.shape, destination)
 
 
 @contextmanager

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from gate.jaxhooks.guard import EXPLICIT_ENTRY_POINTS, parse_violation
 from gate.jaxhooks.interpose import is_trampoline_frame
+from gate.policy.levels import Direction
 from gate.region.callables import RegionCode
+from gate.region.sharding_mismatch import describe_mismatch
 from gate.region.verdict import fails
 from gate.results.records import ErrorKind, Phase, RegionError, Transfer
 from gate.user_code import UserCode, frames_of, user_frames_text
@@ -24,10 +26,17 @@ class RegionAbort(Exception):
 
 
 def error_from(user: UserCode, kind: ErrorKind, exc: BaseException) -> RegionError:
-    """What the user's code raised: one line, their frames first, then the full traceback."""
+    """What the user's code raised: one line, their frames first, then the full traceback.
+
+    A jitted call JAX refused for its arguments' shardings is said as that, naming the
+    argument and both shardings (`gate.region.sharding_mismatch`).
+    """
     frames = frames_of(exc.__traceback__)
     text = str(exc).strip().splitlines()
     summary = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    mismatch = describe_mismatch(user, exc)
+    if mismatch is not None:
+        kind, summary = ErrorKind.SHARDING, mismatch
     if _buffer_export_refused(exc):
         summary += (
             " (the gate turns off device arrays' buffer export while it watches "
@@ -47,7 +56,9 @@ def error_from(user: UserCode, kind: ErrorKind, exc: BaseException) -> RegionErr
 
 def refused_transfer(code: RegionCode, exc: BaseException, phase: Phase) -> Transfer:
     """The transfer JAX's guard refused with ``exc`` (a `parse_violation` of it must exist)."""
-    violation = parse_violation(exc)
+    import jax
+
+    violation = parse_violation(exc, jax.device_count())
     assert violation is not None
     own = [f for f in frames_of(exc.__traceback__) if not is_trampoline_frame(f.filename)]
     inner = _callback_frames(exc)
@@ -55,8 +66,14 @@ def refused_transfer(code: RegionCode, exc: BaseException, phase: Phase) -> Tran
     # it: the user, or JAX itself handing a host callback its operands.
     stack = inner or own
     last_user = max((i for i, f in enumerate(stack) if code.user.is_user(f.filename)), default=-1)
+    entry_points = EXPLICIT_ENTRY_POINTS
+    if violation.direction is Direction.DEVICE_TO_HOST:
+        # Only jax.device_get reads explicitly: JAX refuses the host read inside
+        # jax.device_put (a sharded array resharded through the host) as implicit
+        # (jax-ml/jax#40285), and the transfer map counts it so too.
+        entry_points = frozenset({"device_get"})
     explicit = any(
-        f.name in EXPLICIT_ENTRY_POINTS and f"{Path('jax', '_src')}" in f.filename
+        f.name in entry_points and f"{Path('jax', '_src')}" in f.filename
         for f in stack[last_user + 1 :]
     )
     boundary = code.boundary_in(stack) or code.boundary_in(own)
@@ -72,6 +89,7 @@ def refused_transfer(code: RegionCode, exc: BaseException, phase: Phase) -> Tran
         message="JAX's guard, refusing the transfer: " + _refusal_line(exc),
         boundary=boundary,
         source=code.source_line(location),
+        destination=violation.destination,
     )
 
 

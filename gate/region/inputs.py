@@ -16,7 +16,7 @@ from gate.region.fetch_watch import FetchWatch
 from gate.region.verdict import Verdict
 from gate.results.records import ErrorKind, RegionError
 from gate.witness.fetches import DetectorUnavailable
-from gate.witness.host_copies import host_copy_cached, reused_leaves
+from gate.witness.host_copies import array_leaves, host_copy_cached, reused_leaves
 
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
 
@@ -28,7 +28,11 @@ class StepInputs:
     code: RegionCode
     watch: FetchWatch
     verdict: Verdict  # where warnings about the inputs go
-    previous: Inputs | None = None
+    # The last run's array leaves as setup handed them over, held (so their ids stay
+    # theirs). Not the containers: a module setup hands back again, holding fresh arrays
+    # (an NNX model updated in place), is no reuse; comparing it later would compare
+    # what it holds now, the same on both sides.
+    previous: list[Any] | None = None
 
     def fresh(self) -> Inputs:
         setup = self.code.callables.setup
@@ -80,5 +84,5 @@ class StepInputs:
                 )
         except DetectorUnavailable:
             pass  # this JAX keeps no visible host copy; nothing to warn about
-        self.previous = inputs
+        self.previous = array_leaves(inputs)
         return inputs

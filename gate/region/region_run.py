@@ -26,11 +26,12 @@ from gate.policy.levels import GuardLevel, GuardSpec
 from gate.policy.model import RecompileRule
 from gate.region.boundary import BoundaryMonitor
 from gate.region.callables import RegionCode
+from gate.region.descriptions import SightingMemory
 from gate.region.errors import RegionAbort, error_from, first_line, refused_transfer
 from gate.region.fetch_watch import FetchWatch
 from gate.region.inputs import Inputs, StepInputs
 from gate.region.outputs import call_step, check_outputs
-from gate.region.sightings import PhaseTally, SightingMemory, between_runs
+from gate.region.sightings import PhaseTally, between_runs
 from gate.region.threads import join_step_threads
 from gate.region.verdict import Verdict, site_transfer
 from gate.results.records import (

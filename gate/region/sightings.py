@@ -11,6 +11,7 @@ without it.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -18,8 +19,10 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from gate.policy.levels import Direction
+from gate.region.descriptions import SightingMemory, line_runs
 from gate.region.thread_names import thread_label
 from gate.results.cause import HOST_CALLBACK_USE
+from gate.results.placement import Placement
 from gate.results.records import Site, SourceLocation
 from gate.witness.callbacks import CallbackSite
 from gate.witness.fetches import Fetch, FetchLog
@@ -34,88 +37,17 @@ class Sighting(NamedTuple):
     jitted_call: str | None = None
     host_use: str | None = None
     undescribed: bool = False
+    # A device-to-host read of an array over several devices: where it lay (the detector's).
+    fetched_from: Placement | None = None
 
 
-class LineRun(NamedTuple):
-    """One run of a line within a step: the how-many-th, and how many moves it made."""
-
-    number: int
-    size: int
+# Who saw a transfer, as the report's "seen by" begins.
+GUARD_LOG = "JAX's transfer-guard log"
+DETECTOR = "the gate's detector"
 
 
-def line_runs(moves: list[tuple[Site, int]]) -> list[LineRun]:
-    """Per guard line of one step, ``(place, stretch)``, the run of its line it belongs to.
-
-    A stretch is one run of a line (`gate.witness.transfer_map`); the k-th distinct
-    stretch seen at a place is that line's k-th run in the step.
-    """
-    sizes = Counter(moves)
-    numbers: dict[tuple[Site, int], int] = {}
-    runs_at: Counter[Site] = Counter()
-    found = []
-    for place, stretch in moves:
-        number = numbers.get((place, stretch))
-        if number is None:
-            number = numbers[(place, stretch)] = runs_at[place]
-            runs_at[place] += 1
-        found.append(LineRun(number, sizes[(place, stretch)]))
-    return found
-
-
-class Described(NamedTuple):
-    dtype: str | None
-    shape: tuple[int, ...] | None
-    argument: str | None
-    jitted_call: str | None
-
-
-@dataclass
-class SightingMemory:
-    """What later mapped runs of a region lean on: the slow path's descriptions, and
-    every fetch the per-run detector logs counted."""
-
-    # Per (site without its array, the how-many-th run of that line in a step,
-    # the move's index in that run of the line): what the slow path described;
-    # and per (site, run of the line), how many moves that described run made.
-    described: dict[tuple[Site, int, int], Described] = field(default_factory=dict)
-    described_sizes: dict[tuple[Site, int], int] = field(default_factory=dict)
-    detector_seen: Counter[Site] = field(default_factory=Counter)
-
-    def described_as(self, place: Site, line_run: LineRun, seen: Observed) -> Described:
-        """Which array a guard line moved: its own description, else the same move's earlier one.
-
-        JAX's fast path (warm calls) logs a move with an empty description,
-        in the same order as the slow path (the first call) described them;
-        so the n-th move of the k-th run of a line in a step is the n-th the
-        first call described there (a loop runs its line k times, each with
-        its own arrays); a run the first call did not describe (a loop whose
-        later turns were already warm) takes the nearest earlier described
-        run's. Only a run of the line that moved as many values as the
-        described one borrows its arrays: a different count means other moves
-        (a one-time upload the first call made, say), and those stay
-        undescribed rather than take another array's name.
-        """
-        slot = (place, line_run.number, seen.index)
-        if seen.dtype is not None:
-            own = Described(seen.dtype, seen.shape, seen.argument, seen.jitted_call)
-            self.described.setdefault(slot, own)
-            self.described_sizes.setdefault((place, line_run.number), line_run.size)
-            return own
-        earlier = next(
-            (
-                self.described[(place, number, seen.index)]
-                for number in range(line_run.number, -1, -1)
-                if self.described_sizes.get((place, number)) == line_run.size
-                and (place, number, seen.index) in self.described
-            ),
-            None,
-        )
-        if earlier is None:
-            return Described(None, None, seen.argument, seen.jitted_call)
-        return earlier._replace(
-            argument=seen.argument or earlier.argument,
-            jitted_call=seen.jitted_call or earlier.jitted_call,
-        )
+def _witness(sighting: Sighting) -> str:
+    return DETECTOR if sighting.seen_by.startswith(DETECTOR) else GUARD_LOG
 
 
 def merge_witnesses(
@@ -187,10 +119,17 @@ class PhaseTally:
         else:  # what one witness knows and the other doesn't
             if known.argument and sighting.argument and known.argument != sighting.argument:
                 self.unnamed.add(key)  # two arguments of one dtype and shape: name neither
+            # Both witnesses saw it (JAX 0.12's guard and the detector reading an array
+            # split over CPU devices, or any read on a GPU): the report says both.
+            seen_by = known.seen_by
+            if sighting.seen_by not in seen_by and _witness(sighting) != _witness(known):
+                seen_by = f"{seen_by}; {sighting.seen_by}"
             self.details[key] = known._replace(
+                seen_by=seen_by,
                 argument=None if key in self.unnamed else known.argument or sighting.argument,
                 jitted_call=known.jitted_call or sighting.jitted_call,
                 host_use=known.host_use or sighting.host_use,
+                fetched_from=known.fetched_from or sighting.fetched_from,
             )
 
     def add_run(
@@ -213,7 +152,11 @@ class PhaseTally:
             self.memory.detector_seen[key] += 1
             self._note(
                 key,
-                Sighting(f"the gate's detector: {host_use(fetch.what)}", host_use=fetch.what),
+                Sighting(
+                    f"{DETECTOR}: {host_use(fetch.what)}",
+                    host_use=fetch.what,
+                    fetched_from=fetch.fetched_from,
+                ),
             )
         counts, disagreements = merge_witnesses(guard_counts, detector_counts, self.platform)
         self.disagreements |= disagreements
@@ -237,7 +180,7 @@ class PhaseTally:
         def place_of(seen: Observed) -> tuple[Site, str, str | None]:
             """The site (without its array) a guard line is charged to, who saw it, and
             whether a host callback made it."""
-            location, seen_by, use = seen.location, "JAX's transfer-guard log", None
+            location, seen_by, use = seen.location, GUARD_LOG, None
             # The callback machinery moves operands with jax.device_put (explicit);
             # an implicit line without a location is the step's own argument move.
             if location is None and only_site is not None and seen.explicit:
@@ -258,11 +201,18 @@ class PhaseTally:
         runs = line_runs(
             [(place, seen.segment) for (place, _, _), seen in zip(places, observed, strict=True)]
         )
-        counts: Counter[Site] = Counter()
+        lines: Counter[Site] = Counter()
+        lines_per_transfer: dict[Site, int] = {}
         for seen, (place, seen_by, use), line_run in zip(observed, places, runs, strict=True):
             described = self.memory.described_as(place, line_run, seen)
-            key = replace(place, dtype=described.dtype, shape=described.shape)
-            counts[key] += 1
+            key = replace(
+                place,
+                dtype=described.dtype,
+                shape=described.shape,
+                destination=described.destination,
+            )
+            lines[key] += 1
+            lines_per_transfer[key] = described.lines_per_transfer
             self._note(
                 key,
                 Sighting(
@@ -273,7 +223,10 @@ class PhaseTally:
                     host_use=use,
                 ),
             )
-        return counts
+        # Transfers, not log lines: a value sent to N devices is logged N times (each line
+        # naming the whole array), and is one transfer. An undescribed line that borrowed
+        # no description counts as one: nothing says how many devices it went to.
+        return Counter({key: math.ceil(n / lines_per_transfer[key]) for key, n in lines.items()})
 
     def sites(self) -> Iterator[tuple[Site, Sighting, int]]:
         """Every site in file and line order, with the most moves any one run made there."""

@@ -51,6 +51,8 @@ def site_transfer(
         jitted_call=sighting.jitted_call,
         host_use=sighting.host_use,
         undescribed=sighting.undescribed,
+        destination=key.destination,
+        fetched_from=sighting.fetched_from,
     )
 
 

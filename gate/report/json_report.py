@@ -21,6 +21,7 @@ from gate.results.comparison import BaseComparison, ResultStatus, TimingComparis
 from gate.results.costs import CostComparison, StepCost
 from gate.results.findings import Finding, group
 from gate.results.hints import hint_for
+from gate.results.placement import Placement
 from gate.results.records import RegionResult, RunResult
 
 FORMAT = "jax-transfer-gate.report"
@@ -45,7 +46,12 @@ def _finding(finding: Finding, fingerprint: str) -> dict[str, Any]:
         "in_base": finding.sample.in_base,
         "dtype": finding.dtype,
         "shape": list(finding.shape) if finding.shape is not None else None,
-        "bytes": sample.nbytes,
+        # What reaches the devices per occurrence: on a mesh, a replicated destination
+        # receives a copy per device; "array_bytes" is the array's own size.
+        "bytes": sample.landed_bytes,
+        "array_bytes": sample.nbytes,
+        "destination": _placement(finding.destination),
+        "fetched_from": _placement(sample.fetched_from),
         "undescribed": finding.undescribed,
         "argument": finding.argument,
         "jitted_call": sample.jitted_call,
@@ -65,6 +71,20 @@ def _finding(finding: Finding, fingerprint: str) -> dict[str, Any]:
         "every_step": finding.every_step,
         "seen_by": sample.message,
         "fingerprint": fingerprint,
+    }
+
+
+def _placement(placement: Placement | None) -> dict[str, Any] | None:
+    """Where an array went (or lay) over a mesh; None on one device."""
+    if placement is None:
+        return None
+    return {
+        "spec": placement.spec,
+        "mesh": placement.mesh,
+        "devices": placement.devices,
+        "ways": placement.ways,
+        "replicated": placement.replicated,
+        "words": placement.words(),
     }
 
 

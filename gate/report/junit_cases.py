@@ -22,7 +22,7 @@ from gate.report.terminal import (
 from gate.results.costs import CostComparison
 from gate.results.findings import Finding, group
 from gate.results.hints import hint_for, hint_for_error
-from gate.results.records import ErrorKind, RegionError, RegionResult
+from gate.results.records import ErrorKind, RegionError, RegionResult, Transfer
 
 
 @dataclass(frozen=True)
@@ -270,6 +270,8 @@ def _finding_entry(finding: Finding, region: RegionResult) -> str:
         lines.append(f"    {finding.source}")
     if finding.scope():
         lines.append(f"  {finding.scope()}")
+    if finding.placement():
+        lines.append(f"  {_lands(finding, transfer)}")
     lines.append(f"  guard level: {levels.level(finding.direction).value} ({verdict})")
     if finding.location is None:
         lines.append("  (no frame of your code found; the location is the region's policy entry)")
@@ -278,6 +280,18 @@ def _finding_entry(finding: Finding, region: RegionResult) -> str:
     lines.extend(f"       {rest}" for rest in jax_lines[1:])
     lines.append(f"  fix: {hint_for(transfer)}")
     return "\n".join(lines)
+
+
+def _lands(finding: Finding, transfer: Transfer) -> str:
+    """``lands: replicated to 8 devices, P() (mesh 'data': 8): 32768 bytes a transfer``."""
+    placement = finding.destination or transfer.fetched_from
+    mesh = f" (mesh {placement.mesh})" if placement is not None and placement.mesh else ""
+    verb = "lands" if finding.destination is not None else "read"
+    landed = transfer.landed_bytes
+    size = f": {landed} bytes a transfer" if landed is not None else ""
+    if landed is not None and transfer.nbytes is not None and landed != transfer.nbytes:
+        size += f" ({landed // transfer.nbytes} copies of {transfer.nbytes})"
+    return f"{verb}: {finding.placement()}{mesh}{size}"
 
 
 def _system_out(region: RegionResult) -> str:

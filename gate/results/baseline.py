@@ -37,6 +37,9 @@ FORMAT = "jax-transfer-gate.results.baseline"
 VERSION = 3
 _READABLE = (2, 3)  # version 2 differs only in having no "timing"
 DEFAULT_NAME = "transfer-gate-baseline.json"
+# Where an entry written before destinations were fingerprinted is also found, under its
+# fingerprint without one (`Accepted.destination` is None).
+_LEGACY = "legacy:"
 
 
 class BaselineError(Exception):
@@ -57,10 +60,15 @@ class Accepted:
     per_step: int
     first_call: int
     array: str  # the array's fingerprint part, e.g. "float32[*,16,16,1]" or "y float32[*,64]"
+    # On a mesh, the spec it landed in ("P('data')"), part of the fingerprint; "" for none.
+    # None in an entry written before destinations were fingerprinted: it is matched
+    # by the fingerprint without one (`_LEGACY`), so an older baseline keeps working.
+    destination: str | None = None
 
     def describe(self) -> str:
+        to = f" to {self.destination}" if self.destination else ""
         return (
-            f"{self.kind} {self.direction} {self.array} in {self.path} ({self.function}): "
+            f"{self.kind} {self.direction} {self.array}{to} in {self.path} ({self.function}): "
             f"{self.source}"
         )
 
@@ -95,12 +103,18 @@ _SITE_PARTS: dict[str, Callable[[Site, str | None], tuple[str, ...]]] = {
     "thread": lambda s, _: (s.thread or "",),
     "dtype": lambda s, _: (array_class(s.dtype, s.shape),),
     "shape": lambda s, _: (),  # in "dtype": the array's class, batch dimension left out
+    # On a mesh, the spec it landed in: a batch once sent split (P('data')) and now sent
+    # replicated (P()) is a new transfer. Nothing on one device, so those fingerprints are
+    # what they were before destinations were read.
+    "destination": lambda s, _: (s.destination.spec,) if s.destination is not None else (),
 }
 
 
-def _identity(region: str, finding: Finding) -> tuple[str, ...]:
+def _identity(region: str, finding: Finding, destinations: bool) -> tuple[str, ...]:
     parts = [region]
     for field in dataclasses.fields(Site):
+        if field.name == "destination" and not destinations:
+            continue
         parts.extend(_SITE_PARTS[field.name](finding.site, finding.source))
     # Where the gate named the jitted call's argument, that too: a line that
     # now moves `y` where it moved `x` (same dtype and feature shape) is new.
@@ -114,14 +128,20 @@ def _array_label(finding: Finding) -> str:
     return f"{finding.argument} {array}" if finding.argument else array
 
 
-def fingerprints(region: str, findings: Sequence[Finding]) -> dict[Finding, str]:
-    """A stable fingerprint for each finding of one region."""
+def fingerprints(
+    region: str, findings: Sequence[Finding], *, destinations: bool = True
+) -> dict[Finding, str]:
+    """A stable fingerprint for each finding of one region.
+
+    ``destinations=False``: as a baseline written before destinations were fingerprinted
+    has them (identical on one device, where there is none).
+    """
     seen: dict[tuple[str, ...], int] = {}
     result: dict[Finding, str] = {}
     # By line, then in the order the findings come (JAX's argument order at one line).
     ordered = sorted(findings, key=lambda f: f.location.line if f.location else 0)
     for finding in ordered:
-        identity = _identity(region, finding)
+        identity = _identity(region, finding, destinations)
         rank = seen.get(identity, 0)
         seen[identity] = rank + 1
         text = "\x1f".join((*identity, str(rank)))
@@ -159,6 +179,7 @@ def accepted_from(run: RunResult) -> list[Accepted]:
                     per_step=finding.per_step,
                     first_call=finding.first_call,
                     array=_array_label(finding),
+                    destination=finding.destination.spec if finding.destination else "",
                 )
             )
     return sorted(entries, key=_entry_order)
@@ -244,7 +265,10 @@ def apply_baseline(run: RunResult, accepted: Sequence[Accepted], command: str) -
     """
     by_region: dict[str, dict[str, Accepted]] = {}
     for entry in accepted:
-        by_region.setdefault(entry.region, {})[entry.fingerprint] = entry
+        prints = by_region.setdefault(entry.region, {})
+        prints[entry.fingerprint] = entry
+        if entry.destination is None:
+            prints[_LEGACY + entry.fingerprint] = entry
     suites = []
     for suite in run.suites:
         regions = tuple(
@@ -275,11 +299,15 @@ def _judge(region: RegionResult, accepted: dict[str, Accepted], command: str) ->
     )
     # What the base has too (``run --base``) still happens: its entries are not fixed.
     judged = [f for f in group(region.transfers) if f.failing or f.sample.in_base]
-    current = {*prints.values(), *fingerprints(region.classname, judged).values()}
+    current = {
+        *prints.values(),
+        *fingerprints(region.classname, judged).values(),
+        *fingerprints(region.classname, judged, destinations=False).values(),
+    }
     fixed = tuple(
         entry.describe()
         for print_, entry in sorted(accepted.items())
-        if print_ not in current and region.error is None
+        if print_ not in current and not print_.startswith(_LEGACY) and region.error is None
     )
     if fixed:
         notes.append(
@@ -316,10 +344,11 @@ def _forgive(
     """The failing findings' fingerprints, the transfers ``accepted`` covers, notes on the rest."""
     findings = [f for f in group(region.transfers) if f.failing]
     prints = fingerprints(region.classname, findings)
+    legacy = fingerprints(region.classname, findings, destinations=False)
     notes: list[str] = []
     forgiven: set[Transfer] = set()
     for finding, print_ in prints.items():
-        entry = accepted.get(print_)
+        entry = accepted.get(print_) or accepted.get(_LEGACY + legacy[finding])
         if entry is None:
             notes.append(f"new since {other}: {finding.headline()}")
             continue

@@ -31,6 +31,16 @@ class Cause(enum.Enum):
     NUMPY_READ = "a device array read by NumPy"
     ASYNC_COPY = "copy_to_host_async"
     UNCOMMITTED = "an uncommitted array meeting an array committed to another device"
+    # On a mesh (a transfer over several devices):
+    HOST_BATCH_REPLICATED = "a host batch replicated to every device of a mesh"
+    HOST_BATCH_SPLIT = "a host batch sent into a sharded jit"
+    UNCOMMITTED_RESHARDED = "an uncommitted array resharded over a mesh"
+    SHARDED_READ = "an array split over several devices read on the host"
+    RESHARD_THROUGH_HOST = (
+        "jax.device_put of a sharded array to another sharding, a round trip through the host"
+    )
+    CONSTRAINT_ON_HOST_ARRAY = "with_sharding_constraint outside jit on a host array"
+    RESHARD_OF_HOST_ARRAY = "jax.sharding.reshard of a host array"
     HOST_CALLBACK = "a host callback inside compiled code"
     EXPLICIT_OUTSIDE_BOUNDARY = "an explicit transfer outside a declared boundary"
     EXPLICIT_IN_BOUNDARY = "an explicit transfer inside a declared boundary"
@@ -77,6 +87,13 @@ _FROM_HOST_CALLS = frozenset({"array", "asarray"})
 _NUMPY_MODULES = frozenset({"np", "numpy", "onp"})
 
 
+# Kinds a reader would take for something else, named in the finding itself: two idioms
+# read as "the explicit way to shard", and an explicit call whose host read is implicit.
+NAMED_IN_THE_FINDING = frozenset(
+    {Cause.RESHARD_THROUGH_HOST, Cause.CONSTRAINT_ON_HOST_ARRAY, Cause.RESHARD_OF_HOST_ARRAY}
+)
+
+
 def cause_of(transfer: Transfer) -> Cause:
     """The kind of ``transfer``, from what was seen and, failing that, from its line."""
     if transfer.host_use == HOST_CALLBACK_USE:
@@ -90,11 +107,47 @@ def cause_of(transfer: Transfer) -> Cause:
     if transfer.direction is Direction.DEVICE_TO_DEVICE:
         # The only implicit device-to-device move JAX makes: an uncommitted
         # array (made without a device) used with one committed elsewhere.
+        if transfer.destination is not None:
+            return Cause.UNCOMMITTED_RESHARDED
         return Cause.UNCOMMITTED
     line = _LineSyntax.of(transfer.source)
     if transfer.direction is Direction.DEVICE_TO_HOST:
-        return _fetch_cause(transfer.host_use, line)
-    return _upload_cause(transfer, line)
+        cause = _fetch_cause(transfer.host_use, line)
+        if cause is Cause.DEVICE_TO_HOST and "device_put" in line.calls:
+            # jax.device_put(x, other_sharding) of an array on several devices reads it
+            # whole to the host and uploads it again; the read is implicit to JAX.
+            return Cause.RESHARD_THROUGH_HOST
+        split = transfer.fetched_from is not None and not transfer.fetched_from.replicated
+        if split and cause in _PLAIN_READS:
+            return Cause.SHARDED_READ
+        return cause
+    return _mesh_upload_cause(transfer, line, _upload_cause(transfer, line))
+
+
+# Reads whose fix is the same for an array split over a mesh, where gathering it is the news.
+_PLAIN_READS = frozenset({Cause.PRINTED, Cause.NUMPY_READ, Cause.DEVICE_TO_HOST})
+# Uploads a mesh says more about: what moved is a host array, sent over several devices.
+_HOST_ARRAY_UPLOADS = frozenset({Cause.JIT_ARGUMENT, Cause.EAGER_HOST_ARRAY, Cause.HOST_TO_DEVICE})
+
+
+def _mesh_upload_cause(transfer: Transfer, line: _LineSyntax, cause: Cause) -> Cause:
+    """A host-to-device transfer over several devices: the idiom or the batch it was."""
+    destination = transfer.destination
+    if destination is None:
+        return cause
+    # Two idioms read as "the explicit way to shard", both implicit uploads: JAX runs a
+    # jitted identity (or reshard's program) on the host array.
+    if "with_sharding_constraint" in line.calls:
+        return Cause.CONSTRAINT_ON_HOST_ARRAY
+    if "reshard" in line.calls:
+        return Cause.RESHARD_OF_HOST_ARRAY
+    if cause not in _HOST_ARRAY_UPLOADS or transfer.shape == ():
+        return cause  # a Python scalar keeps its own fix, replicated or not
+    if destination.spec.startswith("{") and not destination.replicated:
+        # A split JAX printed without a spec (GSPMD): it came from inside compiled code,
+        # a jitted helper that constrains its argument's sharding, called on a host array.
+        return Cause.CONSTRAINT_ON_HOST_ARRAY
+    return Cause.HOST_BATCH_REPLICATED if destination.replicated else Cause.HOST_BATCH_SPLIT
 
 
 def _fetch_cause(host_use: str | None, line: _LineSyntax) -> Cause:

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from gate.policy.levels import Direction
+from gate.results.cause import NAMED_IN_THE_FINDING, cause_of
+from gate.results.placement import Placement
 from gate.results.records import Phase, Site, SourceLocation, Transfer, array_text
 
 # What a finding says for an array JAX's fast path logged without a description.
@@ -65,6 +67,19 @@ class Finding:
         return self.sample.argument
 
     @property
+    def destination(self) -> Placement | None:
+        return self.site.destination
+
+    def placement(self) -> str:
+        """Where it went over a mesh, in words: ``replicated to 8 devices, P()``; or, for a
+        read, where the array lay: ``from an array split 8 ways over 8 devices, P('data')``."""
+        if self.destination is not None:
+            return self.destination.words()
+        if self.sample.fetched_from is not None:
+            return f"from an array {self.sample.fetched_from.words()}"
+        return ""
+
+    @property
     def undescribed(self) -> bool:
         return self.dtype is None and any(t.undescribed for t in self.members)
 
@@ -93,7 +108,8 @@ class Finding:
         return self.per_step > 0 or self.checked_once
 
     def array(self) -> str:
-        """``argument 'y' int32[32]``, ``float32[8]``, or the words for an undescribed array."""
+        """``argument 'y' int32[32]``, ``float32[8]``, or the words for an undescribed array;
+        on a mesh with where it went: ``float32[64,16] (replicated to 8 devices, P())``."""
         if self.dtype is not None:
             shaped = array_text(self.dtype, self.shape)
         elif self.undescribed:
@@ -101,16 +117,25 @@ class Finding:
         else:
             shaped = ""
         if self.argument is not None:
-            return f"argument '{self.argument}' {shaped}".rstrip()
-        return shaped
+            shaped = f"argument '{self.argument}' {shaped}".rstrip()
+        placement = self.placement()
+        return f"{shaped} ({placement})".lstrip() if placement else shaped
 
     def what(self) -> str:
-        """``host-to-device float32[8,4]`` (or ``host-to-device argument 'x' float32[8,4]``)."""
+        """``host-to-device float32[8,4]`` (or ``host-to-device argument 'x' float32[8,4]``);
+        ``... by jax.sharding.reshard of a host array`` for an idiom that hides its transfer."""
         array = self.array()
-        return f"{self.direction.label} {array}" if array else self.direction.label
+        what = f"{self.direction.label} {array}" if array else self.direction.label
+        return f"{what}{self._idiom()}"
+
+    def _idiom(self) -> str:
+        cause = cause_of(self.sample_with_shape())
+        return f" by {cause.value}" if cause in NAMED_IN_THE_FINDING else ""
 
     def sample_with_shape(self) -> Transfer:
-        return replace(self.sample, dtype=self.dtype, shape=self.shape)
+        return replace(
+            self.sample, dtype=self.dtype, shape=self.shape, destination=self.destination
+        )
 
     def counts(self) -> str:
         """``3x per step, 1x on the first call`` (only the parts that are not zero)."""
@@ -145,8 +170,8 @@ class Finding:
             of = "of " if self.argument is not None or self.dtype is None else ""
             array = f" {of}{array}"
         return (
-            f"{self.kind} {self.direction.label} transfer{array}{scope} at {self.where()}, "
-            f"{self.counts()}"
+            f"{self.kind} {self.direction.label} transfer{array}{self._idiom()}{scope} at "
+            f"{self.where()}, {self.counts()}"
         )
 
 
@@ -192,6 +217,9 @@ def group(transfers: Iterable[Transfer]) -> tuple[Finding, ...]:
         if sample.host_use is None:
             use = next((t.host_use for t in members if t.host_use), None)
             sample = replace(sample, host_use=use)
+        if sample.fetched_from is None:
+            fetched = next((t.fetched_from for t in members if t.fetched_from), None)
+            sample = replace(sample, fetched_from=fetched)
         found.append(
             Finding(
                 site=site,

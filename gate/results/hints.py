@@ -52,6 +52,41 @@ _FIXES: dict[Cause, str] = {
         "was copied, every step: commit inputs to one device (jax.device_put(x, device)) or "
         "give all inputs the same sharding"
     ),
+    Cause.HOST_BATCH_REPLICATED: (
+        "a host batch passed to a jit whose other inputs are replicated lands whole on every "
+        "device (and every device then computes the whole batch): shard it in setup or the "
+        "data loader, jax.device_put(batch, NamedSharding(mesh, P('data')))"
+    ),
+    Cause.HOST_BATCH_SPLIT: (
+        "a host batch passed to a sharded jit is split and uploaded on every call: put it on "
+        "the mesh in setup or the data loader with the sharding the jit takes, "
+        "jax.device_put(batch, NamedSharding(mesh, P('data')))"
+    ),
+    Cause.UNCOMMITTED_RESHARDED: (
+        "an array made without a device (uncommitted) met arrays on a mesh and was resharded "
+        "onto it, every step: create it with its sharding once in setup "
+        "(jax.device_put(x, NamedSharding(mesh, spec)), or jnp.zeros(..., device=sharding))"
+    ),
+    Cause.SHARDED_READ: (
+        "reading an array split over several devices on the host gathers every shard: keep "
+        "the computation on the devices (jnp.*, a jitted reduction), or fetch at a declared "
+        "boundary with jax.device_get"
+    ),
+    Cause.RESHARD_THROUGH_HOST: (
+        "jax.device_put(x, sharding) of an array already on several devices copies it through "
+        "the host (and JAX 0.12 refuses that read under disallow, jax-ml/jax#40285): reshard "
+        "on the devices with jax.sharding.reshard(x, sharding), or a jit with out_shardings"
+    ),
+    Cause.CONSTRAINT_ON_HOST_ARRAY: (
+        "with_sharding_constraint outside jit on a host array is an implicit upload (JAX runs "
+        "a jitted identity on the NumPy array): shard it explicitly, "
+        "jax.device_put(x, NamedSharding(mesh, spec))"
+    ),
+    Cause.RESHARD_OF_HOST_ARRAY: (
+        "jax.sharding.reshard of a host array is an implicit upload (reshard moves arrays "
+        "already on the devices): put it on the mesh explicitly, "
+        "jax.device_put(x, NamedSharding(mesh, spec))"
+    ),
     Cause.HOST_CALLBACK: (
         "a host callback in compiled code (jax.debug.print, jax.pure_callback, io_callback) "
         "sends its operands to the host every step: remove it from the gated step, or return "
@@ -80,6 +115,12 @@ def hint_for(transfer: Transfer) -> str:
 
 # What to do about a region that could not be judged, where there is a usual answer.
 _ERROR_FIXES: dict[ErrorKind, str] = {
+    ErrorKind.SHARDING: (
+        "give the argument the sharding (and devices) the jitted function takes before the "
+        "call: create it so in setup or the data loader (jax.device_put(x, sharding)), or "
+        "reshard it on the devices (jax.sharding.reshard(x, sharding)); or change the "
+        "function's in_shardings to match how the array arrives"
+    ),
     ErrorKind.TIMEOUT: (
         "raise the region's timeout_s in the policy if the step is legitimately slow (its "
         "first call compiles, which takes longest on a GPU), else find where it hangs in the "

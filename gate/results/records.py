@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from gate.policy.levels import Direction, GuardSpec
+from gate.results.placement import Placement
 
 if TYPE_CHECKING:  # comparison.py imports this module's records
     from gate.results.comparison import BaseComparison, TimingComparison
@@ -45,10 +46,11 @@ class Site:
     """What makes two sightings of a transfer the same finding.
 
     The line, the direction, the kind, the boundary and thread it happened
-    in, and which array moved (its dtype and shape; None for an array JAX
-    did not describe). The runner's per-run counts, the grouping into
-    findings and the baseline's fingerprint all key on this one record, so
-    they cannot drift apart.
+    in, which array moved (its dtype and shape; None for an array JAX did
+    not describe) and, on a mesh, where it landed: a batch sent replicated
+    is another finding than the same batch sent split. The runner's per-run
+    counts, the grouping into findings and the baseline's fingerprint all
+    key on this one record, so they cannot drift apart.
     """
 
     direction: Direction
@@ -58,11 +60,14 @@ class Site:
     thread: str | None
     dtype: str | None
     shape: tuple[int, ...] | None
+    # Over several devices, the sharding a host-to-device or device-to-device transfer
+    # landed in; None on one device and for device-to-host.
+    destination: Placement | None = None
 
     @property
     def place(self) -> Site:
         """The same site without the array: where and how, not what."""
-        return replace(self, dtype=None, shape=None)
+        return replace(self, dtype=None, shape=None, destination=None)
 
     @property
     def described(self) -> bool:
@@ -107,6 +112,11 @@ class Transfer:
     # JAX's fast path logged the move with an empty description, and no
     # described sighting of the same site said which array it was.
     undescribed: bool = False
+    # Over several devices: where a host-to-device or device-to-device transfer landed
+    # (`Site.destination`), and where a device-to-host read's array lay, as the gate's
+    # detector saw it (a split array is gathered whole). None on one device.
+    destination: Placement | None = None
+    fetched_from: Placement | None = None
 
     @property
     def site(self) -> Site:
@@ -118,11 +128,24 @@ class Transfer:
             self.thread,
             self.dtype,
             self.shape,
+            self.destination,
         )
 
     @property
+    def landed_bytes(self) -> int | None:
+        """Bytes that reach the devices (or the host) per occurrence.
+
+        The array's own bytes, times the copies a replicated destination holds: a batch
+        sent to ``P()`` over 8 devices lands 8 times, one split 8 ways lands once.
+        """
+        nbytes = self.nbytes
+        if nbytes is None or self.destination is None:
+            return nbytes
+        return self.destination.landed(nbytes)
+
+    @property
     def nbytes(self) -> int | None:
-        """Bytes moved per occurrence, where JAX said dtype and shape."""
+        """The array's bytes, where JAX said dtype and shape (a mesh logs the global array)."""
         if self.dtype is None or self.shape is None:
             return None
         try:
@@ -215,6 +238,8 @@ class ErrorKind(enum.Enum):
     BAD_INPUT = "setup returned something unusable"
     # Setup's outputs do not bind to the step's parameters; the step was not called.
     MISFIT = "setup and step don't fit"
+    # A jitted call refused its arguments' shardings, devices or memory kinds.
+    SHARDING = "shardings don't match"
     BAD_OUTPUT = "step returned something unusable"
     CHECK = "result check could not run"
     IMPORT = "callable did not import"

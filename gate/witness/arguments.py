@@ -99,8 +99,11 @@ def _host_leaf(leaf: Any) -> tuple[str, tuple[int, ...]] | None:
     return str(canonical), tuple(int(d) for d in np.shape(leaf))
 
 
-def plan_call(fn: object, args: Sequence[Any], kwargs: Mapping[str, Any]) -> CallPlan | None:
-    """What calling the jitted ``fn`` with these arguments moves, or None if not knowable."""
+def _named_arguments(
+    fn: object, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[list[tuple[str, Any]], list[str]] | None:
+    """The call's dynamic positional arguments by parameter name, and its keyword names;
+    None when the signature or the static arguments cannot be known."""
     signature = _signature(fn)
     statics = _statics(fn)
     if signature is None or statics is None:
@@ -130,7 +133,17 @@ def plan_call(fn: object, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Cal
         else:
             return None
         named.append((name, value))
-    keywords = [key for key in kwargs if key not in static_names]
+    return named, [key for key in kwargs if key not in static_names]
+
+
+def plan_call(fn: object, args: Sequence[Any], kwargs: Mapping[str, Any]) -> CallPlan | None:
+    """What calling the jitted ``fn`` with these arguments moves, or None if not knowable."""
+    found = _named_arguments(fn, args, kwargs)
+    signature = _signature(fn)
+    if found is None or signature is None:
+        return None
+    named, keywords = found
+    params = list(signature.parameters.values())
     # JAX's order for keyword arguments is sorted by name on one path and the
     # signature's order on another; both are planned, and `match` takes only
     # the one a described call agrees with.
@@ -145,6 +158,27 @@ def plan_call(fn: object, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Cal
     sorted_moves, signature_moves = orders
     alternative = signature_moves if signature_moves != sorted_moves else None
     return CallPlan(qualname(fn), sorted_moves, alternative)
+
+
+def argument_leaves(
+    fn: object, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> list[tuple[str, Any]] | None:
+    """Every leaf of the jitted call's dynamic arguments, labelled as `CallPlan` labels them
+    (``"batch['image']"``); None when the call cannot be read for sure."""
+    import jax
+
+    found = _named_arguments(fn, args, kwargs)
+    if found is None:
+        return None
+    named, keywords = found
+    leaves: list[tuple[str, Any]] = []
+    for name, value in [*named, *((key, kwargs[key]) for key in sorted(keywords))]:
+        try:
+            flat, _ = jax.tree_util.tree_flatten_with_path(value)
+        except Exception:  # a pytree node whose flattening fails: not knowable
+            return None
+        leaves.extend((name + jax.tree_util.keystr(path), leaf) for path, leaf in flat)
+    return leaves
 
 
 def _moves(named: Sequence[tuple[str, Any]]) -> tuple[Moved, ...] | None:

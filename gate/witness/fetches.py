@@ -15,9 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gate.jaxhooks.guard_text import parse_sharding
 from gate.jaxhooks.interpose import is_trampoline_frame
 from gate.policy.levels import Direction
 from gate.results.cause import HOST_READS
+from gate.results.placement import Placement
 from gate.results.records import Phase, SourceLocation, Transfer
 from gate.user_code import UserCode
 
@@ -43,6 +45,8 @@ class Fetch:
     # The read raised, so nothing reached the host: on GPU/TPU the guard
     # refuses it this way under ``disallow``. JAX's message, one line.
     refused: str | None = None
+    # Where the array lay when it lies over several devices (a split one is gathered).
+    fetched_from: Placement | None = None
 
     def describe(self) -> str:
         """``device-to-host float32[8,4]``, as `Transfer.describe` spells it."""
@@ -139,8 +143,18 @@ class FetchLog:
                     what=fetch_what,
                     in_callback=in_callback,
                     refused=refused,
+                    fetched_from=_placement(array),
                 )
             )
+
+
+def _placement(array: Any) -> Placement | None:
+    """Where a device array lies, over several devices; None on one (or if it cannot say)."""
+    try:
+        sharding = array.sharding
+        return parse_sharding(repr(sharding), len(sharding.device_set))
+    except Exception:  # a reading aid: never let it break the detector
+        return None
 
 
 # --- how the host read the value -----------------------------------------------------------------

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from gate.jaxhooks.guard import parse_aval
+from gate.jaxhooks.guard_text import parse_guard_text
 from gate.jaxhooks.internals import set_cpp_log_level
 from gate.policy.levels import Direction
+from gate.results.placement import Placement
 
 # "W1130 14:10:32.989305 2240 guard_lib.cc:125] host-to-device transfer: aval=..."
 # The file:line part changes between JAX versions and the fast path may leave
@@ -50,23 +51,39 @@ def prepare_environment(environ: dict[str, str] | os._Environ[str]) -> None:
 
 @dataclass(frozen=True)
 class GuardLine:
-    """One transfer as the guard logged it."""
+    """One line the guard logged: one transfer, or one destination device's part of one."""
 
     direction: Direction
     dtype: str | None
     shape: tuple[int, ...] | None
     native_thread: int | None
+    # Over several devices, where the transfer lands (`gate.results.placement`).
+    destination: Placement | None = None
+    # How many such lines one transfer writes: JAX logs a host value sent to N devices
+    # N times, each line naming the whole array (`GuardText.lines_per_transfer`).
+    lines_per_transfer: int = 1
 
 
-def parse_guard_line(line: str) -> GuardLine | None:
-    """The transfer a log line reports, or None for any other line."""
+def parse_guard_line(line: str, all_devices: int | None = None) -> GuardLine | None:
+    """The transfer a log line reports, or None for any other line.
+
+    ``all_devices``: this process's devices, for a destination JAX names without them.
+    """
     found = _GUARD_LINE.match(line)
     if found is None:
         return None
-    dtype, shape = parse_aval(line)
+    said = parse_guard_text(line[found.end() :], all_devices)
+    direction = Direction.from_label(found["direction"])
+    if direction is Direction.DEVICE_TO_HOST:
+        # A read lands on the host, once per array (JAX 0.12 logs a split array's gather
+        # as one line): a sharding the line may name is where it came from, not a
+        # destination, and would part it from the detector's sighting of the same read.
+        said = replace(said, destination=None, from_sharded_array=False)
     return GuardLine(
-        Direction.from_label(found["direction"]),
-        dtype,
-        shape,
+        direction,
+        said.dtype,
+        said.shape,
         int(found["tid"]),
+        said.destination,
+        said.lines_per_transfer,
     )

@@ -91,6 +91,13 @@ def host_copy_cached(tree: Any) -> bool:
     return False
 
 
+def array_leaves(tree: Any) -> list[Any]:
+    """The device arrays among ``tree``'s leaves, as they are now."""
+    import jax
+
+    return [leaf for leaf in jax.tree_util.tree_leaves(tree) if isinstance(leaf, jax.Array)]
+
+
 def reused_leaves(prev_inputs: Any, new_inputs: Any) -> tuple[str, ...]:
     """Paths (``jax.tree_util.keystr``) of array leaves of ``new_inputs`` that are
     the very same objects as leaves of ``prev_inputs``."""

@@ -99,8 +99,11 @@ def _lookup(frame: types.FrameType, name: str) -> Any:
     return _MISSING
 
 
-def call_plan(frame: types.FrameType, call: LineCall) -> CallPlan | None:
-    """What the line's call will move, if its callee is a jitted function."""
+def bound_call(
+    frame: types.FrameType, call: LineCall
+) -> tuple[Any, list[Any], dict[str, Any]] | None:
+    """The line's jitted callee and the values of its arguments, read from the frame;
+    None when the callee is no jitted function or a name is not found."""
     target = _lookup(frame, call.callee[0])
     for attribute in call.callee[1:]:
         # Only through modules: an attribute of any other object could be a
@@ -122,4 +125,10 @@ def call_plan(frame: types.FrameType, call: LineCall) -> CallPlan | None:
         if found is _MISSING:
             return None
         keywords[key] = found
-    return plan_call(target, values, keywords)
+    return target, values, keywords
+
+
+def call_plan(frame: types.FrameType, call: LineCall) -> CallPlan | None:
+    """What the line's call will move, if its callee is a jitted function."""
+    bound = bound_call(frame, call)
+    return plan_call(*bound) if bound is not None else None

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from gate.policy.levels import Direction
+from gate.results.placement import Placement
 from gate.results.records import SourceLocation
 from gate.witness.arguments import CallPlan, match
 
@@ -29,13 +30,43 @@ class Observed:
     index: int = 0
     argument: str | None = None  # the jitted call's argument it was, where known
     jitted_call: str | None = None  # the jitted function the line called, where known
+    # Over several devices, where it lands; and how many guard lines one such transfer
+    # writes (JAX logs a host value sent to N devices once per device).
+    destination: Placement | None = None
+    lines_per_transfer: int = 1
+
+
+def transfers_of(observed: list[Observed], positions: list[int]) -> list[list[int]]:
+    """The positions of one stretch's guard lines, grouped into the transfers they make.
+
+    JAX logs one host value sent over N devices as N consecutive lines naming the same
+    array and destination (`Observed.lines_per_transfer`); two arguments of the same
+    array and destination follow each other as 2N such lines. A line JAX left
+    undescribed is a transfer of its own: nothing says which its group would be.
+    """
+    groups: list[list[int]] = []
+    for position in positions:
+        seen = observed[position]
+        if groups:
+            last = observed[groups[-1][0]]
+            same = (seen.dtype, seen.shape, seen.destination) == (
+                last.dtype,
+                last.shape,
+                last.destination,
+            )
+            if same and seen.dtype is not None and len(groups[-1]) < seen.lines_per_transfer:
+                groups[-1].append(position)
+                continue
+        groups.append([position])
+    return groups
 
 
 def name_moves(observed: list[Observed], plan_of: Callable[[Observed], CallPlan | None]) -> None:
     """Name the implicit host-to-device moves of each stretch after its call's arguments.
 
     ``plan_of`` gives the stretch's plan (from a move of it). A stretch is named
-    only when its moves and the plan agree exactly (`gate.witness.arguments.match`).
+    only when its transfers (a mesh's per-device lines grouped, `transfers_of`) and the
+    plan agree exactly (`gate.witness.arguments.match`).
     """
     stretches: dict[int, list[int]] = {}
     for position, seen in enumerate(observed):
@@ -45,15 +76,17 @@ def name_moves(observed: list[Observed], plan_of: Callable[[Observed], CallPlan 
         plan = plan_of(observed[positions[0]])
         if plan is None:
             continue
-        moves = match(plan, [(observed[p].dtype, observed[p].shape) for p in positions])
+        transfers = transfers_of(observed, positions)
+        moves = match(plan, [(observed[t[0]].dtype, observed[t[0]].shape) for t in transfers])
         if moves is None:
             continue
-        for position, move in zip(positions, moves, strict=True):
-            # An undescribed move named from the plan is that value's array.
-            observed[position] = replace(
-                observed[position],
-                argument=move.label,
-                jitted_call=plan.function,
-                dtype=move.dtype,
-                shape=move.shape,
-            )
+        for transfer, move in zip(transfers, moves, strict=True):
+            for position in transfer:
+                # An undescribed move named from the plan is that value's array.
+                observed[position] = replace(
+                    observed[position],
+                    argument=move.label,
+                    jitted_call=plan.function,
+                    dtype=move.dtype,
+                    shape=move.shape,
+                )

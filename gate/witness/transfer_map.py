@@ -54,6 +54,7 @@ class _ThreadState:
     name: str
     location: SourceLocation | None = None
     explicit_depth: int = 0
+    fetch_depth: int = 0  # inside jax.device_get: its device-to-host reads are explicit
     boundary: str | None = None
     segment: int = 0
     outside: int = 0  # the stretch while no user frame runs (a jitted step's own call)
@@ -75,9 +76,14 @@ class _Mapper:
         explicit_codes: frozenset[types.CodeType],
         boundary_codes: Mapping[types.CodeType, str],
         log_file: Any,
+        *,
+        fetch_codes: frozenset[types.CodeType] = frozenset(),
+        all_devices: int | None = None,
     ) -> None:
         self.code = code
         self.explicit_codes = explicit_codes
+        self.fetch_codes = fetch_codes
+        self.all_devices = all_devices
         self.boundary_codes = boundary_codes
         self.file = log_file
         self.finished = False
@@ -141,12 +147,18 @@ class _Mapper:
         self.partial = lines.pop()
         me = self._state()
         for line in lines:
-            parsed = parse_guard_line(line)
+            parsed = parse_guard_line(line, self.all_devices)
             if parsed is None:
                 self.log.passthrough.append(line)
                 continue
             state = self._state_of(parsed.native_thread, me)
             explicit = state.explicit_depth > 0
+            if parsed.direction is Direction.DEVICE_TO_HOST and state.fetch_depth == 0:
+                # A read to the host inside jax.device_put (an array on several devices
+                # put on another sharding goes through the host) is implicit to JAX:
+                # 0.12 refuses it under `disallow` (jax-ml/jax#40285). Only
+                # jax.device_get's reads are explicit.
+                explicit = False
             slot = (state.segment, parsed.direction, explicit)
             index = self.moves_in.get(slot, 0)
             self.moves_in[slot] = index + 1
@@ -163,6 +175,8 @@ class _Mapper:
                     state.name,
                     state.segment,
                     index,
+                    destination=parsed.destination,
+                    lines_per_transfer=parsed.lines_per_transfer,
                 )
             )
 
@@ -259,7 +273,9 @@ class _Mapper:
             # the gate does too: library code's explicit moves pass `disallow`
             # exactly as they do under JAX's own guard.
             self.flush()
-            self._state().explicit_depth += 1
+            state = self._state()
+            state.explicit_depth += 1
+            state.fetch_depth += code in self.fetch_codes
             return self._explicit_trace
         return None
 
@@ -281,7 +297,9 @@ class _Mapper:
     def _explicit_trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
         if event == "return":
             self.flush()
-            self._state().explicit_depth -= 1
+            state = self._state()
+            state.explicit_depth -= 1
+            state.fetch_depth -= frame.f_code in self.fetch_codes
             return None
         return self._explicit_trace
 
@@ -300,7 +318,11 @@ def mapped(
     (``jax.device_put``, ``jax.device_get``); ``boundary_codes`` maps the
     original code object of each declared boundary to its name.
     """
-    explicit_codes = frozenset(fn.__code__ for fn in explicit if isinstance(fn, types.FunctionType))
+    import jax
+
+    functions = [fn for fn in explicit if isinstance(fn, types.FunctionType)]
+    explicit_codes = frozenset(fn.__code__ for fn in functions)
+    fetch_codes = frozenset(fn.__code__ for fn in functions if fn.__name__ == "device_get")
     sys.stderr.flush()
     # Two file descriptions on one temporary file: the guard appends through
     # fd 2 while the mapper reads from its own offset.
@@ -310,7 +332,16 @@ def mapped(
     reader = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
     os.unlink(path)
     saved_fd = os.dup(2)
-    mapper = _Mapper(code, explicit_codes, boundary_codes or {}, reader)
+    # A GSPMD sharding printed "{replicated}" names no devices: the mesh in context,
+    # which on the setups the gate meets is every device (docs/limits.md).
+    mapper = _Mapper(
+        code,
+        explicit_codes,
+        boundary_codes or {},
+        reader,
+        fetch_codes=fetch_codes,
+        all_devices=jax.device_count(),
+    )
     saved_trace = sys.gettrace()
     saved_thread_trace = threading.gettrace()
     os.dup2(writer, 2)
