@@ -26,6 +26,8 @@ import numpy as np
 import pytest
 from cli_helpers import FAST_DEFAULTS, GateRun, line_of, make_repo, run_gate
 
+from gate.region.checks import load_reference
+
 MODELS = """
 import equinox as eqx
 import jax
@@ -392,14 +394,14 @@ def test_references_hold_only_the_array_leaves(
 ) -> None:
     # The equinox model's activations and the NNX graph def are no data: a
     # reference holds the arrays alone, and loads without pickle.
-    with np.load(repo / "policies/refs/eqx.npz", allow_pickle=False) as eqx:
-        shapes = [eqx[f"arr_{i}"].shape for i in range(len(eqx.files))]
+    eqx_leaves = load_reference(repo / "policies/refs/eqx.npz")
     # weight, bias; adam's count, mu (weight, bias), nu (weight, bias); loss
+    shapes = [value.shape for _, value in eqx_leaves]
     assert shapes == [(2, 4), (2,), (), (2, 4), (2,), (2, 4), (2,), ()]
-    with np.load(repo / "policies/refs/nnx.npz", allow_pickle=False) as nnx:
-        dtypes = [nnx[f"arr_{i}"].dtype for i in range(len(nnx.files))]
+    assert all(path for path, _ in eqx_leaves)  # each leaf with its pytree path
+    nnx_leaves = load_reference(repo / "policies/refs/nnx.npz")
     # The dropout's typed PRNG key is kept as its key data.
-    assert np.dtype(np.uint32) in dtypes
+    assert np.dtype(np.uint32) in [value.dtype for _, value in nnx_leaves]
     _, compared = clean_runs
     checks = json_region(compared, "clean.json", "eqx")["checks"]
     custom = {"name": "custom", "passed": True, "detail": "models:eqx_check accepted the outputs"}
@@ -414,12 +416,11 @@ def test_any_other_leaf_is_left_out_of_the_checks(
     _, compared = clean_runs
     for run in clean_runs:
         assert run.testcase("mixed: result checks").find("failure") is None, run
-    with np.load(repo / "policies/refs/mixed.npz", allow_pickle=False) as mixed:
-        values = [mixed[f"arr_{i}"] for i in range(len(mixed.files))]
+    values = load_reference(repo / "policies/refs/mixed.npz")
     # jax.tree_util order: sorted keys, so "image" then "lr"
-    assert [(v.dtype, v.shape) for v in values] == [
-        (np.dtype(np.float32), (8, 4)),
-        (np.dtype(np.float64), ()),
+    assert [(path, v.dtype, v.shape) for path, v in values] == [
+        ("['image']", np.dtype(np.float32), (8, 4)),
+        ("['lr']", np.dtype(np.float64), ()),
     ]
     out = compared.testcase("mixed: result checks").findtext("system-out") or ""
     assert "2 leaves match mixed.npz" in out, compared
