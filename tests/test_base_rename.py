@@ -75,6 +75,7 @@ def test_a_renamed_step_is_compared_with_the_bases_own_and_passes(repo: Path) ->
         {"role": "step", "base": "pkg.steps:clean", "head": "pkg.steps:clean2"}
     ], base
     assert base["results"] == {
+        "status": "matches",
         "compared": True,
         "passed": True,
         "detail": base["results"]["detail"],  # type: ignore[index]
