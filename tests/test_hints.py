@@ -405,3 +405,12 @@ def test_a_real_run_gives_each_kind_its_own_fix(tmp_path: Path) -> None:
             assert body is not None, name
             assert f"fix: {_FIXES[cause]}" in (body.text or ""), (name, body.text)
     assert by_region["explicit_inside"]["status"] == "passed", run
+
+
+def test_a_mesh_hint_names_the_meshs_own_axis() -> None:
+    batch_mesh = Placement("P()", 8, 1, "'batch': 8")
+    upload = sighting(source="state = step(state, x)", jitted_call="step", destination=batch_mesh)
+    assert cause_of(upload) is Cause.HOST_BATCH_REPLICATED
+    assert hint_for(upload).endswith("jax.device_put(batch, NamedSharding(mesh, P('batch')))")
+    on_data = sighting(source="state = step(state, x)", jitted_call="step", destination=REPLICATED)
+    assert hint_for(on_data).endswith("jax.device_put(batch, NamedSharding(mesh, P('data')))")

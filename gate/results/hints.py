@@ -109,8 +109,18 @@ _FIXES: dict[Cause, str] = {
 
 
 def hint_for(transfer: Transfer) -> str:
-    """The usual fix for `transfer`, as one line of text, fitted to its kind."""
-    return _FIXES[cause_of(transfer)]
+    """The usual fix for `transfer`, as one line of text, fitted to its kind (and, on a mesh,
+    spelled with the mesh's own first axis: ``P('batch')`` on a mesh whose axis is 'batch')."""
+    fix = _FIXES[cause_of(transfer)]
+    axis = _first_axis(transfer.destination.mesh if transfer.destination else None)
+    return fix.replace("P('data')", f"P({axis!r})") if axis else fix
+
+
+def _first_axis(mesh: str | None) -> str | None:
+    """``batch`` of the mesh text ``'batch': 4, 'model': 2``; None without a mesh."""
+    if not mesh or not mesh.startswith("'"):
+        return None
+    return mesh[1:].split("'", 1)[0] or None
 
 
 # What to do about a region that could not be judged, where there is a usual answer.
