@@ -15,7 +15,7 @@ from cli_helpers import gate_env, make_repo
 from gate.compare.base_policy import for_base, in_tree, regions_in_base
 from gate.compare.outputs import compare_outputs
 from gate.compare.session import MEMORY_FRACTION, shared_device_environment
-from gate.isolation.scheduler import Scheduler
+from gate.isolation.scheduler import Scheduler, usable_cpus
 from gate.policy.load import load_policy
 from gate.policy.model import Checks, Policy
 from gate.results.comparison import StepOutputs
@@ -81,15 +81,21 @@ def test_a_held_region_times_more_runs_and_hands_over_its_outputs(repo: Path) ->
         assert outputs.setup_digest is not None
         assert outputs.setup_leaves == 1
         assert outputs.step_file == str(repo / "src" / "steps.py")
+        cpu = usable_cpus()[-1] if usable_cpus() else None
         for runs in (3, 5):
-            samples = scheduler.sample(policy, policy.regions[0], runs)
+            samples = scheduler.sample(policy, policy.regions[0], runs, cpu=cpu, reference=False)
             assert samples.error is None, samples
             assert len(samples.step_s) == runs
             assert all(s > 0 for s in samples.step_s)
+            assert samples.reference_s == ()
+        # The gate's reference computation instead of the step, to tell the workers apart.
+        reference = scheduler.sample(policy, policy.regions[0], 4, cpu=cpu, reference=True)
+        assert (reference.error, reference.step_s) == (None, ())
+        assert len(reference.reference_s) == 4
         # A region run without hold lets the held one go: nothing is left to time.
         scheduler.run(policy, policy.regions[0])
         assert scheduler.outputs is None
-        let_go = scheduler.sample(policy, policy.regions[0], 1)
+        let_go = scheduler.sample(policy, policy.regions[0], 1, cpu=None, reference=False)
         assert let_go.error is not None
         assert "does not hold" in let_go.error.message
 
@@ -100,12 +106,12 @@ def test_a_worker_lost_during_a_round_is_that_rounds_error(repo: Path) -> None:
     with Scheduler(repo, environ=gate_env()) as scheduler:
         result = scheduler.run(policy, region, hold=True)  # 1 + 1 + 1 + 1 + 2 calls, and setup's
         assert result.error is None, result
-        samples = scheduler.sample(policy, region, 10)
+        samples = scheduler.sample(policy, region, 10, cpu=None, reference=False)
         assert samples.error is not None
         assert samples.error.kind is ErrorKind.CRASH, samples.error
         assert "exit" in samples.error.message, samples.error
         assert samples.step_s == (), samples  # the round's runs died with the worker
-        gone = scheduler.sample(policy, region, 1)
+        gone = scheduler.sample(policy, region, 1, cpu=None, reference=False)
         assert gone.error is not None
         assert gone.error.kind is ErrorKind.CRASH
 
@@ -187,7 +193,7 @@ def _lognormal(seed: int, median_s: float, n: int = 40) -> list[float]:
 def test_a_speed_difference_both_workers_show_leaves_the_verdict_open(repo: Path) -> None:
     from gate.compare.session import _Pair, _Side
     from gate.compare.worktree import BaseTree
-    from gate.results.comparison import TimingVerdict
+    from gate.results.comparison import TimingComparison, TimingVerdict
 
     policy = _policy(repo)
     region = policy.regions[0]
@@ -199,18 +205,23 @@ def test_a_speed_difference_both_workers_show_leaves_the_verdict_open(repo: Path
         base.step_s, head.step_s = _lognormal(1, 1e-3), _lognormal(2, 2e-3)
         base.reference_s = _lognormal(3, 1e-4)
         head.reference_s = _lognormal(4, head_reference_s)
-        return _Pair(region, head, base, tree, None, repo, rounds=40)
+        return _Pair(region, head, base, tree, None, repo, cpus=())
+
+    def judged(head_reference_s: float) -> TimingComparison:
+        # The reference rounds are there already, as many as the step's: no worker is asked.
+        both = pair(head_reference_s)
+        return both._checked_against_reference(both._step_timing())
 
     # The same machine speed in both workers: the step's 2x is the change's.
-    slower = pair(1e-4)._step_timing()
+    slower = judged(1e-4)
     assert slower.verdict is TimingVerdict.SLOWER
     assert slower.failing
     # The head's worker is as much slower on the gate's own computation: not the change's doing.
-    biased = pair(1.9e-4)._step_timing()
+    biased = judged(1.9e-4)
     assert biased.verdict is TimingVerdict.INCONCLUSIVE
     assert not biased.failing
     assert "reference computation 1.9" in biased.reason
     assert biased.headline().startswith("inconclusive (2.0")
     # Workers 1.3x apart cannot explain a 2x step: it stays slower.
-    still = pair(1.3e-4)._step_timing()
+    still = judged(1.3e-4)
     assert still.verdict is TimingVerdict.SLOWER

@@ -3,11 +3,13 @@
 Two schedulers, one per tree, each with its own worker on the same device.
 For each region the head runs first, then the base (each under the head's
 policy, `gate.compare.base_policy`); both workers then hold the region loaded
-and warmed up, and their timed runs are interleaved in rounds, A B, B A, A B,
-… so that drift (clocks, thermals, a neighbour on the runner) hits both trees
-alike. After ``timing.rounds`` rounds the samples are judged
-(`gate.compare.timing`); a verdict left open by noise gets more rounds, up to
-``timing.max_rounds``, and is then reported as inconclusive.
+and warmed up, and time it in paired rounds: one base run, then one head run,
+both on the same core (`gate.region.cores`), the core rotating from round to
+round. Drift, bursts of load and a busy core then hit both runs of a round
+alike, and each round's ratio head/base cancels them. The rounds are judged
+after ``timing.rounds`` of them and then at looks further apart
+(`gate.compare.timing.looks`), and the timing stops at the first look that
+decides; after ``timing.max_rounds`` an open verdict is reported as inconclusive.
 
 Both workers are alive at once, so on a GPU each may take only part of the
 memory: unless the environment or the policy says otherwise, each worker's JAX
@@ -17,6 +19,7 @@ preallocates 45% (``XLA_PYTHON_CLIENT_MEM_FRACTION``) instead of its default 75%
 from __future__ import annotations
 
 import os
+import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,10 +27,10 @@ from pathlib import Path
 from gate.compare.base_policy import for_base, regions_in_base
 from gate.compare.outputs import compare_outputs
 from gate.compare.own_definition import own_definition
-from gate.compare.timing import compare_timing, decided
+from gate.compare.timing import compare_paired, decided, look_level, looks
 from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
-from gate.isolation.scheduler import Scheduler
+from gate.isolation.scheduler import Scheduler, usable_cpus
 from gate.isolation.watcher import RunWatcher
 from gate.plan import Plan, region_key
 from gate.policy.model import Policy, Region
@@ -67,20 +70,23 @@ def shared_device_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass
 class _Side:
-    """One tree: its scheduler and the policy it runs regions under."""
+    """One tree: its scheduler, the policy it runs regions under, and its times by round."""
 
     name: str  # "head" or "base"
     scheduler: Scheduler
     policy: Policy
-    step_s: list[float] = field(default_factory=list)
+    step_s: list[float] = field(default_factory=list)  # one per round: the median of its runs
     reference_s: list[float] = field(default_factory=list)
     boundary_s: dict[str, list[float]] = field(default_factory=dict)
 
     def take(self, samples: StepSamples) -> None:
-        self.step_s.extend(samples.step_s)
-        self.reference_s.extend(samples.reference_s)
+        if samples.step_s:
+            self.step_s.append(statistics.median(samples.step_s))
+        if samples.reference_s:
+            self.reference_s.append(statistics.median(samples.reference_s))
         for name, values in samples.boundary_s:
-            self.boundary_s.setdefault(name, []).extend(values)
+            if values:
+                self.boundary_s.setdefault(name, []).append(statistics.median(values))
 
 
 def run_compared(
@@ -145,8 +151,9 @@ class _Pair:
     tree: BaseTree
     cancel: Cancellation | None
     head_root: Path
-    rounds: int = 0  # interleaved rounds run so far
     renamed: tuple[Renamed, ...] = ()  # what the base ran from its own policy instead
+    # The cores the rounds rotate over (`gate.region.cores`); () leaves the runs unpinned.
+    cpus: tuple[int, ...] = field(default_factory=usable_cpus)
 
     def compare(self) -> RegionResult:
         head_result = self.head.scheduler.run(self.head.policy, self.region, hold=True)
@@ -223,56 +230,75 @@ class _Pair:
         )
 
     def _rounds(self) -> tuple[_Side, RegionError] | None:
-        """Interleaved rounds until the verdict is decided or the most rounds ran."""
+        """Paired rounds until a look decides the verdict or the most rounds ran."""
         rule = self.region.timing
-        rounds, target = 0, rule.rounds
         self.head.scheduler.announce(region_key(self.head.policy, self.region), TIMING_BOTH)
-        while True:
-            while rounds < target:
-                order = (self.base, self.head) if rounds % 2 == 0 else (self.head, self.base)
-                for side in order:
-                    samples = side.scheduler.sample(side.policy, self.region, rule.round_runs)
-                    if samples.error is not None:
-                        return side, samples.error
-                    side.take(samples)
-                rounds += 1
-            self.rounds = rounds
-            if self._cancelled() or rounds >= rule.max_rounds:
+        for look in looks(rule.rounds, rule.max_rounds):
+            failed = self._paired_rounds(look, reference=False)
+            if failed is not None:
+                return failed
+            if self._cancelled() or decided(self._step_timing()):
                 return None
-            if decided(self._step_timing()):
-                return None
-            target = min(rule.max_rounds, rounds + rule.rounds)
+        return None
+
+    def _paired_rounds(self, until: int, *, reference: bool) -> tuple[_Side, RegionError] | None:
+        """Rounds up to ``until``: the base's runs, then the head's, both on the round's core.
+
+        Always base then head, never head then head: a run straight after the same worker's
+        own finds its caches warm, one after the other worker's does not, and on one core
+        that alone made the second tree of a round 10-18% slower (docs/performance.md). Each
+        run here follows the other tree's, so every run meets the same conditions.
+        """
+        rule = self.region.timing
+        done = len(self.base.reference_s if reference else self.base.step_s)
+        for round_number in range(done, until):
+            cpu = self.cpus[round_number % len(self.cpus)] if self.cpus else None
+            for side in (self.base, self.head):
+                samples = side.scheduler.sample(
+                    side.policy, self.region, rule.round_runs, cpu=cpu, reference=reference
+                )
+                if samples.error is not None:
+                    return side, samples.error
+                side.take(samples)
+        return None
 
     def _cancelled(self) -> bool:
         return self.cancel is not None and self.cancel.requested
 
-    def _timing(self, base_s: list[float], head_s: list[float], what: str) -> TimingComparison:
+    def _timing(
+        self, base_s: list[float], head_s: list[float], what: str, max_slowdown: float | None = None
+    ) -> TimingComparison:
         rule = self.region.timing
-        return compare_timing(
+        return compare_paired(
             base_s,
             head_s,
-            max_slowdown=rule.max_slowdown,
+            max_slowdown=rule.max_slowdown if max_slowdown is None else max_slowdown,
             on_regression=rule.on_regression,
-            against="base",
-            rounds=self.rounds,
+            level=look_level(rule.rounds, rule.max_rounds),
             what=what,
         )
 
     def _step_timing(self) -> TimingComparison:
-        """The step's verdict, left open when the workers' own speeds differ enough to explain it.
+        """The step's verdict on the rounds so far (`gate.compare.timing`)."""
+        return self._timing(self.base.step_s, self.head.step_s, "step")
 
-        A 2x slower step beside workers 1.2x apart is still slower: 2 / 1.2 is past
-        the allowed factor. A 1.3x beside 1.25x is not, and is left open.
+    def _checked_against_reference(self, step: TimingComparison) -> TimingComparison:
+        """A slower or faster step, left open when the workers' own speeds could explain it.
+
+        The two workers then time the gate's reference computation (the same program in both)
+        in as many paired rounds as the step took. A 2x slower step beside workers 1.2x apart
+        is still slower: 2 / 1.2 is past the allowed factor. A 1.3x beside 1.25x is not.
+        Only a decided change pays for this, so an unchanged run never does.
         """
-        step = self._timing(self.base.step_s, self.head.step_s, "step")
         if step.verdict not in (TimingVerdict.SLOWER, TimingVerdict.FASTER):
             return step
-        if not self.base.reference_s or not self.head.reference_s:
+        failed = self._paired_rounds(step.rounds, reference=True)
+        if failed is not None or not self.base.reference_s:
             return step
-        reference = self._timing(self.base.reference_s, self.head.reference_s, "reference")
+        # At a factor of 1: any significant difference between the workers counts.
+        reference = self._timing(self.base.reference_s, self.head.reference_s, "reference", 1.0)
         if reference.verdict not in (TimingVerdict.SLOWER, TimingVerdict.FASTER):
             return step
-        # The workers differ: the verdict stands only if the difference cannot explain it.
         limit = self.region.timing.max_slowdown
         if not 1 / limit < step.ratio / reference.ratio < limit:
             return step
@@ -283,13 +309,13 @@ class _Pair:
         return replace(step, verdict=TimingVerdict.INCONCLUSIVE, failing=False, reason=reason)
 
     def _judged(self) -> tuple[TimingComparison, tuple[TimingComparison, ...]]:
-        step = self._step_timing()
+        step = self._checked_against_reference(self._step_timing())
         if not self.region.timing.boundaries:
             return step, ()
         boundaries = tuple(
             self._timing(self.base.boundary_s[name], values, name)
             for name, values in sorted(self.head.boundary_s.items())
-            if self.base.boundary_s.get(name) and values
+            if len(self.base.boundary_s.get(name, ())) == len(values) > 0
         )
         return step, boundaries
 

@@ -40,6 +40,7 @@ from gate.isolation.worker import Done, Entered, Job, Message, Ready, Sample, Sa
 from gate.isolation.worker_process import WaitEvent, WorkerProcess
 from gate.plan import Plan, region_key
 from gate.policy.model import Policy, Region
+from gate.region.cores import usable_cpus
 from gate.results.comparison import StepOutputs, StepSamples
 from gate.results.records import (
     ErrorKind,
@@ -50,12 +51,12 @@ from gate.results.records import (
 )
 from gate.user_code import UserCode
 
-# What other modules import from here; `gate.cli.main` takes the run's cancellation from here
-# too, and mypy's strict no-implicit-reexport accepts re-exported names only when listed.
+# Re-exported for other subsystems: mypy's strict mode accepts a re-export only when listed.
 __all__ = [
     "Scheduler",
     "keep_accelerators_for_workers",
     "run_isolated",
+    "usable_cpus",
     "worker_environment",
 ]
 
@@ -206,8 +207,10 @@ class Scheduler:
         self._worker = None
         return self._lost(worker, running, event)
 
-    def sample(self, policy: Policy, region: Region, runs: int) -> StepSamples:
-        """``runs`` more timed runs of the region the last ``run(hold=True)`` left loaded.
+    def sample(
+        self, policy: Policy, region: Region, runs: int, *, cpu: int | None, reference: bool
+    ) -> StepSamples:
+        """``runs`` more timed runs of the held region, on ``cpu`` (None: any); see `Sample`.
 
         A worker lost meanwhile (crash, timeout, cancellation) is the samples' error.
         """
@@ -220,7 +223,7 @@ class Scheduler:
         running = _Running(policy, region, time.monotonic(), worker.output.count)
         number = next(self._jobs)
         worker.output.start_job(number, running.label)
-        if not worker.send(Sample(number, runs)):
+        if not worker.send(Sample(number, runs, cpu, reference)):
             self._worker = None
             return StepSamples((), error=self._lost(worker, running, WaitEvent.EXITED).error)
         event = self._wait(worker, time.monotonic() + region.timeout_s, running.label)
