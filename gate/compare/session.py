@@ -49,6 +49,8 @@ from gate.results.comparison import (
 from gate.results.costs import CostComparison, compare_costs
 from gate.results.records import ErrorKind, RegionError, RegionResult, RunResult, SuiteResult
 
+# A boundary that took no time in a turn still needs a logarithm.
+_SMALLEST_S = 1e-9
 # The stage the live line shows while the two trees' timed runs alternate.
 TIMING_BOTH = "timing against the base"
 # Each of the two workers' share of a GPU's memory, when nothing else says.
@@ -75,18 +77,30 @@ class _Side:
     name: str  # "head" or "base"
     scheduler: Scheduler
     policy: Policy
-    step_s: list[float] = field(default_factory=list)  # one per round: the median of its runs
+    # One per round: the geometric mean of the tree's two turns in it (each turn's median).
+    step_s: list[float] = field(default_factory=list)
     reference_s: list[float] = field(default_factory=list)
     boundary_s: dict[str, list[float]] = field(default_factory=dict)
+    _turns: list[StepSamples] = field(default_factory=list)  # this round's, so far
 
     def take(self, samples: StepSamples) -> None:
-        if samples.step_s:
-            self.step_s.append(statistics.median(samples.step_s))
-        if samples.reference_s:
-            self.reference_s.append(statistics.median(samples.reference_s))
-        for name, values in samples.boundary_s:
-            if values:
-                self.boundary_s.setdefault(name, []).append(statistics.median(values))
+        self._turns.append(samples)
+
+    def end_round(self) -> None:
+        turns, self._turns = self._turns, []
+        _append_round(self.step_s, [t.step_s for t in turns])
+        _append_round(self.reference_s, [t.reference_s for t in turns])
+        names = sorted({name for t in turns for name, _ in t.boundary_s})
+        for name in names:
+            values = [dict(t.boundary_s).get(name, ()) for t in turns]
+            _append_round(self.boundary_s.setdefault(name, []), values)
+
+
+def _append_round(to: list[float], turns: list[tuple[float, ...]]) -> None:
+    """The round's time from each turn's runs: the geometric mean of the turns' medians."""
+    medians = [max(statistics.median(runs), _SMALLEST_S) for runs in turns if runs]
+    if medians:
+        to.append(statistics.geometric_mean(medians))
 
 
 def run_compared(
@@ -242,25 +256,34 @@ class _Pair:
         return None
 
     def _paired_rounds(self, until: int, *, reference: bool) -> tuple[_Side, RegionError] | None:
-        """Rounds up to ``until``: the base's runs, then the head's, both on the round's core.
+        """Rounds up to ``until``, each four turns: base, head on one core; head, base on the next.
 
-        Always base then head, never head then head: a run straight after the same worker's
-        own finds its caches warm, one after the other worker's does not, and on one core
-        that alone made the second tree of a round 10-18% slower (docs/performance.md). Each
-        run here follows the other tree's, so every run meets the same conditions.
+        The order matters as much as the core: on a shared core a turn right after its own
+        tree's runs finds its caches warm, one after the other tree's does not, and the
+        second turn on a core finds the shared libraries' code there already. With a fixed
+        order that alone made one tree 4-18% "slower" (docs/performance.md). In base, head,
+        head, base each tree has one turn of each kind, so such effects cancel in the
+        round's ratio, as does a drift that is linear over the round.
         """
         rule = self.region.timing
         done = len(self.base.reference_s if reference else self.base.step_s)
-        for round_number in range(done, until):
-            cpu = self.cpus[round_number % len(self.cpus)] if self.cpus else None
-            for side in (self.base, self.head):
+        for number in range(done, until):
+            first, second = (self._core(2 * number), self._core(2 * number + 1))
+            turns = ((self.base, first), (self.head, first), (self.head, second))
+            for side, cpu in (*turns, (self.base, second)):
                 samples = side.scheduler.sample(
                     side.policy, self.region, rule.round_runs, cpu=cpu, reference=reference
                 )
                 if samples.error is not None:
                     return side, samples.error
                 side.take(samples)
+            self.base.end_round()
+            self.head.end_round()
         return None
+
+    def _core(self, half_round: int) -> int | None:
+        """The core both trees' turns use in this half of a round; None: not pinned."""
+        return self.cpus[half_round % len(self.cpus)] if self.cpus else None
 
     def _cancelled(self) -> bool:
         return self.cancel is not None and self.cancel.requested
