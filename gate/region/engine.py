@@ -4,7 +4,9 @@
 Why this order:
 - Every run gets fresh inputs from setup (`gate.region.inputs`): a value whose host copy was
   already fetched hides the next transfer of it.
-- The very first call is watched, after ``jax.clear_caches()``: JAX checks some moves (an
+- The very first call is watched, and cold: the region's step calls run under a jit cache
+  context of the region's own (`gate.jaxhooks.programs`), so whatever ran before in the
+  worker, its programs are traced and dispatched afresh. JAX checks some moves (an
   uncommitted array sent to another device) only on a call's slow path, which an unguarded
   warm-up would use up.
 - "Mapped" runs record every transfer with its line (`gate.witness.transfer_map`: JAX's guard
@@ -34,6 +36,7 @@ from gate.jaxhooks.guard import (
     full_tracebacks,
     guard_kept_by_the_gate,
 )
+from gate.jaxhooks.programs import RegionPrograms
 from gate.machine.diagnosis import check_required
 from gate.machine.diagnosis import detect as detect_platform
 from gate.policy.model import Policy, RecompileRule, Region
@@ -112,7 +115,6 @@ def run_region(
 def _run_imported(
     run: RegionRun, result: Callable[..., RegionResult], keep: Keep | None
 ) -> RegionResult:
-    import jax
 
     region = run.code.region
     run.platform = _platform()
@@ -122,9 +124,9 @@ def _run_imported(
         return result(error=RegionError(ErrorKind.PLATFORM, wrong_platform, wrong_platform), **base)
     can_map = capture_works()
     callbacks_missing: str | None = None
-    # Forget earlier regions' compiled calls: this region's first call takes JAX's slow path, which
-    # checks every move. Executables return from the run's cache (`gate.isolation.compile_cache`).
-    jax.clear_caches()
+    # Programs of the region's own: its first call takes JAX's slow path, which checks every
+    # move, whatever earlier regions compiled; setup's programs stay shared (`programs`).
+    programs = RegionPrograms()
     checks: tuple[CheckOutcome, ...] = ()
 
     def witnessing() -> Witnessing:
@@ -132,6 +134,7 @@ def _run_imported(
 
     try:
         with (
+            programs.entered(),
             full_tracebacks(),
             run.monitor.installed(run.code.callables.boundaries),
             guard_kept_by_the_gate(run.code.user.is_user, run.loosened, run.verdict.warn),
@@ -203,7 +206,9 @@ def _run_imported(
         )
     judged = coverage(witnessing())
     if keep is not None:
-        keep(HeldRegion(run.code, run.inputs, run._call, run.monitor), outputs)
+        keep(HeldRegion(run.code, run.inputs, run._call, run.monitor, programs), outputs)
+    with programs.entered():
+        cost = cost_phase(run.inputs.fresh, run._call)  # last: it slows dispatch (cost_phase)
     return result(
         transfers=tuple(run.verdict.transfers),
         timing=summarize(samples),
@@ -215,6 +220,6 @@ def _run_imported(
         notes=notes(run.verdict, witnessing()),
         coverage=judged,
         error=unchecked(region.guard, witnessing(), judged),
-        cost=cost_phase(run.inputs.fresh, run._call),  # last: it slows dispatch (cost_phase)
+        cost=cost,
         **base,
     )

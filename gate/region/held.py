@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gate.jaxhooks.programs import RegionPrograms
 from gate.region.boundary import BoundaryMonitor
 from gate.region.callables import RegionCode
 from gate.region.cores import pinned
@@ -38,7 +39,8 @@ class HeldRegion:
     inputs: StepInputs
     call: Callable[[Inputs], Any]  # the engine's own step call, blocking on the outputs
     monitor: BoundaryMonitor
-    reference_warm: bool = False  # `warm_reference` ran since this region's jax.clear_caches()
+    programs: RegionPrograms  # the region's own jit cache context, as in its run
+    reference_warm: bool = False  # `warm_reference` ran in this worker for this region
 
     def sample(self, runs: int, cpu: int | None = None, reference: bool = False) -> StepSamples:
         """``runs`` more timed runs on ``cpu`` (None: any); an error of the step ends the round.
@@ -55,7 +57,11 @@ class HeldRegion:
         names = [name for name, _ in self.code.callables.boundaries]
         boundary_s: dict[str, list[float]] = {name: [] for name in names}
         try:
-            with pinned(cpu), self.monitor.installed(self.code.callables.boundaries):
+            with (
+                pinned(cpu),
+                self.programs.entered(),
+                self.monitor.installed(self.code.callables.boundaries),
+            ):
                 for _ in range(runs):
                     inputs = self.inputs.fresh()
                     self.monitor.reset_costs()
