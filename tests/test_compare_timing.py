@@ -14,15 +14,16 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from gate.compare.stats import Floats
+from gate.compare.stats import Floats, paired_interval
 from gate.compare.timing import (
-    ALPHA,
+    ALPHA_FAIL,
+    ALPHA_PASS,
     VERDICT_CODES,
     compare_paired,
     compare_unpaired,
     decided,
     first_decisions,
-    look_level,
+    look_levels,
     looks,
     paired_verdict,
 )
@@ -31,7 +32,7 @@ from gate.results.comparison import TimingVerdict
 
 RULE = TimingRule()
 SCHEDULE = looks(RULE.rounds, RULE.max_rounds)
-LEVEL = look_level(RULE.rounds, RULE.max_rounds)
+LEVELS = look_levels(RULE.rounds, RULE.max_rounds)
 SLOWER, FASTER, UNCHANGED = (VERDICT_CODES.index(v) for v in ("slower", "faster", "unchanged"))
 
 
@@ -55,7 +56,7 @@ def compare(base: list[float], head: list[float], **kwargs: object):  # type: ig
     options: dict[str, object] = {
         "max_slowdown": 1.10,
         "on_regression": OnRegression.FAIL,
-        "level": LEVEL,
+        "levels": LEVELS,
     }
     options.update(kwargs)
     return compare_paired(base, head, **options)  # type: ignore[arg-type]
@@ -65,14 +66,15 @@ def test_the_looks_grow_by_a_quarter_and_end_at_the_most_rounds() -> None:
     assert looks(16, 200) == (16, 20, 25, 32, 40, 50, 63, 79, 99, 124, 155, 194, 200)
     assert looks(3, 5) == (3, 4, 5)
     assert looks(7, 7) == (7,)
-    assert look_level(16, 200) == pytest.approx(ALPHA / 13)
+    assert look_levels(16, 200).fail == pytest.approx(ALPHA_FAIL / 13)
+    assert look_levels(16, 200).passing == pytest.approx(ALPHA_PASS / 13)
     with pytest.raises(ValueError, match="rounds <= max_rounds"):
         looks(10, 5)
 
 
 def test_the_default_first_look_can_decide() -> None:
-    # At a look's level, 16 rounds all past the factor are just enough to reject.
-    assert 2.0**-RULE.rounds < LEVEL
+    # At a look's failing level, 16 rounds all past the factor are just enough to reject.
+    assert 2.0**-RULE.rounds < LEVELS.fail
 
 
 def test_twice_as_slow_is_slower_and_fails() -> None:
@@ -137,7 +139,7 @@ def test_the_headline_reads_rounds_when_paired_and_samples_when_not() -> None:
     assert unpaired.headline().endswith("30+20 samples")
     assert unpaired.test.startswith("Mann-Whitney")
     assert not unpaired.paired
-    assert unpaired.level == pytest.approx(1 - 2 * ALPHA)
+    assert unpaired.level == pytest.approx(1 - 2 * ALPHA_PASS)
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -145,10 +147,11 @@ def test_the_verdict_is_the_intervals(seed: int) -> None:
     rng = np.random.default_rng(seed)
     base, head = paired(1e-3, 1e-3 * rng.uniform(0.8, 1.3), rng.uniform(0.02, 0.2), 40, seed)
     result = compare(base, head)
-    low, high = result.ratio_low, result.ratio_high
+    low, high = result.ratio_low, result.ratio_high  # at the passing level
+    failing_low = paired_interval(np.log(head) - np.log(base), LEVELS.fail).low
     expected = (
         TimingVerdict.SLOWER
-        if low > 1.1
+        if failing_low > 1.1
         else TimingVerdict.FASTER
         if high < 1 / 1.1
         else TimingVerdict.UNCHANGED
@@ -219,7 +222,7 @@ def loaded_rounds(seed: int, regions: int, ratio: float) -> Draw:
 
 
 def rates(draw: Draw) -> tuple[dict[str, int], float]:
-    codes, used = first_decisions(draw, SCHEDULE, RULE.max_slowdown, LEVEL)
+    codes, used = first_decisions(draw, SCHEDULE, RULE.max_slowdown, LEVELS)
     counts = {VERDICT_CODES[k].value: int(np.sum(codes == k)) for k in range(len(VERDICT_CODES))}
     return counts, float(np.median(used))
 
@@ -233,15 +236,15 @@ def test_at_the_factor_itself_each_error_stays_under_alpha(draw: Draw) -> None:
     # The worst case for both errors: a change of exactly max_slowdown. The signed-rank test
     # is distribution-free, so the bound holds for the quiet and the loaded noise alike.
     counts, _ = rates(draw)
-    assert counts["slower"] <= ALPHA * 10_000, counts  # at most 5 of 10,000
-    assert counts["unchanged"] <= ALPHA * 10_000, counts
+    assert counts["slower"] <= ALPHA_FAIL * 10_000, counts  # at most 5 of 10,000
+    assert counts["unchanged"] <= ALPHA_PASS * 10_000, counts  # at most 100 of 10,000
     assert counts["faster"] == 0
 
 
 def test_runs_of_20_unchanged_regions_under_load_fail_under_1_percent() -> None:
     counts_per_run = []
     draw = loaded_rounds(3, 20 * 500, 1.0)
-    codes, _ = first_decisions(draw, SCHEDULE, RULE.max_slowdown, LEVEL)
+    codes, _ = first_decisions(draw, SCHEDULE, RULE.max_slowdown, LEVELS)
     counts_per_run = (codes.reshape(500, 20) == SLOWER).any(axis=1)
     assert int(counts_per_run.sum()) <= 0.01 * 500
 
@@ -268,10 +271,10 @@ def test_a_quarter_slower_is_caught_quickly_quiet_and_loaded() -> None:
 
 def test_one_region_is_judged_as_the_simulation_judges_it() -> None:
     d = normal_rounds(7, 1, 1.3, 0.1)(SCHEDULE[-1])
-    codes, used = first_decisions(lambda n: d[:, :n], SCHEDULE, 1.1, LEVEL)
+    codes, used = first_decisions(lambda n: d[:, :n], SCHEDULE, 1.1, LEVELS)
     first = next(
         n
         for n in SCHEDULE
-        if paired_verdict(d[0, :n], 1.1, LEVEL) is not TimingVerdict.INCONCLUSIVE
+        if paired_verdict(d[0, :n], 1.1, LEVELS) is not TimingVerdict.INCONCLUSIVE
     )
     assert (VERDICT_CODES[int(codes[0])], int(used[0])) == (TimingVerdict.SLOWER, first)

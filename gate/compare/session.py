@@ -27,7 +27,7 @@ from pathlib import Path
 from gate.compare.base_policy import for_base, regions_in_base
 from gate.compare.outputs import compare_outputs
 from gate.compare.own_definition import own_definition
-from gate.compare.timing import compare_paired, decided, look_level, looks
+from gate.compare.timing import compare_paired, decided, look_levels, looks
 from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.scheduler import Scheduler, usable_cpus
@@ -297,7 +297,7 @@ class _Pair:
             head_s,
             max_slowdown=rule.max_slowdown if max_slowdown is None else max_slowdown,
             on_regression=rule.on_regression,
-            level=look_level(rule.rounds, rule.max_rounds),
+            levels=look_levels(rule.rounds, rule.max_rounds),
             what=what,
         )
 

@@ -91,6 +91,11 @@ class TimingComparison:
             lead = f"inconclusive ({self.ratio:.2f}x, {self.reason})"
         elif math.isinf(self.ratio_high):  # the samples are too small for the interval's level
             lead = f"inconclusive ({self.ratio:.2f}x, too few samples for an interval)"
+        elif self.ratio_low > self.max_slowdown:  # past the factor, short of what failing needs
+            lead = (
+                f"inconclusive ({self.ratio:.2f}x, interval {self.ratio_low:.2f}-"
+                f"{self.ratio_high:.2f}x: past {self.max_slowdown:g}x, not yet beyond doubt)"
+            )
         else:
             lead = (
                 f"inconclusive ({self.ratio:.2f}x, interval {self.ratio_low:.2f}-"
