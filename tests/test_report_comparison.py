@@ -429,15 +429,22 @@ def test_a_step_the_change_renamed_is_named_beside_every_comparison_with_the_bas
 def test_the_terminal_marks_warnings_and_inconclusive_timings() -> None:
     run = run_of(
         with_base(compared(timing=timing(failing=False))),
-        with_base(compared(timing=timing(TimingVerdict.INCONCLUSIVE, failing=False)), name="o"),
+        with_base(
+            compared(timing=timing(TimingVerdict.INCONCLUSIVE, failing=False, ratio_low=1.05)),
+            name="o",
+        ),
+        with_base(compared(timing=timing(TimingVerdict.INCONCLUSIVE, failing=False)), name="p"),
         region("b", timing_vs_baseline=timing(against="baseline", rounds=0, paired=False)),
     )
     text = format_summary(run)
     assert f"  timing vs base: {HEADLINE} (a warning: timing.on_regression is warn)" in text
-    assert "  timing vs base: inconclusive (1.32x, interval 1.25-1.40x straddles 1.1x)" in text
+    assert "  timing vs base: inconclusive (1.32x, interval 1.05-1.40x straddles 1.1x)" in text
+    # Past the factor at the passing level, short of the failing one.
+    past = "inconclusive (1.32x, interval 1.25-1.40x: past 1.1x, not yet beyond doubt)"
+    assert f"  timing vs base: {past}" in text
     assert "(a warning, not a pass)" in text
     assert f"  timing vs baseline: {UNPAIRED}" in text
-    assert text.splitlines()[-1] == "2 passed, 1 failed"
+    assert text.splitlines()[-1] == "3 passed, 1 failed"
 
 
 # --- GitHub --------------------------------------------------------------------------------------
@@ -446,7 +453,11 @@ def test_the_terminal_marks_warnings_and_inconclusive_timings() -> None:
 def test_the_job_summary_has_a_comparison_table() -> None:
     run = run_of(
         with_base(compared(timing=timing())),
-        with_base(compared(timing=timing(TimingVerdict.INCONCLUSIVE, failing=False)), name="o"),
+        with_base(
+            compared(timing=timing(TimingVerdict.INCONCLUSIVE, failing=False, ratio_low=1.05)),
+            name="o",
+        ),
+        with_base(compared(timing=timing(TimingVerdict.INCONCLUSIVE, failing=False)), name="p"),
         with_base(BaseComparison(REF, BaseStatus.BASE_FAILED, base_error=BASE_ERROR), name="e"),
         region("plain"),
     )
@@ -476,7 +487,11 @@ def test_no_comparison_table_without_a_comparison() -> None:
 def test_annotations_for_failing_regressions_and_result_differences_at_the_policy_line() -> None:
     run = run_of(
         with_base(compared(timing=timing(), results=DIFFERENT)),
-        with_base(compared(timing=timing(TimingVerdict.INCONCLUSIVE, failing=False)), name="o"),
+        with_base(
+            compared(timing=timing(TimingVerdict.INCONCLUSIVE, failing=False, ratio_low=1.05)),
+            name="o",
+        ),
+        with_base(compared(timing=timing(TimingVerdict.INCONCLUSIVE, failing=False)), name="p"),
         with_base(compared(timing=timing(failing=False)), name="w"),
     )
     lines = annotation_lines(run, "report.xml")

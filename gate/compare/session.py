@@ -18,6 +18,7 @@ preallocates 45% (``XLA_PYTHON_CLIENT_MEM_FRACTION``) instead of its default 75%
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 from collections.abc import Callable, Mapping
@@ -27,7 +28,8 @@ from pathlib import Path
 from gate.compare.base_policy import for_base, regions_in_base
 from gate.compare.outputs import compare_outputs
 from gate.compare.own_definition import own_definition
-from gate.compare.timing import compare_paired, decided, look_levels, looks
+from gate.compare.stats import log_ratios
+from gate.compare.timing import compare_paired, look_levels, looks, paired_verdict
 from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.scheduler import Scheduler, usable_cpus
@@ -49,6 +51,12 @@ from gate.results.comparison import (
 from gate.results.costs import CostComparison, compare_costs
 from gate.results.records import ErrorKind, RegionError, RegionResult, RunResult, SuiteResult
 
+# A turn of a short step is several runs, filling about this long (`turn_runs`), at most
+# this many.
+TURN_S = 1e-3
+MAX_TURN_RUNS = 16
+# The reference computation takes ~0.15 ms on a CPU: four runs a turn.
+REFERENCE_TURN_RUNS = 4
 # A boundary that took no time in a turn still needs a logarithm.
 _SMALLEST_S = 1e-9
 # The stage the live line shows while the two trees' timed runs alternate.
@@ -166,6 +174,7 @@ class _Pair:
     cancel: Cancellation | None
     head_root: Path
     renamed: tuple[Renamed, ...] = ()  # what the base ran from its own policy instead
+    _turn_runs: int = 1  # timed runs in each tree's turn of a round (`turn_runs`)
     # The cores the rounds rotate over (`gate.region.cores`); () leaves the runs unpinned.
     cpus: tuple[int, ...] = field(default_factory=usable_cpus)
 
@@ -188,6 +197,7 @@ class _Pair:
             assert error is not None
             return replace(head_result, base=self._failed(error))
         head_result, kept = accept_base(head_result, base_result)
+        self._turn_runs = turn_runs(self.region.timing.round_runs, head_result, base_result)
         timing: TimingComparison | None = None
         boundary_timing: tuple[TimingComparison, ...] = ()
         if self.region.timing.compare:
@@ -251,9 +261,15 @@ class _Pair:
             failed = self._paired_rounds(look, reference=False)
             if failed is not None:
                 return failed
-            if self._cancelled() or decided(self._step_timing()):
+            if self._cancelled() or self._step_verdict() is not TimingVerdict.INCONCLUSIVE:
                 return None
         return None
+
+    def _step_verdict(self) -> TimingVerdict:
+        """The step's verdict on the rounds so far: the tests alone, without the interval."""
+        rule = self.region.timing
+        d = log_ratios(self.base.step_s, self.head.step_s)
+        return paired_verdict(d, rule.max_slowdown, look_levels(rule.rounds, rule.max_rounds))
 
     def _paired_rounds(self, until: int, *, reference: bool) -> tuple[_Side, RegionError] | None:
         """Rounds up to ``until``, each four turns: base, head on one core; head, base on the next.
@@ -265,14 +281,14 @@ class _Pair:
         head, base each tree has one turn of each kind, so such effects cancel in the
         round's ratio, as does a drift that is linear over the round.
         """
-        rule = self.region.timing
         done = len(self.base.reference_s if reference else self.base.step_s)
+        runs = REFERENCE_TURN_RUNS if reference else self._turn_runs
         for number in range(done, until):
             first, second = (self._core(2 * number), self._core(2 * number + 1))
             turns = ((self.base, first), (self.head, first), (self.head, second))
             for side, cpu in (*turns, (self.base, second)):
                 samples = side.scheduler.sample(
-                    side.policy, self.region, rule.round_runs, cpu=cpu, reference=reference
+                    side.policy, self.region, runs, cpu=cpu, reference=reference
                 )
                 if samples.error is not None:
                     return side, samples.error
@@ -341,6 +357,22 @@ class _Pair:
             if len(self.base.boundary_s.get(name, ())) == len(values) > 0
         )
         return step, boundaries
+
+
+def turn_runs(round_runs: int, *results: RegionResult) -> int:
+    """Timed runs per turn: ``round_runs``, or more for a short step, to fill ``TURN_S``.
+
+    Each turn costs a message to a worker and back, and a step of 100 µs times mostly the
+    machine's jitter: measured on the 2-core machine under load, single runs of such steps
+    gave round ratios 25% apart, so unchanged trees took 100-200 rounds. The median of a
+    turn of several runs is far steadier, for the price of a few more short runs. Decided
+    from the longer of the two trees' median step times in their own runs, at most
+    `MAX_TURN_RUNS`.
+    """
+    medians = [r.timing.median_s for r in results if r.timing is not None]
+    if not medians or max(medians) <= 0:
+        return round_runs
+    return max(round_runs, min(MAX_TURN_RUNS, math.ceil(TURN_S / max(medians))))
 
 
 def _outside(outputs: StepOutputs | None, base_root: Path) -> RegionError | None:
