@@ -11,15 +11,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_helpers import gate_env, make_repo
+from result_samples import region
 
 from gate.compare.base_policy import for_base, in_tree, regions_in_base
 from gate.compare.outputs import compare_outputs
+from gate.compare.rounds import MAX_TURN_RUNS, turn_runs
 from gate.compare.session import MEMORY_FRACTION, shared_device_environment
 from gate.isolation.scheduler import Scheduler, usable_cpus
 from gate.policy.load import load_policy
 from gate.policy.model import Checks, Policy
 from gate.results.comparison import StepOutputs
-from gate.results.records import ErrorKind
+from gate.results.records import ErrorKind, RegionResult, TimingStats
 
 STEPS = """
 import os
@@ -191,26 +193,24 @@ def _lognormal(seed: int, median_s: float, n: int = 40) -> list[float]:
 
 
 def test_a_speed_difference_both_workers_show_leaves_the_verdict_open(repo: Path) -> None:
-    from gate.compare.session import _Pair, _Side
-    from gate.compare.worktree import BaseTree
+    from gate.compare.rounds import PairedRounds, Side
     from gate.results.comparison import TimingComparison, TimingVerdict
 
     policy = _policy(repo)
     region = policy.regions[0]
-    tree = BaseTree("HEAD", "0" * 40, "0000000", repo)
 
-    def pair(head_reference_s: float) -> _Pair:
-        head = _Side("head", None, policy)  # type: ignore[arg-type]  # no worker is asked
-        base = _Side("base", None, policy)  # type: ignore[arg-type]
+    def pair(head_reference_s: float) -> PairedRounds:
+        head = Side("head", None, policy)  # type: ignore[arg-type]  # no worker is asked
+        base = Side("base", None, policy)  # type: ignore[arg-type]
         base.step_s, head.step_s = _lognormal(1, 1e-3), _lognormal(2, 2e-3)
         base.reference_s = _lognormal(3, 1e-4)
         head.reference_s = _lognormal(4, head_reference_s)
-        return _Pair(region, head, base, tree, None, repo, cpus=())
+        return PairedRounds(region, head, base, None, cpus=())
 
     def judged(head_reference_s: float) -> TimingComparison:
         # The reference rounds are there already, as many as the step's: no worker is asked.
         both = pair(head_reference_s)
-        return both._checked_against_reference(both._step_timing())
+        return both.checked_against_reference(both.step_timing())
 
     # The same machine speed in both workers: the step's 2x is the change's.
     slower = judged(1e-4)
@@ -225,3 +225,28 @@ def test_a_speed_difference_both_workers_show_leaves_the_verdict_open(repo: Path
     # Workers 1.3x apart cannot explain a 2x step: it stays slower.
     still = judged(1.3e-4)
     assert still.verdict is TimingVerdict.SLOWER
+
+
+def _timed(median_s: float) -> RegionResult:
+    stats = TimingStats(20, median_s, median_s, median_s, median_s, median_s)
+    return region(timing=stats)
+
+
+@pytest.mark.parametrize(
+    ("round_runs", "medians", "runs"),
+    [
+        (1, (1e-4, 1e-4), 10),  # ten runs of 0.1 ms fill a millisecond
+        (1, (1e-4, 2.5e-4), 4),  # the slower tree decides
+        (1, (1e-6, 1e-6), MAX_TURN_RUNS),  # at most this many
+        (1, (5e-3, 5e-3), 1),  # a step past a millisecond: one run a turn
+        (3, (5e-3, 5e-3), 3),  # never fewer than the policy asks
+    ],
+)
+def test_a_short_steps_turn_is_several_runs(
+    round_runs: int, medians: tuple[float, float], runs: int
+) -> None:
+    assert turn_runs(round_runs, *(_timed(m) for m in medians)) == runs
+
+
+def test_without_timing_a_turn_is_the_policys_runs() -> None:
+    assert turn_runs(2, region(timing=None), region(timing=None)) == 2

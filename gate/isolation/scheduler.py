@@ -41,6 +41,7 @@ from gate.isolation.worker_process import WaitEvent, WorkerProcess
 from gate.plan import Plan, region_key
 from gate.policy.model import Policy, Region
 from gate.region.cores import usable_cpus
+from gate.region.quiet import TIMING_LOCK
 from gate.results.comparison import StepOutputs, StepSamples
 from gate.results.records import (
     ErrorKind,
@@ -53,6 +54,7 @@ from gate.user_code import UserCode
 
 # Re-exported for other subsystems: mypy's strict mode accepts a re-export only when listed.
 __all__ = [
+    "TIMING_LOCK",
     "Scheduler",
     "keep_accelerators_for_workers",
     "run_isolated",
@@ -211,9 +213,7 @@ class Scheduler:
         self, policy: Policy, region: Region, runs: int, *, cpu: int | None, reference: bool
     ) -> StepSamples:
         """``runs`` more timed runs of the held region, on ``cpu`` (None: any); see `Sample`.
-
-        A worker lost meanwhile (crash, timeout, cancellation) is the samples' error.
-        """
+        A worker lost meanwhile (crash, timeout, cancellation) is the samples' error."""
         worker = self._worker
         if worker is None:
             error = RegionError(

@@ -23,6 +23,7 @@ Why this order:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -48,6 +49,7 @@ from gate.region.errors import RegionAbort, error_from
 from gate.region.fetch_watch import watching_reads
 from gate.region.held import HeldRegion, Keep
 from gate.region.outputs import host_leaves
+from gate.region.quiet import TimingLock
 from gate.region.region_run import RegionRun
 from gate.region.stages import Stage, announce
 from gate.region.threads import user_threads_alive
@@ -102,18 +104,22 @@ def run_region(
             **fields,
         )
 
-    with python_path(policy.python_path):
+    # Under `run --base` the other tree's worker runs the region meanwhile: only the timed
+    # runs keep it waiting (`gate.region.quiet`).
+    lock = TimingLock.from_environment()
+    with python_path(policy.python_path), contextlib.closing(lock), lock.working():
         try:
             announce(Stage.IMPORTING)
             with watching_reads(user):  # a module that reads an array at import caches it
                 callables = import_region(policy, region)
         except ResolveError as exc:
             return result(error=RegionError(ErrorKind.IMPORT, str(exc), str(exc)))
-        return _run_imported(RegionRun(RegionCode(policy, region, user, callables)), result, keep)
+        code = RegionCode(policy, region, user, callables)
+        return _run_imported(RegionRun(code), result, keep, lock)
 
 
 def _run_imported(
-    run: RegionRun, result: Callable[..., RegionResult], keep: Keep | None
+    run: RegionRun, result: Callable[..., RegionResult], keep: Keep | None, lock: TimingLock
 ) -> RegionResult:
 
     region = run.code.region
@@ -178,7 +184,8 @@ def _run_imported(
                 run.fetches_between_runs(background, threads_before)
             run.monitor.reset_costs()
             announce(Stage.TIMING)
-            samples, outputs = run.timed_calls()
+            with lock.timing():
+                samples, outputs = run.timed_calls()
             costs = run.monitor.costs(region.repeats)
             for unused in (cost.name for cost in costs if cost.calls == 0):
                 # Most likely stale: the step was refactored and fetches somewhere else now.
