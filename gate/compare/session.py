@@ -74,10 +74,12 @@ def run_compared(
     watcher: RunWatcher | None = None,
     environ: Mapping[str, str] | None = None,
     finished: Callable[[RegionResult], None] | None = None,
+    starting: Callable[[], None] | None = None,
 ) -> RunResult:
     """Every region of ``plan`` from the head (``repo_root``), compared with ``base``.
 
-    ``finished`` gets each region's result as soon as both trees are done with it.
+    ``finished`` gets each region's result as soon as both trees are done with it;
+    ``starting`` runs while the first workers start (what it raises stops the run).
     """
     env = shared_device_environment(os.environ if environ is None else environ)
     suites = []
@@ -91,9 +93,11 @@ def run_compared(
         # The two workers run each region at once; only their timed runs take turns.
         for scheduler in (head, base_scheduler):
             scheduler.environ[TIMING_LOCK] = os.path.join(scratch, "timing.lock")
-        first = next(((p, rs[0]) for p, rs in plan.steps if rs), None)
-        if first is not None:  # both trees' workers start side by side
-            base_scheduler.start_early(for_base(first[0], repo_root, base.root), first[1])
+        for policy, region in plan.first():  # both trees' workers start side by side
+            base_scheduler.start_early(for_base(policy, repo_root, base.root), region)
+            head.start_early(policy, region)
+        if starting is not None:
+            starting()
         for policy, regions in plan.steps:
             names = regions_in_base(policy, repo_root, base.root)
             base_policy = for_base(policy, repo_root, base.root)

@@ -88,7 +88,7 @@ class TimingRule:
     # runs of a round alike (docs/performance.md).
     rounds: int = 16
     max_rounds: int = 200
-    round_runs: int = 1  # timed runs per tree in each round; the round's time is their median
+    round_runs: int = 1  # timed runs in a tree's turn, at least (`gate.compare.rounds.turn_runs`)
     boundaries: bool = False  # compare boundary time per step like step time
 
 
