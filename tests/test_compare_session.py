@@ -235,10 +235,10 @@ def _timed(median_s: float) -> RegionResult:
 @pytest.mark.parametrize(
     ("round_runs", "medians", "runs"),
     [
-        (1, (1e-4, 1e-4), 10),  # ten runs of 0.1 ms fill a millisecond
-        (1, (1e-4, 2.5e-4), 4),  # the slower tree decides
+        (1, (1e-4, 1e-4), 5),  # five runs of 0.1 ms fill half a millisecond
+        (1, (1e-4, 2.5e-4), 2),  # the slower tree decides
         (1, (1e-6, 1e-6), MAX_TURN_RUNS),  # at most this many
-        (1, (5e-3, 5e-3), 1),  # a step past a millisecond: one run a turn
+        (1, (5e-3, 5e-3), 1),  # a step past the turn's length: one run a turn
         (3, (5e-3, 5e-3), 3),  # never fewer than the policy asks
     ],
 )

@@ -24,9 +24,9 @@ from gate.results.comparison import StepSamples, TimingComparison, TimingVerdict
 from gate.results.records import RegionError, RegionResult
 
 # A turn of a short step is several runs, filling about this long (`turn_runs`), at most
-# this many.
-TURN_S = 1e-3
-MAX_TURN_RUNS = 16
+# this many: each turn also costs a message to a worker and back, and setup for every run.
+TURN_S = 0.5e-3
+MAX_TURN_RUNS = 8
 # The reference computation takes ~0.15 ms on a CPU: four runs a turn.
 REFERENCE_TURN_RUNS = 4
 # A boundary that took no time in a turn still needs a logarithm.
