@@ -1,16 +1,17 @@
 """Paired rounds of a region held in both trees' workers: who runs when, on which core, judged.
 
-A round is four turns: the base's, then the head's, on one core; the head's, then the
-base's, on the next (`gate.region.cores` pins both workers' threads for a turn). Each
-tree's time in a round is the geometric mean of its two turns' medians; the round's
-log-ratio head/base is what `gate.compare.timing` judges, at looks further and further
-apart, until a look decides. A decided change is checked against the gate's own reference
-computation, timed the same way, before it stands.
+A round is four turns: one tree's, then the other's, on one core; the other's, then the
+first's, on the next (which tree opens is a coin flip; `gate.region.cores` pins both
+workers' threads for a turn). Each tree's time in a round is the geometric mean of its two
+turns' medians; the round's log-ratio head/base is what `gate.compare.timing` judges, at
+looks further and further apart, until a look decides. A decided change is checked against
+the gate's own reference computation, timed the same way, before it stands.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from dataclasses import dataclass, field, replace
 
@@ -79,6 +80,12 @@ class PairedRounds:
     turn_runs: int = 1  # timed runs in each tree's turn of a round (`turn_runs`)
     # The cores the rounds rotate over (`gate.region.cores`); () leaves the runs unpinned.
     cpus: tuple[int, ...] = field(default_factory=usable_cpus)
+    # Which tree opens each round; seeded with the region's name, so a run is reproducible
+    # and no verdict depends on which regions ran before.
+    _coin: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._coin = random.Random(f"{self.region.name}:{self.region.step}")
 
     def run(self) -> tuple[Side, RegionError] | None:
         """Paired rounds until a look decides the verdict or the most rounds ran."""
@@ -99,21 +106,23 @@ class PairedRounds:
         return paired_verdict(d, rule.max_slowdown, look_levels(rule.rounds, rule.max_rounds))
 
     def _paired_rounds(self, until: int, *, reference: bool) -> tuple[Side, RegionError] | None:
-        """Rounds up to ``until``, each four turns: base, head on one core; head, base on the next.
+        """Rounds up to ``until``, each four turns: A, B on one core; B, A on the next.
 
         The order matters as much as the core: on a shared core a turn right after its own
         tree's runs finds its caches warm, one after the other tree's does not, and the
-        second turn on a core finds the shared libraries' code there already. With a fixed
-        order that alone made one tree 4-18% "slower" (docs/performance.md). In base, head,
-        head, base each tree has one turn of each kind, so such effects cancel in the
-        round's ratio, as does a drift that is linear over the round.
+        first turn on a core meets whatever ran there before (the kernel moves it away
+        during that turn). With a fixed order that alone made one tree 4-40% "slower"
+        (docs/performance.md). In A, B, B, A each tree has one turn of each kind; which tree
+        is A is a coin flip per round, and the pair of cores rotates by one per round, so
+        that neither tree is always first on a given core. Whatever such effects remain,
+        a round's ratio is then as likely x as 1/x, which is all the signed-rank test needs.
         """
         done = len(self.base.reference_s if reference else self.base.step_s)
         runs = REFERENCE_TURN_RUNS if reference else self.turn_runs
         for number in range(done, until):
-            first, second = (self._core(2 * number), self._core(2 * number + 1))
-            turns = ((self.base, first), (self.head, first), (self.head, second))
-            for side, cpu in (*turns, (self.base, second)):
+            first, second = self._core(number), self._core(number + 1)
+            a, b = (self.base, self.head) if self._coin.random() < 0.5 else (self.head, self.base)
+            for side, cpu in ((a, first), (b, first), (b, second), (a, second)):
                 samples = side.scheduler.sample(
                     side.policy, self.region, runs, cpu=cpu, reference=reference
                 )
@@ -124,9 +133,9 @@ class PairedRounds:
             self.head.end_round()
         return None
 
-    def _core(self, half_round: int) -> int | None:
-        """The core both trees' turns use in this half of a round; None: not pinned."""
-        return self.cpus[half_round % len(self.cpus)] if self.cpus else None
+    def _core(self, index: int) -> int | None:
+        """The ``index``-th core of the rotation; None: not pinned."""
+        return self.cpus[index % len(self.cpus)] if self.cpus else None
 
     def _cancelled(self) -> bool:
         return self.cancel is not None and self.cancel.requested
