@@ -453,11 +453,7 @@ def test_the_terminal_marks_warnings_and_inconclusive_timings() -> None:
 def test_the_job_summary_has_a_comparison_table() -> None:
     run = run_of(
         with_base(compared(timing=timing())),
-        with_base(
-            compared(timing=timing(TimingVerdict.INCONCLUSIVE, failing=False, ratio_low=1.05)),
-            name="o",
-        ),
-        with_base(compared(timing=timing(TimingVerdict.INCONCLUSIVE, failing=False)), name="p"),
+        with_base(compared(timing=timing(TimingVerdict.INCONCLUSIVE, failing=False)), name="o"),
         with_base(BaseComparison(REF, BaseStatus.BASE_FAILED, base_error=BASE_ERROR), name="e"),
         region("plain"),
     )
@@ -487,11 +483,7 @@ def test_no_comparison_table_without_a_comparison() -> None:
 def test_annotations_for_failing_regressions_and_result_differences_at_the_policy_line() -> None:
     run = run_of(
         with_base(compared(timing=timing(), results=DIFFERENT)),
-        with_base(
-            compared(timing=timing(TimingVerdict.INCONCLUSIVE, failing=False, ratio_low=1.05)),
-            name="o",
-        ),
-        with_base(compared(timing=timing(TimingVerdict.INCONCLUSIVE, failing=False)), name="p"),
+        with_base(compared(timing=timing(TimingVerdict.INCONCLUSIVE, failing=False)), name="o"),
         with_base(compared(timing=timing(failing=False)), name="w"),
     )
     lines = annotation_lines(run, "report.xml")
