@@ -1,7 +1,7 @@
 """Detection power of ``run --base``: how often a planted slowdown of a ~1 ms step is caught.
 
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/base_power.py \
-        [--factors 1.0 1.1 1.3 2.0] [--trials 20] [--json OUT]
+        [--factors 1.0 1.1 1.3 2.0] [--trials 20] [--neighbour] [--json OUT]
 
 Builds a throwaway git repository with one region whose step is a jitted
 ``jax.lax.fori_loop`` of ``K`` matmuls of a fixed-size matrix (``K`` a module constant,
@@ -13,12 +13,14 @@ that is killed on ``--timeout``. Each trial's verdict is read from the JSON repo
 (the region's ``base`` → ``timing``).
 
 Prints one markdown row per factor: how many trials were called slower, unchanged,
-inconclusive and faster, the median wall time of a whole ``run --base`` and the
-median ratio head/base it measured. The targets (issue 11): 1.3x caught (slower) in
-at least 19 of 20 trials; 1.0x flagged slower in at most 1 of 20.
+inconclusive and faster, the median wall time of a whole ``run --base``, the median
+ratio head/base it measured and the median number of rounds it took. The targets (issue
+20): 1.3x caught (slower) in at least 19 of 20 trials, quiet and under ``--neighbour``
+(the issue's busy neighbour spinning one core, in a process group of its own killed at
+the end); 1.0x "unchanged" in at least 19 of 20 on a quiet machine, and never slower.
 
-The timing policy is the gate's default (rounds 8, round_runs 5, max_rounds 32,
-max_slowdown 1.1) unless an option sets it. A scaled ``K`` also changes the step's
+The timing policy is the gate's default (`gate.policy.model.TimingRule`) unless an option
+sets it. A scaled ``K`` also changes the step's
 result, so the run exits 1 on "results vs base" there too; only exit codes other
 than 0 and 1, or a report without a timing verdict, stop the benchmark.
 """
@@ -37,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from grouped import git, run_grouped
+from grouped import busy_neighbour, git, load_average, run_grouped
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE = 64  # the matrix is SIZE x SIZE float32
@@ -151,17 +153,18 @@ def trial(repo: Path, report: Path, factor: float, env: dict[str, str], timeout_
 def table(trials: list[Trial], factors: list[float]) -> str:
     rows = [
         "| factor | trials | slower | unchanged | inconclusive | faster "
-        "| median wall s per compare | median ratio measured |",
-        "|---|---|---|---|---|---|---|---|",
+        "| median wall s per compare | median ratio measured | median rounds |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for factor in factors:
         these = [t for t in trials if t.factor == factor]
         counts = [sum(t.verdict == v for t in these) for v in VERDICTS]
         wall = statistics.median(t.wall_s for t in these)
         ratio = statistics.median(t.ratio for t in these)
+        rounds = statistics.median(t.rounds for t in these)
         rows.append(
             f"| {factor:g}x | {len(these)} | {' | '.join(map(str, counts))} "
-            f"| {wall:.1f} | {ratio:.3f} |"
+            f"| {wall:.1f} | {ratio:.3f} | {rounds:g} |"
         )
     return "\n".join(rows)
 
@@ -177,6 +180,7 @@ def main() -> None:
     parser.add_argument("--round-runs", dest="round_runs", type=int, help="timing.round_runs")
     parser.add_argument("--max-rounds", dest="max_rounds", type=int, help="timing.max_rounds")
     parser.add_argument("--max-slowdown", dest="max_slowdown", type=float)
+    parser.add_argument("--neighbour", action="store_true", help="spin one core meanwhile")
     args = parser.parse_args()
 
     k = args.k or calibrate()
@@ -189,7 +193,8 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     trials: list[Trial] = []
-    with tempfile.TemporaryDirectory() as scratch:
+    load_before = load_average()
+    with tempfile.TemporaryDirectory() as scratch, busy_neighbour(args.neighbour):
         repo = Path(scratch) / "repo"
         (repo / "policies").mkdir(parents=True)
         (repo / "steps.py").write_text(STEPS.format(size=SIZE, k=k))
@@ -211,6 +216,10 @@ def main() -> None:
                     flush=True,
                 )
     print(table(trials, args.factors))
+    print(
+        f"\nneighbour: {'one core' if args.neighbour else 'none'}; load average: "
+        f"{load_before} before, {load_average()} after"
+    )
     if args.json:
         document = {
             "k": k,

@@ -15,19 +15,22 @@ subprocesses, alternating so that load drifts hit both alike:
 
 - the gate against a base: ``python -m gate run --base HEAD`` of the same regions, the
   repository committed so that base and head are the same tree (each region runs from
-  both trees in two workers, and their timed runs are interleaved in rounds until the
-  timing verdict is decided: ``timing.rounds`` 8 at least, 32 at most, 5 runs a round).
+  both trees in two workers, then both time it in paired rounds until the timing verdict
+  is decided, `gate.compare.timing`).
 
 Prints one row per N (and one per N with ``, --base HEAD``): the gate's seconds, the
-floor's seconds, their ratio (the medians over ``--rounds``); the ``--base`` rows are
-against the same floor (``--no-base`` leaves them out). All run with
-JAX_COMPILATION_CACHE_DIR unset (each gets a cold start).
+floor's seconds, their ratio (the medians over ``--rounds``), and the same for CPU seconds
+(user + system, the process and every process it waited for: less sensitive to what else
+the machine runs than wall time); the ``--base`` rows are against the same floor
+(``--no-base`` leaves them out). The load average before and after is printed too. All run
+with JAX_COMPILATION_CACHE_DIR unset (each gets a cold start).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -35,7 +38,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from grouped import git, run_grouped
+from grouped import git, load_average, run_grouped
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 1800  # one command's limit: 20 regions against a base on a busy machine
@@ -133,16 +136,24 @@ def build(repo: Path, regions: int) -> None:
         git(repo, *args)
 
 
-def timed(command: list[str], cwd: Path, env: dict[str, str], ok: tuple[int, ...] = (0,)) -> float:
-    """Wall seconds of ``command``, in a process group of its own killed afterwards (`grouped`)."""
+def timed(
+    command: list[str], cwd: Path, env: dict[str, str], ok: tuple[int, ...] = (0,)
+) -> tuple[float, float]:
+    """Wall and CPU seconds of ``command``, in a process group of its own killed afterwards.
+
+    CPU: user + system of the command and of every process it waited for (the gate's workers).
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = run_grouped(command, cwd, env, TIMEOUT_S, merge_stderr=True)
     out = done.stdout
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if done.returncode not in ok:
         tail = textwrap.indent(out[-3000:], "    ")
         raise SystemExit(f"{' '.join(command)} exited {done.returncode}:\n{tail}")
-    return wall
+    return wall, cpu
 
 
 def main() -> None:
@@ -154,6 +165,7 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     rows = []
+    load_before = load_average()
     with tempfile.TemporaryDirectory() as scratch:
         for n in args.regions:
             repo = Path(scratch) / f"repo{n}"
@@ -164,23 +176,36 @@ def main() -> None:
             if not args.no_base:
                 cases[f"{n}, --base HEAD"] = [*gate, "--base", "HEAD"]
             floor = [sys.executable, "floor.py"]
-            seconds: dict[str, list[float]] = {case: [] for case in [*cases, "floor"]}
+            seconds: dict[str, list[tuple[float, float]]] = {c: [] for c in [*cases, "floor"]}
             for _ in range(args.rounds):
                 for case, command in cases.items():
                     # Exit 1 against the base: noise called the unchanged step slower (a false
-                    # alarm, counted by base_power.py); the run's time is still the run's time.
+                    # alarm, counted by base_load.py); the run's time is still the run's time.
                     ok = (0, 1) if "--base" in command else (0,)
                     seconds[case].append(timed(command, repo, env, ok))
                 seconds["floor"].append(timed(floor, repo, env))
-            f = statistics.median(seconds["floor"])
+            f = _medians(seconds["floor"])
             for case in cases:
-                g = statistics.median(seconds[case])
+                g = _medians(seconds[case])
                 rows.append((case, g, f))
-                print(f"N={case}: gate {g:.1f} s, floor {f:.1f} s", file=sys.stderr, flush=True)
-    print("| N regions | gate s | floor s | ratio |")
-    print("|---|---|---|---|")
+                print(
+                    f"N={case}: gate {g[0]:.1f} s ({g[1]:.1f} s CPU), "
+                    f"floor {f[0]:.1f} s ({f[1]:.1f} s CPU)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    print("| N regions | gate s | floor s | ratio | gate CPU s | floor CPU s | CPU ratio |")
+    print("|---|---|---|---|---|---|---|")
     for case, g, f in rows:
-        print(f"| {case} | {g:.1f} | {f:.1f} | {g / f:.2f}x |")
+        print(
+            f"| {case} | {g[0]:.1f} | {f[0]:.1f} | {g[0] / f[0]:.2f}x "
+            f"| {g[1]:.1f} | {f[1]:.1f} | {g[1] / f[1]:.2f}x |"
+        )
+    print(f"\nload average: {load_before} before, {load_average()} after")
+
+
+def _medians(pairs: list[tuple[float, float]]) -> tuple[float, float]:
+    return statistics.median(w for w, _ in pairs), statistics.median(c for _, c in pairs)
 
 
 if __name__ == "__main__":

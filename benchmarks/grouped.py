@@ -12,7 +12,9 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Mapping
+import sys
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 # Commits made without the user's or the machine's git configuration.
@@ -68,3 +70,37 @@ def git(repo: Path, *args: str) -> None:
     done = run_grouped(["git", *args], repo, {**os.environ, **GIT_ENV}, 60)
     if done.returncode != 0:
         raise SystemExit(f"git {' '.join(args)} in {repo}: {done.stderr.strip()}")
+
+
+# The issue's busy neighbour: another job on a shared runner, spinning one core all the time.
+NEIGHBOUR = "while True: sum(i * i for i in range(100000))"
+
+
+@contextlib.contextmanager
+def busy_neighbour(on: bool = True) -> Iterator[int | None]:
+    """A process spinning one core for the block, in a group of its own killed afterwards.
+
+    Yields its pid (None when ``on`` is false: nothing is started).
+    """
+    if not on:
+        yield None
+        return
+    proc = subprocess.Popen(
+        [sys.executable, "-c", NEIGHBOUR], stdin=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        time.sleep(0.5)  # spinning before the first measurement
+        yield proc.pid
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+
+
+def load_average() -> str:
+    """The 1-minute load average, for the record (``?`` where the platform has none)."""
+    try:
+        return f"{os.getloadavg()[0]:.2f}"
+    except OSError:
+        return "?"

@@ -2,9 +2,10 @@
 
 What a policy names as ``module:qualname`` strings is passed here as the callables
 themselves, and the same engine runs them (`gate.region.engine.run_region`): the first call
-after ``jax.clear_caches()``, warm-up, mapped and guarded runs with every transfer charged
-to its line, boundaries, result checks and recompiles. There is no worker process: the
-region runs in the caller's, so JAX's settings are the caller's (docs/python-api.md).
+with programs of the region's own (`gate.jaxhooks.programs`), warm-up, mapped and guarded
+runs with every transfer charged to its line, boundaries, result checks and recompiles.
+There is no worker process: the region runs in the caller's, so JAX's settings are the
+caller's (docs/python-api.md).
 """
 
 from __future__ import annotations

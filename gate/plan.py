@@ -139,3 +139,7 @@ class Plan:
             if chosen:
                 steps.append((policy, chosen))
         return cls(tuple(steps), selection)
+
+    def first(self) -> tuple[tuple[Policy, Region], ...]:
+        """The first region to run, with its policy: its worker can start early; () if none."""
+        return tuple((policy, regions[0]) for policy, regions in self.steps[:1])

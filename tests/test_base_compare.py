@@ -129,9 +129,11 @@ def test_a_change_fails_on_what_it_changed_and_nothing_else(repo: Path) -> None:
     assert failure is not None, run
     message = failure.get("message", "")
     assert "x slower: median" in message, message
-    assert "samples" in message, message
+    assert message.endswith(" rounds"), message
     ratio = float(message.split("x slower")[0])
-    assert 1.6 < ratio < 2.5, message
+    # 2x the sleep; on a busy machine sleeps overshoot by a fixed amount, which shrinks the
+    # ratio (1.5x seen at load average 11), never below what fails the 1.1x factor here.
+    assert 1.3 < ratio < 2.5, message
 
     # A changed result fails, naming the leaf.
     results = run.testcase("result: results vs base").find("failure")

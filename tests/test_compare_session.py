@@ -11,17 +11,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_helpers import gate_env, make_repo
+from result_samples import region
 
 from gate.compare.base_policy import for_base, in_tree, regions_in_base
 from gate.compare.outputs import compare_outputs
+from gate.compare.rounds import MAX_TURN_RUNS, turn_runs
 from gate.compare.session import MEMORY_FRACTION, shared_device_environment
-from gate.isolation.scheduler import Scheduler
+from gate.isolation.scheduler import Scheduler, usable_cpus
 from gate.isolation.worker import Job, _Held, run_job
 from gate.policy.load import load_policy
 from gate.policy.model import Checks, Policy
 from gate.region.errors import RegionAbort
 from gate.results.comparison import ResultStatus, StepOutputs
-from gate.results.records import ErrorKind, RegionError, RegionResult
+from gate.results.records import ErrorKind, RegionError, RegionResult, TimingStats
 
 STEPS = """
 import os
@@ -83,15 +85,21 @@ def test_a_held_region_times_more_runs_and_hands_over_its_outputs(repo: Path) ->
         assert outputs.setup_digest is not None
         assert outputs.setup_leaves == 1
         assert outputs.step_file == str(repo / "src" / "steps.py")
+        cpu = usable_cpus()[-1] if usable_cpus() else None
         for runs in (3, 5):
-            samples = scheduler.sample(policy, policy.regions[0], runs)
+            samples = scheduler.sample(policy, policy.regions[0], runs, cpu=cpu, reference=False)
             assert samples.error is None, samples
             assert len(samples.step_s) == runs
             assert all(s > 0 for s in samples.step_s)
+            assert samples.reference_s == ()
+        # The gate's reference computation instead of the step, to tell the workers apart.
+        reference = scheduler.sample(policy, policy.regions[0], 4, cpu=cpu, reference=True)
+        assert (reference.error, reference.step_s) == (None, ())
+        assert len(reference.reference_s) == 4
         # A region run without hold lets the held one go: nothing is left to time.
         scheduler.run(policy, policy.regions[0])
         assert scheduler.outputs is None
-        let_go = scheduler.sample(policy, policy.regions[0], 1)
+        let_go = scheduler.sample(policy, policy.regions[0], 1, cpu=None, reference=False)
         assert let_go.error is not None
         assert "does not hold" in let_go.error.message
 
@@ -102,12 +110,12 @@ def test_a_worker_lost_during_a_round_is_that_rounds_error(repo: Path) -> None:
     with Scheduler(repo, environ=gate_env()) as scheduler:
         result = scheduler.run(policy, region, hold=True)  # 1 + 1 + 1 + 1 + 2 calls, and setup's
         assert result.error is None, result
-        samples = scheduler.sample(policy, region, 10)
+        samples = scheduler.sample(policy, region, 10, cpu=None, reference=False)
         assert samples.error is not None
         assert samples.error.kind is ErrorKind.CRASH, samples.error
         assert "exit" in samples.error.message, samples.error
         assert samples.step_s == (), samples  # the round's runs died with the worker
-        gone = scheduler.sample(policy, region, 1)
+        gone = scheduler.sample(policy, region, 1, cpu=None, reference=False)
         assert gone.error is not None
         assert gone.error.kind is ErrorKind.CRASH
 
@@ -217,34 +225,37 @@ def _lognormal(seed: int, median_s: float, n: int = 40) -> list[float]:
 
 
 def test_a_speed_difference_both_workers_show_leaves_the_verdict_open(repo: Path) -> None:
-    from gate.compare.session import _Pair, _Side
-    from gate.compare.worktree import BaseTree
-    from gate.results.comparison import TimingVerdict
+    from gate.compare.rounds import PairedRounds, Side
+    from gate.results.comparison import TimingComparison, TimingVerdict
 
     policy = _policy(repo)
     region = policy.regions[0]
-    tree = BaseTree("HEAD", "0" * 40, "0000000", repo)
 
-    def pair(head_reference_s: float) -> _Pair:
-        head = _Side("head", None, policy)  # type: ignore[arg-type]  # no worker is asked
-        base = _Side("base", None, policy)  # type: ignore[arg-type]
+    def pair(head_reference_s: float) -> PairedRounds:
+        head = Side("head", None, policy)  # type: ignore[arg-type]  # no worker is asked
+        base = Side("base", None, policy)  # type: ignore[arg-type]
         base.step_s, head.step_s = _lognormal(1, 1e-3), _lognormal(2, 2e-3)
         base.reference_s = _lognormal(3, 1e-4)
         head.reference_s = _lognormal(4, head_reference_s)
-        return _Pair(region, head, base, tree, None, repo, rounds=40)
+        return PairedRounds(region, head, base, None, cpus=())
+
+    def judged(head_reference_s: float) -> TimingComparison:
+        # The reference rounds are there already, as many as the step's: no worker is asked.
+        both = pair(head_reference_s)
+        return both.checked_against_reference(both.step_timing())
 
     # The same machine speed in both workers: the step's 2x is the change's.
-    slower = pair(1e-4)._step_timing()
+    slower = judged(1e-4)
     assert slower.verdict is TimingVerdict.SLOWER
     assert slower.failing
     # The head's worker is as much slower on the gate's own computation: not the change's doing.
-    biased = pair(1.9e-4)._step_timing()
+    biased = judged(1.9e-4)
     assert biased.verdict is TimingVerdict.INCONCLUSIVE
     assert not biased.failing
     assert "reference computation 1.9" in biased.reason
     assert biased.headline().startswith("inconclusive (2.0")
     # Workers 1.3x apart cannot explain a 2x step: it stays slower.
-    still = pair(1.3e-4)._step_timing()
+    still = judged(1.3e-4)
     assert still.verdict is TimingVerdict.SLOWER
 
 
@@ -284,3 +295,28 @@ def test_setup_failing_while_the_outputs_are_fetched_is_the_regions_error(
     result, held = _held_run(repo, monkeypatch, RegionAbort(user_error))
     assert result.error == user_error
     assert held.region is None
+
+
+def _timed(median_s: float) -> RegionResult:
+    stats = TimingStats(20, median_s, median_s, median_s, median_s, median_s)
+    return region(timing=stats)
+
+
+@pytest.mark.parametrize(
+    ("round_runs", "medians", "runs"),
+    [
+        (1, (1e-4, 1e-4), 5),  # five runs of 0.1 ms fill half a millisecond
+        (1, (1e-4, 2.5e-4), 2),  # the slower tree decides
+        (1, (1e-6, 1e-6), MAX_TURN_RUNS),  # at most this many
+        (1, (5e-3, 5e-3), 1),  # a step past the turn's length: one run a turn
+        (3, (5e-3, 5e-3), 3),  # never fewer than the policy asks
+    ],
+)
+def test_a_short_steps_turn_is_several_runs(
+    round_runs: int, medians: tuple[float, float], runs: int
+) -> None:
+    assert turn_runs(round_runs, *(_timed(m) for m in medians)) == runs
+
+
+def test_without_timing_a_turn_is_the_policys_runs() -> None:
+    assert turn_runs(2, region(timing=None), region(timing=None)) == 2

@@ -1,8 +1,7 @@
-"""Mann-Whitney U and the ratio interval, against textbook tables and scipy's numbers.
+"""The signed-rank and Mann-Whitney machinery, against scipy called directly on seeded draws.
 
-The scipy values were computed once offline (scipy 1.17.1,
-``scipy.stats.mannwhitneyu(x, y, alternative="two-sided")``) and pasted here:
-the gate itself has no scipy.
+No pasted constants: each expected value is computed here, from scipy or by brute force
+over the definition, on draws from a seeded generator.
 """
 
 from __future__ import annotations
@@ -11,112 +10,145 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from gate.compare.stats import (
-    _order_rank,
+    EXACT_MAX_PAIRS,
+    EXACT_MAX_ROUNDS,
+    log_ratios,
     mann_whitney_p,
-    normal_quantile,
-    ratio_interval,
-    u_statistic,
+    margin_p_values,
+    paired_interval,
+    signed_rank_p,
+    unpaired_interval,
 )
 
-
-def test_u_counts_the_pairs_the_first_sample_wins_ties_as_half() -> None:
-    assert u_statistic([3.0, 4.0], [1.0, 2.0]) == 4.0
-    assert u_statistic([1.0, 2.0], [3.0, 4.0]) == 0.0
-    assert u_statistic([2.0], [2.0]) == 0.5
+MARGIN = math.log(1.1)
 
 
-def test_exact_p_for_small_samples_without_ties() -> None:
-    # scipy: method "auto" picks the exact distribution here.
-    x = [1.1, 2.3, 3.5, 4.2, 5.9]
-    y = [2.0, 6.1, 7.4, 8.8, 9.3, 10.5]
-    assert mann_whitney_p(x, y) == pytest.approx(0.05194805194805195, rel=1e-12)
-    # Completely separated 3 + 3: 2 of the C(6, 3) = 20 orderings are as extreme.
-    assert mann_whitney_p([1, 2, 3], [4, 5, 6]) == pytest.approx(2 / 20)
-    assert mann_whitney_p([1, 2, 3], [1.5, 2.5, 3.5]) == pytest.approx(0.7)
+@pytest.mark.parametrize("n", [8, 30, EXACT_MAX_ROUNDS, EXACT_MAX_ROUNDS + 1, 150])
+@pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
+def test_signed_rank_p_is_scipys_with_the_method_named(n: int, alternative: str) -> None:
+    d = np.random.default_rng(n).normal(0.05, 0.1, n)
+    method = "exact" if n <= EXACT_MAX_ROUNDS else "approx"
+    expected = stats.wilcoxon(d - 0.02, alternative=alternative, method=method).pvalue
+    assert float(signed_rank_p(d, 0.02, alternative)) == pytest.approx(expected, rel=1e-12)
 
 
-@pytest.mark.parametrize(("n1", "n2"), [(8, 8), (20, 20), (4, 7)])
-def test_exact_p_is_the_same_whichever_sample_comes_first(n1: int, n2: int) -> None:
-    rng = np.random.default_rng(0)
-    x, y = list(rng.normal(0, 1, n1)), list(rng.normal(0.8, 1, n2))
-    assert mann_whitney_p(x, y) == pytest.approx(mann_whitney_p(y, x), rel=1e-12)
+def test_signed_rank_p_falls_back_to_the_approximation_on_ties() -> None:
+    d = np.array([0.1, -0.1, 0.2, 0.3, 0.2, 0.05, 0.4, 0.1])  # tied magnitudes
+    expected = stats.wilcoxon(d, alternative="greater", method="approx").pvalue
+    assert float(signed_rank_p(d, 0.0, "greater")) == pytest.approx(expected, rel=1e-12)
 
 
-def test_normal_approximation_with_ties_matches_scipy() -> None:
-    x = [1, 2, 2, 3, 4, 4, 4, 5]
-    y = [3, 4, 5, 5, 6, 6, 7, 8]
-    assert mann_whitney_p(x, y) == pytest.approx(0.012439175316984458, rel=1e-9)
+def test_signed_rank_p_of_many_runs_is_each_runs_own() -> None:
+    d = np.random.default_rng(5).normal(0.0, 0.2, (6, 24))
+    each = [float(signed_rank_p(row, MARGIN, "greater")) for row in d]
+    np.testing.assert_allclose(signed_rank_p(d, MARGIN, "greater"), each, rtol=1e-12)
 
 
-def test_normal_approximation_for_large_samples_matches_scipy() -> None:
-    rng = np.random.default_rng(7)
-    x, y = rng.lognormal(0, 0.1, 30), rng.lognormal(0.05, 0.1, 30)
-    # 30 * 30 pairs: past EXACT_MAX_PAIRS, so the normal approximation, as scipy's "auto".
-    assert mann_whitney_p(list(x), list(y)) == pytest.approx(0.0005561109783724005, rel=1e-9)
+def test_the_estimate_is_the_median_of_the_walsh_averages() -> None:
+    d = np.random.default_rng(2).normal(0.1, 0.2, 25)
+    walsh = [(d[i] + d[j]) / 2 for i in range(d.size) for j in range(i, d.size)]
+    assert paired_interval(d, 0.01).estimate == pytest.approx(math.exp(np.median(walsh)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_each_end_of_the_paired_interval_is_where_scipys_one_sided_test_flips(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    d = rng.normal(rng.normal(0, 0.1), 0.15, int(rng.integers(12, 70)))
+    a = 0.01
+    interval = paired_interval(d, a)
+    low, high = math.log(interval.low), math.log(interval.high)
+
+    method = "exact" if d.size <= EXACT_MAX_ROUNDS else "approx"
+
+    def p(shift: float, alternative: str) -> float:
+        return float(stats.wilcoxon(d - shift, alternative=alternative, method=method).pvalue)
+
+    # Just outside the interval a one-sided test rejects; just inside, it does not.
+    eps = 1e-9
+    assert p(low - eps, "greater") < a <= p(low + eps, "greater")
+    assert p(high + eps, "less") < a <= p(high - eps, "less")
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_interval_and_the_margin_tests_never_disagree(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    d = rng.normal(rng.normal(0, 0.15), rng.uniform(0.02, 0.3), int(rng.integers(6, 120)))
+    a = float(rng.choice([1e-4, 4e-5, 0.01]))
+    interval = paired_interval(d, a)
+    p = margin_p_values(d, MARGIN)
+    assert (interval.low > 1.1) == bool(p.above < a)
+    assert (interval.high < 1 / 1.1) == bool(p.below < a)
+    assert (interval.low > 1 / 1.1 and interval.high < 1.1) == bool(p.within < a)
+
+
+def test_the_paired_interval_covers_the_true_ratio_about_as_often_as_it_says() -> None:
+    rng = np.random.default_rng(11)
+    covered = 0
+    for _ in range(300):
+        # Skewed noise, the same in both runs of a round: the ratio's log is symmetric.
+        noise = rng.lognormal(0, 0.3, (2, 20))
+        d = log_ratios(list(1e-3 * noise[0]), list(1.3e-3 * noise[1]))
+        interval = paired_interval(d, 0.05)
+        covered += interval.low <= 1.3 <= interval.high
+    assert 255 <= covered <= 285  # 90% of 300 is 270; binomial sd ~5
+
+
+def test_too_few_rounds_give_an_unbounded_interval() -> None:
+    interval = paired_interval([0.1, 0.2, 0.3], 1e-4)  # the smallest p of 3 rounds is 1/8
+    assert (interval.low, interval.high) == (0.0, math.inf)
+
+
+@pytest.mark.parametrize(("n1", "n2"), [(5, 6), (20, 20), (30, 40)])
+@pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
+def test_mann_whitney_p_is_scipys_with_the_method_named(n1: int, n2: int, alternative: str) -> None:
+    rng = np.random.default_rng(n1 * n2)
+    x, y = rng.lognormal(0, 0.1, n1), rng.lognormal(0.05, 0.1, n2)
+    method = "exact" if n1 * n2 <= EXACT_MAX_PAIRS else "asymptotic"
+    expected = stats.mannwhitneyu(x, y, alternative=alternative, method=method).pvalue
+    assert mann_whitney_p(list(x), list(y), alternative) == pytest.approx(expected, rel=1e-12)
+
+
+def test_mann_whitney_with_ties_uses_the_tie_corrected_approximation() -> None:
+    x, y = [1, 2, 2, 3, 4, 4, 4, 5], [3, 4, 5, 5, 6, 6, 7, 8]
+    expected = stats.mannwhitneyu(x, y, method="asymptotic").pvalue
+    assert mann_whitney_p(x, y, "two-sided") == pytest.approx(expected, rel=1e-12)
 
 
 def test_all_values_equal_is_p_one() -> None:
-    assert mann_whitney_p([1.0] * 30, [1.0] * 30) == 1.0
+    assert mann_whitney_p([1.0] * 30, [1.0] * 30, "two-sided") == 1.0
 
 
-def test_normal_quantile() -> None:
-    assert normal_quantile(0.995) == pytest.approx(2.5758293035489004, abs=1e-9)
-    assert normal_quantile(0.5) == pytest.approx(0.0, abs=1e-9)
-    with pytest.raises(ValueError, match="p must be in"):
-        normal_quantile(1.0)
-
-
-@pytest.mark.parametrize(
-    ("n1", "n2", "confidence", "k"),
-    [
-        # Textbook tables of the Mann-Whitney critical value U_crit (reject when U <= U_crit),
-        # two-sided: the interval's order statistic is U_crit + 1.
-        (10, 10, 0.95, 23 + 1),
-        (10, 10, 0.99, 16 + 1),
-        (5, 5, 0.95, 2 + 1),
-        (20, 20, 0.95, 127 + 1),
-        # Normal approximation: floor(800 - 2.5758 * sqrt(1600 * 81 / 12) + 0.5).
-        (40, 40, 0.99, 532),
-        # Too small for 99%: even the extremes (P = 1/20 each side) do not reach it.
-        (3, 3, 0.99, 0),
-        (3, 3, 0.90, 1),
-    ],
-)
-def test_order_rank_of_the_moses_interval(n1: int, n2: int, confidence: float, k: int) -> None:
-    assert _order_rank(n1, n2, confidence) == k
-
-
-def test_ratio_of_a_sample_scaled_by_two_is_two() -> None:
-    rng = np.random.default_rng(3)
-    base = rng.lognormal(-7, 0.05, 40)
-    interval = ratio_interval(list(base), list(2 * base))
+def test_the_unpaired_ratio_of_a_sample_scaled_by_two_is_two() -> None:
+    base = np.random.default_rng(3).lognormal(-7, 0.05, 40)
+    interval = unpaired_interval(list(base), list(2 * base), 5e-4)
     assert interval.estimate == pytest.approx(2.0, rel=1e-12)
     assert interval.low < 2.0 < interval.high
-    assert interval.high / interval.low < 1.1
+    assert interval.high / interval.low < 1.15
 
 
-def test_ratio_interval_of_tiny_samples_spans_the_extremes_or_is_unbounded() -> None:
-    base, head = [1.0, 2.0, 4.0], [2.0, 3.0, 8.0]
-    wide = ratio_interval(base, head, confidence=0.90)
-    assert (wide.low, wide.high) == pytest.approx((2.0 / 4.0, 8.0 / 1.0))
-    open_ = ratio_interval(base, head, confidence=0.99)
-    assert (open_.low, open_.high) == (0.0, math.inf)
+@pytest.mark.parametrize("seed", range(4))
+def test_each_end_of_the_unpaired_interval_is_where_scipys_one_sided_test_flips(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    base, head = rng.lognormal(0, 0.2, 30), rng.lognormal(0.1, 0.2, 25)
+    a = 0.005
+    interval = unpaired_interval(list(base), list(head), a)
+    b, h = np.log(base), np.log(head)
 
+    def p(shift: float, alternative: str) -> float:
+        return float(stats.mannwhitneyu(h - shift, b, alternative=alternative).pvalue)
 
-def test_ratio_interval_covers_the_true_ratio_about_as_often_as_it_says() -> None:
-    rng = np.random.default_rng(11)
-    covered = 0
-    for _ in range(200):
-        base, head = rng.lognormal(0, 0.2, 15), 1.3 * rng.lognormal(0, 0.2, 15)
-        interval = ratio_interval(list(base), list(head), confidence=0.90)
-        covered += interval.low <= 1.3 <= interval.high
-    assert 170 <= covered <= 195  # 90% of 200 is 180; binomial sd ~4
+    low, high = math.log(interval.low), math.log(interval.high)
+    assert p(low - 1e-9, "greater") < a <= p(low + 1e-9, "greater")
+    assert p(high + 1e-9, "less") < a <= p(high - 1e-9, "less")
 
 
 def test_bad_samples_are_refused() -> None:
     with pytest.raises(ValueError, match="non-empty"):
-        mann_whitney_p([], [1.0])
+        mann_whitney_p([], [1.0], "two-sided")
     with pytest.raises(ValueError, match="positive"):
-        ratio_interval([0.0, 1.0], [1.0, 2.0])
+        unpaired_interval([0.0, 1.0], [1.0, 2.0], 0.01)
+    with pytest.raises(ValueError, match="3 base times but 2 head times"):
+        log_ratios([1.0, 2.0, 3.0], [1.0, 2.0])

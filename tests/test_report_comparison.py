@@ -41,11 +41,13 @@ from gate.results.records import ErrorKind, RegionError, RegionResult, RunResult
 REF = "HEAD~1 (1a2b3c4)"
 BASE_SAMPLES = tuple(412e-6 + i * 1e-6 for i in range(-20, 20))
 HEAD_SAMPLES = tuple(545e-6 + i * 1e-6 for i in range(-20, 20))
-HEADLINE = "1.32x slower: median 412 µs → 545 µs, p=3e-07, 40+40 samples"
+HEADLINE = "1.32x slower: median 412 µs → 545 µs, p=3e-07, 40 rounds"
+# The same times as two samples measured apart (a stored baseline).
+UNPAIRED = "1.32x slower: median 412 µs → 545 µs, p=3e-07, 40+40 samples"
 
 
 def timing(verdict: TimingVerdict = TimingVerdict.SLOWER, **changes: object) -> TimingComparison:
-    """A step 1.32x slower than the base, 40+40 samples in 20 rounds, failing unless changed."""
+    """A step 1.32x slower than the base over 40 paired rounds, failing unless changed."""
     sample = TimingComparison(
         against="base",
         verdict=verdict,
@@ -59,7 +61,9 @@ def timing(verdict: TimingVerdict = TimingVerdict.SLOWER, **changes: object) -> 
         failing=verdict is TimingVerdict.SLOWER,
         base_samples=BASE_SAMPLES,
         head_samples=HEAD_SAMPLES,
-        rounds=20,
+        rounds=40,
+        paired=True,
+        level=0.9999,
     )
     return replace(sample, **changes)  # type: ignore[arg-type]
 
@@ -147,8 +151,9 @@ def test_a_slower_step_fails_its_timing_testcase_with_the_headline(
     assert "base: median 412 µs, IQR 402 µs-421 µs, 40 samples" in body
     assert "head: median 545 µs, IQR 535 µs-554 µs, 40 samples" in body
     assert "interval 1.25x-1.4x" in body
-    assert "p-value (Mann-Whitney U, two-sided): 3e-07" in body
-    assert f"rounds: 20, base {REF} and head interleaved" in body
+    assert "ratio, head/base: 1.32x, 99.99% interval 1.25x-1.4x" in body
+    assert "p-value (Wilcoxon signed-rank on the rounds' ratios, two-sided): 3e-07" in body
+    assert f"rounds: 40, each one base {REF} run and one head run on the same core" in body
     # The transfers testcase is still there and still passes.
     assert outcome(case_named(root, "step: transfers")) is None
 
@@ -203,7 +208,13 @@ def test_timing_against_the_stored_baseline_is_its_own_testcase(
     tmp_path: Path, schema: xmlschema.XMLSchema
 ) -> None:
     stored = timing(
-        against="baseline", max_slowdown=1.5, ratio=3.0, rounds=0, head_median_s=1.236e-3
+        against="baseline",
+        max_slowdown=1.5,
+        ratio=3.0,
+        rounds=0,
+        head_median_s=1.236e-3,
+        paired=False,
+        level=0.999,
     )
     root = junit(run_of(region(timing_vs_baseline=stored)), tmp_path, schema)
     [failure] = case_named(root, "step: timing vs baseline").findall("failure")
@@ -212,6 +223,7 @@ def test_timing_against_the_stored_baseline_is_its_own_testcase(
     assert body.startswith("timing vs baseline: 3.00x slower")
     assert "allowed slowdown: 1.5x" in body
     assert "rounds: none; the baseline samples were measured in an earlier job" in body
+    assert "p-value (Mann-Whitney U, two-sided)" in body
     assert [c.get("name") for c in root.iter("testcase")] == [
         "step: transfers",
         "step: timing vs baseline",
@@ -419,15 +431,22 @@ def test_a_step_the_change_renamed_is_named_beside_every_comparison_with_the_bas
 def test_the_terminal_marks_warnings_and_inconclusive_timings() -> None:
     run = run_of(
         with_base(compared(timing=timing(failing=False))),
-        with_base(compared(timing=timing(TimingVerdict.INCONCLUSIVE, failing=False)), name="o"),
-        region("b", timing_vs_baseline=timing(against="baseline", rounds=0)),
+        with_base(
+            compared(timing=timing(TimingVerdict.INCONCLUSIVE, failing=False, ratio_low=1.05)),
+            name="o",
+        ),
+        with_base(compared(timing=timing(TimingVerdict.INCONCLUSIVE, failing=False)), name="p"),
+        region("b", timing_vs_baseline=timing(against="baseline", rounds=0, paired=False)),
     )
     text = format_summary(run)
     assert f"  timing vs base: {HEADLINE} (a warning: timing.on_regression is warn)" in text
-    assert "  timing vs base: inconclusive (1.32x, interval 1.25-1.40x straddles 1.1x)" in text
+    assert "  timing vs base: inconclusive (1.32x, interval 1.05-1.40x straddles 1.1x)" in text
+    # Past the factor at the passing level, short of the failing one.
+    past = "inconclusive (1.32x, interval 1.25-1.40x: past 1.1x, not yet beyond doubt)"
+    assert f"  timing vs base: {past}" in text
     assert "(a warning, not a pass)" in text
-    assert f"  timing vs baseline: {HEADLINE}" in text
-    assert text.splitlines()[-1] == "2 passed, 1 failed"
+    assert f"  timing vs baseline: {UNPAIRED}" in text
+    assert text.splitlines()[-1] == "3 passed, 1 failed"
 
 
 # --- GitHub --------------------------------------------------------------------------------------
@@ -443,7 +462,8 @@ def test_the_job_summary_has_a_comparison_table() -> None:
     summary = render_summary(run, "report.xml")
     assert (
         "### Against the base\n\nBase: `HEAD~1 (1a2b3c4)`. Base and head: median step time "
-        "(samples); ratio: head/base of the medians (its interval); p: Mann-Whitney U.\n\n"
+        "(samples); ratio: head/base (its interval); p: of no difference (signed-rank on the "
+        "rounds against the base, Mann-Whitney U against a stored baseline).\n\n"
         "| Region | Base | Head | Ratio | p | Verdict |\n"
         "|---|---|---|---|---|---|\n"
         "| `train.step` | 412 µs (40) | 545 µs (40) | 1.32x (1.25-1.40) | 3e-07 | "
@@ -505,7 +525,7 @@ def test_json_has_every_raw_sample_and_the_verdicts() -> None:
     step = against["timing"]
     assert step["base_samples"] == list(BASE_SAMPLES)
     assert step["head_samples"] == list(HEAD_SAMPLES)
-    assert (step["verdict"], step["failing"], step["rounds"]) == ("slower", True, 20)
+    assert (step["verdict"], step["failing"], step["rounds"]) == ("slower", True, 40)
     assert (step["ratio_low"], step["ratio_high"], step["p_value"]) == (1.25, 1.40, 3e-7)
     assert step["headline"] == HEADLINE
     assert against["results"]["differences"][0] == {
@@ -578,12 +598,13 @@ def test_the_unbounded_interval_of_small_samples_reads_as_none_and_has_no_infini
         ratio_high=math.inf,
         base_samples=BASE_SAMPLES[:3],
         head_samples=HEAD_SAMPLES[:3],
+        rounds=3,
     )
     result = with_base(compared(timing=few))
     body = "\n".join(
         c.findtext("skipped") or "" for c in ET.fromstring(render_junit(run_of(result))).iter()
     )
-    assert "ratio of medians, head/base: 1.32x, interval none (too few samples)" in body
+    assert "ratio, head/base: 1.32x, 99.99% interval none (too few samples)" in body
     assert "| 1.32x (no interval: too few samples) |" in render_summary(run_of(result), "r.xml")
     text = render_json(run_of(result), fingerprints_of(run_of(result)))
     assert "Infinity" not in text

@@ -32,34 +32,54 @@ def load_policies(
     paths: Sequence[str], repo_root: Path, *, write_references: bool = False
 ) -> list[Policy]:
     """Every policy under ``paths``, or one PolicyError with every file's problems."""
+    policies = read_policies(paths, repo_root, write_references=write_references)
+    check_imports(policies, repo_root)
+    return policies
+
+
+def read_policies(
+    paths: Sequence[str], repo_root: Path, *, write_references: bool = False
+) -> list[Policy]:
+    """Every policy under ``paths``, read and validated, its callables not imported yet.
+
+    A PolicyError has every file's problems: when a file is invalid, every file's
+    callables are imported and checked too, not only after the rest is fixed.
+    """
     files = discover_policy_files(paths or [DEFAULT_POLICIES], repo_root)
-    policies: list[Policy] = []
-    problems: list[Problem] = []
+    read: list[tuple[Path, Policy | PolicyError]] = []
     for file in files:
         try:
-            policy = load_policy(file, repo_root, write_references=write_references)
+            read.append((file, load_policy(file, repo_root, write_references=write_references)))
         except PolicyError as exc:
-            problems.extend(exc.problems)
-            # Every problem of a file at once: the callables it does name are
-            # checked too, not only after the rest is fixed.
-            named = callables_of_invalid(file, repo_root)
-            if named is not None:
-                reported = {(p.line, p.where) for p in exc.problems}
-                problems.extend(
-                    p
-                    for p in check_named(named.path, named.refs, named.python_path, repo_root)
-                    if (p.line, p.where) not in reported
-                )
+            read.append((file, exc))
+    policies = [policy for _, policy in read if isinstance(policy, Policy)]
+    clashes = _clashing_regions(policies)
+    if len(policies) == len(read) and not clashes:
+        return policies
+    keep_accelerators_for_workers()  # before the user's modules are imported
+    problems: list[Problem] = []
+    for file, outcome in read:
+        if isinstance(outcome, Policy):
+            problems.extend(check_callables(outcome, repo_root))
             continue
-        found = check_callables(policy, repo_root)
-        if found:
-            problems.extend(found)
-        else:
-            policies.append(policy)
-    problems.extend(_clashing_regions(policies))
+        problems.extend(outcome.problems)
+        named = callables_of_invalid(file, repo_root)
+        if named is not None:
+            reported = {(p.line, p.where) for p in outcome.problems}
+            problems.extend(
+                p
+                for p in check_named(named.path, named.refs, named.python_path, repo_root)
+                if (p.line, p.where) not in reported
+            )
+    raise PolicyError((*problems, *clashes))
+
+
+def check_imports(policies: Sequence[Policy], repo_root: Path) -> None:
+    """Import every callable the policies name, here; a PolicyError for those that fail."""
+    keep_accelerators_for_workers()  # before the user's modules are imported
+    problems = [p for policy in policies for p in check_callables(policy, repo_root)]
     if problems:
         raise PolicyError(tuple(problems))
-    return policies
 
 
 def _clashing_regions(policies: Sequence[Policy]) -> list[Problem]:
@@ -109,11 +129,9 @@ def execute(
     stderr as ``[suite.region] line``); ``finished`` gets each region's result.
     """
     watcher = PrefixedOutput(sys.stderr) if watcher is None else watcher
-    keep_accelerators_for_workers()  # before load_policies imports the user's modules
+    write_references = getattr(args, "write_references", False)
     try:
-        policies = load_policies(
-            args.paths, repo_root, write_references=getattr(args, "write_references", False)
-        )
+        policies = read_policies(args.paths, repo_root, write_references=write_references)
     except PolicyError as exc:
         if refused is not None:
             refused(policy_problems(exc.problems))
@@ -131,12 +149,32 @@ def execute(
         print(plan.shard.describe())
     if planned is not None:
         planned(plan)
+
+    def imported() -> None:
+        # While the first worker starts (importing jax, ~0.5 s): on two cores the two overlap.
+        try:
+            check_imports(policies, repo_root)
+        except PolicyError as exc:
+            if refused is not None:
+                refused(policy_problems(exc.problems))
+            raise
+
     try:
         if base is not None:
             return run_compared(
-                plan, repo_root, base, cancel=cancel, watcher=watcher, finished=finished
+                plan,
+                repo_root,
+                base,
+                cancel=cancel,
+                watcher=watcher,
+                finished=finished,
+                starting=imported,
             )
-        return run_isolated(plan, repo_root, cancel=cancel, watcher=watcher, finished=finished)
+        return run_isolated(
+            plan, repo_root, cancel=cancel, watcher=watcher, finished=finished, starting=imported
+        )
+    except PolicyError:
+        raise
     except Exception as exc:
         if refused is not None:
             refused(gate_bug(exc))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from gate.compare.timing import compare_timing
+from gate.compare.timing import compare_unpaired
 from gate.plan import Plan, region_key
 from gate.policy.model import Region
 from gate.results.costs import compare_costs, not_measured
@@ -79,7 +79,7 @@ def _judged(
         return _noted(region, NO_REGION_TIMING)
     if entry.device != current:
         return _noted(region, mismatch_note(entry, current))
-    comparison = compare_timing(
+    comparison = compare_unpaired(
         entry.samples,
         region.timing_samples,
         max_slowdown=rule.timing.baseline_max_slowdown,

@@ -3,11 +3,13 @@
 Two schedulers, one per tree, each with its own worker on the same device.
 For each region the head runs first, then the base (each under the head's
 policy, `gate.compare.base_policy`); both workers then hold the region loaded
-and warmed up, and their timed runs are interleaved in rounds, A B, B A, A B,
-… so that drift (clocks, thermals, a neighbour on the runner) hits both trees
-alike. After ``timing.rounds`` rounds the samples are judged
-(`gate.compare.timing`); a verdict left open by noise gets more rounds, up to
-``timing.max_rounds``, and is then reported as inconclusive.
+and warmed up, and time it in paired rounds: one base run, then one head run,
+both on the same core (`gate.region.cores`), the core rotating from round to
+round. Drift, bursts of load and a busy core then hit both runs of a round
+alike, and each round's ratio head/base cancels them. The rounds are judged
+after ``timing.rounds`` of them and then at looks further apart
+(`gate.compare.timing.looks`), and the timing stops at the first look that
+decides; after ``timing.max_rounds`` an open verdict is reported as inconclusive.
 
 Both workers are alive at once, so on a GPU each may take only part of the
 memory: unless the environment or the policy says otherwise, each worker's JAX
@@ -17,20 +19,22 @@ preallocates 45% (``XLA_PYTHON_CLIENT_MEM_FRACTION``) instead of its default 75%
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gate.compare.base_policy import for_base, regions_in_base
 from gate.compare.outputs import compare_outputs
 from gate.compare.own_definition import own_definition
-from gate.compare.timing import compare_timing, decided
+from gate.compare.rounds import PairedRounds, Side, turn_runs
 from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
-from gate.isolation.scheduler import Scheduler
+from gate.isolation.scheduler import TIMING_LOCK, Scheduler
 from gate.isolation.watcher import RunWatcher
-from gate.plan import Plan, region_key
-from gate.policy.model import Policy, Region
+from gate.plan import Plan
+from gate.policy.model import Region
 from gate.results.baseline import accept_base
 from gate.results.comparison import (
     BaseComparison,
@@ -38,9 +42,7 @@ from gate.results.comparison import (
     BoundaryTime,
     Renamed,
     StepOutputs,
-    StepSamples,
     TimingComparison,
-    TimingVerdict,
     renamed_text,
 )
 from gate.results.costs import CostComparison, compare_costs, not_measured
@@ -53,8 +55,6 @@ from gate.results.records import (
     gate_fault,
 )
 
-# The stage the live line shows while the two trees' timed runs alternate.
-TIMING_BOTH = "timing against the base"
 # Each of the two workers' share of a GPU's memory, when nothing else says.
 MEMORY_FRACTION = "0.45"
 _MEMORY_SETTINGS = (
@@ -72,24 +72,6 @@ def shared_device_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-@dataclass
-class _Side:
-    """One tree: its scheduler and the policy it runs regions under."""
-
-    name: str  # "head" or "base"
-    scheduler: Scheduler
-    policy: Policy
-    step_s: list[float] = field(default_factory=list)
-    reference_s: list[float] = field(default_factory=list)
-    boundary_s: dict[str, list[float]] = field(default_factory=dict)
-
-    def take(self, samples: StepSamples) -> None:
-        self.step_s.extend(samples.step_s)
-        self.reference_s.extend(samples.reference_s)
-        for name, values in samples.boundary_s:
-            self.boundary_s.setdefault(name, []).extend(values)
-
-
 def run_compared(
     plan: Plan,
     repo_root: Path,
@@ -99,22 +81,30 @@ def run_compared(
     watcher: RunWatcher | None = None,
     environ: Mapping[str, str] | None = None,
     finished: Callable[[RegionResult], None] | None = None,
+    starting: Callable[[], None] | None = None,
 ) -> RunResult:
     """Every region of ``plan`` from the head (``repo_root``), compared with ``base``.
 
-    ``finished`` gets each region's result as soon as both trees are done with it.
+    ``finished`` gets each region's result as soon as both trees are done with it;
+    ``starting`` runs while the first workers start (what it raises stops the run).
     """
     env = shared_device_environment(os.environ if environ is None else environ)
     suites = []
     with (
+        tempfile.TemporaryDirectory(prefix="transfer-gate-base-") as scratch,
         Scheduler(repo_root, cancel=cancel, watcher=watcher, environ=env) as head,
         Scheduler(
             base.root, cancel=cancel, watcher=watcher, environ=env, tree="base"
         ) as base_scheduler,
     ):
-        first = next(((p, rs[0]) for p, rs in plan.steps if rs), None)
-        if first is not None:  # both trees' workers start side by side
-            base_scheduler.start_early(for_base(first[0], repo_root, base.root), first[1])
+        # The two workers run each region at once; only their timed runs take turns.
+        for scheduler in (head, base_scheduler):
+            scheduler.environ[TIMING_LOCK] = os.path.join(scratch, "timing.lock")
+        for policy, region in plan.first():  # both trees' workers start side by side
+            base_scheduler.start_early(for_base(policy, repo_root, base.root), region)
+            head.start_early(policy, region)
+        if starting is not None:
+            starting()
         for policy, regions in plan.steps:
             names = regions_in_base(policy, repo_root, base.root)
             base_policy = for_base(policy, repo_root, base.root)
@@ -128,8 +118,8 @@ def run_compared(
                 else:
                     pair = _Pair(
                         region,
-                        _Side("head", head, policy),
-                        _Side("base", base_scheduler, base_policy),
+                        Side("head", head, policy),
+                        Side("base", base_scheduler, base_policy),
                         base,
                         cancel,
                         repo_root,
@@ -147,24 +137,22 @@ class _Pair:
     """One region from both trees."""
 
     region: Region
-    head: _Side
-    base: _Side
+    head: Side
+    base: Side
     tree: BaseTree
     cancel: Cancellation | None
     head_root: Path
-    rounds: int = 0  # interleaved rounds run so far
     renamed: tuple[Renamed, ...] = ()  # what the base ran from its own policy instead
 
     def compare(self) -> RegionResult:
-        head_result = self.head.scheduler.run(self.head.policy, self.region, hold=True)
+        base_region = next(r for r in self.base.policy.regions if r.name == self.region.name)
+        head_result, base_result = self._both_run(base_region)
         head_outputs = self.head.scheduler.outputs
         if head_result.error is not None:
             # The head failed on its own; its error says what to fix, and a
             # comparison with a step that did not run says nothing more.
             note = "not compared with the base: the head's run did not finish"
             return replace(head_result, notes=(*head_result.notes, note))
-        base_region = next(r for r in self.base.policy.regions if r.name == self.region.name)
-        base_result = self.base.scheduler.run(self.base.policy, base_region, hold=True)
         if base_result.error is not None and base_result.error.kind is ErrorKind.IMPORT:
             base_result = self._own_definition(base_region, base_result)
         base_outputs = self.base.scheduler.outputs
@@ -182,13 +170,15 @@ class _Pair:
         timing: TimingComparison | None = None
         boundary_timing: tuple[TimingComparison, ...] = ()
         if self.region.timing.compare:
-            failed = self._rounds()
+            runs = turn_runs(self.region.timing.round_runs, head_result, base_result)
+            rounds = PairedRounds(self.region, self.head, self.base, self.cancel, runs)
+            failed = rounds.run()
             if failed is not None:
                 side, error = failed
                 if side is self.base:
                     return replace(head_result, base=self._failed(error))
                 return replace(head_result, error=error)
-            timing, boundary_timing = self._judged()
+            timing, boundary_timing = rounds.judged()
         comparison = BaseComparison(
             self.tree.describe(),
             BaseStatus.COMPARED,
@@ -203,6 +193,22 @@ class _Pair:
             renamed=self.renamed,
         )
         return replace(head_result, base=comparison)
+
+    def _both_run(self, base_region: Region) -> tuple[RegionResult, RegionResult]:
+        """The head's run of the region and the base's, at once, each in its own worker.
+
+        On two cores or more this takes about the time of one: importing, compiling and
+        the transfer map of both trees overlap, and their timed runs take turns
+        (`gate.region.quiet`). A head that fails makes the base's run wasted work, which
+        is only ever the case for a region that fails anyway.
+        """
+        with ThreadPoolExecutor(1, thread_name_prefix="transfer-gate-head") as pool:
+            head = pool.submit(self.head.scheduler.run, self.head.policy, self.region, hold=True)
+            try:
+                base_result = self.base.scheduler.run(self.base.policy, base_region, hold=True)
+            finally:
+                head_result = head.result()
+        return head_result, base_result
 
     def _own_definition(self, region: Region, failed: RegionResult) -> RegionResult:
         """The base's run of its own definition of ``region``, which ``failed`` could not import.
@@ -233,77 +239,6 @@ class _Pair:
         return BaseComparison(
             self.tree.describe(), BaseStatus.BASE_FAILED, base_error=error, renamed=self.renamed
         )
-
-    def _rounds(self) -> tuple[_Side, RegionError] | None:
-        """Interleaved rounds until the verdict is decided or the most rounds ran."""
-        rule = self.region.timing
-        rounds, target = 0, rule.rounds
-        self.head.scheduler.announce(region_key(self.head.policy, self.region), TIMING_BOTH)
-        while True:
-            while rounds < target:
-                order = (self.base, self.head) if rounds % 2 == 0 else (self.head, self.base)
-                for side in order:
-                    samples = side.scheduler.sample(side.policy, self.region, rule.round_runs)
-                    if samples.error is not None:
-                        return side, samples.error
-                    side.take(samples)
-                rounds += 1
-            self.rounds = rounds
-            if self._cancelled() or rounds >= rule.max_rounds:
-                return None
-            if decided(self._step_timing()):
-                return None
-            target = min(rule.max_rounds, rounds + rule.rounds)
-
-    def _cancelled(self) -> bool:
-        return self.cancel is not None and self.cancel.requested
-
-    def _timing(self, base_s: list[float], head_s: list[float], what: str) -> TimingComparison:
-        rule = self.region.timing
-        return compare_timing(
-            base_s,
-            head_s,
-            max_slowdown=rule.max_slowdown,
-            on_regression=rule.on_regression,
-            against="base",
-            rounds=self.rounds,
-            what=what,
-        )
-
-    def _step_timing(self) -> TimingComparison:
-        """The step's verdict, left open when the workers' own speeds differ enough to explain it.
-
-        A 2x slower step beside workers 1.2x apart is still slower: 2 / 1.2 is past
-        the allowed factor. A 1.3x beside 1.25x is not, and is left open.
-        """
-        step = self._timing(self.base.step_s, self.head.step_s, "step")
-        if step.verdict not in (TimingVerdict.SLOWER, TimingVerdict.FASTER):
-            return step
-        if not self.base.reference_s or not self.head.reference_s:
-            return step
-        reference = self._timing(self.base.reference_s, self.head.reference_s, "reference")
-        if reference.verdict not in (TimingVerdict.SLOWER, TimingVerdict.FASTER):
-            return step
-        # The workers differ: the verdict stands only if the difference cannot explain it.
-        limit = self.region.timing.max_slowdown
-        if not 1 / limit < step.ratio / reference.ratio < limit:
-            return step
-        reason = (
-            f"the head's worker ran the gate's reference computation {reference.ratio:.2f}x "
-            "the base's time, so the machine, not the change, may explain it"
-        )
-        return replace(step, verdict=TimingVerdict.INCONCLUSIVE, failing=False, reason=reason)
-
-    def _judged(self) -> tuple[TimingComparison, tuple[TimingComparison, ...]]:
-        step = self._step_timing()
-        if not self.region.timing.boundaries:
-            return step, ()
-        boundaries = tuple(
-            self._timing(self.base.boundary_s[name], values, name)
-            for name, values in sorted(self.head.boundary_s.items())
-            if self.base.boundary_s.get(name) and values
-        )
-        return step, boundaries
 
 
 def _outside(outputs: StepOutputs, base_root: Path) -> RegionError | None:

@@ -1,64 +1,62 @@
-"""Two samples of step times, compared distribution-free: Mann-Whitney U and a ratio interval.
+"""Step times compared, distribution-free, with scipy: paired rounds and unpaired samples.
 
-Step times are skewed (a floor set by the work, a long tail from everything
-else the machine does), so nothing here assumes normality. The p-value is the
-two-sided Mann-Whitney U test: exact for small samples without ties, else the
-normal approximation with the tie and continuity corrections (as textbooks and
-``scipy.stats.mannwhitneyu`` give it). The interval is of the ratio head/base:
-the Hodges-Lehmann shift of the log-times with the Moses order-statistic
-interval over all pairwise differences ``log h_i - log b_j``, exponentiated.
-A shift of log-time is a factor of time, which is how a slowdown is read, and
-the interval is distribution-free: its coverage holds for any continuous
-distribution of the same shape on both sides.
+Two designs, two tests:
 
-numpy only (the gate has no scipy): the normal quantile is found by bisection
-on `math.erfc`, the exact distribution of U by counting.
+- ``run --base`` times the two trees in adjacent pairs (a round: one base run, then one head
+  run, on the same core, `gate.compare.session`). What is judged is each round's log-ratio
+  ``d = log(head) - log(base)``: drift, a burst of load or a slow core hits both runs of a
+  pair alike and cancels in ``d``. The test is Wilcoxon's signed-rank test on the ``d``
+  (`scipy.stats.wilcoxon`), the estimate the Hodges-Lehmann median of the Walsh averages
+  ``(d_i + d_j) / 2``, and the interval the set of shifts the one-sided tests do not reject.
+- ``transfer-gate baseline`` stored samples from another job: nothing pairs them with this
+  run's, so they are compared as two samples, with the Mann-Whitney U test
+  (`scipy.stats.mannwhitneyu`), the two-sample Hodges-Lehmann shift of the log-times and its
+  interval (Moses), likewise by inverting the one-sided tests.
+
+Both work on log-times: a shift of log-time is a factor of time, which is how a slowdown is
+read. Both are distribution-free: for the paired test the only assumption is that, without a
+change, a round's two runs are exchangeable (its ``d`` is as likely ``+x`` as ``-x``), which
+is what running them back to back on one core buys; the noise may be skewed, heavy-tailed or
+drifting from round to round. `margin_p_values` gives the one-sided p-values the verdict
+(`gate.compare.timing`) rests on; it is vectorised so that the tests can simulate the
+sequential rule's error rates on many seeded runs at once, with the very code the gate runs.
+
+Each scipy call names its ``method``: exact null distributions while they are cheap and
+valid (no zeros, no ties), the normal approximation beyond. ``scipy.stats`` is imported
+where it is called: it takes ~0.5 s to import, which a run without a comparison (and every
+``validate``) must not pay.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
 
-# Both samples this small (n1 * n2 at most this), and no ties: the exact distribution
-# of U. Counting it costs O(n1 * n2 * (n1 + n2)) integer additions, nothing at 20 + 20.
+Floats = npt.NDArray[np.float64]
+# Times or log-ratios as the callers have them: a list, a tuple or an array.
+Values = Sequence[float] | Floats
+
+# Up to this many rounds the signed-rank test uses its exact null distribution (scipy's own
+# "auto" threshold); beyond, the normal approximation, whose error there is far below alpha.
+EXACT_MAX_ROUNDS = 50
+# Both samples this small (n1 * n2 at most this): the exact Mann-Whitney distribution.
 EXACT_MAX_PAIRS = 400
 
 
 @dataclass(frozen=True)
 class RatioInterval:
-    """The ratio head/base: Hodges-Lehmann estimate and its confidence interval."""
+    """A ratio head/base: its estimate and a confidence interval (0 and inf: unbounded)."""
 
     estimate: float
-    low: float  # 0.0 when the samples are too small for the level asked
-    high: float  # math.inf likewise
+    low: float
+    high: float
 
 
-def _normal_sf(z: float) -> float:
-    """P(Z > z) for a standard normal Z."""
-    return 0.5 * math.erfc(z / math.sqrt(2.0))
-
-
-def normal_quantile(p: float) -> float:
-    """The z with P(Z <= z) = p, to 1e-12, by bisection (no scipy)."""
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"normal_quantile: p must be in (0, 1), not {p}")
-    low, high = -40.0, 40.0
-    while high - low > 1e-12:
-        mid = (low + high) / 2
-        if 1.0 - _normal_sf(mid) < p:
-            low = mid
-        else:
-            high = mid
-    return (low + high) / 2
-
-
-def _as_array(sample: Sequence[float], name: str) -> npt.NDArray[np.float64]:
+def _as_array(sample: Values, name: str) -> Floats:
     values = np.asarray(sample, dtype=np.float64)
     if values.ndim != 1 or values.size == 0:
         raise ValueError(f"{name}: a non-empty sequence of numbers is needed")
@@ -67,120 +65,164 @@ def _as_array(sample: Sequence[float], name: str) -> npt.NDArray[np.float64]:
     return values
 
 
-def _ranks(values: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64], list[int]]:
-    """Ranks from 1, ties given their average rank; and the size of each group of ties."""
-    order = np.argsort(values, kind="mergesort")
-    ordered = values[order]
-    ranks = np.empty(values.size, dtype=np.float64)
-    ties = []
-    start = 0
-    while start < values.size:
-        end = start
-        while end + 1 < values.size and ordered[end + 1] == ordered[start]:
-            end += 1
-        ranks[order[start : end + 1]] = (start + end) / 2 + 1
-        if end > start:
-            ties.append(end - start + 1)
-        start = end + 1
-    return ranks, ties
+def _log_times(sample: Values, name: str) -> Floats:
+    values = _as_array(sample, name)
+    if np.any(values <= 0):
+        raise ValueError(f"{name}: times must be positive")
+    return np.log(values)
 
 
-def u_statistic(first: Sequence[float], second: Sequence[float]) -> float:
-    """U of ``first``: pairs (x, y) with x > y, a tie counting one half."""
-    x, y = _as_array(first, "first"), _as_array(second, "second")
-    ranks, _ = _ranks(np.concatenate([x, y]))
-    return float(ranks[: x.size].sum() - x.size * (x.size + 1) / 2)
+def log_ratios(base: Values, head: Values) -> Floats:
+    """Each round's ``log(head / base)``: the paired test's observations."""
+    b, h = _log_times(base, "base"), _log_times(head, "head")
+    if b.size != h.size:
+        raise ValueError(f"paired rounds: {b.size} base times but {h.size} head times")
+    return h - b
 
 
-@lru_cache(maxsize=64)
-def _exact_counts(n1: int, n2: int) -> tuple[int, ...]:
-    """How many of the C(n1+n2, n1) orderings give each U = 0 … n1*n2 (no ties).
+# -- paired rounds: the signed-rank test -------------------------------------------------
 
-    The largest value comes from the first sample (it beats all n2 of the
-    second: U grows by n2) or from the second (U unchanged), hence
-    ``f(i, j)[u] = f(i-1, j)[u-j] + f(i, j-1)[u]``.
+
+def _signed_rank_method(shifted: Floats) -> str:
+    """``exact`` for few rounds without zeros or tied magnitudes, else ``approx``."""
+    if shifted.shape[-1] > EXACT_MAX_ROUNDS:
+        return "approx"
+    magnitudes = np.sort(np.abs(shifted), axis=-1)
+    if np.any(magnitudes == 0) or np.any(np.diff(magnitudes, axis=-1) == 0):
+        return "approx"
+    return "exact"
+
+
+def signed_rank_p(d: Floats, shift: float, alternative: str) -> Floats:
+    """P-value(s) of the signed-rank test that the rounds' median ``d`` is ``shift``.
+
+    ``d`` is one run's rounds (1-D) or many runs' (2-D, one per row): the p-values come
+    back in the same shape less the last axis.
     """
-    # row[j] holds f(i, j) as a list of counts by u, for the current i.
-    row: list[list[int]] = [[1] for _ in range(n2 + 1)]  # f(0, j): only U = 0
-    for i in range(1, n1 + 1):
-        new: list[list[int]] = [[1]]  # f(i, 0): only U = 0
-        for j in range(1, n2 + 1):
-            size = i * j + 1
-            counts = [0] * size
-            for u, c in enumerate(row[j]):  # f(i-1, j), shifted by j
-                counts[u + j] += c
-            for u, c in enumerate(new[j - 1]):  # f(i, j-1)
-                counts[u] += c
-            new.append(counts)
-        row = new
-    return tuple(row[n2])
+    from scipy import stats
+
+    shifted = np.asarray(d, dtype=np.float64) - shift
+    method = _signed_rank_method(shifted)
+    result = stats.wilcoxon(shifted, alternative=alternative, method=method, axis=-1)
+    return np.asarray(result.pvalue, dtype=np.float64)
 
 
-def _exact_cdf(n1: int, n2: int, u: int) -> float:
-    """P(U <= u) under the null, exactly (no ties)."""
-    counts = _exact_counts(n1, n2)
-    if u < 0:
-        return 0.0
-    return min(1.0, sum(counts[: u + 1]) / math.comb(n1 + n2, n1))
+@dataclass(frozen=True)
+class MarginPValues:
+    """One-sided signed-rank p-values of the rounds' median log-ratio against ``±margin``.
+
+    ``above``: that it is at most ``margin`` (small: slower than the margin allows);
+    ``below``: that it is at least ``-margin`` (small: faster by more than the margin);
+    ``within``: the larger of the two tests that it is at least ``margin`` and at most
+    ``-margin`` (small: inside the margin both ways; two one-sided tests, TOST).
+    Arrays of the shape of ``d`` less its last axis (floats for one run).
+    """
+
+    above: Floats
+    below: Floats
+    within: Floats
 
 
-def mann_whitney_p(first: Sequence[float], second: Sequence[float]) -> float:
-    """Two-sided p-value of the Mann-Whitney U test that the two samples share a distribution."""
+def margin_p_values(d: Floats, margin: float) -> MarginPValues:
+    """The one-sided tests the verdict rests on, for rounds ``d`` (one run, or one per row)."""
+    below_upper = signed_rank_p(d, margin, "less")  # median < margin
+    above_lower = signed_rank_p(d, -margin, "greater")  # median > -margin
+    return MarginPValues(
+        above=signed_rank_p(d, margin, "greater"),
+        below=signed_rank_p(d, -margin, "less"),
+        within=np.maximum(below_upper, above_lower),
+    )
+
+
+def _walsh_averages(d: Floats) -> Floats:
+    i, j = np.triu_indices(d.size)
+    return np.sort((d[i] + d[j]) / 2.0)
+
+
+def _inverted(
+    values: Floats, p_greater: Callable[[float], float], p_less: Callable[[float], float], a: float
+) -> tuple[float, float]:
+    """The shifts one-sided tests at level ``a`` do not reject, from the sorted ``values``.
+
+    A rank statistic only changes where the shift crosses one of ``values`` (Walsh averages,
+    or pairwise differences), so the tests are asked at the midpoints between them, where no
+    difference is zero or tied. ``p_greater`` grows with the shift, ``p_less`` falls.
+    """
+    distinct = np.unique(values)
+    cuts = np.concatenate(
+        [[distinct[0] - 1.0], (distinct[:-1] + distinct[1:]) / 2.0, [distinct[-1] + 1.0]]
+    )
+    # Lower end: the last cut where "the shift is at most this" is rejected; the value after it.
+    if p_greater(float(cuts[0])) >= a:
+        low = -math.inf
+    else:
+        lo, hi = 0, cuts.size - 1  # rejected at lo, not at hi (p_greater(above all) is 1)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if p_greater(float(cuts[mid])) < a else (lo, mid)
+        low = float(distinct[lo])
+    if p_less(float(cuts[-1])) >= a:
+        high = math.inf
+    else:
+        lo, hi = 0, cuts.size - 1  # not rejected at lo (p_less(below all) is 1), rejected at hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if p_less(float(cuts[mid])) < a else (mid, hi)
+        high = float(distinct[hi - 1])
+    return low, high
+
+
+def paired_interval(d: Values, a: float) -> RatioInterval:
+    """The median ratio of paired rounds and its interval, each end a one-sided test at ``a``.
+
+    ``d`` are the rounds' log-ratios (`log_ratios`). The interval's low end is above a
+    factor exactly when ``margin_p_values(d, log(factor)).above`` is below ``a`` (the tests
+    check that they agree), so the report's interval and the verdict never disagree.
+    """
+    rounds = _as_array(d, "rounds")
+    walsh = _walsh_averages(rounds)
+    low, high = _inverted(
+        walsh,
+        lambda s: float(signed_rank_p(rounds, s, "greater")),
+        lambda s: float(signed_rank_p(rounds, s, "less")),
+        a,
+    )
+    return RatioInterval(math.exp(float(np.median(walsh))), math.exp(low), math.exp(high))
+
+
+# -- unpaired samples: Mann-Whitney --------------------------------------------------------
+
+
+def _mann_whitney_method(x: Floats, y: Floats) -> str:
+    """``exact`` for small samples without ties, else ``asymptotic`` (with the tie correction)."""
+    if x.size * y.size > EXACT_MAX_PAIRS:
+        return "asymptotic"
+    return "exact" if np.unique(np.concatenate([x, y])).size == x.size + y.size else "asymptotic"
+
+
+def mann_whitney_p(first: Values, second: Values, alternative: str) -> float:
+    """P-value of the Mann-Whitney U test that ``first`` and ``second`` share a distribution."""
+    from scipy import stats
+
     x, y = _as_array(first, "first"), _as_array(second, "second")
-    n1, n2 = x.size, y.size
-    ranks, ties = _ranks(np.concatenate([x, y]))
-    u1 = float(ranks[:n1].sum() - n1 * (n1 + 1) / 2)
-    pairs = n1 * n2
-    if not ties and pairs <= EXACT_MAX_PAIRS:
-        # The distribution is symmetric: twice the tail beyond the larger of U1 and U2.
-        big = round(max(u1, pairs - u1))
-        return min(1.0, 2.0 * (1.0 - _exact_cdf(n1, n2, big - 1)))
-    n = n1 + n2
-    tie_term = sum(t**3 - t for t in ties) / (n * (n - 1))
-    variance = pairs / 12.0 * ((n + 1) - tie_term)
-    if variance <= 0:  # every value the same: nothing tells the samples apart
+    if np.all(x == x[0]) and np.all(y == x[0]):  # every value the same: nothing to tell apart
         return 1.0
-    z = (abs(u1 - pairs / 2.0) - 0.5) / math.sqrt(variance)
-    return min(1.0, 2.0 * _normal_sf(max(z, 0.0)))
+    method = _mann_whitney_method(x, y)
+    result = stats.mannwhitneyu(x, y, alternative=alternative, method=method)
+    return float(result.pvalue)
 
 
-def _order_rank(n1: int, n2: int, confidence: float) -> int:
-    """k: the interval runs from the k-th smallest pairwise difference to the k-th largest.
+def unpaired_interval(base: Values, head: Values, a: float) -> RatioInterval:
+    """The ratio head/base of two unpaired samples: Hodges-Lehmann shift of log-times, Moses.
 
-    The largest k with P(U <= k-1) <= (1 - confidence) / 2; 0 when even the
-    extremes do not reach the level (the interval is then unbounded).
+    Each end of the interval is a one-sided Mann-Whitney test at level ``a``.
     """
-    tail = (1.0 - confidence) / 2.0
-    pairs = n1 * n2
-    if pairs <= EXACT_MAX_PAIRS:
-        counts = _exact_counts(n1, n2)
-        total = math.comb(n1 + n2, n1)
-        k, below = 0, 0
-        # The epsilon: (1 - 0.9) / 2 is 0.04999…, and P(U = 0) at 3 + 3 is exactly 1/20.
-        while k < pairs and (below + counts[k]) / total <= tail + 1e-12:
-            below += counts[k]
-            k += 1
-        return k  # P(U <= k-1) = below / total <= tail
-    sigma = math.sqrt(pairs * (n1 + n2 + 1) / 12.0)
-    z = normal_quantile(1.0 - tail)
-    return max(0, math.floor(pairs / 2.0 - z * sigma + 0.5))
-
-
-def ratio_interval(
-    base: Sequence[float], head: Sequence[float], confidence: float = 0.99
-) -> RatioInterval:
-    """The ratio head/base with its ``confidence`` interval (Hodges-Lehmann, Moses).
-
-    Every value must be positive: they are times.
-    """
-    b, h = _as_array(base, "base"), _as_array(head, "head")
-    if np.any(b <= 0) or np.any(h <= 0):
-        raise ValueError("ratio_interval: times must be positive")
-    differences = np.sort(np.subtract.outer(np.log(h), np.log(b)).ravel())
-    estimate = math.exp(float(np.median(differences)))
-    k = _order_rank(h.size, b.size, confidence)
-    if k < 1:
-        return RatioInterval(estimate, 0.0, math.inf)
-    low = math.exp(float(differences[k - 1]))
-    high = math.exp(float(differences[differences.size - k]))
-    return RatioInterval(estimate, low, high)
+    b, h = _log_times(base, "base"), _log_times(head, "head")
+    differences = np.sort(np.subtract.outer(h, b).ravel())
+    low, high = _inverted(
+        differences,
+        lambda s: mann_whitney_p(h - s, b, "greater"),
+        lambda s: mann_whitney_p(h - s, b, "less"),
+        a,
+    )
+    return RatioInterval(math.exp(float(np.median(differences))), math.exp(low), math.exp(high))

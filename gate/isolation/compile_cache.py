@@ -1,15 +1,13 @@
 """The run's persistent compilation cache, shared by its workers.
 
-Before each region's first call the engine clears JAX's in-memory caches
-(`jax.clear_caches()`), so that the call takes JAX's slow path, where it checks
-moves such as an uncommitted array sent to another device. Without a
-persistent cache that also throws away every program earlier regions
-compiled (PRNG keys, initialisers, helpers the steps share), and each region
-compiles them all again: on 20 small CPU regions the gate took twice as long
-as a script doing the same phases (`benchmarks/gate_vs_floor.py`).
+Each region's step runs its own programs (`gate.jaxhooks.programs`): its first
+call traces, lowers and dispatches on JAX's slow path, where JAX checks moves
+such as an uncommitted array sent to another device, whatever ran before in
+the worker. Without a persistent cache each region would also compile them
+again, and ``run --base`` compiles every program twice, once per tree.
 
-JAX's persistent compilation cache keeps the XLA executables on disk: after
-``clear_caches()`` the first call still traces, lowers and dispatches on the
+JAX's persistent compilation cache keeps the XLA executables on disk, keyed on
+the program itself: the first call still traces, lowers and dispatches on the
 slow path (what the first-call check needs), but reads the executable back
 instead of compiling it. Workers get, through their environment:
 

@@ -1,23 +1,20 @@
 """Running regions in worker processes, so one broken region takes down only itself.
 
-The gate's own process runs no region. It starts a worker (`gate.isolation.worker`)
-that imports jax once, sends it one region at a time and waits for each
-result with the region's ``timeout_s``. A healthy worker runs
-the next region too: importing jax and starting its backend costs ~0.6 s on
-CPU and seconds on a GPU (`benchmarks/worker_overhead.py` measures it).
-When a worker crashes (SIGSEGV, abort, the OOM killer), runs past the
-timeout or the run is cancelled, the region becomes an error saying what
-happened, with the worker's Python stack and last output lines, and the next
-region gets a fresh worker.
+The gate's own process runs no region. It starts a worker (`gate.isolation.worker`) that imports
+jax once, sends it one region at a time and waits for each result with the region's
+``timeout_s``. A healthy worker runs the next region too: importing jax and starting its backend
+costs ~0.6 s on CPU and seconds on a GPU (`benchmarks/worker_overhead.py` measures it). When a
+worker crashes (SIGSEGV, abort, the OOM killer), runs past the timeout or the run is cancelled,
+the region becomes an error saying what happened, with the worker's Python stack and last output
+lines, and the next region gets a fresh worker.
 
-Each worker runs in a session of its own: Ctrl-C at a terminal reaches only
-the gate, which decides what to stop, and killing the worker's process group
-also stops anything the code under test started. The worker's stdout and
-stderr go through one pipe that a thread here drains all the time (a full
-pipe would block the worker), keeping the last lines for error messages and
-handing every line to the run's watcher (`gate.isolation.watcher`) with the
-region's name, so what a step prints still reaches the CI log; the watcher also
-hears each stage a region enters, for the live line.
+Each worker runs in a session of its own: Ctrl-C at a terminal reaches only the gate, which
+decides what to stop, and killing the worker's process group also stops anything the code under
+test started. The worker's stdout and stderr go through one pipe that a thread here drains all
+the time (a full pipe would block the worker), keeping the last lines for error messages and
+handing every line to the run's watcher (`gate.isolation.watcher`) with the region's name, so
+what a step prints still reaches the CI log; the watcher also hears each stage a region enters,
+for the live line.
 """
 
 from __future__ import annotations
@@ -39,6 +36,8 @@ from gate.isolation.worker import Done, Entered, Job, Message, Ready, Sample, Sa
 from gate.isolation.worker_process import WaitEvent, WorkerProcess
 from gate.plan import Plan, region_key
 from gate.policy.model import Policy, Region
+from gate.region.cores import usable_cpus
+from gate.region.quiet import TIMING_LOCK
 from gate.results.comparison import StepOutputs, StepSamples
 from gate.results.records import (
     ErrorKind,
@@ -50,12 +49,13 @@ from gate.results.records import (
 )
 from gate.user_code import UserCode
 
-# What other modules import from here; `gate.cli.main` takes the run's cancellation from here
-# too, and mypy's strict no-implicit-reexport accepts re-exported names only when listed.
+# Re-exported for other subsystems: mypy's strict mode accepts a re-export only when listed.
 __all__ = [
+    "TIMING_LOCK",
     "Scheduler",
     "keep_accelerators_for_workers",
     "run_isolated",
+    "usable_cpus",
     "worker_environment",
 ]
 
@@ -144,11 +144,8 @@ class Scheduler:
             early.stop(dump=False)
 
     def start_early(self, policy: Policy, region: Region) -> None:
-        """Start the worker ``region`` will run in, without waiting for it to be ready.
-
-        ``run --base`` keeps two schedulers: starting the second tree's worker
-        while the first's starts and runs saves a worker start-up (seconds on a GPU).
-        """
+        """Start the worker ``region`` will run in, without waiting for it to be ready: the
+        gate's own checks, and ``run --base``'s other worker, overlap its start-up."""
         if self._worker is None and self._early is None:
             env = worker_environment(self.environ, policy, region, run_cache=self._cache.path)
             self._early = WorkerProcess(self.repo_root, env, self.watcher)
@@ -206,11 +203,11 @@ class Scheduler:
         self._worker = None
         return self._lost(worker, running, event)
 
-    def sample(self, policy: Policy, region: Region, runs: int) -> StepSamples:
-        """``runs`` more timed runs of the region the last ``run(hold=True)`` left loaded.
-
-        A worker lost meanwhile (crash, timeout, cancellation) is the samples' error.
-        """
+    def sample(
+        self, policy: Policy, region: Region, runs: int, *, cpu: int | None, reference: bool
+    ) -> StepSamples:
+        """``runs`` more timed runs of the held region, on ``cpu`` (None: any); see `Sample`.
+        A worker lost meanwhile (crash, timeout, cancellation) is the samples' error."""
         worker = self._worker
         if worker is None:
             error = RegionError(
@@ -220,7 +217,7 @@ class Scheduler:
         running = _Running(policy, region, time.monotonic(), worker.output.count)
         number = next(self._jobs)
         worker.output.start_job(number, running.label)
-        if not worker.send(Sample(number, runs)):
+        if not worker.send(Sample(number, runs, cpu, reference)):
             self._worker = None
             return StepSamples((), error=self._lost(worker, running, WaitEvent.EXITED).error)
         event = self._wait(worker, time.monotonic() + region.timeout_s, running.label)
@@ -361,17 +358,22 @@ def run_isolated(
     cancel: Cancellation | None = None,
     watcher: RunWatcher | None = None,
     finished: Callable[[RegionResult], None] | None = None,
+    starting: Callable[[], None] | None = None,
 ) -> RunResult:
     """Run every region of ``plan``, each in a worker process; never loses one.
 
-    A region whose worker crashes, times out or is cancelled is an error in
-    the result; so is a bug in the gate while it ran one (INTERNAL). After
-    ``cancel`` is requested, the regions not yet run are CANCELLED errors.
-    ``watcher`` hears each region's stages and its worker's output; ``finished`` gets each
-    region's result as soon as it is known.
+    A region whose worker crashes, times out or is cancelled is an error in the result; so is
+    a bug in the gate while it ran one (INTERNAL). After ``cancel`` is requested, the regions
+    not yet run are CANCELLED errors. ``watcher`` hears each region's stages and its worker's
+    output; ``finished`` gets each region's result as soon as it is known. ``starting`` runs
+    while the first worker starts (what it raises stops the worker and the run).
     """
     suites = []
     with Scheduler(repo_root, cancel=cancel, watcher=watcher) as scheduler:
+        for policy, region in plan.first():
+            scheduler.start_early(policy, region)
+        if starting is not None:
+            starting()
         for policy, regions in plan.steps:
             results = []
             for region in regions:

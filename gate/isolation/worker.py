@@ -95,6 +95,8 @@ class Sample:
 
     number: int
     runs: int
+    cpu: int | None = None  # every thread of the worker on this CPU for the runs (`cores`)
+    reference: bool = False  # time the gate's reference computation instead of the step
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,7 @@ def main(argv: list[str]) -> int:
             return 0
         busy.set()
         if isinstance(job, Sample):
-            reply: Message = Sampled(job.number, held.sample(job.runs))
+            reply: Message = Sampled(job.number, held.sample(job))
             _end_output(crash_log, job.number)
             write_frame(results_fd, reply)
         else:
@@ -232,12 +234,12 @@ class _Held:
         outputs, self._outputs = self._outputs, None
         return outputs
 
-    def sample(self, runs: int) -> StepSamples:
+    def sample(self, job: Sample) -> StepSamples:
         if self.region is None:
             doing = "asking for timed runs of a region this worker does not hold"
             return StepSamples((), error=gate_fault(doing))
         try:
-            return self.region.sample(runs)
+            return self.region.sample(job.runs, job.cpu, job.reference)
         except Exception as exc:  # a gate bug, not the step's (the step's error is in the samples)
             return StepSamples((), error=gate_fault("timing this region", exc))
 

@@ -82,13 +82,13 @@ class TimingRule:
     max_slowdown: float = 1.10  # against --base
     baseline_max_slowdown: float = 1.5  # against the stored baseline
     on_regression: OnRegression = OnRegression.FAIL
-    # Interleaved rounds against --base before deciding, and at most. One run per tree per
-    # round by default: a burst of load on a shared runner then lands on both trees' samples
-    # alike (with 5 runs a round, measured: 5 of 20 unchanged trees called slower under load;
-    # with 1, 0 of 10; docs/performance.md).
-    rounds: int = 40
-    max_rounds: int = 160
-    round_runs: int = 1  # timed runs per tree in each round
+    # Paired rounds against --base before the first look, and at most (`gate.compare.timing`).
+    # 16: below that, the signed-rank test at a look's level cannot reject anything. One run
+    # per tree per round by default: a burst of load on a shared runner then lands on both
+    # runs of a round alike (docs/performance.md).
+    rounds: int = 16
+    max_rounds: int = 200
+    round_runs: int = 1  # timed runs in a tree's turn, at least (`gate.compare.rounds.turn_runs`)
     boundaries: bool = False  # compare boundary time per step like step time
 
 

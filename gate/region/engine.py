@@ -4,7 +4,9 @@
 Why this order:
 - Every run gets fresh inputs from setup (`gate.region.inputs`): a value whose host copy was
   already fetched hides the next transfer of it.
-- The very first call is watched, after ``jax.clear_caches()``: JAX checks some moves (an
+- The very first call is watched, and cold: the region's step calls run under a jit cache
+  context of the region's own (`gate.jaxhooks.programs`), so whatever ran before in the
+  worker, its programs are traced and dispatched afresh. JAX checks some moves (an
   uncommitted array sent to another device) only on a call's slow path, which an unguarded
   warm-up would use up.
 - "Mapped" runs record every transfer with its line (`gate.witness.transfer_map`: JAX's guard
@@ -21,6 +23,7 @@ Why this order:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -34,6 +37,7 @@ from gate.jaxhooks.guard import (
     full_tracebacks,
     guard_kept_by_the_gate,
 )
+from gate.jaxhooks.programs import RegionPrograms
 from gate.machine.diagnosis import check_required
 from gate.machine.diagnosis import detect as detect_platform
 from gate.policy.model import Policy, RecompileRule, Region
@@ -45,6 +49,7 @@ from gate.region.errors import RegionAbort, error_from
 from gate.region.fetch_watch import watching_reads
 from gate.region.held import HeldRegion, Keep
 from gate.region.outputs import host_leaves
+from gate.region.quiet import TimingLock
 from gate.region.region_run import RegionRun
 from gate.region.stages import Stage, announce
 from gate.region.threads import user_threads_alive
@@ -99,20 +104,23 @@ def run_region(
             **fields,
         )
 
-    with python_path(policy.python_path):
+    # Under `run --base` the other tree's worker runs the region meanwhile: only the timed
+    # runs keep it waiting (`gate.region.quiet`).
+    lock = TimingLock.from_environment()
+    with python_path(policy.python_path), contextlib.closing(lock), lock.working():
         try:
             announce(Stage.IMPORTING)
             with watching_reads(user):  # a module that reads an array at import caches it
                 callables = import_region(policy, region)
         except ResolveError as exc:
             return result(error=RegionError(ErrorKind.IMPORT, str(exc), str(exc)))
-        return _run_imported(RegionRun(RegionCode(policy, region, user, callables)), result, keep)
+        code = RegionCode(policy, region, user, callables)
+        return _run_imported(RegionRun(code), result, keep, lock)
 
 
 def _run_imported(
-    run: RegionRun, result: Callable[..., RegionResult], keep: Keep | None
+    run: RegionRun, result: Callable[..., RegionResult], keep: Keep | None, lock: TimingLock
 ) -> RegionResult:
-    import jax
 
     region = run.code.region
     run.platform = _platform()
@@ -125,9 +133,9 @@ def _run_imported(
     unkept: list[str] = []  # guard setters this JAX put out of the gate's reach
     watched = region.recompiles is not RecompileRule.ALLOW
     compiles_unseen = compile_events_arrive() if watched else None
-    # Forget earlier regions' compiled calls: this region's first call takes JAX's slow path, which
-    # checks every move. Executables return from the run's cache (`gate.isolation.compile_cache`).
-    jax.clear_caches()
+    # Programs of the region's own: its first call takes JAX's slow path, which checks every
+    # move, whatever earlier regions compiled; setup's programs stay shared (`programs`).
+    programs = RegionPrograms()
     checks: tuple[CheckOutcome, ...] = ()
 
     def witnessing() -> Witnessing:
@@ -143,6 +151,7 @@ def _run_imported(
 
     try:
         with (
+            programs.entered(),
             full_tracebacks(),
             run.monitor.installed(run.code.callables.boundaries),
             guard_kept_by_the_gate(run.code.user.is_user, run.loosened, unkept.append),
@@ -184,7 +193,8 @@ def _run_imported(
                 run.fetches_between_runs(background, threads_before)
             run.monitor.reset_costs()
             announce(Stage.TIMING)
-            samples, outputs = run.timed_calls()
+            with lock.timing():
+                samples, outputs = run.timed_calls()
             costs = run.monitor.costs(region.repeats)
             for unused in (cost.name for cost in costs if cost.calls == 0):
                 # Most likely stale: the step was refactored and fetches somewhere else now.
@@ -207,7 +217,7 @@ def _run_imported(
                 raise RegionAbort(error_from(run.code.user, ErrorKind.CHECK, exc)) from exc
         if keep is not None:
             # Its outputs fetched now, in this try: setup failing to repeat is the region's error.
-            keep(HeldRegion(run.code, run.inputs, run._call, run.monitor), outputs)
+            keep(HeldRegion(run.code, run.inputs, run._call, run.monitor, programs), outputs)
     except RegionAbort as abort:
         return result(
             transfers=tuple(run.verdict.transfers),
@@ -218,6 +228,8 @@ def _run_imported(
             **base,
         )
     judged = coverage(witnessing())
+    with programs.entered():
+        cost = cost_phase(run.inputs.fresh, run._call)  # last: it slows dispatch (cost_phase)
     return result(
         transfers=tuple(run.verdict.transfers),
         timing=summarize(samples),
@@ -229,6 +241,6 @@ def _run_imported(
         notes=notes(run.verdict, witnessing(), region),
         coverage=judged,
         error=unchecked(region, witnessing(), judged),
-        cost=cost_phase(run.inputs.fresh, run._call),  # last: it slows dispatch (cost_phase)
+        cost=cost,
         **base,
     )

@@ -4,7 +4,9 @@ The comparison with the base interleaves the two trees' timed runs in rounds
 (`gate.compare.session`), so after its normal run a region stays in its worker,
 imported and warmed up, and times as many more runs as each round asks for,
 exactly as the engine's own timed runs do (fresh inputs from setup, untimed;
-the call blocks on the outputs; boundaries interposed and timed).
+the call blocks on the outputs; boundaries interposed and timed), on the core the
+round names (`gate.region.cores`). Asked for, it times the gate's reference
+computation instead (`gate.region.reference`), to tell the two workers apart.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gate.jaxhooks.programs import RegionPrograms
 from gate.region.boundary import BoundaryMonitor
 from gate.region.callables import RegionCode
+from gate.region.cores import pinned
 from gate.region.errors import RegionAbort, error_from
 from gate.region.inputs import Inputs, StepInputs
 from gate.region.outputs import host_leaves
@@ -35,19 +39,29 @@ class HeldRegion:
     inputs: StepInputs
     call: Callable[[Inputs], Any]  # the engine's own step call, blocking on the outputs
     monitor: BoundaryMonitor
-    reference_warm: bool = False  # `warm_reference` ran since this region's jax.clear_caches()
+    programs: RegionPrograms  # the region's own jit cache context, as in its run
+    reference_warm: bool = False  # `warm_reference` ran in this worker for this region
 
-    def sample(self, runs: int) -> StepSamples:
-        """``runs`` more timed runs; an error of the step ends the round early."""
+    def sample(self, runs: int, cpu: int | None = None, reference: bool = False) -> StepSamples:
+        """``runs`` more timed runs on ``cpu`` (None: any); an error of the step ends the round.
+
+        With ``reference``, runs of the gate's reference computation instead of the step.
+        """
+        if reference:
+            if not self.reference_warm:
+                warm_reference()
+                self.reference_warm = True
+            with pinned(cpu):
+                return StepSamples((), reference_s=tuple(time_reference() for _ in range(runs)))
         step_s: list[float] = []
-        reference_s: list[float] = []
         names = [name for name, _ in self.code.callables.boundaries]
         boundary_s: dict[str, list[float]] = {name: [] for name in names}
-        if not self.reference_warm:
-            warm_reference()
-            self.reference_warm = True
         try:
-            with self.monitor.installed(self.code.callables.boundaries):
+            with (
+                pinned(cpu),
+                self.programs.entered(),
+                self.monitor.installed(self.code.callables.boundaries),
+            ):
                 for _ in range(runs):
                     inputs = self.inputs.fresh()
                     self.monitor.reset_costs()
@@ -57,7 +71,6 @@ class HeldRegion:
                     except Exception as exc:
                         raise RegionAbort(error_from(self.code.user, ErrorKind.STEP, exc)) from exc
                     step_s.append(time.perf_counter() - start)
-                    reference_s.append(time_reference())
                     for cost in self.monitor.costs(1):
                         boundary_s.setdefault(cost.name, []).append(cost.total_s)
         except RegionAbort as abort:
@@ -65,7 +78,6 @@ class HeldRegion:
         return StepSamples(
             tuple(step_s),
             tuple((name, tuple(v)) for name, v in sorted(boundary_s.items())),
-            tuple(reference_s),
         )
 
     def outputs(self, outputs: Any) -> StepOutputs:

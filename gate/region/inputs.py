@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gate.jaxhooks.programs import shared_programs
 from gate.policy.signature import misfit_error
 from gate.region.callables import RegionCode
 from gate.region.errors import RegionAbort, error_from
@@ -41,7 +42,9 @@ class StepInputs:
         try:
             # Watched, so that what setup reads counts as host-cached (as on a
             # GPU) and is not taken for the step's fetch; no run's log is open.
-            with self.watch.detector():
+            # Setup's programs are shared by every region of the worker: traced once, not
+            # once per region as the step's are (`gate.jaxhooks.programs`).
+            with self.watch.detector(), shared_programs():
                 made = setup()
         except Exception as exc:
             raise RegionAbort(error_from(self.code.user, ErrorKind.SETUP, exc)) from exc

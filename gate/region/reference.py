@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gate.jaxhooks.programs import shared_programs
+
 
 @functools.cache
 def _reference() -> Callable[[], Any]:
@@ -33,7 +35,8 @@ def _reference() -> Callable[[], Any]:
         return jnp.tanh(a @ a) @ a
 
     matrix = jax.device_put(np.linspace(-1.0, 1.0, 128 * 128, dtype=np.float32).reshape(128, 128))
-    jax.block_until_ready(product(matrix))  # compiled here, outside every timed call
+    with shared_programs():
+        jax.block_until_ready(product(matrix))  # compiled here, outside every timed call
 
     def run() -> Any:
         return jax.block_until_ready(product(matrix))
@@ -42,13 +45,15 @@ def _reference() -> Callable[[], Any]:
 
 
 def warm_reference() -> None:
-    """Run it once untimed: after a region's ``jax.clear_caches()`` it must load again."""
-    _reference()()
+    """Run it once untimed, so that no timed run of it compiles."""
+    with shared_programs():
+        _reference()()
 
 
 def time_reference() -> float:
     """Seconds the reference computation takes once, on this worker, now."""
     run = _reference()
-    start = time.perf_counter()
-    run()
-    return time.perf_counter() - start
+    with shared_programs():  # the same program for every region (`gate.jaxhooks.programs`)
+        start = time.perf_counter()
+        run()
+        return time.perf_counter() - start

@@ -100,13 +100,15 @@ def timing_details(timing: TimingComparison, ref: str | None) -> list[str]:
         f"head: {sample_summary(timing.head_samples)}"
         if timing.head_samples
         else f"head: median {duration_text(timing.head_median_s)}",
-        f"ratio of medians, head/{timing.against}: {timing.ratio:.3g}x, "
-        f"interval {interval_text(timing)}",
-        f"p-value (Mann-Whitney U, two-sided): {timing.p_value:.2g}",
+        f"ratio, head/{timing.against}: {timing.ratio:.3g}x, "
+        f"{timing.level * 100:.4g}% interval {interval_text(timing)}",
+        f"p-value ({timing.test}): {timing.p_value:.2g}",
         f"allowed slowdown: {timing.max_slowdown:g}x",
     ]
-    if timing.rounds:
-        lines.append(f"rounds: {timing.rounds}, {other} and head interleaved")
+    if timing.paired:
+        lines.append(
+            f"rounds: {timing.rounds}, each one {other} run and one head run on the same core"
+        )
     else:
         lines.append(f"rounds: none; the {other} samples were measured in an earlier job")
     return lines

@@ -171,7 +171,8 @@ def comparison_blocks(run: RunResult) -> list[str]:
     against = f"Base: {', '.join(_code(ref) for ref in refs)}. " if refs else ""
     head = (
         f"\n### Against the base\n\n{against}Base and head: median step time (samples); "
-        "ratio: head/base of the medians (its interval); p: Mann-Whitney U.\n\n"
+        "ratio: head/base (its interval); p: of no difference (signed-rank on the rounds "
+        "against the base, Mann-Whitney U against a stored baseline).\n\n"
         "| Region | Base | Head | Ratio | p | Verdict |\n|---|---|---|---|---|---|\n"
     )
     return [head, *rows]

@@ -43,22 +43,41 @@ class TimingComparison:
     verdict: TimingVerdict
     base_median_s: float
     head_median_s: float
-    ratio: float  # head / base, of the medians
-    ratio_low: float  # the ratio's confidence interval (`gate.compare.stats`)
+    # head / base: the Hodges-Lehmann estimate, of the rounds' ratios when ``paired``, else of
+    # the two samples' (`gate.compare.stats`)
+    ratio: float
+    ratio_low: float  # the ratio's confidence interval, at ``level``
     ratio_high: float
-    p_value: float  # two-sided Mann-Whitney U
+    p_value: float  # two-sided, of no difference: signed-rank when ``paired``, else Mann-Whitney U
     max_slowdown: float  # the threshold this comparison used
     failing: bool  # slower, and the policy says ``on_regression: fail``
     base_samples: tuple[float, ...] = ()
     head_samples: tuple[float, ...] = ()
-    rounds: int = 0  # interleaved rounds run (0 against a stored baseline)
+    rounds: int = 0  # paired rounds run (0 against a stored baseline)
     what: str = "step"  # "step", or the boundary's name when a boundary is compared
     # Why the verdict was left open though the samples differ ("the two workers ran the
     # reference computation at different speeds, ..."); "" when the samples alone decided.
     reason: str = ""
+    # Rounds of one base run and one head run back to back (``--base``), judged by their
+    # ratios; False: two samples measured apart (the stored baseline).
+    paired: bool = False
+    level: float = 0.0  # the interval's confidence
+
+    @property
+    def test(self) -> str:
+        """The test behind ``p_value``, as the reports name it."""
+        if self.paired:
+            return "Wilcoxon signed-rank on the rounds' ratios, two-sided"
+        return "Mann-Whitney U, two-sided"
+
+    def sizes(self) -> str:
+        """``32 rounds`` (paired) or ``40+20 samples``."""
+        if self.paired:
+            return f"{self.rounds} round" + ("" if self.rounds == 1 else "s")
+        return f"{len(self.base_samples)}+{len(self.head_samples)} samples"
 
     def headline(self) -> str:
-        """``1.32x slower: median 412 µs → 545 µs, p=3e-07, 40+40 samples``."""
+        """``1.32x slower: median 412 µs → 545 µs, p=3e-07, 32 rounds``."""
         if self.verdict is TimingVerdict.SLOWER:
             lead = f"{self.ratio:.2f}x slower"
         elif self.verdict is TimingVerdict.FASTER:
@@ -69,6 +88,11 @@ class TimingComparison:
             lead = f"inconclusive ({self.ratio:.2f}x, {self.reason})"
         elif math.isinf(self.ratio_high):  # the samples are too small for the interval's level
             lead = f"inconclusive ({self.ratio:.2f}x, too few samples for an interval)"
+        elif self.ratio_low > self.max_slowdown:  # past the factor, short of what failing needs
+            lead = (
+                f"inconclusive ({self.ratio:.2f}x, interval {self.ratio_low:.2f}-"
+                f"{self.ratio_high:.2f}x: past {self.max_slowdown:g}x, not yet beyond doubt)"
+            )
         else:
             lead = (
                 f"inconclusive ({self.ratio:.2f}x, interval {self.ratio_low:.2f}-"
@@ -76,8 +100,7 @@ class TimingComparison:
             )
         return (
             f"{lead}: median {duration_text(self.base_median_s)} → "
-            f"{duration_text(self.head_median_s)}, p={self.p_value:.2g}, "
-            f"{len(self.base_samples)}+{len(self.head_samples)} samples"
+            f"{duration_text(self.head_median_s)}, p={self.p_value:.2g}, {self.sizes()}"
         )
 
 

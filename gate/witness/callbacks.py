@@ -14,8 +14,8 @@ pure_callback`` alike, and jax's own calls between them too). When traced
 code places a callback, the innermost user frame of the stack is recorded
 as a `CallbackSite`, and the host function is wrapped so each run of it
 adds one to that site's count. Placement happens at trace time, which the
-runner makes happen inside the region by calling ``jax.clear_caches()``
-before the region's first call.
+runner makes happen inside the region by giving its step programs of its own
+(`gate.jaxhooks.programs`).
 
 ``jax.debug.print`` takes no host function: in JAX 0.10.2 it binds its own
 primitive (``debug_print_p``) whose lowering builds the host function from
@@ -358,7 +358,7 @@ _shared: SharedPatches[_Hooks, CallbackLog] = SharedPatches(lambda: _find_hooks(
 def count_callbacks(code: UserCode) -> Iterator[CallbackLog]:
     """Record host-callback sites placed, and their runs, while the block is active.
 
-    Enter it once around all of a region's runs (after ``jax.clear_caches()``):
+    Enter it once around all of a region's runs (with the region's own programs):
     a site is placed when its function is traced, and runs of executables
     compiled in an earlier block are credited to their site in every active
     log. Blocks may nest; the entry points are restored, in ``finally``,

@@ -377,10 +377,15 @@ def capture_works() -> bool:
     import numpy as np
 
     from gate.jaxhooks.guard import guarded
+    from gate.jaxhooks.programs import RegionPrograms, shared_programs
     from gate.policy.levels import GuardLevel, GuardSpec
 
     probe = UserCode(repo_root=Path(PACKAGE_DIR).resolve())
-    jax.clear_caches()
-    with mapped(probe) as log, guarded(GuardSpec.uniform(GuardLevel.LOG)):
-        jax.block_until_ready(jax.numpy.zeros(()) + np.float32(1))
-    return any(o.direction is Direction.HOST_TO_DEVICE for o in log.observed)
+    # The worker's shared programs first (traced once, then on the fast path); should that
+    # path's line not name the direction, programs of its own, which take the slow path.
+    for programs in (shared_programs, lambda: RegionPrograms().entered()):
+        with programs(), mapped(probe) as log, guarded(GuardSpec.uniform(GuardLevel.LOG)):
+            jax.block_until_ready(jax.numpy.zeros(()) + np.float32(1))
+        if any(o.direction is Direction.HOST_TO_DEVICE for o in log.observed):
+            return True
+    return False

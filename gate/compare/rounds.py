@@ -1,0 +1,211 @@
+"""Paired rounds of a region held in both trees' workers: who runs when, on which core, judged.
+
+A round is four turns: one tree's, then the other's, on one core; the other's, then the
+first's, on the next (which tree opens is a coin flip; `gate.region.cores` pins both
+workers' threads for a turn). Each tree's time in a round is the geometric mean of its two
+turns' medians; the round's log-ratio head/base is what `gate.compare.timing` judges, at
+looks further and further apart, until a look decides. A decided change is checked against
+the gate's own reference computation, timed the same way, before it stands.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from dataclasses import dataclass, field, replace
+
+from gate.compare.stats import log_ratios
+from gate.compare.timing import compare_paired, look_levels, looks, paired_verdict
+from gate.isolation.cancellation import Cancellation
+from gate.isolation.scheduler import Scheduler, usable_cpus
+from gate.plan import region_key
+from gate.policy.model import Policy, Region
+from gate.results.comparison import StepSamples, TimingComparison, TimingVerdict
+from gate.results.records import RegionError, RegionResult
+
+# A turn of a short step is several runs, filling about this long (`turn_runs`), at most
+# this many: each turn also costs a message to a worker and back, and setup for every run.
+TURN_S = 0.5e-3
+MAX_TURN_RUNS = 8
+# The reference computation takes ~0.15 ms on a CPU: four runs a turn.
+REFERENCE_TURN_RUNS = 4
+# A boundary that took no time in a turn still needs a logarithm.
+_SMALLEST_S = 1e-9
+# The stage the live line shows while the two trees' timed runs alternate.
+TIMING_BOTH = "timing against the base"
+
+
+@dataclass
+class Side:
+    """One tree: its scheduler, the policy it runs regions under, and its times by round."""
+
+    name: str  # "head" or "base"
+    scheduler: Scheduler
+    policy: Policy
+    # One per round: the geometric mean of the tree's two turns in it (each turn's median).
+    step_s: list[float] = field(default_factory=list)
+    reference_s: list[float] = field(default_factory=list)
+    boundary_s: dict[str, list[float]] = field(default_factory=dict)
+    _turns: list[StepSamples] = field(default_factory=list)  # this round's, so far
+
+    def take(self, samples: StepSamples) -> None:
+        self._turns.append(samples)
+
+    def end_round(self) -> None:
+        turns, self._turns = self._turns, []
+        _append_round(self.step_s, [t.step_s for t in turns])
+        _append_round(self.reference_s, [t.reference_s for t in turns])
+        names = sorted({name for t in turns for name, _ in t.boundary_s})
+        for name in names:
+            values = [dict(t.boundary_s).get(name, ()) for t in turns]
+            _append_round(self.boundary_s.setdefault(name, []), values)
+
+
+def _append_round(to: list[float], turns: list[tuple[float, ...]]) -> None:
+    """The round's time from each turn's runs: the geometric mean of the turns' medians."""
+    medians = [max(statistics.median(runs), _SMALLEST_S) for runs in turns if runs]
+    if medians:
+        to.append(statistics.geometric_mean(medians))
+
+
+@dataclass
+class PairedRounds:
+    """One region's rounds in both trees' workers, and the verdict they give."""
+
+    region: Region
+    head: Side
+    base: Side
+    cancel: Cancellation | None
+    turn_runs: int = 1  # timed runs in each tree's turn of a round (`turn_runs`)
+    # The cores the rounds rotate over (`gate.region.cores`); () leaves the runs unpinned.
+    cpus: tuple[int, ...] = field(default_factory=usable_cpus)
+    # Which tree opens each round; seeded with the region's name, so a run is reproducible
+    # and no verdict depends on which regions ran before.
+    _coin: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._coin = random.Random(f"{self.region.name}:{self.region.step}")
+
+    def run(self) -> tuple[Side, RegionError] | None:
+        """Paired rounds until a look decides the verdict or the most rounds ran."""
+        rule = self.region.timing
+        self.head.scheduler.announce(region_key(self.head.policy, self.region), TIMING_BOTH)
+        for look in looks(rule.rounds, rule.max_rounds):
+            failed = self._paired_rounds(look, reference=False)
+            if failed is not None:
+                return failed
+            if self._cancelled() or self._step_verdict() is not TimingVerdict.INCONCLUSIVE:
+                return None
+        return None
+
+    def _step_verdict(self) -> TimingVerdict:
+        """The step's verdict on the rounds so far: the tests alone, without the interval."""
+        rule = self.region.timing
+        d = log_ratios(self.base.step_s, self.head.step_s)
+        return paired_verdict(d, rule.max_slowdown, look_levels(rule.rounds, rule.max_rounds))
+
+    def _paired_rounds(self, until: int, *, reference: bool) -> tuple[Side, RegionError] | None:
+        """Rounds up to ``until``, each four turns: A, B on one core; B, A on the next.
+
+        The order matters as much as the core: on a shared core a turn right after its own
+        tree's runs finds its caches warm, one after the other tree's does not, and the
+        first turn on a core meets whatever ran there before (the kernel moves it away
+        during that turn). With a fixed order that alone made one tree 4-40% "slower"
+        (docs/performance.md). In A, B, B, A each tree has one turn of each kind; which tree
+        is A is a coin flip per round, and the pair of cores rotates by one per round, so
+        that neither tree is always first on a given core. Whatever such effects remain,
+        a round's ratio is then as likely x as 1/x, which is all the signed-rank test needs.
+        """
+        done = len(self.base.reference_s if reference else self.base.step_s)
+        runs = REFERENCE_TURN_RUNS if reference else self.turn_runs
+        for number in range(done, until):
+            first, second = self._core(number), self._core(number + 1)
+            a, b = (self.base, self.head) if self._coin.random() < 0.5 else (self.head, self.base)
+            for side, cpu in ((a, first), (b, first), (b, second), (a, second)):
+                samples = side.scheduler.sample(
+                    side.policy, self.region, runs, cpu=cpu, reference=reference
+                )
+                if samples.error is not None:
+                    return side, samples.error
+                side.take(samples)
+            self.base.end_round()
+            self.head.end_round()
+        return None
+
+    def _core(self, index: int) -> int | None:
+        """The ``index``-th core of the rotation; None: not pinned."""
+        return self.cpus[index % len(self.cpus)] if self.cpus else None
+
+    def _cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.requested
+
+    def _timing(
+        self, base_s: list[float], head_s: list[float], what: str, max_slowdown: float | None = None
+    ) -> TimingComparison:
+        rule = self.region.timing
+        return compare_paired(
+            base_s,
+            head_s,
+            max_slowdown=rule.max_slowdown if max_slowdown is None else max_slowdown,
+            on_regression=rule.on_regression,
+            levels=look_levels(rule.rounds, rule.max_rounds),
+            what=what,
+        )
+
+    def step_timing(self) -> TimingComparison:
+        """The step's verdict on the rounds so far (`gate.compare.timing`)."""
+        return self._timing(self.base.step_s, self.head.step_s, "step")
+
+    def checked_against_reference(self, step: TimingComparison) -> TimingComparison:
+        """A slower or faster step, left open when the workers' own speeds could explain it.
+
+        The two workers then time the gate's reference computation (the same program in both)
+        in as many paired rounds as the step took. A 2x slower step beside workers 1.2x apart
+        is still slower: 2 / 1.2 is past the allowed factor. A 1.3x beside 1.25x is not.
+        Only a decided change pays for this, so an unchanged run never does.
+        """
+        if step.verdict not in (TimingVerdict.SLOWER, TimingVerdict.FASTER):
+            return step
+        failed = self._paired_rounds(step.rounds, reference=True)
+        if failed is not None or not self.base.reference_s:
+            return step
+        # At a factor of 1: any significant difference between the workers counts.
+        reference = self._timing(self.base.reference_s, self.head.reference_s, "reference", 1.0)
+        if reference.verdict not in (TimingVerdict.SLOWER, TimingVerdict.FASTER):
+            return step
+        limit = self.region.timing.max_slowdown
+        if not 1 / limit < step.ratio / reference.ratio < limit:
+            return step
+        reason = (
+            f"the head's worker ran the gate's reference computation {reference.ratio:.2f}x "
+            "the base's time, so the machine, not the change, may explain it"
+        )
+        return replace(step, verdict=TimingVerdict.INCONCLUSIVE, failing=False, reason=reason)
+
+    def judged(self) -> tuple[TimingComparison, tuple[TimingComparison, ...]]:
+        step = self.checked_against_reference(self.step_timing())
+        if not self.region.timing.boundaries:
+            return step, ()
+        boundaries = tuple(
+            self._timing(self.base.boundary_s[name], values, name)
+            for name, values in sorted(self.head.boundary_s.items())
+            if len(self.base.boundary_s.get(name, ())) == len(values) > 0
+        )
+        return step, boundaries
+
+
+def turn_runs(round_runs: int, *results: RegionResult) -> int:
+    """Timed runs per turn: ``round_runs``, or more for a short step, to fill ``TURN_S``.
+
+    Each turn costs a message to a worker and back, and a step of 100 µs times mostly the
+    machine's jitter: measured on the 2-core machine under load, single runs of such steps
+    gave round ratios 25% apart, so unchanged trees took 100-200 rounds. The median of a
+    turn of several runs is far steadier, for the price of a few more short runs. Decided
+    from the longer of the two trees' median step times in their own runs, at most
+    `MAX_TURN_RUNS`.
+    """
+    medians = [r.timing.median_s for r in results if r.timing is not None]
+    if not medians or max(medians) <= 0:
+        return round_runs
+    return max(round_runs, min(MAX_TURN_RUNS, math.ceil(TURN_S / max(medians))))
