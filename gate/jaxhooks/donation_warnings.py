@@ -4,9 +4,10 @@ JAX lowers a jitted function once, at its first call, and drops each donation it
 to no output, with a ``UserWarning`` listing only the avals. The gate needs the program and
 the argument too, so while the block runs it reads them from the frame that warns,
 ``jax._src.interpreters.mlir.lower_jaxpr_to_module`` (jax 0.10.1 to 0.12): its locals
-``module_name`` (the HLO module's name, ``jit_step``), ``arg_names`` (pytree paths) and
-``sharded_in_avals`` with ``donated_args`` (still set for exactly the unused donations when
-it warns). A JAX where they moved still gives the avals, from the message.
+``module_name`` (the program's name, ``jit(step)``, as the cost run knows it),
+``arg_names`` (pytree paths) and ``sharded_in_avals`` with ``donated_args`` (still set for
+exactly the unused donations when it warns). A JAX where they moved still gives the avals,
+from the message.
 
 The warning is always caught inside the block, even where Python's registry has seen it
 (its "default" action shows one text once per process: a second region would miss it)
@@ -32,7 +33,7 @@ _LOWERING = "lower_jaxpr_to_module"
 class WarnedDonation:
     """One donation JAX dropped while lowering."""
 
-    module: str | None  # the HLO module's name (``jit_step``); None when JAX did not say
+    module: str | None  # the program's name (``jit(step)``); None when JAX did not say
     argument: str | None  # the argument's pytree path; None when JAX did not say
     aval: str  # ``float32[8,16]``, per device for a sharded program
 

@@ -68,7 +68,9 @@ def program_collectives(
     """The collectives of one program, each weighed by ``program.runs`` and its loops."""
     reader = _Reader(module, program, user, module.defined(), _tuple_parts(module), _users(module))
     found = []
-    for computation, (times, uncounted) in multiplicities(module).items():
+    times_of = multiplicities(module)
+    for computation in program_order(module):
+        times, uncounted = times_of.get(computation, (0, ""))
         for instruction in module.computations.get(computation, ()):
             kind = KIND_OF.get(instruction.opcode)
             if kind is not None and times:
@@ -106,6 +108,23 @@ def multiplicities(module: HloModule) -> dict[str, tuple[int, str]]:
         return memo[name]
 
     return {name: times(name, frozenset()) for name in module.computations}
+
+
+def program_order(module: HloModule) -> list[str]:
+    """The computations in the order a run reaches them: the entry's instructions in order,
+    each callee where it is first called (XLA prints callees first)."""
+    order: dict[str, None] = {}
+
+    def visit(name: str) -> None:
+        if name in order or name not in module.computations:
+            return
+        order[name] = None
+        for instruction in module.computations[name]:
+            for callee, _, _ in _callees(instruction):
+                visit(callee)
+
+    visit(module.entry)
+    return list(order)
 
 
 def _callees(instruction: Instruction) -> list[tuple[str, int, str]]:

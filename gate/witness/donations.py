@@ -68,7 +68,8 @@ def warned_donations(
 ) -> tuple[UnusedDonation, ...]:
     """JAX's dropped donations that belong to a program the step ran.
 
-    ``programs`` pairs each HLO module's name with the program. A warning that names no
+    ``programs`` pairs each program's name (``jit(step)``, as JAX's lowering names it too)
+    with the program. A warning that names no
     module (a JAX where the lowering frame moved) is kept, without a function: it may be
     setup's, but a pass must not hide it.
     """

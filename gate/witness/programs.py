@@ -42,7 +42,7 @@ def read_programs(
             donations.extend(header_donations(module, program))
     except ValueError as exc:  # replica groups in a form the gate does not read
         return not_read(str(exc)), None
-    named = [(module.name, program) for module, program in modules]
+    named = [(program.name, program) for program in executed]
     donations.extend(d for d in warned_donations(warned, named) if d not in donations)
     uncounted = sorted({c.uncounted for c in collectives if c.uncounted})
     return Communication(tuple(collectives), note="; ".join(uncounted)), tuple(donations)
