@@ -347,3 +347,109 @@ def test_jaxs_warning_without_its_lowering_frame_still_gives_each_aval() -> None
         WarnedDonation(None, None, "float32[8,16]"),
         WarnedDonation(None, None, "int32[3]"),
     ]
+
+
+def _measured(*collectives: Collective) -> Any:
+    function = FunctionCost("jit(step)", 1, 1, (("flops", 8.0),))
+    return step_cost((function,), None, comm=Communication(collectives))
+
+
+def _planned(rule: CollectiveRule) -> Any:
+    from result_samples import callable_ref
+
+    from gate.policy.levels import GuardLevel, GuardSpec
+    from gate.policy.model import Checks, Region
+
+    return Region(
+        name="step", line=7, step=callable_ref("m:f"), setup=None, boundaries=(),
+        guard=GuardSpec.uniform(GuardLevel.DISALLOW), warmup=1, guarded_runs=1, repeats=1,
+        timeout_s=1.0, checks=Checks(False, None, 1e-5, 1e-8, None), collectives=rule,
+    )  # fmt: skip
+
+
+def test_the_stored_baseline_judges_a_new_collective_and_an_inventory_it_lacks() -> None:
+    from result_samples import region, run_of
+
+    from gate.compare.against_baseline import compare_with_baseline
+    from gate.results.timing_baseline import retimed
+
+    platform = "cpu (cpu x8), jax 0.10.2, jaxlib 0.10.2"
+
+    def run(cost: Any) -> Any:
+        return run_of(region(platform=platform, timing_samples=(1e-3,) * 5, cost=cost))
+
+    stored = retimed(run(_measured(*BASE.collectives)), None)
+    grown = _measured(*BASE.collectives, _collective("all-gather", 42, 32768, "h = x @ w"))
+    rules = {"train.step": _planned(CollectiveRule.FAIL)}
+    [judged] = compare_with_baseline(run(grown), stored, rules).regions
+    assert judged.comm_vs_baseline is not None
+    assert [c.text() for c in judged.comm_vs_baseline.changes] == [
+        "new all-gather f32[8192] over 'data', 32.8 kB/step/device (baseline: none)"
+    ]
+    assert not judged.passed
+    # A baseline recorded before the gate kept collectives: what it ran is unknown.
+    older = retimed(run(step_cost(_measured().functions, None)), None)
+    [blind] = compare_with_baseline(run(grown), older, rules).regions
+    assert blind.comm_vs_baseline is not None
+    assert blind.comm_vs_baseline.unchecked == (
+        "baseline: no collectives stored for this region; run `transfer-gate baseline` to "
+        "record them"
+    )
+    assert not blind.passed
+    # ... which says nothing about a step that runs no collective, nor under `warn`.
+    [single] = compare_with_baseline(run(_measured()), older, rules).regions
+    assert single.passed
+    assert single.comm_vs_baseline is not None
+    assert single.comm_vs_baseline.changes == ()
+    warn = {"train.step": _planned(CollectiveRule.WARN)}
+    [noted] = compare_with_baseline(run(grown), older, warn).regions
+    assert noted.passed
+    assert noted.comm_vs_baseline is None
+    assert noted.notes[-1].startswith("collectives not compared with the baseline: baseline: no")
+
+
+def test_a_renamed_step_is_compared_under_the_heads_name() -> None:
+    from result_samples import region
+
+    from gate.compare.communication import compare_sides
+    from gate.results.comparison import Renamed
+
+    def named(function: str) -> Any:
+        collective = Collective(
+            **{**_collective("all-reduce", 12, 4096).__dict__, "function": function}
+        )
+        return region(cost=_measured(collective))
+
+    renamed = (Renamed("step", "steps:clean", "steps:clean2"),)
+    plan = _planned(CollectiveRule.FAIL)
+    same = compare_sides(named("jit(clean)"), named("jit(clean2)"), plan, renamed)
+    assert same.changes == ()
+    assert compare_sides(named("jit(clean)"), named("jit(clean2)"), plan).failing
+
+
+def test_a_step_without_collectives_keeps_its_junit_report_as_it_was() -> None:
+    from result_samples import region
+
+    from gate.report.junit_collectives import communication_cases
+    from gate.results.comparison import BaseComparison, BaseStatus
+
+    nothing = compare_communication(Communication(), Communication(), CollectiveRule.FAIL, None)
+    single = region(
+        cost=_measured(), base=BaseComparison("HEAD~1 (1a2b3c4)", BaseStatus.COMPARED, comm=nothing)
+    )
+    assert communication_cases(single) == []
+    head = Communication((*BASE.collectives, _collective("all-gather", 42, 32768)))
+    grown = compare_communication(BASE, head, CollectiveRule.WARN, None)
+    warned = region(
+        cost=_measured(*head.collectives),
+        base=BaseComparison("HEAD~1 (1a2b3c4)", BaseStatus.COMPARED, comm=grown),
+    )
+    cases = communication_cases(warned)
+    assert [(c.name, c.file, c.line, c.outcome) for c in cases] == [
+        ("step: collectives", "policies/train.yaml", 7, None),
+        # Under `warn` the new one has its testcase, at its line, passing: system-out says it.
+        ("step: new all-gather over 'data' at model.py:42", "model.py", 42, None),
+    ]
+    assert cases[1].stdout.startswith(
+        "model.py:42: warning (collectives: warn): new all-gather f32[8192] over 'data'"
+    )

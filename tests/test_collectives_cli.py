@@ -354,3 +354,33 @@ def test_jaxs_dropped_donation_is_caught_with_its_program_and_argument_and_put_b
     assert caught.found == [WarnedDonation("jit(shrink)", "x", "float32[4,3]")]
     assert (warnings.showwarning, list(warnings.filters)) == before
     assert len(recwarn) == 0  # caught, not shown (and not an error under filterwarnings)
+
+
+def test_programs_that_cannot_be_read_make_donation_fail_an_error_and_warn_a_note(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import jax.numpy as jnp
+
+    import gate.witness.programs
+    from gate import check_region
+    from gate.results.records import ErrorKind
+
+    # As on a jaxlib whose executables hide their text: nobody sees what XLA aliased.
+    blind = "the executable has no hlo_modules() and no get_hlo_text()"
+    monkeypatch.setattr(gate.witness.programs, "program_texts", lambda executable: blind)
+    step = jax.jit(lambda x: x * 2.0)
+
+    def setup() -> tuple[jax.Array]:
+        return (jnp.ones(4),)
+
+    failed = check_region(step, setup=setup, warmup=0, guarded_runs=1, repeats=1)
+    assert failed.error is not None
+    assert failed.error.kind is ErrorKind.UNCHECKED
+    assert blind in failed.error.message
+    assert failed.error.message.startswith("unused donations could not be checked on cpu")
+    warned = check_region(step, setup=setup, warmup=0, guarded_runs=1, repeats=1, donation="warn")
+    assert warned.passed
+    assert any(note.startswith("unused donations could not be checked") for note in warned.notes)
+    assert warned.cost is not None
+    assert warned.cost.comm is not None
+    assert not warned.cost.comm.measured

@@ -57,8 +57,12 @@ KIND_OF = {
 }
 # Kinds whose operands are separate collectives merged by a combiner pass: one per operand.
 _SPLIT = ("all-reduce", "all-gather", "reduce-scatter")
-# Computations an instruction calls, and the attribute that names them.
-_CALLEES = ("calls", "to_apply", "body", "condition", "true_computation", "false_computation")
+# The attributes that name the computations an instruction calls: one name, or ``{%a, %b}``.
+_CALLEE = re.compile(
+    r"\b(calls|to_apply|body|condition|true_computation|false_computation"
+    r"|branch_computations)=(\{[^}]*\}|%[\w.\-]+)"
+)
+_BRANCH = "inside a conditional branch: counted as if it ran"
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 
 
@@ -68,8 +72,9 @@ def program_collectives(
     """The collectives of one program, each weighed by ``program.runs`` and its loops."""
     reader = _Reader(module, program, user, module.defined(), _tuple_parts(module), _users(module))
     found = []
-    times_of = multiplicities(module)
-    for computation in program_order(module):
+    graph = call_graph(module)
+    times_of = multiplicities(module, graph)
+    for computation in program_order(module, graph):
         times, uncounted = times_of.get(computation, (0, ""))
         for instruction in module.computations.get(computation, ()):
             kind = KIND_OF.get(instruction.opcode)
@@ -78,7 +83,9 @@ def program_collectives(
     return tuple(found)
 
 
-def multiplicities(module: HloModule) -> dict[str, tuple[int, str]]:
+def multiplicities(
+    module: HloModule, graph: dict[str, list[tuple[str, int, str]]] | None = None
+) -> dict[str, tuple[int, str]]:
     """How often one run of the program runs each computation, and why that may be a guess.
 
     A while loop's body runs its known trip count (``known_trip_count`` in XLA's backend
@@ -86,12 +93,9 @@ def multiplicities(module: HloModule) -> dict[str, tuple[int, str]]:
     and said so. Fusions, calls and async wrappers run once per call site.
     """
     calls: dict[str, list[tuple[str, int, str]]] = {}  # callee -> (caller, factor, why)
-    for caller, body in module.computations.items():
-        for instruction in body:
-            if instruction.opcode in ("async-done", "async-update"):
-                continue  # the same wrapped computation as its async-start: counted there
-            for callee, factor, why in _callees(instruction):
-                calls.setdefault(callee, []).append((caller, factor, why))
+    for caller, callees in (graph if graph is not None else call_graph(module)).items():
+        for callee, factor, why in callees:
+            calls.setdefault(callee, []).append((caller, factor, why))
     memo: dict[str, tuple[int, str]] = {module.entry: (1, "")}
 
     def times(name: str, seen: frozenset[str]) -> tuple[int, str]:
@@ -110,39 +114,54 @@ def multiplicities(module: HloModule) -> dict[str, tuple[int, str]]:
     return {name: times(name, frozenset()) for name in module.computations}
 
 
-def program_order(module: HloModule) -> list[str]:
+def call_graph(module: HloModule) -> dict[str, list[tuple[str, int, str]]]:
+    """Each computation's callees, in instruction order: ``(callee, times per call, why)``."""
+    return {
+        caller: [
+            call
+            for instruction in body
+            # An async pair's done and update name the same wrapped computation as its start.
+            if instruction.opcode not in ("async-done", "async-update")
+            for call in _callees(instruction)
+        ]
+        for caller, body in module.computations.items()
+    }
+
+
+def program_order(
+    module: HloModule, graph: dict[str, list[tuple[str, int, str]]] | None = None
+) -> list[str]:
     """The computations in the order a run reaches them: the entry's instructions in order,
     each callee where it is first called (XLA prints callees first)."""
+    graph = graph if graph is not None else call_graph(module)
     order: dict[str, None] = {}
 
     def visit(name: str) -> None:
         if name in order or name not in module.computations:
             return
         order[name] = None
-        for instruction in module.computations[name]:
-            for callee, _, _ in _callees(instruction):
-                visit(callee)
+        for callee, _, _ in graph.get(name, []):
+            visit(callee)
 
     visit(module.entry)
     return list(order)
 
 
 def _callees(instruction: Instruction) -> list[tuple[str, int, str]]:
-    found = []
-    for key in _CALLEES:
-        for callee in _names(instruction.attribute(key)):
-            factor, why = 1, ""
-            if instruction.opcode == "while":
-                trips = _TRIP_COUNT.search(instruction.attributes)
-                if trips is not None:
-                    factor = int(trips.group(1))
-                else:
-                    why = "inside a loop whose trip count XLA does not know: counted once a run"
-            elif key in ("true_computation", "false_computation"):
-                why = "inside a conditional branch: counted as if it ran"
-            found.append((callee, factor, why))
-    for callee in _names(instruction.attribute("branch_computations")):
-        found.append((callee, 1, "inside a conditional branch: counted as if it ran"))
+    if "=%" not in instruction.attributes and "={%" not in instruction.attributes:
+        return []  # calls nothing: most instructions, without a regex over their attributes
+    found: list[tuple[str, int, str]] = []
+    for key, value in _CALLEE.findall(instruction.attributes):
+        factor, why = 1, ""
+        if key in ("true_computation", "false_computation", "branch_computations"):
+            why = _BRANCH
+        elif instruction.opcode == "while":
+            trips = _TRIP_COUNT.search(instruction.attributes)
+            if trips is not None:
+                factor = int(trips.group(1))
+            else:
+                why = "inside a loop whose trip count XLA does not know: counted once a run"
+        found.extend((callee, factor, why) for callee in _names(value))
     return found
 
 

@@ -157,11 +157,12 @@ def parse_instruction(line: str) -> Instruction | None:
     end = _closing(rest, start)
     if end < 0:
         return None
-    operands = tuple(
-        token.split()[-1].lstrip("%")
-        for token in split_top(_COMMENT.sub("", rest[start + 1 : end]))
-        if token.strip()
-    )
+    inside = rest[start + 1 : end]
+    if "/*" in inside:
+        inside = _COMMENT.sub("", inside)
+    # Most operand lists are plain names: split them at once, not character by character.
+    tokens = split_top(inside) if any(c in inside for c in '([{"') else inside.split(",")
+    operands = tuple(token.split()[-1].lstrip("%") for token in tokens if token.strip())
     return Instruction(name, shape, opened.group(1), operands, rest[end + 1 :].lstrip(", "))
 
 
@@ -216,6 +217,8 @@ def split_top(text: str) -> list[str]:
 
 def attribute(text: str, key: str) -> str | None:
     """The value of ``key=`` in an attribute list: a balanced bracket or one token."""
+    if f"{key}=" not in text:  # the usual answer, without a regex
+        return None
     for found in re.finditer(rf"(?:^|[\s,{{]){re.escape(key)}=", text):
         start = found.end()
         if start < len(text) and text[start] in "({[":
