@@ -15,6 +15,7 @@ What is normalised so that one collective reads the same on every JAX:
 
 from __future__ import annotations
 
+import functools
 import linecache
 import re
 from collections.abc import Sequence
@@ -288,12 +289,28 @@ def _buffer_text(shapes: Sequence[str]) -> str:
 
 def _location(module: HloModule, metadata: str | None, user: UserCode) -> SourceLocation | None:
     """The innermost frame in the user's code; else the innermost outside any library."""
-    frames = stack(module, metadata)
-    for accept in (user.is_user, lambda path: not user.is_library(path)):
+    frames = [f for f in stack(module, metadata) if f.path]
+    for accept in (_is_user, _not_library):
         for frame in frames:
-            if frame.path and accept(frame.path):
-                return SourceLocation(user.relative(frame.path), frame.line, frame.function)
+            if accept(user, frame.path):
+                return SourceLocation(_relative(user, frame.path), frame.line, frame.function)
     return None
+
+
+# A module's frames name a handful of files many times over: each resolved once.
+@functools.lru_cache(maxsize=1024)
+def _is_user(user: UserCode, path: str) -> bool:
+    return user.is_user(path)
+
+
+@functools.lru_cache(maxsize=1024)
+def _not_library(user: UserCode, path: str) -> bool:
+    return not user.is_library(path)
+
+
+@functools.lru_cache(maxsize=1024)
+def _relative(user: UserCode, path: str) -> str:
+    return user.relative(path)
 
 
 def _line_text(user: UserCode, location: SourceLocation | None) -> str | None:

@@ -16,6 +16,7 @@ and independent of how XLA chose to print its own, anonymous mesh (``'axis_0'``)
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -145,6 +146,13 @@ def pairs(text: str) -> tuple[tuple[int, int], ...]:
 
 def _coordinates(mesh: StepMesh, program_devices: Sequence[int]) -> list[tuple[int, ...]] | None:
     """Each program device number's coordinates in ``mesh``; None when the mesh lacks one."""
+    return _coordinates_of(mesh, tuple(program_devices))
+
+
+@functools.lru_cache(maxsize=64)  # one program's collectives ask the same question each
+def _coordinates_of(
+    mesh: StepMesh, program_devices: tuple[int, ...]
+) -> list[tuple[int, ...]] | None:
     where = {
         device: tuple(int(i) for i in np.unravel_index(position, mesh.shape))
         for position, device in enumerate(mesh.device_ids)
