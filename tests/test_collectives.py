@@ -267,6 +267,15 @@ def test_a_new_collective_fails_under_fail_and_is_said_with_its_bytes_and_axis()
     assert [(c.change, c.failing) for c in gone.changes] == [(GONE, False)]
     moved = Communication((_collective("all-reduce", 15, 4096),))
     assert compare_communication(BASE, moved, CollectiveRule.FAIL, None).changes == ()
+    # A second all-reduce at the same line (a psum of a psum) is a collective the base does
+    # not run either: new, not merely grown.
+    twice = Communication((*BASE.collectives, _collective("all-reduce", 12, 4096)))
+    (again,) = compare_communication(BASE, twice, CollectiveRule.FAIL, None).changes
+    assert (again.change, again.failing) == (NEW, True)
+    assert again.text() == (
+        "new all-reduce at this line: 2 where the base has 1 (2x all-reduce f32[1024] over "
+        "'data'), 8.19 kB/step/device (base: 4.1 kB)"
+    )
 
 
 def test_communicated_bytes_are_bounded_by_cost_max_increase() -> None:

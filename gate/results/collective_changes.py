@@ -23,8 +23,10 @@ NEW, GROWN, SHRUNK, CHANGED, GONE = "new", "grown", "shrunk", "changed", "gone"
 class CollectiveChange:
     """One identity whose collectives differ between the two sides."""
 
-    change: str  # NEW, GROWN, SHRUNK, CHANGED (same bytes and runs, another buffer) or GONE
-    base: CollectiveGroup | None  # None: NEW
+    # NEW (none on the other side, or more of them there), GROWN, SHRUNK, CHANGED (same
+    # bytes and runs, another buffer) or GONE
+    change: str
+    base: CollectiveGroup | None  # None: NEW where the other side has none
     head: CollectiveGroup | None  # None: GONE
     against: str  # "base" or "baseline"
     failing: bool = False  # NEW under ``collectives: fail``
@@ -45,6 +47,13 @@ class CollectiveChange:
     def text(self) -> str:
         """``new all-gather f32[64,128] over 'data', 32.8 kB/step/device (base: none)``."""
         head, base, other = self.head, self.base, self.against
+        if self.change == NEW and base is not None:  # more of them at the same place
+            assert head is not None
+            return (
+                f"new {head.sample.kind} at this line: {head.count} where the {other} has "
+                f"{base.count} ({head.text()}), {_per_step(head)}/step/device "
+                f"({other}: {_per_step(base)})"
+            )
         if self.change == NEW:
             assert head is not None
             return f"new {head.text()}, {_per_step(head)}/step/device{_runs(head)} ({other}: none)"
@@ -188,11 +197,12 @@ def compare_communication(
     changes = []
     for key, group in new.items():
         was = old.get(key)
-        if was is None:
+        # None there, or more of them at the same place (a second psum on the line): new.
+        if was is None or group.count > was.count:
             changes.append(
                 CollectiveChange(
                     NEW,
-                    None,
+                    was,
                     group,
                     against,
                     failing=rule is CollectiveRule.FAIL,
