@@ -254,9 +254,8 @@ def _comm_columns(region: RegionResult) -> list[str]:
     if comm is not None and comm.headline():
         columns.append(comm.headline())
     if region.donations:
-        count = len(region.donations)
-        word = "unused donation" if count == 1 else "unused donations"
-        columns.append(f"{count} {word}" + ("" if region.donations_failed else " (warn)"))
+        unused = counted(len(region.donations), "unused donation")
+        columns.append(unused + ("" if region.donations_failed else " (warn)"))
     return columns
 
 
