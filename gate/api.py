@@ -20,7 +20,7 @@ from typing import Any
 
 from gate.policy.levels import Direction, GuardLevel, GuardSpec
 from gate.policy.load import BUILTIN_DEFAULTS, DEFAULT_ATOL, DEFAULT_RTOL
-from gate.policy.model import CallableRef, Checks, Policy, RecompileRule, Region
+from gate.policy.model import CallableRef, Checks, DonationRule, Policy, RecompileRule, Region
 from gate.report.terminal import format_region_failure
 from gate.results.records import RegionResult
 
@@ -41,6 +41,7 @@ def check_region(
     repeats: int = 5,
     checks: Mapping[str, Any] | None = None,
     recompiles: str | RecompileRule = "fail",
+    donation: str | DonationRule = "fail",
 ) -> RegionResult:
     """Run ``step`` as a region in this process; its `RegionResult` (``.passed``, findings).
 
@@ -75,6 +76,7 @@ def check_region(
         timeout_s=float(BUILTIN_DEFAULTS["timeout_s"]),  # only workers time out
         checks=_checks(checks, root, _ref(custom, "custom", root) if custom else None),
         recompiles=_recompiles(recompiles),
+        donation=_donation(donation),
     )
     policy = Policy(path=file, version=1, suite=step_ref.module, python_path=(), regions=(region,))
     code = Callables(
@@ -167,6 +169,14 @@ def _recompiles(rule: str | RecompileRule) -> RecompileRule:
     except ValueError:
         names = ", ".join(r.value for r in RecompileRule)
         raise ValueError(f"recompiles is {rule!r}; use one of {names}") from None
+
+
+def _donation(rule: str | DonationRule) -> DonationRule:
+    try:
+        return DonationRule(rule)
+    except ValueError:
+        names = ", ".join(r.value for r in DonationRule)
+        raise ValueError(f"donation is {rule!r}; use one of {names}") from None
 
 
 def _count(name: str, value: int, least: int) -> int:

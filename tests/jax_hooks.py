@@ -193,6 +193,35 @@ HOOKS = (
         ),
     ),
     Hook(
+        "each program's optimized HLO text (LoadedExecutable.hlo_modules(), else get_hlo_text()) "
+        "and the meshes of its shardings (ExecuteReplicated.in_handler/out_handler), read for the "
+        "step's collectives, their replica groups in every printed form, and unused donations",
+        ("hlo_modules", "get_hlo_text", "in_handler", "out_handler"),
+        (
+            "test_collectives_cli.py::test_each_sharded_step_lists_exactly_its_collectives",
+            "test_collectives_cli.py::test_memory_is_per_device_and_shards_shrink_the_arguments",
+            "test_collectives_cli.py::test_a_lost_donation_fails_at_its_argument_and_a_kept_one_"
+            "passes",
+            "test_collectives_cli.py::test_a_changed_spec_fails_naming_the_new_all_gather_its_"
+            "bytes_and_axis",
+            "test_collectives_cli.py::test_github_annotates_the_new_all_gather_at_its_line_and_"
+            "summarises_it",
+            "test_collectives_cli.py::test_an_unchanged_sharded_step_passes_against_its_base",
+        ),
+    ),
+    Hook(
+        "JAX's 'Some donated buffers were not usable' warning, caught with the program and "
+        "argument read from mlir.lower_jaxpr_to_module's locals (module_name, arg_names, "
+        "sharded_in_avals, donated_args)",
+        ("lower_jaxpr_to_module", "Some donated buffers were not usable"),
+        (
+            "test_collectives_cli.py::test_jaxs_dropped_donation_is_caught_with_its_program_and_"
+            "argument_and_put_back",
+            "test_collectives_cli.py::test_a_donation_jax_dropped_is_caught_not_printed_and_warns_"
+            "under_warn",
+        ),
+    ),
+    Hook(
         "the whole chain on real training steps (flax, optax, equinox pytrees of arrays)",
         ("jax.tree_util.tree_flatten_with_path",),
         ("test_real_models.py::test_a_planted_float_of_the_loss_fails_at_its_line",),

@@ -19,8 +19,9 @@ from result_samples import region_error, run_of
 import gate.cli.run
 from gate.compare.against_baseline import compare_with_baseline
 from gate.policy.levels import GuardLevel, GuardSpec
-from gate.policy.model import CallableRef, Checks, CostRule, Region, TimingRule
+from gate.policy.model import CallableRef, Checks, CollectiveRule, CostRule, Region, TimingRule
 from gate.results.baseline import FORMAT, BaselineError, load_baseline_file
+from gate.results.collectives import Communication
 from gate.results.comparison import TimingVerdict
 from gate.results.costs import FunctionCost, StepCost, not_measured, step_cost
 from gate.results.records import RegionResult, RunResult
@@ -210,7 +211,11 @@ def timed(name: str, samples: tuple[float, ...], **changes: object) -> RegionRes
     return sample_region(name, platform=PLATFORM, timing_samples=samples, **changes)
 
 
-def ruled(timing: TimingRule | None = None, cost: CostRule | None = None) -> Region:
+def ruled(
+    timing: TimingRule | None = None,
+    cost: CostRule | None = None,
+    collectives: CollectiveRule = CollectiveRule.FAIL,
+) -> Region:
     """A planned region with the rules `compare_with_baseline` reads."""
     return Region(
         name="r",
@@ -226,11 +231,14 @@ def ruled(timing: TimingRule | None = None, cost: CostRule | None = None) -> Reg
         checks=Checks(finite=False, reference=None, rtol=1e-5, atol=1e-8, custom=None),
         timing=timing or TimingRule(),
         cost=cost or CostRule(),
+        collectives=collectives,
     )
 
 
 def _cost(flops: float) -> StepCost:
-    return step_cost((FunctionCost("jit(step)", 1, 1, (("flops", flops),)),), None)
+    # A measured cost always comes with the programs' collectives (here: none).
+    function = FunctionCost("jit(step)", 1, 1, (("flops", flops),))
+    return step_cost((function,), None, comm=Communication())
 
 
 def test_xla_figures_are_compared_with_the_stored_ones_exactly_and_kept_in_the_file() -> None:
@@ -276,11 +284,13 @@ def test_a_cost_bound_the_baseline_or_the_run_cannot_give_is_not_checked_never_a
     assert blind.cost_vs_baseline.unchecked == "head: cost not measured: injected"
     assert not blind.passed
     # Without a bound to check, both are what they were: nothing to claim, nothing said.
+    # (`collectives: fail`, the default, is a check of its own: tests/test_collectives.py.)
+    unruled = {"train.a": ruled(collectives=CollectiveRule.WARN)}
     for run, store in (
         (timed("a", (1e-3,) * 10, cost=_cost(200.0)), without_cost),
         (timed("a", (1e-3,) * 10, cost=unmeasured), stored),
     ):
-        [left] = compare_with_baseline(run_of(run), store, {"train.a": ruled()}).regions
+        [left] = compare_with_baseline(run_of(run), store, unruled).regions
         assert left.cost_vs_baseline is None
         assert left.passed
 

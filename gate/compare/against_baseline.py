@@ -18,6 +18,7 @@ from dataclasses import replace
 from gate.compare.timing import compare_unpaired
 from gate.plan import Plan, region_key
 from gate.policy.model import Region
+from gate.results.collective_changes import compare_communication
 from gate.results.costs import compare_costs, not_measured
 from gate.results.records import RegionResult, RunResult
 from gate.results.timing_baseline import (
@@ -68,6 +69,7 @@ def _judged(
     entry = stored.get(region.classname) if stored is not None else None
     if entry is not None and entry.device == current:
         region = _cost_judged(region, entry, rule)
+        region = _comm_judged(region, entry, rule)
     elif entry is not None and rule.cost.max_increase is not None:
         # XLA's figures are the platform's own: another device's are no bound on these.
         region = _noted(region, mismatch_note(entry, current, "cost"))
@@ -107,6 +109,27 @@ def _cost_judged(region: RegionResult, entry: StoredTiming, rule: Region) -> Reg
         current = not_measured("the cost run did not happen")
     compared = compare_costs(stored, current, rule.cost, against="baseline")
     return replace(region, cost_vs_baseline=compared)
+
+
+def _comm_judged(region: RegionResult, entry: StoredTiming, rule: Region) -> RegionResult:
+    """The collectives against the stored ones of the same device. A baseline recorded before
+    the gate kept them has none: under ``collectives: fail`` (or a ``cost.max_increase``)
+    that is a check that could not be made, never a silent pass."""
+    stored = entry.cost.comm if entry.cost is not None else None
+    current = region.cost.comm if region.cost is not None else None
+    compared = compare_communication(
+        stored,
+        current,
+        rule.collectives,
+        rule.cost.max_increase,
+        against="baseline",
+        missing="no collectives stored for this region; run `transfer-gate baseline` to record them"
+        if stored is None
+        else "the cost run did not happen",
+    )
+    if not compared.compared and compared.unchecked is None:
+        return _noted(region, f"collectives not compared with the baseline: {compared.note}")
+    return replace(region, comm_vs_baseline=compared)
 
 
 def _noted(region: RegionResult, note: str) -> RegionResult:

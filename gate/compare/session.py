@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gate.compare.base_policy import for_base, regions_in_base
+from gate.compare.communication import compare_sides, program_names
 from gate.compare.outputs import compare_outputs
 from gate.compare.own_definition import own_definition
 from gate.compare.rounds import PairedRounds, Side, turn_runs
@@ -190,6 +191,7 @@ class _Pair:
             base_first_call_s=base_result.first_call_s,
             head_first_call_s=head_result.first_call_s,
             cost=_cost(base_result, head_result, self.region, self.renamed),
+            comm=compare_sides(base_result, head_result, self.region, self.renamed),
             renamed=self.renamed,
         )
         return replace(head_result, base=comparison)
@@ -275,11 +277,6 @@ def _boundary_times(base: RegionResult, head: RegionResult) -> tuple[BoundaryTim
     )
 
 
-def _leaf(spec: str) -> str:
-    """``clean`` of ``pkg.steps:clean``, ``m`` of ``pkg.steps:Model.m``: what jit names it."""
-    return spec.rsplit(":", maxsplit=1)[-1].rsplit(".", maxsplit=1)[-1]
-
-
 def _cost(
     base: RegionResult, head: RegionResult, region: Region, renamed: tuple[Renamed, ...] = ()
 ) -> CostComparison | None:
@@ -292,7 +289,7 @@ def _cost(
     if base.cost is None and head.cost is None and region.cost.max_increase is None:
         return None
     missing = not_measured("the cost run did not happen")
-    names = {f"jit({_leaf(r.base)})": f"jit({_leaf(r.head)})" for r in renamed if r.head}
+    names = program_names(renamed)
     base_cost = missing if base.cost is None else base.cost
     functions = tuple(replace(f, name=names.get(f.name, f.name)) for f in base_cost.functions)
     base_cost = replace(base_cost, functions=functions)

@@ -37,12 +37,26 @@ from gate.jaxhooks.patches import attribute_replaced
 
 
 @dataclass(frozen=True)
+class StepMesh:
+    """A mesh the step's program was sharded over, as JAX named it: axes, sizes, devices."""
+
+    axis_names: tuple[str, ...]
+    shape: tuple[int, ...]
+    device_ids: tuple[int, ...]  # JAX device ids, in the mesh's row-major order
+
+
+@dataclass(frozen=True)
 class Executed:
     """One compiled program the block ran: JAX's name for it, how often, and the program."""
 
     name: str  # "jit(step)", as JAX names it
     runs: int
     executable: Any  # jaxlib's LoadedExecutable
+    # The JAX device ids of the program's device assignment: partition (or replica) number i
+    # of its collectives is device ``devices[i]``; () when jaxlib did not say.
+    devices: tuple[int, ...] = ()
+    # The meshes of its arguments' and results' shardings, which name its collectives' axes.
+    meshes: tuple[StepMesh, ...] = ()
 
 
 @dataclass
@@ -68,9 +82,47 @@ class ExecutionLog:
                 name=str(call.name),
                 runs=runs,
                 executable=call.xla_executable,
+                devices=_device_ids(call.xla_executable),
+                meshes=_meshes(call),
             )
             for call, runs in entries
         )
+
+
+def _device_ids(executable: Any) -> tuple[int, ...]:
+    try:
+        return tuple(int(d.id) for d in executable.local_devices())
+    except Exception:  # a jaxlib without local_devices(): the groups keep XLA's numbers
+        return ()
+
+
+def _meshes(call: Any) -> tuple[StepMesh, ...]:
+    """The distinct meshes of ``call``'s input and output shardings (``NamedSharding.mesh``).
+
+    Read through ``in_handler.in_shardings`` and ``out_handler.out_shardings`` (jax 0.10 and
+    0.12); a JAX without them gives none, and collectives are then named by device groups.
+    """
+    shardings = [
+        *(getattr(getattr(call, "in_handler", None), "in_shardings", None) or ()),
+        *(getattr(getattr(call, "out_handler", None), "out_shardings", None) or ()),
+    ]
+    found: dict[StepMesh, None] = {}
+    for sharding in shardings:
+        mesh = getattr(sharding, "mesh", None)
+        devices = getattr(mesh, "devices", None)  # an AbstractMesh has none
+        names = getattr(mesh, "axis_names", None)
+        if devices is None or names is None or not hasattr(devices, "flat"):
+            continue
+        try:
+            view = StepMesh(
+                tuple(str(n) for n in names),
+                tuple(int(n) for n in devices.shape),
+                tuple(int(d.id) for d in devices.flat),
+            )
+        except (AttributeError, TypeError, ValueError):
+            continue
+        found[view] = None
+    return tuple(found)
 
 
 def _no_fast_path(*args: Any, **kwargs: Any) -> None:
@@ -145,6 +197,30 @@ def memory_analysis(executable: Any) -> dict[str, int] | str:
     if missing:
         return f"get_compiled_memory_stats() has no {', '.join(missing)}"
     return {name: int(getattr(stats, name)) for name in MEMORY_FIELDS}
+
+
+def program_texts(executable: Any) -> tuple[str, ...] | str:
+    """The HLO text of each module of a compiled program, or why it cannot be read.
+
+    ``hlo_modules()`` (each module's ``to_string()``) where jaxlib has it, else
+    ``get_hlo_text()``: both give the optimized program the executable runs, the same
+    text in every process and on a persistent-cache hit.
+    """
+    modules = getattr(executable, "hlo_modules", None)
+    if callable(modules):
+        try:
+            return tuple(str(module.to_string()) for module in modules())
+        except Exception as exc:
+            first = _raised("hlo_modules()", exc)
+    else:
+        first = "the executable has no hlo_modules()"
+    text = getattr(executable, "get_hlo_text", None)
+    if callable(text):
+        try:
+            return (str(text()),)
+        except Exception as exc:
+            return f"{first}; {_raised('get_hlo_text()', exc)}"
+    return f"{first} and no get_hlo_text()"
 
 
 def _raised(call: str, exc: Exception) -> str:

@@ -25,7 +25,9 @@ from gate.policy.meaning import check_meaning
 from gate.policy.model import (
     CallableRef,
     Checks,
+    CollectiveRule,
     CostRule,
+    DonationRule,
     OnRegression,
     Policy,
     RecompileRule,
@@ -62,6 +64,8 @@ BUILTIN_DEFAULTS: dict[str, Any] = {
     "repeats": 20,
     "timeout_s": 600,
     "recompiles": "fail",
+    "collectives": "fail",
+    "donation": "fail",
 }
 DEFAULT_RTOL = 1e-5
 DEFAULT_ATOL = 1e-8
@@ -203,6 +207,8 @@ def _build(document: yaml.Node, shown: Path, file: Path, write_references: bool)
                 repeats=int(value(region, "repeats", inherited["repeats"])),
                 timeout_s=float(value(region, "timeout_s", inherited["timeout_s"])),
                 recompiles=RecompileRule(value(region, "recompiles", inherited["recompiles"])),
+                collectives=CollectiveRule(value(region, "collectives", inherited["collectives"])),
+                donation=DonationRule(value(region, "donation", inherited["donation"])),
                 timing=_timing(region.get("timing"), default_timing),
                 cost=_cost(region.get("cost"), default_cost),
                 checks=Checks(

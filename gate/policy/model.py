@@ -61,6 +61,23 @@ class RecompileRule(enum.Enum):
     ALLOW = "allow"  # not watched at all
 
 
+class CollectiveRule(enum.Enum):
+    """What a collective the base (or the stored baseline) does not run does to a region
+    (the policy's ``collectives:``)."""
+
+    FAIL = "fail"
+    WARN = "warn"  # reported, not failing
+    ALLOW = "allow"  # listed with the other changes, never failing
+
+
+class DonationRule(enum.Enum):
+    """What a donated argument XLA could not reuse does to a region (``donation:``)."""
+
+    FAIL = "fail"
+    WARN = "warn"  # reported, not failing
+    ALLOW = "allow"  # not looked at
+
+
 class OnRegression(enum.Enum):
     """What a significant slowdown does to a region (``timing: {on_regression: ...}``)."""
 
@@ -119,6 +136,8 @@ class Region:
     recompiles: RecompileRule = RecompileRule.FAIL
     timing: TimingRule = TimingRule()
     cost: CostRule = CostRule()
+    collectives: CollectiveRule = CollectiveRule.FAIL
+    donation: DonationRule = DonationRule.FAIL
 
 
 @dataclass(frozen=True)

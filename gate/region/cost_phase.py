@@ -10,26 +10,34 @@ moves was judged in the runs before. It runs for every region, whatever
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from gate.jaxhooks.donation_warnings import WarnedDonation
 from gate.region.errors import RegionAbort, first_line
 from gate.region.inputs import Inputs
 from gate.region.stages import Stage, announce
 from gate.results.costs import StepCost, not_measured
+from gate.user_code import UserCode
 from gate.witness.costs import measure_step
 
 
-def cost_phase(fresh: Callable[[], Inputs], call: Callable[[Inputs], Any]) -> StepCost:
+def cost_phase(
+    fresh: Callable[[], Inputs],
+    call: Callable[[Inputs], Any],
+    user: UserCode | None = None,
+    warned: Sequence[WarnedDonation] = (),
+) -> StepCost:
     """The step's cost, from one ``call`` of the step on ``fresh()`` inputs (setup not counted).
 
-    A step (or setup) that raises only now, having passed every run before,
-    costs the region its cost figures, not its verdict: the note says what it
-    raised.
+    Its programs' collectives and unused donations too (``warned``: those JAX dropped when
+    it lowered them), with lines named after ``user``'s files. A step (or setup) that raises
+    only now, having passed every run before, costs the region its cost figures, not its
+    verdict: the note says what it raised.
     """
     announce(Stage.COSTING)
     try:
-        cost = measure_step(fresh, call)
+        cost = measure_step(fresh, call, user=user, warned=warned)
         # One more, untimed: each call's first after the cost run goes through Python to put
         # its fast path back, and a held region's timed rounds (`gate.region.held`) come next.
         call(fresh())

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gate.jaxhooks.compiles import compile_events_arrive, watching_compiles
+from gate.jaxhooks.donation_warnings import donation_warnings_caught
 from gate.jaxhooks.guard import (
     full_tracebacks,
     guard_kept_by_the_gate,
@@ -45,6 +46,7 @@ from gate.policy.resolve import ResolveError, python_path
 from gate.region.callables import RegionCode, import_region
 from gate.region.checks import run_checks
 from gate.region.cost_phase import cost_phase
+from gate.region.donations import judge_donations
 from gate.region.errors import RegionAbort, error_from
 from gate.region.fetch_watch import watching_reads
 from gate.region.held import HeldRegion, Keep
@@ -121,7 +123,6 @@ def run_region(
 def _run_imported(
     run: RegionRun, result: Callable[..., RegionResult], keep: Keep | None, lock: TimingLock
 ) -> RegionResult:
-
     region = run.code.region
     run.platform = _platform()
     base = {"platform": run.platform.describe()}
@@ -156,6 +157,8 @@ def _run_imported(
             run.monitor.installed(run.code.callables.boundaries),
             guard_kept_by_the_gate(run.code.user.is_user, run.loosened, unkept.append),
             watching_compiles() if watched else nullcontext(None) as compile_watch,
+            # JAX warns of a donation it drops once, when the first call lowers the step.
+            donation_warnings_caught() as dropped,
         ):
             threads_before = {t.name for t in threading.enumerate()}
             # The detector also watches between the runs: a thread that lives
@@ -228,8 +231,10 @@ def _run_imported(
             **base,
         )
     judged = coverage(witnessing())
+    # Last: it slows dispatch (cost_phase).
     with programs.entered():
-        cost = cost_phase(run.inputs.fresh, run._call)  # last: it slows dispatch (cost_phase)
+        cost = cost_phase(run.inputs.fresh, run._call, run.code.user, dropped.found)
+    donations = judge_donations(region.donation, cost, witnessing().where)
     return result(
         transfers=tuple(run.verdict.transfers),
         timing=summarize(samples),
@@ -238,9 +243,14 @@ def _run_imported(
         boundaries=costs,
         checks=checks,
         recompiles=run.recompiles(compile_watch),
-        notes=notes(run.verdict, witnessing(), region),
+        notes=notes(run.verdict, witnessing(), region) + _noted(donations.note),
         coverage=judged,
-        error=unchecked(region, witnessing(), judged),
+        error=unchecked(region, witnessing(), judged) or donations.error,
         cost=cost,
+        donations=donations.donations,
         **base,
     )
+
+
+def _noted(note: str | None) -> tuple[str, ...]:
+    return () if note is None else (note,)

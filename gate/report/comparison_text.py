@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from gate.report.communication_text import comm_comparisons, comm_label, shown
 from gate.results.comparison import (
     BaseComparison,
     BaseStatus,
@@ -201,6 +202,8 @@ def comparison_lines(region: RegionResult) -> list[tuple[str, str]]:
         lines.append((timing_label(timing), timing_line(timing)))
     if region.cost_vs_baseline is not None and region.cost_vs_baseline.changes:
         lines.append(("cost vs baseline", region.cost_vs_baseline.headline()))
+    # New collectives are findings at their own lines (`gate.report.communication_text`).
+    lines.extend((comm_label(c), c.headline()) for c in comm_comparisons(region) if shown(c))
     return lines
 
 

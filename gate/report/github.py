@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
+from gate.report.communication_text import comm_comparisons, cost_columns, failure_reasons, shown
 from gate.report.comparison_text import (
     base_status_line,
     failing_comparisons,
@@ -119,6 +120,7 @@ def _status(region: RegionResult) -> str:
     if region.recompiles_failed:
         why.append("recompiles")
     why.extend(label for label, _ in failing_comparisons(region))
+    why.extend(failure_reasons(region))
     return f"**FAIL**: {'; '.join(why)}"
 
 
@@ -144,7 +146,7 @@ def _table_row(region: RegionResult) -> str:
         else "—"
     )
     # XLA's count, as the terminal shows it; "" when not measured or without flops.
-    cost = region.cost.headline() if region.cost is not None else ""
+    cost = ", ".join(cost_columns(region))
     cells = [
         _code(region.classname, in_table=True),
         _status(region),
@@ -200,6 +202,12 @@ def _comparison_rows(region: RegionResult) -> list[str]:
         rows.append(_timing_row(name, region.timing_vs_baseline))
     if region.cost_vs_baseline is not None and region.cost_vs_baseline.changes:
         rows.append(_cost_row(name, region.cost_vs_baseline))
+    for comm in comm_comparisons(region):
+        if shown(comm):
+            verdict = _text(comm.headline())
+            verdict = f"**FAIL**: {verdict}" if comm.failing else verdict
+            against = "" if comm.against == "base" else f" (vs {_text(comm.against)})"
+            rows.append(f"| {name} collectives{against} | — | — | — | — | {verdict} |\n")
     return rows
 
 

@@ -12,6 +12,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gate.report.communication_text import acted_on
 from gate.report.comparison_text import failing_comparisons
 from gate.report.terminal import RECOMPILE_FIX, one_line
 from gate.results.findings import Finding, group
@@ -63,6 +64,7 @@ class AnnotationKind(enum.IntEnum):
     CHECK = 2
     RECOMPILE = 3
     COMPARISON = 4  # slower than the base or the baseline, a changed result, a broken base
+    COMMUNICATION = 5  # a new collective (at its line), communicated bytes, an unused donation
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,26 @@ def region_annotations(region: RegionResult) -> list[Annotation]:
         )
         for label, text in failing_comparisons(region)
     )
+    found.extend(_communication_annotations(region))
     return found
+
+
+def _communication_annotations(region: RegionResult) -> list[Annotation]:
+    """Each failing new collective at its own line; the rest at the region's policy line."""
+    return [
+        Annotation(
+            AnnotationKind.COMMUNICATION,
+            region.classname,
+            f.location.path if f.location is not None else region.policy_path,
+            f.location.line if f.location is not None else region.policy_line,
+            f.what,
+            f.text,
+            fix=f.fix,
+            source=f.source or "",
+        )
+        for f in acted_on(region)
+        if f.failing
+    ]
 
 
 def _base_error_details(region: RegionResult) -> str:

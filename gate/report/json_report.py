@@ -16,6 +16,11 @@ from typing import Any
 
 from gate import __version__
 from gate.files import write_text_atomically
+from gate.report.json_collectives import (
+    comm_comparison_document,
+    communication_document,
+    donations_document,
+)
 from gate.results.cause import cause_of
 from gate.results.comparison import BaseComparison, ResultStatus, TimingComparison
 from gate.results.costs import CostComparison, StepCost
@@ -186,6 +191,7 @@ def base_document(base: BaseComparison | None) -> dict[str, Any] | None:
         # The callables the base ran from its own policy, the head's having been renamed.
         "renamed": [{"role": r.role, "base": r.base, "head": r.head} for r in base.renamed],
         "cost": cost_comparison_document(base.cost),
+        "collectives": comm_comparison_document(base.comm),
         "first_call_s": {"base": base.base_first_call_s, "head": base.head_first_call_s},
     }
 
@@ -215,6 +221,8 @@ def cost_document(cost: StepCost | None) -> dict[str, Any] | None:
             }
             for p in cost.peak_memory
         ],
+        # The programs' collectives (`gate.report.json_collectives`); null when not read.
+        "communication": communication_document(cost.comm),
     }
 
 
@@ -281,6 +289,8 @@ def region_document(region: RegionResult, prints: Mapping[Finding, str]) -> dict
         "base": base_document(region.base),
         "timing_vs_baseline": timing_document(region.timing_vs_baseline),
         "cost_vs_baseline": cost_comparison_document(region.cost_vs_baseline),
+        "collectives_vs_baseline": comm_comparison_document(region.comm_vs_baseline),
+        "donations": donations_document(region.donations),
         "checks": [
             {"name": c.name.value, "passed": c.passed, "detail": c.detail} for c in region.checks
         ],

@@ -31,6 +31,7 @@ from junit_xml import TestCase, TestSuite, to_xml_report_string
 from gate.files import write_bytes_atomically
 from gate.policy.levels import Direction
 from gate.report.junit_cases import Case, region_cases
+from gate.report.junit_collectives import communication_cases, communication_properties
 from gate.report.junit_comparison import comparison_cases, comparison_properties
 from gate.report.terminal import one_line
 from gate.results.records import RunResult, SuiteResult
@@ -95,7 +96,14 @@ def render_junit(run: RunResult) -> str:
     must not reach CI as a passing report.
     """
     planned = [
-        (suite, [case for r in suite.regions for case in (*region_cases(r), *comparison_cases(r))])
+        (
+            suite,
+            [
+                case
+                for r in suite.regions
+                for case in (*region_cases(r), *comparison_cases(r), *communication_cases(r))
+            ],
+        )
         for suite in run.suites
     ]
     suites = [
@@ -208,6 +216,7 @@ def _properties(suite: SuiteResult) -> dict[str, str]:
             properties[key + "total_s"] = repr(cost.total_s)
             properties[key + "per_step_s"] = repr(cost.per_step_s)
         properties.update(comparison_properties(region))
+        properties.update(communication_properties(region))
     return {_attribute(k): _attribute(v) for k, v in properties.items()}
 
 

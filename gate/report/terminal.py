@@ -7,6 +7,7 @@ same thing in the same words.
 
 from __future__ import annotations
 
+from gate.report.communication_text import CommFinding, acted_on
 from gate.report.comparison_text import comparison_lines, failing_comparisons
 from gate.results.findings import Finding, group
 from gate.results.hints import hint_for, hint_for_error
@@ -139,7 +140,7 @@ def format_summary(
     findings = [
         line
         for region in regions
-        if not region.passed or region.notes or region.recompiles
+        if not region.passed or region.notes or region.recompiles or acted_on(region)
         for line in _findings(region)
     ]
     if verbose:
@@ -239,10 +240,28 @@ def _region_line(region: RegionResult, width: int, color: bool) -> str:
         columns.append(f"median {format_duration(region.timing.median_s)}")
     if region.cost is not None and region.cost.headline():
         columns.append(region.cost.headline())  # XLA's count: exact where the median is not
+    columns.extend(_comm_columns(region))
     if region.boundaries:
         per_step = sum(b.per_step_s for b in region.boundaries)
         columns.append(f"boundaries {format_duration(per_step)}/step")
     return f"{head}  " + "  ".join(columns)
+
+
+def _comm_columns(region: RegionResult) -> list[str]:
+    """``comm 41.5 kB/step`` (per device), and the donations no output reuses."""
+    columns = []
+    comm = region.cost.comm if region.cost is not None else None
+    if comm is not None and comm.headline():
+        columns.append(comm.headline())
+    if region.donations:
+        unused = counted(len(region.donations), "unused donation")
+        columns.append(unused + ("" if region.donations_failed else " (warn)"))
+    return columns
+
+
+def _comm_line(finding: CommFinding, policy: str) -> str:
+    source = f"   {finding.source}" if finding.source else ""
+    return f"{finding.line(policy)}{source}"
 
 
 def _passing_findings(region: RegionResult) -> list[str]:
@@ -299,6 +318,7 @@ def _failing_lines(region: RegionResult) -> list[str]:
         *(_transfer_line(f, region) for f in group(region.transfers) if f.failing),
         *(_recompile_line(r, region) for r in region.recompiles if r.failing),
         *(_check_line(c, policy) for c in region.checks if not c.passed),
+        *(_comm_line(f, policy) for f in acted_on(region) if f.failing),
         *(f"{policy}: {label}: {text}" for label, text in failing_comparisons(region)),
     ]
 
@@ -338,6 +358,9 @@ def _findings(region: RegionResult, *, comparisons: bool = True) -> list[str]:
     lines.extend(f"  {_recompile_line(recompile, region)}" for recompile in region.recompiles)
     if region.recompiles:
         lines.append(f"  fix: {RECOMPILE_FIX}")
+    comm = acted_on(region)
+    lines.extend(f"  {_comm_line(finding, policy)}" for finding in comm)
+    lines.extend(f"  fix: {fix}" for fix in dict.fromkeys(f.fix for f in comm if f.fix))
     lines.extend(f"  note: {note}" for note in region.notes)
     lines.extend(f"  {_check_line(c, policy)}" for c in region.checks if not c.passed)
     if comparisons:

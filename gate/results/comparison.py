@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from gate.results.collective_changes import CommComparison
 from gate.results.costs import CostComparison
 from gate.results.records import RegionError
 
@@ -196,6 +197,7 @@ class BaseComparison:
     base_first_call_s: float | None = None
     head_first_call_s: float | None = None
     cost: CostComparison | None = None  # XLA's figures, base vs head (`compare_costs`)
+    comm: CommComparison | None = None  # the collectives, base vs head
     # What the base ran from its own policy instead of the head's names (a rename); () when
     # it ran the head's policy as it is.
     renamed: tuple[Renamed, ...] = ()
@@ -209,6 +211,7 @@ class BaseComparison:
             any(t is not None and t.failing for t in timings)
             or (self.results is not None and self.results.failing)
             or (self.cost is not None and self.cost.failing)
+            or (self.comm is not None and self.comm.failing)
         )
 
 

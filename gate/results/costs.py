@@ -23,6 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from gate.policy.model import CostRule
+from gate.results.collectives import (
+    Communication,
+    communication_from_json,
+    communication_to_json,
+)
+from gate.results.donations import UnusedDonation
 
 WORK = ("flops", "bytes_accessed", "transcendentals")
 MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
@@ -79,6 +85,10 @@ class StepCost:
     # never zeros: `measured` is False and `functions` is empty.
     note: str = ""
     measured: bool = True
+    # What the programs' text says (`gate.witness.programs`): every collective, and each
+    # donated argument no output reuses. None: not read (the cost was not measured).
+    comm: Communication | None = None
+    donations: tuple[UnusedDonation, ...] | None = None
 
     def total(self, metric: str) -> float | None:
         return dict(self.totals).get(metric)
@@ -93,6 +103,8 @@ def step_cost(
     functions: tuple[FunctionCost, ...],
     peak_memory: tuple[DevicePeak, ...] | None,
     note: str = "",
+    comm: Communication | None = None,
+    donations: tuple[UnusedDonation, ...] | None = None,
 ) -> StepCost:
     """The step's record, its totals summed from its functions' figures."""
     totals = []
@@ -101,20 +113,26 @@ def step_cost(
         if given:
             totals.append((metric, float(sum(given))))
     ordered = tuple(sorted(functions, key=lambda fn: fn.name))
-    return StepCost(ordered, tuple(totals), peak_memory, note)
+    return StepCost(ordered, tuple(totals), peak_memory, note, comm=comm, donations=donations)
 
 
 def cost_to_json(cost: StepCost) -> dict[str, Any]:
     """What the baseline file keeps of a measured step cost: the exact figures, no peak memory.
 
     The device's memory peak depends on what ran before in the worker, so only
-    XLA's own figures, which are the same on every run, are stored.
+    XLA's own figures, which are the same on every run, are stored; and the collectives,
+    read from the same programs (a file from before them has none, and reads back so).
     """
     return {
         "functions": [
             {"name": fn.name, "runs": fn.runs, "programs": fn.programs, "figures": dict(fn.figures)}
             for fn in cost.functions
         ],
+        **(
+            {"collectives": communication_to_json(cost.comm)}
+            if cost.comm is not None and cost.comm.measured
+            else {}
+        ),
     }
 
 
@@ -135,7 +153,9 @@ def cost_from_json(node: object) -> StepCost:
                 figures=tuple((m, float(figures[m])) for m in METRICS if m in figures),
             )
         )
-    return step_cost(tuple(functions), None)
+    collectives = node.get("collectives")
+    comm = None if collectives is None else communication_from_json(collectives)
+    return step_cost(tuple(functions), None, comm=comm)
 
 
 def not_measured(note: str, peak_memory: tuple[DevicePeak, ...] | None = None) -> StepCost:

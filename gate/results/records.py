@@ -13,8 +13,10 @@ from gate.policy.levels import Direction, GuardSpec
 from gate.results.placement import Placement
 
 if TYPE_CHECKING:  # comparison.py imports this module's records
+    from gate.results.collective_changes import CommComparison
     from gate.results.comparison import BaseComparison, TimingComparison
     from gate.results.costs import CostComparison, StepCost
+    from gate.results.donations import UnusedDonation
 
 
 class Phase(enum.Enum):
@@ -326,6 +328,10 @@ class RegionResult:
     cost_vs_baseline: CostComparison | None = None
     # XLA's accounting of the step's compiled programs (`gate.results.costs`); None: not run.
     cost: StepCost | None = None
+    # The step's collectives against those ``transfer-gate baseline`` stored; None: not compared.
+    comm_vs_baseline: CommComparison | None = None
+    # Donated arguments no output reuses (`gate.results.donations`), judged by ``donation:``.
+    donations: tuple[UnusedDonation, ...] = ()
 
     @property
     def classname(self) -> str:
@@ -348,12 +354,18 @@ class RegionResult:
         return any(not c.passed for c in self.checks)
 
     @property
+    def donations_failed(self) -> bool:
+        return any(d.failing for d in self.donations)
+
+    @property
     def comparison_failed(self) -> bool:
-        """Slower than the base or the baseline, a result or a cost beyond it, a base that broke."""
+        """Slower than the base or the baseline, a result, a cost or a collective beyond it,
+        a base that broke."""
         return (
             (self.base is not None and self.base.failing)
             or (self.timing_vs_baseline is not None and self.timing_vs_baseline.failing)
             or (self.cost_vs_baseline is not None and self.cost_vs_baseline.failing)
+            or (self.comm_vs_baseline is not None and self.comm_vs_baseline.failing)
         )
 
     @property
@@ -363,6 +375,7 @@ class RegionResult:
             and not self.transfers_failed
             and not self.checks_failed
             and not self.recompiles_failed
+            and not self.donations_failed
             and not self.comparison_failed
         )
 

@@ -10,8 +10,10 @@ version, never zeros.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
+from gate.jaxhooks.donation_warnings import WarnedDonation
 from gate.jaxhooks.executables import (
     Executed,
     cost_analysis,
@@ -19,7 +21,10 @@ from gate.jaxhooks.executables import (
     memory_analysis,
 )
 from gate.jaxhooks.internals import InternalMissing, jax_version
+from gate.results.collectives import Communication
 from gate.results.costs import DevicePeak, FunctionCost, StepCost, not_measured, step_cost
+from gate.user_code import UserCode
+from gate.witness.programs import read_programs
 
 # XLA's keys, as `cost_analysis()` and `get_compiled_memory_stats()` spell them.
 _WORK_KEYS = (
@@ -39,11 +44,20 @@ T = TypeVar("T")
 Marks = dict[str, tuple[int, int]]  # device -> (bytes_in_use, peak_bytes_in_use)
 
 
-def measure_step(prepare: Callable[[], T], run_step: Callable[[T], object]) -> StepCost:
+def measure_step(
+    prepare: Callable[[], T],
+    run_step: Callable[[T], object],
+    *,
+    user: UserCode | None = None,
+    warned: Sequence[WarnedDonation] = (),
+) -> StepCost:
     """Run ``run_step(prepare())`` once, every execution of the step seen, and what it cost.
 
     Only the step is seen: ``prepare`` (setup) runs before the hook is in.
-    Whatever either raises propagates (the hook is put back first).
+    Whatever either raises propagates (the hook is put back first). The programs' text
+    gives their collectives and unused donations (`gate.witness.programs`), whose lines are
+    named after ``user``'s files; ``warned`` are the donations JAX dropped when it lowered
+    them (`gate.jaxhooks.donation_warnings`).
     """
     import jax
 
@@ -59,8 +73,11 @@ def measure_step(prepare: Callable[[], T], run_step: Callable[[T], object]) -> S
     peaks = device_peaks(before, memory_marks(devices))
     executed = log.executed()
     if not executed:
-        return step_cost((), peaks, "the step ran no compiled program")
-    return step_cost(function_costs(executed), peaks)
+        return step_cost(
+            (), peaks, "the step ran no compiled program", comm=Communication(), donations=()
+        )
+    comm, donations = read_programs(executed, user or UserCode(Path.cwd()), warned)
+    return step_cost(function_costs(executed), peaks, comm=comm, donations=donations)
 
 
 def function_costs(executed: Sequence[Executed]) -> tuple[FunctionCost, ...]:

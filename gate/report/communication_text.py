@@ -1,0 +1,124 @@
+"""How a region's collectives and donations read, in every report.
+
+The terminal, the JUnit report and GitHub take their words from here, so
+``model.py:42: new all-gather f32[64,128] over 'data', 32.8 kB/step/device (base: none)``
+is the same line in each. A new collective is reported at its own source line (that is
+where the spec that made it is); what belongs to no line (the step's bytes beyond
+``cost.max_increase``, a check that could not be made, an unused donation) at the
+region's policy line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gate.results.collective_changes import NEW, CollectiveChange, CommComparison
+from gate.results.donations import DONATION_FIX, UnusedDonation
+from gate.results.records import RegionResult, SourceLocation
+
+COLLECTIVE_FIX = (
+    "a collective the base does not run comes from a sharding that changed: check the "
+    "PartitionSpecs (in_shardings, out_shardings, with_sharding_constraint, the arrays' "
+    "own) of the arrays at that line; if it is meant, accept it with `collectives: warn` "
+    "or record it with `transfer-gate baseline`"
+)
+
+
+def comm_comparisons(region: RegionResult) -> list[CommComparison]:
+    """The region's collective comparisons: against the base, then the stored baseline."""
+    found = [region.base.comm] if region.base is not None and region.base.comm else []
+    return found + ([region.comm_vs_baseline] if region.comm_vs_baseline is not None else [])
+
+
+def comm_label(comm: CommComparison) -> str:
+    return f"collectives vs {comm.against}"
+
+
+def shown(comm: CommComparison) -> bool:
+    """Listed under the region's row: something changed, or could not be compared."""
+    return bool(comm.changes) or not comm.compared or comm.bytes_line() != ""
+
+
+@dataclass(frozen=True)
+class CommFinding:
+    """One line a reader acts on: a new collective, bytes beyond the bound, an unused donation."""
+
+    what: str  # "new collective", "collectives" (a comparison's bytes or gap), "unused donation"
+    location: SourceLocation | None  # the collective's line; None: the region's policy line
+    text: str  # without the place
+    failing: bool
+    source: str | None = None  # the line's text
+    fix: str = ""
+
+    def line(self, policy: str) -> str:
+        where = str(self.location) if self.location is not None else policy
+        return f"{where}: {self.text}"
+
+
+def comm_findings(region: RegionResult) -> list[CommFinding]:
+    """What to act on in the region's collectives and donations, failing ones first."""
+    found = []
+    for comm in comm_comparisons(region):
+        if comm.unchecked is not None or comm.bytes_failing:
+            text = f"{comm_label(comm)}: {comm.headline()}"
+            found.append(CommFinding("collectives", None, text, True))
+        found.extend(_change(change) for change in comm.changes if change.change == NEW)
+    found.extend(_donation(d) for d in region.donations)
+    return sorted(found, key=lambda f: not f.failing)
+
+
+def _change(change: CollectiveChange) -> CommFinding:
+    prefix = "" if change.failing else "warning (collectives: warn): " if change.warning else ""
+    return CommFinding(
+        "new collective",
+        change.location,
+        prefix + change.text(),
+        change.failing,
+        change.source,
+        COLLECTIVE_FIX if change.failing or change.warning else "",
+    )
+
+
+def _donation(donation: UnusedDonation) -> CommFinding:
+    prefix = "" if donation.failing else "warning (donation: warn): "
+    text = prefix + donation.text()
+    return CommFinding("unused donation", None, text, donation.failing, fix=DONATION_FIX)
+
+
+def acted_on(region: RegionResult) -> list[CommFinding]:
+    """The findings a reader must see: failing ones, and warnings (new under ``warn``)."""
+    return [f for f in comm_findings(region) if f.failing or f.fix]
+
+
+def failure_reasons(region: RegionResult) -> list[str]:
+    """``new collective``, ``collectives``, ``unused donation``: why the region failed."""
+    return list(dict.fromkeys(f.what for f in acted_on(region) if f.failing))
+
+
+def cost_columns(region: RegionResult) -> list[str]:
+    """``603 kFLOP/step``, ``comm 41.5 kB/step``: the step's cost as a row shows it."""
+    cost = region.cost
+    if cost is None:
+        return []
+    found = [cost.headline()] if cost.headline() else []
+    return found + ([cost.comm.headline()] if cost.comm and cost.comm.headline() else [])
+
+
+def inventory_lines(region: RegionResult) -> list[str]:
+    """Every collective the head's step runs, per step: for a report body."""
+    comm = region.cost.comm if region.cost is not None else None
+    if comm is None:
+        return []
+    if not comm.measured:
+        return [f"Collectives: not read ({comm.note})"]
+    if not comm.collectives:
+        return ["Collectives: none"]
+    kinds = ", ".join(f"{kind} {runs}x" for kind, runs, _ in comm.by_kind())
+    lines = [f"Collectives per step: {kinds}; {comm.headline()} per device"]
+    for c in comm.collectives:
+        where = f"{c.location}: " if c.location is not None else ""
+        runs = f", {c.runs}x per step" if c.runs != 1 else ""
+        lines.append(f"- {where}{c.function}: {c.describe()}, {c.bytes} B/device{runs}")
+    if comm.note:
+        lines.append(f"  ({comm.note})")
+    return lines

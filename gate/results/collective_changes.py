@@ -1,0 +1,235 @@
+"""Head's collectives against the base's (or the stored baseline's): new, grown, gone.
+
+Collectives are matched by `Collective.identity` (kind, axes, program, the line's file and
+text); each side's collectives of one identity are taken together. A collective the other
+side does not run is new (what ``collectives:`` judges), one whose executions or bytes per
+step rose grew, one the head no longer runs is gone. ``cost.max_increase`` bounds the
+step's communicated bytes as it bounds its other cost totals. Nothing here is noisy: the
+figures come from the compiled programs, so every difference is real.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gate.policy.model import CollectiveRule
+from gate.results.collectives import CollectiveGroup, Communication, bytes_text, grouped
+from gate.results.records import SourceLocation
+
+NEW, GROWN, SHRUNK, CHANGED, GONE = "new", "grown", "shrunk", "changed", "gone"
+
+
+@dataclass(frozen=True)
+class CollectiveChange:
+    """One identity whose collectives differ between the two sides."""
+
+    # NEW (none on the other side, or more of them there), GROWN, SHRUNK, CHANGED (same
+    # bytes and runs, another buffer) or GONE
+    change: str
+    base: CollectiveGroup | None  # None: NEW where the other side has none
+    head: CollectiveGroup | None  # None: GONE
+    against: str  # "base" or "baseline"
+    failing: bool = False  # NEW under ``collectives: fail``
+    warning: bool = False  # NEW under ``collectives: warn``
+
+    @property
+    def location(self) -> SourceLocation | None:
+        side = self.head if self.head is not None else self.base
+        assert side is not None
+        return side.sample.location
+
+    @property
+    def source(self) -> str | None:
+        side = self.head if self.head is not None else self.base
+        assert side is not None
+        return side.sample.source
+
+    def text(self) -> str:
+        """``new all-gather f32[64,128] over 'data', 32.8 kB/step/device (base: none)``."""
+        head, base, other = self.head, self.base, self.against
+        if self.change == NEW and base is not None:  # more of them at the same place
+            assert head is not None
+            return (
+                f"new {head.sample.kind} at this line: {head.count} where the {other} has "
+                f"{base.count} ({head.text()}), {_per_step(head)}/step/device "
+                f"({other}: {_per_step(base)})"
+            )
+        if self.change == NEW:
+            assert head is not None
+            return f"new {head.text()}, {_per_step(head)}/step/device{_runs(head)} ({other}: none)"
+        if self.change == GONE:
+            assert base is not None
+            return f"{base.text()} no longer runs ({other}: {_per_step(base)}/step/device)"
+        assert head is not None
+        assert base is not None
+        return (
+            f"{head.text()} {self.change}: {_per_step(base)} → {_per_step(head)}/step/device"
+            f"{_runs_change(base, head)} ({other}: {base.text()})"
+        )
+
+    def line(self, fallback: str) -> str:
+        """``model.py:42: new all-gather ...``; ``fallback`` (the policy line) without a line."""
+        where = str(self.location) if self.location is not None else fallback
+        prefix = "warning (collectives: warn): " if self.warning else ""
+        return f"{where}: {prefix}{self.text()}"
+
+
+def _per_step(group: CollectiveGroup) -> str:
+    return bytes_text(group.bytes_per_step)
+
+
+def _runs(group: CollectiveGroup) -> str:
+    return f", {group.runs}x per step" if group.runs != group.count else ""
+
+
+def _runs_change(base: CollectiveGroup, head: CollectiveGroup) -> str:
+    return f", {base.runs}x → {head.runs}x per step" if base.runs != head.runs else ""
+
+
+@dataclass(frozen=True)
+class CommComparison:
+    """Head's communication against the base's (or the stored baseline's)."""
+
+    against: str  # "base" or "baseline"
+    changes: tuple[CollectiveChange, ...]  # new first, then grown, changed, shrunk, gone
+    rule: CollectiveRule
+    max_increase: float | None  # ``cost.max_increase``: also bounds the bytes per step
+    base_bytes: int | None = None  # communicated bytes per device per step; None: not read
+    head_bytes: int | None = None
+    compared: bool = True  # False: a side's collectives could not be read; ``note`` says why
+    note: str = ""
+
+    @property
+    def bytes_failing(self) -> bool:
+        """The step's bytes beyond ``max_increase`` times the other side's (growth from 0 too)."""
+        if self.max_increase is None or self.base_bytes is None or self.head_bytes is None:
+            return False
+        return self.head_bytes > self.base_bytes * self.max_increase
+
+    @property
+    def unchecked(self) -> str | None:
+        """Why a declared check could not be made: a side without an inventory under
+        ``collectives: fail`` or a ``cost.max_increase``. A pass would claim it, so it fails."""
+        if self.compared:
+            return None
+        if self.rule is CollectiveRule.FAIL or self.max_increase is not None:
+            return self.note
+        return None
+
+    @property
+    def failing(self) -> bool:
+        return (
+            self.unchecked is not None or self.bytes_failing or any(c.failing for c in self.changes)
+        )
+
+    @property
+    def new(self) -> tuple[CollectiveChange, ...]:
+        return tuple(c for c in self.changes if c.change == NEW)
+
+    def bytes_line(self) -> str:
+        """``comm 8.19 kB → 41 kB/step/device (5.00x)``; "" when equal or not read."""
+        base, head = self.base_bytes, self.head_bytes
+        if base is None or head is None or base == head:
+            return ""
+        ratio = f" ({head / base:.2f}x)" if base else ""
+        lead = (
+            f"comm beyond {self.max_increase:g}x the {self.against}"
+            if self.bytes_failing and self.max_increase is not None
+            else "comm"
+        )
+        return f"{lead}: {bytes_text(base)} → {bytes_text(head)}/step/device{ratio}"
+
+    def headline(self, most: int = 3) -> str:
+        """One line: what fails first, then what else changed."""
+        if self.unchecked is not None:
+            why = (
+                "collectives: fail"
+                if self.rule is CollectiveRule.FAIL
+                else f"cost.max_increase {self.max_increase:g}x"
+            )
+            return (
+                f"collectives not checked against the {self.against}: {self.unchecked}, "
+                f"so {why} cannot hold"
+            )
+        if not self.compared:
+            return f"collectives not compared: {self.note}"
+        parts = [self.bytes_line()] if self.bytes_failing else []
+        shown = list(self.changes)
+        parts.extend(c.text() for c in shown[:most])
+        if len(shown) > most:
+            parts.append(f"+{len(shown) - most} more")
+        if not self.bytes_failing and self.bytes_line():
+            parts.append(self.bytes_line())
+        if not parts:
+            return f"collectives unchanged against the {self.against}"
+        return "; ".join(parts)
+
+
+_ORDER = {NEW: 0, GROWN: 1, CHANGED: 2, SHRUNK: 3, GONE: 4}
+
+
+def compare_communication(
+    base: Communication | None,
+    head: Communication | None,
+    rule: CollectiveRule,
+    max_increase: float | None,
+    *,
+    against: str = "base",
+    missing: str = "",
+) -> CommComparison:
+    """Every identity whose collectives differ; a new one fails under ``collectives: fail``.
+
+    ``missing`` says why a side that is None has no inventory (its cost run did not
+    happen, a baseline recorded before inventories were). A head that runs no collective
+    needs no other side: nothing of it can be new, and its bytes (0) pass any bound.
+    """
+    base_unread = base is None or not base.measured
+    if head is not None and head.measured and not head.collectives and base_unread:
+        return CommComparison(against, (), rule, max_increase, head_bytes=0)
+    for side, comm in ((against, base), ("head", head)):
+        if comm is None or not comm.measured:
+            why = comm.note if comm is not None else missing or "its cost run did not happen"
+            note = f"{side}: {why}"
+            return CommComparison(against, (), rule, max_increase, compared=False, note=note)
+    assert base is not None
+    assert head is not None
+    old, new = grouped(base.collectives), grouped(head.collectives)
+    changes = []
+    for key, group in new.items():
+        was = old.get(key)
+        # None there, or more of them at the same place (a second psum on the line): new.
+        if was is None or group.count > was.count:
+            changes.append(
+                CollectiveChange(
+                    NEW,
+                    was,
+                    group,
+                    against,
+                    failing=rule is CollectiveRule.FAIL,
+                    warning=rule is CollectiveRule.WARN,
+                )
+            )
+            continue
+        change = _change(was, group)
+        if change is not None:
+            changes.append(CollectiveChange(change, was, group, against))
+    changes.extend(CollectiveChange(GONE, g, None, against) for k, g in old.items() if k not in new)
+    changes.sort(key=lambda c: _ORDER[c.change])
+    return CommComparison(
+        against,
+        tuple(changes),
+        rule,
+        max_increase,
+        base_bytes=base.bytes_per_step,
+        head_bytes=head.bytes_per_step,
+    )
+
+
+def _change(base: CollectiveGroup, head: CollectiveGroup) -> str | None:
+    if (head.bytes_per_step, head.runs) == (base.bytes_per_step, base.runs):
+        return None if head.buffers == base.buffers else CHANGED
+    if head.bytes_per_step >= base.bytes_per_step and head.runs >= base.runs:
+        return GROWN
+    if head.bytes_per_step <= base.bytes_per_step and head.runs <= base.runs:
+        return SHRUNK
+    return CHANGED

@@ -1,0 +1,48 @@
+"""Donated arguments the step's programs could not reuse: the memory a donation was meant to save.
+
+``jax.jit(f, donate_argnums=...)`` lets XLA write an output into an argument's buffer. When
+no output fits (another dtype or shape, an output sharding left to XLA), the donation is
+silently dropped and the step holds both buffers. Two witnesses, each blind where the other
+sees (`gate.witness.donations`): JAX's lowering drops a donation it can match to no output,
+with a warning it gives once; XLA's compiled program lists each donation it received but did
+not alias (``buffer_donor``), which JAX never warns about (a same-size dtype change, any
+program on several devices without ``out_shardings``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+XLA = "xla"  # the compiled program's header: donated (buffer_donor), not aliased
+JAX = "jax"  # JAX's lowering: "Some donated buffers were not usable"
+
+_WHY = {
+    XLA: "XLA received it but aliased no output to it",
+    JAX: "JAX found no output of its shape and dtype and dropped it",
+}
+
+
+@dataclass(frozen=True)
+class UnusedDonation:
+    """One donated argument of one program that no output reuses."""
+
+    function: str  # the program, ``jit(train_step)``; "" when JAX did not say which
+    argument: str | None  # its pytree path, ``params['w']``; None when JAX did not say
+    aval: str  # ``float32[8,16]``: per device when the program spans several
+    seen_by: str  # XLA or JAX
+    per_device: bool = False  # the program spans several devices: `aval` is one device's
+    failing: bool = False  # ``donation: fail``
+
+    def text(self) -> str:
+        """``jit(step): donated argument 'x' float32[8,16] is not reused (XLA received ...)``."""
+        what = f"'{self.argument}' " if self.argument else ""
+        shape = f"{self.aval} per device" if self.per_device else self.aval
+        where = f"{self.function}: " if self.function else ""
+        return f"{where}donated argument {what}{shape} is not reused ({_WHY[self.seen_by]})"
+
+
+DONATION_FIX = (
+    "make the output that should reuse the buffer match the donated argument's shape and "
+    "dtype (cast back before returning it), give a sharded jit out_shardings, or stop "
+    "donating the argument"
+)
