@@ -18,7 +18,7 @@ from types import TracebackType
 
 from gate import PACKAGE_DIR
 from gate.jaxhooks.interpose import is_trampoline_frame
-from gate.results.records import SourceLocation
+from gate.results.source import SourceLocation
 
 _GATE_DIR = str(Path(PACKAGE_DIR).resolve()) + os.sep
 _STDLIB_DIRS = tuple(

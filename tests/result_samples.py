@@ -18,20 +18,19 @@ from cli_helpers import FAST_DEFAULTS
 
 from gate.policy.levels import Direction, GuardLevel, GuardSpec
 from gate.policy.model import CallableRef, Checks, Policy, Region
+from gate.results.errors import ErrorKind, RegionError
 from gate.results.records import (
     BoundaryCost,
     CheckName,
     CheckOutcome,
-    ErrorKind,
     Phase,
-    RegionError,
     RegionResult,
     RunResult,
-    SourceLocation,
     SuiteResult,
     TimingStats,
     Transfer,
 )
+from gate.results.source import SourceLocation
 
 # --- policy records, for tests that drive the region engine in-process -------------------------
 

@@ -19,7 +19,8 @@ from gate.region.donations import judge_donations
 from gate.results.collective_changes import GONE, GROWN, NEW, compare_communication
 from gate.results.collectives import Collective, Communication, bytes_text, not_read
 from gate.results.costs import FunctionCost, cost_from_json, cost_to_json, step_cost
-from gate.results.records import ErrorKind, SourceLocation
+from gate.results.errors import ErrorKind
+from gate.results.source import SourceLocation
 from gate.user_code import UserCode
 from gate.witness.collectives import multiplicities, program_collectives
 from gate.witness.donations import header_donations

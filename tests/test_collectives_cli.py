@@ -363,7 +363,7 @@ def test_programs_that_cannot_be_read_make_donation_fail_an_error_and_warn_a_not
 
     import gate.witness.programs
     from gate import check_region
-    from gate.results.records import ErrorKind
+    from gate.results.errors import ErrorKind
 
     # As on a jaxlib whose executables hide their text: nobody sees what XLA aliased.
     blind = "the executable has no hlo_modules() and no get_hlo_text()"

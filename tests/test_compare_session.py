@@ -23,7 +23,8 @@ from gate.policy.load import load_policy
 from gate.policy.model import Checks, Policy
 from gate.region.errors import RegionAbort
 from gate.results.comparison import ResultStatus, StepOutputs
-from gate.results.records import ErrorKind, RegionError, RegionResult, TimingStats
+from gate.results.errors import ErrorKind, RegionError
+from gate.results.records import RegionResult, TimingStats
 
 STEPS = """
 import os

@@ -140,3 +140,32 @@ def test_the_development_page_lists_every_module() -> None:
         and f"`{p.relative_to(GATE.parent)}`" not in text
     ]
     assert missing == []
+
+
+def _records() -> list[tuple[str, type]]:
+    """Every public dataclass defined in `gate.results`, by module and name."""
+    import dataclasses
+    import importlib
+    import inspect
+
+    found = []
+    for path in sorted((GATE / "results").glob("*.py")):
+        module = importlib.import_module(f"gate.results.{path.stem}")
+        for name, value in vars(module).items():
+            if (
+                inspect.isclass(value)
+                and dataclasses.is_dataclass(value)
+                and value.__module__ == module.__name__
+                and not name.startswith("_")
+            ):
+                found.append((f"{path.stem}.{name}", value))
+    return found
+
+
+@pytest.mark.parametrize(("name", "record"), _records(), ids=[n for n, _ in _records()])
+def test_every_record_resolves_its_annotations_at_run_time(name: str, record: type) -> None:
+    # A cycle hidden behind TYPE_CHECKING leaves a name that only a type checker sees: then
+    # typing.get_type_hints (and every tool built on it) fails with NameError here.
+    import typing
+
+    assert typing.get_type_hints(record)

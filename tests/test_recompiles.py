@@ -18,7 +18,7 @@ from gate.jaxhooks.compiles import (
     compile_events_arrive,
     watching_compiles,
 )
-from gate.results.records import SourceLocation
+from gate.results.source import SourceLocation
 from gate.user_code import UserCode
 from gate.witness.recompiles import attribute, explain
 

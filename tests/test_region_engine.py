@@ -13,7 +13,8 @@ from result_samples import callable_ref, one_region_policy
 
 from gate.policy.levels import Direction
 from gate.region.engine import run_region
-from gate.results.records import CoverageJudge, RegionResult, SourceLocation
+from gate.results.records import CoverageJudge, RegionResult
+from gate.results.source import SourceLocation
 
 STEPS = """
 import jax

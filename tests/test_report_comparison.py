@@ -36,7 +36,9 @@ from gate.results.comparison import (
     TimingComparison,
     TimingVerdict,
 )
-from gate.results.records import ErrorKind, RegionError, RegionResult, RunResult, SourceLocation
+from gate.results.errors import ErrorKind, RegionError
+from gate.results.records import RegionResult, RunResult
+from gate.results.source import SourceLocation
 
 REF = "HEAD~1 (1a2b3c4)"
 BASE_SAMPLES = tuple(412e-6 + i * 1e-6 for i in range(-20, 20))

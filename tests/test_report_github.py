@@ -36,13 +36,12 @@ from gate.report.github_annotations import (
 )
 from gate.results.comparison import BaseComparison, BaseStatus
 from gate.results.costs import FunctionCost, StepCost, compare_costs, not_measured, step_cost
+from gate.results.errors import ErrorKind, RegionError
 from gate.results.records import (
     CheckName,
     CheckOutcome,
     CoverageJudge,
-    ErrorKind,
     Phase,
-    RegionError,
     RegionResult,
     RunResult,
     SuiteResult,

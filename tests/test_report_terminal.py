@@ -9,8 +9,9 @@ from result_samples import FAILED_CHECK, SETUP_ERROR, region, run_of, transfer
 
 from gate.policy.levels import Direction
 from gate.report.terminal import format_duration, format_summary
+from gate.results.errors import ErrorKind, RegionError
 from gate.results.hints import hint_for
-from gate.results.records import ErrorKind, Phase, RegionError, RunResult
+from gate.results.records import Phase, RunResult
 
 COUNT_LINE = re.compile(r"\d+ passed, \d+ failed")
 H2D_HINT_START = "put inputs on the device"

@@ -17,7 +17,8 @@ from gate.policy.levels import Direction
 from gate.policy.resolve import python_path
 from gate.region.callables import RegionCode, import_region
 from gate.region.region_run import RegionRun
-from gate.results.records import Phase, SourceLocation, Transfer
+from gate.results.records import Phase, Transfer
+from gate.results.source import SourceLocation
 from gate.user_code import UserCode
 
 STEP = """

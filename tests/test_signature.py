@@ -16,7 +16,7 @@ from result_samples import callable_ref, one_region_policy
 
 from gate.policy.model import Policy
 from gate.policy.signature import Misfit, annotation_problem, misfit, misfit_error, step_signature
-from gate.results.records import ErrorKind
+from gate.results.errors import ErrorKind
 
 
 def train(params: Any, x: Any, y: Any, lr: Any) -> Any:

@@ -30,7 +30,8 @@ from gate.results.baseline import (
     fingerprints_of,
     load_baseline_file,
 )
-from gate.results.records import CheckName, ErrorKind, RegionResult, RunResult, SuiteResult
+from gate.results.errors import ErrorKind
+from gate.results.records import CheckName, RegionResult, RunResult, SuiteResult
 from gate.results.refusals import unusable_base, unusable_baseline
 from gate.results.timing_baseline import StoredTiming
 

@@ -22,7 +22,8 @@ from gate.isolation.scheduler import Scheduler, usable_cpus
 from gate.plan import region_key
 from gate.policy.model import Policy, Region
 from gate.results.comparison import StepSamples, TimingComparison, TimingVerdict
-from gate.results.records import RegionError, RegionResult
+from gate.results.errors import RegionError
+from gate.results.records import RegionResult
 
 # A turn of a short step is several runs, filling about this long (`turn_runs`), at most
 # this many: each turn also costs a message to a worker and back, and setup for every run.

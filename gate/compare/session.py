@@ -47,14 +47,8 @@ from gate.results.comparison import (
     renamed_text,
 )
 from gate.results.costs import CostComparison, compare_costs, not_measured
-from gate.results.records import (
-    ErrorKind,
-    RegionError,
-    RegionResult,
-    RunResult,
-    SuiteResult,
-    gate_fault,
-)
+from gate.results.errors import ErrorKind, RegionError, gate_fault
+from gate.results.records import RegionResult, RunResult, SuiteResult
 
 # Each of the two workers' share of a GPU's memory, when nothing else says.
 MEMORY_FRACTION = "0.45"

@@ -12,7 +12,7 @@ import signal
 from collections.abc import Sequence
 
 from gate.isolation.worker_output import StackDump, split_output
-from gate.results.records import ErrorKind, RegionError
+from gate.results.errors import ErrorKind, RegionError
 from gate.user_code import UserCode
 
 # Lines of the worker's output shown in an error's body.

@@ -39,14 +39,8 @@ from gate.policy.model import Policy, Region
 from gate.region.cores import usable_cpus
 from gate.region.quiet import TIMING_LOCK
 from gate.results.comparison import StepOutputs, StepSamples
-from gate.results.records import (
-    ErrorKind,
-    RegionError,
-    RegionResult,
-    RunResult,
-    SuiteResult,
-    gate_fault,
-)
+from gate.results.errors import ErrorKind, RegionError, gate_fault
+from gate.results.records import RegionResult, RunResult, SuiteResult
 from gate.user_code import UserCode
 
 # Re-exported for other subsystems: mypy's strict mode accepts a re-export only when listed.

@@ -42,7 +42,8 @@ from gate.region.stages import Stage, listening
 if TYPE_CHECKING:  # the region engine is imported only when a region runs
     from gate.region.held import HeldRegion, Keep
 from gate.results.comparison import StepOutputs, StepSamples
-from gate.results.records import ErrorKind, RegionError, RegionResult, gate_fault
+from gate.results.errors import ErrorKind, RegionError, gate_fault
+from gate.results.records import RegionResult
 from gate.user_code import UserCode, frames_of
 
 # The parent sends this to a worker it is about to kill (timeout, cancelled

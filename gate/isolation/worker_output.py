@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from gate.isolation.watcher import BETWEEN_REGIONS, RunWatcher
 from gate.isolation.worker import END_OF_JOB
-from gate.results.records import SourceLocation
+from gate.results.source import SourceLocation
 from gate.user_code import UserCode
 
 _KEPT_LINES = 400  # per worker

@@ -184,9 +184,12 @@ def compile_events_arrive() -> str | None:
     import jax
     import numpy as np
 
+    # A new function each time: JAX's caches are per function object, so this one compiles
+    # (or hits the persistent cache) even in a process that probed before (gate.api, tests).
+    probe = jax.jit(lambda x: x * 2.0 + 1.0)
     try:
         with watching_compiles() as watch, watch.counting():
-            jax.block_until_ready(jax.jit(_probe)(np.float32(1.0)))
+            jax.block_until_ready(probe(np.float32(1.0)))
     except Exception as exc:  # a JAX without these listeners: nothing can be watched
         return f"JAX's compile events cannot be listened to ({type(exc).__name__}: {exc})"
     if not watch.events:
@@ -195,7 +198,3 @@ def compile_events_arrive() -> str | None:
             f"{CACHE_HIT_EVENT}, so no compilation can be seen"
         )
     return None
-
-
-def _probe(x: object) -> object:
-    return x * 2.0 + 1.0  # type: ignore[operator]

@@ -24,7 +24,7 @@ from typing import Any
 
 from gate.policy.model import CallableRef, Policy, Region
 from gate.policy.problems import Problem
-from gate.results.records import ErrorKind, RegionError
+from gate.results.errors import ErrorKind, RegionError
 
 _FIX = "make setup return what the step takes"
 _VAR = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)

@@ -20,8 +20,10 @@ from gate.files import write_bytes_atomically
 from gate.policy.model import Checks
 from gate.region.errors import RegionAbort
 from gate.results.dtypes import as_bits, from_bits, is_floating
+from gate.results.errors import ErrorKind, RegionError
 from gate.results.leaf_diff import Leaves, OtherLeaves, leaf_differences
-from gate.results.records import CheckName, CheckOutcome, ErrorKind, RegionError, SourceLocation
+from gate.results.records import CheckName, CheckOutcome
+from gate.results.source import SourceLocation
 from gate.wording import counted
 
 # The reference file's own entries beside the leaves (``arr_0``, ``arr_1``... as

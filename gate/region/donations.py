@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from gate.policy.model import DonationRule
 from gate.results.costs import StepCost
 from gate.results.donations import UnusedDonation
-from gate.results.records import ErrorKind, RegionError
+from gate.results.errors import ErrorKind, RegionError
 
 
 @dataclass(frozen=True)

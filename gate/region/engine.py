@@ -57,13 +57,8 @@ from gate.region.stages import Stage, announce
 from gate.region.threads import user_threads_alive
 from gate.region.timing import summarize
 from gate.region.verdict import Witnessing, coverage, notes, unchecked
-from gate.results.records import (
-    CheckOutcome,
-    ErrorKind,
-    Phase,
-    RegionError,
-    RegionResult,
-)
+from gate.results.errors import ErrorKind, RegionError
+from gate.results.records import CheckOutcome, Phase, RegionResult
 from gate.user_code import UserCode
 from gate.witness.callbacks import CallbackHookMissing, count_callbacks
 from gate.witness.transfer_map import capture_works

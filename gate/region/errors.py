@@ -13,7 +13,8 @@ from gate.policy.levels import Direction
 from gate.region.callables import RegionCode
 from gate.region.sharding_mismatch import describe_mismatch
 from gate.region.verdict import fails
-from gate.results.records import ErrorKind, Phase, RegionError, Transfer
+from gate.results.errors import ErrorKind, RegionError
+from gate.results.records import Phase, Transfer
 from gate.user_code import UserCode, frames_of, user_frames_text
 
 

@@ -28,7 +28,7 @@ from gate.region.inputs import Inputs, StepInputs
 from gate.region.outputs import host_leaves
 from gate.region.reference import time_reference, warm_reference
 from gate.results.comparison import StepOutputs, StepSamples
-from gate.results.records import ErrorKind
+from gate.results.errors import ErrorKind
 
 
 @dataclass

@@ -15,7 +15,7 @@ from gate.region.callables import RegionCode
 from gate.region.errors import RegionAbort, error_from
 from gate.region.fetch_watch import FetchWatch
 from gate.region.verdict import Verdict
-from gate.results.records import ErrorKind, RegionError
+from gate.results.errors import ErrorKind, RegionError
 from gate.witness.fetches import DetectorUnavailable
 from gate.witness.host_copies import array_leaves, host_copy_cached, reused_leaves
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from gate.region.errors import RegionAbort
 from gate.region.inputs import Inputs
+from gate.results.errors import ErrorKind, RegionError
 from gate.results.leaf_diff import Leaves
-from gate.results.records import ErrorKind, RegionError
 
 
 def call_step(step: Callable[..., Any], inputs: Inputs) -> Any:

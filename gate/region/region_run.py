@@ -34,11 +34,8 @@ from gate.region.outputs import call_step, check_outputs
 from gate.region.sightings import PhaseTally, between_runs
 from gate.region.threads import join_step_threads
 from gate.region.verdict import Verdict, site_transfer
-from gate.results.records import (
-    ErrorKind,
-    Phase,
-    Recompile,
-)
+from gate.results.errors import ErrorKind
+from gate.results.records import Phase, Recompile
 from gate.witness.arguments import CallPlan, is_jitted, plan_call
 from gate.witness.callbacks import CallbackLog, CallbackSite
 from gate.witness.fetches import FetchLog

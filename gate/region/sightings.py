@@ -23,7 +23,8 @@ from gate.region.descriptions import SightingMemory, line_runs
 from gate.region.thread_names import thread_label
 from gate.results.cause import HOST_CALLBACK_USE
 from gate.results.placement import Placement
-from gate.results.records import Site, SourceLocation
+from gate.results.records import Site
+from gate.results.source import SourceLocation
 from gate.witness.callbacks import CallbackSite
 from gate.witness.fetches import Fetch, FetchLog
 from gate.witness.observed import Observed

@@ -7,7 +7,8 @@ import time
 from collections.abc import Callable
 
 from gate.region.errors import RegionAbort
-from gate.results.records import ErrorKind, RegionError, SourceLocation
+from gate.results.errors import ErrorKind, RegionError
+from gate.results.source import SourceLocation
 
 # How long threads the step started may run on after it returned, while the
 # map still watches them.

@@ -10,14 +10,8 @@ from gate.policy.levels import Direction, GuardSpec
 from gate.policy.model import RecompileRule, Region
 from gate.region.callables import RegionCode
 from gate.region.sightings import Sighting
-from gate.results.records import (
-    CoverageJudge,
-    ErrorKind,
-    Phase,
-    RegionError,
-    Site,
-    Transfer,
-)
+from gate.results.errors import ErrorKind, RegionError
+from gate.results.records import CoverageJudge, Phase, Site, Transfer
 
 Coverage = tuple[tuple[str, CoverageJudge], ...]
 

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from gate.report.communication_text import acted_on
 from gate.report.comparison_text import failing_comparisons
 from gate.report.terminal import RECOMPILE_FIX, one_line
+from gate.results.errors import ErrorKind
 from gate.results.findings import Finding, group
 from gate.results.hints import hint_for, hint_for_error
-from gate.results.records import ErrorKind, RegionResult, RunResult
+from gate.results.records import RegionResult, RunResult
 from gate.wording import counted
 
 MAX_ERROR_ANNOTATIONS = 10  # GitHub shows no more error annotations per step

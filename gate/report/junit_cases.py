@@ -20,9 +20,10 @@ from gate.report.terminal import (
     transfer_location,
 )
 from gate.results.costs import CostComparison
+from gate.results.errors import ErrorKind, RegionError
 from gate.results.findings import Finding, group
 from gate.results.hints import hint_for, hint_for_error
-from gate.results.records import ErrorKind, RegionError, RegionResult, Transfer
+from gate.results.records import RegionResult, Transfer
 
 
 @dataclass(frozen=True)

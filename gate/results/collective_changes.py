@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from gate.policy.model import CollectiveRule
 from gate.results.collectives import CollectiveGroup, Communication, bytes_text, grouped
-from gate.results.records import SourceLocation
+from gate.results.source import SourceLocation
 
 NEW, GROWN, SHRUNK, CHANGED, GONE = "new", "grown", "shrunk", "changed", "gone"
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gate.results.records import SourceLocation
+from gate.results.source import SourceLocation
 
 # The collectives XLA's SPMD partitioner and shard_map insert, in the order reports list them.
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")

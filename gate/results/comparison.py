@@ -15,7 +15,7 @@ from typing import Any
 
 from gate.results.collective_changes import CommComparison
 from gate.results.costs import CostComparison
-from gate.results.records import RegionError
+from gate.results.errors import RegionError
 
 
 class TimingVerdict(enum.StrEnum):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gate.results.cause import Cause, cause_of
-from gate.results.records import ErrorKind, RegionError, Transfer
+from gate.results.errors import ErrorKind, RegionError
+from gate.results.records import Transfer
 
 # One fix per kind of transfer; tests check that no `Cause` is missing, so a
 # new kind cannot reach a report without its own hint.

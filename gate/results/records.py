@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from gate.policy.levels import Direction, GuardSpec
+from gate.results.collective_changes import CommComparison
+from gate.results.comparison import BaseComparison, TimingComparison
+from gate.results.costs import CostComparison, StepCost
+from gate.results.donations import UnusedDonation
+from gate.results.errors import RegionError
 from gate.results.placement import Placement
-
-if TYPE_CHECKING:  # comparison.py imports this module's records
-    from gate.results.collective_changes import CommComparison
-    from gate.results.comparison import BaseComparison, TimingComparison
-    from gate.results.costs import CostComparison, StepCost
-    from gate.results.donations import UnusedDonation
+from gate.results.source import SourceLocation
 
 
 class Phase(enum.Enum):
@@ -29,18 +28,6 @@ class Phase(enum.Enum):
 
     FIRST_CALL = "first call"
     STEADY_STATE = "steady state"
-
-
-@dataclass(frozen=True)
-class SourceLocation:
-    """A line of the user's code: the innermost frame outside jax, numpy and the gate."""
-
-    path: str  # relative to the repo root when under it, else absolute
-    line: int
-    function: str
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}"
 
 
 @dataclass(frozen=True)
@@ -232,32 +219,6 @@ class CheckOutcome:
     detail: str  # what was compared and, on failure, what differed
 
 
-class ErrorKind(enum.Enum):
-    """Why a region could not be judged."""
-
-    SETUP = "setup raised"
-    STEP = "step raised"
-    BAD_INPUT = "setup returned something unusable"
-    # Setup's outputs do not bind to the step's parameters; the step was not called.
-    MISFIT = "setup and step don't fit"
-    # A jitted call refused its arguments' shardings, devices or memory kinds.
-    SHARDING = "shardings don't match"
-    BAD_OUTPUT = "step returned something unusable"
-    CHECK = "result check could not run"
-    IMPORT = "callable did not import"
-    PLATFORM = "wrong platform"
-    UNCHECKED = "not checked on this platform"
-    POLICY = "invalid policy"
-    BASELINE = "unusable baseline"  # the baseline file cannot be used; nothing ran
-    BASE = "unusable base"  # `run --base REF` cannot check REF out; nothing ran
-    REGION = "no such region"  # `--region NAME` names none of the policies' regions; nothing ran
-    INTERNAL = "gate error"
-    # The region's worker process was lost (gate.isolation.scheduler); the rest ran in a fresh one.
-    CRASH = "worker crashed"
-    TIMEOUT = "timed out"
-    CANCELLED = "run cancelled"
-
-
 class CoverageJudge(enum.StrEnum):
     """What judged one direction of a region's transfers (`RegionResult.coverage`).
 
@@ -269,30 +230,6 @@ class CoverageJudge(enum.StrEnum):
     DETECTOR = "gate detector"
     BOTH = "jax guard + gate detector"
     NOT_CHECKED = "not checked"
-
-
-@dataclass(frozen=True)
-class RegionError:
-    kind: ErrorKind
-    message: str  # one line
-    details: str  # traceback or other full text
-    location: SourceLocation | None = None
-
-
-def gate_fault(doing: str, exc: BaseException | None = None) -> RegionError:
-    """The gate's own bug while ``doing`` ("running this region"; "" when outside any task):
-    an INTERNAL error, which makes ``run`` exit 3, with ``exc``'s traceback for the report."""
-    import traceback
-
-    what = f"transfer-gate itself failed{f' while {doing}' if doing else ''}"
-    if exc is None:
-        message = f"{what}; this is a bug"
-        return RegionError(ErrorKind.INTERNAL, message, message)
-    return RegionError(
-        ErrorKind.INTERNAL,
-        f"{what} ({type(exc).__name__}: {exc}); this is a bug",
-        "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-    )
 
 
 @dataclass(frozen=True)

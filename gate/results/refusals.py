@@ -12,15 +12,9 @@ from pathlib import Path
 
 from gate.policy.levels import GuardLevel, GuardSpec
 from gate.policy.problems import Problem
-from gate.results.records import (
-    ErrorKind,
-    RegionError,
-    RegionResult,
-    RunResult,
-    SourceLocation,
-    SuiteResult,
-    gate_fault,
-)
+from gate.results.errors import ErrorKind, RegionError, gate_fault
+from gate.results.records import RegionResult, RunResult, SuiteResult
+from gate.results.source import SourceLocation
 
 
 def policy_problems(problems: Sequence[Problem]) -> RunResult:

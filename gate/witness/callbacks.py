@@ -64,7 +64,7 @@ from gate.jaxhooks import internals
 from gate.jaxhooks.internals import InternalMissing
 from gate.jaxhooks.interpose import interposed, is_trampoline_frame
 from gate.jaxhooks.patches import SharedPatches
-from gate.results.records import SourceLocation
+from gate.results.source import SourceLocation
 from gate.user_code import UserCode
 
 _GATE_DIR = str(Path(PACKAGE_DIR).resolve()) + os.sep

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from gate.jaxhooks.executables import Executed
 from gate.results.collectives import Collective
-from gate.results.records import SourceLocation
+from gate.results.source import SourceLocation
 from gate.user_code import UserCode
 from gate.witness.hlo_text import (
     HloModule,

@@ -20,7 +20,8 @@ from gate.jaxhooks.interpose import is_trampoline_frame
 from gate.policy.levels import Direction
 from gate.results.cause import HOST_READS
 from gate.results.placement import Placement
-from gate.results.records import Phase, SourceLocation, Transfer
+from gate.results.records import Phase, Transfer
+from gate.results.source import SourceLocation
 from gate.user_code import UserCode
 
 

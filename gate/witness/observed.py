@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from gate.policy.levels import Direction
 from gate.results.placement import Placement
-from gate.results.records import SourceLocation
+from gate.results.source import SourceLocation
 from gate.witness.arguments import CallPlan, match
 
 

@@ -13,7 +13,8 @@ import re
 from collections.abc import Sequence
 
 from gate.jaxhooks.compiles import CompileEvent
-from gate.results.records import Recompile, SourceLocation
+from gate.results.records import Recompile
+from gate.results.source import SourceLocation
 from gate.user_code import UserCode
 
 # JAX's short dtype names in its cache-miss log, as the rest of the report writes them.

@@ -41,7 +41,7 @@ from typing import Any
 
 from gate import PACKAGE_DIR
 from gate.policy.levels import Direction
-from gate.results.records import SourceLocation
+from gate.results.source import SourceLocation
 from gate.user_code import UserCode
 from gate.witness.arguments import CallPlan
 from gate.witness.guard_log import parse_guard_line, warnings_level
