@@ -27,7 +27,8 @@ from gate.compare.timing import (
     looks,
     paired_verdict,
 )
-from gate.policy.model import OnRegression, TimingRule
+from gate.policy.model import TimingAction, TimingRule
+from gate.report.comparison_text import timing_line, verdict_text
 from gate.results.comparison import TimingVerdict
 
 RULE = TimingRule()
@@ -55,7 +56,7 @@ def paired(
 def compare(base: list[float], head: list[float], **kwargs: object):  # type: ignore[no-untyped-def]
     options: dict[str, object] = {
         "max_slowdown": 1.10,
-        "on_regression": OnRegression.FAIL,
+        "on_regression": TimingAction.FAIL,
         "levels": LEVELS,
     }
     options.update(kwargs)
@@ -88,7 +89,7 @@ def test_twice_as_slow_is_slower_and_fails() -> None:
 
 
 def test_slower_under_warn_is_reported_not_failing() -> None:
-    result = compare(*paired(1e-3, 2e-3, 0.05, 20), on_regression=OnRegression.WARN)
+    result = compare(*paired(1e-3, 2e-3, 0.05, 20), on_regression=TimingAction.WARN)
     assert result.verdict is TimingVerdict.SLOWER
     assert not result.failing
 
@@ -118,6 +119,34 @@ def test_few_noisy_rounds_are_inconclusive_with_the_reason() -> None:
     assert re.search(r"interval [0-9.]+-[0-9.]+x straddles 1.1x", result.headline())
 
 
+def test_could_not_tell_fails_only_where_the_policy_says_on_inconclusive_fail() -> None:
+    rounds = paired(1e-3, 1.1e-3, 0.3, 16, seed=3)
+    blocking = compare(*rounds, on_inconclusive=TimingAction.FAIL)
+    assert blocking.verdict is TimingVerdict.INCONCLUSIVE
+    assert blocking.failing
+    assert timing_line(blocking).endswith("(fails: timing.on_inconclusive is fail)")
+    assert "fails (timing.on_inconclusive: fail)" in verdict_text(blocking)
+    warned = compare(*rounds)  # the default, warn
+    assert not warned.failing
+    assert timing_line(warned).endswith("(a warning, not a pass)")
+    # A decided verdict is untouched by the key.
+    unchanged = compare(
+        *paired(412e-6, 412e-6, 0.03, 40, seed=2), on_inconclusive=TimingAction.FAIL
+    )
+    assert unchanged.verdict is TimingVerdict.UNCHANGED
+    assert not unchanged.failing
+    unpaired = compare_unpaired(
+        lognormal(5, 1e-3, 0.5, 4),
+        lognormal(6, 1.1e-3, 0.5, 4),
+        max_slowdown=1.5,
+        on_regression=TimingAction.FAIL,
+        on_inconclusive=TimingAction.FAIL,
+        against="baseline",
+    )
+    assert unpaired.verdict is TimingVerdict.INCONCLUSIVE
+    assert unpaired.failing
+
+
 def test_too_few_rounds_say_so() -> None:
     result = compare(*paired(1e-3, 2e-3, 0.01, 5))
     assert result.verdict is TimingVerdict.INCONCLUSIVE
@@ -133,7 +162,7 @@ def test_the_headline_reads_rounds_when_paired_and_samples_when_not() -> None:
         lognormal(1, 1e-3, 0.05, 30),
         lognormal(2, 2e-3, 0.05, 20),
         max_slowdown=1.5,
-        on_regression=OnRegression.FAIL,
+        on_regression=TimingAction.FAIL,
         against="baseline",
     )
     assert unpaired.headline().endswith("30+20 samples")
@@ -182,7 +211,7 @@ def test_against_the_baseline_uses_its_own_wider_factor() -> None:
         lognormal(1, 1e-3, 0.05, 20),
         lognormal(2, 1.3e-3, 0.05, 20),
         max_slowdown=1.5,
-        on_regression=OnRegression.FAIL,
+        on_regression=TimingAction.FAIL,
         against="baseline",
     )
     # 1.3x is significant but within 1.5x; the interval says so.
@@ -192,7 +221,7 @@ def test_against_the_baseline_uses_its_own_wider_factor() -> None:
         lognormal(3, 1e-3, 0.05, 20),
         lognormal(4, 2e-3, 0.05, 20),
         max_slowdown=1.5,
-        on_regression=OnRegression.FAIL,
+        on_regression=TimingAction.FAIL,
         against="baseline",
     )
     assert twice.verdict is TimingVerdict.SLOWER

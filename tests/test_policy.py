@@ -18,7 +18,15 @@ import yaml
 import gate.policy.load
 from gate.policy.levels import GuardLevel, GuardSpec
 from gate.policy.load import discover_policy_files, load_policy
-from gate.policy.model import CallableRef, Checks, Policy, RecompileRule, Region
+from gate.policy.model import (
+    CallableRef,
+    Checks,
+    Policy,
+    RecompileRule,
+    Region,
+    TimingAction,
+    TimingRule,
+)
 from gate.policy.problems import PolicyError, Problem
 from gate.policy.resolve import (
     ResolveError,
@@ -208,6 +216,9 @@ def test_full_policy_values() -> None:
                 timeout_s=120.0,
                 checks=Checks(False, None, 1e-5, 1e-8, None),
                 recompiles=RecompileRule.WARN,
+                timing=TimingRule(
+                    on_regression=TimingAction.WARN, on_inconclusive=TimingAction.FAIL
+                ),
             ),
         ),
     )

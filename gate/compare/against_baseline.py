@@ -86,6 +86,7 @@ def _judged(
         region.timing_samples,
         max_slowdown=rule.timing.baseline_max_slowdown,
         on_regression=rule.timing.on_regression,
+        on_inconclusive=rule.timing.on_inconclusive,
         against="baseline",
     )
     return replace(region, timing_vs_baseline=comparison)

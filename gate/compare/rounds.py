@@ -16,7 +16,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 
 from gate.compare.stats import log_ratios
-from gate.compare.timing import compare_paired, look_levels, looks, paired_verdict
+from gate.compare.timing import compare_paired, failing, look_levels, looks, paired_verdict
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.scheduler import Scheduler, usable_cpus
 from gate.plan import region_key
@@ -150,6 +150,7 @@ class PairedRounds:
             head_s,
             max_slowdown=rule.max_slowdown if max_slowdown is None else max_slowdown,
             on_regression=rule.on_regression,
+            on_inconclusive=rule.on_inconclusive,
             levels=look_levels(rule.rounds, rule.max_rounds),
             what=what,
         )
@@ -182,7 +183,11 @@ class PairedRounds:
             f"the head's worker ran the gate's reference computation {reference.ratio:.2f}x "
             "the base's time, so the machine, not the change, may explain it"
         )
-        return replace(step, verdict=TimingVerdict.INCONCLUSIVE, failing=False, reason=reason)
+        rule = self.region.timing
+        open_verdict = failing(TimingVerdict.INCONCLUSIVE, rule.on_regression, rule.on_inconclusive)
+        return replace(
+            step, verdict=TimingVerdict.INCONCLUSIVE, failing=open_verdict, reason=reason
+        )
 
     def judged(self) -> tuple[TimingComparison, tuple[TimingComparison, ...]]:
         step = self.checked_against_reference(self.step_timing())

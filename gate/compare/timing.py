@@ -69,7 +69,7 @@ from gate.compare.stats import (
     signed_rank_p,
     unpaired_interval,
 )
-from gate.policy.model import OnRegression
+from gate.policy.model import TimingAction
 from gate.results.comparison import TimingComparison, TimingVerdict
 
 # Per region: calling a change within the allowed factor slower (20 regions of a run stay
@@ -183,9 +183,10 @@ def compare_paired(
     head_rounds: Values,
     *,
     max_slowdown: float,
-    on_regression: OnRegression,
+    on_regression: TimingAction,
     levels: Levels,
     what: str = "step",
+    on_inconclusive: TimingAction = TimingAction.WARN,
 ) -> TimingComparison:
     """Head against base over paired rounds (one time per tree per round), judged at one look.
 
@@ -207,7 +208,7 @@ def compare_paired(
         ratio_high=interval.high,
         p_value=float(signed_rank_p(d, 0.0, "two-sided")),
         max_slowdown=max_slowdown,
-        failing=verdict is TimingVerdict.SLOWER and on_regression is OnRegression.FAIL,
+        failing=failing(verdict, on_regression, on_inconclusive),
         base_samples=base,
         head_samples=head,
         rounds=len(base),
@@ -222,9 +223,10 @@ def compare_unpaired(
     head_samples: Values,
     *,
     max_slowdown: float,
-    on_regression: OnRegression,
+    on_regression: TimingAction,
     against: str,
     what: str = "step",
+    on_inconclusive: TimingAction = TimingAction.WARN,
 ) -> TimingComparison:
     """Head's step times against samples measured apart (the stored baseline), judged once.
 
@@ -244,12 +246,23 @@ def compare_unpaired(
         ratio_high=interval.high,
         p_value=mann_whitney_p(head, base, "two-sided"),
         max_slowdown=max_slowdown,
-        failing=verdict is TimingVerdict.SLOWER and on_regression is OnRegression.FAIL,
+        failing=failing(verdict, on_regression, on_inconclusive),
         base_samples=base,
         head_samples=head,
         what=what,
         level=1 - 2 * ALPHA_PASS,
     )
+
+
+def failing(
+    verdict: TimingVerdict, on_regression: TimingAction, on_inconclusive: TimingAction
+) -> bool:
+    """Whether the verdict fails the region: slower under ``on_regression: fail``, or left
+    open by noise under ``on_inconclusive: fail`` (for teams that want "could not tell" to
+    block)."""
+    if verdict is TimingVerdict.SLOWER:
+        return on_regression is TimingAction.FAIL
+    return verdict is TimingVerdict.INCONCLUSIVE and on_inconclusive is TimingAction.FAIL
 
 
 def decided(comparison: TimingComparison) -> bool:

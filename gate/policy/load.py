@@ -28,10 +28,10 @@ from gate.policy.model import (
     CollectiveRule,
     CostRule,
     DonationRule,
-    OnRegression,
     Policy,
     RecompileRule,
     Region,
+    TimingAction,
     TimingRule,
 )
 from gate.policy.nodes import callable_of, line_of, mapping_of, string_of
@@ -256,7 +256,8 @@ def _timing(node: yaml.Node | None, inherited: TimingRule) -> TimingRule:
         baseline_max_slowdown=float(
             keys.get("baseline_max_slowdown", inherited.baseline_max_slowdown)
         ),
-        on_regression=OnRegression(keys.get("on_regression", inherited.on_regression.value)),
+        on_regression=TimingAction(keys.get("on_regression", inherited.on_regression.value)),
+        on_inconclusive=TimingAction(keys.get("on_inconclusive", inherited.on_inconclusive.value)),
         rounds=int(keys.get("rounds", inherited.rounds)),
         max_rounds=int(keys.get("max_rounds", inherited.max_rounds)),
         round_runs=int(keys.get("round_runs", inherited.round_runs)),

@@ -78,8 +78,9 @@ class DonationRule(enum.Enum):
     ALLOW = "allow"  # not looked at
 
 
-class OnRegression(enum.Enum):
-    """What a significant slowdown does to a region (``timing: {on_regression: ...}``)."""
+class TimingAction(enum.Enum):
+    """What a timing verdict does to a region: a significant slowdown
+    (``timing: {on_regression: ...}``), or one the rounds could not decide (``on_inconclusive``)."""
 
     FAIL = "fail"
     WARN = "warn"  # reported, not failing
@@ -98,7 +99,10 @@ class TimingRule:
     compare: bool = True  # False: ``timing: off``, step time is recorded, never compared
     max_slowdown: float = 1.10  # against --base
     baseline_max_slowdown: float = 1.5  # against the stored baseline
-    on_regression: OnRegression = OnRegression.FAIL
+    on_regression: TimingAction = TimingAction.FAIL
+    # "Could not tell" (noise left the verdict open after the most rounds) warns by default; a
+    # team that wants it to block says ``fail``.
+    on_inconclusive: TimingAction = TimingAction.WARN
     # Paired rounds against --base before the first look, and at most (`gate.compare.timing`).
     # 16: below that, the signed-rank test at a look's level cannot reject anything. One run
     # per tree per round by default: a burst of load on a shared runner then lands on both

@@ -41,6 +41,8 @@ def timing_line(timing: TimingComparison) -> str:
     text = timing.headline()
     if timing.verdict is TimingVerdict.SLOWER and not timing.failing:
         text += " (a warning: timing.on_regression is warn)"
+    elif timing.verdict is TimingVerdict.INCONCLUSIVE and timing.failing:
+        text += " (fails: timing.on_inconclusive is fail)"
     elif timing.verdict is TimingVerdict.INCONCLUSIVE:
         # Not a pass dressed as one: the reader must know nothing was proven.
         text += " (a warning, not a pass)"
@@ -61,9 +63,14 @@ def verdict_text(timing: TimingComparison) -> str:
         return f"faster: significant, and beyond {limit} the other way"
     if timing.verdict is TimingVerdict.UNCHANGED:
         return f"unchanged: the interval rules out a slowdown of {limit}"
+    consequence = (
+        "fails (timing.on_inconclusive: fail)"
+        if timing.failing
+        else "not a pass (timing.on_inconclusive: warn)"
+    )
     return (
         f"inconclusive: the interval straddles {limit} even after the most rounds; "
-        "not a pass: run it on a quieter runner, or raise timing.max_rounds"
+        f"{consequence}: run it on a quieter runner, or raise timing.max_rounds"
     )
 
 
