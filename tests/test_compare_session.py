@@ -6,6 +6,7 @@ timed runs, a step that dies in the middle of one, and its outputs on the host.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -306,8 +307,8 @@ def _timed(median_s: float) -> RegionResult:
 @pytest.mark.parametrize(
     ("round_runs", "medians", "runs"),
     [
-        (1, (1e-4, 1e-4), 5),  # five runs of 0.1 ms fill half a millisecond
-        (1, (1e-4, 2.5e-4), 2),  # the slower tree decides
+        (1, (1e-4, 1e-4), 20),  # twenty runs of 0.1 ms fill two milliseconds
+        (1, (1e-4, 2.5e-4), 8),  # the slower tree decides
         (1, (1e-6, 1e-6), MAX_TURN_RUNS),  # at most this many
         (1, (5e-3, 5e-3), 1),  # a step past the turn's length: one run a turn
         (3, (5e-3, 5e-3), 3),  # never fewer than the policy asks
@@ -321,3 +322,57 @@ def test_a_short_steps_turn_is_several_runs(
 
 def test_without_timing_a_turn_is_the_policys_runs() -> None:
     assert turn_runs(2, region(timing=None), region(timing=None)) == 2
+
+
+COUNTING_STEPS = """
+import jax
+import numpy as np
+
+made = [0]
+
+
+def make():
+    made[0] += 1
+    return (jax.device_put(np.arange(4, dtype=np.float32)),)
+
+
+@jax.jit
+def step(x):
+    return x * 2.0
+
+
+donating = jax.jit(lambda x: x * 2.0, donate_argnums=0)
+"""
+
+COUNTING_POLICY = """
+version: 1
+python_path: [../src]
+defaults: {warmup: 1, guarded_runs: 1, repeats: 2}
+regions:
+  - {name: shared, step: "counting_steps:step", setup: "counting_steps:make"}
+  - {name: donating, step: "counting_steps:donating", setup: "counting_steps:make"}
+"""
+
+
+@pytest.mark.parametrize(("name", "setups"), [("shared", 1), ("donating", 5)])
+def test_a_turns_runs_share_one_setup_unless_the_step_donates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, setups: int
+) -> None:
+    repo = make_repo(
+        tmp_path, {"src/counting_steps.py": COUNTING_STEPS, "policies/c.yaml": COUNTING_POLICY}
+    )
+    monkeypatch.syspath_prepend(str(repo / "src"))
+    monkeypatch.delitem(sys.modules, "counting_steps", raising=False)
+    policy = load_policy(repo / "policies/c.yaml", repo)
+    region = next(r for r in policy.regions if r.name == name)
+    held = _Held()
+    result = run_job(Job(1, policy, region, repo, hold=True), held.keep)
+    assert result.error is None, result.error
+    assert held.region is not None
+    made = sys.modules["counting_steps"].made
+    before = made[0]
+    samples = held.region.sample(5)
+    assert samples.error is None, samples.error
+    assert len(samples.step_s) == 5
+    # A donated input is deleted by the run: each run needs setup's new one.
+    assert made[0] - before == setups

@@ -26,9 +26,10 @@ from gate.results.errors import RegionError
 from gate.results.records import RegionResult
 
 # A turn of a short step is several runs, filling about this long (`turn_runs`), at most
-# this many: each turn also costs a message to a worker and back, and setup for every run.
-TURN_S = 0.5e-3
-MAX_TURN_RUNS = 8
+# this many: each turn also costs a message to a worker and back and pinning its threads
+# (~1.5 ms on the 2-core machine), and one call of setup (its runs share it, `HeldRegion`).
+TURN_S = 2e-3
+MAX_TURN_RUNS = 32
 # The reference computation takes ~0.15 ms on a CPU: four runs a turn.
 REFERENCE_TURN_RUNS = 4
 # A boundary that took no time in a turn still needs a logarithm.

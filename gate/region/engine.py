@@ -228,7 +228,7 @@ def _run_imported(
     judged = coverage(witnessing())
     # Last: it slows dispatch (cost_phase).
     with programs.entered():
-        cost = cost_phase(run.inputs.fresh, run._call, run.code.user, dropped.found)
+        cost = cost_phase(run.inputs.for_timing, run._call, run.code.user, dropped.found)
     donations = judge_donations(region.donation, cost, witnessing().where)
     return result(
         transfers=tuple(run.verdict.transfers),

@@ -6,6 +6,7 @@ the next transfer of it.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,22 +37,43 @@ class StepInputs:
     previous: list[Any] | None = None
 
     def fresh(self) -> Inputs:
+        """Setup's outputs for a watched run (or one whose outputs are judged): made under
+        the detector, so that what setup reads counts as host-cached (as on a GPU) and is
+        not taken for the step's fetch, and checked against the step."""
+        made = self._made(watched=True)
+        return made if self.code.callables.setup is None else self._checked(made)
+
+    def for_timing(self) -> Inputs:
+        """Setup's outputs for a timed run, made and checked as `fresh` made them before.
+
+        After the watched runs nothing is watched any more: what setup reads cannot hide a
+        later fetch, and installing the detector around each call (a patch set, ~0.5 ms)
+        and binding the outputs to the step again would be most of a short step's timed run.
+        Waited for: setup's device work (a GPU runs it asynchronously) must be done before
+        the step's clock starts, or the step is charged for it.
+        """
+        import jax
+
+        made = self._made(watched=False)
+        jax.block_until_ready(made)
+        return made
+
+    def _made(self, *, watched: bool) -> Inputs:
         setup = self.code.callables.setup
         if setup is None:
             return (), {}
         try:
-            # Watched, so that what setup reads counts as host-cached (as on a
-            # GPU) and is not taken for the step's fetch; no run's log is open.
             # Setup's programs are shared by every region of the worker: traced once, not
-            # once per region as the step's are (`gate.jaxhooks.programs`).
-            with self.watch.detector(), shared_programs():
+            # once per region as the step's are (`gate.jaxhooks.programs`). No run's log is
+            # open while it runs.
+            with self.watch.detector() if watched else nullcontext(), shared_programs():
                 made = setup()
         except Exception as exc:
             raise RegionAbort(error_from(self.code.user, ErrorKind.SETUP, exc)) from exc
         if isinstance(made, tuple):
-            return self._checked((made, {}))
+            return made, {}
         if isinstance(made, dict) and all(isinstance(k, str) for k in made):
-            return self._checked(((), made))
+            return (), made
         raise RegionAbort(
             RegionError(
                 ErrorKind.BAD_INPUT,

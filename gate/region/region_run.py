@@ -210,7 +210,7 @@ class RegionRun:
         """Step times over ``repeats`` runs, and the last run's outputs."""
         samples, outputs = [], None
         for _ in range(self.code.region.repeats):
-            inputs = self.inputs.fresh()
+            inputs = self.inputs.for_timing()
             start = time.perf_counter()
             outputs = self._step(inputs)
             samples.append(time.perf_counter() - start)

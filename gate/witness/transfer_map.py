@@ -98,6 +98,7 @@ class _Mapper:
         self.calls: dict[types.FrameType, CallPlan | None] = {}  # per frame, its line's plan
         self.plans: dict[int, CallPlan] = {}  # per segment, where its line has one
         self.segments_of: dict[types.FrameType, int] = {}  # per user frame, its line's stretch
+        self.untraced: set[types.CodeType] = set()  # code neither the user's nor explicit
 
     # -- reading the log ----------------------------------------------------
 
@@ -258,10 +259,13 @@ class _Mapper:
     def global_trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
         # Only frames of the user's code and the explicit transfer functions
         # are traced; jax calling jax never changes the user's line, so it
-        # costs no read of the log.
-        if event != "call" or self.finished:
+        # costs no read of the log. Python calls this for every function call in the
+        # process (JAX tracing a step makes thousands): one dict lookup decides most.
+        if self.finished:
             return None
         code = frame.f_code
+        if code in self.untraced:
+            return None
         if self._is_user(code.co_filename):
             self.flush()
             self.segments_of[frame] = self._new_segment()
@@ -277,6 +281,7 @@ class _Mapper:
             state.explicit_depth += 1
             state.fetch_depth += code in self.fetch_codes
             return self._explicit_trace
+        self.untraced.add(code)
         return None
 
     def _local_trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
