@@ -1,4 +1,4 @@
-"""Pinning every thread of a worker to one core for a round, and putting each back."""
+"""Pinning every thread of a worker to one core for its turns, and putting each back."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from gate.region.cores import pinned, usable_cpus
+from gate.region.cores import pin, unpin, usable_cpus
 
 pytestmark = pytest.mark.skipif(
     not usable_cpus(), reason="this platform cannot pin threads (Linux only)"
@@ -26,9 +26,16 @@ def test_every_thread_runs_on_the_core_named_and_gets_its_cpus_back() -> None:
     earlier.start()
     later = threading.Thread(target=stop.wait, name="later", daemon=True)
     try:
-        with pinned(cpu):
+        pin(cpu)
+        try:
             later.start()  # inherits the pinning from this thread
             assert all(cpus == {cpu} for cpus in _thread_cpus().values()), _thread_cpus()
+            pin(cpu)  # the same core again: nothing moves, nothing is forgotten
+            other = usable_cpus()[0]
+            pin(other)  # another core: every thread follows
+            assert all(cpus == {other} for cpus in _thread_cpus().values()), _thread_cpus()
+        finally:
+            unpin()
         after = _thread_cpus()
         for tid, cpus in before.items():
             assert after.get(tid, cpus) == cpus, tid
@@ -44,8 +51,9 @@ def test_every_thread_runs_on_the_core_named_and_gets_its_cpus_back() -> None:
 
 def test_none_leaves_every_thread_where_it_was() -> None:
     before = _thread_cpus()
-    with pinned(None):
-        assert _thread_cpus() == before
+    pin(None)
+    assert _thread_cpus() == before
+    unpin()  # nothing pinned: nothing to put back
     assert _thread_cpus() == before
 
 

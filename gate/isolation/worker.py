@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from gate import PACKAGE_DIR
 from gate.policy.model import Policy, Region
+from gate.region.cores import unpin
 from gate.region.stages import Stage, listening
 
 if TYPE_CHECKING:  # the region engine is imported only when a region runs
@@ -210,6 +211,7 @@ def main(argv: list[str]) -> int:
             write_frame(results_fd, reply)
         else:
             held.region = None  # a new region: the last one is let go
+            unpin()  # its timed runs' core: the new region compiles on every core
             with listening(functools.partial(_send_stage, results_fd, job.number)):
                 result = run_job(job, held.keep if job.hold else None)
             _end_output(crash_log, job.number)

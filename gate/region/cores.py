@@ -11,15 +11,16 @@ doing then, both runs of the round meet it (`gate.compare.session` rotates the c
 round to round over the cores the gate may use).
 
 Every thread of the worker is moved (XLA's CPU client runs programs on threads of its own),
-and put back after the round, so that a region's other phases (compiling above all) keep
-every core. Linux only (``os.sched_setaffinity``); elsewhere the runs are left where they are.
+and stays there while the region is held (moving them is not free), until the worker lets the
+region go: the next region's phases (compiling above all) get every core back. Linux only
+(``os.sched_setaffinity``); elsewhere the runs are left where they are.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 _TASKS = "/proc/self/task"
 
@@ -38,27 +39,47 @@ def _threads() -> list[int]:
         return []
 
 
-@contextlib.contextmanager
-def pinned(cpu: int | None) -> Iterator[None]:
-    """Every thread of this process on ``cpu`` for the block (None: left alone); then put back.
+@dataclass
+class _Pinning:
+    """What `pin` changed in this process: each thread's CPU set before, and the CPU now."""
 
-    A thread that ends meanwhile is skipped; one started in the block (it inherits the
-    pinning) gets the main thread's old CPU set back.
+    cpu: int | None = None
+    before: dict[int, set[int]] = field(default_factory=dict)
+
+
+_pinning = _Pinning()
+
+
+def pin(cpu: int | None) -> None:
+    """Every thread of this process on ``cpu`` (None: left alone), until `unpin`.
+
+    Kept between a held region's turns: a turn on the core the last one used moves nothing,
+    and moving every thread (dozens: XLA's CPU client runs programs on threads of its own)
+    there and back each turn cost ~1.5 ms, more than a short step's runs. A thread that
+    ends meanwhile is skipped; one started since (it inherits the pinning) is moved too.
     """
-    if cpu is None or not usable_cpus():
-        yield
+    if cpu is None or cpu == _pinning.cpu or not usable_cpus():
         return
-    before: dict[int, set[int]] = {}
     for tid in _threads():
         with contextlib.suppress(OSError):  # gone, or not ours to move
-            before[tid] = os.sched_getaffinity(tid)
+            if tid not in _pinning.before:
+                _pinning.before[tid] = os.sched_getaffinity(tid)
             os.sched_setaffinity(tid, {cpu})
-    try:
-        yield
-    finally:
-        fallback = before.get(os.getpid())
-        for tid in _threads():
-            cpus = before.get(tid, fallback)
-            if cpus is not None:
-                with contextlib.suppress(OSError):
-                    os.sched_setaffinity(tid, cpus)
+    _pinning.cpu = cpu
+
+
+def unpin() -> None:
+    """Every thread back on the CPUs it had before `pin`: a new region compiles on them all.
+
+    A thread started while pinned gets the main thread's old CPU set.
+    """
+    if _pinning.cpu is None:
+        return
+    fallback = _pinning.before.get(os.getpid())
+    for tid in _threads():
+        cpus = _pinning.before.get(tid, fallback)
+        if cpus is not None:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(tid, cpus)
+    _pinning.cpu = None
+    _pinning.before.clear()

@@ -22,7 +22,7 @@ from typing import Any
 from gate.jaxhooks.programs import RegionPrograms
 from gate.region.boundary import BoundaryMonitor
 from gate.region.callables import RegionCode
-from gate.region.cores import pinned
+from gate.region.cores import pin
 from gate.region.errors import RegionAbort, error_from
 from gate.region.inputs import Inputs, StepInputs
 from gate.region.outputs import host_leaves
@@ -58,14 +58,14 @@ class HeldRegion:
             if not self.reference_warm:
                 warm_reference()
                 self.reference_warm = True
-            with pinned(cpu):
-                return StepSamples((), reference_s=tuple(time_reference() for _ in range(runs)))
+            pin(cpu)
+            return StepSamples((), reference_s=tuple(time_reference() for _ in range(runs)))
         step_s: list[float] = []
         names = [name for name, _ in self.code.callables.boundaries]
         boundary_s: dict[str, list[float]] = {name: [] for name in names}
         try:
+            pin(cpu)
             with (
-                pinned(cpu),
                 self.programs.entered(),
                 self.monitor.installed(self.code.callables.boundaries),
             ):
