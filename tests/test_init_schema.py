@@ -19,7 +19,7 @@ import jsonschema
 import pytest
 from cli_helpers import ROOT, make_repo, run_gate
 
-from gate.policy.levels import Direction
+from gate.levels import Direction
 from gate.policy.load import BUILTIN_DEFAULTS
 
 SCHEMA_FILE = ROOT / "gate" / "policy" / "policy.schema.json"

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 import gate.policy.load
-from gate.policy.levels import GuardLevel, GuardSpec
+from gate.levels import GuardLevel, GuardSpec
 from gate.policy.load import discover_policy_files, load_policy
 from gate.policy.model import (
     CallableRef,

@@ -20,7 +20,8 @@ from typing import Any
 
 import yaml
 
-from gate.policy.levels import Direction, GuardLevel, GuardSpec
+from gate.levels import Direction, GuardLevel, GuardSpec
+from gate.policy.defaults import default
 from gate.policy.meaning import check_meaning
 from gate.policy.model import (
     CallableRef,
@@ -56,19 +57,23 @@ __all__ = [
 # libyaml when PyYAML was built with it, as pre-commit does; both only compose.
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-# What a region gets when neither it nor `defaults:` sets a key (see README).
+# What a region gets when neither it nor `defaults:` sets a key: the schema's defaults
+# (`gate.policy.defaults`), the README's and docs/policy.md's (tests/test_docs.py).
 BUILTIN_DEFAULTS: dict[str, Any] = {
-    "guard": "disallow",
-    "warmup": 2,
-    "guarded_runs": 3,
-    "repeats": 20,
-    "timeout_s": 600,
-    "recompiles": "fail",
-    "collectives": "fail",
-    "donation": "fail",
+    key: default(key)
+    for key in (
+        "guard",
+        "warmup",
+        "guarded_runs",
+        "repeats",
+        "timeout_s",
+        "recompiles",
+        "collectives",
+        "donation",
+    )
 }
-DEFAULT_RTOL = 1e-5
-DEFAULT_ATOL = 1e-8
+DEFAULT_RTOL: float = default("checks.rtol")
+DEFAULT_ATOL: float = default("checks.atol")
 
 _TOO_DEEP = "invalid YAML: lists and mappings nested too deeply; flatten the policy"
 
@@ -182,7 +187,9 @@ def _build(document: yaml.Node, shown: Path, file: Path, write_references: bool)
     inherited = {
         key: value(defaults, key, v) for key, v in BUILTIN_DEFAULTS.items() if key != "guard"
     }
-    default_guard = _guard(defaults.get("guard"), GuardSpec.uniform(GuardLevel.DISALLOW))
+    default_guard = _guard(
+        defaults.get("guard"), GuardSpec.uniform(GuardLevel(BUILTIN_DEFAULTS["guard"]))
+    )
     default_timing = _timing(defaults.get("timing"), TimingRule())
     default_cost = _cost(defaults.get("cost"), CostRule())
 

@@ -10,7 +10,8 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
-from gate.policy.levels import GuardSpec
+from gate.levels import GuardSpec
+from gate.policy.defaults import default
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,15 @@ class TimingAction(enum.Enum):
     WARN = "warn"  # reported, not failing
 
 
+# The schema's defaults (`gate.policy.defaults`) as the records' own types: the records below
+# take them from here, and state none of their own.
+_ON_REGRESSION = TimingAction(default("timing.on_regression"))
+_ON_INCONCLUSIVE = TimingAction(default("timing.on_inconclusive"))
+_RECOMPILES = RecompileRule(default("recompiles"))
+_COLLECTIVES = CollectiveRule(default("collectives"))
+_DONATION = DonationRule(default("donation"))
+
+
 @dataclass(frozen=True)
 class TimingRule:
     """How a region's step time is compared (the policy's ``timing:``).
@@ -97,20 +107,20 @@ class TimingRule:
     """
 
     compare: bool = True  # False: ``timing: off``, step time is recorded, never compared
-    max_slowdown: float = 1.10  # against --base
-    baseline_max_slowdown: float = 1.5  # against the stored baseline
-    on_regression: TimingAction = TimingAction.FAIL
+    # Every other default is the schema's (`gate.policy.defaults`); the reasons are here.
+    max_slowdown: float = default("timing.max_slowdown")  # against --base
+    baseline_max_slowdown: float = default("timing.baseline_max_slowdown")  # against the baseline
+    on_regression: TimingAction = _ON_REGRESSION
     # "Could not tell" (noise left the verdict open after the most rounds) warns by default; a
     # team that wants it to block says ``fail``.
-    on_inconclusive: TimingAction = TimingAction.WARN
+    on_inconclusive: TimingAction = _ON_INCONCLUSIVE
     # Paired rounds against --base before the first look, and at most (`gate.compare.timing`).
-    # 16: below that, the signed-rank test at a look's level cannot reject anything. One run
-    # per tree per round by default: a burst of load on a shared runner then lands on both
-    # runs of a round alike (docs/performance.md).
-    rounds: int = 16
-    max_rounds: int = 200
-    round_runs: int = 1  # timed runs in a tree's turn, at least (`gate.compare.rounds.turn_runs`)
-    boundaries: bool = False  # compare boundary time per step like step time
+    # 16: below that, the signed-rank test at a look's level cannot reject anything.
+    rounds: int = default("timing.rounds")
+    max_rounds: int = default("timing.max_rounds")
+    # Timed runs in a tree's turn, at least (`gate.compare.rounds.turn_runs`).
+    round_runs: int = default("timing.round_runs")
+    boundaries: bool = default("timing.boundaries")  # compare boundary time like step time
 
 
 @dataclass(frozen=True)
@@ -137,11 +147,11 @@ class Region:
     repeats: int
     timeout_s: float
     checks: Checks
-    recompiles: RecompileRule = RecompileRule.FAIL
+    recompiles: RecompileRule = _RECOMPILES
     timing: TimingRule = TimingRule()
     cost: CostRule = CostRule()
-    collectives: CollectiveRule = CollectiveRule.FAIL
-    donation: DonationRule = DonationRule.FAIL
+    collectives: CollectiveRule = _COLLECTIVES
+    donation: DonationRule = _DONATION
 
 
 @dataclass(frozen=True)

@@ -11,15 +11,15 @@ The test suite checks that this walker and `jsonschema` agree.
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import yaml
+
+from gate.policy.defaults import shipped_schema
 
 Schema = Mapping[str, Any]
 
@@ -51,7 +51,7 @@ _TYPE_PHRASES = {
 
 # Keywords that only annotate; the walker reads `description` and `examples`
 # for its messages.
-_ANNOTATIONS = frozenset({"$schema", "$id", "$defs", "title", "description", "examples"})
+_ANNOTATIONS = frozenset({"$schema", "$id", "$defs", "title", "description", "examples", "default"})
 _KEYWORDS = _ANNOTATIONS | {
     "type",
     "properties",
@@ -82,9 +82,7 @@ class Violation:
 @cache
 def policy_schema() -> Schema:
     """The schema of policy format version 1, as shipped in the package."""
-    text = resources.files("gate.policy").joinpath("policy.schema.json").read_text(encoding="utf-8")
-    schema: Schema = json.loads(text)
-    return schema
+    return shipped_schema()
 
 
 def json_type(node: yaml.Node) -> str | None:
