@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from gate.policy.model import Policy, Region
 from gate.policy.schema import did_you_mean
-from gate.wording import counted
+from gate.results import records
+from gate.text import counted
 
 _SHARD = re.compile(r"(?P<index>[0-9]+)/(?P<count>[0-9]+)")
 
@@ -78,8 +79,8 @@ class UnknownRegionError(Exception):
 
 
 def region_key(policy: Policy, region: Region) -> str:
-    """``suite.region``: how the report, the baseline and ``--shard`` name a region."""
-    return f"{policy.suite}.{region.name}"
+    """``suite.region`` of ``region`` in ``policy`` (`gate.results.records.region_key`)."""
+    return records.region_key(policy.suite, region.name)
 
 
 def _named(policy: Policy, region: Region, names: frozenset[str] | None) -> bool:

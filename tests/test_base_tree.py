@@ -67,7 +67,7 @@ def test_head_minus_one_is_checked_out_and_gone_afterwards(repo: Path) -> None:
 
 def test_a_branch_and_a_sha_resolve_and_describe_themselves(repo: Path) -> None:
     first = git(repo, "rev-parse", "old")
-    assert check_base(repo, "old") == first
+    assert check_base(repo, "old").sha == first
     with checked_out(repo, "old") as base:
         assert base.describe() == f"old ({base.short_sha})"
     with checked_out(repo, first) as base:

@@ -78,9 +78,8 @@ def _policy(repo: Path) -> Policy:
 def test_a_held_region_times_more_runs_and_hands_over_its_outputs(repo: Path) -> None:
     policy = _policy(repo)
     with Scheduler(repo, environ=gate_env()) as scheduler:
-        result = scheduler.run(policy, policy.regions[0], hold=True)
+        result, outputs = scheduler.run_held(policy, policy.regions[0])
         assert result.passed, result
-        outputs = scheduler.outputs
         assert outputs is not None
         assert [path for path, _ in outputs.leaves] == ["['y']"]
         np.testing.assert_array_equal(outputs.leaves[0][1], [0.0, 2.0, 4.0, 6.0])
@@ -100,7 +99,6 @@ def test_a_held_region_times_more_runs_and_hands_over_its_outputs(repo: Path) ->
         assert len(reference.reference_s) == 4
         # A region run without hold lets the held one go: nothing is left to time.
         scheduler.run(policy, policy.regions[0])
-        assert scheduler.outputs is None
         let_go = scheduler.sample(policy, policy.regions[0], 1, cpu=None, reference=False)
         assert let_go.error is not None
         assert "does not hold" in let_go.error.message
@@ -110,7 +108,7 @@ def test_a_worker_lost_during_a_round_is_that_rounds_error(repo: Path) -> None:
     policy = _policy(repo)
     region = policy.regions[1]
     with Scheduler(repo, environ=gate_env()) as scheduler:
-        result = scheduler.run(policy, region, hold=True)  # 1 + 1 + 1 + 1 + 2 calls, and setup's
+        result, _ = scheduler.run_held(policy, region)  # 1 + 1 + 1 + 1 + 2 calls, and setup's
         assert result.error is None, result
         samples = scheduler.sample(policy, region, 10, cpu=None, reference=False)
         assert samples.error is not None

@@ -13,8 +13,8 @@ from cli_helpers import make_repo, run_gate, validate_junit
 from result_samples import STEPS, policy_yaml, region_yaml
 
 from gate.cli.exit_codes import ExitCode
+from gate.levels import GuardLevel, GuardSpec
 from gate.plan import Plan, Shard, UnknownRegionError, parse_shard, select_shard
-from gate.policy.levels import GuardLevel, GuardSpec
 from gate.policy.model import CallableRef, Checks, Policy, Region
 from gate.report.merge import MergeError, merge_reports
 

@@ -17,8 +17,8 @@ from result_samples import region as sample_region
 from result_samples import region_error, run_of
 
 import gate.cli.run
-from gate.compare.against_baseline import compare_with_baseline
-from gate.policy.levels import GuardLevel, GuardSpec
+from gate.compare.stored_baseline import compare_with_baseline
+from gate.levels import GuardLevel, GuardSpec
 from gate.policy.model import CallableRef, Checks, CollectiveRule, CostRule, Region, TimingRule
 from gate.results.baseline import FORMAT, BaselineError, load_baseline_file
 from gate.results.collectives import Communication

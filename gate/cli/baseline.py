@@ -8,22 +8,22 @@ import sys
 from pathlib import Path
 
 from gate.cli.errors import UsageError
-from gate.cli.execute import baseline_for, execute, shown
+from gate.cli.execute import Selection, baseline_for, execute, shown
 from gate.cli.exit_codes import ExitCode
 from gate.cli.run import colour
-from gate.compare.against_baseline import planned_regions
+from gate.compare.stored_baseline import planned_regions
 from gate.plan import Plan
 from gate.report.live import LiveOutput
 from gate.report.terminal import format_summary
 from gate.report.write import check_writable
 from gate.results.baseline import load_baseline_file, rebaselined, write_baseline
 from gate.results.timing_baseline import retimed
-from gate.wording import counted
+from gate.text import counted
 
 
 def baseline_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
     """Write the baseline file; refuses (nothing written) when a region errored."""
-    path, _ = baseline_for(args, repo_root)
+    path, _ = baseline_for(args.baseline, args.paths, repo_root)
     check_writable(path, "--baseline")
     # `run`'s live output but the rows: the running region in place, a GitHub group per region.
     live = LiveOutput.for_stream(
@@ -34,7 +34,13 @@ def baseline_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
         live.total = len(planned_regions(plan))
 
     with live:
-        result = execute(args, repo_root, planned=planned, watcher=live, finished=live.finished)
+        result = execute(
+            Selection.from_args(args),
+            repo_root,
+            planned=planned,
+            watcher=live,
+            finished=live.finished,
+        )
     errored = [r for r in result.regions if r.error is not None]
     if errored:
         print(format_summary(result))

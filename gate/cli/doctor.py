@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from gate.cli.exit_codes import DoctorExitCode
+from gate.isolation.environment import prepare_environment
 from gate.machine.diagnosis import Platform
 from gate.machine.doctor import Diagnosis, collect, doctor_problem, format_diagnosis
 from gate.machine.requirements import read_requirements
@@ -33,7 +34,10 @@ def main_doctor(
     environ = os.environ if environ is None else environ
     # Read before JAX starts: a mistyped path is a usage error, not a diagnosis.
     stated = tuple((path, read_requirements(Path(path))) for path in requirements)
-    diagnosis = collect(environ) if diagnosis is None else diagnosis
+    if diagnosis is None:
+        gate_environ = dict(environ)
+        prepare_environment(gate_environ)  # what the gate's own workers run with
+        diagnosis = collect(environ, gate_environ)
     expected = None if expect is None else Platform(expect)
     print(format_diagnosis(diagnosis, expected))
     if stated:

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from gate.cli.parser import DEFAULT_POLICIES
@@ -18,7 +19,7 @@ from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.scheduler import keep_accelerators_for_workers, run_isolated
 from gate.isolation.watcher import PrefixedOutput, RunWatcher
-from gate.plan import Plan, UnknownRegionError, region_key
+from gate.plan import Plan, Shard, UnknownRegionError, region_key
 from gate.policy.load import callables_of_invalid, discover_policy_files, load_policy
 from gate.policy.model import Policy
 from gate.policy.problems import PolicyError, Problem
@@ -109,8 +110,32 @@ def _clashing_regions(policies: Sequence[Policy]) -> list[Problem]:
     return problems
 
 
+@dataclass(frozen=True)
+class Selection:
+    """What `run` and `baseline` run: the policies, which of their regions, and what changes
+    for this run. Read from the command line once (`from_args`); nothing below the command
+    sees argparse."""
+
+    paths: tuple[str, ...]  # policy files and folders
+    regions: tuple[str, ...] | None = None  # --region NAME ...; None: every region
+    shard: Shard | None = None  # --shard K/N
+    write_references: bool = False  # run --write-references
+    require_platform: str | None = None  # run --require-platform gpu|tpu|cpu
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Selection:
+        regions = getattr(args, "region", None)
+        return cls(
+            paths=tuple(args.paths),
+            regions=tuple(regions) if regions else None,
+            shard=getattr(args, "shard", None),
+            write_references=getattr(args, "write_references", False),
+            require_platform=getattr(args, "require_platform", None),
+        )
+
+
 def execute(
-    args: argparse.Namespace,
+    selection: Selection,
     repo_root: Path,
     refused: Callable[[RunResult], None] | None = None,
     *,
@@ -120,7 +145,7 @@ def execute(
     watcher: RunWatcher | None = None,
     finished: Callable[[RegionResult], None] | None = None,
 ) -> RunResult:
-    """Load, check, plan and run the policies that ``args`` names; each against ``base`` if given.
+    """Load, check, plan and run what ``selection`` names; each region against ``base`` if given.
 
     When the policies are invalid, ``--region`` names no region or the gate breaks,
     ``refused`` gets the result that says so (to report it) before the exception goes on.
@@ -129,18 +154,19 @@ def execute(
     stderr as ``[suite.region] line``); ``finished`` gets each region's result.
     """
     watcher = PrefixedOutput(sys.stderr) if watcher is None else watcher
-    write_references = getattr(args, "write_references", False)
     try:
-        policies = read_policies(args.paths, repo_root, write_references=write_references)
+        policies = read_policies(
+            selection.paths, repo_root, write_references=selection.write_references
+        )
     except PolicyError as exc:
         if refused is not None:
             refused(policy_problems(exc.problems))
         raise
-    required = getattr(args, "require_platform", None)
+    required = selection.require_platform
     if required is not None:
         policies = [dataclasses.replace(p, platform=required) for p in policies]
     try:
-        plan = Plan.make(policies, args.region, getattr(args, "shard", None))
+        plan = Plan.make(policies, selection.regions, selection.shard)
     except UnknownRegionError as exc:
         if refused is not None:
             refused(unknown_region(str(exc)))
@@ -181,11 +207,12 @@ def execute(
         raise
 
 
-def baseline_for(args: argparse.Namespace, repo_root: Path) -> tuple[Path, bool]:
-    """The baseline file to use and whether the user named it."""
-    if args.baseline:
-        return Path(args.baseline), True
-    return default_path(args.paths, repo_root, DEFAULT_POLICIES), False
+def baseline_for(named: str | None, paths: Sequence[str], repo_root: Path) -> tuple[Path, bool]:
+    """The baseline file to use (``--baseline``'s, else the one beside ``paths``' policies)
+    and whether the user named it."""
+    if named:
+        return Path(named), True
+    return default_path(paths, repo_root, DEFAULT_POLICIES), False
 
 
 def shown(path: Path, repo_root: Path) -> str:

@@ -20,8 +20,8 @@ from gate.cli.parser import build_parser, command_parser
 from gate.cli.run import run_command
 from gate.cli.schema import schema_command
 from gate.cli.validate import validate_command
+from gate.isolation.environment import prepare_environment
 from gate.report.merge import main_merge
-from gate.witness.guard_log import prepare_environment
 
 _IN_REPOSITORY: dict[str, Callable[[argparse.Namespace, Path], int]] = {
     "run": run_command,

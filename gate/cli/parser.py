@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 
-from gate import __version__
 from gate.cli.exit_codes import (
     DoctorExitCode,
     ExitCode,
@@ -15,6 +14,7 @@ from gate.cli.exit_codes import (
     exit_codes_help,
 )
 from gate.machine.diagnosis import Platform
+from gate.package import __version__
 from gate.plan import parse_shard
 from gate.results.baseline import DEFAULT_NAME as DEFAULT_BASELINE_NAME
 

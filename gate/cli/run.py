@@ -11,13 +11,14 @@ import os
 import sys
 from collections.abc import Mapping
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
-from gate.cli.execute import baseline_for, execute, shown
+from gate.cli.execute import Selection, baseline_for, execute, shown
 from gate.cli.exit_codes import ExitCode
-from gate.compare.against_baseline import compare_with_baseline, planned_regions
-from gate.compare.worktree import BaseRefError, check_base, checked_out
+from gate.compare.stored_baseline import compare_with_baseline, planned_regions
+from gate.compare.worktree import BaseRef, BaseRefError, check_base, checked_out
 from gate.isolation.cancellation import Cancellation, cancel_after, cancel_on_signals
 from gate.plan import Plan
 from gate.policy.model import Region
@@ -53,16 +54,17 @@ def _write(run: RunResult, reports: Reports) -> None:
 def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellation) -> ExitCode:
     reports = Reports(Path(args.junit), Path(args.json) if args.json else None)
     reports.check_writable()
+    base_ref: BaseRef | None = None
     if args.base is not None:
         try:
             # Before anything runs: a bad --base is the user's, like an unusable baseline.
-            args.base_sha = check_base(repo_root, args.base)
+            base_ref = check_base(repo_root, args.base)
         except BaseRefError as exc:
             _write(unusable_base(str(exc)), reports)
             raise
     accepted = None
     timing: dict[str, StoredTiming] | None = None
-    baseline_path, named = baseline_for(args, repo_root)
+    baseline_path, named = baseline_for(args.baseline, args.paths, repo_root)
     baseline_shown = shown(baseline_path, repo_root)
     if not args.no_baseline and (named or baseline_path.is_file()):
         try:
@@ -79,10 +81,17 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
         rules.update(planned_regions(plan))
         live.total = len(rules)
 
-    def judged(run: RunResult) -> RunResult:
-        if accepted is None:
-            return run
-        return compare_with_baseline(apply_baseline(run, accepted, command), timing, rules)
+    # Each region judged against the stored baseline once, as it finishes: its live row and
+    # the reports show that one judgement.
+    judgements: dict[str, RegionResult] = {}
+
+    def judged(region: RegionResult) -> RegionResult:
+        if region.classname not in judgements:
+            run = RunResult((SuiteResult(region.suite, "", (region,)),))
+            if accepted is not None:
+                run = compare_with_baseline(apply_baseline(run, accepted, command), timing, rules)
+            [judgements[region.classname]] = run.regions
+        return judgements[region.classname]
 
     # The run as it goes, on stderr beside the workers' output: stdout keeps only the
     # summary, which tools read.
@@ -95,15 +104,18 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     )
 
     def finished(region: RegionResult) -> None:
-        [shown_region] = judged(RunResult((SuiteResult(region.suite, "", (region,)),))).regions
-        live.finished(shown_region)
+        live.finished(judged(region))
 
     with live, ExitStack() as trees:  # the running line is wiped before the summary
-        base = trees.enter_context(checked_out(repo_root, args.base)) if args.base else None
+        base = (
+            trees.enter_context(checked_out(repo_root, args.base, base_ref))
+            if args.base is not None
+            else None
+        )
         if base is not None:
             print(f"comparing with the base: {base.describe()}")
         result = execute(
-            args,
+            Selection.from_args(args),
             repo_root,
             lambda refused: _write(refused, reports),
             cancel=cancel,
@@ -112,7 +124,13 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
             watcher=live,
             finished=finished,
         )
-    result = judged(result)
+    result = replace(
+        result,
+        suites=tuple(
+            replace(suite, regions=tuple(judged(r) for r in suite.regions))
+            for suite in result.suites
+        ),
+    )
     tinted = colour(args.color, sys.stdout)
     # On a terminal every row was just shown live, above: the summary recaps what failed.
     recap = args.quiet or (is_terminal(sys.stdout) and is_terminal(sys.stderr))

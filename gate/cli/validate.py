@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gate.cli.execute import load_policies
 from gate.cli.exit_codes import ExitCode
-from gate.wording import counted
+from gate.text import counted
 
 
 def validate_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from gate.policy.model import Checks
 from gate.results.comparison import ResultComparison, ResultStatus, StepOutputs
 from gate.results.leaf_diff import leaf_differences
-from gate.wording import counted
+from gate.text import counted
 
 
 def compare_outputs(base: StepOutputs, head: StepOutputs, checks: Checks) -> ResultComparison:

@@ -32,10 +32,10 @@ from gate.compare.own_definition import own_definition
 from gate.compare.rounds import PairedRounds, Side, turn_runs
 from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
-from gate.isolation.scheduler import TIMING_LOCK, Scheduler
+from gate.isolation.scheduler import TIMING_LOCK, Scheduler, each_region
 from gate.isolation.watcher import RunWatcher
 from gate.plan import Plan
-from gate.policy.model import Region
+from gate.policy.model import Policy, Region
 from gate.results.baseline import accept_base
 from gate.results.comparison import (
     BaseComparison,
@@ -48,7 +48,7 @@ from gate.results.comparison import (
 )
 from gate.results.costs import CostComparison, compare_costs, not_measured
 from gate.results.errors import ErrorKind, RegionError, gate_fault
-from gate.results.records import RegionResult, RunResult, SuiteResult
+from gate.results.records import RegionResult, RunResult
 
 # Each of the two workers' share of a GPU's memory, when nothing else says.
 MEMORY_FRACTION = "0.45"
@@ -84,7 +84,6 @@ def run_compared(
     ``starting`` runs while the first workers start (what it raises stops the run).
     """
     env = shared_device_environment(os.environ if environ is None else environ)
-    suites = []
     with (
         tempfile.TemporaryDirectory(prefix="transfer-gate-base-") as scratch,
         Scheduler(repo_root, cancel=cancel, watcher=watcher, environ=env) as head,
@@ -100,31 +99,29 @@ def run_compared(
             head.start_early(policy, region)
         if starting is not None:
             starting()
-        for policy, regions in plan.steps:
-            names = regions_in_base(policy, repo_root, base.root)
-            base_policy = for_base(policy, repo_root, base.root)
-            results = []
-            for region in regions:
-                if names is None or region.name not in names:
-                    result = head.run(policy, region)
-                    result = replace(
-                        result, base=BaseComparison(base.describe(), BaseStatus.NEW_REGION)
-                    )
-                else:
-                    pair = _Pair(
-                        region,
-                        Side("head", head, policy),
-                        Side("base", base_scheduler, base_policy),
-                        base,
-                        cancel,
-                        repo_root,
-                    )
-                    result = pair.compare()
-                results.append(result)
-                if finished is not None:
-                    finished(result)
-            suites.append(SuiteResult(policy.suite, policy.path.as_posix(), tuple(results)))
-    return RunResult(tuple(suites))
+        # Per policy: the head's policy as the base runs it, and the regions the base has.
+        in_base = {
+            policy.path: (
+                for_base(policy, repo_root, base.root),
+                regions_in_base(policy, repo_root, base.root),
+            )
+            for policy, _ in plan.steps
+        }
+
+        def compared(policy: Policy, region: Region) -> RegionResult:
+            base_policy, names = in_base[policy.path]
+            if names is None or region.name not in names:
+                result = head.run(policy, region)
+                return replace(result, base=BaseComparison(base.describe(), BaseStatus.NEW_REGION))
+            sides = (Side("head", head, policy), Side("base", base_scheduler, base_policy))
+            return _Pair(region, *sides, base, cancel, repo_root).compare()
+
+        return each_region(plan, compared, finished)
+
+
+# A region held in a tree's worker: its result, and its outputs on the host (None: it did not
+# run to its end).
+Held = tuple[RegionResult, StepOutputs | None]
 
 
 @dataclass
@@ -141,16 +138,14 @@ class _Pair:
 
     def compare(self) -> RegionResult:
         base_region = next(r for r in self.base.policy.regions if r.name == self.region.name)
-        head_result, base_result = self._both_run(base_region)
-        head_outputs = self.head.scheduler.outputs
+        (head_result, head_outputs), (base_result, base_outputs) = self._both_run(base_region)
         if head_result.error is not None:
             # The head failed on its own; its error says what to fix, and a
             # comparison with a step that did not run says nothing more.
             note = "not compared with the base: the head's run did not finish"
             return replace(head_result, notes=(*head_result.notes, note))
         if base_result.error is not None and base_result.error.kind is ErrorKind.IMPORT:
-            base_result = self._own_definition(base_region, base_result)
-        base_outputs = self.base.scheduler.outputs
+            base_result, base_outputs = self._own_definition(base_region, base_result)
         if base_result.error is not None:
             return replace(head_result, base=self._failed(base_result.error))
         if head_outputs is None or base_outputs is None:
@@ -190,7 +185,7 @@ class _Pair:
         )
         return replace(head_result, base=comparison)
 
-    def _both_run(self, base_region: Region) -> tuple[RegionResult, RegionResult]:
+    def _both_run(self, base_region: Region) -> tuple[Held, Held]:
         """The head's run of the region and the base's, at once, each in its own worker.
 
         On two cores or more this takes about the time of one: importing, compiling and
@@ -199,14 +194,14 @@ class _Pair:
         is only ever the case for a region that fails anyway.
         """
         with ThreadPoolExecutor(1, thread_name_prefix="transfer-gate-head") as pool:
-            head = pool.submit(self.head.scheduler.run, self.head.policy, self.region, hold=True)
+            head = pool.submit(self.head.scheduler.run_held, self.head.policy, self.region)
             try:
-                base_result = self.base.scheduler.run(self.base.policy, base_region, hold=True)
+                base = self.base.scheduler.run_held(self.base.policy, base_region)
             finally:
-                head_result = head.result()
-        return head_result, base_result
+                held = head.result()
+        return held, base
 
-    def _own_definition(self, region: Region, failed: RegionResult) -> RegionResult:
+    def _own_definition(self, region: Region, failed: RegionResult) -> Held:
         """The base's run of its own definition of ``region``, which ``failed`` could not import.
 
         A step renamed in the change: the head's policy names what the base's code
@@ -220,16 +215,16 @@ class _Pair:
                 f"for this region ({_callables(region)}), and {own}. If it is new in this "
                 "change, give the region a new name in the policy: a new region is not compared"
             )
-            return replace(failed, error=replace(failed.error, message=message))
+            return replace(failed, error=replace(failed.error, message=message)), None
         self.renamed = own.renamed
-        result = self.base.scheduler.run(self.base.policy, own.region, hold=True)
+        result, outputs = self.base.scheduler.run_held(self.base.policy, own.region)
         if result.error is not None:
             message = (
                 f"the head's policy names what the base lacks, so the base ran its own "
                 f"{renamed_text(own.renamed)}, and that failed too: {result.error.message}"
             )
-            return replace(result, error=replace(result.error, message=message))
-        return result
+            return replace(result, error=replace(result.error, message=message)), None
+        return result, outputs
 
     def _failed(self, error: RegionError) -> BaseComparison:
         return BaseComparison(

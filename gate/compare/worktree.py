@@ -55,25 +55,28 @@ class BaseTree:
 
 
 @dataclass(frozen=True)
-class _Resolved:
+class BaseRef:
+    """A ``--base`` resolved: the commit it names, and where the head's checkout is."""
+
     top: Path  # the git top level of the head
     prefix: str  # repo_root below it, "" or "sub/dir/"
     sha: str
     short_sha: str
 
 
-def check_base(repo_root: Path, ref: str) -> str:
-    """The full SHA of the commit ``ref`` names in ``repo_root``'s repository, or BaseRefError.
+def check_base(repo_root: Path, ref: str) -> BaseRef:
+    """The commit ``ref`` names in ``repo_root``'s repository, or BaseRefError.
 
-    For a check before anything runs: it checks nothing out.
+    For a check before anything runs: it checks nothing out; `checked_out` takes its answer.
     """
-    return _resolve(repo_root, ref).sha
+    return _resolve(repo_root, ref)
 
 
 @contextlib.contextmanager
-def checked_out(repo_root: Path, ref: str) -> Iterator[BaseTree]:
-    """The commit ``ref`` names, checked out in a temporary worktree for the ``with`` block."""
-    resolved = _resolve(repo_root, ref)
+def checked_out(repo_root: Path, ref: str, resolved: BaseRef | None = None) -> Iterator[BaseTree]:
+    """The commit ``ref`` names, checked out in a temporary worktree for the ``with`` block
+    (``resolved``: `check_base`'s answer for it, so that the ref is resolved once)."""
+    resolved = _resolve(repo_root, ref) if resolved is None else resolved
     top = resolved.top
     # Entries whose folders are gone, as a killed gate leaves them.
     _git(["worktree", "prune"], top, check=False)
@@ -112,7 +115,7 @@ def _remove_worktree(top: Path, folder: Path) -> None:
         _git(["worktree", "prune"], top, check=False)
 
 
-def _resolve(repo_root: Path, ref: str) -> _Resolved:
+def _resolve(repo_root: Path, ref: str) -> BaseRef:
     if not ref or ref.startswith("-"):
         # git would read it as an option.
         raise BaseRefError(
@@ -136,7 +139,7 @@ def _resolve(repo_root: Path, ref: str) -> _Resolved:
             "that exists here, e.g. --base origin/main or --base HEAD~1"
         )
     short = _git(["rev-parse", "--short", sha], repo_root).stdout.strip() or sha[:7]
-    return _Resolved(Path(top), prefix, sha, short)
+    return BaseRef(Path(top), prefix, sha, short)
 
 
 def _not_a_repository(repo_root: Path, ref: str, stderr: str) -> str:

@@ -6,11 +6,11 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 
 from gate.isolation.compile_cache import use_compile_cache
 from gate.policy.model import Policy, Region
-from gate.witness.guard_log import prepare_environment
 
 
 def worker_environment(
@@ -54,3 +54,15 @@ def keep_accelerators_for_workers() -> None:
     import jax
 
     jax.config.update("jax_platforms", "cpu")
+
+
+def prepare_environment(environ: dict[str, str] | os._Environ[str]) -> None:
+    """Make sure jaxlib will write the guard's warnings, before jax is imported.
+
+    CI images often set ``TF_CPP_MIN_LOG_LEVEL=2`` to cut noise; it is read
+    once, when jaxlib loads, and hides every guard line. Level 1 keeps the
+    warnings (the guard's) and drops jaxlib's info chatter.
+    """
+    level = environ.get("TF_CPP_MIN_LOG_LEVEL", "")
+    if not level.isdigit() or int(level) > 1:
+        environ["TF_CPP_MIN_LOG_LEVEL"] = "1"

@@ -78,15 +78,8 @@ class _Running:
         return region_key(self.policy, self.region)
 
     def result(self, error: RegionError) -> RegionResult:
-        return RegionResult(
-            suite=self.policy.suite,
-            name=self.region.name,
-            policy_path=self.policy.path.as_posix(),
-            policy_line=self.region.line,
-            guard=self.region.guard,
-            has_checks=self.region.checks.any,
-            wall_s=time.monotonic() - self.started,
-            error=error,
+        return RegionResult.of(
+            self.policy, self.region, wall_s=time.monotonic() - self.started, error=error
         )
 
 
@@ -119,7 +112,6 @@ class Scheduler:
         self._jobs = itertools.count(1)
         # The compilation cache this scheduler's workers share; removed on leaving.
         self._cache = RunCache()
-        self.outputs: StepOutputs | None = None  # the last held region's, see `run`
         self._early: WorkerProcess | None = None  # started by `start_early`, not yet waited on
 
     def __enter__(self) -> Scheduler:
@@ -144,16 +136,22 @@ class Scheduler:
             env = worker_environment(self.environ, policy, region, run_cache=self._cache.path)
             self._early = WorkerProcess(self.repo_root, env, self.watcher)
 
-    def run(self, policy: Policy, region: Region, *, hold: bool = False) -> RegionResult:
-        """Run ``region`` in the worker; a lost worker makes it an error, never an exception.
+    def run(self, policy: Policy, region: Region) -> RegionResult:
+        """Run ``region`` in the worker; a lost worker makes it an error, never an exception."""
+        result, _ = self._dispatch(policy, region, hold=False)
+        return result
 
-        With ``hold`` the worker keeps the region loaded for `sample`, and
-        `outputs` is its outputs on the host (None if it did not run to the end).
-        """
-        self.outputs = None
+    def run_held(self, policy: Policy, region: Region) -> tuple[RegionResult, StepOutputs | None]:
+        """`run`, and the worker keeps the region loaded for `sample`; with the result, its
+        outputs on the host (None when it did not run to its end)."""
+        return self._dispatch(policy, region, hold=True)
+
+    def _dispatch(
+        self, policy: Policy, region: Region, *, hold: bool
+    ) -> tuple[RegionResult, StepOutputs | None]:
         running = _Running(policy, region, time.monotonic(), 0)
         if self.cancel is not None and self.cancel.requested:
-            return running.result(self._cancelled_before())
+            return running.result(self._cancelled_before()), None
         env = worker_environment(self.environ, policy, region, run_cache=self._cache.path)
         if self._worker is not None and (self._worker.env != env or self._worker.exited()):
             self.close()
@@ -166,7 +164,9 @@ class Scheduler:
                 worker.stop(dump=False)
             raise
 
-    def _run(self, running: _Running, env: dict[str, str], hold: bool) -> RegionResult:
+    def _run(
+        self, running: _Running, env: dict[str, str], hold: bool
+    ) -> tuple[RegionResult, StepOutputs | None]:
         region = running.region
         label = running.label
         job = Job(next(self._jobs), running.policy, region, self.repo_root, hold)
@@ -175,7 +175,7 @@ class Scheduler:
             if self._worker is None:
                 failed = self._start(running, env)
                 if failed is not None:
-                    return failed
+                    return failed, None
             worker = self._worker
             assert worker is not None
             running = _Running(running.policy, region, running.started, worker.output.count)
@@ -185,17 +185,16 @@ class Scheduler:
             # It died while idle, between regions: not this region's doing.
             self.close()
             if attempt:
-                return self._lost(worker, running, WaitEvent.EXITED)
+                return self._lost(worker, running, WaitEvent.EXITED), None
         assert worker is not None
         event = self._wait(worker, time.monotonic() + region.timeout_s, label)
         if isinstance(event, Done) and event.number == job.number:
             worker.output.wait_ended(job.number, _OUTPUT_LAG_S)
-            self.outputs = event.outputs
-            return event.result
+            return event.result, event.outputs
         if not isinstance(event, WaitEvent):
             raise RuntimeError(f"worker answered job {job.number} with {event!r:.300}")
         self._worker = None
-        return self._lost(worker, running, event)
+        return self._lost(worker, running, event), None
 
     def sample(
         self, policy: Policy, region: Region, runs: int, *, cpu: int | None, reference: bool
@@ -362,23 +361,38 @@ def run_isolated(
     output; ``finished`` gets each region's result as soon as it is known. ``starting`` runs
     while the first worker starts (what it raises stops the worker and the run).
     """
-    suites = []
     with Scheduler(repo_root, cancel=cancel, watcher=watcher) as scheduler:
         for policy, region in plan.first():
             scheduler.start_early(policy, region)
         if starting is not None:
             starting()
-        for policy, regions in plan.steps:
-            results = []
-            for region in regions:
-                started = time.monotonic()
-                try:
-                    result = scheduler.run(policy, region)
-                except Exception as exc:
-                    running = _Running(policy, region, started, 0)
-                    result = running.result(gate_fault("running this region", exc))
-                results.append(result)
-                if finished is not None:
-                    finished(result)
-            suites.append(SuiteResult(policy.suite, policy.path.as_posix(), tuple(results)))
+        return each_region(plan, scheduler.run, finished)
+
+
+def each_region(
+    plan: Plan,
+    run: Callable[[Policy, Region], RegionResult],
+    finished: Callable[[RegionResult], None] | None = None,
+) -> RunResult:
+    """``run`` of every region of ``plan``, in order, and ``finished`` told of each result.
+
+    The one loop of a run, with or without ``--base``: a bug of the gate's while one region
+    runs is that region's INTERNAL error (the run exits 3), and the other regions are judged.
+    """
+    suites = []
+    for policy, regions in plan.steps:
+        results = []
+        for region in regions:
+            started = time.monotonic()
+            try:
+                result = run(policy, region)
+            except Exception as exc:
+                error = gate_fault("running this region", exc)
+                result = RegionResult.of(
+                    policy, region, wall_s=time.monotonic() - started, error=error
+                )
+            results.append(result)
+            if finished is not None:
+                finished(result)
+        suites.append(SuiteResult(policy.suite, policy.path.as_posix(), tuple(results)))
     return RunResult(tuple(suites))

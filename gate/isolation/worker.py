@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from gate import PACKAGE_DIR
+from gate.package import PACKAGE_DIR
 from gate.policy.model import Policy, Region
 from gate.region.cores import unpin
 from gate.region.stages import Stage, listening
@@ -319,13 +319,6 @@ def run_job(job: Job, keep: Keep | None = None) -> RegionResult:
 
 
 def _error_result(job: Job, started: float, error: RegionError) -> RegionResult:
-    return RegionResult(
-        suite=job.policy.suite,
-        name=job.region.name,
-        policy_path=job.policy.path.as_posix(),
-        policy_line=job.region.line,
-        guard=job.region.guard,
-        has_checks=job.region.checks.any,
-        wall_s=time.perf_counter() - started,
-        error=error,
+    return RegionResult.of(
+        job.policy, job.region, wall_s=time.perf_counter() - started, error=error
     )

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 
 from gate.isolation.watcher import BETWEEN_REGIONS, RunWatcher
 from gate.isolation.worker import END_OF_JOB
-from gate.results.source import SourceLocation
-from gate.user_code import UserCode
+from gate.user_code import SourceLocation, UserCode
 
 _KEPT_LINES = 400  # per worker
 _MAX_LINE = 2000  # characters; a longer line (a progress bar without newlines) is cut

@@ -29,7 +29,7 @@ from gate.files import DocumentError, read_json_document, write_text_atomically
 from gate.results.findings import Finding, group
 from gate.results.records import RegionResult, RunResult, Site, SuiteResult, Transfer
 from gate.results.timing_baseline import StoredTiming, read_timing, timing_document
-from gate.wording import counted
+from gate.text import counted
 
 FORMAT = "jax-transfer-gate.results.baseline"
 # Version 2: fingerprints name the array moved (one finding per array).
@@ -292,11 +292,7 @@ def rebaselined(
 def _judge(region: RegionResult, accepted: dict[str, Accepted], command: str) -> RegionResult:
     if region.error is not None and not region.transfers:
         return region  # nothing ran far enough to say what was fixed
-    prints, forgiven, notes = _forgive(region, accepted, "the baseline")
-    transfers = tuple(
-        replace(t, failing=False, accepted=True) if t.failing and t in forgiven else t
-        for t in region.transfers
-    )
+    prints, transfers, notes = _accepted(region, accepted, "the baseline", in_base=False)
     # What the base has too (``run --base``) still happens: its entries are not fixed.
     judged = [f for f in group(region.transfers) if f.failing or f.sample.in_base]
     current = {
@@ -329,13 +325,26 @@ def accept_base(region: RegionResult, base: RegionResult) -> tuple[RegionResult,
         entry.fingerprint: entry
         for entry in accepted_from(RunResult((SuiteResult(base.suite, "", (base,)),)))
     }
-    _, forgiven, notes = _forgive(region, accepted, "the base")
-    transfers = tuple(
-        replace(t, failing=False, accepted=True, in_base=True) if t.failing and t in forgiven else t
-        for t in region.transfers
-    )
+    _, transfers, notes = _accepted(region, accepted, "the base", in_base=True)
     kept = sum(1 for finding in group(transfers) if finding.sample.in_base)
     return replace(region, transfers=transfers, notes=(*region.notes, *notes)), kept
+
+
+def _accepted(
+    region: RegionResult, accepted: dict[str, Accepted], other: str, *, in_base: bool
+) -> tuple[dict[Finding, str], tuple[Transfer, ...], list[str]]:
+    """The one rule both befores follow (the base tree's map, the stored file): each failing
+    finding ``accepted`` covers stops failing (``in_base``: because the base has it too); the
+    others are said. Returns the failing findings' fingerprints, the region's transfers so
+    judged, and the notes."""
+    prints, forgiven, notes = _forgive(region, accepted, other)
+    transfers = tuple(
+        replace(t, failing=False, accepted=True, in_base=in_base)
+        if t.failing and t in forgiven
+        else t
+        for t in region.transfers
+    )
+    return prints, transfers, notes
 
 
 def _forgive(

@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from gate.policy.levels import Direction, GuardSpec
+from gate.levels import Direction, GuardSpec
+from gate.policy.model import Policy, Region
 from gate.results.collective_changes import CommComparison
 from gate.results.comparison import BaseComparison, TimingComparison
 from gate.results.costs import CostComparison, StepCost
 from gate.results.donations import UnusedDonation
 from gate.results.errors import RegionError
 from gate.results.placement import Placement
-from gate.results.source import SourceLocation
+from gate.user_code import SourceLocation
 
 
 class Phase(enum.Enum):
@@ -232,6 +234,12 @@ class CoverageJudge(enum.StrEnum):
     NOT_CHECKED = "not checked"
 
 
+def region_key(suite: str, region: str) -> str:
+    """``suite.region``: how the report, the baseline, ``--region`` and ``--shard`` name a
+    region (a policy's suite, one of its regions)."""
+    return f"{suite}.{region}"
+
+
 @dataclass(frozen=True)
 class RegionResult:
     suite: str
@@ -270,9 +278,24 @@ class RegionResult:
     # Donated arguments no output reuses (`gate.results.donations`), judged by ``donation:``.
     donations: tuple[UnusedDonation, ...] = ()
 
+    @classmethod
+    def of(cls, policy: Policy, region: Region, **fields: Any) -> RegionResult:
+        """The result of ``region`` of ``policy``: where it is declared and how it is guarded
+        taken from them, every other field from ``fields``."""
+        return cls(
+            suite=policy.suite,
+            name=region.name,
+            policy_path=policy.path.as_posix(),
+            policy_line=region.line,
+            guard=region.guard,
+            has_checks=region.checks.any,
+            **fields,
+        )
+
     @property
     def classname(self) -> str:
-        return f"{self.suite}.{self.name}"
+        """``suite.region``, as JUnit's classname, the baseline and ``--region`` name it."""
+        return region_key(self.suite, self.name)
 
     @property
     def failing_transfers(self) -> tuple[Transfer, ...]:
