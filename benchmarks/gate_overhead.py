@@ -45,7 +45,7 @@ import jax  # noqa: E402
 from examples.mlp import make_inputs, train_step  # noqa: E402
 from gate.isolation.worker import Entered, write_frame  # noqa: E402
 from gate.jaxhooks.guard import guarded  # noqa: E402
-from gate.policy.levels import GuardLevel, GuardSpec  # noqa: E402
+from gate.levels import GuardLevel, GuardSpec  # noqa: E402
 from gate.user_code import UserCode  # noqa: E402
 from gate.witness.detector import detect_fetches  # noqa: E402
 from gate.witness.transfer_map import mapped  # noqa: E402

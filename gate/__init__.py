@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
-
-# The folder of this `gate` package: frames under it are the gate's, never the user's line.
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+from gate.package import PACKAGE_DIR, __version__
 
 if TYPE_CHECKING:
     from gate.api import check_region, format_failure
 
-__all__ = ["PACKAGE_DIR", "check_region", "format_failure"]
+__all__ = ["PACKAGE_DIR", "__version__", "check_region", "format_failure"]
 
 
 def __getattr__(name: str) -> object:

@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gate.policy.levels import Direction, GuardLevel, GuardSpec
-from gate.policy.load import BUILTIN_DEFAULTS, DEFAULT_ATOL, DEFAULT_RTOL
+from gate.levels import Direction, GuardLevel, GuardSpec
+from gate.policy.defaults import default
 from gate.policy.model import CallableRef, Checks, DonationRule, Policy, RecompileRule, Region
 from gate.report.terminal import format_region_failure
 from gate.results.records import RegionResult
@@ -30,18 +30,26 @@ Guard = str | GuardLevel | GuardSpec | Mapping[str, str]
 _CHECK_KEYS = ("finite", "reference", "rtol", "atol", "custom")
 
 
+# The policy's defaults (`gate.policy.defaults`), so that a region means the same here.
+_GUARD: Any = default("guard")
+_WARMUP: int = default("warmup")
+_GUARDED_RUNS: int = default("guarded_runs")
+_RECOMPILES: str = default("recompiles")
+_DONATION: str = default("donation")
+
+
 def check_region(
     step: Callable[..., Any],
     *,
     setup: Callable[[], Any] | None = None,
-    guard: Guard = "disallow",
+    guard: Guard = _GUARD,
     boundaries: Sequence[Callable[..., Any]] = (),
-    warmup: int = 2,
-    guarded_runs: int = 3,
-    repeats: int = 5,
+    warmup: int = _WARMUP,
+    guarded_runs: int = _GUARDED_RUNS,
+    repeats: int = 5,  # not the policy's 20: a test wants the verdict, not a timing
     checks: Mapping[str, Any] | None = None,
-    recompiles: str | RecompileRule = "fail",
-    donation: str | DonationRule = "fail",
+    recompiles: str | RecompileRule = _RECOMPILES,
+    donation: str | DonationRule = _DONATION,
 ) -> RegionResult:
     """Run ``step`` as a region in this process; its `RegionResult` (``.passed``, findings).
 
@@ -73,7 +81,7 @@ def check_region(
         warmup=_count("warmup", warmup, 0),
         guarded_runs=_count("guarded_runs", guarded_runs, 1),
         repeats=_count("repeats", repeats, 1),
-        timeout_s=float(BUILTIN_DEFAULTS["timeout_s"]),  # only workers time out
+        timeout_s=float(default("timeout_s")),  # only workers time out
         checks=_checks(checks, root, _ref(custom, "custom", root) if custom else None),
         recompiles=_recompiles(recompiles),
         donation=_donation(donation),
@@ -195,7 +203,7 @@ def _checks(checks: Mapping[str, Any] | None, root: Path, custom: CallableRef | 
         finite=bool(given.get("finite", False)),
         # Relative to the working directory, as the user's files are.
         reference=None if reference is None else root / Path(reference),
-        rtol=float(given.get("rtol", DEFAULT_RTOL)),
-        atol=float(given.get("atol", DEFAULT_ATOL)),
+        rtol=float(given.get("rtol", default("checks.rtol"))),
+        atol=float(given.get("atol", default("checks.atol"))),
         custom=custom,
     )

@@ -1,4 +1,4 @@
-"""Which frame of a stack is "the user's line".
+"""Which frame of a stack is "the user's line", and how every record names that line.
 
 A transfer happens deep inside jax; the line a person must change is the
 innermost frame in their own code. Their code is what lives under the repo
@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from gate import PACKAGE_DIR
-from gate.jaxhooks.interpose import is_trampoline_frame
-from gate.results.source import SourceLocation
+from gate.package import PACKAGE_DIR
 
 _GATE_DIR = str(Path(PACKAGE_DIR).resolve()) + os.sep
 _STDLIB_DIRS = tuple(
@@ -27,6 +25,18 @@ _STDLIB_DIRS = tuple(
     if p
 )
 _ENV_MARKERS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """A line of the user's code: the innermost frame outside jax, numpy and the gate."""
+
+    path: str  # relative to the repo root when under it, else absolute
+    line: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
 
 
 @dataclass(frozen=True)
@@ -41,7 +51,7 @@ class UserCode:
         return tuple(str(r.resolve()) + os.sep for r in roots)
 
     def is_library(self, filename: str) -> bool:
-        if filename.startswith("<") or is_trampoline_frame(filename):
+        if filename.startswith("<"):  # generated code: the gate's trampolines, exec'd text
             return True
         resolved = os.path.realpath(filename)
         return (

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cli_helpers import FAST_DEFAULTS
 
-from gate.policy.levels import Direction, GuardLevel, GuardSpec
+from gate.levels import Direction, GuardLevel, GuardSpec
 from gate.policy.model import CallableRef, Checks, Policy, Region
 from gate.results.errors import ErrorKind, RegionError
 from gate.results.records import (
@@ -30,7 +30,7 @@ from gate.results.records import (
     TimingStats,
     Transfer,
 )
-from gate.results.source import SourceLocation
+from gate.user_code import SourceLocation
 
 # --- policy records, for tests that drive the region engine in-process -------------------------
 

@@ -17,11 +17,11 @@ from gate.jaxhooks.executables import Executed, StepMesh
 from gate.policy.model import CollectiveRule, DonationRule
 from gate.region.donations import judge_donations
 from gate.results.collective_changes import GONE, GROWN, NEW, compare_communication
-from gate.results.collectives import Collective, Communication, bytes_text, not_read
+from gate.results.collectives import Collective, Communication, not_read
 from gate.results.costs import FunctionCost, cost_from_json, cost_to_json, step_cost
 from gate.results.errors import ErrorKind
-from gate.results.source import SourceLocation
-from gate.user_code import UserCode
+from gate.text import bytes_text
+from gate.user_code import SourceLocation, UserCode
 from gate.witness.collectives import multiplicities, program_collectives
 from gate.witness.donations import header_donations
 from gate.witness.hlo_text import parse_instruction, parse_module
@@ -367,7 +367,7 @@ def _measured(*collectives: Collective) -> Any:
 def _planned(rule: CollectiveRule) -> Any:
     from result_samples import callable_ref
 
-    from gate.policy.levels import GuardLevel, GuardSpec
+    from gate.levels import GuardLevel, GuardSpec
     from gate.policy.model import Checks, Region
 
     return Region(
@@ -380,7 +380,7 @@ def _planned(rule: CollectiveRule) -> Any:
 def test_the_stored_baseline_judges_a_new_collective_and_an_inventory_it_lacks() -> None:
     from result_samples import region, run_of
 
-    from gate.compare.against_baseline import compare_with_baseline
+    from gate.compare.stored_baseline import compare_with_baseline
     from gate.results.timing_baseline import retimed
 
     platform = "cpu (cpu x8), jax 0.10.2, jaxlib 0.10.2"

@@ -19,21 +19,14 @@ from git_helpers import commit, init
 
 from gate.jaxhooks.executables import every_execution_seen
 from gate.jaxhooks.internals import InternalMissing, dispatch_internals
-from gate.policy.levels import GuardLevel, GuardSpec
+from gate.levels import GuardLevel, GuardSpec
 from gate.policy.model import CostRule
 from gate.report.junit import render_junit
 from gate.report.junit_cases import region_cases
 from gate.results.comparison import BaseComparison, BaseStatus
-from gate.results.costs import (
-    METRICS,
-    DevicePeak,
-    FunctionCost,
-    StepCost,
-    compare_costs,
-    si_text,
-    step_cost,
-)
+from gate.results.costs import METRICS, DevicePeak, FunctionCost, StepCost, compare_costs, step_cost
 from gate.results.records import RegionResult, RunResult, SuiteResult
+from gate.text import si_text
 from gate.witness.costs import device_peaks, measure_step, memory_marks
 
 STEPS = """

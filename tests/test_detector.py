@@ -169,7 +169,7 @@ for name in NAMES:
             }
             for f in log.fetches
         ],
-        "transfers": len(log.transfers),
+        "transfers": len(log.fetches),
         "blind_spots": list(log.blind_spots),
     }
 emit({"found": found, "agreement": agreement})
@@ -538,7 +538,7 @@ def test_a_read_that_raises_is_recorded_as_refused(tmp_path: Path) -> None:
     # array raises there on every backend.
     import jax.numpy as jnp
 
-    from gate.policy.levels import Direction
+    from gate.levels import Direction
     from gate.results.records import Phase
     from gate.witness.detector import detect_fetches
     from gate.witness.host_copies import host_copy_cached

@@ -20,6 +20,7 @@ from cli_helpers import run_gate
 
 from gate.cli.doctor import main_doctor
 from gate.cli.exit_codes import DoctorExitCode
+from gate.isolation.environment import prepare_environment
 from gate.machine.diagnosis import Platform, cuda_version_text
 from gate.machine.doctor import (
     DeviceGroup,
@@ -254,7 +255,9 @@ def test_main_reports_and_exits_by_the_expectation() -> None:
 
 
 def settings_of(environ: dict[str, str]) -> dict[str, Setting]:
-    return {s.name: s for s in read_settings(environ, None, None)}
+    gate_environ = dict(environ)
+    prepare_environment(gate_environ)  # what `transfer-gate doctor` hands over
+    return {s.name: s for s in read_settings(environ, None, None, gate_environ)}
 
 
 def test_log_level_2_hides_the_guards_lines_but_not_from_the_gate() -> None:

@@ -7,7 +7,7 @@ from dataclasses import fields, replace
 import pytest
 from result_samples import transfer
 
-from gate.policy.levels import Direction
+from gate.levels import Direction
 from gate.results.baseline import _SITE_PARTS
 from gate.results.findings import UNDESCRIBED, Finding, group
 from gate.results.records import Phase, Site, Transfer

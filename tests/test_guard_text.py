@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gate.jaxhooks.guard import Violation, parse_violation
+from gate.jaxhooks.guard import Refusal, parse_refusal
 from gate.jaxhooks.guard_text import parse_aval, parse_destination, parse_guard_text
-from gate.policy.levels import Direction
+from gate.levels import Direction
 from gate.results.placement import Placement
 from gate.witness.guard_log import parse_guard_line
 
@@ -116,7 +116,7 @@ def test_every_captured_refusal_names_its_array_and_destination(version: str) ->
     refused = 0
     for name, (_, refusals) in _scenarios(version).items():
         for message in refusals:
-            violation = parse_violation(RuntimeError(message), all_devices=8)
+            violation = parse_refusal(RuntimeError(message), all_devices=8)
             assert violation is not None, message
             said = (violation.direction, violation.dtype, violation.shape, violation.destination)
             expected = {s[:4] for s in EXPECTED[name]} | (
@@ -130,7 +130,7 @@ def test_every_captured_refusal_names_its_array_and_destination(version: str) ->
 def test_on_0_12_reading_a_split_array_is_refused_as_device_to_host() -> None:
     # jax-ml/jax#40285: even inside jax.device_put, whose other leg is explicit.
     [refusal] = _scenarios("0.12.0.1")["device_put of a split array to P()"][1]
-    assert parse_violation(RuntimeError(refusal)) == Violation(D2H, *F64x16, None)
+    assert parse_refusal(RuntimeError(refusal)) == Refusal(D2H, *F64x16, None)
 
 
 @pytest.mark.parametrize(
@@ -204,5 +204,5 @@ def test_a_read_to_the_host_has_no_destination_whatever_sharding_it_names() -> N
     parsed = parse_guard_line(line, all_devices=8)
     assert parsed is not None
     assert (parsed.destination, parsed.lines_per_transfer) == (None, 1)
-    refused = parse_violation(RuntimeError("Disallowed " + line.split("] ", 1)[1]))
-    assert refused == Violation(D2H, *F64x16, None)
+    refused = parse_refusal(RuntimeError("Disallowed " + line.split("] ", 1)[1]))
+    assert refused == Refusal(D2H, *F64x16, None)

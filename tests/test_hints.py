@@ -10,7 +10,7 @@ import pytest
 from cli_helpers import FAST_DEFAULTS, make_repo, run_gate
 from result_samples import transfer
 
-from gate.policy.levels import Direction
+from gate.levels import Direction
 from gate.results.cause import HOST_CALLBACK_USE, Cause, cause_of
 from gate.results.hints import _FIXES, hint_for
 from gate.results.placement import Placement

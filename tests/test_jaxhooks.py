@@ -15,17 +15,17 @@ import pytest
 
 from gate.jaxhooks import internals, interpose
 from gate.jaxhooks.guard import (
-    Violation,
+    Refusal,
     full_tracebacks,
     guard_kept_by_the_gate,
     guarded,
-    parse_violation,
+    parse_refusal,
 )
 from gate.jaxhooks.guard_text import parse_aval
 from gate.jaxhooks.internals import InternalMissing
 from gate.jaxhooks.interpose import interposed, is_trampoline_frame
 from gate.jaxhooks.patches import attribute_replaced
-from gate.policy.levels import Direction, GuardLevel, GuardSpec
+from gate.levels import Direction, GuardLevel, GuardSpec
 
 # --- guard.py: reading JAX's messages ------------------------------------------------------------
 
@@ -42,10 +42,10 @@ def test_a_disallowed_transfer_is_told_from_any_other_error() -> None:
         "INVALID_ARGUMENT: Disallowed host-to-device transfer: aval=ShapedArray(float32[8]), "
         "dst_sharding=SingleDeviceSharding(device=CpuDevice(id=0))"
     )
-    assert parse_violation(exc) == Violation(Direction.HOST_TO_DEVICE, "float32", (8,))
+    assert parse_refusal(exc) == Refusal(Direction.HOST_TO_DEVICE, "float32", (8,))
     undescribed = RuntimeError("Disallowed device-to-host transfer")
-    assert parse_violation(undescribed) == Violation(Direction.DEVICE_TO_HOST, None, None)
-    assert parse_violation(ValueError("shapes (3,) and (4,) do not match")) is None
+    assert parse_refusal(undescribed) == Refusal(Direction.DEVICE_TO_HOST, None, None)
+    assert parse_refusal(ValueError("shapes (3,) and (4,) do not match")) is None
 
 
 # --- guard.py: entering and leaving JAX's guard --------------------------------------------------
@@ -77,7 +77,7 @@ def test_guarded_disallows_in_the_block_and_restores_every_level_after() -> None
         assert jax.config.jax_transfer_guard_device_to_host == "log"
         with pytest.raises(RuntimeError) as raised:
             jax.block_until_ready(jnp.zeros(()) + np.float32(1))
-    violation = parse_violation(raised.value)
+    violation = parse_refusal(raised.value)
     assert violation is not None
     assert violation.direction is Direction.HOST_TO_DEVICE
     assert _guard_config() == before

@@ -1,7 +1,8 @@
 """The layout keeps its promises: data flows one way, JAX internals live in one folder.
 
 Read from the source with `ast`, so a drift fails here, by name, instead of surfacing as an
-import cycle or a hook nobody knew about. The rules are the README's "Layout" section.
+import cycle or a hook nobody knew about. The layers are docs/development.md's "Layers" list,
+read by the test itself: the documentation and the check cannot disagree.
 """
 
 from __future__ import annotations
@@ -14,38 +15,22 @@ import pytest
 
 GATE = Path(__file__).resolve().parents[1] / "gate"
 
-# A subsystem may not import these (the arrow of policy -> plan -> compare -> isolation ->
-# region -> witness -> jaxhooks, with results as the shared records and report/ reading them
-# only).
-FORBIDDEN: dict[str, frozenset[str]] = {
-    "policy": frozenset(
-        {"plan", "compare", "isolation", "region", "witness", "report", "cli", "machine"}
-    ),
-    "plan": frozenset({"compare", "isolation", "region", "witness", "jaxhooks", "report", "cli"}),
-    "compare": frozenset({"cli", "report", "region", "witness", "jaxhooks"}),
-    "isolation": frozenset({"cli", "compare", "report"}),
-    "region": frozenset({"cli", "compare", "isolation", "report", "plan"}),
-    "witness": frozenset({"cli", "compare", "isolation", "region", "report", "plan"}),
-    "jaxhooks": frozenset(
-        {"cli", "compare", "isolation", "region", "witness", "report", "plan", "machine"}
-    ),
-    "results": frozenset(
-        {"cli", "compare", "isolation", "region", "witness", "jaxhooks", "report", "plan"}
-    ),
-    "report": frozenset(
-        {"cli", "compare", "isolation", "region", "witness", "jaxhooks", "machine"}
-    ),
-    "machine": frozenset({"cli", "compare", "isolation", "region", "report", "plan"}),
-    # `gate/api.py`, check_region: a region run in the caller's process, beside the CLI (which
-    # runs them in workers), so it stays off the command line, the scheduler and --base.
-    "api": frozenset({"cli", "compare", "isolation", "plan"}),
-    # `gate/pytest_plugin.py`: the fixture only calls gate.api and reads its result.
-    "pytest_plugin": frozenset(
-        {"cli", "compare", "isolation", "region", "witness", "jaxhooks", "report", "plan"}
-        | {"machine", "policy"}
-    ),
-}
-MAX_LINES = 400
+DEVELOPMENT = GATE.parent / "docs" / "development.md"
+
+
+def _layers() -> list[frozenset[str]]:
+    """The documented layers, top first, as docs/development.md's "Layers" list states them."""
+    text = DEVELOPMENT.read_text(encoding="utf-8").split("## Layers", 1)[1].split("\n## ", 1)[0]
+    return [
+        frozenset(re.findall(r"`([\w.]+)`", line))
+        for line in text.splitlines()
+        if re.match(r"^\d+\. ", line)
+    ]
+
+
+LAYERS = _layers()
+# Each part of the gate (a folder under gate/, or a module at its top) and its layer's depth.
+DEPTH = {part: depth for depth, layer in enumerate(LAYERS) for part in layer}
 
 
 def _modules() -> list[Path]:
@@ -69,11 +54,28 @@ def _imported(path: Path) -> set[str]:
     return {n for n in names if n.startswith("gate.")}
 
 
+def test_every_part_of_the_gate_is_in_one_documented_layer() -> None:
+    parts = {_subsystem(p) for p in _modules()} - {"__init__"}
+    assert sorted(parts - DEPTH.keys()) == [], "add them to docs/development.md's Layers"
+    assert sorted(DEPTH.keys() - parts) == [], "docs/development.md names parts that are gone"
+    counted = [part for layer in LAYERS for part in layer]
+    assert len(counted) == len(set(counted)), "a part in two layers"
+
+
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(GATE.parent)))
 def test_imports_flow_one_way(path: Path) -> None:
-    banned = FORBIDDEN.get(_subsystem(path), frozenset())
-    wrong = sorted(n for n in _imported(path) if n.split(".")[1] in banned)
-    assert not wrong, f"{path.relative_to(GATE.parent)} imports {wrong}"
+    """Every import, late and TYPE_CHECKING ones too, goes to the module's own part or to a
+    layer below it: no arrow runs back up, and there is no table of exceptions. The package's
+    face (gate/__init__.py) hands on the public API from above everything."""
+    own = _subsystem(path)
+    if own == "__init__":
+        return
+    upward = sorted(
+        name
+        for name in _imported(path)
+        if (part := name.split(".")[1]) != own and DEPTH.get(part, -1) <= DEPTH[own]
+    )
+    assert not upward, f"{path.relative_to(GATE.parent)} imports {upward}, not below it"
 
 
 def test_jax_internals_are_reached_only_from_jaxhooks() -> None:
@@ -93,15 +95,6 @@ def test_the_slot_swap_lives_in_jaxhooks() -> None:
         and any(s in p.read_text(encoding="utf-8") for s in ("pythonapi", "tp_as_buffer"))
     ]
     assert outside == []
-
-
-def test_no_module_is_over_the_size_a_reader_holds_at_once() -> None:
-    long = {
-        str(p.relative_to(GATE.parent)): n
-        for p in _modules()
-        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
-    }
-    assert long == {}
 
 
 def test_doctor_does_not_borrow_from_the_reporters() -> None:

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from result_samples import region, run_of, transfer
 
-from gate.policy.levels import Direction
+from gate.levels import Direction
 from gate.region.descriptions import SightingMemory
 from gate.region.sightings import PhaseTally
 from gate.results.baseline import Accepted, accepted_from, apply_baseline, fingerprints

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from jax_scripts import run_script
 
+from gate.levels import Direction
 from gate.machine.diagnosis import PlatformInfo, check_required, direction_coverage
-from gate.policy.levels import Direction
 from gate.results.records import CoverageJudge
 
 DETECT = """

@@ -18,8 +18,7 @@ from gate.jaxhooks.compiles import (
     compile_events_arrive,
     watching_compiles,
 )
-from gate.results.source import SourceLocation
-from gate.user_code import UserCode
+from gate.user_code import SourceLocation, UserCode
 from gate.witness.recompiles import attribute, explain
 
 STEPS = """

@@ -11,10 +11,10 @@ import pytest
 from jax_scripts import line_of
 from result_samples import callable_ref, one_region_policy
 
-from gate.policy.levels import Direction
+from gate.levels import Direction
 from gate.region.engine import run_region
 from gate.results.records import CoverageJudge, RegionResult
-from gate.results.source import SourceLocation
+from gate.user_code import SourceLocation
 
 STEPS = """
 import jax

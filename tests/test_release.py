@@ -233,7 +233,7 @@ def package_copy(tmp_path: Path) -> Path:
     """The two files the tag check reads, copied from this checkout."""
     (tmp_path / "gate").mkdir()
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
-    shutil.copy(REPO / "gate" / "__init__.py", tmp_path / "gate" / "__init__.py")
+    shutil.copy(REPO / "gate" / "package.py", tmp_path / "gate" / "package.py")
     return tmp_path
 
 
@@ -284,8 +284,8 @@ def test_the_tag_check_passes_the_tag_of_this_version(
         pytest.param(
             "{tag}",
             "OWNER/jax-transfer-gate",
-            ("gate/__init__.py", '__version__ = "{version}"', '__version__ = "0.0.0"'),
-            [r"^::error file=gate/__init__\.py::__version__ is not '.*', .*: make the two equal$"],
+            ("gate/package.py", '__version__ = "{version}"', '__version__ = "0.0.0"'),
+            [r"^::error file=gate/package\.py::__version__ is not '.*', .*: make the two equal$"],
             id="dunder-version-differs",
         ),
         pytest.param(

@@ -38,7 +38,7 @@ from gate.results.comparison import (
 )
 from gate.results.errors import ErrorKind, RegionError
 from gate.results.records import RegionResult, RunResult
-from gate.results.source import SourceLocation
+from gate.user_code import SourceLocation
 
 REF = "HEAD~1 (1a2b3c4)"
 BASE_SAMPLES = tuple(412e-6 + i * 1e-6 for i in range(-20, 20))
@@ -308,7 +308,7 @@ def test_boundary_timings_have_their_testcase_and_the_step_lists_boundary_times(
     body = case_named(root, "step: timing").findtext("failure") or ""
     assert f"Boundary time per step, base → head ({REF}):" in body
     assert "- pkg.io:save: 150 µs → 155 µs per step" in body
-    assert "- pkg:new: not called → 2 ms per step" in body
+    assert "- pkg:new: not called → 2.00 ms per step" in body
     boundary = case_named(root, "step: boundary pkg.io:save timing vs base")
     assert outcome(boundary) is None
     assert "unchanged (1.00x)" in (boundary.findtext("system-out") or "")

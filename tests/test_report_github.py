@@ -19,7 +19,7 @@ from result_samples import (
 )
 
 from gate.cli.exit_codes import ExitCode
-from gate.policy.levels import Direction, GuardLevel, GuardSpec
+from gate.levels import Direction, GuardLevel, GuardSpec
 from gate.policy.model import CostRule
 from gate.report.github import (
     MAX_DETAILS_CHARS,

@@ -12,14 +12,14 @@ import pytest
 import xmlschema
 from result_samples import FAILED_CHECK, POLICY, SETUP_ERROR, region, run_of, transfer
 
-from gate.policy.levels import Direction, GuardLevel, GuardSpec
+from gate.levels import Direction, GuardLevel, GuardSpec
 from gate.report import junit as report_junit
 from gate.report.junit import ReportWriteError, render_junit, write_junit
 from gate.report.junit_cases import Case, Outcome
 from gate.results.errors import ErrorKind, RegionError
 from gate.results.hints import hint_for
 from gate.results.records import CheckName, CheckOutcome, Phase, RunResult, SuiteResult, Transfer
-from gate.results.source import SourceLocation
+from gate.user_code import SourceLocation
 
 XSD = Path(__file__).parent / "junit.xsd"
 

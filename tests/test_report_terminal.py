@@ -7,11 +7,12 @@ import re
 import pytest
 from result_samples import FAILED_CHECK, SETUP_ERROR, region, run_of, transfer
 
-from gate.policy.levels import Direction
-from gate.report.terminal import format_duration, format_summary
+from gate.levels import Direction
+from gate.report.terminal import format_summary
 from gate.results.errors import ErrorKind, RegionError
 from gate.results.hints import hint_for
 from gate.results.records import Phase, RunResult
+from gate.text import duration_text
 
 COUNT_LINE = re.compile(r"\d+ passed, \d+ failed")
 H2D_HINT_START = "put inputs on the device"
@@ -196,7 +197,7 @@ def test_multi_line_error_message_stays_on_one_line() -> None:
     ],
 )
 def test_durations_are_human_friendly(seconds: float, text: str) -> None:
-    assert format_duration(seconds) == text
+    assert duration_text(seconds) == text
 
 
 # --- hints ----------------------------------------------------------------------------------

@@ -13,13 +13,12 @@ from pathlib import Path
 
 from result_samples import callable_ref, one_region_policy
 
-from gate.policy.levels import Direction
+from gate.levels import Direction
 from gate.policy.resolve import python_path
 from gate.region.callables import RegionCode, import_region
 from gate.region.region_run import RegionRun
 from gate.results.records import Phase, Transfer
-from gate.results.source import SourceLocation
-from gate.user_code import UserCode
+from gate.user_code import SourceLocation, UserCode
 
 STEP = """
 import jax

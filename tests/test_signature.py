@@ -15,8 +15,7 @@ import pytest
 from result_samples import callable_ref, one_region_policy
 
 from gate.policy.model import Policy
-from gate.policy.signature import Misfit, annotation_problem, misfit, misfit_error, step_signature
-from gate.results.errors import ErrorKind
+from gate.policy.signature import Misfit, annotation_problem, misfit, misfit_text, step_signature
 
 
 def train(params: Any, x: Any, y: Any, lr: Any) -> Any:
@@ -146,24 +145,24 @@ def policy_of(step: str, setup: str | None) -> Policy:
     )
 
 
-def test_misfit_error_names_both_policy_lines() -> None:
+def test_the_misfit_text_names_both_policy_lines() -> None:
     policy = policy_of("m:train", "m:make")
-    error = misfit_error(policy, policy.regions[0], train, ((1, 2, 3), {}))
-    assert error is not None
-    assert error.kind is ErrorKind.MISFIT
-    assert error.message == (
+    found = misfit_text(policy, policy.regions[0], train, ((1, 2, 3), {}))
+    assert found is not None
+    message, details = found
+    assert message == (
         "setup m:make (policies/p.yaml:6) returned 3 values; step m:train (policies/p.yaml:5)"
         " takes 4 (params, x, y, lr); make setup return what the step takes"
     )
-    assert "\n" not in error.message
-    assert "(params: 'Any', x: 'Any', y: 'Any', lr: 'Any') -> 'Any'" in error.details
-    assert misfit_error(policy, policy.regions[0], train, ((1, 2, 3, 4), {})) is None
-    assert misfit_error(policy, policy.regions[0], Opaque(), ((1,), {})) is None
+    assert "\n" not in message
+    assert "(params: 'Any', x: 'Any', y: 'Any', lr: 'Any') -> 'Any'" in details
+    assert misfit_text(policy, policy.regions[0], train, ((1, 2, 3, 4), {})) is None
+    assert misfit_text(policy, policy.regions[0], Opaque(), ((1,), {})) is None
 
 
 def test_no_setup_is_not_this_check() -> None:
     policy = policy_of("m:train", None)
-    assert misfit_error(policy, policy.regions[0], train, ((), {})) is None
+    assert misfit_text(policy, policy.regions[0], train, ((), {})) is None
 
 
 # --- return annotations -----------------------------------------------------------

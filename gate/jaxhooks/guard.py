@@ -18,7 +18,7 @@ from gate.jaxhooks import interpose as _interpose_module
 from gate.jaxhooks.guard_text import parse_guard_text
 from gate.jaxhooks.internals import guard_setters
 from gate.jaxhooks.interpose import interposed
-from gate.policy.levels import Direction, GuardSpec
+from gate.levels import Direction, GuardSpec
 from gate.results.placement import Placement
 
 # JAX's wording, e.g. "INVALID_ARGUMENT: Disallowed host-to-device transfer:
@@ -37,7 +37,7 @@ _CONFIG_NAMES = {
 
 
 @dataclass(frozen=True)
-class Violation:
+class Refusal:
     """What JAX's message says about a disallowed transfer."""
 
     direction: Direction
@@ -46,7 +46,7 @@ class Violation:
     destination: Placement | None = None  # over several devices, where JAX named it
 
 
-def parse_violation(exc: BaseException, all_devices: int | None = None) -> Violation | None:
+def parse_refusal(exc: BaseException, all_devices: int | None = None) -> Refusal | None:
     """The disallowed transfer ``exc`` reports, or None if it is another error.
 
     ``all_devices``: this process's devices, for a destination JAX names without them
@@ -60,7 +60,7 @@ def parse_violation(exc: BaseException, all_devices: int | None = None) -> Viola
     direction = Direction.from_label(found["direction"])
     # A read lands on the host: any sharding it names is the source's (as in the map).
     destination = None if direction is Direction.DEVICE_TO_HOST else said.destination
-    return Violation(direction, said.dtype, said.shape, destination)
+    return Refusal(direction, said.dtype, said.shape, destination)
 
 
 @contextmanager

@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 
 from gate.jaxhooks import internals
-from gate.policy.levels import Direction
+from gate.levels import Direction
 from gate.results.records import CoverageJudge
 
 

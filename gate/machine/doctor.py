@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gate import __version__
 from gate.jaxhooks import internals
+from gate.levels import Direction
 from gate.machine.diagnosis import (
     Evidence,
     Platform,
@@ -58,7 +58,7 @@ from gate.machine.settings import (
     Setting,
     read_settings,
 )
-from gate.policy.levels import Direction
+from gate.package import __version__
 
 
 @dataclass(frozen=True)
@@ -108,8 +108,13 @@ class Diagnosis:
         )
 
 
-def collect(environ: Mapping[str, str] | None = None) -> Diagnosis:
-    """Look at this machine: versions, devices, settings. Imports jax (not before reading env)."""
+def collect(
+    environ: Mapping[str, str] | None = None, gate_environ: Mapping[str, str] | None = None
+) -> Diagnosis:
+    """Look at this machine: versions, devices, settings. Imports jax (not before reading env).
+
+    ``gate_environ``: what the gate's workers run with (`read_settings`).
+    """
     snapshot = {
         name: value
         for name, value in (os.environ if environ is None else environ).items()
@@ -149,7 +154,7 @@ def collect(environ: Mapping[str, str] | None = None) -> Diagnosis:
         nvidia_device_files=nvidia_device_files(),
         tpu_device_files=tpu_device_files(),
         environ=snapshot,
-        settings=read_settings(snapshot, cache_dir, min_compile_s),
+        settings=read_settings(snapshot, cache_dir, min_compile_s, gate_environ),
         guard=guard,
         libcuda=libcuda_found(),
         backend_errors=backend_errors,

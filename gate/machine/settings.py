@@ -6,15 +6,13 @@ imported: ``import jax`` sets ``TF_CPP_MIN_LOG_LEVEL=1`` when it is unset.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gate.levels import Direction
 from gate.machine.diagnosis import has_compute
-from gate.policy.levels import Direction
-from gate.witness.guard_log import prepare_environment
 
 # The variables doctor reads, as the job gave them to the gate's process.
 SETTINGS = (
@@ -41,9 +39,17 @@ class Setting:
 
 
 def read_settings(
-    environ: Mapping[str, str], cache_dir: str | None, min_compile_s: float | None
+    environ: Mapping[str, str],
+    cache_dir: str | None,
+    min_compile_s: float | None,
+    gate_environ: Mapping[str, str] | None = None,
 ) -> tuple[Setting, ...]:
-    """Each setting in ``environ`` (and JAX's cache config) with what it means for the gate."""
+    """Each setting in ``environ`` (and JAX's cache config) with what it means for the gate.
+
+    ``gate_environ`` is the environment the gate runs its workers with
+    (`gate.isolation.environment.prepare_environment` of ``environ``), where the command
+    knows it: a setting the gate overrides for itself says so.
+    """
     platforms = environ.get("JAX_PLATFORMS")
     settings = [
         Setting(
@@ -55,7 +61,10 @@ def read_settings(
             "warning when a GPU plugin finds no GPU",
         ),
         Setting("XLA_FLAGS", environ.get("XLA_FLAGS"), _xla_flags(environ.get("XLA_FLAGS"))),
-        _log_level(environ.get("TF_CPP_MIN_LOG_LEVEL")),
+        _log_level(
+            environ.get("TF_CPP_MIN_LOG_LEVEL"),
+            (gate_environ or environ).get("TF_CPP_MIN_LOG_LEVEL"),
+        ),
         cache_setting(cache_dir, min_compile_s),
     ]
     guard_default = environ.get("JAX_TRANSFER_GUARD")
@@ -101,7 +110,7 @@ def _xla_flags(flags: str | None) -> str:
     return "as set"
 
 
-def _log_level(value: str | None) -> Setting:
+def _log_level(value: str | None, gate_runs_with: str | None) -> Setting:
     """TF_CPP_MIN_LOG_LEVEL, read by jaxlib when it loads: the guard's `log` lines are warnings."""
     name = "TF_CPP_MIN_LOG_LEVEL"
     if value is None:
@@ -117,13 +126,11 @@ def _log_level(value: str | None) -> Setting:
         "3": "warnings and errors hidden: every line of the guard's `log` levels is lost",
     }
     meaning = meanings.get(value.strip(), "not a level from 0 to 3")
-    gate_runs_with = dict(os.environ) | {name: value}
-    prepare_environment(gate_runs_with)
-    if gate_runs_with[name] != value:
-        # The gate raises the level for itself (gate.witness.guard_log.prepare_environment),
-        # but every other JAX program in the job keeps this one.
+    if gate_runs_with is not None and gate_runs_with != value:
+        # The gate sets its own level (gate.isolation.environment.prepare_environment), but
+        # every other JAX program in the job keeps this one.
         meaning += (
-            f"; the gate runs with {gate_runs_with[name]} and keeps them, but other JAX "
+            f"; the gate runs with {gate_runs_with} and keeps them, but other JAX "
             "programs in this job (pytest) do not"
         )
     return Setting(name, value, meaning)

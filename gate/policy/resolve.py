@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gate import PACKAGE_DIR
+from gate.package import PACKAGE_DIR
 from gate.policy.load import NamedCallable
 from gate.policy.model import CallableRef, Policy
 from gate.policy.problems import Problem, display_path

@@ -7,7 +7,7 @@ as one (both policy lines, or from `gate.api` where each callable is defined;
 what setup gave, what the step takes), and a TypeError raised inside a step
 that was called correctly stays the step's own.
 
-Two uses: at run time on setup's actual outputs (`misfit_error`), and in
+Two uses: at run time on setup's actual outputs (`misfit_text`), and in
 `validate` on setup's return annotation where that gives a count of values
 (`annotation_problem`). When the step's signature cannot be read, nothing is
 checked: guessing would refuse a step that works.
@@ -24,7 +24,6 @@ from typing import Any
 
 from gate.policy.model import CallableRef, Policy, Region
 from gate.policy.problems import Problem
-from gate.results.errors import ErrorKind, RegionError
 
 _FIX = "make setup return what the step takes"
 _VAR = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
@@ -90,10 +89,11 @@ def misfit(
     return Misfit(f"what the step cannot take ({why})", names)
 
 
-def misfit_error(
+def misfit_text(
     policy: Policy, region: Region, step: Callable[..., Any], inputs: tuple[Any, Any]
-) -> RegionError | None:
-    """The region's error when setup's outputs ``inputs`` do not fit ``step``, else None."""
+) -> tuple[str, str] | None:
+    """What the region's error says (one line, then the details) when setup's outputs
+    ``inputs`` do not fit ``step``; None when they fit. `gate.region.inputs` makes the error."""
     if region.setup is None:
         return None
     signature = step_signature(step)
@@ -116,7 +116,7 @@ def misfit_error(
         f"step {region.step.spec} has the signature {signature}\n"
         "The step was not called."
     )
-    return RegionError(ErrorKind.MISFIT, message, details)
+    return message, details
 
 
 def annotation_problem(

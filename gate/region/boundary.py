@@ -19,7 +19,7 @@ from typing import Any
 
 from gate.jaxhooks.guard import guarded
 from gate.jaxhooks.interpose import interposed
-from gate.policy.levels import GuardSpec
+from gate.levels import GuardSpec
 from gate.results.records import BoundaryCost
 
 

@@ -15,8 +15,7 @@ from typing import Any
 
 from gate.policy.model import Policy, Region
 from gate.policy.resolve import import_boundary, import_callable
-from gate.results.source import SourceLocation
-from gate.user_code import UserCode
+from gate.user_code import SourceLocation, UserCode
 
 
 @dataclass(frozen=True)

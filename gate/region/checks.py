@@ -23,8 +23,8 @@ from gate.results.dtypes import as_bits, from_bits, is_floating
 from gate.results.errors import ErrorKind, RegionError
 from gate.results.leaf_diff import Leaves, OtherLeaves, leaf_differences
 from gate.results.records import CheckName, CheckOutcome
-from gate.results.source import SourceLocation
-from gate.wording import counted
+from gate.text import counted
+from gate.user_code import SourceLocation
 
 # The reference file's own entries beside the leaves (``arr_0``, ``arr_1``... as
 # ``np.savez`` names them): each leaf's pytree path and dtype name, in leaf order.

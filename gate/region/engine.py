@@ -54,8 +54,8 @@ from gate.region.outputs import host_leaves
 from gate.region.quiet import TimingLock
 from gate.region.region_run import RegionRun
 from gate.region.stages import Stage, announce
+from gate.region.step_times import summarize
 from gate.region.threads import user_threads_alive
-from gate.region.timing import summarize
 from gate.region.verdict import Witnessing, coverage, notes, unchecked
 from gate.results.errors import ErrorKind, RegionError
 from gate.results.records import CheckOutcome, Phase, RegionResult
@@ -90,16 +90,7 @@ def run_region(
     user = UserCode(Path.cwd() if repo_root is None else repo_root, policy.python_path)
 
     def result(**fields: Any) -> RegionResult:
-        return RegionResult(
-            suite=policy.suite,
-            name=region.name,
-            policy_path=policy.path.as_posix(),
-            policy_line=region.line,
-            guard=region.guard,
-            has_checks=region.checks.any,
-            wall_s=time.perf_counter() - started,
-            **fields,
-        )
+        return RegionResult.of(policy, region, wall_s=time.perf_counter() - started, **fields)
 
     # Under `run --base` the other tree's worker runs the region meanwhile: only the timed
     # runs keep it waiting (`gate.region.quiet`).
@@ -215,7 +206,7 @@ def _run_imported(
                 raise RegionAbort(error_from(run.code.user, ErrorKind.CHECK, exc)) from exc
         if keep is not None:
             # Its outputs fetched now, in this try: setup failing to repeat is the region's error.
-            keep(HeldRegion(run.code, run.inputs, run._call, run.monitor, programs), outputs)
+            keep(HeldRegion(run.code, run.inputs, run.call, run.monitor, programs), outputs)
     except RegionAbort as abort:
         return result(
             transfers=tuple(run.verdict.transfers),
@@ -228,7 +219,7 @@ def _run_imported(
     judged = coverage(witnessing())
     # Last: it slows dispatch (cost_phase).
     with programs.entered():
-        cost = cost_phase(run.inputs.for_timing, run._call, run.code.user, dropped.found)
+        cost = cost_phase(run.inputs.for_timing, run.call, run.code.user, dropped.found)
     donations = judge_donations(region.donation, cost, witnessing().where)
     return result(
         transfers=tuple(run.verdict.transfers),

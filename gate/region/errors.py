@@ -7,9 +7,9 @@ import re
 import traceback
 from pathlib import Path
 
-from gate.jaxhooks.guard import EXPLICIT_ENTRY_POINTS, parse_violation
+from gate.jaxhooks.guard import EXPLICIT_ENTRY_POINTS, parse_refusal
 from gate.jaxhooks.interpose import is_trampoline_frame
-from gate.policy.levels import Direction
+from gate.levels import Direction
 from gate.region.callables import RegionCode
 from gate.region.sharding_mismatch import describe_mismatch
 from gate.region.verdict import fails
@@ -56,10 +56,10 @@ def error_from(user: UserCode, kind: ErrorKind, exc: BaseException) -> RegionErr
 
 
 def refused_transfer(code: RegionCode, exc: BaseException, phase: Phase) -> Transfer:
-    """The transfer JAX's guard refused with ``exc`` (a `parse_violation` of it must exist)."""
+    """The transfer JAX's guard refused with ``exc`` (a `parse_refusal` of it must exist)."""
     import jax
 
-    violation = parse_violation(exc, jax.device_count())
+    violation = parse_refusal(exc, jax.device_count())
     assert violation is not None
     own = [f for f in frames_of(exc.__traceback__) if not is_trampoline_frame(f.filename)]
     inner = _callback_frames(exc)

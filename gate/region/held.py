@@ -6,7 +6,7 @@ imported and warmed up, and times as many more runs as each round asks for,
 exactly as the engine's own timed runs do (fresh inputs from setup, untimed;
 the call blocks on the outputs; boundaries interposed and timed), on the core the
 round names (`gate.region.cores`). Asked for, it times the gate's reference
-computation instead (`gate.region.reference`), to tell the two workers apart.
+computation instead (`gate.region.worker_speed`), to tell the two workers apart.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from gate.region.cores import pin
 from gate.region.errors import RegionAbort, error_from
 from gate.region.inputs import Inputs, StepInputs
 from gate.region.outputs import host_leaves
-from gate.region.reference import time_reference, warm_reference
+from gate.region.worker_speed import time_reference, warm_reference
 from gate.results.comparison import StepOutputs, StepSamples
 from gate.results.errors import ErrorKind
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gate.jaxhooks.programs import shared_programs
-from gate.policy.signature import misfit_error
+from gate.policy.signature import misfit_text
 from gate.region.callables import RegionCode
 from gate.region.errors import RegionAbort, error_from
 from gate.region.fetch_watch import FetchWatch
@@ -87,9 +87,9 @@ class StepInputs:
     def _checked(self, inputs: Inputs) -> Inputs:
         """Refuse inputs the step cannot take; warn when they could hide a transfer."""
         code = self.code
-        misfit = misfit_error(code.policy, code.region, code.callables.step, inputs)
+        misfit = misfit_text(code.policy, code.region, code.callables.step, inputs)
         if misfit is not None:
-            raise RegionAbort(misfit)
+            raise RegionAbort(RegionError(ErrorKind.MISFIT, *misfit))
         setup = code.setup_spec
         if self.previous is not None:
             reused = reused_leaves(self.previous, inputs)

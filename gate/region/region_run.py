@@ -19,10 +19,10 @@ from gate.jaxhooks.compiles import CompileWatch
 from gate.jaxhooks.guard import (
     explicit_functions,
     guarded,
-    parse_violation,
+    parse_refusal,
 )
+from gate.levels import GuardLevel, GuardSpec
 from gate.machine.diagnosis import PlatformInfo
-from gate.policy.levels import GuardLevel, GuardSpec
 from gate.policy.model import RecompileRule
 from gate.region.boundary import BoundaryMonitor
 from gate.region.callables import RegionCode
@@ -63,7 +63,10 @@ class RegionRun:
         self.watch = FetchWatch(self.code.user, self.monitor.current)
         self.inputs = StepInputs(self.code, self.watch, self.verdict)
 
-    def _call(self, inputs: Inputs) -> Any:
+    def call(self, inputs: Inputs) -> Any:
+        """One call of the step on ``inputs``, blocking on its outputs; counted for
+        recompiles once warm-up is over. The held region (`run --base`) and the cost run
+        call the step through here too."""
         if self.compiles is None:
             return call_step(self.code.callables.step, inputs)
         # Only the step's own call: setup may build arrays of new shapes freely.
@@ -83,7 +86,7 @@ class RegionRun:
 
     def _step(self, inputs: Inputs) -> Any:
         try:
-            return self._call(inputs)
+            return self.call(inputs)
         except Exception as exc:
             raise self._abort(ErrorKind.STEP, exc) from exc
 
@@ -103,9 +106,9 @@ class RegionRun:
         self.monitor.guard = guard
         try:
             with guarded(guard):
-                outputs = self._call(inputs)
+                outputs = self.call(inputs)
         except Exception as exc:
-            if parse_violation(exc) is None:
+            if parse_refusal(exc) is None:
                 if self.verdict.any_failing:
                     # Most likely a refused transfer in a thread broke the
                     # step; the failing transfers already say what to fix.
@@ -158,7 +161,7 @@ class RegionRun:
                 ) as log,
                 guarded(GuardSpec.uniform(GuardLevel.LOG_EXPLICIT)),
             ):
-                outputs = self._call(inputs)
+                outputs = self.call(inputs)
                 join_step_threads(threads_before, self.code.step_location)
         except RegionAbort:
             raise

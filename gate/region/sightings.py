@@ -18,13 +18,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from gate.policy.levels import Direction
+from gate.levels import Direction
 from gate.region.descriptions import SightingMemory, line_runs
 from gate.region.thread_names import thread_label
 from gate.results.cause import HOST_CALLBACK_USE
 from gate.results.placement import Placement
 from gate.results.records import Site
-from gate.results.source import SourceLocation
+from gate.user_code import SourceLocation
 from gate.witness.callbacks import CallbackSite
 from gate.witness.fetches import Fetch, FetchLog
 from gate.witness.observed import Observed
@@ -142,7 +142,7 @@ class PhaseTally:
         """One mapped run: the guard's lines, the detector's fetches, the callbacks that ran."""
         guard_counts = self._guard_counts(observed, callbacks_ran)
         detector_counts: Counter[Site] = Counter()
-        for fetch in fetches.transfers if fetches is not None else ():
+        for fetch in fetches.fetches if fetches is not None else ():
             if fetch.in_callback:
                 continue  # charged to the callback's own site below
             place = self._key_of(
@@ -249,7 +249,7 @@ def between_runs(
     main_thread = threading.current_thread().name
     extra: Counter[Site] = Counter()
     found: dict[Site, Fetch] = {}
-    for fetch in log.transfers:
+    for fetch in log.fetches:
         if fetch.thread == main_thread or fetch.in_callback:
             continue
         key = Site(

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from gate.region.errors import RegionAbort
 from gate.results.errors import ErrorKind, RegionError
-from gate.results.source import SourceLocation
+from gate.user_code import SourceLocation
 
 # How long threads the step started may run on after it returned, while the
 # map still watches them.

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from gate.levels import Direction, GuardSpec
 from gate.machine.diagnosis import PlatformInfo, direction_coverage
-from gate.policy.levels import Direction, GuardSpec
 from gate.policy.model import RecompileRule, Region
 from gate.region.callables import RegionCode
 from gate.region.sightings import Sighting

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from gate.results.collective_changes import NEW, CollectiveChange, CommComparison
 from gate.results.donations import DONATION_FIX, UnusedDonation
 from gate.results.records import RegionResult
-from gate.results.source import SourceLocation
+from gate.user_code import SourceLocation
 
 COLLECTIVE_FIX = (
     "a collective the base does not run comes from a sharding that changed: check the "

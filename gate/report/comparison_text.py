@@ -19,10 +19,10 @@ from gate.results.comparison import (
     ResultStatus,
     TimingComparison,
     TimingVerdict,
-    duration_text,
     renamed_text,
 )
 from gate.results.records import RegionResult
+from gate.text import duration_text
 
 
 def one_line(text: str) -> str:

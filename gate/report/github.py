@@ -47,15 +47,12 @@ from gate.report.github_annotations import (
     region_annotations,
     workflow_command,
 )
-from gate.report.terminal import (
-    format_boundary,
-    format_duration,
-    one_line,
-)
-from gate.results.comparison import BaseStatus, TimingComparison, TimingVerdict, duration_text
+from gate.report.terminal import format_boundary, one_line
+from gate.results.comparison import BaseStatus, TimingComparison, TimingVerdict
 from gate.results.costs import CostComparison
 from gate.results.findings import group
 from gate.results.records import CoverageJudge, RegionResult, RunResult
+from gate.text import duration_text
 
 # What other modules import from here; `gate.machine.doctor` takes the workflow commands from
 # here too, and mypy's strict no-implicit-reexport accepts re-exported names only when listed.
@@ -139,7 +136,7 @@ def _failing_by_direction(region: RegionResult) -> str:
 
 
 def _table_row(region: RegionResult) -> str:
-    median = format_duration(region.timing.median_s) if region.timing is not None else "—"
+    median = duration_text(region.timing.median_s) if region.timing is not None else "—"
     boundaries = (
         "<br>".join(_text(format_boundary(b)) for b in region.boundaries)
         if region.boundaries

@@ -19,7 +19,7 @@ from gate.results.errors import ErrorKind
 from gate.results.findings import Finding, group
 from gate.results.hints import hint_for, hint_for_error
 from gate.results.records import RegionResult, RunResult
-from gate.wording import counted
+from gate.text import counted
 
 MAX_ERROR_ANNOTATIONS = 10  # GitHub shows no more error annotations per step
 TITLE = "transfer-gate"

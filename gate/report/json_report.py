@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gate import __version__
 from gate.files import write_text_atomically
+from gate.package import __version__
 from gate.report.json_collectives import (
     comm_comparison_document,
     communication_document,

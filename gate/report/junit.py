@@ -29,7 +29,7 @@ from pathlib import Path
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from gate.files import write_bytes_atomically
-from gate.policy.levels import Direction
+from gate.levels import Direction
 from gate.report.junit_cases import Case, region_cases
 from gate.report.junit_collectives import communication_cases, communication_properties
 from gate.report.junit_comparison import comparison_cases, comparison_properties

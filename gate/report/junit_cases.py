@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gate.policy.levels import Direction, GuardSpec
+from gate.levels import Direction, GuardSpec
 from gate.report.terminal import (
     RECOMPILE_FIX,
     format_boundary,

@@ -27,8 +27,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TextIO
 
-from gate.report.terminal import format_duration, progress_lines
+from gate.report.terminal import progress_lines
 from gate.results.records import RegionResult
+from gate.text import duration_text
 
 _DIM = "\x1b[2m"
 _RESET = "\x1b[0m"
@@ -231,7 +232,7 @@ def _durations(stages: list[tuple[str, float]], end: float) -> str:
         return ""
     ends = [at for _, at in stages[1:]] + [end]
     return ", ".join(
-        f"{name} {format_duration(max(0.0, stop - at))}"
+        f"{name} {duration_text(max(0.0, stop - at))}"
         for (name, at), stop in zip(stages, ends, strict=True)
     )
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from gate.files import DocumentError, read_json_document, write_text_atomically
 from gate.report.junit import write_report_file
-from gate.wording import counted
+from gate.text import counted
 
 
 class MergeError(Exception):

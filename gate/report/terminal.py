@@ -21,45 +21,21 @@ from gate.results.records import (
     TimingStats,
     Transfer,
 )
-from gate.wording import counted
+from gate.text import counted, duration_text
 
 _GREEN = "\x1b[32m"
 _RED = "\x1b[31m"
 _BOLD_RED = "\x1b[1;31m"
 _RESET = "\x1b[0m"
 
-# Largest unit first; a value is shown in the first unit where it reads >= 1.
-_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9))
-
-
-def format_duration(seconds: float) -> str:
-    """``1.23 ms``: three significant digits in the largest unit where the number is >= 1."""
-    if seconds == 0:
-        return "0 s"
-    for unit, scale in _UNITS:
-        value = seconds / scale
-        # 0.9995 rather than 1 so 999.7 µs reads "1.00 ms", not "1000 µs".
-        if abs(value) >= 0.9995 or unit == _UNITS[-1][0]:
-            return f"{_three_significant(value)} {unit}"
-    raise AssertionError("unreachable: the last unit always matches")
-
-
-def _three_significant(value: float) -> str:
-    magnitude = abs(value)
-    if magnitude >= 99.95:
-        return f"{value:.0f}"
-    if magnitude >= 9.995:
-        return f"{value:.1f}"
-    return f"{value:.2f}"
-
 
 def format_timing(timing: TimingStats) -> str:
     """``median 1.23 ms (min …, p25 …, p75 …, max …; 20 repeats)``."""
     repeats = f"{timing.repeats} repeat" + ("" if timing.repeats == 1 else "s")
     return (
-        f"median {format_duration(timing.median_s)} "
-        f"(min {format_duration(timing.min_s)}, p25 {format_duration(timing.p25_s)}, "
-        f"p75 {format_duration(timing.p75_s)}, max {format_duration(timing.max_s)}; {repeats})"
+        f"median {duration_text(timing.median_s)} "
+        f"(min {duration_text(timing.min_s)}, p25 {duration_text(timing.p25_s)}, "
+        f"p75 {duration_text(timing.p75_s)}, max {duration_text(timing.max_s)}; {repeats})"
     )
 
 
@@ -67,8 +43,8 @@ def format_boundary(cost: BoundaryCost) -> str:
     """``pkg.io:save: 20 calls, 3.10 ms total, 155 µs per step``."""
     calls = f"{cost.calls} call" + ("" if cost.calls == 1 else "s")
     return (
-        f"{cost.name}: {calls}, {format_duration(cost.total_s)} total, "
-        f"{format_duration(cost.per_step_s)} per step"
+        f"{cost.name}: {calls}, {duration_text(cost.total_s)} total, "
+        f"{duration_text(cost.per_step_s)} per step"
     )
 
 
@@ -237,13 +213,13 @@ def _region_line(region: RegionResult, width: int, color: bool) -> str:
         else:
             columns.append(f"checks ok ({len(region.checks)})")
     if region.timing is not None:
-        columns.append(f"median {format_duration(region.timing.median_s)}")
+        columns.append(f"median {duration_text(region.timing.median_s)}")
     if region.cost is not None and region.cost.headline():
         columns.append(region.cost.headline())  # XLA's count: exact where the median is not
     columns.extend(_comm_columns(region))
     if region.boundaries:
         per_step = sum(b.per_step_s for b in region.boundaries)
-        columns.append(f"boundaries {format_duration(per_step)}/step")
+        columns.append(f"boundaries {duration_text(per_step)}/step")
     return f"{head}  " + "  ".join(columns)
 
 

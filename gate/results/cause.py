@@ -14,7 +14,7 @@ import ast
 import builtins
 import enum
 
-from gate.policy.levels import Direction
+from gate.levels import Direction
 from gate.results.records import Transfer
 
 

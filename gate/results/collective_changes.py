@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gate.policy.model import CollectiveRule
-from gate.results.collectives import CollectiveGroup, Communication, bytes_text, grouped
-from gate.results.source import SourceLocation
+from gate.results.collectives import CollectiveGroup, Communication, grouped
+from gate.text import bytes_text
+from gate.user_code import SourceLocation
 
 NEW, GROWN, SHRUNK, CHANGED, GONE = "new", "grown", "shrunk", "changed", "gone"
 

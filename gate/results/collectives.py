@@ -18,7 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gate.results.source import SourceLocation
+from gate.text import bytes_text
+from gate.user_code import SourceLocation
 
 # The collectives XLA's SPMD partitioner and shard_map insert, in the order reports list them.
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
@@ -111,14 +112,6 @@ class Communication:
 def not_read(note: str) -> Communication:
     """No inventory, and why (a JAX whose programs hide their text, a cost run that failed)."""
     return Communication(measured=False, note=note)
-
-
-def bytes_text(n: float) -> str:
-    """``32.8 kB``, ``1.2 MB``, ``512 B``: decimal units, as link bandwidths are quoted."""
-    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(n) >= factor:
-            return f"{n / factor:.3g} {prefix}B"
-    return f"{n:.0f} B"
 
 
 @dataclass(frozen=True)

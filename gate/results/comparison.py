@@ -16,6 +16,7 @@ from typing import Any
 from gate.results.collective_changes import CommComparison
 from gate.results.costs import CostComparison
 from gate.results.errors import RegionError
+from gate.text import duration_text
 
 
 class TimingVerdict(enum.StrEnum):
@@ -25,15 +26,6 @@ class TimingVerdict(enum.StrEnum):
     FASTER = "faster"  # significant, and beyond the same factor the other way
     UNCHANGED = "unchanged"  # the interval rules out a change as large as the allowed one
     INCONCLUSIVE = "inconclusive"  # noise leaves it open even after the most rounds
-
-
-def duration_text(seconds: float) -> str:
-    """``412 µs``, ``5.3 ms``, ``1.20 s``: three significant figures at most."""
-    if seconds >= 1:
-        return f"{seconds:.3g} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds * 1e6:.3g} µs"
 
 
 @dataclass(frozen=True)
@@ -239,6 +231,6 @@ class StepSamples:
 
     step_s: tuple[float, ...]
     boundary_s: tuple[tuple[str, tuple[float, ...]], ...] = ()  # per boundary, per run
-    # The gate's own fixed computation, timed after each step run (`gate.region.reference`).
+    # The gate's own fixed computation, timed after each step run (`gate.region.worker_speed`).
     reference_s: tuple[float, ...] = ()
     error: RegionError | None = None  # the step raised during the round

@@ -29,6 +29,7 @@ from gate.results.collectives import (
     communication_to_json,
 )
 from gate.results.donations import UnusedDonation
+from gate.text import number_text, si_text, size_text
 
 WORK = ("flops", "bytes_accessed", "transcendentals")
 MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
@@ -163,22 +164,6 @@ def not_measured(note: str, peak_memory: tuple[DevicePeak, ...] | None = None) -
     return StepCost(peak_memory=peak_memory, note=note, measured=False)
 
 
-def si_text(value: float, unit: str) -> str:
-    """``1.2 GFLOP``, ``524 kFLOP``, ``0 FLOP``."""
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
-
-
-def size_text(n: float) -> str:
-    """``1.5 GiB``, ``12 KiB``, ``512 B``."""
-    for factor, prefix in ((2**40, "Ti"), (2**30, "Gi"), (2**20, "Mi"), (2**10, "Ki")):
-        if abs(n) >= factor:
-            return f"{n / factor:.3g} {prefix}B"
-    return f"{n:.0f} B"
-
-
 # --- base against head ---------------------------------------------------------------------------
 
 
@@ -210,16 +195,6 @@ class CostChange:
         ratio = self.ratio
         tail = f" ({ratio:.2f}x)" if ratio is not None else ""
         return f"{where}: {self.metric} {number_text(self.base)} → {number_text(self.head)}{tail}"
-
-
-def number_text(value: float | None) -> str:
-    """``2.10e6`` for a figure, ``12`` for a small whole number, ``absent`` for None."""
-    if value is None:
-        return "absent"
-    if value == int(value) and abs(value) < 10_000:
-        return str(int(value))
-    mantissa, exponent = f"{value:.2e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
 
 
 @dataclass(frozen=True)

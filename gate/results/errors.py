@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from gate.results.source import SourceLocation
+from gate.user_code import SourceLocation
 
 
 class ErrorKind(enum.Enum):

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from gate.policy.levels import Direction
+from gate.levels import Direction
 from gate.results.cause import NAMED_IN_THE_FINDING, cause_of
 from gate.results.placement import Placement
 from gate.results.records import Phase, Site, Transfer, array_text
-from gate.results.source import SourceLocation
+from gate.user_code import SourceLocation
 
 # What a finding says for an array JAX's fast path logged without a description.
 UNDESCRIBED = "an array JAX's fast path did not describe"

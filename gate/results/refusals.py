@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from gate.policy.levels import GuardLevel, GuardSpec
+from gate.levels import GuardLevel, GuardSpec
 from gate.policy.problems import Problem
 from gate.results.errors import ErrorKind, RegionError, gate_fault
 from gate.results.records import RegionResult, RunResult, SuiteResult
-from gate.results.source import SourceLocation
+from gate.user_code import SourceLocation
 
 
 def policy_problems(problems: Sequence[Problem]) -> RunResult:

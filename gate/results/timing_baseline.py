@@ -3,7 +3,7 @@
 Kept in the baseline file beside the accepted transfers (its ``timing``
 mapping, from version 3 on), one entry per region: the median, the quartiles
 and every raw sample, and the device they were measured on. A later ``run``
-compares its samples with them (`gate.compare.against_baseline`), but only on
+compares its samples with them (`gate.compare.stored_baseline`), but only on
 the same device: the fingerprint is the region's `RegionResult.platform`
 (backend, device kind and count, jax and jaxlib versions, CUDA where there is
 one) and the gate's version, e.g. ``cpu (cpu x1), jax 0.10.2, jaxlib 0.10.2,
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from gate import __version__
+from gate.package import __version__
 from gate.results.costs import StepCost, cost_from_json, cost_to_json
 from gate.results.records import RegionResult, RunResult
 

@@ -59,13 +59,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gate import PACKAGE_DIR
 from gate.jaxhooks import internals
 from gate.jaxhooks.internals import InternalMissing
 from gate.jaxhooks.interpose import interposed, is_trampoline_frame
 from gate.jaxhooks.patches import SharedPatches
-from gate.results.source import SourceLocation
-from gate.user_code import UserCode
+from gate.package import PACKAGE_DIR
+from gate.user_code import SourceLocation, UserCode
 
 _GATE_DIR = str(Path(PACKAGE_DIR).resolve()) + os.sep
 

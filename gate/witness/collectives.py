@@ -23,8 +23,7 @@ from dataclasses import dataclass
 
 from gate.jaxhooks.executables import Executed
 from gate.results.collectives import Collective
-from gate.results.source import SourceLocation
-from gate.user_code import UserCode
+from gate.user_code import SourceLocation, UserCode
 from gate.witness.hlo_text import (
     HloModule,
     Instruction,

@@ -17,12 +17,11 @@ from typing import Any
 
 from gate.jaxhooks.guard_text import parse_sharding
 from gate.jaxhooks.interpose import is_trampoline_frame
-from gate.policy.levels import Direction
+from gate.levels import Direction
 from gate.results.cause import HOST_READS
 from gate.results.placement import Placement
 from gate.results.records import Phase, Transfer
-from gate.results.source import SourceLocation
-from gate.user_code import UserCode
+from gate.user_code import SourceLocation, UserCode
 
 
 class DetectorUnavailable(RuntimeError):
@@ -97,11 +96,6 @@ class FetchLog:
         """
         with self._lock:
             return tuple(self._fetches)
-
-    @property
-    def transfers(self) -> tuple[Fetch, ...]:
-        """The same as `fetches`: every recorded fetch is a transfer."""
-        return self.fetches
 
     def fetched_earlier(self, tree: Any) -> bool:
         """True if any array leaf of ``tree`` is an object this log saw fetched."""

@@ -2,19 +2,19 @@
 
 JAX's guard in ``log`` mode writes one C++ warning per transfer to file
 descriptor 2. The lines vanish when ``TF_CPP_MIN_LOG_LEVEL`` is 2 or more when
-jaxlib loads, so the gate sets it before importing jax (`prepare_environment`);
+jaxlib loads, so the gate sets it before importing jax
+(`gate.isolation.environment.prepare_environment`);
 `gate.witness.transfer_map` reads the lines while a step runs.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, replace
 
 from gate.jaxhooks.guard_text import parse_guard_text
 from gate.jaxhooks.internals import set_cpp_log_level
-from gate.policy.levels import Direction
+from gate.levels import Direction
 from gate.results.placement import Placement
 
 # "W1130 14:10:32.989305 2240 guard_lib.cc:125] host-to-device transfer: aval=..."
@@ -35,18 +35,6 @@ def warnings_level() -> None:
     canary transfer still tells the truth.
     """
     set_cpp_log_level(1)
-
-
-def prepare_environment(environ: dict[str, str] | os._Environ[str]) -> None:
-    """Make sure jaxlib will write the guard's warnings, before jax is imported.
-
-    CI images often set ``TF_CPP_MIN_LOG_LEVEL=2`` to cut noise; it is read
-    once, when jaxlib loads, and hides every guard line. Level 1 keeps the
-    warnings (the guard's) and drops jaxlib's info chatter.
-    """
-    level = environ.get("TF_CPP_MIN_LOG_LEVEL", "")
-    if not level.isdigit() or int(level) > 1:
-        environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from gate.policy.levels import Direction
+from gate.levels import Direction
 from gate.results.placement import Placement
-from gate.results.source import SourceLocation
+from gate.user_code import SourceLocation
 from gate.witness.arguments import CallPlan, match
 
 

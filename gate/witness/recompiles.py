@@ -14,8 +14,7 @@ from collections.abc import Sequence
 
 from gate.jaxhooks.compiles import CompileEvent
 from gate.results.records import Recompile
-from gate.results.source import SourceLocation
-from gate.user_code import UserCode
+from gate.user_code import SourceLocation, UserCode
 
 # JAX's short dtype names in its cache-miss log, as the rest of the report writes them.
 _DTYPES = {

@@ -39,10 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gate import PACKAGE_DIR
-from gate.policy.levels import Direction
-from gate.results.source import SourceLocation
-from gate.user_code import UserCode
+from gate.levels import Direction
+from gate.package import PACKAGE_DIR
+from gate.user_code import SourceLocation, UserCode
 from gate.witness.arguments import CallPlan
 from gate.witness.guard_log import parse_guard_line, warnings_level
 from gate.witness.line_calls import LineCall, call_plan, line_calls
@@ -383,7 +382,7 @@ def capture_works() -> bool:
 
     from gate.jaxhooks.guard import guarded
     from gate.jaxhooks.programs import RegionPrograms, shared_programs
-    from gate.policy.levels import GuardLevel, GuardSpec
+    from gate.levels import GuardLevel, GuardSpec
 
     probe = UserCode(repo_root=Path(PACKAGE_DIR).resolve())
     # The worker's shared programs first (traced once, then on the fast path); should that

@@ -1,8 +1,8 @@
-"""The vocabulary of JAX's transfer guard, kept free of any JAX import.
+"""The vocabulary of JAX's transfer guard: directions, levels, a level per direction.
 
-Policy parsing and reporting use these names without paying for (or
-depending on) a JAX import; `gate.jaxhooks.guard` maps them onto JAX's context
-managers.
+Below every other module of the gate, and free of any JAX import: the policy parses them,
+the witnesses and the region judge with them, the records and reports name them, and
+`gate.jaxhooks.guard` maps them onto JAX's context managers.
 """
 
 from __future__ import annotations

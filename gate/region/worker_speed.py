@@ -5,10 +5,11 @@ differently (one shares a core with a busy neighbour, sits on another NUMA
 node, or gets throttled), every run of one is slower whatever code it runs,
 and that reads as a slowdown of the change. Measured on the loaded 2-core
 development machine: unchanged trees judged 3.2x slower and 0.38x "faster".
-So each worker also times this computation, the same program in both,
-right after each step run; when the two workers' times for it differ as much
-as a slowdown would, the step's verdict is left open (`gate.compare.session`)
-instead of blaming the change.
+So once the step's rounds decide a change, both workers time this computation, the same
+program in both, in paired rounds of its own; when the two workers' times for it differ as
+much as the change, the step's verdict is left open (`gate.compare.rounds`) instead of
+blaming the change. Not to be confused with a region's reference outputs
+(``checks.reference``, `gate.region.checks`): this is about the workers, not the results.
 
 The computation is a small jitted matrix product on the default device: it
 uses the same device, dispatch path and host thread as the step.
