@@ -15,14 +15,17 @@ import inspect
 import os
 import types
 from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gate.levels import Direction, GuardLevel, GuardSpec
 from gate.policy.defaults import default
 from gate.policy.model import CallableRef, Checks, DonationRule, Policy, RecompileRule, Region
 from gate.report.terminal import format_region_failure
 from gate.results.records import RegionResult
+
+_Choice = TypeVar("_Choice", bound=Enum)
 
 # A guard as a policy writes it: one level for every direction, or one per direction.
 Guard = str | GuardLevel | GuardSpec | Mapping[str, str]
@@ -83,8 +86,8 @@ def check_region(
         repeats=_count("repeats", repeats, 1),
         timeout_s=float(default("timeout_s")),  # only workers time out
         checks=_checks(checks, root, _ref(custom, "custom", root) if custom else None),
-        recompiles=_recompiles(recompiles),
-        donation=_donation(donation),
+        recompiles=_choice(RecompileRule, recompiles, "recompiles"),
+        donation=_choice(DonationRule, donation, "donation"),
     )
     policy = Policy(path=file, version=1, suite=step_ref.module, python_path=(), regions=(region,))
     code = Callables(
@@ -149,13 +152,13 @@ def _guard(guard: Guard) -> GuardSpec:
     if isinstance(guard, GuardSpec):
         return guard
     if isinstance(guard, str | GuardLevel):
-        return GuardSpec.uniform(_level(guard, "guard"))
+        return GuardSpec.uniform(_choice(GuardLevel, guard, "guard"))
     unknown = sorted(set(guard) - {d.value for d in Direction})
     if unknown:
         keys = ", ".join(d.value for d in Direction)
         raise ValueError(f"guard has unknown direction {unknown[0]!r}; use {keys}")
     levels = {
-        d.value: _level(guard[d.value], f"guard[{d.value!r}]")
+        d.value: _choice(GuardLevel, guard[d.value], f"guard[{d.value!r}]")
         if d.value in guard
         else GuardLevel.DISALLOW
         for d in Direction
@@ -163,28 +166,13 @@ def _guard(guard: Guard) -> GuardSpec:
     return GuardSpec(**levels)
 
 
-def _level(level: str | GuardLevel, where: str) -> GuardLevel:
+def _choice(kind: type[_Choice], value: str | _Choice, where: str) -> _Choice:
+    """``value`` as one of ``kind``'s members; ValueError naming ``where`` and the choices."""
     try:
-        return GuardLevel(level)
+        return kind(value)
     except ValueError:
-        names = ", ".join(g.value for g in GuardLevel)
-        raise ValueError(f"{where} is {level!r}; use one of {names}") from None
-
-
-def _recompiles(rule: str | RecompileRule) -> RecompileRule:
-    try:
-        return RecompileRule(rule)
-    except ValueError:
-        names = ", ".join(r.value for r in RecompileRule)
-        raise ValueError(f"recompiles is {rule!r}; use one of {names}") from None
-
-
-def _donation(rule: str | DonationRule) -> DonationRule:
-    try:
-        return DonationRule(rule)
-    except ValueError:
-        names = ", ".join(r.value for r in DonationRule)
-        raise ValueError(f"donation is {rule!r}; use one of {names}") from None
+        names = ", ".join(member.value for member in kind)
+        raise ValueError(f"{where} is {value!r}; use one of {names}") from None
 
 
 def _count(name: str, value: int, least: int) -> int:

@@ -9,25 +9,24 @@ from __future__ import annotations
 from typing import Any
 
 from gate.results.collective_changes import CollectiveChange, CommComparison
-from gate.results.collectives import Collective, CollectiveGroup, Communication
+from gate.results.collectives import (
+    Collective,
+    CollectiveGroup,
+    Communication,
+    collective_fields,
+)
 from gate.results.donations import UnusedDonation
 
 
 def collective_document(c: Collective) -> dict[str, Any]:
+    # The baseline's fields, with the report's names that say per what each figure counts.
+    fields = collective_fields(c)
+    del fields["bytes"], fields["runs"]
     return {
-        "kind": c.kind,
-        "function": c.function,
-        "buffer": c.buffer,
+        **fields,
         "bytes_per_device": c.bytes,
         "runs_per_step": c.runs,
         "bytes_per_step_per_device": c.bytes_per_step,
-        "axes": list(c.axes) if c.axes is not None else None,
-        "groups": c.groups,
-        "path": c.location.path if c.location else None,
-        "line": c.location.line if c.location else None,
-        "caller": c.location.function if c.location else None,
-        "source": c.source,
-        "op_name": c.op_name,
         "uncounted": c.uncounted or None,
     }
 

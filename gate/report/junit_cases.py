@@ -49,6 +49,18 @@ class Case:
     outcome: Outcome | None
 
 
+def policy_case(region: RegionResult, name: str, stdout: str, outcome: Outcome | None) -> Case:
+    """A testcase of ``region`` that points at its entry in the policy file."""
+    return Case(
+        name, region.classname, region.policy_path, region.policy_line, None, stdout, outcome
+    )
+
+
+def declared(region: RegionResult) -> str:
+    """The line that ends a testcase's body: where the region is declared."""
+    return f"Region declared at {region.policy_path}:{region.policy_line}\n"
+
+
 # Errors of the run, not of a region: their testcase is named after what broke.
 _REFUSALS = frozenset({ErrorKind.POLICY, ErrorKind.BASELINE, ErrorKind.BASE, ErrorKind.REGION})
 _RUN_LEVEL_ERRORS = _REFUSALS | {ErrorKind.INTERNAL}
@@ -137,7 +149,7 @@ def region_cases(region: RegionResult) -> list[Case]:
                 "failure",
                 "result-check",
                 _checks_message(region),
-                f"{check_lines}\n\nRegion declared at {policy_file}:{policy_line}\n",
+                f"{check_lines}\n\n{declared(region)}",
             )
             if failed
             else None
@@ -171,20 +183,12 @@ def _cost_case(region: RegionResult, cost: CostComparison, label: str) -> Case:
     listing = f"{cost.headline()}\n" + (f"{changes}\n" if changes else "")
     outcome = None
     if cost.failing:
-        body = f"{listing}\nRegion declared at {region.policy_path}:{region.policy_line}\n"
+        body = f"{listing}\n{declared(region)}"
         if cost.unchecked is not None:
             outcome = Outcome("error", "cost-not-checked", cost.headline(), body)
         else:
             outcome = Outcome("failure", "cost", cost.headline(), body)
-    return Case(
-        f"{region.name}: {label}",
-        region.classname,
-        region.policy_path,
-        region.policy_line,
-        None,
-        listing,
-        outcome,
-    )
+    return policy_case(region, f"{region.name}: {label}", listing, outcome)
 
 
 def _recompiles_case(region: RegionResult) -> Case:
@@ -207,7 +211,7 @@ def _recompiles_case(region: RegionResult) -> Case:
         message = format_recompile(failing[0], region)
         if len(failing) > 1:
             message = f"{len(failing)} functions compiled again after warm-up: {message}"
-        body = f"{listing}\nRegion declared at {region.policy_path}:{region.policy_line}\n"
+        body = f"{listing}\n{declared(region)}"
         outcome = Outcome("failure", "recompile", message, body)
     return Case(f"{region.name}: recompiles", region.classname, file, line, None, listing, outcome)
 

@@ -21,7 +21,7 @@ from gate.report.communication_text import (
     inventory_lines,
     shown,
 )
-from gate.report.junit_cases import Case, Outcome
+from gate.report.junit_cases import Case, Outcome, declared, policy_case
 from gate.results.collective_changes import NEW, CollectiveChange, CommComparison
 from gate.results.donations import DONATION_FIX
 from gate.results.records import RegionResult
@@ -46,32 +46,20 @@ def communication_cases(region: RegionResult) -> list[Case]:
     return cases
 
 
-def _declared(region: RegionResult) -> str:
-    return f"Region declared at {region.policy_path}:{region.policy_line}\n"
-
-
 def _comparison_case(region: RegionResult, comm: CommComparison) -> Case:
     lines = [f"{comm_label(comm)}: {comm.headline()}"]
     if comm.bytes_line():
         lines.append(comm.bytes_line())
     lines.extend(f"- {change.line(_policy(region))}" for change in comm.changes)
     lines.extend(inventory_lines(region))
-    body = "\n".join(lines) + "\n\n" + _declared(region)
+    body = "\n".join(lines) + "\n\n" + declared(region)
     outcome = None
     if comm.unchecked is not None:
         outcome = Outcome("error", "collectives-not-checked", comm.headline(), body)
     elif comm.bytes_failing:
         outcome = Outcome("failure", "collectives", comm.bytes_line(), body)
     name = "collectives" if comm.against == "base" else f"collectives vs {comm.against}"
-    return Case(
-        f"{region.name}: {name}",
-        region.classname,
-        region.policy_path,
-        region.policy_line,
-        None,
-        body,
-        outcome,
-    )
+    return policy_case(region, f"{region.name}: {name}", body, outcome)
 
 
 def _new_case(region: RegionResult, comm: CommComparison, change: CollectiveChange) -> Case:
@@ -88,7 +76,7 @@ def _new_case(region: RegionResult, comm: CommComparison, change: CollectiveChan
         f"in {sample.function}; JAX's op: {sample.op_name or '(none)'}",
         f"fix: {COLLECTIVE_FIX}",
     ]
-    body = "\n".join(lines) + "\n\n" + _declared(region)
+    body = "\n".join(lines) + "\n\n" + declared(region)
     outcome = (
         Outcome("failure", "collective", change.line(_policy(region)), body)
         if change.failing
@@ -102,7 +90,7 @@ def _donation_case(region: RegionResult) -> Case:
     donations = region.donations
     lines = [d.text() for d in donations]
     body = (
-        "\n".join(f"- {line}" for line in lines) + f"\nfix: {DONATION_FIX}\n\n" + _declared(region)
+        "\n".join(f"- {line}" for line in lines) + f"\nfix: {DONATION_FIX}\n\n" + declared(region)
     )
     failing = [d for d in donations if d.failing]
     outcome = None
@@ -111,15 +99,7 @@ def _donation_case(region: RegionResult) -> Case:
         if len(failing) > 1:
             message = f"{len(failing)} donated arguments are not reused: {message}"
         outcome = Outcome("failure", "donation", message, body)
-    return Case(
-        f"{region.name}: donation",
-        region.classname,
-        region.policy_path,
-        region.policy_line,
-        None,
-        body,
-        outcome,
-    )
+    return policy_case(region, f"{region.name}: donation", body, outcome)
 
 
 def _policy(region: RegionResult) -> str:

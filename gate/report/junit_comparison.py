@@ -22,7 +22,7 @@ from gate.report.comparison_text import (
     timing_details,
     timing_label,
 )
-from gate.report.junit_cases import Case, Outcome
+from gate.report.junit_cases import Case, Outcome, declared, policy_case
 from gate.results.comparison import (
     BaseComparison,
     BaseStatus,
@@ -56,16 +56,6 @@ def comparison_cases(region: RegionResult) -> list[Case]:
     return cases
 
 
-def _case(region: RegionResult, name: str, stdout: str, outcome: Outcome | None) -> Case:
-    return Case(
-        name, region.classname, region.policy_path, region.policy_line, None, stdout, outcome
-    )
-
-
-def _declared(region: RegionResult) -> str:
-    return f"Region declared at {region.policy_path}:{region.policy_line}\n"
-
-
 def _timing_case(
     region: RegionResult, name: str, timing: TimingComparison, base: BaseComparison | None
 ) -> Case:
@@ -75,7 +65,7 @@ def _timing_case(
     if base is not None and timing.what == "step" and base.boundaries:
         lines.append(f"Boundary time per step, base → head ({base.base}):")
         lines.extend(f"- {boundary_time_line(b)}" for b in base.boundaries)
-    body = "\n".join(lines) + "\n\n" + _declared(region)
+    body = "\n".join(lines) + "\n\n" + declared(region)
     outcome: Outcome | None = None
     if timing.failing:
         outcome = Outcome("failure", "timing", timing.headline(), body)
@@ -83,7 +73,7 @@ def _timing_case(
         outcome = Outcome("skipped", "inconclusive", timing.headline(), body)
     # Unchanged, faster, or a slowdown under `on_regression: warn`: a pass, and system-out
     # (which EnricoMi's action shows) says which, the warning included.
-    return _case(region, name, body, outcome)
+    return policy_case(region, name, body, outcome)
 
 
 def _results_case(region: RegionResult, base: BaseComparison, results: ResultComparison) -> Case:
@@ -92,8 +82,8 @@ def _results_case(region: RegionResult, base: BaseComparison, results: ResultCom
     if own_definition_line(base):
         head += f"\n{own_definition_line(base)}"
     if results.status is ResultStatus.NOT_COMPARED:
-        body = f"{head}\n\n{_declared(region)}"
-        return _case(
+        body = f"{head}\n\n{declared(region)}"
+        return policy_case(
             region, name, body, Outcome("skipped", "not-compared", results_line(results), body)
         )
     lines = [head]
@@ -104,20 +94,20 @@ def _results_case(region: RegionResult, base: BaseComparison, results: ResultCom
         )
     if results.detail.strip() and one_line(results.detail) != results_line(results):
         lines.append(one_line(results.detail))
-    body = "\n".join(lines) + "\n\n" + _declared(region)
+    body = "\n".join(lines) + "\n\n" + declared(region)
     outcome = None
     if results.failing:
         message = f"results differ from the base: {results_line(results)}"
         outcome = Outcome("failure", "result-diff", message, body)
-    return _case(region, name, body, outcome)
+    return policy_case(region, name, body, outcome)
 
 
 def _new_region_case(region: RegionResult, base: BaseComparison) -> Case:
     body = (
         f"The base {base.base} has no region '{region.name}': nothing to compare the head "
-        f"with. The head is judged as usual.\n\n{_declared(region)}"
+        f"with. The head is judged as usual.\n\n{declared(region)}"
     )
-    return _case(
+    return policy_case(
         region,
         f"{region.name}: vs base",
         body,
@@ -134,10 +124,10 @@ def _base_failed_case(region: RegionResult, base: BaseComparison) -> Case:
             parts.append(f"at {error.location} in {error.location.function} (in the base tree)")
         if error.details.strip():
             parts.append(error.details.rstrip("\n"))
-    parts.append(_declared(region))
+    parts.append(declared(region))
     body = "\n\n".join(parts)
     kind = f"base-{error.kind.name.lower()}" if error is not None else "base-failed"
-    return _case(region, f"{region.name}: vs base", "", Outcome("error", kind, message, body))
+    return policy_case(region, f"{region.name}: vs base", "", Outcome("error", kind, message, body))
 
 
 def comparison_properties(region: RegionResult) -> dict[str, str]:

@@ -151,27 +151,30 @@ def grouped(collectives: Iterable[Collective]) -> dict[tuple[str, ...], Collecti
 # --- the baseline file ----------------------------------------------------------------------------
 
 
+def collective_fields(c: Collective) -> dict[str, Any]:
+    """One collective as plain JSON values, every field: the baseline file stores this, and
+    the JSON report starts from it."""
+    return {
+        "kind": c.kind,
+        "function": c.function,
+        "buffer": c.buffer,
+        "bytes": c.bytes,
+        "runs": c.runs,
+        "axes": list(c.axes) if c.axes is not None else None,
+        "groups": c.groups,
+        "path": c.location.path if c.location else None,
+        "line": c.location.line if c.location else None,
+        "caller": c.location.function if c.location else None,
+        "source": c.source,
+        "op_name": c.op_name,
+        "uncounted": c.uncounted,
+    }
+
+
 def communication_to_json(comm: Communication) -> list[dict[str, Any]]:
     """What the baseline keeps of a step's collectives: every field, so a later run compares
     them exactly as ``--base`` does."""
-    return [
-        {
-            "kind": c.kind,
-            "function": c.function,
-            "buffer": c.buffer,
-            "bytes": c.bytes,
-            "runs": c.runs,
-            "axes": list(c.axes) if c.axes is not None else None,
-            "groups": c.groups,
-            "path": c.location.path if c.location else None,
-            "line": c.location.line if c.location else None,
-            "caller": c.location.function if c.location else None,
-            "source": c.source,
-            "op_name": c.op_name,
-            "uncounted": c.uncounted,
-        }
-        for c in comm.collectives
-    ]
+    return [collective_fields(c) for c in comm.collectives]
 
 
 def communication_from_json(node: object) -> Communication:

@@ -17,6 +17,7 @@ Facts the parsing rests on, checked on jax 0.10.1, 0.10.2 and 0.12.0.1 (tests/te
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([^\s=]+)\s*=\s*(.*)$")
@@ -166,52 +167,52 @@ def parse_instruction(line: str) -> Instruction | None:
     return Instruction(name, shape, opened.group(1), operands, rest[end + 1 :].lstrip(", "))
 
 
-def _closing(text: str, start: int) -> int:
-    """Where the bracket opened at ``start`` closes (quotes respected); -1 if it does not."""
-    pairs = {"(": ")", "{": "}", "[": "]"}
-    stack: list[str] = []
+def _unquoted(text: str, start: int = 0) -> Iterator[tuple[int, str]]:
+    """Each character of ``text`` from ``start`` that is outside a double-quoted string (HLO
+    quotes metadata, where brackets and commas mean nothing), with its index."""
     quoted = False
     i = start
     while i < len(text):
         char = text[i]
         if quoted:
             if char == "\\":
-                i += 1
+                i += 1  # an escaped character, a quote included
             elif char == '"':
                 quoted = False
         elif char == '"':
             quoted = True
-        elif char in pairs:
+        else:
+            yield i, char
+        i += 1
+
+
+def _closing(text: str, start: int) -> int:
+    """Where the bracket opened at ``start`` closes (quotes respected); -1 if it does not."""
+    pairs = {"(": ")", "{": "}", "[": "]"}
+    stack: list[str] = []
+    for i, char in _unquoted(text, start):
+        if char in pairs:
             stack.append(pairs[char])
         elif stack and char == stack[-1]:
             stack.pop()
             if not stack:
                 return i
-        i += 1
     return -1
 
 
 def split_top(text: str) -> list[str]:
     """``text`` split at the commas outside brackets and quotes."""
-    parts, depth, quoted, start, i = [], 0, False, 0, 0
-    while i < len(text):
-        char = text[i]
-        if quoted:
-            if char == "\\":
-                i += 1
-            elif char == '"':
-                quoted = False
-        elif char == '"':
-            quoted = True
-        elif char in "([{":
+    parts: list[str] = []
+    depth = begin = 0
+    for i, char in _unquoted(text):
+        if char in "([{":
             depth += 1
         elif char in ")]}":
             depth -= 1
         elif char == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-        i += 1
-    parts.append(text[start:])
+            parts.append(text[begin:i])
+            begin = i + 1
+    parts.append(text[begin:])
     return [p.strip() for p in parts]
 
 
