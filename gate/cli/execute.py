@@ -57,7 +57,8 @@ def read_policies(
     clashes = _clashing_regions(policies)
     if len(policies) == len(read) and not clashes:
         return policies
-    keep_accelerators_for_workers()  # before the user's modules are imported
+    # Before the user's modules are imported.
+    keep_accelerators_for_workers([p for _, p in read if isinstance(p, Policy)])
     problems: list[Problem] = []
     for file, outcome in read:
         if isinstance(outcome, Policy):
@@ -77,7 +78,7 @@ def read_policies(
 
 def check_imports(policies: Sequence[Policy], repo_root: Path) -> None:
     """Import every callable the policies name, here; a PolicyError for those that fail."""
-    keep_accelerators_for_workers()  # before the user's modules are imported
+    keep_accelerators_for_workers(policies)  # before the user's modules are imported
     problems = [p for policy in policies for p in check_callables(policy, repo_root)]
     if problems:
         raise PolicyError(tuple(problems))

@@ -6,10 +6,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from gate.isolation.compile_cache import use_compile_cache
+from gate.machine.devices import forced_cpu_devices, local_accelerators
 from gate.policy.model import Policy, Region
 
 
@@ -41,7 +43,7 @@ def worker_environment(
     return env
 
 
-def keep_accelerators_for_workers() -> None:
+def keep_accelerators_for_workers(policies: Sequence[Policy] = ()) -> None:
     """Keep the gate's own process off GPUs and TPUs; call before importing the user's modules.
 
     The gate imports the user's modules to check a policy, and a module that
@@ -50,10 +52,31 @@ def keep_accelerators_for_workers() -> None:
     (XLA_PYTHON_CLIENT_PREALLOCATE) in a process that runs no region, and
     the worker runs out. Only this process's JAX config changes; workers
     start with the environment as it is.
+
+    The CPU here gets as many devices as the ``policies``' workers will have
+    (`import_devices`), so a module that builds an 8-device mesh at import
+    imports here too.
     """
     import jax
 
     jax.config.update("jax_platforms", "cpu")
+    devices = import_devices(os.environ, policies)
+    if devices > 1:
+        # Where JAX already started here (an earlier call), it keeps its count.
+        with contextlib.suppress(RuntimeError):
+            jax.config.update("jax_num_cpu_devices", devices)
+
+
+def import_devices(environ: Mapping[str, str], policies: Sequence[Policy]) -> int:
+    """How many devices the most demanding of ``policies``' workers will see: the CPU devices
+    its ``XLA_FLAGS`` force, or this machine's GPUs or TPU devices, whichever is more (a
+    worker's environment is ``environ`` with its policy's ``env:`` over it)."""
+    environments = [{**environ, **dict(policy.env)} for policy in policies] or [environ]
+    return max(
+        count
+        for env in environments
+        for count in (forced_cpu_devices(env.get("XLA_FLAGS", "")), local_accelerators(env))
+    )
 
 
 def prepare_environment(environ: dict[str, str] | os._Environ[str]) -> None:
