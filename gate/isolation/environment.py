@@ -71,7 +71,8 @@ def import_devices(environ: Mapping[str, str], policies: Sequence[Policy]) -> in
     """How many devices the most demanding of ``policies``' workers will see: the CPU devices
     its ``XLA_FLAGS`` force, or this machine's GPUs or TPU devices, whichever is more (a
     worker's environment is ``environ`` with its policy's ``env:`` over it)."""
-    environments = [{**environ, **dict(policy.env)} for policy in policies] or [environ]
+    environments: list[Mapping[str, str]] = [{**environ, **dict(p.env)} for p in policies]
+    environments = environments or [environ]
     return max(
         count
         for env in environments
