@@ -49,7 +49,7 @@ def test_finite_checks_every_low_precision_float(name: str) -> None:
         # A NaN or Inf this format can hold fails: np.issubdtype(bfloat16, np.inexact) is False,
         # so a check that asked NumPy whether the leaf is floating passed it.
         assert not outcome.passed, outcome
-        assert outcome.detail == f"['loss']: {unreadable} of 4 values are NaN or Inf"
+        assert outcome.detail == f"['loss'] ({name}): {unreadable} of 4 values are NaN or Inf"
     else:
         # float4/float6 have neither NaN nor Inf (they saturate): checked, and finite.
         assert outcome.passed, outcome
@@ -64,9 +64,9 @@ def test_finite_checks_numpys_own_floats_and_complex(dtype: Any) -> None:
     outcome = check_finite([("", values)])
     assert not outcome.passed
     assert (
-        outcome.detail == f"output: 2 of {values.size} values are NaN or Inf"
+        outcome.detail == f"output ({values.dtype}): 2 of {values.size} values are NaN or Inf"
         if np.iscomplexobj(values)
-        else "output: 1 of 2 values are NaN or Inf"
+        else f"output ({values.dtype}): 1 of 2 values are NaN or Inf"
     )
 
 
@@ -234,7 +234,7 @@ def test_a_bfloat16_nan_and_a_float8_inf_fail_finite(checked: tuple[Path, GateRu
     assert run.returncode == 1, run
     tag, _, body = _outcome(run, "bf16_nan")
     assert tag == "failure", run
-    assert "32 of 64 values are NaN or Inf" in body
+    assert "(bfloat16): 32 of 64 values are NaN or Inf" in body  # the dtype, named
     tag, _, body = _outcome(run, "f8_inf")
     assert tag == "failure", run
     assert "values are NaN or Inf" in body

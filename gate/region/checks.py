@@ -41,7 +41,10 @@ def check_finite(leaves: Leaves) -> CheckOutcome:
             floating[str(value.dtype)] = None
             count = int(value.size - np.count_nonzero(np.isfinite(value)))
             if count:
-                bad.append(f"{path or 'output'}: {count} of {value.size} values are NaN or Inf")
+                bad.append(
+                    f"{path or 'output'} ({value.dtype}): {count} of {value.size} values "
+                    "are NaN or Inf"
+                )
     if bad:
         return CheckOutcome(CheckName.FINITE, False, "; ".join(bad))
     kinds = f" ({', '.join(floating)} checked)" if floating else " (none is floating)"
