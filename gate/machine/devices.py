@@ -27,16 +27,26 @@ def forced_cpu_devices(xla_flags: str) -> int:
     return int(found[-1]) if found else 1  # XLA reads the last one
 
 
+def gpu_files() -> list[str]:
+    """``/dev/nvidia0``…: one per GPU the container was given."""
+    return glob.glob("/dev/nvidia[0-9]*")
+
+
+def tpu_chip_files() -> list[str]:
+    """``/dev/accel*`` (or ``/dev/vfio/N`` on older TPU VMs): one per TPU chip."""
+    return glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")
+
+
 def local_accelerators(environ: Mapping[str, str]) -> int:
     """GPUs or TPU devices a JAX started with ``environ`` would find here; 0 for none.
 
-    From ``/dev/nvidia0``…, narrowed by ``CUDA_VISIBLE_DEVICES``, and ``/dev/accel*``
-    (or ``/dev/vfio/N``) chips; 0 when ``JAX_PLATFORMS`` names only the CPU.
+    From `gpu_files`, narrowed by ``CUDA_VISIBLE_DEVICES``, and `tpu_chip_files`;
+    0 when ``JAX_PLATFORMS`` names only the CPU.
     """
     platforms = [p.strip() for p in environ.get("JAX_PLATFORMS", "").split(",") if p.strip()]
     if platforms and set(platforms) <= {"cpu"}:
         return 0
-    gpus = len(glob.glob("/dev/nvidia[0-9]*"))
+    gpus = len(gpu_files())
     visible = environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         # CUDA stops at the first entry that names no device ("-1" hides them all).
@@ -46,5 +56,4 @@ def local_accelerators(environ: Mapping[str, str]) -> int:
                 break
             listed.append(entry)
         gpus = min(gpus, len(listed))
-    chips = len(glob.glob("/dev/accel[0-9]*")) or len(glob.glob("/dev/vfio/[0-9]*"))
-    return max(gpus, chips * _TPU_DEVICES_PER_CHIP)
+    return max(gpus, len(tpu_chip_files()) * _TPU_DEVICES_PER_CHIP)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ctypes.util
 import enum
-import glob
 import importlib.metadata
 import os
 import re
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 
 from gate.jaxhooks import internals
 from gate.levels import Direction
+from gate.machine.devices import gpu_files, tpu_chip_files
 from gate.results.records import CoverageJudge
 
 
@@ -208,12 +208,12 @@ def jaxlib_requirement() -> str | None:
 
 def nvidia_device_files() -> bool:
     """/dev/nvidia0... exist: the container was given GPUs."""
-    return bool(glob.glob("/dev/nvidia[0-9]*"))
+    return bool(gpu_files())
 
 
 def tpu_device_files() -> bool:
     """/dev/accel* or /dev/vfio/N exist: this is a TPU VM."""
-    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
+    return bool(tpu_chip_files())
 
 
 def libcuda_found() -> bool:
