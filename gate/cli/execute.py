@@ -57,8 +57,7 @@ def read_policies(
     clashes = _clashing_regions(policies)
     if len(policies) == len(read) and not clashes:
         return policies
-    # Before the user's modules are imported.
-    keep_accelerators_for_workers([p for _, p in read if isinstance(p, Policy)])
+    keep_accelerators_for_workers(policies)  # before the user's modules are imported
     problems: list[Problem] = []
     for file, outcome in read:
         if isinstance(outcome, Policy):
