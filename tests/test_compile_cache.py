@@ -25,7 +25,7 @@ def _policy(tmp_path: Path, env: str = "") -> Policy:
 
 def test_workers_get_the_runs_cache_with_small_programs_kept(tmp_path: Path) -> None:
     policy = _policy(tmp_path)
-    env = worker_environment({}, policy, policy.regions[0], run_cache=lambda: "/tmp/run-cache")
+    env = worker_environment({}, policy, run_cache=lambda: "/tmp/run-cache")
     assert (env[CACHE_DIR], env[MIN_COMPILE_TIME], env[MIN_ENTRY_SIZE]) == (
         "/tmp/run-cache",
         "0",
@@ -39,11 +39,11 @@ def test_the_users_cache_and_thresholds_are_kept(tmp_path: Path) -> None:
 
     policy = _policy(tmp_path)
     parent = {CACHE_DIR: "/cache/jax", MIN_COMPILE_TIME: "1"}
-    env = worker_environment(parent, policy, policy.regions[0], run_cache=never)
+    env = worker_environment(parent, policy, run_cache=never)
     assert (env[CACHE_DIR], env[MIN_COMPILE_TIME], env[MIN_ENTRY_SIZE]) == ("/cache/jax", "1", "0")
     # A policy's env: names one too (or "" to turn JAX's cache off).
     policy = _policy(tmp_path, f'env:\n  {CACHE_DIR}: ""\n')
-    env = worker_environment({}, policy, policy.regions[0], run_cache=never)
+    env = worker_environment({}, policy, run_cache=never)
     assert env[CACHE_DIR] == ""
 
 
