@@ -198,8 +198,9 @@ class _Pair:
         return self.sides[1]
 
     def compare(self, head_root: Path) -> RegionResult:
-        """Both trees' runs in the worker, which then holds both for the paired rounds."""
-        head = self.scheduler.run_held(self.head.policy, self.region, self.head.root, "head")
+        """Both trees' runs in the worker, which then holds both for the paired rounds (only
+        when the step's time is compared: otherwise each run is let go as it ends)."""
+        head = self._run(self.head, self.region)
         if head[0].error is not None:
             return _not_compared(head[0])
         return self._judged(head, self._base_run(head_root))
@@ -211,13 +212,14 @@ class _Pair:
             return _not_compared(head[0])
         return self._judged(head, self._base_run(head_root))
 
-    def _run_base(self, region: Region) -> Held:
-        run = self.scheduler.run_for_outputs if self.apart else self.scheduler.run_held
-        return run(self.base.policy, region, self.base.root, "base")
+    def _run(self, side: Side, region: Region) -> Held:
+        held = self.region.timing.compare and not self.apart
+        run = self.scheduler.run_held if held else self.scheduler.run_for_outputs
+        return run(side.policy, region, side.root, side.name)
 
     def _base_run(self, head_root: Path) -> Held:
         base_region = next(r for r in self.base.policy.regions if r.name == self.region.name)
-        base_result, base_outputs = self._run_base(base_region)
+        base_result, base_outputs = self._run(self.base, base_region)
         if base_result.error is not None and base_result.error.kind is ErrorKind.IMPORT:
             return self._own_definition(base_region, base_result, head_root)
         return base_result, base_outputs
@@ -283,7 +285,7 @@ class _Pair:
             )
             return replace(failed, error=replace(failed.error, message=message)), None
         self.renamed = own.renamed
-        result, outputs = self._run_base(own.region)
+        result, outputs = self._run(self.base, own.region)
         if result.error is not None:
             message = (
                 f"the head's policy names what the base lacks, so the base ran its own "
