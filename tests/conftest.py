@@ -18,7 +18,6 @@ from accelerator_rule import accelerator_rule, one_process_on_the_device
 from cli_helpers import validate_junit
 from jax_hooks import hook_tests
 
-
 __all__ = ["accelerator_rule", "one_process_on_the_device"]  # fixtures for every module
 
 

@@ -15,11 +15,11 @@ import pytest
 from cli_helpers import make_repo, run_gate
 from git_helpers import commit, init
 
-# The gates here run under the accelerator's rule (tests/accelerator_rule.py).
-under_the_rule = pytest.mark.usefixtures("one_process_on_the_device")
-
 from gate.compare.own_definition import OwnDefinition, own_definition
 from gate.policy.load import load_policy
+
+# The gates here run under the accelerator's rule (tests/accelerator_rule.py).
+under_the_rule = pytest.mark.usefixtures("one_process_on_the_device")
 
 STEPS = """
 import jax

@@ -48,8 +48,9 @@ def _started(pinned: bool) -> None:
     if LOG:
         with open("/proc/self/cmdline", "rb") as cmdline:  # ``-c``'s code too, unlike sys.argv
             command = " ".join(cmdline.read().decode(errors="replace").split("\0")).strip()
+        kind = "cpu" if pinned else "device"
         with open(LOG, "a", encoding="utf-8") as log:
-            log.write(f"{os.getpid()}\t{'cpu' if pinned else 'device'}\t{' '.join(command.split())}\n")
+            log.write(f"{os.getpid()}\t{kind}\t{' '.join(command.split())}\n")
 
 
 def _wrap(module: types.ModuleType) -> None:
