@@ -8,18 +8,13 @@ runs in a worker (a TPU chip admits one process; a GPU's memory is one pool).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from gate.isolation.compile_cache import use_compile_cache
 from gate.policy.model import Policy
 
 
-def worker_environment(
-    parent: Mapping[str, str],
-    policy: Policy | None,
-    *,
-    run_cache: Callable[[], str] | None = None,
-) -> dict[str, str]:
+def worker_environment(parent: Mapping[str, str], policy: Policy | None) -> dict[str, str]:
     """The environment a worker for ``policy``'s regions starts with.
 
     This is the place for what must be set before ``import jax``: XLA_FLAGS,
@@ -31,12 +26,12 @@ def worker_environment(
 
     The gate's own environment (whose TF_CPP_MIN_LOG_LEVEL `gate.cli.main` has
     already made safe), plus the policy's ``env:``, plus JAX's persistent
-    compilation cache (`gate.isolation.compile_cache`): the user's
-    JAX_COMPILATION_CACHE_DIR when set, else ``run_cache()``, the run's own.
+    compilation cache settings when the user keeps one
+    (`gate.isolation.compile_cache`).
     """
     env = {**parent, **(dict(policy.env) if policy is not None else {})}
     prepare_environment(env)  # a policy's env must not hide the guard's log lines either
-    use_compile_cache(env, run_cache)
+    use_compile_cache(env)
     return env
 
 

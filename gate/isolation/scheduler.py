@@ -28,10 +28,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gate.isolation.cancellation import Cancellation
-from gate.isolation.compile_cache import RunCache
 from gate.isolation.environment import worker_environment
 from gate.isolation.lost_region import how_it_ended, lost_region_error, seconds
-from gate.isolation.watcher import STARTING_A_WORKER, RunWatcher
+from gate.isolation.watcher import BETWEEN_REGIONS, STARTING_A_WORKER, RunWatcher
 from gate.isolation.worker import (
     Check,
     Checked,
@@ -123,8 +122,6 @@ class Scheduler:
         # after two, the environment is broken and no region gets a worker.
         self._failed_starts: list[tuple[dict[str, str], RegionError]] = []
         self._jobs = itertools.count(1)
-        # The compilation cache this scheduler's workers share; removed on leaving.
-        self._cache = RunCache()
         self._early: WorkerProcess | None = None  # started by `start_early`, not yet waited on
         # What `check` found, by worker environment and tree.
         self._checked: dict[tuple[tuple[tuple[str, str], ...], Path], Checked] = {}
@@ -134,7 +131,6 @@ class Scheduler:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-        self._cache.remove()
 
     def close(self) -> None:
         """Stop the worker, if any, and wait until it is gone."""
@@ -147,7 +143,7 @@ class Scheduler:
 
     def environment(self, policy: Policy | None) -> dict[str, str]:
         """The environment a worker for ``policy``'s regions starts with (None: no policy's)."""
-        return worker_environment(self.environ, policy, run_cache=self._cache.path)
+        return worker_environment(self.environ, policy)
 
     def start_early(self, policy: Policy) -> None:
         """Start the worker ``policy``'s regions will run in, without waiting for it to be
@@ -167,7 +163,9 @@ class Scheduler:
         Raises `WorkerUnavailable` when no worker could take the request, and RuntimeError
         for a gate bug in the worker (its traceback in the message).
         """
-        label = policies[0].path.as_posix() if policies else "policies"
+        # The live line shows the worker starting for the first region it will run.
+        firsts = [region_key(p, p.regions[0]) for p in policies if p.regions]
+        label = firsts[0] if firsts else BETWEEN_REGIONS
         env = self.environment(policies[0] if policies else None)
         number = next(self._jobs)
         request = Check(number, root or self.repo_root, tuple(policies), tuple(named))
