@@ -128,6 +128,30 @@ def test_every_key_the_loader_reads_is_in_the_schema() -> None:
     assert read - in_schema == set()
 
 
+def test_schema_write_puts_the_policy_schema_where_the_modeline_points(tmp_path: Path) -> None:
+    done = run_gate(tmp_path, "schema", "--write", ".transfer-gate/policy.schema.json")
+    assert done.returncode == 0, done
+    assert done.stdout == "wrote the policy schema to .transfer-gate/policy.schema.json\n"
+    written = json.loads((tmp_path / ".transfer-gate" / "policy.schema.json").read_text())
+    assert written == _schema()
+
+
+@pytest.mark.parametrize("document", ["baseline", "report"])
+def test_the_baseline_and_report_schemas_are_printed_and_published(
+    tmp_path: Path, document: str
+) -> None:
+    done = run_gate(tmp_path, "schema", document)
+    assert done.returncode == 0, done
+    printed = json.loads(done.stdout)
+    jsonschema.Draft202012Validator.check_schema(printed)
+    assert printed["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    # docs/reports.md links the copies in docs/schemas/: they are what the gate prints.
+    published = ROOT / "docs" / "schemas" / f"{document}.schema.json"
+    assert published.read_text(encoding="utf-8") == done.stdout, (
+        f"regenerate it: transfer-gate schema {document} --write {published.relative_to(ROOT)}"
+    )
+
+
 # --- init ---------------------------------------------------------------------------------
 
 
@@ -141,7 +165,12 @@ def test_init_writes_a_policy_that_validate_accepts(tmp_path: Path) -> None:
     text = (repo / "policies" / "tiny.yaml").read_text(encoding="utf-8")
     modeline = MODELINE.match(text)
     assert modeline is not None, text
-    assert modeline.group(1) == _schema()["$id"]
+    # A file in the repository, written with the policy: it resolves offline, no OWNER in it.
+    assert modeline.group(1) == "../.transfer-gate/policy.schema.json"
+    assert json.loads((repo / ".transfer-gate" / "policy.schema.json").read_text()) == _schema()
+    assert done.stdout.splitlines()[1].startswith(
+        "wrote .transfer-gate/policy.schema.json, the schema its first line names for editors"
+    )
     assert "      - models.tiny:fetch_metrics\n" in text
     checked = run_gate(repo, "validate", "policies/tiny.yaml")
     assert checked.returncode == 0, checked
@@ -168,9 +197,18 @@ def test_what_the_starter_leaves_commented_out_validates_too(tmp_path: Path) -> 
 
 def test_init_without_setup_or_boundaries_validates(tmp_path: Path) -> None:
     repo = make_repo(tmp_path, {"solo.py": "def step():\n    return 1.0\n"})
-    done = run_gate(repo, "init", "solo:step", "--output", "gate-policies/solo.yml")
+    (repo / ".transfer-gate").mkdir()
+    (repo / ".transfer-gate" / "policy.schema.json").write_text("{}  # mine\n")
+    done = run_gate(repo, "init", "solo:step", "--output", "gate-policies/nested/solo.yml")
     assert done.returncode == 0, done
-    assert "wrote gate-policies/solo.yml;" in done.stdout
+    assert "wrote gate-policies/nested/solo.yml;" in done.stdout
+    text = (repo / "gate-policies" / "nested" / "solo.yml").read_text(encoding="utf-8")
+    assert text.startswith(
+        "# yaml-language-server: $schema=../../.transfer-gate/policy.schema.json"
+    )
+    # A schema file already there is the repository's: init leaves it alone.
+    assert (repo / ".transfer-gate" / "policy.schema.json").read_text() == "{}  # mine\n"
+    assert ".transfer-gate" not in done.stdout
     assert run_gate(repo, "validate", "gate-policies").returncode == 0
 
 

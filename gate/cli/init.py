@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from gate.cli.errors import UsageError
 from gate.cli.exit_codes import ExitCode
-from gate.cli.parser import DEFAULT_POLICIES
+from gate.cli.parser import DEFAULT_POLICIES, DEFAULT_SCHEMA_FILE
+from gate.cli.schema import schema_text
+from gate.files import write_text_atomically
 from gate.policy.starter import is_callable_spec, starter_policy
 
 
@@ -35,7 +38,9 @@ def init_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
             f"init --output {shown}: name a .yaml or .yml file (a folder of policies is read "
             "for those only)"
         )
-    text = starter_policy(args.step, args.setup, args.boundary or ())
+    schema = repo_root / DEFAULT_SCHEMA_FILE
+    modeline_path = Path(os.path.relpath(schema, target.parent)).as_posix()
+    text = starter_policy(args.step, args.setup, args.boundary or (), modeline_path)
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         # "x": created here or not at all, so a policy someone has edited is never replaced.
@@ -47,5 +52,13 @@ def init_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
             "name another file with --output FILE"
         ) from None
     print(f"wrote {shown}; check it with `transfer-gate validate {shown}`")
+    if not schema.exists():
+        # What the modeline names, so that an editor completes keys at once.
+        write_text_atomically(schema, schema_text("policy"))
+        print(
+            f"wrote {DEFAULT_SCHEMA_FILE}, the schema its first line names for editors; "
+            f"refresh it after upgrading the gate: `transfer-gate schema --write "
+            f"{DEFAULT_SCHEMA_FILE}`"
+        )
     print("(init imports nothing: validate imports the step, setup and boundaries)")
     return ExitCode.OK

@@ -1,8 +1,9 @@
 """A starter policy for one step: the commented YAML that ``transfer-gate init`` writes.
 
 Text only: nothing is imported here (``transfer-gate validate`` imports the callables). The
-defaults it shows come from `BUILTIN_DEFAULTS` and the modeline from the schema's ``$id``, so
-the starter cannot drift from what the loader does.
+defaults it shows come from `BUILTIN_DEFAULTS`, so the starter cannot drift from what the
+loader does; the modeline names the schema file `transfer-gate schema --write` keeps in the
+repository, which resolves offline and matches the installed gate.
 """
 
 from __future__ import annotations
@@ -29,11 +30,6 @@ _DEFAULT_NOTES = {
 }
 
 
-def schema_url() -> str:
-    """Where editors find the policy schema: its ``$id``."""
-    return str(policy_schema()["$id"])
-
-
 def modeline(schema: str) -> str:
     """The comment that points the YAML language server (VS Code, Neovim, ...) at ``schema``."""
     return f"# yaml-language-server: $schema={schema}"
@@ -58,11 +54,12 @@ def _line(code: str, note: str) -> str:
     return f"{code:<38} # {note}" if note else code
 
 
-def starter_policy(step: str, setup: str | None, boundaries: Sequence[str]) -> str:
-    """The starter policy for ``step`` (``module:qualname``), valid as written."""
+def starter_policy(step: str, setup: str | None, boundaries: Sequence[str], schema: str) -> str:
+    """The starter policy for ``step`` (``module:qualname``), valid as written; its modeline
+    names ``schema``, the path of the policy schema in the repository, from the policy."""
     name = step.rpartition(":")[2].rpartition(".")[2]
     lines = [
-        modeline(schema_url()),
+        modeline(schema),
         "# A transfer-gate policy, started by `transfer-gate init`; every key: docs/policy.md.",
         "# `transfer-gate validate` checks it and imports the callables; `transfer-gate run`",
         "# runs each region under JAX's transfer guard.",

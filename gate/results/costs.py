@@ -20,14 +20,9 @@ sums the figures that were given and is absent when none was.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from gate.policy.model import CostRule
-from gate.results.collectives import (
-    Communication,
-    communication_from_json,
-    communication_to_json,
-)
+from gate.results.collectives import Communication
 from gate.results.donations import UnusedDonation
 from gate.text import number_text, si_text, size_text
 
@@ -115,48 +110,6 @@ def step_cost(
             totals.append((metric, float(sum(given))))
     ordered = tuple(sorted(functions, key=lambda fn: fn.name))
     return StepCost(ordered, tuple(totals), peak_memory, note, comm=comm, donations=donations)
-
-
-def cost_to_json(cost: StepCost) -> dict[str, Any]:
-    """What the baseline file keeps of a measured step cost: the exact figures, no peak memory.
-
-    The device's memory peak depends on what ran before in the worker, so only
-    XLA's own figures, which are the same on every run, are stored; and the collectives,
-    read from the same programs (a file from before them has none, and reads back so).
-    """
-    return {
-        "functions": [
-            {"name": fn.name, "runs": fn.runs, "programs": fn.programs, "figures": dict(fn.figures)}
-            for fn in cost.functions
-        ],
-        **(
-            {"collectives": communication_to_json(cost.comm)}
-            if cost.comm is not None and cost.comm.measured
-            else {}
-        ),
-    }
-
-
-def cost_from_json(node: object) -> StepCost:
-    """`cost_to_json` read back; ValueError when malformed."""
-    if not isinstance(node, dict) or not isinstance(node.get("functions"), list):
-        raise ValueError("'cost' must be a mapping with a list of 'functions'")
-    functions = []
-    for fn in node["functions"]:
-        figures = fn["figures"]
-        if not isinstance(figures, dict) or not set(figures) <= set(METRICS):
-            raise ValueError(f"cost figures of {fn.get('name')!r} are malformed")
-        functions.append(
-            FunctionCost(
-                name=str(fn["name"]),
-                runs=int(fn["runs"]),
-                programs=int(fn["programs"]),
-                figures=tuple((m, float(figures[m])) for m in METRICS if m in figures),
-            )
-        )
-    collectives = node.get("collectives")
-    comm = None if collectives is None else communication_from_json(collectives)
-    return step_cost(tuple(functions), None, comm=comm)
 
 
 def not_measured(note: str, peak_memory: tuple[DevicePeak, ...] | None = None) -> StepCost:
