@@ -24,6 +24,7 @@ import stat
 import subprocess
 import sysconfig
 import time
+import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,7 +84,11 @@ FORK_GUARD = (
 )
 # The settings every gate workflow carries in its own `env:`, as shipped: an image placeholder that
 # the image job refuses until it is edited, and forks off.
-IMAGE_PLACEHOLDER = "ghcr.io/OWNER/jax-transfer-gate@sha256:<digest>"
+# The repository as pyproject.toml names it; `.ci/repository.py set` renames it everywhere at once.
+REPOSITORY = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+    "urls"
+]["Source"].removeprefix("https://github.com/")
+IMAGE_PLACEHOLDER = f"ghcr.io/{REPOSITORY.lower()}@sha256:<digest>"
 SETTINGS = {"TRANSFER_GATE_IMAGE": IMAGE_PLACEHOLDER, "TRANSFER_GATE_ALLOW_FORKS": "false"}
 IMAGE_JOB_OUTPUTS = {
     "ref": "${{ steps.check.outputs.ref }}",
@@ -567,7 +572,7 @@ def test_template_is_a_complete_caller_of_at_most_20_lines(
     assert template["concurrency"] == gate_workflow["concurrency"]
     (job,) = template["jobs"].values()
     workflow, _, ref = job["uses"].partition("@")
-    assert workflow == "OWNER/jax-transfer-gate/.github/workflows/gate.yml"
+    assert workflow == f"{REPOSITORY}/.github/workflows/gate.yml"
     # A placeholder that cannot resolve: a copy that was not given a reviewed commit fails.
     assert ref == "0" * 40
     assert job["with"] == {"policies": "policies/", "install": "pip install -e .[train]"}
