@@ -164,8 +164,9 @@ class RepeatedWarnings:
     """One worker's output without the known platform warnings its run has shown already.
 
     The first copy in a run is shown, followed by a note that says why it is not repeated.
-    The warning's source line (``  warnings.warn(``, which Python prints under it) goes with
-    it. Any other line, a warning from the user's code included, passes untouched.
+    The source line Python prints under a warning (JAX's own ``  warnings.warn(``) is left
+    out of every copy: it says nothing. Any other line, a warning from the user's code
+    included, passes untouched.
     """
 
     def __init__(self, watcher: RunWatcher) -> None:
