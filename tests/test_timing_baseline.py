@@ -386,3 +386,46 @@ def test_retimed_records_quartiles_and_keeps_other_regions() -> None:
     assert second["train.a"].samples == (7.0,)
     # A region that never reached JAX (no machine) stores nothing.
     assert retimed(run_of(sample_region("c", timing_samples=(1.0,))), {}) == {}
+
+
+LEAKY_STEPS = (
+    STEPS
+    + """
+
+import numpy as np
+
+
+def numpy_setup():
+    return (np.ones((4,), np.float32),)  # uploaded on every call: a transfer to accept
+"""
+)
+
+LEAKY_POLICY = """
+version: 1
+defaults: {warmup: 1, guarded_runs: 1, repeats: 15}
+regions:
+  - name: sleepy
+    step: steps:step
+    setup: steps:numpy_setup
+"""
+
+
+def test_no_timing_baseline_keeps_the_accepted_transfers_and_compares_no_time(
+    tmp_path: Path, written: list[RunResult]
+) -> None:
+    # The reusable workflow's hosted CPU job: a shared runner's step times say nothing.
+    repo = make_repo(tmp_path, {"steps.py": LEAKY_STEPS, "policies/p.yaml": LEAKY_POLICY})
+    assert run_gate(repo, "baseline").returncode == 0
+    slow = run_gate(repo, "run", "--no-timing-baseline", env={"STEP_SLEEP_S": "0.012"})
+    assert slow.returncode == 0, slow
+    sleepy = region(written, "sleepy")
+    assert sleepy.timing_vs_baseline is None
+    assert not any("timing" in note for note in sleepy.notes), sleepy.notes
+    assert f"baseline: {BASELINE} (1 accepted; step times not compared (--no-timing-baseline))" in (
+        slow.stdout
+    ), slow
+    # The same run against the stored times fails; and without the baseline, on the transfer.
+    assert run_gate(repo, "run", env={"STEP_SLEEP_S": "0.012"}).returncode == 1
+    ignored = run_gate(repo, "run", "--no-baseline")
+    assert ignored.returncode == 1, ignored
+    assert "host-to-device" in ignored.stdout, ignored

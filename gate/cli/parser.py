@@ -114,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="ignore any baseline: every implicit transfer fails",
     )
     run.add_argument(
+        "--no-timing-baseline",
+        action="store_true",
+        help="compare no step time with the baseline's (the transfers it accepts still apply): "
+        "for a shared runner, such as GitHub's hosted ones, whose timing says nothing about "
+        "the code",
+    )
+    run.add_argument(
         "--write-references",
         action="store_true",
         help="write each region's outputs to its checks.reference file (creating or "

@@ -72,6 +72,11 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
 
     def planned(plan: Plan) -> None:
         rules.update(planned_regions(plan))
+        if args.no_timing_baseline:
+            # As if every region said `timing: off` to the stored baseline: not compared, and no
+            # note. XLA's figures are still compared; they do not depend on the machine's load.
+            for key, rule in rules.items():
+                rules[key] = replace(rule, timing=replace(rule.timing, compare=False))
         live.total = len(rules)
 
     # Each region judged against the stored baseline once, as it finishes: its live row and
@@ -130,7 +135,10 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     recap = args.quiet or (is_terminal(sys.stdout) and is_terminal(sys.stderr))
     print(format_summary(result, color=tinted, quiet=recap, verbose=args.verbose))
     if stored is not None:
-        print(f"baseline: {baseline_shown} ({len(stored.accepted)} accepted)")
+        unused = (
+            "; step times not compared (--no-timing-baseline)" if args.no_timing_baseline else ""
+        )
+        print(f"baseline: {baseline_shown} ({len(stored.accepted)} accepted{unused})")
     for line in _written_references(result, rules, repo_root):
         print(line)
     print(reports.describe())
