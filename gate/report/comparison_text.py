@@ -202,12 +202,12 @@ def comparison_lines(region: RegionResult) -> list[tuple[str, str]]:
             count = base.already_in_base
             noun = "transfer" if count == 1 else "transfers"
             lines.append(("transfers vs base", f"{count} {noun} already in the base, not failing"))
-        if base.cost is not None and (base.cost.changes or not base.cost.compared):
+        if base.cost is not None and (base.cost.changed or not base.cost.compared):
             lines.append(("cost vs base", base.cost.headline()))
     if region.timing_vs_baseline is not None:
         timing = region.timing_vs_baseline
         lines.append((timing_label(timing), timing_line(timing)))
-    if region.cost_vs_baseline is not None and region.cost_vs_baseline.changes:
+    if region.cost_vs_baseline is not None and region.cost_vs_baseline.changed:
         lines.append(("cost vs baseline", region.cost_vs_baseline.headline()))
     # New collectives are findings at their own lines (`gate.report.communication_text`).
     lines.extend((comm_label(c), c.headline()) for c in comm_comparisons(region) if shown(c))

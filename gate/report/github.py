@@ -193,11 +193,11 @@ def _comparison_rows(region: RegionResult) -> list[str]:
             if timing is not None:
                 rows.append(_timing_row(name, timing))
         # Listed when the terminal lists it: a figure changed, or a side was not measured.
-        if base.cost is not None and (base.cost.changes or not base.cost.compared):
+        if base.cost is not None and (base.cost.changed or not base.cost.compared):
             rows.append(_cost_row(name, base.cost))
     if region.timing_vs_baseline is not None:
         rows.append(_timing_row(name, region.timing_vs_baseline))
-    if region.cost_vs_baseline is not None and region.cost_vs_baseline.changes:
+    if region.cost_vs_baseline is not None and region.cost_vs_baseline.changed:
         rows.append(_cost_row(name, region.cost_vs_baseline))
     for comm in comm_comparisons(region):
         if shown(comm):
