@@ -271,16 +271,14 @@ def test_summary_shows_a_failing_cost_comparison_against_the_base_and_the_baseli
     # ... the comparison table has a row for each cost comparison that found a change, ...
     table = text.split("### Against the base")[1].split("###")[0]
     assert (
-        f"| `train.vs_base` cost | — | — | — | **FAIL**: cost beyond 1.05x the base: "
-        f"{headline} |\n"
+        f"| `train.vs_base` cost | — | — | — | **FAIL**: cost beyond 1.05x the base: {headline} |\n"
     ) in table
     assert (
         f"| `train.vs_baseline` cost (vs baseline) | — | — | — | **FAIL**: cost beyond 1.05x "
         f"the baseline: {headline} |\n"
     ) in table
-    assert (
-        f"| `train.changed` cost | — | — | — | cost changed against the base: {headline} |"
-        in (table)
+    assert f"| `train.changed` cost | — | — | — | cost changed against the base: {headline} |" in (
+        table
     )
     assert "`train.same` cost" not in table
     # A bound nobody could check fails, saying so, instead of passing as "not compared".
