@@ -300,6 +300,7 @@ def spun_step(x):
     assert boundary["what"] == "steps:fetch", boundary
     assert boundary["verdict"] != "slower", (boundary, run)
     assert not boundary["failing"], (boundary, run)
-    # The boundary's own time: its sleep and a fetch of a computed array, not the spin.
+    # The boundary's own time: its sleep and a fetch of a computed array, not the spin (which
+    # would make the head's ~8 ms against the base's ~2.5 ms).
     times = {b["name"]: b for b in base["boundaries"]}["steps:fetch"]
-    assert times["head_per_step_s"] < 0.004, times
+    assert times["head_per_step_s"] < 2 * times["base_per_step_s"], times
