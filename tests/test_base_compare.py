@@ -304,7 +304,7 @@ def spun_step(x):
     assert boundary["what"] == "steps:fetch", boundary
     assert boundary["verdict"] != "slower", (boundary, run)
     assert not boundary["failing"], (boundary, run)
-    # The boundary's own time: its sleep and a fetch of a computed array, not the spin (which
-    # would make the head's ~8 ms against the base's ~2.5 ms).
-    times = {b["name"]: b for b in base["boundaries"]}["steps:fetch"]
-    assert times["head_per_step_s"] < 2 * times["base_per_step_s"], times
+    # The boundary's own time, its sleep and a fetch of a computed array, is a small part of
+    # the head's step; charged the spin's wait it was nearly all of it (~8 ms of ~8 ms). The
+    # rounds' medians, not the timed runs' means, which a loaded machine's outliers sway.
+    assert boundary["head_median_s"] < 0.5 * base["timing"]["head_median_s"], (boundary, base)
