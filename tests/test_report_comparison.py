@@ -232,6 +232,11 @@ def test_an_inconclusive_timing_is_skipped_not_passed(
         "inconclusive (1.32x, interval 0.98-1.14x straddles 1.1x): median 412 µs → 545 µs"
     )
     assert "not a pass" in (skipped.text or "")
+    # An interval open only on the faster side says which end it straddles.
+    faster_side = replace(open_, ratio=0.97, ratio_low=0.86, ratio_high=1.07)
+    assert faster_side.headline().startswith(
+        "inconclusive (0.97x, interval 0.86-1.07x straddles 1/1.1x): "
+    )
     assert root.find("testsuite").get("skipped") == "1"  # type: ignore[union-attr]
 
 

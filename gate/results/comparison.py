@@ -105,7 +105,9 @@ class TimingComparison:
                 "not yet beyond doubt)"
             )
         else:
-            lead = f"inconclusive ({self.ratio:.2f}x, {self.interval()} straddles {factor})"
+            # Open at one end or both: the slowdown's factor, or the speed-up's (1/factor).
+            edge = factor if self.ratio_high >= self.max_slowdown else f"1/{factor}"
+            lead = f"inconclusive ({self.ratio:.2f}x, {self.interval()} straddles {edge})"
         return (
             f"{lead}: median {duration_text(self.base_median_s)} → "
             f"{duration_text(self.head_median_s)}, {self.sizes()}"
