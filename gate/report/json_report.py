@@ -353,6 +353,7 @@ class FunctionDoc(Record, frozen=True, kw_only=True, omit_defaults=True):
     temp_bytes: float | None = None
     generated_code_bytes: float | None = None
     unknown: str = ""  # why a figure is absent, where one is
+    where: str | None = None  # the user's line that first ran it ("train.py:44"), if known
 
 
 class PeakDoc(Record, frozen=True, kw_only=True):
@@ -386,7 +387,13 @@ class CostDoc(Record, frozen=True, kw_only=True):
             totals=dict(cost.totals),
             functions=tuple(
                 msgspec.structs.replace(
-                    FunctionDoc(name=f.name, runs=f.runs, programs=f.programs, unknown=f.unknown),
+                    FunctionDoc(
+                        name=f.name,
+                        runs=f.runs,
+                        programs=f.programs,
+                        unknown=f.unknown,
+                        where=f.where,
+                    ),
                     **dict(f.figures),
                 )
                 for f in cost.functions

@@ -187,7 +187,7 @@ def _cost_case(region: RegionResult, cost: CostComparison, label: str) -> Case:
     could not be checked (a side unmeasured, a total one side lacks); otherwise it lists
     every change in its system-out.
     """
-    changes = "\n".join(f"- {c.text()}" for c in cost.changes)
+    changes = "\n".join(f"- {line}" for line in cost.listing())
     listing = f"{cost.headline()}\n" + (f"{changes}\n" if changes else "")
     outcome = None
     if cost.failing:

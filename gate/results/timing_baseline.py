@@ -52,11 +52,14 @@ class StoredFunction(Record, frozen=True, kw_only=True):
     runs: Count
     programs: Count
     figures: Figures
+    # The user's line that first ran it ("train.py:44"), so that a program new or gone since
+    # is named by it; absent in a file from before it was kept.
+    where: str | None = None
 
     def function_cost(self) -> FunctionCost:
         figures = msgspec.structs.asdict(self.figures)
         given = tuple((metric, value) for metric, value in figures.items() if value is not None)
-        return FunctionCost(self.name, self.runs, self.programs, given)
+        return FunctionCost(self.name, self.runs, self.programs, given, where=self.where)
 
 
 class StoredCollective(Record, frozen=True, kw_only=True):
@@ -134,6 +137,7 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
                 runs=fn.runs,
                 programs=fn.programs,
                 figures=Figures(**dict(fn.figures)),
+                where=fn.where,
             )
             for fn in cost.functions
         )
