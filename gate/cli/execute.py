@@ -18,7 +18,8 @@ from gate.cli.parser import DEFAULT_POLICIES
 from gate.compare.session import run_compared
 from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
-from gate.isolation.scheduler import Scheduler, WorkerUnavailable, run_isolated
+from gate.isolation.run_loop import run_isolated
+from gate.isolation.scheduler import Scheduler, WorkerUnavailable
 from gate.isolation.watcher import PrefixedOutput, RunWatcher
 from gate.plan import Plan, Shard, UnknownRegionError, region_key
 from gate.policy.load import (

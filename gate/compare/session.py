@@ -23,6 +23,7 @@ samples measured apart, compared unpaired, and every report says why (`BaseCompa
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,7 +36,8 @@ from gate.compare.rounds import PairedRounds, Side, turn_runs
 from gate.compare.timing import compare_unpaired
 from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
-from gate.isolation.scheduler import Checked, Scheduler, each_region
+from gate.isolation.run_loop import begin, schedulers
+from gate.isolation.scheduler import Checked, Scheduler
 from gate.isolation.watcher import RunWatcher
 from gate.plan import Plan
 from gate.policy.model import Policy, Region
@@ -71,20 +73,19 @@ def run_compared(
     ``starting`` gets the scheduler while the first worker starts, to check the head's
     policies in it (what it raises stops the run).
     """
-    with Scheduler(repo_root, cancel=cancel, watcher=watcher, environ=environ) as scheduler:
-        for policy, _ in plan.first():
-            scheduler.start_early(policy)
-        if starting is not None:
-            starting(scheduler)
-        session = _Session(scheduler, plan, repo_root, base, cancel)
-        return each_region(plan, session.compared, finished)
+    with schedulers(plan, repo_root, cancel=cancel, watcher=watcher, environ=environ) as workers:
+        session = _Session(plan, repo_root, base, cancel)
+        return begin(plan, workers, starting, session.compared, finished)
 
 
 @dataclass
 class _Session:
-    """The trees of one ``run --base``, and what is known of running them together."""
+    """The trees of one ``run --base``, and what is known of running them together.
 
-    scheduler: Scheduler
+    On a host with a worker per TPU chip, regions are compared side by side, each wholly in
+    one worker (`gate.isolation.run_loop`); what is decided per policy is decided once.
+    """
+
     plan: Plan
     head_root: Path
     tree: BaseTree
@@ -93,20 +94,22 @@ class _Session:
     _apart: dict[Path, str] = field(default_factory=dict)
     # Results of regions whose trees ran apart, by policy and region name.
     _ran_apart: dict[tuple[Path, str], RegionResult] = field(default_factory=dict)
+    _deciding: threading.Lock = field(default_factory=threading.Lock)
 
-    def compared(self, policy: Policy, region: Region) -> RegionResult:
+    def compared(self, scheduler: Scheduler, policy: Policy, region: Region) -> RegionResult:
         names = regions_in_base(policy, self.head_root, self.tree.root)
         if names is None or region.name not in names:
-            result = self.scheduler.run(policy, region, tree="head")
+            result = scheduler.run(policy, region, tree="head")
             return replace(result, base=BaseComparison(self.tree.describe(), BaseStatus.NEW_REGION))
-        if policy.path not in self._apart:
-            self._apart[policy.path] = self._why_apart(policy)
-        if self._apart[policy.path]:
-            key = (policy.path, region.name)
-            if key not in self._ran_apart:
-                self._run_apart(policy, names)
-            return self._ran_apart.pop(key)
-        pair = _Pair(region, self.scheduler, self._sides(policy), self.tree, self.cancel)
+        with self._deciding:
+            if policy.path not in self._apart:
+                self._apart[policy.path] = self._why_apart(scheduler, policy)
+            if self._apart[policy.path]:
+                key = (policy.path, region.name)
+                if key not in self._ran_apart:
+                    self._run_apart(scheduler, policy, names)
+                return self._ran_apart.pop(key)
+        pair = _Pair(region, scheduler, self._sides(policy), self.tree, self.cancel)
         return pair.compare(self.head_root)
 
     def _sides(self, policy: Policy) -> tuple[Side, Side]:
@@ -115,39 +118,39 @@ class _Session:
             Side("base", self.tree.root, for_base(policy, self.head_root, self.tree.root)),
         )
 
-    def _why_apart(self, policy: Policy) -> str:
+    def _why_apart(self, scheduler: Scheduler, policy: Policy) -> str:
         """Why ``policy``'s regions cannot run from both trees in one worker; "" when they can.
 
         The head's check ran before anything (`gate.cli.execute`); the base's runs now, in the
         worker that will hold both.
         """
-        head = self.scheduler.checked(policy)
+        head = scheduler.checked(policy)
         if head.extensions:
             return _extensions_text("the head", head)
         base_policy = for_base(policy, self.head_root, self.tree.root)
-        base = self.scheduler.check([base_policy], root=self.tree.root)
+        base = scheduler.check([base_policy], root=self.tree.root)
         if base.extensions:
             return _extensions_text("the base", base)
         if head.config != base.config:
             return _config_text(dict(head.config), dict(base.config))
         return ""
 
-    def _run_apart(self, policy: Policy, names: frozenset[str]) -> None:
+    def _run_apart(self, scheduler: Scheduler, policy: Policy, names: frozenset[str]) -> None:
         """Every region of ``policy`` the base has, from the head's tree in a worker, then
         from the base's in another: one process on the device at a time."""
         why = self._apart[policy.path]
         regions = [r for p, rs in self.plan.steps if p is policy for r in rs if r.name in names]
-        self.scheduler.close()  # it imported both trees' modules; they must not meet
-        heads = {r.name: self.scheduler.run_for_outputs(policy, r, tree="head") for r in regions}
-        self.scheduler.close()
+        scheduler.close()  # it imported both trees' modules; they must not meet
+        heads = {r.name: scheduler.run_for_outputs(policy, r, tree="head") for r in regions}
+        scheduler.close()
         head_side, base_side = self._sides(policy)
         for region in regions:
             head_result, head_outputs = heads[region.name]
-            pair = _Pair(region, self.scheduler, (head_side, base_side), self.tree, self.cancel)
+            pair = _Pair(region, scheduler, (head_side, base_side), self.tree, self.cancel)
             self._ran_apart[(policy.path, region.name)] = pair.compare_apart(
                 (head_result, head_outputs), self.head_root, why
             )
-        self.scheduler.close()
+        scheduler.close()
 
 
 def _extensions_text(tree: str, checked: Checked) -> str:

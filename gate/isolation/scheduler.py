@@ -23,11 +23,12 @@ import itertools
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gate.isolation.cancellation import Cancellation
+from gate.isolation.device_pool import DevicePool
 from gate.isolation.environment import worker_environment
 from gate.isolation.lost_region import how_it_ended, lost_region_error, seconds
 from gate.isolation.watcher import BETWEEN_REGIONS, STARTING_A_WORKER, RunWatcher
@@ -45,13 +46,14 @@ from gate.isolation.worker import (
     Turns,
 )
 from gate.isolation.worker_process import WaitEvent, WorkerProcess
-from gate.plan import Plan, region_key
+from gate.machine.holders import busy_device_problem, busy_platform
+from gate.plan import region_key
 from gate.policy.load import NamedCallables
 from gate.policy.model import Policy, Region
 from gate.region.cores import usable_cpus
 from gate.results.comparison import StepOutputs, StepSamples
-from gate.results.errors import ErrorKind, RegionError, gate_fault
-from gate.results.records import RegionResult, RunResult, SuiteResult
+from gate.results.errors import ErrorKind, RegionError
+from gate.results.records import RegionResult
 from gate.user_code import UserCode
 
 # Re-exported for other subsystems: mypy's strict mode accepts a re-export only when listed.
@@ -59,7 +61,6 @@ __all__ = [
     "Checked",
     "Scheduler",
     "Turn",
-    "run_isolated",
     "usable_cpus",
     "worker_environment",
 ]
@@ -70,6 +71,14 @@ _START_ATTEMPTS = 2
 # After a job's reply, how long its last output lines may take to be read (they come on another
 # pipe, marked at their end): then the region's output is complete when its row is written.
 _OUTPUT_LAG_S = 1.0
+# A device held by another process: how long a worker's start is tried again (seconds, from
+# the environment's DEVICE_WAIT when set), and how often. A TPU chip can refuse the next
+# process for a few seconds after one ended (a `doctor` run just before, a worker just
+# replaced); longer, it is held.
+BUSY_WAIT_S = 30.0
+DEVICE_WAIT = "TRANSFER_GATE_DEVICE_WAIT_S"
+BUSY_RETRY_S = 2.0
+WAITING_FOR_THE_DEVICE = "waiting for the device"
 
 
 # -- the scheduler ---------------------------------------------------------------
@@ -147,9 +156,15 @@ class Scheduler:
 
     def start_early(self, policy: Policy) -> None:
         """Start the worker ``policy``'s regions will run in, without waiting for it to be
-        ready: the gate's own work overlaps its start-up."""
-        if self._worker is None and self._early is None:
-            self._early = WorkerProcess(self.repo_root, self.environment(policy), self.watcher)
+        ready: the gate's own work overlaps its start-up. Not when it would have to wait for
+        a device: the first request does that, saying so."""
+        if self._worker is not None or self._early is not None:
+            return
+        env = self.environment(policy)
+        pool = DevicePool.for_environment(env)
+        device = pool.take_free() if pool is not None else None
+        if pool is None or device is not None:
+            self._early = WorkerProcess(self.repo_root, env, self.watcher, device)
 
     def check(
         self,
@@ -324,7 +339,12 @@ class Scheduler:
     def _start(
         self, label: str, env: dict[str, str], timeout_s: float, tree: str | None = None
     ) -> RegionError | None:
-        """Start a worker and wait until it is ready; the error that says why it is not."""
+        """Start a worker and wait until it is ready; the error that says why it is not.
+
+        A device that refuses the worker because another process holds it (a TPU chip may
+        refuse the next process for a few seconds after one ended) is asked again for
+        `BUSY_WAIT_S`; past that, `DeviceBusy`.
+        """
         failed = self._failed_starts
         if len(failed) >= _START_ATTEMPTS and all(e == env for e, _ in failed):
             last = failed[-1][1]
@@ -333,27 +353,35 @@ class Scheduler:
                 message=f"{last.message} (not tried again: "
                 f"{_START_ATTEMPTS} workers in a row could not start)",
             )
-        early, self._early = self._early, None
-        if early is not None and early.env != env:
-            early.stop(dump=False)
-            early = None
         self.announce(label, STARTING_A_WORKER, tree)
-        worker = early if early is not None else WorkerProcess(self.repo_root, env, self.watcher)
-        event = worker.wait(time.monotonic() + timeout_s, self.cancel)
-        if isinstance(event, Ready):
-            self.startups.append(event)
-            self._failed_starts.clear()
-            self._worker = worker
-            return None
-        if not isinstance(event, WaitEvent):
-            worker.stop(dump=False)
-            raise RuntimeError(f"worker sent {event!r:.300} before it was ready")
-        if event is WaitEvent.CANCELLED:
-            worker.stop(dump=False)
-            return self._cancelled_running()
-        returncode = worker.stop(dump=event is WaitEvent.TIMED_OUT)
+        refused_until = time.monotonic() + _device_wait_s(self.environ)
+        while True:
+            worker = self._spawn(label, env, tree)
+            if worker is None:
+                return self._cancelled_running()
+            event = worker.wait(time.monotonic() + timeout_s, self.cancel)
+            if isinstance(event, Ready):
+                self.startups.append(event)
+                self._failed_starts.clear()
+                self._worker = worker
+                return None
+            if not isinstance(event, WaitEvent):
+                worker.stop(dump=False)
+                raise RuntimeError(f"worker sent {event!r:.300} before it was ready")
+            if event is WaitEvent.CANCELLED:
+                worker.stop(dump=False)
+                return self._cancelled_running()
+            returncode = worker.stop(dump=event is WaitEvent.TIMED_OUT)
+            lines = worker.output.lines_since(0)
+            text = "\n".join(lines)
+            if event is WaitEvent.EXITED and busy_platform(text) is not None:
+                if time.monotonic() < refused_until and not self._cancel_requested():
+                    self.announce(label, WAITING_FOR_THE_DEVICE, tree)
+                    time.sleep(min(BUSY_RETRY_S, max(0.0, refused_until - time.monotonic())))
+                    continue
+                raise DeviceBusy(busy_device_problem(text) or text.strip(), text)
+            break
         code = UserCode(self.repo_root)
-        lines = worker.output.lines_since(0)
         if event is WaitEvent.TIMED_OUT:
             kind = ErrorKind.TIMEOUT
             message = f"the worker process did not start within {seconds(timeout_s)} (timeout_s)"
@@ -367,6 +395,30 @@ class Scheduler:
         error = lost_region_error(kind, message, headline, lines=lines, code=code, crashed=False)
         self._failed_starts.append((env, error))
         return error
+
+    def _spawn(self, label: str, env: dict[str, str], tree: str | None) -> WorkerProcess | None:
+        """A new worker for ``env`` (the one `start_early` began, if it is for ``env``), on a
+        device of the pool when it will open one; None when the run is cancelled while it
+        waits for a device."""
+        early, self._early = self._early, None
+        if early is not None and early.env == env:
+            return early
+        if early is not None:
+            early.stop(dump=False)
+        pool = DevicePool.for_environment(env)
+        device = None
+        if pool is not None:
+
+            def waiting(holders: str) -> None:
+                self.announce(label, f"{WAITING_FOR_THE_DEVICE} (held by {holders})", tree)
+
+            device = pool.take(self.cancel, waiting)
+            if device is None:
+                return None
+        return WorkerProcess(self.repo_root, env, self.watcher, device)
+
+    def _cancel_requested(self) -> bool:
+        return self.cancel is not None and self.cancel.requested
 
     def _lost(
         self, worker: WorkerProcess, mark: int, timeout_s: float, event: WaitEvent
@@ -444,63 +496,26 @@ class Scheduler:
         )
 
 
+def _device_wait_s(environ: Mapping[str, str]) -> float:
+    try:
+        return max(0.0, float(environ.get(DEVICE_WAIT, BUSY_WAIT_S)))
+    except ValueError:
+        return BUSY_WAIT_S
+
+
+class DeviceBusy(Exception):
+    """The device refused the worker, held by another process, past `BUSY_WAIT_S`: the run's
+    one error (`gate.isolation.run_loop`), not one per region."""
+
+    def __init__(self, message: str, details: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
 class WorkerUnavailable(Exception):
     """No worker could take a request that is not a region's (a policy check): why not."""
 
     def __init__(self, error: RegionError) -> None:
         super().__init__(error.message)
         self.error = error
-
-
-def run_isolated(
-    plan: Plan,
-    repo_root: Path,
-    *,
-    cancel: Cancellation | None = None,
-    watcher: RunWatcher | None = None,
-    finished: Callable[[RegionResult], None] | None = None,
-    starting: Callable[[Scheduler], None] | None = None,
-) -> RunResult:
-    """Run every region of ``plan``, each in a worker process; never loses one.
-
-    A region whose worker crashes, times out or is cancelled is an error in the result; so is
-    a bug in the gate while it ran one (INTERNAL). After ``cancel`` is requested, the regions
-    not yet run are CANCELLED errors. ``watcher`` hears each region's stages and its worker's
-    output; ``finished`` gets each region's result as soon as it is known. ``starting`` gets the
-    scheduler while the first worker starts (what it raises stops the worker and the run).
-    """
-    with Scheduler(repo_root, cancel=cancel, watcher=watcher) as scheduler:
-        for policy, _ in plan.first():
-            scheduler.start_early(policy)
-        if starting is not None:
-            starting(scheduler)
-        return each_region(plan, scheduler.run, finished)
-
-
-def each_region(
-    plan: Plan,
-    run: Callable[[Policy, Region], RegionResult],
-    finished: Callable[[RegionResult], None] | None = None,
-) -> RunResult:
-    """``run`` of every region of ``plan``, in order, and ``finished`` told of each result.
-
-    The one loop of a run, with or without ``--base``: a bug of the gate's while one region
-    runs is that region's INTERNAL error (the run exits 3), and the other regions are judged.
-    """
-    suites = []
-    for policy, regions in plan.steps:
-        results = []
-        for region in regions:
-            started = time.monotonic()
-            try:
-                result = run(policy, region)
-            except Exception as exc:
-                error = gate_fault("running this region", exc)
-                result = RegionResult.of(
-                    policy, region, wall_s=time.monotonic() - started, error=error
-                )
-            results.append(result)
-            if finished is not None:
-                finished(result)
-        suites.append(SuiteResult(policy.suite, policy.path.as_posix(), tuple(results)))
-    return RunResult(tuple(suites))

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from gate.isolation.cancellation import Cancellation
+from gate.isolation.device_pool import HeldSlot
 from gate.isolation.watcher import RunWatcher
 from gate.isolation.worker import (
     DUMP_SIGNAL,
@@ -51,7 +52,15 @@ class WaitEvent(enum.Enum):
 class WorkerProcess:
     """A worker process and the pipes to it."""
 
-    def __init__(self, repo_root: Path, env: dict[str, str], watcher: RunWatcher | None) -> None:
+    def __init__(
+        self,
+        repo_root: Path,
+        env: dict[str, str],
+        watcher: RunWatcher | None,
+        device: HeldSlot | None = None,
+    ) -> None:
+        """Start the worker with ``env``, on ``device`` (its variables over ``env``), which it
+        holds until `stop` has seen the process gone."""
         jobs_read, jobs_write = os.pipe()
         results_read, results_write = os.pipe()
         output_read, output_write = os.pipe()
@@ -59,7 +68,7 @@ class WorkerProcess:
             self.process = subprocess.Popen(
                 worker_command(jobs_read, results_write),
                 cwd=repo_root,
-                env=env,
+                env={**env, **(device.slot.env if device is not None else {})},
                 stdin=subprocess.DEVNULL,
                 stdout=output_write,
                 stderr=subprocess.STDOUT,
@@ -69,11 +78,14 @@ class WorkerProcess:
         except BaseException:
             for fd in (jobs_write, results_read, output_read):
                 os.close(fd)
+            if device is not None:
+                device.release()
             raise
         finally:
             for fd in (jobs_read, results_write, output_write):
                 os.close(fd)
-        self.env = env
+        self.env = env  # as asked for, without the device's variables
+        self.device = device
         self.output = WorkerOutput(output_read, watcher)
         self._jobs: int | None = jobs_write
         self._results: int | None = results_read
@@ -153,6 +165,11 @@ class WorkerProcess:
         self._close_jobs()
         self._close_results()
         self.output.finish(_DUMP_LIMIT_S)
+        if self.returncode is not None and self.device is not None:
+            # Gone and reaped: the next worker may have the device. One that would not die
+            # keeps it, so that none starts beside it.
+            self.device.release()
+            self.device = None
         return self.returncode
 
     def close(self) -> None:

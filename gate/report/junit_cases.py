@@ -71,7 +71,7 @@ def timing_next_step(region: RegionResult, against: str) -> str:
 
 # Errors of the run, not of a region: their testcase is named after what broke.
 _REFUSALS = frozenset({ErrorKind.POLICY, ErrorKind.BASELINE, ErrorKind.BASE, ErrorKind.REGION})
-_RUN_LEVEL_ERRORS = _REFUSALS | {ErrorKind.INTERNAL}
+_RUN_LEVEL_ERRORS = _REFUSALS | {ErrorKind.INTERNAL, ErrorKind.DEVICE}
 
 
 def region_cases(region: RegionResult) -> list[Case]:

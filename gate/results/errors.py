@@ -31,6 +31,8 @@ class ErrorKind(enum.Enum):
     BASELINE = "unusable baseline"  # the baseline file cannot be used; nothing ran
     BASE = "unusable base"  # `run --base REF` cannot check REF out; nothing ran
     REGION = "no such region"  # `--region NAME` names none of the policies' regions; nothing ran
+    # The accelerator is held by another process past the wait for it: the run stopped.
+    DEVICE = "device busy"
     INTERNAL = "gate error"
     # The region's worker process was lost (gate.isolation.scheduler); the rest ran in a fresh one.
     CRASH = "worker crashed"

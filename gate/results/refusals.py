@@ -1,4 +1,5 @@
-"""The results of runs that could not happen: invalid policies, an unusable baseline, a gate bug.
+"""The results of runs that could not happen: invalid policies, an unusable baseline, a busy
+device, a gate bug.
 
 So are a ``run --base REF`` that cannot check REF out and a ``--region`` that names no
 region. Each becomes an error in the report, so CI sees a failed testcase that says why
@@ -60,6 +61,15 @@ def unknown_region(message: str) -> RunResult:
     """A report for a ``--region`` that names no region: one error, at no file."""
     error = RegionError(ErrorKind.REGION, message, message)
     return _one_error("transfer-gate", "region", "", 0, error)
+
+
+def busy_device(message: str, details: str, not_run: int) -> RunResult:
+    """A run stopped because another process holds the device: one error, at no file, saying
+    who holds it (`gate.machine.holders`) and how many regions did not run."""
+    if not_run:
+        message = f"{message} ({not_run} region{'s' if not_run != 1 else ''} not run)"
+    error = RegionError(ErrorKind.DEVICE, message, f"{message}\n\n{details}".rstrip() + "\n")
+    return _one_error("transfer-gate", "device", "", 0, error)
 
 
 def gate_bug(exc: BaseException) -> RunResult:
