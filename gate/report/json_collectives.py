@@ -15,6 +15,7 @@ from gate.results.collectives import (
     Communication,
     collective_fields,
 )
+from gate.results.donation_changes import DonationComparison
 from gate.results.donations import UnusedDonation
 
 
@@ -89,6 +90,25 @@ def comm_comparison_document(comm: CommComparison | None) -> dict[str, Any] | No
         "bytes_failing": comm.bytes_failing,
         "headline": comm.headline(),
         "changes": [_change(c) for c in comm.changes],
+        "donations": donation_comparison_document(comm.donations),
+    }
+
+
+def donation_comparison_document(donations: DonationComparison | None) -> dict[str, Any] | None:
+    """The head's unused donations against the other side's: lost, kept, reused now."""
+    if donations is None:
+        return None
+    return {
+        "against": donations.against,
+        "rule": donations.rule.value,
+        "compared": donations.compared,
+        "note": donations.note,
+        "unchecked": donations.unchecked,
+        "failing": donations.failing,
+        "headline": donations.headline(),
+        "lost": donations_document(donations.lost),
+        "kept": donations_document(donations.kept),
+        "regained": donations_document(donations.regained),
     }
 
 
@@ -101,6 +121,7 @@ def donations_document(donations: tuple[UnusedDonation, ...]) -> list[dict[str, 
             "per_device": d.per_device,
             "seen_by": d.seen_by,
             "failing": d.failing,
+            "warning": d.warning,
             "text": d.text(),
         }
         for d in donations
