@@ -14,14 +14,19 @@ subprocesses, alternating so that load drifts hit both alike:
   timed runs blocking on the outputs, ``np.isfinite`` on the last outputs).
 
 - the gate against a base: ``python -m gate run --base HEAD`` of the same regions, the
-  repository committed so that base and head are the same tree (each region runs from
-  both trees in two workers, then both time it in paired rounds until the timing verdict
-  is decided, `gate.compare.timing`).
+  repository committed so that base and head are the same tree (one worker runs each
+  region from both trees, then times both in paired rounds until the timing verdict is
+  decided, `gate.compare.timing`);
+- the floor for two trees: one script doing the same by hand for a copy of the tree beside
+  the repository (its module imported under another name): each region's phases for both
+  trees, then 16 rounds of base, head, head, base turns of as many runs as fill 2 ms (the
+  gate's first look, with the gate's turn length; the gate takes more rounds when 16 do not
+  decide).
 
 Prints one row per N (and one per N with ``, --base HEAD``): the gate's seconds, the
 floor's seconds, their ratio (the medians over ``--rounds``), and the same for CPU seconds
 (user + system, the process and every process it waited for: less sensitive to what else
-the machine runs than wall time); the ``--base`` rows are against the same floor
+the machine runs than wall time); the ``--base`` rows are against the two-tree floor
 (``--no-base`` leaves them out). The load average before and after is printed too. All run
 with JAX_COMPILATION_CACHE_DIR unset (each gets a cold start).
 """
@@ -31,6 +36,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -109,10 +115,77 @@ for i in range(bench_steps.N_REGIONS):
 '''
 
 
+FLOOR_BOTH = '''
+"""The floor for two trees: both trees' phases by hand, then paired rounds, in one process."""
+import importlib.util
+import math
+import statistics
+import sys
+import time
+
+import jax
+import numpy as np
+
+WARMUP, GUARDED, REPEATS, ROUNDS, TURN_S, MAX_TURN_RUNS = 2, 3, 20, 16, 2e-3, 32
+
+
+def tree(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+head, base = tree("head_steps", "bench_steps.py"), tree("base_steps", sys.argv[1])
+
+
+def phases(steps, i):
+    step = getattr(steps, f"step_{i}")
+    jax.block_until_ready(step(*steps.make_inputs()))  # first call
+    for _ in range(WARMUP):
+        jax.block_until_ready(step(*steps.make_inputs()))
+    for _ in range(GUARDED):
+        inputs = steps.make_inputs()
+        with jax.transfer_guard("disallow"):
+            jax.block_until_ready(step(*inputs))
+    times = []
+    for _ in range(REPEATS):
+        inputs = steps.make_inputs()
+        start = time.perf_counter()
+        out = jax.block_until_ready(step(*inputs))
+        times.append(time.perf_counter() - start)
+    if not all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree_util.tree_leaves(out)):
+        sys.exit(f"step_{i}: not finite")
+    return step, statistics.median(times)
+
+
+def turn(steps, step, runs):
+    inputs = steps.make_inputs()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        jax.block_until_ready(step(*inputs))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+for i in range(head.N_REGIONS):
+    head_step, head_s = phases(head, i)
+    base_step, base_s = phases(base, i)
+    runs = max(1, min(MAX_TURN_RUNS, math.ceil(TURN_S / max(head_s, base_s))))
+    ratios = []
+    for _ in range(ROUNDS):
+        b1, h1 = turn(base, base_step, runs), turn(head, head_step, runs)
+        h2, b2 = turn(head, head_step, runs), turn(base, base_step, runs)
+        ratios.append(math.log(h1 * h2 / (b1 * b2)) / 2)
+'''
+
+
 def build(repo: Path, regions: int) -> None:
     (repo / "policies").mkdir(parents=True)
     (repo / "bench_steps.py").write_text(f"N_REGIONS = {regions}\n" + STEPS)
     (repo / "floor.py").write_text(FLOOR)
+    (repo / "floor_both.py").write_text(FLOOR_BOTH)
     lines = [
         "version: 1",
         "suite: bench",
@@ -175,17 +248,32 @@ def main() -> None:
             cases = {f"{n}": gate}
             if not args.no_base:
                 cases[f"{n}, --base HEAD"] = [*gate, "--base", "HEAD"]
-            floor = [sys.executable, "floor.py"]
-            seconds: dict[str, list[tuple[float, float]]] = {c: [] for c in [*cases, "floor"]}
+            # The base tree of the two-tree floor: a copy beside the repository, as the
+            # gate's base is a worktree beside it (its module file under its own folder).
+            base_copy = repo.parent / f"base{n}"
+            shutil.copytree(repo, base_copy, ignore=shutil.ignore_patterns(".git"))
+            floors = {
+                "floor": [sys.executable, "floor.py"],
+                "floor, two trees": [
+                    sys.executable,
+                    "floor_both.py",
+                    str(base_copy / "bench_steps.py"),
+                ],
+            }
+            if args.no_base:
+                del floors["floor, two trees"]
+            seconds: dict[str, list[tuple[float, float]]] = {c: [] for c in [*cases, *floors]}
             for _ in range(args.rounds):
                 for case, command in cases.items():
                     # Exit 1 against the base: noise called the unchanged step slower (a false
                     # alarm, counted by base_load.py); the run's time is still the run's time.
                     ok = (0, 1) if "--base" in command else (0,)
                     seconds[case].append(timed(command, repo, env, ok))
-                seconds["floor"].append(timed(floor, repo, env))
-            f = _medians(seconds["floor"])
+                for name, command in floors.items():
+                    seconds[name].append(timed(command, repo, env))
             for case in cases:
+                floor = "floor, two trees" if "--base" in case else "floor"
+                f = _medians(seconds[floor])
                 g = _medians(seconds[case])
                 rows.append((case, g, f))
                 print(

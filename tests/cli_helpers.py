@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import xmlschema
+from accelerator_rule import active_rule
 from processes import run
 
 TESTS = Path(__file__).resolve().parent
@@ -100,7 +101,8 @@ def gate_env(devices: int = 1, extra: dict[str, str | None] | None = None) -> di
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     env["JAX_PLATFORMS"] = "cpu"
     env.pop("PYTHONPATH", None)
-    for key, value in (extra or {}).items():
+    rule = active_rule()
+    for key, value in {**(rule.environment() if rule else {}), **(extra or {})}.items():
         if value is None:
             env.pop(key, None)
         else:

@@ -14,8 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from accelerator_rule import accelerator_rule, one_process_on_the_device
 from cli_helpers import validate_junit
 from jax_hooks import hook_tests
+
+__all__ = ["accelerator_rule", "one_process_on_the_device"]  # fixtures for every module
 
 
 def _cuda_plugin_installed() -> bool:

@@ -20,6 +20,10 @@ import pytest
 from cli_helpers import make_repo, run_gate
 from git_helpers import commit, init
 
+# Every gate here runs under the accelerator's rule (tests/accelerator_rule.py): a second
+# process that opened the device would fail as on a TPU, and only workers may open it.
+pytestmark = pytest.mark.usefixtures("one_process_on_the_device")
+
 BASE_STEPS = """
 import time
 

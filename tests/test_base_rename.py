@@ -18,6 +18,9 @@ from git_helpers import commit, init
 from gate.compare.own_definition import OwnDefinition, own_definition
 from gate.policy.load import load_policy
 
+# The gates here run under the accelerator's rule (tests/accelerator_rule.py).
+under_the_rule = pytest.mark.usefixtures("one_process_on_the_device")
+
 STEPS = """
 import jax
 import numpy as np
@@ -60,6 +63,7 @@ def _base(repo: Path) -> dict[str, object]:
     return base
 
 
+@under_the_rule
 def test_a_renamed_step_is_compared_with_the_bases_own_and_passes(repo: Path) -> None:
     make_repo(
         repo,
@@ -89,6 +93,7 @@ def test_a_renamed_step_is_compared_with_the_bases_own_and_passes(repo: Path) ->
     assert said in (results.findtext("system-out") or ""), run
 
 
+@under_the_rule
 def test_a_renamed_step_that_computes_something_else_fails_on_results(repo: Path) -> None:
     changed = _renamed(STEPS).replace("return x * 2.0", "return x * 3.0")
     make_repo(
@@ -107,6 +112,7 @@ def test_a_renamed_step_that_computes_something_else_fails_on_results(repo: Path
     ), run
 
 
+@under_the_rule
 def test_a_step_the_base_lacks_under_its_own_policy_too_is_an_error_saying_what_to_do(
     repo: Path,
 ) -> None:
@@ -130,6 +136,7 @@ def test_a_step_the_base_lacks_under_its_own_policy_too_is_an_error_saying_what_
     assert _base(repo)["renamed"] == []
 
 
+@under_the_rule
 def test_a_base_whose_own_step_fails_too_says_it_was_its_own(repo: Path) -> None:
     broken = STEPS.replace("return x * 2.0", "raise ValueError('the old bug')")
     commit(repo, {"pkg/steps.py": broken}, "a broken base")

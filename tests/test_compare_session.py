@@ -17,11 +17,11 @@ from result_samples import region
 from gate.compare.base_policy import for_base, in_tree, regions_in_base
 from gate.compare.outputs import compare_outputs
 from gate.compare.rounds import MAX_TURN_RUNS, turn_runs
-from gate.compare.session import MEMORY_FRACTION, shared_device_environment
-from gate.isolation.scheduler import Scheduler, usable_cpus
+from gate.isolation.scheduler import Scheduler, Turn, usable_cpus
 from gate.isolation.worker import Job, _Held, run_job
 from gate.policy.load import load_policy
 from gate.policy.model import Checks, Policy
+from gate.policy.trees import Trees
 from gate.region.errors import RegionAbort
 from gate.results.comparison import ResultStatus, StepOutputs
 from gate.results.errors import ErrorKind, RegionError
@@ -87,19 +87,15 @@ def test_a_held_region_times_more_runs_and_hands_over_its_outputs(repo: Path) ->
         assert outputs.setup_leaves == 1
         assert outputs.step_file == str(repo / "src" / "steps.py")
         cpu = usable_cpus()[-1] if usable_cpus() else None
-        for runs in (3, 5):
-            samples = scheduler.sample(policy, policy.regions[0], runs, cpu=cpu, reference=False)
+        turns = [Turn(repo, 3, cpu), Turn(repo, 5, None)]
+        timed = scheduler.time_turns(policy, policy.regions[0], turns)
+        assert [len(samples.step_s) for samples in timed] == [3, 5]
+        for samples in timed:
             assert samples.error is None, samples
-            assert len(samples.step_s) == runs
             assert all(s > 0 for s in samples.step_s)
-            assert samples.reference_s == ()
-        # The gate's reference computation instead of the step, to tell the workers apart.
-        reference = scheduler.sample(policy, policy.regions[0], 4, cpu=cpu, reference=True)
-        assert (reference.error, reference.step_s) == (None, ())
-        assert len(reference.reference_s) == 4
         # A region run without hold lets the held one go: nothing is left to time.
         scheduler.run(policy, policy.regions[0])
-        let_go = scheduler.sample(policy, policy.regions[0], 1, cpu=None, reference=False)
+        (let_go,) = scheduler.time_turns(policy, policy.regions[0], [Turn(repo, 1)])
         assert let_go.error is not None
         assert "does not hold" in let_go.error.message
 
@@ -110,12 +106,15 @@ def test_a_worker_lost_during_a_round_is_that_rounds_error(repo: Path) -> None:
     with Scheduler(repo, environ=gate_env()) as scheduler:
         result, _ = scheduler.run_held(policy, region)  # 1 + 1 + 1 + 1 + 2 calls, and setup's
         assert result.error is None, result
-        samples = scheduler.sample(policy, region, 10, cpu=None, reference=False)
+        # The turn that dies is the last: the one after it is never asked of a dead worker.
+        timed = scheduler.time_turns(policy, region, [Turn(repo, 10), Turn(repo, 1)])
+        assert len(timed) == 1, timed
+        (samples,) = timed
         assert samples.error is not None
         assert samples.error.kind is ErrorKind.CRASH, samples.error
         assert "exit" in samples.error.message, samples.error
         assert samples.step_s == (), samples  # the round's runs died with the worker
-        gone = scheduler.sample(policy, region, 1, cpu=None, reference=False)
+        (gone,) = scheduler.time_turns(policy, region, [Turn(repo, 1)])
         assert gone.error is not None
         assert gone.error.kind is ErrorKind.CRASH
 
@@ -141,12 +140,6 @@ def test_which_regions_the_base_has(repo: Path, tmp_path: Path) -> None:
     assert regions_in_base(policy, repo, base_root) == frozenset({"step"})
     make_repo(base_root, {"policies/p.yaml": ": not yaml ["})
     assert regions_in_base(policy, repo, base_root) is None
-
-
-def test_each_worker_takes_part_of_the_device_unless_told_otherwise() -> None:
-    assert shared_device_environment({})["XLA_PYTHON_CLIENT_MEM_FRACTION"] == MEMORY_FRACTION
-    own = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-    assert shared_device_environment(own) == own
 
 
 CHECKS = Checks(finite=False, reference=None, rtol=1e-5, atol=1e-8, custom=None)
@@ -219,46 +212,6 @@ def test_outputs_from_different_inputs_are_not_compared() -> None:
     )
 
 
-def _lognormal(seed: int, median_s: float, n: int = 40) -> list[float]:
-    rng = np.random.default_rng(seed)
-    return [float(v) for v in median_s * np.exp(0.02 * rng.standard_normal(n))]
-
-
-def test_a_speed_difference_both_workers_show_leaves_the_verdict_open(repo: Path) -> None:
-    from gate.compare.rounds import PairedRounds, Side
-    from gate.results.comparison import TimingComparison, TimingVerdict
-
-    policy = _policy(repo)
-    region = policy.regions[0]
-
-    def pair(head_reference_s: float) -> PairedRounds:
-        head = Side("head", None, policy)  # type: ignore[arg-type]  # no worker is asked
-        base = Side("base", None, policy)  # type: ignore[arg-type]
-        base.step_s, head.step_s = _lognormal(1, 1e-3), _lognormal(2, 2e-3)
-        base.reference_s = _lognormal(3, 1e-4)
-        head.reference_s = _lognormal(4, head_reference_s)
-        return PairedRounds(region, head, base, None, cpus=())
-
-    def judged(head_reference_s: float) -> TimingComparison:
-        # The reference rounds are there already, as many as the step's: no worker is asked.
-        both = pair(head_reference_s)
-        return both.checked_against_reference(both.step_timing())
-
-    # The same machine speed in both workers: the step's 2x is the change's.
-    slower = judged(1e-4)
-    assert slower.verdict is TimingVerdict.SLOWER
-    assert slower.failing
-    # The head's worker is as much slower on the gate's own computation: not the change's doing.
-    biased = judged(1.9e-4)
-    assert biased.verdict is TimingVerdict.INCONCLUSIVE
-    assert not biased.failing
-    assert "reference computation 1.9" in biased.reason
-    assert biased.headline().startswith("inconclusive (2.0")
-    # Workers 1.3x apart cannot explain a 2x step: it stays slower.
-    still = judged(1.3e-4)
-    assert still.verdict is TimingVerdict.SLOWER
-
-
 def _held_run(
     repo: Path, monkeypatch: pytest.MonkeyPatch, failure: Exception
 ) -> tuple[RegionResult, _Held]:
@@ -271,9 +224,9 @@ def _held_run(
     monkeypatch.setattr(gate.region.held, "host_leaves", fetch)
     monkeypatch.syspath_prepend(str(repo / "src"))
     policy = _policy(repo)
-    held = _Held()
-    result = run_job(Job(1, policy, policy.regions[0], repo, hold=True), held.keep)
-    return result, held
+    held = _Held(Trees())
+    job = Job(1, policy, policy.regions[0], repo, hold=True)
+    return run_job(job, held.keeper(job)), held
 
 
 def test_outputs_the_gate_cannot_fetch_are_its_own_fault_not_a_comparison_not_made(
@@ -284,7 +237,7 @@ def test_outputs_the_gate_cannot_fetch_are_its_own_fault_not_a_comparison_not_ma
     assert error is not None
     assert error.kind is ErrorKind.INTERNAL  # exit 3
     assert "RuntimeError: the fetch broke" in error.message
-    assert held.region is None
+    assert held.regions == {}
     assert held.take_outputs() is None
 
 
@@ -294,7 +247,7 @@ def test_setup_failing_while_the_outputs_are_fetched_is_the_regions_error(
     user_error = RegionError(ErrorKind.SETUP, "ValueError: setup broke", "")
     result, held = _held_run(repo, monkeypatch, RegionAbort(user_error))
     assert result.error == user_error
-    assert held.region is None
+    assert held.regions == {}
 
 
 def _timed(median_s: float) -> RegionResult:
@@ -363,13 +316,14 @@ def test_a_turns_runs_share_one_setup_unless_the_step_donates(
     monkeypatch.delitem(sys.modules, "counting_steps", raising=False)
     policy = load_policy(repo / "policies/c.yaml", repo)
     region = next(r for r in policy.regions if r.name == name)
-    held = _Held()
-    result = run_job(Job(1, policy, region, repo, hold=True), held.keep)
+    held = _Held(Trees())
+    job = Job(1, policy, region, repo, hold=True)
+    result = run_job(job, held.keeper(job))
     assert result.error is None, result.error
-    assert held.region is not None
+    _, kept = held.regions[repo]
     made = sys.modules["counting_steps"].made
     before = made[0]
-    samples = held.region.sample(5)
+    samples = kept.sample(5)
     assert samples.error is None, samples.error
     assert len(samples.step_s) == 5
     # A donated input is deleted by the run: each run needs setup's new one.

@@ -1,17 +1,21 @@
-"""The run's persistent compilation cache: which folder workers get, and its lifetime."""
+"""JAX's persistent compilation cache, when the user keeps one: what each worker gets."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from cli_helpers import make_repo, run_gate
+from git_helpers import commit, init
+
 from gate.isolation.compile_cache import (
     CACHE_DIR,
+    METADATA_IN_KEY,
     MIN_COMPILE_TIME,
     MIN_ENTRY_SIZE,
-    RunCache,
     use_compile_cache,
 )
-from gate.isolation.scheduler import Scheduler, worker_environment
+from gate.isolation.scheduler import worker_environment
 from gate.policy.load import load_policy
 from gate.policy.model import Policy
 
@@ -23,44 +27,87 @@ def _policy(tmp_path: Path, env: str = "") -> Policy:
     return load_policy(tmp_path / "p.yaml", tmp_path)
 
 
-def test_workers_get_the_runs_cache_with_small_programs_kept(tmp_path: Path) -> None:
+def test_the_users_cache_keeps_small_programs_keyed_with_their_source_lines(
+    tmp_path: Path,
+) -> None:
     policy = _policy(tmp_path)
-    env = worker_environment({}, policy, policy.regions[0], run_cache=lambda: "/tmp/run-cache")
-    assert (env[CACHE_DIR], env[MIN_COMPILE_TIME], env[MIN_ENTRY_SIZE]) == (
-        "/tmp/run-cache",
+    env = worker_environment({CACHE_DIR: "/cache/jax"}, policy)
+    assert (env[MIN_COMPILE_TIME], env[MIN_ENTRY_SIZE], env[METADATA_IN_KEY]) == ("0", "0", "true")
+
+
+def test_the_users_own_thresholds_are_kept_and_a_policy_may_turn_the_cache_off(
+    tmp_path: Path,
+) -> None:
+    policy = _policy(tmp_path)
+    parent = {CACHE_DIR: "/cache/jax", MIN_COMPILE_TIME: "1", METADATA_IN_KEY: "false"}
+    env = worker_environment(parent, policy)
+    assert (env[CACHE_DIR], env[MIN_COMPILE_TIME], env[MIN_ENTRY_SIZE], env[METADATA_IN_KEY]) == (
+        "/cache/jax",
+        "1",
         "0",
-        "0",
+        "false",
     )
-
-
-def test_the_users_cache_and_thresholds_are_kept(tmp_path: Path) -> None:
-    def never() -> str:
-        raise AssertionError("no run cache is needed when the user has one")
-
-    policy = _policy(tmp_path)
-    parent = {CACHE_DIR: "/cache/jax", MIN_COMPILE_TIME: "1"}
-    env = worker_environment(parent, policy, policy.regions[0], run_cache=never)
-    assert (env[CACHE_DIR], env[MIN_COMPILE_TIME], env[MIN_ENTRY_SIZE]) == ("/cache/jax", "1", "0")
-    # A policy's env: names one too (or "" to turn JAX's cache off).
     policy = _policy(tmp_path, f'env:\n  {CACHE_DIR}: ""\n')
-    env = worker_environment({}, policy, policy.regions[0], run_cache=never)
+    env = worker_environment(parent, policy)
     assert env[CACHE_DIR] == ""
+    assert MIN_ENTRY_SIZE not in env
 
 
-def test_without_a_run_cache_nothing_is_added() -> None:
+def test_without_a_cache_the_gate_makes_none() -> None:
     env: dict[str, str] = {}
-    use_compile_cache(env, None)
+    use_compile_cache(env)
     assert env == {}
 
 
-def test_the_run_cache_is_made_when_asked_for_and_removed_after_the_run(tmp_path: Path) -> None:
-    cache = RunCache()
-    folder = Path(cache.path())
-    assert folder.is_dir()
-    assert cache.path() == str(folder)  # made once
-    cache.remove()
-    assert not folder.exists()
-    with Scheduler(tmp_path, environ={}) as scheduler:
-        made = Path(scheduler._cache.path())
-        assert made.is_dir()
-    assert not made.exists()
+STEPS = """
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+MESH = jax.make_mesh((2,), ("data",))
+
+
+def batch():
+    return (jax.device_put(jnp.ones((4, 2)), NamedSharding(MESH, P("data"))),)
+
+
+@jax.jit
+def reduce(x):
+    return jax.lax.with_sharding_constraint(x.sum(0), NamedSharding(MESH, P()))
+"""
+
+POLICY = """
+version: 1
+env:
+  XLA_FLAGS: --xla_force_host_platform_device_count=2
+defaults: {warmup: 1, guarded_runs: 1, repeats: 2, timing: off}
+regions:
+  - {name: r, step: steps:reduce, setup: steps:batch}
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "new_collective"),
+    [
+        ({}, False),
+        ({METADATA_IN_KEY: None}, False),
+        ({METADATA_IN_KEY: "false"}, True),  # JAX's own default, to show what it did
+    ],
+    ids=["no cache", "the user's cache", "keyed without source lines"],
+)
+def test_the_base_reads_its_own_collectives_lines_whatever_the_cache_holds(
+    tmp_path: Path, env: dict[str, str | None], new_collective: bool
+) -> None:
+    """The head's program is written to the cache first; the base's is the same program from
+    another checkout, its lines two further up. Keyed without its source lines, the base read
+    back the head's executable, lines and all, and the unchanged collective was "new" at the
+    head's line and "gone" at the base's."""
+    repo = init(tmp_path / "repo")
+    commit(repo, {"steps.py": STEPS, "policies/p.yaml": POLICY}, "base")
+    make_repo(repo, {"steps.py": "# a comment\n# and another\n" + STEPS.lstrip("\n")})
+    if env:
+        env = {CACHE_DIR: str(tmp_path / "cache"), **env}
+    run = run_gate(repo, "run", "--base", "HEAD", env=env)
+    assert ("new all-reduce" in run.stdout) is new_collective, run
+    assert ("no longer runs" in run.stdout) is new_collective, run
+    assert run.returncode == (1 if new_collective else 0), run

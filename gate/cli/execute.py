@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,34 +18,44 @@ from gate.cli.parser import DEFAULT_POLICIES
 from gate.compare.session import run_compared
 from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
-from gate.isolation.scheduler import keep_accelerators_for_workers, run_isolated
+from gate.isolation.scheduler import Scheduler, WorkerUnavailable, run_isolated
 from gate.isolation.watcher import PrefixedOutput, RunWatcher
 from gate.plan import Plan, Shard, UnknownRegionError, region_key
-from gate.policy.load import callables_of_invalid, discover_policy_files, load_policy
+from gate.policy.load import (
+    NamedCallables,
+    callables_of_invalid,
+    discover_policy_files,
+    load_policy,
+)
 from gate.policy.model import Policy
-from gate.policy.problems import PolicyError, Problem
-from gate.policy.resolve import check_callables, check_named
+from gate.policy.problems import PolicyError, Problem, display_path
 from gate.results.baseline import default_path
 from gate.results.records import RegionResult, RunResult
 from gate.results.refusals import gate_bug, policy_problems, unknown_region
 
 
 def load_policies(
-    paths: Sequence[str], repo_root: Path, *, write_references: bool = False
+    paths: Sequence[str], repo_root: Path, scheduler: Scheduler, *, write_references: bool = False
 ) -> list[Policy]:
-    """Every policy under ``paths``, or one PolicyError with every file's problems."""
-    policies = read_policies(paths, repo_root, write_references=write_references)
-    check_imports(policies, repo_root)
+    """Every policy under ``paths``, its callables imported in ``scheduler``'s workers; or one
+    PolicyError with every file's problems."""
+    policies = read_policies(paths, repo_root, scheduler, write_references=write_references)
+    check_imports(policies, scheduler)
     return policies
 
 
 def read_policies(
-    paths: Sequence[str], repo_root: Path, *, write_references: bool = False
+    paths: Sequence[str],
+    repo_root: Path,
+    scheduler: Scheduler | None,
+    *,
+    write_references: bool = False,
 ) -> list[Policy]:
     """Every policy under ``paths``, read and validated, its callables not imported yet.
 
     A PolicyError has every file's problems: when a file is invalid, every file's
-    callables are imported and checked too, not only after the rest is fixed.
+    callables are imported and checked too (in ``scheduler``'s workers, or in a scheduler
+    of its own), not only after the rest is fixed.
     """
     files = discover_policy_files(paths or [DEFAULT_POLICIES], repo_root)
     read: list[tuple[Path, Policy | PolicyError]] = []
@@ -57,30 +68,63 @@ def read_policies(
     clashes = _clashing_regions(policies)
     if len(policies) == len(read) and not clashes:
         return policies
-    keep_accelerators_for_workers(policies)  # before the user's modules are imported
     problems: list[Problem] = []
+    named: list[NamedCallables] = []
     for file, outcome in read:
-        if isinstance(outcome, Policy):
-            problems.extend(check_callables(outcome, repo_root))
-            continue
-        problems.extend(outcome.problems)
-        named = callables_of_invalid(file, repo_root)
-        if named is not None:
-            reported = {(p.line, p.where) for p in outcome.problems}
-            problems.extend(
-                p
-                for p in check_named(named.path, named.refs, named.python_path, repo_root)
-                if (p.line, p.where) not in reported
-            )
-    raise PolicyError((*problems, *clashes))
+        if isinstance(outcome, PolicyError):
+            problems.extend(outcome.problems)
+            found = callables_of_invalid(file, repo_root)
+            if found is not None:
+                named.append(found)
+    with ExitStack() as stack:
+        if scheduler is None:
+            scheduler = stack.enter_context(Scheduler(repo_root))
+        try:
+            imported = _imported(policies, scheduler, named)
+        except WorkerUnavailable:
+            imported = []  # what YAML and the schema found is still the answer
+    reported = {(p.path, p.line, p.where) for p in problems}
+    problems += [p for p in imported if (p.path, p.line, p.where) not in reported]
+    raise PolicyError(_in_file_order(problems + clashes, files, repo_root))
 
 
-def check_imports(policies: Sequence[Policy], repo_root: Path) -> None:
-    """Import every callable the policies name, here; a PolicyError for those that fail."""
-    keep_accelerators_for_workers(policies)  # before the user's modules are imported
-    problems = [p for policy in policies for p in check_callables(policy, repo_root)]
+def check_imports(policies: Sequence[Policy], scheduler: Scheduler) -> None:
+    """Import every callable the policies name, in the workers their regions will run in (a
+    module may pick its device at import: only a worker has it); a PolicyError for those
+    that fail. `WorkerUnavailable` when no worker could start to do it."""
+    problems = _imported(policies, scheduler)
     if problems:
         raise PolicyError(tuple(problems))
+
+
+def _imported(
+    policies: Sequence[Policy], scheduler: Scheduler, named: Sequence[NamedCallables] = ()
+) -> list[Problem]:
+    """What fails to import, each policy's callables imported where its regions run.
+
+    Policies whose ``env:`` makes the same worker are checked together, the group of the
+    first policy last: its worker is the one the run starts with, and it stays.
+    """
+    groups: dict[tuple[tuple[str, str], ...], list[Policy]] = {}
+    for policy in policies:
+        key = tuple(sorted(scheduler.environment(policy).items()))
+        groups.setdefault(key, []).append(policy)
+    ordered = list(groups.values())[::-1]
+    problems: list[Problem] = []
+    if named and not ordered:
+        problems += scheduler.check([], named=named).problems
+    for index, group in enumerate(ordered):
+        checked = scheduler.check(group, named=named if index == 0 else ())
+        problems += checked.problems
+    order = {policy.path.as_posix(): index for index, policy in enumerate(policies)}
+    return sorted(problems, key=lambda p: (order.get(p.path, len(order)), p.line or 0))
+
+
+def _in_file_order(
+    problems: Sequence[Problem], files: Sequence[Path], repo_root: Path
+) -> tuple[Problem, ...]:
+    order = {display_path(file, repo_root): index for index, file in enumerate(files)}
+    return tuple(sorted(problems, key=lambda p: (order.get(p.path, len(order)), p.line or 0)))
 
 
 def _clashing_regions(policies: Sequence[Policy]) -> list[Problem]:
@@ -156,7 +200,7 @@ def execute(
     watcher = PrefixedOutput(sys.stderr) if watcher is None else watcher
     try:
         policies = read_policies(
-            selection.paths, repo_root, write_references=selection.write_references
+            selection.paths, repo_root, None, write_references=selection.write_references
         )
     except PolicyError as exc:
         if refused is not None:
@@ -176,14 +220,16 @@ def execute(
     if planned is not None:
         planned(plan)
 
-    def imported() -> None:
-        # While the first worker starts (importing jax, ~0.5 s): on two cores the two overlap.
+    def imported(scheduler: Scheduler) -> None:
+        # In the workers, where the device is; the first one is already starting.
         try:
-            check_imports(policies, repo_root)
+            check_imports(policies, scheduler)
         except PolicyError as exc:
             if refused is not None:
                 refused(policy_problems(exc.problems))
             raise
+        except WorkerUnavailable:
+            pass  # no worker starts: each region's error says why
 
     try:
         if base is not None:

@@ -53,7 +53,7 @@ _DOCTOR_MEANINGS = {
 }
 
 
-# What `ExitCode` means for the commands that run no judged region: none of them returns 1,
+# What `ExitCode` means for the commands that run no judged region,
 # and each ``--help`` lists only the codes its command returns.
 COMMAND_MEANINGS: dict[str, dict[ExitCode, str]] = {
     "baseline": {
@@ -65,6 +65,9 @@ COMMAND_MEANINGS: dict[str, dict[ExitCode, str]] = {
     },
     "validate": {
         ExitCode.OK: "every policy is valid and every callable it names imports",
+        ExitCode.REGION_FAILED: (
+            "the callables could not be imported where regions run: no worker could start"
+        ),
         ExitCode.USAGE: "usage error, invalid policy, or a callable that does not import",
         ExitCode.INTERNAL: _MEANINGS[ExitCode.INTERNAL],
     },

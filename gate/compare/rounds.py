@@ -1,11 +1,13 @@
-"""Paired rounds of a region held in both trees' workers: who runs when, on which core, judged.
+"""Paired rounds of a region held from both trees in one worker: who runs when, on which core,
+judged.
 
 A round is four turns: one tree's, then the other's, on one core; the other's, then the
-first's, on the next (which tree opens is a coin flip; `gate.region.cores` pins both
-workers' threads for a turn). Each tree's time in a round is the geometric mean of its two
+first's, on the next (which tree opens is a coin flip; `gate.region.cores` pins the
+worker's threads for a turn). Each tree's time in a round is the geometric mean of its two
 turns' medians; the round's log-ratio head/base is what `gate.compare.timing` judges, at
-looks further and further apart, until a look decides. A decided change is checked against
-the gate's own reference computation, timed the same way, before it stands.
+looks further and further apart, until a look decides. The rounds up to a look are one
+request to the worker (`gate.isolation.worker.Turns`): a turn costs no message, no wake-up
+of another process, only the switch of the modules in `sys.modules` (`gate.policy.trees`).
 """
 
 from __future__ import annotations
@@ -13,25 +15,24 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from gate.compare.stats import log_ratios
-from gate.compare.timing import compare_paired, failing, look_levels, looks, paired_verdict
+from gate.compare.timing import compare_paired, look_levels, looks, paired_verdict
 from gate.isolation.cancellation import Cancellation
-from gate.isolation.scheduler import Scheduler, usable_cpus
+from gate.isolation.scheduler import Scheduler, Turn, usable_cpus
 from gate.plan import region_key
 from gate.policy.model import Policy, Region
 from gate.results.comparison import StepSamples, TimingComparison, TimingVerdict
-from gate.results.errors import RegionError
+from gate.results.errors import RegionError, gate_fault
 from gate.results.records import RegionResult
 
 # A turn of a short step is several runs, filling about this long (`turn_runs`), at most
-# this many: each turn also costs a message to a worker and back and pinning its threads
-# (~1.5 ms on the 2-core machine), and one call of setup (its runs share it, `HeldRegion`).
+# this many: each turn also costs pinning the worker's threads to its core and one call of
+# setup (its runs share it, `HeldRegion`).
 TURN_S = 2e-3
 MAX_TURN_RUNS = 32
-# The reference computation takes ~0.15 ms on a CPU: four runs a turn.
-REFERENCE_TURN_RUNS = 4
 # A boundary that took no time in a turn still needs a logarithm.
 _SMALLEST_S = 1e-9
 # The stage the live line shows while the two trees' timed runs alternate.
@@ -40,14 +41,13 @@ TIMING_BOTH = "timing against the base"
 
 @dataclass
 class Side:
-    """One tree: its scheduler, the policy it runs regions under, and its times by round."""
+    """One tree: its root, the policy it runs regions under, and its times by round."""
 
     name: str  # "head" or "base"
-    scheduler: Scheduler
+    root: Path
     policy: Policy
     # One per round: the geometric mean of the tree's two turns in it (each turn's median).
     step_s: list[float] = field(default_factory=list)
-    reference_s: list[float] = field(default_factory=list)
     boundary_s: dict[str, list[float]] = field(default_factory=dict)
     _turns: list[StepSamples] = field(default_factory=list)  # this round's, so far
 
@@ -57,7 +57,6 @@ class Side:
     def end_round(self) -> None:
         turns, self._turns = self._turns, []
         _append_round(self.step_s, [t.step_s for t in turns])
-        _append_round(self.reference_s, [t.reference_s for t in turns])
         names = sorted({name for t in turns for name, _ in t.boundary_s})
         for name in names:
             values = [dict(t.boundary_s).get(name, ()) for t in turns]
@@ -73,9 +72,10 @@ def _append_round(to: list[float], turns: list[tuple[float, ...]]) -> None:
 
 @dataclass
 class PairedRounds:
-    """One region's rounds in both trees' workers, and the verdict they give."""
+    """One region's rounds, held from both trees in one worker, and the verdict they give."""
 
     region: Region
+    scheduler: Scheduler
     head: Side
     base: Side
     cancel: Cancellation | None
@@ -92,9 +92,9 @@ class PairedRounds:
     def run(self) -> tuple[Side, RegionError] | None:
         """Paired rounds until a look decides the verdict or the most rounds ran."""
         rule = self.region.timing
-        self.head.scheduler.announce(region_key(self.head.policy, self.region), TIMING_BOTH)
+        self.scheduler.announce(region_key(self.head.policy, self.region), TIMING_BOTH)
         for look in looks(rule.rounds, rule.max_rounds):
-            failed = self._paired_rounds(look, reference=False)
+            failed = self._paired_rounds(look)
             if failed is not None:
                 return failed
             if self._cancelled() or self._step_verdict() is not TimingVerdict.INCONCLUSIVE:
@@ -107,7 +107,7 @@ class PairedRounds:
         d = log_ratios(self.base.step_s, self.head.step_s)
         return paired_verdict(d, rule.max_slowdown, look_levels(rule.rounds, rule.max_rounds))
 
-    def _paired_rounds(self, until: int, *, reference: bool) -> tuple[Side, RegionError] | None:
+    def _paired_rounds(self, until: int) -> tuple[Side, RegionError] | None:
         """Rounds up to ``until``, each four turns: A, B on one core; B, A on the next.
 
         The order matters as much as the core: on a shared core a turn right after its own
@@ -119,20 +119,26 @@ class PairedRounds:
         that neither tree is always first on a given core. Whatever such effects remain,
         a round's ratio is then as likely x as 1/x, which is all the signed-rank test needs.
         """
-        done = len(self.base.reference_s if reference else self.base.step_s)
-        runs = REFERENCE_TURN_RUNS if reference else self.turn_runs
-        for number in range(done, until):
+        schedule: list[tuple[Side, Turn]] = []
+        for number in range(len(self.base.step_s), until):
             first, second = self._core(number), self._core(number + 1)
             a, b = (self.base, self.head) if self._coin.random() < 0.5 else (self.head, self.base)
             for side, cpu in ((a, first), (b, first), (b, second), (a, second)):
-                samples = side.scheduler.sample(
-                    side.policy, self.region, runs, cpu=cpu, reference=reference
-                )
-                if samples.error is not None:
-                    return side, samples.error
-                side.take(samples)
-            self.base.end_round()
-            self.head.end_round()
+                schedule.append((side, Turn(side.root, self.turn_runs, cpu)))
+        if not schedule:
+            return None
+        timed = self.scheduler.time_turns(
+            self.head.policy, self.region, [turn for _, turn in schedule]
+        )
+        for index, ((side, _), samples) in enumerate(zip(schedule, timed, strict=False)):
+            if samples.error is not None:
+                return side, samples.error
+            side.take(samples)
+            if index % 4 == 3:
+                self.base.end_round()
+                self.head.end_round()
+        if len(timed) < len(schedule):
+            return self.head, gate_fault("timing this region: the worker timed fewer turns")
         return None
 
     def _core(self, index: int) -> int | None:
@@ -142,56 +148,20 @@ class PairedRounds:
     def _cancelled(self) -> bool:
         return self.cancel is not None and self.cancel.requested
 
-    def _timing(
-        self, base_s: list[float], head_s: list[float], what: str, max_slowdown: float | None = None
-    ) -> TimingComparison:
+    def _timing(self, base_s: list[float], head_s: list[float], what: str) -> TimingComparison:
         rule = self.region.timing
         return compare_paired(
             base_s,
             head_s,
-            max_slowdown=rule.max_slowdown if max_slowdown is None else max_slowdown,
+            max_slowdown=rule.max_slowdown,
             on_regression=rule.on_regression,
             on_inconclusive=rule.on_inconclusive,
             levels=look_levels(rule.rounds, rule.max_rounds),
             what=what,
         )
 
-    def step_timing(self) -> TimingComparison:
-        """The step's verdict on the rounds so far (`gate.compare.timing`)."""
-        return self._timing(self.base.step_s, self.head.step_s, "step")
-
-    def checked_against_reference(self, step: TimingComparison) -> TimingComparison:
-        """A slower or faster step, left open when the workers' own speeds could explain it.
-
-        The two workers then time the gate's reference computation (the same program in both)
-        in as many paired rounds as the step took. A 2x slower step beside workers 1.2x apart
-        is still slower: 2 / 1.2 is past the allowed factor. A 1.3x beside 1.25x is not.
-        Only a decided change pays for this, so an unchanged run never does.
-        """
-        if step.verdict not in (TimingVerdict.SLOWER, TimingVerdict.FASTER):
-            return step
-        failed = self._paired_rounds(step.rounds, reference=True)
-        if failed is not None or not self.base.reference_s:
-            return step
-        # At a factor of 1: any significant difference between the workers counts.
-        reference = self._timing(self.base.reference_s, self.head.reference_s, "reference", 1.0)
-        if reference.verdict not in (TimingVerdict.SLOWER, TimingVerdict.FASTER):
-            return step
-        limit = self.region.timing.max_slowdown
-        if not 1 / limit < step.ratio / reference.ratio < limit:
-            return step
-        reason = (
-            f"the head's worker ran the gate's reference computation {reference.ratio:.2f}x "
-            "the base's time, so the machine, not the change, may explain it"
-        )
-        rule = self.region.timing
-        open_verdict = failing(TimingVerdict.INCONCLUSIVE, rule.on_regression, rule.on_inconclusive)
-        return replace(
-            step, verdict=TimingVerdict.INCONCLUSIVE, failing=open_verdict, reason=reason
-        )
-
     def judged(self) -> tuple[TimingComparison, tuple[TimingComparison, ...]]:
-        step = self.checked_against_reference(self.step_timing())
+        step = self._timing(self.base.step_s, self.head.step_s, "step")
         if not self.region.timing.boundaries:
             return step, ()
         boundaries = tuple(

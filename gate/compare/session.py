@@ -1,28 +1,30 @@
-"""Running each region from the head and from the base, side by side, and comparing them.
+"""Running each region from the head and from the base, in one worker, and comparing them.
 
-Two schedulers, one per tree, each with its own worker on the same device.
-For each region the head runs first, then the base (each under the head's
-policy, `gate.compare.base_policy`); both workers then hold the region loaded
-and warmed up, and time it in paired rounds: one base run, then one head run,
-both on the same core (`gate.region.cores`), the core rotating from round to
-round. Drift, bursts of load and a busy core then hit both runs of a round
-alike, and each round's ratio head/base cancels them. The rounds are judged
-after ``timing.rounds`` of them and then at looks further apart
-(`gate.compare.timing.looks`), and the timing stops at the first look that
-decides; after ``timing.max_rounds`` an open verdict is reported as inconclusive.
+One process holds the device: a TPU chip admits one, and two processes on one GPU would
+split its memory. So one worker imports both trees' code side by side, each tree's modules
+kept apart (`gate.policy.trees`), and for each region runs the head, then the base (each
+under the head's policy, `gate.compare.base_policy`). It then holds both, loaded and warmed
+up, and times them in paired rounds: one base run, then one head run, both on the same core
+(`gate.region.cores`), the core rotating from round to round. Drift, bursts of load and a
+busy core then hit both runs of a round alike, and each round's ratio head/base cancels
+them. The rounds are judged after ``timing.rounds`` of them and then at looks further apart
+(`gate.compare.timing.looks`), and the timing stops at the first look that decides; after
+``timing.max_rounds`` an open verdict is reported as inconclusive. A look's rounds are one
+request to the worker (`gate.compare.rounds`).
 
-Both workers are alive at once, so on a GPU each may take only part of the
-memory: unless the environment or the policy says otherwise, each worker's JAX
-preallocates 45% (``XLA_PYTHON_CLIENT_MEM_FRACTION``) instead of its default 75%.
+Two trees cannot share a process when their modules set JAX's process-wide options
+differently at import (``jax.config.update("jax_enable_x64", True)`` in one tree only), or
+when a tree has compiled extension modules of its own (a second copy of one may not load
+beside the first). Each worker's `Check` of a tree's callables says both; then the trees run
+*apart*: every region of the head in a worker, which is then stopped, then every region of
+the base in another. The device still has one process at a time; the step times are then two
+samples measured apart, compared unpaired, and every report says why (`BaseComparison.apart`).
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gate.compare.base_policy import for_base, regions_in_base
@@ -30,9 +32,10 @@ from gate.compare.communication import compare_sides, program_names
 from gate.compare.outputs import compare_outputs
 from gate.compare.own_definition import own_definition
 from gate.compare.rounds import PairedRounds, Side, turn_runs
+from gate.compare.timing import compare_unpaired
 from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
-from gate.isolation.scheduler import TIMING_LOCK, Scheduler, each_region
+from gate.isolation.scheduler import Checked, Scheduler, each_region
 from gate.isolation.watcher import RunWatcher
 from gate.plan import Plan
 from gate.policy.model import Policy, Region
@@ -50,22 +53,6 @@ from gate.results.costs import CostComparison, compare_costs, not_measured
 from gate.results.errors import ErrorKind, RegionError, gate_fault
 from gate.results.records import RegionResult, RunResult
 
-# Each of the two workers' share of a GPU's memory, when nothing else says.
-MEMORY_FRACTION = "0.45"
-_MEMORY_SETTINGS = (
-    "XLA_PYTHON_CLIENT_MEM_FRACTION",
-    "XLA_PYTHON_CLIENT_PREALLOCATE",
-    "XLA_PYTHON_CLIENT_ALLOCATOR",
-)
-
-
-def shared_device_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` with each worker's share of the device memory, unless it sets its own."""
-    env = dict(environ)
-    if not any(key in env for key in _MEMORY_SETTINGS):
-        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = MEMORY_FRACTION
-    return env
-
 
 def run_compared(
     plan: Plan,
@@ -76,47 +63,112 @@ def run_compared(
     watcher: RunWatcher | None = None,
     environ: Mapping[str, str] | None = None,
     finished: Callable[[RegionResult], None] | None = None,
-    starting: Callable[[], None] | None = None,
+    starting: Callable[[Scheduler], None] | None = None,
 ) -> RunResult:
     """Every region of ``plan`` from the head (``repo_root``), compared with ``base``.
 
     ``finished`` gets each region's result as soon as both trees are done with it;
-    ``starting`` runs while the first workers start (what it raises stops the run).
+    ``starting`` gets the scheduler while the first worker starts, to check the head's
+    policies in it (what it raises stops the run).
     """
-    env = shared_device_environment(os.environ if environ is None else environ)
-    with (
-        tempfile.TemporaryDirectory(prefix="transfer-gate-base-") as scratch,
-        Scheduler(repo_root, cancel=cancel, watcher=watcher, environ=env) as head,
-        Scheduler(
-            base.root, cancel=cancel, watcher=watcher, environ=env, tree="base"
-        ) as base_scheduler,
-    ):
-        # The two workers run each region at once; only their timed runs take turns.
-        for scheduler in (head, base_scheduler):
-            scheduler.environ[TIMING_LOCK] = os.path.join(scratch, "timing.lock")
-        for policy, region in plan.first():  # both trees' workers start side by side
-            base_scheduler.start_early(for_base(policy, repo_root, base.root), region)
-            head.start_early(policy, region)
+    with Scheduler(repo_root, cancel=cancel, watcher=watcher, environ=environ) as scheduler:
+        for policy, _ in plan.first():
+            scheduler.start_early(policy)
         if starting is not None:
-            starting()
-        # Per policy: the head's policy as the base runs it, and the regions the base has.
-        in_base = {
-            policy.path: (
-                for_base(policy, repo_root, base.root),
-                regions_in_base(policy, repo_root, base.root),
+            starting(scheduler)
+        session = _Session(scheduler, plan, repo_root, base, cancel)
+        return each_region(plan, session.compared, finished)
+
+
+@dataclass
+class _Session:
+    """The trees of one ``run --base``, and what is known of running them together."""
+
+    scheduler: Scheduler
+    plan: Plan
+    head_root: Path
+    tree: BaseTree
+    cancel: Cancellation | None
+    # Per policy: why its trees run apart ("" when they share a worker), once decided.
+    _apart: dict[Path, str] = field(default_factory=dict)
+    # Results of regions whose trees ran apart, by policy and region name.
+    _ran_apart: dict[tuple[Path, str], RegionResult] = field(default_factory=dict)
+
+    def compared(self, policy: Policy, region: Region) -> RegionResult:
+        names = regions_in_base(policy, self.head_root, self.tree.root)
+        if names is None or region.name not in names:
+            result = self.scheduler.run(policy, region, tree="head")
+            return replace(result, base=BaseComparison(self.tree.describe(), BaseStatus.NEW_REGION))
+        if policy.path not in self._apart:
+            self._apart[policy.path] = self._why_apart(policy)
+        if self._apart[policy.path]:
+            key = (policy.path, region.name)
+            if key not in self._ran_apart:
+                self._run_apart(policy, names)
+            return self._ran_apart.pop(key)
+        pair = _Pair(region, self.scheduler, self._sides(policy), self.tree, self.cancel)
+        return pair.compare(self.head_root)
+
+    def _sides(self, policy: Policy) -> tuple[Side, Side]:
+        return (
+            Side("head", self.head_root, policy),
+            Side("base", self.tree.root, for_base(policy, self.head_root, self.tree.root)),
+        )
+
+    def _why_apart(self, policy: Policy) -> str:
+        """Why ``policy``'s regions cannot run from both trees in one worker; "" when they can.
+
+        The head's check ran before anything (`gate.cli.execute`); the base's runs now, in the
+        worker that will hold both.
+        """
+        head = self.scheduler.checked(policy)
+        if head.extensions:
+            return _extensions_text("the head", head)
+        base_policy = for_base(policy, self.head_root, self.tree.root)
+        base = self.scheduler.check([base_policy], root=self.tree.root)
+        if base.extensions:
+            return _extensions_text("the base", base)
+        if head.config != base.config:
+            return _config_text(dict(head.config), dict(base.config))
+        return ""
+
+    def _run_apart(self, policy: Policy, names: frozenset[str]) -> None:
+        """Every region of ``policy`` the base has, from the head's tree in a worker, then
+        from the base's in another: one process on the device at a time."""
+        why = self._apart[policy.path]
+        regions = [r for p, rs in self.plan.steps if p is policy for r in rs if r.name in names]
+        self.scheduler.close()  # it imported both trees' modules; they must not meet
+        heads = {r.name: self.scheduler.run_for_outputs(policy, r, tree="head") for r in regions}
+        self.scheduler.close()
+        head_side, base_side = self._sides(policy)
+        for region in regions:
+            head_result, head_outputs = heads[region.name]
+            pair = _Pair(region, self.scheduler, (head_side, base_side), self.tree, self.cancel)
+            self._ran_apart[(policy.path, region.name)] = pair.compare_apart(
+                (head_result, head_outputs), self.head_root, why
             )
-            for policy, _ in plan.steps
-        }
+        self.scheduler.close()
 
-        def compared(policy: Policy, region: Region) -> RegionResult:
-            base_policy, names = in_base[policy.path]
-            if names is None or region.name not in names:
-                result = head.run(policy, region)
-                return replace(result, base=BaseComparison(base.describe(), BaseStatus.NEW_REGION))
-            sides = (Side("head", head, policy), Side("base", base_scheduler, base_policy))
-            return _Pair(region, *sides, base, cancel, repo_root).compare()
 
-        return each_region(plan, compared, finished)
+def _extensions_text(tree: str, checked: Checked) -> str:
+    names = ", ".join(checked.extensions[:3]) + (", ..." if len(checked.extensions) > 3 else "")
+    return (
+        f"{tree} has compiled extension modules of its own ({names}), and a second copy of one "
+        "may not load beside the first in one process"
+    )
+
+
+def _config_text(head: dict[str, str], base: dict[str, str]) -> str:
+    differ = sorted(name for name in {*head, *base} if head.get(name) != base.get(name))
+    shown = "; ".join(
+        f"{name}: {head.get(name, 'unchanged')} in the head, {base.get(name, 'unchanged')} in "
+        "the base"
+        for name in differ[:3]
+    )
+    return (
+        "the trees set JAX's process-wide options differently when imported "
+        f"({shown}), and one process has one set of them"
+    )
 
 
 # A region held in a tree's worker: its result, and its outputs on the host (None: it did not
@@ -129,27 +181,55 @@ class _Pair:
     """One region from both trees."""
 
     region: Region
-    head: Side
-    base: Side
+    scheduler: Scheduler
+    sides: tuple[Side, Side]  # the head's, the base's
     tree: BaseTree
     cancel: Cancellation | None
-    head_root: Path
+    # Why the trees run in workers of their own ("" when one worker holds both).
+    apart: str = ""
     renamed: tuple[Renamed, ...] = ()  # what the base ran from its own policy instead
 
-    def compare(self) -> RegionResult:
+    @property
+    def head(self) -> Side:
+        return self.sides[0]
+
+    @property
+    def base(self) -> Side:
+        return self.sides[1]
+
+    def compare(self, head_root: Path) -> RegionResult:
+        """Both trees' runs in the worker, which then holds both for the paired rounds (only
+        when the step's time is compared: otherwise each run is let go as it ends)."""
+        head = self._run(self.head, self.region)
+        if head[0].error is not None:
+            return _not_compared(head[0])
+        return self._judged(head, self._base_run(head_root))
+
+    def compare_apart(self, head: Held, head_root: Path, why: str) -> RegionResult:
+        """The head's run, made earlier in a worker of its own, against the base's, run now."""
+        self.apart = why
+        if head[0].error is not None:
+            return _not_compared(head[0])
+        return self._judged(head, self._base_run(head_root))
+
+    def _run(self, side: Side, region: Region) -> Held:
+        held = self.region.timing.compare and not self.apart
+        run = self.scheduler.run_held if held else self.scheduler.run_for_outputs
+        return run(side.policy, region, side.root, side.name)
+
+    def _base_run(self, head_root: Path) -> Held:
         base_region = next(r for r in self.base.policy.regions if r.name == self.region.name)
-        (head_result, head_outputs), (base_result, base_outputs) = self._both_run(base_region)
-        if head_result.error is not None:
-            # The head failed on its own; its error says what to fix, and a
-            # comparison with a step that did not run says nothing more.
-            note = "not compared with the base: the head's run did not finish"
-            return replace(head_result, notes=(*head_result.notes, note))
+        base_result, base_outputs = self._run(self.base, base_region)
         if base_result.error is not None and base_result.error.kind is ErrorKind.IMPORT:
-            base_result, base_outputs = self._own_definition(base_region, base_result)
+            return self._own_definition(base_region, base_result, head_root)
+        return base_result, base_outputs
+
+    def _judged(self, head: Held, base: Held) -> RegionResult:
+        (head_result, head_outputs), (base_result, base_outputs) = head, base
         if base_result.error is not None:
             return replace(head_result, base=self._failed(base_result.error))
         if head_outputs is None or base_outputs is None:
-            # A held region that ran to its end hands its outputs over, or errors: a gate bug.
+            # A region that ran to its end hands its outputs over, or errors: a gate bug.
             which = "head" if head_outputs is None else "base"
             fault = gate_fault(f"comparing with the base: the {which}'s outputs never arrived")
             return replace(head_result, error=fault)
@@ -159,9 +239,12 @@ class _Pair:
         head_result, kept = accept_base(head_result, base_result)
         timing: TimingComparison | None = None
         boundary_timing: tuple[TimingComparison, ...] = ()
-        if self.region.timing.compare:
+        if self.region.timing.compare and self.apart:
+            timing = _unpaired(self.region, base_result, head_result)
+        elif self.region.timing.compare:
             runs = turn_runs(self.region.timing.round_runs, head_result, base_result)
-            rounds = PairedRounds(self.region, self.head, self.base, self.cancel, runs)
+            rounds = PairedRounds(self.region, self.scheduler, self.head, self.base, self.cancel)
+            rounds.turn_runs = runs
             failed = rounds.run()
             if failed is not None:
                 side, error = failed
@@ -182,33 +265,18 @@ class _Pair:
             cost=_cost(base_result, head_result, self.region, self.renamed),
             comm=compare_sides(base_result, head_result, self.region, self.renamed),
             renamed=self.renamed,
+            apart=self.apart,
         )
         return replace(head_result, base=comparison)
 
-    def _both_run(self, base_region: Region) -> tuple[Held, Held]:
-        """The head's run of the region and the base's, at once, each in its own worker.
-
-        On two cores or more this takes about the time of one: importing, compiling and
-        the transfer map of both trees overlap, and their timed runs take turns
-        (`gate.region.quiet`). A head that fails makes the base's run wasted work, which
-        is only ever the case for a region that fails anyway.
-        """
-        with ThreadPoolExecutor(1, thread_name_prefix="transfer-gate-head") as pool:
-            head = pool.submit(self.head.scheduler.run_held, self.head.policy, self.region)
-            try:
-                base = self.base.scheduler.run_held(self.base.policy, base_region)
-            finally:
-                held = head.result()
-        return held, base
-
-    def _own_definition(self, region: Region, failed: RegionResult) -> Held:
+    def _own_definition(self, region: Region, failed: RegionResult, head_root: Path) -> Held:
         """The base's run of its own definition of ``region``, which ``failed`` could not import.
 
         A step renamed in the change: the head's policy names what the base's code
         lacks. Without a definition of its own to run, ``failed`` says why there is none.
         """
         assert failed.error is not None
-        own = own_definition(self.head.policy, region, self.head_root, self.tree.root)
+        own = own_definition(self.head.policy, region, head_root, self.tree.root)
         if isinstance(own, str):
             message = (
                 f"{failed.error.message}. The base cannot import what the head's policy names "
@@ -217,7 +285,7 @@ class _Pair:
             )
             return replace(failed, error=replace(failed.error, message=message)), None
         self.renamed = own.renamed
-        result, outputs = self.base.scheduler.run_held(self.base.policy, own.region)
+        result, outputs = self._run(self.base, own.region)
         if result.error is not None:
             message = (
                 f"the head's policy names what the base lacks, so the base ran its own "
@@ -228,8 +296,34 @@ class _Pair:
 
     def _failed(self, error: RegionError) -> BaseComparison:
         return BaseComparison(
-            self.tree.describe(), BaseStatus.BASE_FAILED, base_error=error, renamed=self.renamed
+            self.tree.describe(),
+            BaseStatus.BASE_FAILED,
+            base_error=error,
+            renamed=self.renamed,
+            apart=self.apart,
         )
+
+
+def _not_compared(head: RegionResult) -> RegionResult:
+    """The head failed on its own: its error says what to fix, and a comparison with a step
+    that did not run says nothing more."""
+    note = "not compared with the base: the head's run did not finish"
+    return replace(head, notes=(*head.notes, note))
+
+
+def _unpaired(region: Region, base: RegionResult, head: RegionResult) -> TimingComparison | None:
+    """The step times of trees run apart: each tree's own timed runs, compared unpaired."""
+    if not base.timing_samples or not head.timing_samples:
+        return None
+    rule = region.timing
+    return compare_unpaired(
+        base.timing_samples,
+        head.timing_samples,
+        max_slowdown=rule.max_slowdown,
+        on_regression=rule.on_regression,
+        on_inconclusive=rule.on_inconclusive,
+        against="base",
+    )
 
 
 def _outside(outputs: StepOutputs, base_root: Path) -> RegionError | None:

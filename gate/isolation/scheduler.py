@@ -23,21 +23,32 @@ import itertools
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gate.isolation.cancellation import Cancellation
-from gate.isolation.compile_cache import RunCache
-from gate.isolation.environment import keep_accelerators_for_workers, worker_environment
+from gate.isolation.environment import worker_environment
 from gate.isolation.lost_region import how_it_ended, lost_region_error, seconds
-from gate.isolation.watcher import STARTING_A_WORKER, RunWatcher
-from gate.isolation.worker import Done, Entered, Job, Message, Ready, Sample, Sampled
+from gate.isolation.watcher import BETWEEN_REGIONS, STARTING_A_WORKER, RunWatcher
+from gate.isolation.worker import (
+    Check,
+    Checked,
+    Done,
+    Entered,
+    Job,
+    Message,
+    Ready,
+    Request,
+    Timed,
+    Turn,
+    Turns,
+)
 from gate.isolation.worker_process import WaitEvent, WorkerProcess
 from gate.plan import Plan, region_key
+from gate.policy.load import NamedCallables
 from gate.policy.model import Policy, Region
 from gate.region.cores import usable_cpus
-from gate.region.quiet import TIMING_LOCK
 from gate.results.comparison import StepOutputs, StepSamples
 from gate.results.errors import ErrorKind, RegionError, gate_fault
 from gate.results.records import RegionResult, RunResult, SuiteResult
@@ -45,9 +56,9 @@ from gate.user_code import UserCode
 
 # Re-exported for other subsystems: mypy's strict mode accepts a re-export only when listed.
 __all__ = [
-    "TIMING_LOCK",
+    "Checked",
     "Scheduler",
-    "keep_accelerators_for_workers",
+    "Turn",
     "run_isolated",
     "usable_cpus",
     "worker_environment",
@@ -86,8 +97,11 @@ class _Running:
 class Scheduler:
     """Runs regions one at a time in a worker process, replacing it when it is lost.
 
-    Use as a context manager: leaving it stops the worker. ``tree`` names the
-    tree this scheduler runs for ``watcher`` when there are two (``run --base``).
+    At most one worker is alive at any moment: a GPU or TPU is held by one process (a TPU
+    chip admits one; a GPU's memory is one pool), so a worker is gone, reaped, before the
+    next one starts, whatever ended it. ``run --base`` runs both trees' regions in the same
+    worker (each job names its tree's root); a region's policy with another ``env:`` gets a
+    fresh worker. Use as a context manager: leaving it stops the worker.
     """
 
     def __init__(
@@ -97,12 +111,10 @@ class Scheduler:
         cancel: Cancellation | None = None,
         watcher: RunWatcher | None = None,
         environ: Mapping[str, str] | None = None,
-        tree: str | None = None,
     ) -> None:
         self.repo_root = repo_root
         self.cancel = cancel
         self.watcher = watcher
-        self.tree = tree
         self.environ = dict(os.environ if environ is None else environ)
         self.startups: list[Ready] = []  # every worker started, for benchmarks and tests
         self._worker: WorkerProcess | None = None
@@ -110,18 +122,18 @@ class Scheduler:
         # after two, the environment is broken and no region gets a worker.
         self._failed_starts: list[tuple[dict[str, str], RegionError]] = []
         self._jobs = itertools.count(1)
-        # The compilation cache this scheduler's workers share; removed on leaving.
-        self._cache = RunCache()
         self._early: WorkerProcess | None = None  # started by `start_early`, not yet waited on
+        # What `check` found, by worker environment and tree.
+        self._checked: dict[tuple[tuple[tuple[str, str], ...], Path], Checked] = {}
 
     def __enter__(self) -> Scheduler:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-        self._cache.remove()
 
     def close(self) -> None:
+        """Stop the worker, if any, and wait until it is gone."""
         worker, self._worker = self._worker, None
         if worker is not None:
             worker.close()
@@ -129,34 +141,140 @@ class Scheduler:
         if early is not None:
             early.stop(dump=False)
 
-    def start_early(self, policy: Policy, region: Region) -> None:
-        """Start the worker ``region`` will run in, without waiting for it to be ready: the
-        gate's own checks, and ``run --base``'s other worker, overlap its start-up."""
-        if self._worker is None and self._early is None:
-            env = worker_environment(self.environ, policy, region, run_cache=self._cache.path)
-            self._early = WorkerProcess(self.repo_root, env, self.watcher)
+    def environment(self, policy: Policy | None) -> dict[str, str]:
+        """The environment a worker for ``policy``'s regions starts with (None: no policy's)."""
+        return worker_environment(self.environ, policy)
 
-    def run(self, policy: Policy, region: Region) -> RegionResult:
+    def start_early(self, policy: Policy) -> None:
+        """Start the worker ``policy``'s regions will run in, without waiting for it to be
+        ready: the gate's own work overlaps its start-up."""
+        if self._worker is None and self._early is None:
+            self._early = WorkerProcess(self.repo_root, self.environment(policy), self.watcher)
+
+    def check(
+        self,
+        policies: Sequence[Policy],
+        root: Path | None = None,
+        named: Sequence[NamedCallables] = (),
+    ) -> Checked:
+        """Import every callable of ``policies`` (one ``env:``) and of ``named`` from the tree
+        at ``root`` (the head's by default), in the worker their regions will run in.
+
+        Raises `WorkerUnavailable` when no worker could take the request, and RuntimeError
+        for a gate bug in the worker (its traceback in the message).
+        """
+        # The live line shows the worker starting for the first region it will run.
+        firsts = [region_key(p, p.regions[0]) for p in policies if p.regions]
+        label = firsts[0] if firsts else BETWEEN_REGIONS
+        env = self.environment(policies[0] if policies else None)
+        number = next(self._jobs)
+        request = Check(number, root or self.repo_root, tuple(policies), tuple(named))
+        timeout = max((r.timeout_s for p in policies for r in p.regions), default=600.0)
+        for _ in range(_START_ATTEMPTS):  # a worker that could not start gets one successor
+            reply = self._request(request, env, label, timeout)
+            if not isinstance(reply, RegionError) or self._worker is not None:
+                break
+        if isinstance(reply, RegionError):
+            raise WorkerUnavailable(reply)
+        if not isinstance(reply, Checked):
+            raise RuntimeError(f"worker answered check {number} with {reply!r:.300}")
+        if reply.fault is not None:
+            raise RuntimeError(reply.fault)
+        self._checked[(tuple(sorted(env.items())), request.root)] = reply
+        return reply
+
+    def checked(self, policy: Policy, root: Path | None = None) -> Checked:
+        """What `check` found for ``policy``'s worker environment and the tree at ``root``
+        (the head's by default); checked now if it was not yet."""
+        key = (tuple(sorted(self.environment(policy).items())), root or self.repo_root)
+        found = self._checked.get(key)
+        return found if found is not None else self.check([policy], root)
+
+    def run(
+        self, policy: Policy, region: Region, root: Path | None = None, tree: str | None = None
+    ) -> RegionResult:
         """Run ``region`` in the worker; a lost worker makes it an error, never an exception."""
-        result, _ = self._dispatch(policy, region, hold=False)
+        result, _ = self._dispatch(policy, region, root, tree, hold=False, outputs=False)
         return result
 
-    def run_held(self, policy: Policy, region: Region) -> tuple[RegionResult, StepOutputs | None]:
-        """`run`, and the worker keeps the region loaded for `sample`; with the result, its
-        outputs on the host (None when it did not run to its end)."""
-        return self._dispatch(policy, region, hold=True)
+    def run_held(
+        self, policy: Policy, region: Region, root: Path | None = None, tree: str | None = None
+    ) -> tuple[RegionResult, StepOutputs | None]:
+        """`run`, and the worker keeps the region loaded for `time_turns`; with the result,
+        its outputs on the host (None when it did not run to its end). The worker holds one
+        region of each tree, and only of one region: a new region lets the last one go."""
+        return self._dispatch(policy, region, root, tree, hold=True, outputs=True)
+
+    def run_for_outputs(
+        self, policy: Policy, region: Region, root: Path | None = None, tree: str | None = None
+    ) -> tuple[RegionResult, StepOutputs | None]:
+        """`run`, with the region's outputs on the host (None when it did not run to its end)."""
+        return self._dispatch(policy, region, root, tree, hold=False, outputs=True)
 
     def _dispatch(
-        self, policy: Policy, region: Region, *, hold: bool
+        self,
+        policy: Policy,
+        region: Region,
+        root: Path | None,
+        tree: str | None,
+        *,
+        hold: bool,
+        outputs: bool,
     ) -> tuple[RegionResult, StepOutputs | None]:
         running = _Running(policy, region, time.monotonic(), 0)
         if self.cancel is not None and self.cancel.requested:
             return running.result(self._cancelled_before()), None
-        env = worker_environment(self.environ, policy, region, run_cache=self._cache.path)
+        job = Job(next(self._jobs), policy, region, root or self.repo_root, hold, outputs)
+        reply = self._request(job, self.environment(policy), running.label, region.timeout_s, tree)
+        if isinstance(reply, RegionError):
+            return running.result(reply), None
+        if isinstance(reply, Done) and reply.number == job.number:
+            return reply.result, reply.outputs
+        raise RuntimeError(f"worker answered job {job.number} with {reply!r:.300}")
+
+    def time_turns(
+        self,
+        policy: Policy,
+        region: Region,
+        turns: Sequence[Turn],
+        *,
+        tree: str | None = None,
+    ) -> tuple[StepSamples, ...]:
+        """The timed runs of ``turns``, one `StepSamples` each, by the worker that holds the
+        region (`run_held`). A worker lost meanwhile (crash, timeout, cancellation) is the
+        error of the turn it was on."""
+        if self._worker is None:
+            error = RegionError(
+                ErrorKind.CRASH, "the worker that ran this region is gone; nothing to time", ""
+            )
+            return (StepSamples((), error=error),)
+        request = Turns(next(self._jobs), tuple(turns))
+        label = region_key(policy, region)
+        # Each turn may take up to the region's timeout, as one run of it may.
+        timeout = region.timeout_s * max(1, len(turns))
+        reply = self._request(request, self._worker.env, label, timeout, tree, start=False)
+        if isinstance(reply, RegionError):
+            return (StepSamples((), error=reply),)
+        if isinstance(reply, Timed) and reply.number == request.number:
+            return reply.samples
+        raise RuntimeError(f"worker answered turns {request.number} with {reply!r:.300}")
+
+    def _request(
+        self,
+        request: Request,
+        env: dict[str, str],
+        label: str,
+        timeout_s: float,
+        tree: str | None = None,
+        *,
+        start: bool = True,
+    ) -> Message | RegionError:
+        """``request``'s reply from a worker started with ``env`` (started, or replaced by
+        one, if need be); or the error that says why none came (the worker is then gone)."""
         if self._worker is not None and (self._worker.env != env or self._worker.exited()):
             self.close()
         try:
-            return self._run(running, env, hold)
+            return self._send_and_wait(request, env, label, timeout_s, tree=tree, start=start)
         except BaseException:
             # A gate bug: leave no worker behind, and start afresh next time.
             worker, self._worker = self._worker, None
@@ -164,84 +282,64 @@ class Scheduler:
                 worker.stop(dump=False)
             raise
 
-    def _run(
-        self, running: _Running, env: dict[str, str], hold: bool
-    ) -> tuple[RegionResult, StepOutputs | None]:
-        region = running.region
-        label = running.label
-        job = Job(next(self._jobs), running.policy, region, self.repo_root, hold)
+    def _send_and_wait(
+        self,
+        request: Request,
+        env: dict[str, str],
+        label: str,
+        timeout_s: float,
+        *,
+        tree: str | None,
+        start: bool,
+    ) -> Message | RegionError:
         worker: WorkerProcess | None = None
+        mark = 0
         for attempt in range(2):
             if self._worker is None:
-                failed = self._start(running, env)
+                if not start:
+                    return RegionError(
+                        ErrorKind.CRASH, "the worker that ran this region is gone", ""
+                    )
+                failed = self._start(label, env, timeout_s, tree)
                 if failed is not None:
-                    return failed, None
+                    return failed
             worker = self._worker
             assert worker is not None
-            running = _Running(running.policy, region, running.started, worker.output.count)
-            worker.output.start_job(job.number, label)
-            if worker.send(job):
+            mark = worker.output.count
+            worker.output.start_job(request.number, label)
+            if worker.send(request):
                 break
             # It died while idle, between regions: not this region's doing.
             self.close()
             if attempt:
-                return self._lost(worker, running, WaitEvent.EXITED), None
+                return self._lost(worker, mark, timeout_s, WaitEvent.EXITED)
         assert worker is not None
-        event = self._wait(worker, time.monotonic() + region.timeout_s, label)
-        if isinstance(event, Done) and event.number == job.number:
-            worker.output.wait_ended(job.number, _OUTPUT_LAG_S)
-            return event.result, event.outputs
-        if not isinstance(event, WaitEvent):
-            raise RuntimeError(f"worker answered job {job.number} with {event!r:.300}")
-        self._worker = None
-        return self._lost(worker, running, event), None
-
-    def sample(
-        self, policy: Policy, region: Region, runs: int, *, cpu: int | None, reference: bool
-    ) -> StepSamples:
-        """``runs`` more timed runs of the held region, on ``cpu`` (None: any); see `Sample`.
-        A worker lost meanwhile (crash, timeout, cancellation) is the samples' error."""
-        worker = self._worker
-        if worker is None:
-            error = RegionError(
-                ErrorKind.CRASH, "the worker that ran this region is gone; nothing to time", ""
-            )
-            return StepSamples((), error=error)
-        running = _Running(policy, region, time.monotonic(), worker.output.count)
-        number = next(self._jobs)
-        worker.output.start_job(number, running.label)
-        if not worker.send(Sample(number, runs, cpu, reference)):
+        event = self._wait(worker, time.monotonic() + timeout_s, label, tree)
+        if isinstance(event, WaitEvent):
             self._worker = None
-            return StepSamples((), error=self._lost(worker, running, WaitEvent.EXITED).error)
-        event = self._wait(worker, time.monotonic() + region.timeout_s, running.label)
-        if isinstance(event, Sampled) and event.number == number:
-            worker.output.wait_ended(number, _OUTPUT_LAG_S)
-            return event.samples
-        if not isinstance(event, WaitEvent):
-            raise RuntimeError(f"worker answered sample {number} with {event!r:.300}")
-        self._worker = None
-        return StepSamples((), error=self._lost(worker, running, event).error)
+            return self._lost(worker, mark, timeout_s, event)
+        worker.output.wait_ended(request.number, _OUTPUT_LAG_S)
+        return event
 
-    def _start(self, running: _Running, env: dict[str, str]) -> RegionResult | None:
-        """Start a worker and wait until it is ready; the region's error if it is not."""
+    def _start(
+        self, label: str, env: dict[str, str], timeout_s: float, tree: str | None = None
+    ) -> RegionError | None:
+        """Start a worker and wait until it is ready; the error that says why it is not."""
         failed = self._failed_starts
         if len(failed) >= _START_ATTEMPTS and all(e == env for e, _ in failed):
             last = failed[-1][1]
-            return running.result(
-                replace(
-                    last,
-                    message=f"{last.message} (not tried again: "
-                    f"{_START_ATTEMPTS} workers in a row could not start)",
-                )
+            return replace(
+                last,
+                message=f"{last.message} (not tried again: "
+                f"{_START_ATTEMPTS} workers in a row could not start)",
             )
         early, self._early = self._early, None
         if early is not None and early.env != env:
             early.stop(dump=False)
             early = None
-        self.announce(running.label, STARTING_A_WORKER)
+        self.announce(label, STARTING_A_WORKER, tree)
         worker = early if early is not None else WorkerProcess(self.repo_root, env, self.watcher)
-        timeout = running.region.timeout_s
-        event = worker.wait(time.monotonic() + timeout, self.cancel)
+        event = worker.wait(time.monotonic() + timeout_s, self.cancel)
         if isinstance(event, Ready):
             self.startups.append(event)
             self._failed_starts.clear()
@@ -252,13 +350,13 @@ class Scheduler:
             raise RuntimeError(f"worker sent {event!r:.300} before it was ready")
         if event is WaitEvent.CANCELLED:
             worker.stop(dump=False)
-            return running.result(self._cancelled_running())
+            return self._cancelled_running()
         returncode = worker.stop(dump=event is WaitEvent.TIMED_OUT)
-        code = UserCode(self.repo_root, running.policy.python_path)
+        code = UserCode(self.repo_root)
         lines = worker.output.lines_since(0)
         if event is WaitEvent.TIMED_OUT:
             kind = ErrorKind.TIMEOUT
-            message = f"the worker process did not start within {seconds(timeout)} (timeout_s)"
+            message = f"the worker process did not start within {seconds(timeout_s)} (timeout_s)"
         else:
             kind = ErrorKind.CRASH
             message = f"the worker process could not start: it {how_it_ended(returncode, lines)}"
@@ -268,11 +366,12 @@ class Scheduler:
         )
         error = lost_region_error(kind, message, headline, lines=lines, code=code, crashed=False)
         self._failed_starts.append((env, error))
-        return running.result(error)
+        return error
 
-    def _lost(self, worker: WorkerProcess, running: _Running, event: WaitEvent) -> RegionResult:
-        """Stop the worker that ran ``running``; the region's error says what happened."""
-        timeout = running.region.timeout_s
+    def _lost(
+        self, worker: WorkerProcess, mark: int, timeout_s: float, event: WaitEvent
+    ) -> RegionError:
+        """Stop the worker that was running a region; the error says what happened."""
         returncode = worker.stop(dump=event is not WaitEvent.EXITED)
         worker.output.stop_jobs()
         if event is WaitEvent.EXITED and self._signalled_by_cancel(returncode):
@@ -287,34 +386,35 @@ class Scheduler:
             )
         elif event is WaitEvent.TIMED_OUT:
             kind = ErrorKind.TIMEOUT
-            message = f"still running after {seconds(timeout)} (timeout_s); stopped"
+            message = f"still running after {seconds(timeout_s)} (timeout_s); stopped"
             headline = (
-                f"The region was still running after its timeout_s of {seconds(timeout)}, "
+                f"The region was still running after its timeout_s of {seconds(timeout_s)}, "
                 f"so its worker was stopped. {fresh}"
             )
         else:
             kind = ErrorKind.CRASH
-            how = how_it_ended(returncode, worker.output.lines_since(running.mark))
+            how = how_it_ended(returncode, worker.output.lines_since(mark))
             message = how.removeprefix("was ")
             headline = f"The worker process running this region {how}. {fresh}"
-        code = UserCode(self.repo_root, running.policy.python_path)
-        lines = worker.output.lines_since(running.mark)
+        code = UserCode(self.repo_root)
+        lines = worker.output.lines_since(mark)
         crashed = event is WaitEvent.EXITED
-        error = lost_region_error(kind, message, headline, lines=lines, code=code, crashed=crashed)
-        return running.result(error)
+        return lost_region_error(kind, message, headline, lines=lines, code=code, crashed=crashed)
 
-    def announce(self, label: str, stage: str) -> None:
+    def announce(self, label: str, stage: str, tree: str | None = None) -> None:
         """Tell the watcher region ``label`` has entered ``stage`` (in which tree, if two)."""
         if self.watcher is not None:
-            self.watcher.stage(label, f"{self.tree}: {stage}" if self.tree else stage)
+            self.watcher.stage(label, f"{tree}: {stage}" if tree else stage)
 
-    def _wait(self, worker: WorkerProcess, deadline: float, label: str) -> Message | WaitEvent:
+    def _wait(
+        self, worker: WorkerProcess, deadline: float, label: str, tree: str | None
+    ) -> Message | WaitEvent:
         """The worker's next message but a stage, which goes to the watcher on the way."""
         while True:
             event = worker.wait(deadline, self.cancel)
             if not isinstance(event, Entered):
                 return event
-            self.announce(label, event.stage)
+            self.announce(label, event.stage, tree)
 
     def _signalled_by_cancel(self, returncode: int | None) -> bool:
         """A worker killed by SIGINT/SIGTERM: most likely the same signal is cancelling us."""
@@ -344,6 +444,14 @@ class Scheduler:
         )
 
 
+class WorkerUnavailable(Exception):
+    """No worker could take a request that is not a region's (a policy check): why not."""
+
+    def __init__(self, error: RegionError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
 def run_isolated(
     plan: Plan,
     repo_root: Path,
@@ -351,21 +459,21 @@ def run_isolated(
     cancel: Cancellation | None = None,
     watcher: RunWatcher | None = None,
     finished: Callable[[RegionResult], None] | None = None,
-    starting: Callable[[], None] | None = None,
+    starting: Callable[[Scheduler], None] | None = None,
 ) -> RunResult:
     """Run every region of ``plan``, each in a worker process; never loses one.
 
     A region whose worker crashes, times out or is cancelled is an error in the result; so is
     a bug in the gate while it ran one (INTERNAL). After ``cancel`` is requested, the regions
     not yet run are CANCELLED errors. ``watcher`` hears each region's stages and its worker's
-    output; ``finished`` gets each region's result as soon as it is known. ``starting`` runs
-    while the first worker starts (what it raises stops the worker and the run).
+    output; ``finished`` gets each region's result as soon as it is known. ``starting`` gets the
+    scheduler while the first worker starts (what it raises stops the worker and the run).
     """
     with Scheduler(repo_root, cancel=cancel, watcher=watcher) as scheduler:
-        for policy, region in plan.first():
-            scheduler.start_early(policy, region)
+        for policy, _ in plan.first():
+            scheduler.start_early(policy)
         if starting is not None:
-            starting()
+            starting(scheduler)
         return each_region(plan, scheduler.run, finished)
 
 

@@ -1,13 +1,20 @@
 """The child side of isolation: a worker process, started as `worker_command` says.
 
-A worker imports jax once, then runs regions one at a time for the parent
-(`gate.isolation.scheduler`): it reads `Job` frames from ``JOBS_FD`` and answers each
-with a `Done` frame on ``RESULTS_FD`` as soon as the region finishes (and an
-`Entered` frame as it enters each stage, for the gate's live line). Both are
-pipes of their own, so nothing the code under test prints to stdout or
-stderr can corrupt the protocol. A frame is an 8-byte big-endian length and a
-pickle; the parent and the worker are the same program, so pickling between
-them trusts nothing the code under test could not already do.
+A worker imports jax once, then works for the parent (`gate.isolation.scheduler`) one
+request at a time: it reads frames from ``JOBS_FD`` and answers each on ``RESULTS_FD``:
+- `Check`: import every callable of a tree's policies, here where the device is
+  (a module may pick its device by kind at import, ``jax.devices("tpu")``), and say what
+  failed (`Checked`);
+- `Job`: run a region, answered with `Done` as soon as it finishes (and an `Entered` frame
+  as it enters each stage, for the gate's live line);
+- `Turns`: more timed runs of held regions, answered with `Timed`.
+Both are pipes of their own, so nothing the code under test prints to stdout or
+stderr can corrupt the protocol. A frame is an 8-byte big-endian length and a pickle; the
+parent and the worker are the same program, so pickling between them trusts nothing the
+code under test could not already do.
+
+One worker holds the code of up to two trees (``run --base``: the head's and the base's,
+`gate.policy.trees`), and at most one held region of each, both of the same region.
 
 What the parent learns when things go wrong:
 - faulthandler is on, writing to a private copy of the original stderr: a
@@ -36,7 +43,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from gate.package import PACKAGE_DIR
+from gate.policy.load import NamedCallables
 from gate.policy.model import Policy, Region
+from gate.policy.problems import Problem
+from gate.policy.trees import Trees, config_changes, config_values
 from gate.region.cores import unpin
 from gate.region.stages import Stage, listening
 
@@ -80,25 +90,60 @@ def worker_command(jobs_fd: int, results_fd: int) -> list[str]:
 
 
 @dataclass(frozen=True)
+class Check:
+    """Import every callable of ``policies`` (and of the invalid files' ``named``) from the
+    tree at ``root``: a policy is checked where its regions will run."""
+
+    number: int
+    root: Path
+    policies: tuple[Policy, ...]
+    named: tuple[NamedCallables, ...] = ()
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What `Check` found: the problems, and what the tree's modules do to the process."""
+
+    number: int
+    problems: tuple[Problem, ...]
+    # JAX options the tree's imports changed (`gate.policy.trees.config_changes`), by name.
+    config: tuple[tuple[str, str], ...] = ()
+    # Compiled extension modules of the tree's own (not of the environment's): a second copy
+    # of one, from another tree, may not load beside it in one process.
+    extensions: tuple[str, ...] = ()
+    fault: str | None = None  # the gate's own bug while checking, with its traceback
+
+
+@dataclass(frozen=True)
 class Job:
     """Run one region."""
 
     number: int  # echoed in `Done`, so a reply can never be matched to the wrong job
     policy: Policy
     region: Region
-    repo_root: Path
-    # Keep the region loaded afterwards for `Sample` jobs, and send its outputs (``run --base``).
+    repo_root: Path  # the tree the region's code comes from
+    # Keep the region loaded afterwards for `Turns`, and send its outputs (``run --base``).
     hold: bool = False
+    # Send the region's outputs on the host, without holding it (``run --base`` when the two
+    # trees run in workers of their own).
+    outputs: bool = False
 
 
 @dataclass(frozen=True)
-class Sample:
-    """Time ``runs`` more runs of the region the last `Job` held."""
+class Turn:
+    """``runs`` timed runs of the region held from the tree at ``root``, on ``cpu``."""
 
-    number: int
+    root: Path
     runs: int
     cpu: int | None = None  # every thread of the worker on this CPU for the runs (`cores`)
-    reference: bool = False  # time the gate's reference computation instead of the step
+
+
+@dataclass(frozen=True)
+class Turns:
+    """Time ``turns`` one after the other."""
+
+    number: int
+    turns: tuple[Turn, ...]
 
 
 @dataclass(frozen=True)
@@ -127,15 +172,17 @@ class Done:
 
 
 @dataclass(frozen=True)
-class Sampled:
-    """The step times a `Sample` asked for."""
+class Timed:
+    """The step times `Turns` asked for, a `StepSamples` per turn; a turn with an error is
+    the last."""
 
     number: int
-    samples: StepSamples
+    samples: tuple[StepSamples, ...]
 
 
-Message = Job | Sample | Ready | Entered | Done | Sampled
-_MESSAGES = (Job, Sample, Ready, Entered, Done, Sampled)
+Request = Check | Job | Turns
+Message = Request | Checked | Ready | Entered | Done | Timed
+_MESSAGES = (Check, Job, Turns, Checked, Ready, Entered, Done, Timed)
 
 
 def encode(message: Message) -> bytes:
@@ -194,57 +241,134 @@ def main(argv: list[str]) -> int:
     jax.devices()  # backend start-up is paid once per worker, not per region
     write_frame(results_fd, Ready(os.getpid(), time.perf_counter() - started))
 
-    jobs: queue.Queue[Job | Sample | None] = queue.Queue()
+    jobs: queue.Queue[Request | None] = queue.Queue()
     busy = threading.Event()
     threading.Thread(
         target=_read_jobs, args=(jobs_fd, jobs, busy), name="gate-jobs", daemon=True
     ).start()
-    held = _Held()
+    held = _Held(Trees())
     while True:
         job = jobs.get()
         if job is None:
             return 0
         busy.set()
-        if isinstance(job, Sample):
-            reply: Message = Sampled(job.number, held.sample(job))
-            _end_output(crash_log, job.number)
-            write_frame(results_fd, reply)
+        if isinstance(job, Turns):
+            reply: Message = Timed(job.number, held.time(job))
+        elif isinstance(job, Check):
+            try:
+                reply = held.check(job)
+            except Exception as exc:  # a gate bug: the parent raises it
+                fault = gate_fault("checking the policies", exc)
+                reply = Checked(job.number, (), fault=f"{fault.message}\n{fault.details}")
         else:
-            held.region = None  # a new region: the last one is let go
-            unpin()  # its timed runs' core: the new region compiles on every core
-            with listening(functools.partial(_send_stage, results_fd, job.number)):
-                result = run_job(job, held.keep if job.hold else None)
-            _end_output(crash_log, job.number)
-            _send_result(results_fd, job, result, held.take_outputs())
+            held.release(job)
+            with (
+                listening(functools.partial(_send_stage, results_fd, job.number)),
+                held.trees.entered(job.repo_root, job.policy.python_path),
+            ):
+                result = run_job(job, held.keeper(job))
+            reply = Done(job.number, result, held.take_outputs())
+        _end_output(crash_log, job.number)
+        write_all(results_fd, _encoded(job, reply))
         busy.clear()
 
 
 class _Held:
-    """The region the last `Job` asked to hold, and its outputs until they are sent."""
+    """The trees this worker runs code from, the region it holds from each (the same region),
+    and a held region's outputs until they are sent."""
 
-    def __init__(self) -> None:
-        self.region: HeldRegion | None = None
+    def __init__(self, trees: Trees) -> None:
+        self.trees = trees
+        self.regions: dict[Path, tuple[tuple[str, str], HeldRegion]] = {}
         self._outputs: StepOutputs | None = None
+        # JAX's options as the worker started, and what each tree's imports changed.
+        self._pristine = config_values()
+        self._config: dict[Path, dict[str, str]] = {}
 
-    def keep(self, region: HeldRegion, outputs: object) -> None:
-        """Hold ``region`` with its outputs on the host. Raises what fetching them raises:
-        the user's setup failing is the region's error (`RegionAbort`), anything else a gate
-        fault (`run_job`), never a comparison quietly not made."""
-        self._outputs = region.outputs(outputs)
-        self.region = region
+    def release(self, job: Job) -> None:
+        """Let go of what ``job`` replaces: the held region of its tree, and any held region
+        of another region (the gate is done with it)."""
+        key = _key(job)
+        for root, (held_key, _) in list(self.regions.items()):
+            if root == job.repo_root or held_key != key:
+                del self.regions[root]
+        if not self.regions:
+            unpin()  # its timed runs' core: the new region compiles on every core
+
+    def keeper(self, job: Job) -> Keep | None:
+        """What keeps ``job``'s region when it runs to its end, if the job asks for that."""
+        if not (job.hold or job.outputs):
+            return None
+
+        def keep(region: HeldRegion, outputs: object) -> None:
+            """Hold ``region`` with its outputs on the host. Raises what fetching them raises:
+            the user's setup failing is the region's error (`RegionAbort`), anything else a
+            gate fault (`run_job`), never a comparison quietly not made."""
+            self._outputs = region.outputs(outputs)
+            if job.hold:
+                self.regions[job.repo_root] = (_key(job), region)
+
+        return keep
 
     def take_outputs(self) -> StepOutputs | None:
         outputs, self._outputs = self._outputs, None
         return outputs
 
-    def sample(self, job: Sample) -> StepSamples:
-        if self.region is None:
-            doing = "asking for timed runs of a region this worker does not hold"
-            return StepSamples((), error=gate_fault(doing))
-        try:
-            return self.region.sample(job.runs, job.cpu, job.reference)
-        except Exception as exc:  # a gate bug, not the step's (the step's error is in the samples)
-            return StepSamples((), error=gate_fault("timing this region", exc))
+    def time(self, job: Turns) -> tuple[StepSamples, ...]:
+        """Each turn's timed runs, in order, in its tree; the first that fails is the last."""
+        done: list[StepSamples] = []
+        for turn in job.turns:
+            found = self.regions.get(turn.root)
+            if found is None:
+                doing = "asking for timed runs of a region this worker does not hold"
+                done.append(StepSamples((), error=gate_fault(doing)))
+                break
+            region = found[1]
+            try:
+                with self.trees.entered(turn.root, region.code.policy.python_path):
+                    samples = region.sample(turn.runs, turn.cpu)
+            except Exception as exc:  # a gate bug; the step's own error is in the samples
+                samples = StepSamples((), error=gate_fault("timing this region", exc))
+            done.append(samples)
+            if samples.error is not None:
+                break
+        return tuple(done)
+
+    def check(self, job: Check) -> Checked:
+        """Import what ``job`` names from its tree, and what that did to this process.
+
+        A tree checked after another starts from JAX's options as the worker started: its
+        own changes are then measured, not hidden by the other tree's same ones.
+        """
+        from gate.policy.resolve import check_callables, check_named
+
+        first = job.root not in self._config
+        if first and self._config:
+            _set_config(self._pristine)
+        with self.trees.entered(job.root):
+            problems = [p for policy in job.policies for p in check_callables(policy, job.root)]
+            for named in job.named:
+                problems += check_named(named.path, named.refs, named.python_path, job.root)
+            extensions = self.trees.extension_modules()
+        changes = config_changes(self._pristine, config_values())
+        self._config[job.root] = changes
+        return Checked(job.number, tuple(problems), tuple(sorted(changes.items())), extensions)
+
+
+def _key(job: Job) -> tuple[str, str]:
+    return (job.policy.path.as_posix(), job.region.name)
+
+
+def _set_config(values: dict[str, object]) -> None:
+    """Put JAX's options back to ``values``, where an option still takes a new value."""
+    import jax
+
+    for name, value in values.items():
+        if jax.config.values.get(name, value) != value:
+            try:
+                jax.config.update(name, value)
+            except Exception:  # fixed once the backend started: the difference shows
+                continue
 
 
 def _end_output(output: TextIO, number: int) -> None:
@@ -260,24 +384,28 @@ def _send_stage(fd: int, number: int, stage: Stage) -> None:
     write_frame(fd, Entered(number, stage.value))
 
 
-def _send_result(
-    fd: int, job: Job, result: RegionResult, outputs: StepOutputs | None = None
-) -> None:
+def _encoded(request: Request, reply: Message) -> bytes:
+    """``reply`` as a frame; a reply that does not pickle is a gate bug, said as the region's
+    error (or the check's problem) instead of a worker that dies."""
     try:
-        frame = encode(Done(job.number, result, outputs))
-    except Exception as exc:  # something in the result does not pickle: a gate bug
-        error = gate_fault("sending this region's result", exc)
-        frame = encode(Done(job.number, _error_result(job, time.perf_counter(), error)))
-    write_all(fd, frame)
+        return encode(reply)
+    except Exception as exc:
+        error = gate_fault("sending this request's reply", exc)
+        if isinstance(request, Job):
+            return encode(Done(request.number, _error_result(request, time.perf_counter(), error)))
+        if isinstance(request, Turns):
+            return encode(Timed(request.number, (StepSamples((), error=error),)))
+        problem = Problem("", None, "", error.message)
+        return encode(Checked(request.number, (problem,)))
 
 
-def _read_jobs(fd: int, jobs: queue.Queue[Job | Sample | None], busy: threading.Event) -> None:
+def _read_jobs(fd: int, jobs: queue.Queue[Request | None], busy: threading.Event) -> None:
     frames = FrameBuffer()
     try:
         while chunk := os.read(fd, 1 << 16):
             for message in frames.feed(chunk):
-                if not isinstance(message, Job | Sample):
-                    raise TypeError(f"expected a Job or a Sample, got {type(message).__name__}")
+                if not isinstance(message, Check | Job | Turns):
+                    raise TypeError(f"expected a request, got {type(message).__name__}")
                 jobs.put(message)
     except BaseException:
         traceback.print_exc()

@@ -23,9 +23,8 @@ from gate.isolation.watcher import RunWatcher
 from gate.isolation.worker import (
     DUMP_SIGNAL,
     FrameBuffer,
-    Job,
     Message,
-    Sample,
+    Request,
     worker_command,
     write_frame,
 )
@@ -99,7 +98,7 @@ class WorkerProcess:
         except ChildProcessError:
             return True
 
-    def send(self, job: Job | Sample) -> bool:
+    def send(self, job: Request) -> bool:
         """Hand ``job`` to the worker; False when it is already gone."""
         if self._jobs is None:
             return False

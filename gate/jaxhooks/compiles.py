@@ -12,8 +12,8 @@ Two public means, both checked on jax 0.10.2 and 0.12:
   static argument out ("explanation unavailable"): `gate.jaxhooks.static_misses`
   adds it, in jax 0.10's words.
 
-With JAX's persistent compilation cache on (the gate turns it on for its
-workers: `gate.isolation.compile_cache`), a recompile may be served from disk
+With JAX's persistent compilation cache on (where the user keeps one:
+`gate.isolation.compile_cache`), a recompile may be served from disk
 instead of compiled. On jax 0.10.2 the backend-compile event still fires around
 such a hit; in case a version reports only ``/jax/compilation_cache/cache_hits``,
 a hit is counted too, as one compile with the backend-compile event that follows it

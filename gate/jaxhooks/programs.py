@@ -14,8 +14,9 @@ value of its own (`RegionPrograms`), set globally while its step runs (threads t
 starts see it too): every program the step calls is new to JAX's caches, exactly as after
 a clear, whatever ran before. Setup and the gate's own computations run under one shared
 value instead (`shared_programs`, a thread-local override), so their programs are traced
-once per worker. Compiled executables still come from the persistent compilation cache
-(`gate.isolation.compile_cache`), whose key is the program, not the context.
+once per worker. Where the user keeps JAX's persistent compilation cache
+(`gate.isolation.compile_cache`), executables still come from it: its key is the program,
+not the context.
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ Why this order:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
 import time
@@ -51,7 +50,6 @@ from gate.region.errors import RegionAbort, error_from
 from gate.region.fetch_watch import watching_reads
 from gate.region.held import HeldRegion, Keep
 from gate.region.outputs import host_leaves
-from gate.region.quiet import TimingLock
 from gate.region.region_run import RegionRun
 from gate.region.stages import Stage, announce
 from gate.region.step_times import summarize
@@ -92,10 +90,7 @@ def run_region(
     def result(**fields: Any) -> RegionResult:
         return RegionResult.of(policy, region, wall_s=time.perf_counter() - started, **fields)
 
-    # Under `run --base` the other tree's worker runs the region meanwhile: only the timed
-    # runs keep it waiting (`gate.region.quiet`).
-    lock = TimingLock.from_environment()
-    with python_path(policy.python_path), contextlib.closing(lock), lock.working():
+    with python_path(policy.python_path):
         try:
             announce(Stage.IMPORTING)
             with watching_reads(user):  # a module that reads an array at import caches it
@@ -103,11 +98,11 @@ def run_region(
         except ResolveError as exc:
             return result(error=RegionError(ErrorKind.IMPORT, str(exc), str(exc)))
         code = RegionCode(policy, region, user, callables)
-        return _run_imported(RegionRun(code), result, keep, lock)
+        return _run_imported(RegionRun(code), result, keep)
 
 
 def _run_imported(
-    run: RegionRun, result: Callable[..., RegionResult], keep: Keep | None, lock: TimingLock
+    run: RegionRun, result: Callable[..., RegionResult], keep: Keep | None
 ) -> RegionResult:
     region = run.code.region
     run.platform = _platform()
@@ -182,8 +177,7 @@ def _run_imported(
                 run.fetches_between_runs(background, threads_before)
             run.monitor.reset_costs()
             announce(Stage.TIMING)
-            with lock.timing():
-                samples, outputs = run.timed_calls()
+            samples, outputs = run.timed_calls()
             costs = run.monitor.costs(region.repeats)
             for unused in (cost.name for cost in costs if cost.calls == 0):
                 # Most likely stale: the step was refactored and fetches somewhere else now.

@@ -5,8 +5,7 @@ The comparison with the base interleaves the two trees' timed runs in rounds
 imported and warmed up, and times as many more runs as each round asks for,
 exactly as the engine's own timed runs do (fresh inputs from setup, untimed;
 the call blocks on the outputs; boundaries interposed and timed), on the core the
-round names (`gate.region.cores`). Asked for, it times the gate's reference
-computation instead (`gate.region.worker_speed`), to tell the two workers apart.
+round names (`gate.region.cores`).
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from gate.region.cores import pin
 from gate.region.errors import RegionAbort, error_from
 from gate.region.inputs import Inputs, StepInputs
 from gate.region.outputs import host_leaves
-from gate.region.worker_speed import time_reference, warm_reference
 from gate.results.comparison import StepOutputs, StepSamples
 from gate.results.errors import ErrorKind
 
@@ -40,11 +38,10 @@ class HeldRegion:
     call: Callable[[Inputs], Any]  # the engine's own step call, blocking on the outputs
     monitor: BoundaryMonitor
     programs: RegionPrograms  # the region's own jit cache context, as in its run
-    reference_warm: bool = False  # `warm_reference` ran in this worker for this region
     # The step deleted an input of a turn's first run (it donates it): setup for every run.
     donates: bool = False
 
-    def sample(self, runs: int, cpu: int | None = None, reference: bool = False) -> StepSamples:
+    def sample(self, runs: int, cpu: int | None = None) -> StepSamples:
         """``runs`` more timed runs on ``cpu`` (None: any); an error of the step ends the round.
 
         The runs of one turn share one call of setup, unless the step donates its inputs
@@ -52,14 +49,7 @@ class HeldRegion:
         turn's runs cost a short step several times its own time (on the 2-core machine,
         setup's ~1.1 ms against a 0.1 ms step). Both trees' turns are timed alike, so the
         comparison is unchanged; the watched runs, not these, are what need fresh inputs.
-        With ``reference``, runs of the gate's reference computation instead of the step.
         """
-        if reference:
-            if not self.reference_warm:
-                warm_reference()
-                self.reference_warm = True
-            pin(cpu)
-            return StepSamples((), reference_s=tuple(time_reference() for _ in range(runs)))
         step_s: list[float] = []
         names = [name for name, _ in self.code.callables.boundaries]
         boundary_s: dict[str, list[float]] = {name: [] for name in names}

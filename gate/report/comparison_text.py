@@ -184,6 +184,16 @@ def own_definition_line(base: BaseComparison) -> str:
     return f"compared with the base's {renamed_text(base.renamed)}"
 
 
+def apart_line(base: BaseComparison) -> str:
+    """Why the trees ran in workers of their own; "" when one worker held both."""
+    if not base.apart:
+        return ""
+    return (
+        "the trees ran apart, one worker after the other, so their step times are two samples "
+        f"compared unpaired: {base.apart}"
+    )
+
+
 def comparison_lines(region: RegionResult) -> list[tuple[str, str]]:
     """``(label, text)`` for each comparison of `region`, in report order."""
     lines: list[tuple[str, str]] = []
@@ -191,6 +201,8 @@ def comparison_lines(region: RegionResult) -> list[tuple[str, str]]:
     if base is not None:
         if base.status is not BaseStatus.COMPARED:
             lines.append(("vs base", base_status_line(base)))
+        if apart_line(base):
+            lines.append(("vs base", apart_line(base)))
         if own_definition_line(base):
             lines.append(("vs base", own_definition_line(base)))
         if base.timing is not None:

@@ -142,6 +142,9 @@ def timing_document(timing: TimingComparison | None) -> dict[str, Any] | None:
         "ratio_high": _finite(timing.ratio_high),
         "p_value": timing.p_value,
         "max_slowdown": timing.max_slowdown,
+        # True: paired rounds in one worker (their ratios judged); false: two samples measured
+        # apart (the stored baseline, or trees that ran apart), compared unpaired.
+        "paired": timing.paired,
         "rounds": timing.rounds,
         "base_samples": list(timing.base_samples),
         "head_samples": list(timing.head_samples),
@@ -190,6 +193,8 @@ def base_document(base: BaseComparison | None) -> dict[str, Any] | None:
         "already_in_base": base.already_in_base,
         # The callables the base ran from its own policy, the head's having been renamed.
         "renamed": [{"role": r.role, "base": r.base, "head": r.head} for r in base.renamed],
+        # Why the trees ran in workers of their own, timed unpaired; "" when one held both.
+        "apart": base.apart,
         "cost": cost_comparison_document(base.cost),
         "collectives": comm_comparison_document(base.comm),
         "first_call_s": {"base": base.base_first_call_s, "head": base.head_first_call_s},

@@ -150,6 +150,8 @@ def comparison_properties(region: RegionResult) -> dict[str, str]:
             properties[prefix + key] = f"{r.base} -> {r.head or '(none)'}"
         if base.already_in_base:
             properties[prefix + "transfers.already_in_base"] = str(base.already_in_base)
+        if base.apart:
+            properties[prefix + "apart"] = base.apart
     if region.timing_vs_baseline is not None:
         prefix = f"{region.name}.vs_baseline.timing."
         properties.update(_timing_properties(prefix, region.timing_vs_baseline))

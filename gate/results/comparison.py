@@ -193,6 +193,10 @@ class BaseComparison:
     # What the base ran from its own policy instead of the head's names (a rename); () when
     # it ran the head's policy as it is.
     renamed: tuple[Renamed, ...] = ()
+    # Why the two trees ran in workers of their own, one after the other, and their step
+    # times were compared unpaired ("the trees set JAX's process-wide options differently
+    # ..."); "" when one worker held both and timed them in paired rounds.
+    apart: str = ""
 
     @property
     def failing(self) -> bool:
@@ -231,6 +235,4 @@ class StepSamples:
 
     step_s: tuple[float, ...]
     boundary_s: tuple[tuple[str, tuple[float, ...]], ...] = ()  # per boundary, per run
-    # The gate's own fixed computation, timed after each step run (`gate.region.worker_speed`).
-    reference_s: tuple[float, ...] = ()
     error: RegionError | None = None  # the step raised during the round

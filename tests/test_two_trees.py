@@ -1,0 +1,283 @@
+"""Two trees' code in one worker (``run --base``), each tree's modules its own.
+
+One process holds the device, so the head's code and the base's are imported side by side,
+and both define modules of the same names. `gate.policy.trees` keeps them apart: while a
+tree's code runs, ``import helpers`` finds that tree's copy, at the top of a module or lazily
+inside a step. Trees that cannot share a process (JAX's options set differently at import, an
+extension module of their own) run apart, one worker after the other, and the report says so.
+
+The CLI tests run under the accelerator's planted rule (tests/accelerator_rule.py): a second
+process that opened the device would fail as on a TPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cli_helpers import make_repo, run_gate
+from git_helpers import commit, init
+
+from gate.policy.trees import Trees, config_changes
+
+# -- the mechanism, in this process ------------------------------------------------
+
+
+@pytest.fixture
+def trees(tmp_path: Path) -> Iterator[tuple[Trees, Path, Path]]:
+    """Two checkouts with modules of the same names; every module they define forgotten after."""
+    head, base = tmp_path / "head", tmp_path / "base"
+    for root, value in ((head, "head"), (base, "base")):
+        make_repo(
+            root,
+            {
+                "helpers.py": f"WHO = {value!r}\n",
+                "pkg/__init__.py": "",
+                "pkg/deep.py": f"WHO = {value!r}\n",
+                "steps.py": """
+                    def lazy():
+                        import helpers  # inside the step: found when the step runs
+                        from pkg import deep
+
+                        return helpers.WHO, deep.WHO
+                """,
+            },
+        )
+    before = set(sys.modules)
+    yield Trees(), head, base
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+
+
+def test_each_tree_imports_its_own_module_of_a_shared_name(
+    trees: tuple[Trees, Path, Path],
+) -> None:
+    switch, head, base = trees
+    with switch.entered(head):
+        import helpers  # type: ignore[import-not-found]
+
+        head_helpers = helpers
+        assert helpers.WHO == "head"
+        assert Path.cwd() == head
+        assert sys.path[0] == str(head)
+    with switch.entered(base):
+        import helpers
+
+        assert helpers.WHO == "base"
+        assert helpers is not head_helpers
+        assert "pkg.deep" not in sys.modules  # the head never imported it: nothing to see
+    with switch.entered(head):
+        import helpers
+
+        assert helpers is head_helpers  # the head's own copy, kept while the base ran
+
+
+def test_a_lazy_import_inside_a_step_finds_the_tree_the_step_runs_in(
+    trees: tuple[Trees, Path, Path],
+) -> None:
+    switch, head, base = trees
+    with switch.entered(head):
+        import steps  # type: ignore[import-not-found]
+
+        head_step = steps.lazy
+    with switch.entered(base):
+        import steps
+
+        base_step = steps.lazy
+    for _ in range(2):  # and again, both trees' modules now imported
+        with switch.entered(head):
+            assert head_step() == ("head", "head")
+        with switch.entered(base):
+            assert base_step() == ("base", "base")
+
+
+def test_leaving_a_tree_puts_the_path_and_the_working_directory_back(
+    trees: tuple[Trees, Path, Path],
+) -> None:
+    switch, head, _ = trees
+    path, cwd = list(sys.path), os.getcwd()
+    with switch.entered(head, [head / "pkg"]):
+        assert sys.path[:2] == [str(head / "pkg"), str(head)]
+    assert (sys.path, os.getcwd()) == (path, cwd)
+
+
+def test_a_module_outside_both_trees_is_shared_and_an_extension_of_a_trees_own_is_named(
+    trees: tuple[Trees, Path, Path],
+) -> None:
+    switch, head, base = trees
+    fake = types.ModuleType("native_ops")
+    fake.__file__ = str(head / f"native_ops{sysconfig.get_config_var('EXT_SUFFIX')}")
+    with switch.entered(head):
+        import helpers
+
+        sys.modules["native_ops"] = fake  # as if the head's own extension had been imported
+        assert switch.extension_modules() == ("native_ops",)
+    with switch.entered(base):
+        assert "native_ops" not in sys.modules
+        assert switch.extension_modules() == ()
+        assert sys.modules["json"] is json  # outside both roots: one copy for both
+    assert helpers.WHO == "head"
+
+
+def test_a_changed_option_is_named_with_both_values() -> None:
+    before = {"jax_enable_x64": False, "jax_debug_nans": False}
+    after = {"jax_enable_x64": True, "jax_debug_nans": False}
+    assert config_changes(before, after) == {"jax_enable_x64": "False → True"}
+    assert config_changes(before, before) == {}
+
+
+# -- through the CLI, one worker holding both trees -------------------------------------
+
+STEPS = """
+import jax
+import numpy as np
+
+import helpers  # the module both trees define, at the top
+
+
+def make():
+    return (jax.device_put(np.arange(8, dtype=np.float32)),)
+
+
+@jax.jit
+def _scaled(x, scale):
+    return x * scale
+
+
+def at_top(x):
+    return {"y": _scaled(x, helpers.SCALE)}
+
+
+def lazily(x):
+    import lazy_helpers  # inside the step: imported when the step first runs
+
+    return {"y": _scaled(x, lazy_helpers.SCALE)}
+"""
+
+POLICY = """
+version: 1
+defaults: {warmup: 1, guarded_runs: 1, repeats: 3, timing: off}
+regions:
+  - {name: at-top, step: "steps:at_top", setup: "steps:make"}
+  - {name: lazily, step: "steps:lazily", setup: "steps:make"}
+"""
+
+
+def _base(repo: Path) -> dict[str, dict[str, object]]:
+    document = json.loads((repo / "r.json").read_text())
+    return {r["name"]: r["base"] for suite in document["suites"] for r in suite["regions"]}
+
+
+def _repo(tmp_path: Path, scale: str) -> Path:
+    repo = init(tmp_path / "repo")
+    files = {
+        "steps.py": STEPS,
+        "helpers.py": "SCALE = 2.0\n",
+        "lazy_helpers.py": "SCALE = 2.0\n",
+        "policies/p.yaml": POLICY,
+    }
+    commit(repo, files, "base")
+    make_repo(repo, {"helpers.py": f"SCALE = {scale}\n", "lazy_helpers.py": f"SCALE = {scale}\n"})
+    return repo
+
+
+@pytest.mark.usefixtures("one_process_on_the_device")
+def test_a_module_both_trees_define_differently_is_each_trees_own(tmp_path: Path) -> None:
+    """The head's helpers scale by 3, the base's by 2: were the head's module used for both
+    (or the base's), the results would match."""
+    repo = _repo(tmp_path, "3.0")
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json")
+    assert run.returncode == 1, run
+    for name in ("at-top", "lazily"):
+        results = _base(repo)[name]["results"]
+        assert isinstance(results, dict), results
+        assert results["status"] == "differs", (name, results)
+        assert "['y']" in json.dumps(results), results
+
+
+@pytest.mark.usefixtures("one_process_on_the_device")
+def test_the_same_module_in_both_trees_matches_and_the_trees_share_a_worker(
+    tmp_path: Path,
+) -> None:
+    repo = _repo(tmp_path, "2.0")
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json")
+    assert run.returncode == 0, run
+    for name in ("at-top", "lazily"):
+        base = _base(repo)[name]
+        assert base["apart"] == "", base
+        assert isinstance(base["results"], dict)
+        assert base["results"]["status"] == "matches", base
+
+
+X64 = """
+import jax
+
+jax.config.update("jax_enable_x64", True)  # process-wide, at import
+"""
+
+
+@pytest.mark.usefixtures("one_process_on_the_device")
+def test_trees_that_set_jax_options_differently_run_apart_and_are_compared_unpaired(
+    tmp_path: Path,
+) -> None:
+    repo = _repo(tmp_path, "2.0")
+    (repo / "policies/p.yaml").write_text(POLICY.replace("timing: off", "repeats: 6"))
+    make_repo(repo, {"helpers.py": "SCALE = 2.0\n" + X64})
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json")
+    for name in ("at-top", "lazily"):
+        base = _base(repo)[name]
+        apart = str(base["apart"])
+        assert "jax_enable_x64: False → True in the head, unchanged in the base" in apart, base
+        timing = base["timing"]
+        assert isinstance(timing, dict), base
+        assert timing["paired"] is False, timing
+    assert "ran apart" in run.stdout, run
+
+
+EXTENSION = """
+#include <Python.h>
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "native_ops", NULL, -1, NULL};
+
+PyMODINIT_FUNC PyInit_native_ops(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL) PyModule_AddObject(m, "SCALE", PyFloat_FromDouble(2.0));
+    return m;
+}
+"""
+
+
+def _compile_extension(folder: Path) -> None:
+    """A real extension module, ``native_ops``, built with the machine's C compiler."""
+    compiler = shutil.which(sysconfig.get_config_var("CC").split()[0]) or shutil.which("cc")
+    assert compiler, "no C compiler: the python machines have gcc"
+    source = folder / "native_ops.c"
+    source.write_text(textwrap.dedent(EXTENSION))
+    target = folder / f"native_ops{sysconfig.get_config_var('EXT_SUFFIX')}"
+    include = sysconfig.get_paths()["include"]
+    subprocess.run(
+        [compiler, "-shared", "-fPIC", f"-I{include}", "-o", str(target), str(source)],
+        check=True,
+        timeout=120,
+    )
+    source.unlink()
+
+
+@pytest.mark.usefixtures("one_process_on_the_device")
+def test_a_tree_with_an_extension_module_of_its_own_runs_apart(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, "2.0")
+    _compile_extension(repo)
+    make_repo(repo, {"helpers.py": "from native_ops import SCALE\n"})
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json")
+    assert run.returncode == 0, run
+    apart = str(_base(repo)["at-top"]["apart"])
+    assert "the head has compiled extension modules of its own (native_ops)" in apart, apart
