@@ -1,35 +1,52 @@
 # syntax=docker/dockerfile:1
 #
-# The JAX transfer gate on an NVIDIA GPU.
+# The JAX transfer gate on an NVIDIA GPU (the default) or a Google Cloud TPU
+# (--build-arg ACCELERATOR=tpu): one file, two images that differ only in their base image and
+# JAX's extra.
 #
-# Base image: nvidia/cuda's "base" flavour for CUDA 12.8 on Ubuntu 24.04. It is the smallest CUDA
-# image (the CUDA runtime and the forward-compatibility libraries, ~100 MB, no cuDNN): JAX's
+# CUDA base image: nvidia/cuda's "base" flavour for CUDA 12.8 on Ubuntu 24.04. It is the smallest
+# CUDA image (the CUDA runtime and the forward-compatibility libraries, ~100 MB, no cuDNN): JAX's
 # jax[cuda12] / jax[cuda13] extras install cuBLAS, cuDNN, NCCL and ptxas as pip wheels and load
 # those, so a -cudnn-runtime or -devel image would only add gigabytes JAX never loads. The image
 # also sets NVIDIA_VISIBLE_DEVICES / NVIDIA_DRIVER_CAPABILITIES for the NVIDIA Container Toolkit,
-# which mounts the host's driver when the container starts with `--gpus all`. Ubuntu 24.04 brings
-# Python 3.12 (jax needs >= 3.11).
+# which mounts the host's driver when the container starts with `--gpus all`.
+# TPU base image: plain Ubuntu 24.04. jax[tpu] brings libtpu as a pip wheel; the chips come from
+# the TPU VM (/dev/accel* or /dev/vfio/*) when the container starts privileged.
+# Ubuntu 24.04 brings Python 3.12 (jax needs >= 3.11).
 #
 # For reproducible builds, pin the base image by digest. Look the digest up with
 #   docker buildx imagetools inspect nvidia/cuda:12.8.1-base-ubuntu24.04
 # (the "Digest:" line), then build with
 #   docker build --build-arg BASE_IMAGE=nvidia/cuda:12.8.1-base-ubuntu24.04@sha256:<digest> .
-# Dependabot's and Renovate's docker updaters can keep such a digest current.
+# (TPU_BASE_IMAGE likewise for ubuntu:24.04). Dependabot's and Renovate's docker updaters can keep
+# such a digest current.
 #
 # Build:  docker build -t jax-transfer-gate .
 #         CUDA 13 (needs a newer driver): docker build --build-arg JAX_CUDA=cuda13 \
 #           --build-arg BASE_IMAGE=nvidia/cuda:13.0.1-base-ubuntu24.04 -t jax-transfer-gate .
+#         TPU: docker build --build-arg ACCELERATOR=tpu -t jax-transfer-gate:tpu .
 # Run:    docker run --rm --gpus all --user "$(id -u):$(id -g)" \
 #           -v "$PWD:/repo" -v jax-cache:/cache/jax jax-transfer-gate
+#         On a TPU VM, as Google runs TPU workloads in Docker: privileged (the chips) on the
+#         host's network (libtpu reads the VM's metadata), with a larger /dev/shm:
+#           docker run --rm --privileged --net=host --shm-size 16g \
+#             -v "$PWD:/repo" -v jax-cache:/cache/jax jax-transfer-gate:tpu
 #         This runs `transfer-gate run` in the repository mounted at /repo. Arguments after the image
 #         name replace `run`, e.g. `... jax-transfer-gate run --junit reports/transfer-gate.xml policies/`.
 #         --user makes the reports belong to you rather than to the image's user.
 
 ARG BASE_IMAGE=nvidia/cuda:12.8.1-base-ubuntu24.04
+ARG TPU_BASE_IMAGE=ubuntu:24.04
+# cuda or tpu: which of the two base stages below the image is built on.
+ARG ACCELERATOR=cuda
 
-FROM ${BASE_IMAGE} AS build
+FROM ${BASE_IMAGE} AS cuda-base
+FROM ${TPU_BASE_IMAGE} AS tpu-base
 
-# cuda12 or cuda13: the jax extra that brings the CUDA wheels.
+FROM ${ACCELERATOR}-base AS build
+
+ARG ACCELERATOR
+# cuda12 or cuda13: the jax extra that brings the CUDA wheels (ACCELERATOR=cuda only).
 ARG JAX_CUDA=cuda12
 ARG JAX_VERSION=0.10.2
 
@@ -37,11 +54,15 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/venv/bin:$PATH
 
-# pip only warns about an unknown extra and then installs a CPU-only jax, so check the name first.
+# pip only warns about an unknown extra and then installs a CPU-only jax, so check the names first.
 # Python comes from Ubuntu's archive, unpinned (DL3008): the archive drops superseded versions, so
 # an exact pin would break the build at the next security update.
 # hadolint ignore=DL3008
-RUN case "${JAX_CUDA}" in \
+RUN case "${ACCELERATOR}" in \
+      cuda|tpu) ;; \
+      *) echo "ACCELERATOR must be cuda or tpu, not '${ACCELERATOR}'" >&2; exit 1 ;; \
+    esac \
+ && case "${JAX_CUDA}" in \
       cuda12|cuda13) ;; \
       *) echo "JAX_CUDA must be cuda12 or cuda13, not '${JAX_CUDA}'" >&2; exit 1 ;; \
     esac \
@@ -50,10 +71,13 @@ RUN case "${JAX_CUDA}" in \
  && rm -rf /var/lib/apt/lists/* \
  && python3 -m venv /opt/venv
 
-# JAX and its CUDA wheels go in first, as the largest layer: it is rebuilt only when these arguments
-# change, not on every change to the gate.
-RUN pip install "jax[${JAX_CUDA}]==${JAX_VERSION}" \
- && pip show "jax-${JAX_CUDA}-plugin" > /dev/null
+# JAX and its accelerator's wheels go in first, as the largest layer: it is rebuilt only when these
+# arguments change, not on every change to the gate. The extra is jax[cuda12], jax[cuda13] or
+# jax[tpu]; the check after it fails the build if pip quietly left the accelerator out.
+RUN if [ "${ACCELERATOR}" = tpu ]; then extra=tpu plugin=libtpu; \
+    else extra="${JAX_CUDA}" plugin="jax-${JAX_CUDA}-plugin"; fi \
+ && pip install "jax[${extra}]==${JAX_VERSION}" \
+ && pip show "${plugin}" > /dev/null
 
 WORKDIR /src
 COPY . .
@@ -61,7 +85,7 @@ RUN pip install . \
  && pip check
 
 
-FROM ${BASE_IMAGE}
+FROM ${ACCELERATOR}-base
 
 LABEL org.opencontainers.image.title="jax-transfer-gate" \
       org.opencontainers.image.description="Runs JAX code regions under JAX's transfer guard and writes a JUnit report"
@@ -88,8 +112,8 @@ RUN groupadd --gid 10001 gate \
 # TF_CPP_MIN_LOG_LEVEL=0: the transfer guard's log-mode messages are C++ warnings, and a level of 2,
 # which many CI images set, hides every one of them.
 # NVIDIA_DRIVER_CAPABILITIES: without "compute" the container toolkit mounts only the utility
-# libraries (nvidia-smi), not libcuda. The base image sets it; it is repeated here so that a
-# BASE_IMAGE override without it still gets a working GPU.
+# libraries (nvidia-smi), not libcuda. The CUDA base image sets it; it is repeated here so that a
+# BASE_IMAGE override without it still gets a working GPU. A TPU image never reads it.
 # JAX_COMPILATION_CACHE_DIR: JAX's persistent compilation cache. Mount a volume there so that
 # later runs skip recompiling.
 ENV PATH=/opt/venv/bin:$PATH \

@@ -1,13 +1,11 @@
-"""The gate's own files: writing atomically, reading its versioned JSON documents."""
+"""The gate's own files, written atomically: a reader sees the old file or the whole new one."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 from pathlib import Path
-from typing import Any
 
 
 def write_text_atomically(path: Path, text: str) -> None:
@@ -50,26 +48,3 @@ def _fsync_folder(folder: Path) -> None:
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
-
-
-class DocumentError(Exception):
-    """The file is unreadable or not the document expected; one line naming the file and the fix."""
-
-
-def read_json_document(
-    path: Path, *, format: str, version: int, what: str, fix: str
-) -> dict[str, Any]:
-    """The document in ``path``, checked to be ``format`` at ``version``."""
-    try:
-        document: Any = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise DocumentError(f"{path}: cannot read the {what} ({exc.strerror})") from exc
-    except json.JSONDecodeError as exc:
-        raise DocumentError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); {fix}") from exc
-    if not isinstance(document, dict) or document.get("format") != format:
-        raise DocumentError(f"{path}: not a {what}; {fix}")
-    if document.get("version") != version:
-        raise DocumentError(
-            f"{path}: {what} version {document.get('version')!r} is not {version}; {fix}"
-        )
-    return document

@@ -1,6 +1,6 @@
-"""Suite-wide rules: `gpu` tests run only where a GPU can, the tests of each JAX internal
-(tests/jax_hooks.py) are marked `jaxhooks`, and every JUnit report left in a test's tmp_path
-must be valid.
+"""Suite-wide rules: `gpu` and `tpu` tests run only where such a device can, the tests of each
+JAX internal (tests/jax_hooks.py) are marked `jaxhooks`, and every JUnit report left in a test's
+tmp_path must be valid.
 
 Tests that assert on a report validate it themselves (`GateRun.junit`); the
 net catches the reports of tests that only look at an exit code or the log.
@@ -9,6 +9,7 @@ net catches the reports of tests that only look at an exit code or the log.
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,8 @@ import pytest
 from accelerator_rule import accelerator_rule, one_process_on_the_device
 from cli_helpers import validate_junit
 from jax_hooks import hook_tests
+
+from gate.machine.devices import tpu_chip_files
 
 __all__ = ["accelerator_rule", "one_process_on_the_device"]  # fixtures for every module
 
@@ -31,21 +34,49 @@ def _cuda_plugin_installed() -> bool:
     return False
 
 
+def _tpu_present() -> bool:
+    """A TPU's device files, and libtpu installed or on the path (a TPU VM may bring either)."""
+    if not tpu_chip_files():
+        return False
+    try:
+        importlib.metadata.version("libtpu")
+    except importlib.metadata.PackageNotFoundError:
+        return importlib.util.find_spec("libtpu") is not None
+    return True
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """On a TPU machine, keep this process's JAX on the CPU.
+
+    A TPU chip admits one process (docs/runner-host.md). The tests marked `tpu` start the gate,
+    or a script, in processes of their own that need the chip; this process, which runs the
+    other tests' gates in-process on the CPU, must never be the one holding it.
+    """
+    if _tpu_present():
+        import jax
+
+        jax.config.update("jax_platforms", "cpu")
+
+
 # Before `-m` deselects by marker, which is a collection_modifyitems hook too.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the tests of each JAX internal `jaxhooks`; skip tests marked `gpu` without JAX's CUDA
-    plugin (the CPU tests cover their logic)."""
+    plugin and those marked `tpu` without a TPU (the CPU tests cover their logic)."""
     hooked = hook_tests()
     for item in items:
         if item.nodeid.split("[", 1)[0] in hooked:
             item.add_marker(pytest.mark.jaxhooks)
-    if _cuda_plugin_installed():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU and JAX's CUDA plugin")
-    for item in items:
-        if item.get_closest_marker("gpu") is not None:
-            item.add_marker(skip)
+    missing = {
+        "gpu": None if _cuda_plugin_installed() else "needs a CUDA GPU and JAX's CUDA plugin",
+        "tpu": None if _tpu_present() else "needs a TPU (/dev/accel* or /dev/vfio/N) and libtpu",
+    }
+    for marker, reason in missing.items():
+        if reason is None:
+            continue
+        for item in items:
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(autouse=True)

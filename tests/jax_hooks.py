@@ -182,7 +182,8 @@ HOOKS = (
     Hook(
         "every program a step runs: jit's C++ fast path off for the cost run and the first call "
         "(pxla.MeshExecutableFastpathData, PjitFunctionCache.clear_all), its executions counted "
-        "at pxla.ExecuteReplicated.__call__, and their cost and memory analysis",
+        "at pxla.ExecuteReplicated.__call__ (the first in the caller's thread, naming its line), "
+        "and their cost and memory analysis",
         ("jax._src.interpreters.pxla", "jax._src.lib._jax"),
         (
             "test_costs.py::test_each_function_is_counted_and_the_totals_are_their_sum",
@@ -190,6 +191,8 @@ HOOKS = (
             "test_costs.py::test_every_call_is_seen_and_the_fast_path_comes_back_after",
             "test_costs.py::test_a_jax_without_the_hook_gives_a_note_not_a_zero",
             "test_costs.py::test_restoring_refuses_to_clobber_a_patch_made_meanwhile",
+            "test_costs.py::test_a_program_new_in_the_head_is_named_with_its_line_on_a_passing_"
+            "region",
             "test_real_models.py::test_every_move_of_flaxs_mnist_epoch_names_its_array",
         ),
     ),

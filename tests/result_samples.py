@@ -19,6 +19,7 @@ from cli_helpers import FAST_DEFAULTS
 from gate.levels import Direction, GuardLevel, GuardSpec
 from gate.policy.model import CallableRef, Checks, Policy, Region
 from gate.results.errors import ErrorKind, RegionError
+from gate.results.machine import Machine
 from gate.results.records import (
     BoundaryCost,
     CheckName,
@@ -140,6 +141,19 @@ SETUP_ERROR = region_error(
         'Traceback (most recent call last):\n  File "examples/setup.py", line 3\nValueError: boom'
     ),
     location=at(3, "examples/setup.py", "make_batch"),
+)
+
+
+# The machine a sample region's times were measured on, as a worker reads it.
+MACHINE = Machine(
+    processor="Intel(R) Xeon(R) CPU @ 2.20GHz",
+    cores=2,
+    platform="cpu",
+    accelerator="cpu",
+    devices=1,
+    jax="0.10.2",
+    jaxlib="0.10.2",
+    transfer_gate="0.1.0",
 )
 
 

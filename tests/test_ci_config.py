@@ -24,6 +24,7 @@ import stat
 import subprocess
 import sysconfig
 import time
+import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,7 +84,11 @@ FORK_GUARD = (
 )
 # The settings every gate workflow carries in its own `env:`, as shipped: an image placeholder that
 # the image job refuses until it is edited, and forks off.
-IMAGE_PLACEHOLDER = "ghcr.io/OWNER/jax-transfer-gate@sha256:<digest>"
+# The repository as pyproject.toml names it; `.ci/repository.py set` renames it everywhere at once.
+REPOSITORY = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+    "urls"
+]["Source"].removeprefix("https://github.com/")
+IMAGE_PLACEHOLDER = f"ghcr.io/{REPOSITORY.lower()}@sha256:<digest>"
 SETTINGS = {"TRANSFER_GATE_IMAGE": IMAGE_PLACEHOLDER, "TRANSFER_GATE_ALLOW_FORKS": "false"}
 IMAGE_JOB_OUTPUTS = {
     "ref": "${{ steps.check.outputs.ref }}",
@@ -423,11 +428,11 @@ GATE_CHECKOUT = {
     "persist-credentials": False,
 }
 GATE_ACTION = "./.transfer-gate/.github/actions/transfer-gate"
-# The GPU job's `if:`: pushes (and every other event without a pull request), same-repository pull
-# requests, and a fork's only when the caller lets forks in.
-GPU_GUARD = (
-    "inputs.gpu && (github.event.pull_request.head.repo.full_name == github.repository "
-    "|| !github.event.pull_request || inputs.allow-forks)"
+# The accelerator job's `if:`: with an accelerator, pushes (and every other event without a pull
+# request), same-repository pull requests, and a fork's only when the caller lets forks in.
+ACCELERATOR_GUARD = (
+    "inputs.accelerator != '' && (github.event.pull_request.head.repo.full_name == "
+    "github.repository || !github.event.pull_request || inputs.allow-forks)"
 )
 REUSABLE_FORK_PR = (
     "${{ github.event.pull_request.head.repo.full_name != '' "
@@ -440,9 +445,9 @@ VERDICT_ENV = {
     "CPU": "${{ inputs.cpu }}",
     "CPU_RESULT": "${{ needs.cpu.result }}",
     "CPU_ERROR": "${{ needs.cpu.outputs.error }}",
-    "GPU": "${{ inputs.gpu }}",
-    "GPU_RESULT": "${{ needs.gpu.result }}",
-    "GPU_ERROR": "${{ needs.gpu.outputs.error }}",
+    "ACCELERATOR": "${{ inputs.accelerator }}",
+    "ACCELERATOR_RESULT": "${{ needs.accelerator.result }}",
+    "ACCELERATOR_ERROR": "${{ needs.accelerator.outputs.error }}",
     "FORK_PR": REUSABLE_FORK_PR,
     "ALLOW_FORKS": "${{ inputs.allow-forks }}",
 }
@@ -496,10 +501,12 @@ def test_reusable_workflow_is_only_called(reusable: dict[str, Any]) -> None:
         "timeout-minutes",
         "time-budget",
         "base",
+        "accelerator",
+        "tpu-image",
         "cpu",
-        "gpu",
         "allow-forks",
-        "gpu-cache",
+        "accelerator-cache",
+        "record-baseline",
         "python-version",
         "args",
     }
@@ -509,13 +516,18 @@ def test_reusable_workflow_is_only_called(reusable: dict[str, Any]) -> None:
     # The gate's released image, pinned by digest; until a release fills it in, the placeholder
     # is refused like a tag.
     assert inputs["image"]["default"] == IMAGE_PLACEHOLDER
-    assert json.loads(inputs["runs-on"]["default"]) == ["self-hosted", "linux", "x64", "gpu"]
-    assert (inputs["cpu"]["default"], inputs["gpu"]["default"]) == (True, True)
-    # Forks stay off the GPU runner unless the caller says otherwise.
+    # The accelerator's own labels (the inputs job fills them in), and no container for a TPU.
+    assert inputs["runs-on"]["default"] == ""
+    assert inputs["tpu-image"]["default"] == ""
+    # The hosted CPU job alone until the caller opts in to a GPU or TPU job on its own runner:
+    # an adopter without a self-hosted runner needs to set nothing.
+    assert (inputs["cpu"]["default"], inputs["accelerator"]["default"]) == (True, "")
+    assert inputs["record-baseline"]["default"] == ""
+    # Forks stay off the self-hosted runner unless the caller says otherwise.
     assert inputs["allow-forks"]["default"] is False
     assert inputs["timeout-minutes"]["default"] * 60 - inputs["time-budget"]["default"] >= 180
     assert all("description" in spec for spec in inputs.values())
-    assert set(reusable["jobs"]) == {"inputs", "cpu", "gpu", "verdict"}
+    assert set(reusable["jobs"]) == {"inputs", "cpu", "accelerator", "verdict"}
     # The caller's workflow sets `concurrency`; the same group here would cancel the caller.
     assert "concurrency" not in reusable
 
@@ -560,7 +572,7 @@ def test_template_is_a_complete_caller_of_at_most_20_lines(
     assert template["concurrency"] == gate_workflow["concurrency"]
     (job,) = template["jobs"].values()
     workflow, _, ref = job["uses"].partition("@")
-    assert workflow == "OWNER/jax-transfer-gate/.github/workflows/gate.yml"
+    assert workflow == f"{REPOSITORY}/.github/workflows/gate.yml"
     # A placeholder that cannot resolve: a copy that was not given a reviewed commit fails.
     assert ref == "0" * 40
     assert job["with"] == {"policies": "policies/", "install": "pip install -e .[train]"}
@@ -571,30 +583,43 @@ def test_template_is_a_complete_caller_of_at_most_20_lines(
 
 
 GOOD_IMAGE = f"ghcr.io/owner/jax-transfer-gate@{DIGEST}"
+GPU = {"accelerator": "gpu", "image": GOOD_IMAGE}
+TPU = {"accelerator": "tpu"}
 
 
 @pytest.mark.parametrize(
     ("given", "names"),
     [
-        # The shipped default: no released image yet.
-        ({}, "input 'image'"),
-        ({"image": "ghcr.io/owner/jax-transfer-gate:latest"}, "input 'image'"),
-        ({"image": "ghcr.io/owner/jax-transfer-gate@sha256:abc"}, "input 'image'"),
-        ({"image": f"ghcr.io/Owner/gate@{DIGEST}"}, "input 'image'"),
-        ({"image": f"{GOOD_IMAGE}\nimage=evil:latest"}, "input 'image'"),
-        ({"image": GOOD_IMAGE, "runs-on": "self-hosted"}, "input 'runs-on'"),
-        ({"image": GOOD_IMAGE, "runs-on": "[]"}, "input 'runs-on'"),
-        ({"image": GOOD_IMAGE, "runs-on": '["gpu", 3]'}, "input 'runs-on'"),
-        ({"image": GOOD_IMAGE, "gpu-cache": "cache volume"}, "input 'gpu-cache'"),
-        ({"image": GOOD_IMAGE, "gpu-cache": ""}, "input 'gpu-cache'"),
-        ({"image": GOOD_IMAGE, "gpu-cache": "x:/etc"}, "input 'gpu-cache'"),
-        ({"image": GOOD_IMAGE, "time-budget": 3500}, "input 'time-budget'"),
-        ({"image": GOOD_IMAGE, "time-budget": 0}, "input 'time-budget'"),
-        ({"image": GOOD_IMAGE, "time-budget": 3300.5}, "input 'time-budget'"),
-        ({"image": GOOD_IMAGE, "timeout-minutes": 1.5}, "input 'timeout-minutes'"),
-        ({"image": GOOD_IMAGE, "timeout-minutes": 3}, "input 'timeout-minutes'"),
-        # Without the GPU job the image is never used, so not checked; the budget still is.
-        ({"gpu": False, "time-budget": 3600}, "input 'time-budget'"),
+        # The GPU job asked for, with the shipped default: no released image yet.
+        ({"accelerator": "gpu"}, "input 'image'"),
+        ({**GPU, "image": "ghcr.io/owner/jax-transfer-gate:latest"}, "input 'image'"),
+        ({**GPU, "image": "ghcr.io/owner/jax-transfer-gate@sha256:abc"}, "input 'image'"),
+        ({**GPU, "image": f"ghcr.io/Owner/gate@{DIGEST}"}, "input 'image'"),
+        ({**GPU, "image": f"{GOOD_IMAGE}\nimage=evil:latest"}, "input 'image'"),
+        ({**GPU, "runs-on": "self-hosted"}, "input 'runs-on'"),
+        ({**GPU, "runs-on": "[]"}, "input 'runs-on'"),
+        ({**GPU, "runs-on": '["gpu", 3]'}, "input 'runs-on'"),
+        ({**GPU, "accelerator-cache": "cache volume"}, "input 'accelerator-cache'"),
+        ({**GPU, "accelerator-cache": ""}, "input 'accelerator-cache'"),
+        ({**GPU, "accelerator-cache": "x:/etc"}, "input 'accelerator-cache'"),
+        ({**GPU, "time-budget": 3500}, "input 'time-budget'"),
+        ({**GPU, "time-budget": 0}, "input 'time-budget'"),
+        ({**GPU, "time-budget": 3300.5}, "input 'time-budget'"),
+        ({**GPU, "timeout-minutes": 1.5}, "input 'timeout-minutes'"),
+        ({**GPU, "timeout-minutes": 3}, "input 'timeout-minutes'"),
+        # A TPU job: its container is optional, but pinned when given; the GPU image is unused.
+        ({**TPU, "tpu-image": "ghcr.io/owner/gate:tpu"}, "input 'tpu-image'"),
+        ({**TPU, "runs-on": "tpu"}, "input 'runs-on'"),
+        ({"accelerator": "xpu"}, "input 'accelerator'"),
+        ({"accelerator": "GPU"}, "input 'accelerator'"),
+        # The step times are recorded where they are compared: on the accelerator runner.
+        ({"record-baseline": "policies/transfer-gate-baseline.json"}, "input 'record-baseline'"),
+        ({**TPU, "record-baseline": "../elsewhere.json"}, "input 'record-baseline'"),
+        ({**TPU, "record-baseline": "/etc/baseline.json"}, "input 'record-baseline'"),
+        ({**TPU, "record-baseline": "policies/baseline.yaml"}, "input 'record-baseline'"),
+        ({**TPU, "record-baseline": "a.json\nb.json"}, "input 'record-baseline'"),
+        # Without the accelerator job the image is never used, so not checked; the budget is.
+        ({"time-budget": 3600}, "input 'time-budget'"),
     ],
 )
 def test_inputs_job_fails_a_bad_input_with_one_error_that_names_it(
@@ -607,25 +632,42 @@ def test_inputs_job_fails_a_bad_input_with_one_error_that_names_it(
     assert job["outputs"]["error"] == "${{ steps.check.outputs.error }}"
 
 
+GPU_OPTIONS = "--gpus all --user root"
+# Google's way to run a TPU workload in Docker: privileged (the chips) on the host's network.
+TPU_OPTIONS = "--privileged --network host --shm-size 16g --user root"
+
+
 @pytest.mark.parametrize(
-    ("given", "image", "labels"),
+    ("given", "image", "options", "labels"),
     [
-        ({"image": GOOD_IMAGE}, GOOD_IMAGE, '["self-hosted", "linux", "x64", "gpu"]'),
+        (GPU, GOOD_IMAGE, GPU_OPTIONS, ["self-hosted", "linux", "x64", "gpu"]),
         (
-            {"image": f"registry.local:5000/gate:1@{DIGEST}", "runs-on": '["gpu-h100"]'},
+            {**GPU, "image": f"registry.local:5000/gate:1@{DIGEST}", "runs-on": '["gpu-h100"]'},
             f"registry.local:5000/gate:1@{DIGEST}",
-            '["gpu-h100"]',
+            GPU_OPTIONS,
+            ["gpu-h100"],
         ),
-        ({"image": GOOD_IMAGE, "gpu-cache": "/var/cache/jax"}, GOOD_IMAGE, None),
-        ({"gpu": False}, None, None),
+        ({**GPU, "accelerator-cache": "/var/cache/jax"}, GOOD_IMAGE, GPU_OPTIONS, None),
+        # A TPU job on the VM itself: no image, so no container; the GPU image is not checked.
+        (TPU, "", TPU_OPTIONS, ["self-hosted", "linux", "x64", "tpu"]),
+        ({**TPU, "tpu-image": GOOD_IMAGE}, GOOD_IMAGE, TPU_OPTIONS, None),
+        (
+            {**TPU, "runs-on": '["self-hosted", "v5e-8"]', "record-baseline": "b/t.json"},
+            "",
+            TPU_OPTIONS,
+            ["self-hosted", "v5e-8"],
+        ),
+        ({}, None, None, None),
     ],
 )
 def test_inputs_job_hands_on_the_checked_image_and_runner_labels(
     reusable: dict[str, Any],
     tmp_path: Path,
+    *,
     given: dict[str, Any],
     image: str | None,
-    labels: str | None,
+    options: str | None,
+    labels: list[str] | None,
 ) -> None:
     job = reusable["jobs"]["inputs"]
     (step,) = job["steps"]
@@ -636,11 +678,11 @@ def test_inputs_job_hands_on_the_checked_image_and_runner_labels(
     if image is None:
         assert written == {}
         return
-    assert written["image"] == image
+    assert (written["image"], written["options"]) == (image, options)
     if labels is not None:
-        assert json.loads(written["runs-on"]) == json.loads(labels)
-    assert job["outputs"]["image"] == "${{ steps.check.outputs.image }}"
-    assert job["outputs"]["runs-on"] == "${{ steps.check.outputs.runs-on }}"
+        assert json.loads(written["runs-on"]) == labels
+    for name in ("image", "options", "runs-on"):
+        assert job["outputs"][name] == f"${{{{ steps.check.outputs.{name} }}}}"
 
 
 # --- the reusable workflow: the gate jobs --------------------------------------------------------
@@ -688,51 +730,79 @@ def test_cpu_job_runs_on_a_hosted_runner_and_installs_the_gate_from_this_commit(
     assert gate["with"]["check-name"] == "transfer-gate report (CPU)"
     assert gate["with"]["artifact-name"] == "transfer-gate-report-cpu"
     assert gate["with"]["time-budget"] == "${{ inputs.time-budget }}"
+    # A shared hosted runner's step times say nothing about the code: never compared with the
+    # stored ones (the baseline's accepted transfers still apply).
+    assert gate["with"]["args"] == "--no-timing-baseline ${{ inputs.args }}"
+    assert "require-platform" not in gate["with"]  # the policies' own `platform:` stands
     assert job["outputs"]["error"] == (
         "${{ steps.policies.outputs.error || steps.requirements.outputs.error "
         "|| steps.install.outputs.error }}"
     )
 
 
-def test_gpu_job_runs_in_the_checked_image_on_the_self_hosted_runner(
+def test_accelerator_job_runs_on_the_self_hosted_runner_in_the_checked_container(
     reusable: dict[str, Any],
 ) -> None:
-    job = reusable["jobs"]["gpu"]
+    job = reusable["jobs"]["accelerator"]
+    assert job["name"] == "transfer-gate ${{ inputs.accelerator == 'tpu' && 'TPU' || 'GPU' }}"
     assert job["needs"] == ["inputs"]
     assert job["runs-on"] == "${{ fromJSON(needs.inputs.outputs.runs-on) }}"
-    # The image comes only from the job that refuses anything not pinned by digest.
+    # The image and its options come only from the job that refuses anything not pinned by
+    # digest; an empty image (a TPU job without `tpu-image`) runs on the runner itself.
     assert job["container"]["image"] == "${{ needs.inputs.outputs.image }}"
-    assert "--gpus all" in job["container"]["options"]
+    assert job["container"]["options"] == "${{ needs.inputs.outputs.options }}"
     (volume,) = job["container"]["volumes"]
     assert volume == (
-        "${{ inputs.gpu-cache }}-"
+        "${{ inputs.accelerator-cache }}-"
         "${{ github.event_name == 'push' && 'main' || 'pull-requests' }}:/cache/jax"
     )
-    assert job["env"] == {"JAX_COMPILATION_CACHE_DIR": "/cache/jax"}
+    assert "env" not in job  # the cache's folder is a step's: in a container or on the VM
     steps = job["steps"]
     assert [s["name"] for s in steps] == [
         "Check out",
         "Check out the gate",
         "Check the policies",
         "Check the requirements",
+        "Point JAX at the compilation cache",
+        "Set up the gate on the TPU VM",
         "Install the dependencies",
         "Run transfer gate",
+        "Record the baseline",
+        "Upload the baseline",
     ]
     assert step_named(steps, "Check out")["with"] == {
         "persist-credentials": False,
         "fetch-depth": SHARD_FETCH_DEPTH,
     }
     assert step_named(steps, "Check out the gate")["with"] == GATE_CHECKOUT
+    assert step_named(steps, "Set up the gate on the TPU VM")["if"] == (
+        "needs.inputs.outputs.image == ''"
+    )
     gate = step_named(steps, "Run transfer gate")
     assert gate["uses"] == GATE_ACTION
-    assert gate["with"]["expect"] == "gpu"
+    # doctor --expect gpu|tpu, and every region required to run there.
+    assert gate["with"]["expect"] == "${{ inputs.accelerator }}"
+    assert gate["with"]["require-platform"] == "${{ inputs.accelerator }}"
     assert gate["with"]["base"] == GPU_BASE
     assert "check-name" not in gate["with"]  # the action's default, "transfer-gate report"
-    assert job["outputs"] == reusable["jobs"]["cpu"]["outputs"]
+    # Recorded after the action, which fails the job unless the gate passed.
+    for name in ("Record the baseline", "Upload the baseline"):
+        assert step_named(steps, name)["if"] == "inputs.record-baseline != ''"
+    upload = step_named(steps, "Upload the baseline")
+    assert upload["uses"].startswith("actions/upload-artifact@")
+    assert upload["with"] == {
+        "name": "transfer-gate-baseline",
+        "path": "${{ inputs.record-baseline }}",
+        "if-no-files-found": "error",
+    }
+    assert job["outputs"]["error"] == (
+        "${{ steps.policies.outputs.error || steps.requirements.outputs.error "
+        "|| steps.setup.outputs.error || steps.install.outputs.error }}"
+    )
 
 
 def test_both_gate_jobs_check_the_policies_and_install_alike(reusable: dict[str, Any]) -> None:
-    cpu, gpu = (reusable["jobs"][name]["steps"] for name in ("cpu", "gpu"))
+    cpu, gpu = (reusable["jobs"][name]["steps"] for name in ("cpu", "accelerator"))
     for name in ("Check the policies", "Check the requirements", "Install the dependencies"):
         assert step_named(cpu, name) == step_named(gpu, name)
     assert step_named(cpu, "Install the dependencies")["if"] == "inputs.install != ''"
@@ -746,29 +816,30 @@ def test_both_gate_jobs_check_the_policies_and_install_alike(reusable: dict[str,
 
 
 @pytest.mark.parametrize(
-    ("event", "gpu", "allow_forks", "runs"),
+    ("event", "accelerator", "allow_forks", "runs"),
     [
-        ("push", True, False, True),
-        ("same-repo", True, False, True),
-        ("fork", True, False, False),
+        ("push", "gpu", False, True),
+        ("same-repo", "tpu", False, True),
+        ("fork", "gpu", False, False),
         # Only together with "Require approval for all outside collaborators".
-        ("fork", True, True, True),
-        ("push", False, False, False),
-        ("same-repo", False, True, False),
+        ("fork", "tpu", True, True),
+        ("push", "", False, False),
+        ("same-repo", "", True, False),
     ],
 )
-def test_gpu_job_keeps_fork_pull_requests_off_the_runner(
-    reusable: dict[str, Any], event: str, gpu: bool, allow_forks: bool, runs: bool
+def test_accelerator_job_keeps_fork_pull_requests_off_the_runner(
+    reusable: dict[str, Any], event: str, accelerator: str, allow_forks: bool, runs: bool
 ) -> None:
-    condition = one_line(reusable["jobs"]["gpu"]["if"])
-    assert condition == GPU_GUARD
-    # No status function: a failed inputs job must skip the GPU job, not start it.
+    condition = one_line(reusable["jobs"]["accelerator"]["if"])
+    assert condition == ACCELERATOR_GUARD
+    # No status function: a failed inputs job must skip the accelerator job, not start it.
     for function in ("always()", "failure()", "cancelled()"):
         assert function not in condition
     head = {"push": None, "same-repo": "owner/repo", "fork": "someone/fork"}[event]
-    # GPU_GUARD, term by term, as GitHub evaluates it for this event.
+    # ACCELERATOR_GUARD, term by term, as GitHub evaluates it for this event.
     pull_request = head is not None
-    assert (gpu and (head == "owner/repo" or not pull_request or allow_forks)) is runs
+    asked = accelerator != ""
+    assert (asked and (head == "owner/repo" or not pull_request or allow_forks)) is runs
 
 
 def test_reusable_workflows_cpu_cache_key_names_jax_and_the_device(
@@ -868,7 +939,7 @@ def test_gate_jobs_refuse_an_unknown_requirements_file_with_one_error(
 def test_gate_jobs_name_the_install_input_when_its_command_fails(
     reusable: dict[str, Any], tmp_path: Path, install: str, code: int
 ) -> None:
-    step = step_named(reusable["jobs"]["gpu"]["steps"], "Install the dependencies")
+    step = step_named(reusable["jobs"]["accelerator"]["steps"], "Install the dependencies")
     assert step["id"] == "install"
     env = inputs_env(reusable, step, {"install": install})
     proc, output, _ = run_step_script(step["run"], env, tmp_path)
@@ -882,6 +953,133 @@ def test_gate_jobs_name_the_install_input_when_its_command_fails(
     assert f"exit code {code}" in error
 
 
+def runner_scripts(tmp_path: Path, has_jax: bool, python_ok: bool = True) -> Path:
+    """A `python3` that records what the TPU set-up step asks of it: its version check, the
+    virtual environment (whose `python` is the same recorder), `import jax` and pip."""
+    bin_dir = tmp_path / "runner-bin"
+    bin_dir.mkdir()
+    python = bin_dir / "python3"
+    python.write_text(
+        "#!/bin/bash\n"
+        'echo "$(basename "$0") $*" >> "$CALLS"\n'
+        'if [ "$1 $2" = "-m venv" ]; then mkdir -p "$4/bin" && cp "$0" "$4/bin/python"; exit; fi\n'
+        'case "$2" in\n'
+        f"  *version_info*) exit {0 if python_ok else 1} ;;\n"
+        f"  'import jax') exit {0 if has_jax else 1} ;;\n"
+        "  *__version__*) echo 0.10.2 ;;\n"
+        "esac\n"
+    )
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    return bin_dir
+
+
+@pytest.mark.parametrize("has_jax", [True, False], ids=["runner's JAX", "jax[tpu] installed"])
+def test_a_tpu_job_on_the_vm_installs_the_gate_and_jax_unless_the_runner_has_it(
+    reusable: dict[str, Any], tmp_path: Path, *, has_jax: bool
+) -> None:
+    step = step_named(reusable["jobs"]["accelerator"]["steps"], "Set up the gate on the TPU VM")
+    assert step["id"] == "setup"
+    assert "env" not in step  # it reads no input
+    calls, github_path = tmp_path / "calls", tmp_path / "github_path"
+    env = {
+        "CALLS": str(calls),
+        "RUNNER_TEMP": str(tmp_path / "temp"),
+        "GITHUB_PATH": str(github_path),
+    }
+    bin_dir = runner_scripts(tmp_path, has_jax)
+    proc, output, _ = run_step_script(step["run"], env, tmp_path, path_prefix=bin_dir)
+    assert proc.returncode == 0, shown(proc)
+    venv = tmp_path / "temp" / "transfer-gate-venv"
+    pip = [line for line in calls.read_text().splitlines() if " -m pip install " in line]
+    # The runner's own JAX (and libtpu) are seen through --system-site-packages, never replaced.
+    assert f"python3 -m venv --system-site-packages {venv}" in calls.read_text()
+    assert pip == [
+        *([] if has_jax else ["python -m pip install jax[tpu]"]),
+        "python -m pip install ./.transfer-gate",
+    ]
+    assert github_path.read_text() == f"{venv}/bin\n"
+    assert output == ""
+
+
+def test_a_tpu_vm_with_an_old_python_fails_the_set_up_with_one_error(
+    reusable: dict[str, Any], tmp_path: Path
+) -> None:
+    step = step_named(reusable["jobs"]["accelerator"]["steps"], "Set up the gate on the TPU VM")
+    env = {"CALLS": str(tmp_path / "calls"), "RUNNER_TEMP": str(tmp_path / "temp")}
+    bin_dir = runner_scripts(tmp_path, has_jax=True, python_ok=False)
+    proc, output, _ = run_step_script(step["run"], env, tmp_path, path_prefix=bin_dir)
+    assert proc.returncode == 1, shown(proc)
+    (error,) = error_lines(proc.stdout)
+    assert "the gate needs Python 3.11 or newer" in error
+    assert "input 'tpu-image'" in error  # the other way
+    assert output == f"error={error.split('::', 2)[2]}\n"
+
+
+@pytest.mark.parametrize(
+    ("image", "cache", "event", "folder"),
+    [
+        (GOOD_IMAGE, "transfer-gate-jax-cache", "push", "/cache/jax"),
+        ("", "/var/cache/jax", "push", "/var/cache/jax-main"),
+        (
+            "",
+            "transfer-gate-jax-cache",
+            "pull_request",
+            "{home}/.cache/transfer-gate-jax-cache-pull-requests",
+        ),
+    ],
+)
+def test_accelerator_job_points_jax_at_its_compilation_cache(
+    reusable: dict[str, Any], tmp_path: Path, *, image: str, cache: str, event: str, folder: str
+) -> None:
+    step = step_named(
+        reusable["jobs"]["accelerator"]["steps"], "Point JAX at the compilation cache"
+    )
+    assert step["env"] == {
+        "IN_CONTAINER": "${{ needs.inputs.outputs.image != '' }}",
+        "CACHE": "${{ inputs.accelerator-cache }}",
+        "SCOPE": "${{ github.event_name == 'push' && 'main' || 'pull-requests' }}",
+    }
+    github_env = tmp_path / "github_env"
+    env = {
+        "IN_CONTAINER": "true" if image else "false",
+        "CACHE": cache,
+        "SCOPE": "main" if event == "push" else "pull-requests",
+        "HOME": str(tmp_path),
+        "GITHUB_ENV": str(github_env),
+    }
+    proc, _, _ = run_step_script(step["run"], env, tmp_path)
+    assert proc.returncode == 0, shown(proc)
+    assert github_env.read_text() == f"JAX_COMPILATION_CACHE_DIR={folder.format(home=tmp_path)}\n"
+
+
+def test_a_passing_accelerator_job_records_the_step_times_into_the_callers_file(
+    reusable: dict[str, Any], tmp_path: Path, fake_gate: Path
+) -> None:
+    step = step_named(reusable["jobs"]["accelerator"]["steps"], "Record the baseline")
+    env = inputs_env(
+        reusable,
+        step,
+        {"policies": "policies/ more/train.yaml", "record-baseline": "policies/baseline.json"},
+    )
+    argv = tmp_path / "argv"
+    proc, _, _ = run_step_script(
+        step["run"],
+        {**env, "FAKE_ARGV": str(argv), "FAKE_EXIT": "0"},
+        tmp_path,
+        path_prefix=fake_gate,
+    )
+    assert proc.returncode == 0, shown(proc)
+    # Timing only: recording step times never accepts a new transfer (issue 30).
+    assert argv.read_text().splitlines() == [
+        "baseline",
+        "--timing-only",
+        "--baseline",
+        "policies/baseline.json",
+        "policies/",
+        "more/train.yaml",
+    ]
+
+
 # --- the reusable workflow: the verdict ----------------------------------------------------------
 
 
@@ -890,13 +1088,13 @@ class Run:
     """What the verdict job sees: the jobs' results and outputs, the inputs and the event."""
 
     cpu_result: str = "success"
-    gpu_result: str = "success"
+    gpu_result: str = "success"  # the accelerator job's, a GPU's or a TPU's
     inputs_result: str = "success"
     inputs_error: str = ""
     cpu_error: str = ""
     gpu_error: str = ""
     cpu: bool = True
-    gpu: bool = True
+    accelerator: str = "gpu"
     fork_pr: bool = False
     allow_forks: bool = False
 
@@ -910,9 +1108,9 @@ class Run:
             "CPU": flag(self.cpu),
             "CPU_RESULT": self.cpu_result if self.cpu else "skipped",
             "CPU_ERROR": self.cpu_error,
-            "GPU": flag(self.gpu),
-            "GPU_RESULT": self.gpu_result if self.gpu else "skipped",
-            "GPU_ERROR": self.gpu_error,
+            "ACCELERATOR": self.accelerator,
+            "ACCELERATOR_RESULT": self.gpu_result if self.accelerator else "skipped",
+            "ACCELERATOR_ERROR": self.gpu_error,
             "FORK_PR": flag(self.fork_pr),
             "ALLOW_FORKS": flag(self.allow_forks),
         }
@@ -950,10 +1148,35 @@ VERDICT_CASES = [
         "result 'skipped'",
     ),
     ("fork let in, both pass", Run(fork_pr=True, allow_forks=True), 0, "GPU job ran and passed"),
-    # One job only, as the caller chose.
-    ("CPU job only", Run(gpu=False), 0, "The CPU job ran and passed."),
+    # One job only, as the caller chose; the CPU job alone is the default.
+    ("CPU job only", Run(accelerator=""), 0, "The CPU job ran and passed."),
     ("GPU job only", Run(cpu=False), 0, "The GPU job ran and passed."),
-    ("neither", Run(cpu=False, gpu=False), 1, "Nothing was judged"),
+    ("neither", Run(cpu=False, accelerator=""), 1, "Nothing was judged"),
+    # A TPU job: the same rules, in its own words.
+    ("TPU job passes", Run(accelerator="tpu"), 0, "The TPU job ran and passed."),
+    (
+        "TPU job fails",
+        Run(accelerator="tpu", gpu_result="failure", gpu_error="the TPU is busy: held by pid 42"),
+        1,
+        "The TPU job ended with result 'failure': the TPU is busy: held by pid 42",
+    ),
+    (
+        "fork, TPU job skipped",
+        Run(accelerator="tpu", gpu_result="skipped", fork_pr=True),
+        0,
+        "forks do not run on the TPU runner",
+    ),
+    (
+        "unknown accelerator",
+        Run(
+            accelerator="xpu",
+            inputs_result="failure",
+            inputs_error="input 'accelerator': give gpu or tpu",
+            gpu_result="skipped",
+        ),
+        1,
+        "input 'accelerator': give gpu or tpu",
+    ),
     # A bad input: the GPU job skips, and the verdict repeats the inputs job's error.
     (
         "bad input",
@@ -986,7 +1209,7 @@ def test_verdict_passes_only_when_every_job_that_should_run_passed(
 ) -> None:
     verdict = reusable["jobs"]["verdict"]
     assert verdict["if"] == "always()"
-    assert set(verdict["needs"]) == {"inputs", "cpu", "gpu"}
+    assert set(verdict["needs"]) == {"inputs", "cpu", "accelerator"}
     assert verdict["runs-on"] == "ubuntu-latest"
     assert verdict["permissions"] == {}
     (step,) = verdict["steps"]
@@ -999,7 +1222,7 @@ def test_verdict_passes_only_when_every_job_that_should_run_passed(
     assert bool(errors) is bool(exit_code), shown(proc)
     assert all(e.startswith("::error title=transfer-gate::") for e in errors)
     if run.inputs_result != "success":
-        # One reason, the input's: not also "the GPU job was skipped".
+        # One reason, the input's: not also "the accelerator job was skipped".
         assert len(errors) == 1, shown(proc)
 
 
@@ -1010,7 +1233,7 @@ def test_docs_tell_the_verdict_for_each_case() -> None:
         "same-repository pull request",
         "fork's pull request",
         "push",
-        "GPU job skipped",
+        "accelerator job skipped",
         "transfer-gate / transfer-gate verdict",
     ):
         assert phrase in section, phrase
@@ -1019,22 +1242,17 @@ def test_docs_tell_the_verdict_for_each_case() -> None:
 @pytest.mark.parametrize(
     ("given", "job", "step_name", "names"),
     [
-        ({}, "inputs", "Check the inputs", "input 'image'"),
+        ({"accelerator": "gpu"}, "inputs", "Check the inputs", "input 'image'"),
+        ({**GPU, "policies": "polices/"}, "cpu", "Check the policies", "input 'policies'"),
         (
-            {"image": GOOD_IMAGE, "policies": "polices/"},
-            "cpu",
-            "Check the policies",
-            "input 'policies'",
-        ),
-        (
-            {"image": GOOD_IMAGE, "requirements": "requirement.txt"},
-            "gpu",
+            {**GPU, "requirements": "requirement.txt"},
+            "accelerator",
             "Check the requirements",
             "input 'requirements'",
         ),
         (
-            {"image": GOOD_IMAGE, "install": "exit 2"},
-            "gpu",
+            {**GPU, "install": "exit 2"},
+            "accelerator",
             "Install the dependencies",
             "input 'install'",
         ),
@@ -1063,7 +1281,7 @@ def test_a_bad_input_from_the_failing_job_to_the_verdict(
     run = {
         "inputs": Run(inputs_result="failure", inputs_error=error, gpu_result="skipped"),
         "cpu": Run(cpu_result="failure", cpu_error=error),
-        "gpu": Run(gpu_result="failure", gpu_error=error),
+        "accelerator": Run(gpu_result="failure", gpu_error=error),
     }[job]
     verdict_dir = tmp_path / "verdict"
     verdict_dir.mkdir()
@@ -1262,6 +1480,8 @@ def test_action_is_composite_with_documented_interface(action: dict[str, Any]) -
     assert action["inputs"]["junit"]["default"] == JUNIT_PATH
     assert action["outputs"]["exit-code"]["value"] == "${{ steps.gate.outputs.exit-code }}"
     assert action["inputs"]["expect"]["default"] == "gpu"
+    # The policies' own `platform:` unless the caller requires one (the accelerator job does).
+    assert action["inputs"]["require-platform"]["default"] == ""
     assert action["inputs"]["json"]["default"] == JSON_PATH
     assert action["inputs"]["time-budget"]["default"] == ""
     # The caller passes its pull request's base; the action cannot know the checkout's depth.
@@ -1296,6 +1516,7 @@ GATE_STEP_ENV = {
     "GATE_JSON": "${{ inputs.json }}",
     "GATE_TIME_BUDGET": "${{ inputs.time-budget }}",
     "GATE_BASE": "${{ inputs.base }}",
+    "GATE_REQUIRE_PLATFORM": "${{ inputs.require-platform }}",
     "GATE_ARGS": "${{ inputs.args }}",
 }
 
@@ -1313,6 +1534,7 @@ def test_action_gate_step_passes_inputs_and_records_the_exit_code(
         "GATE_JSON": "out/report.json",
         "GATE_TIME_BUDGET": "3300",
         "GATE_BASE": BASE_SHA,
+        "GATE_REQUIRE_PLATFORM": "tpu",
         # Not shell: stays literal words, runs nothing.
         "GATE_ARGS": "--verbose $(touch${IFS}pwned) ;id",
         "FAKE_ARGV": str(argv_file),
@@ -1332,6 +1554,8 @@ def test_action_gate_step_passes_inputs_and_records_the_exit_code(
         "3300",
         "--base",
         BASE_SHA,
+        "--require-platform",
+        "tpu",
         "--verbose",
         "$(touch${IFS}pwned)",
         ";id",
@@ -1795,10 +2019,66 @@ def test_dockerfile_installs_jax_with_the_chosen_cuda_and_the_gate() -> None:
     instructions = dockerfile_instructions()
     args = [a for k, a in instructions if k == "ARG"]
     assert "JAX_CUDA=cuda12" in args
+    assert "ACCELERATOR=cuda" in args  # `docker build .` builds the CUDA image, as before
     runs = " ".join(a for k, a in instructions if k == "RUN")
-    assert '"jax[${JAX_CUDA}]==${JAX_VERSION}"' in runs
+    assert '"jax[${extra}]==${JAX_VERSION}"' in runs
     assert re.search(r"pip install \.(\s|$)", runs)
     assert "python3 -m venv /opt/venv" in runs
+
+
+def shims(tmp_path: Path, *names: str) -> Path:
+    """Commands that record their arguments in $CALLS and do nothing else."""
+    bin_dir = tmp_path / "shims"
+    bin_dir.mkdir()
+    for name in names:
+        shim = bin_dir / name
+        shim.write_text(f'#!/bin/sh\necho "{name} $*" >> "$CALLS"\n')
+        shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
+    return bin_dir
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "jax_cuda", "calls"),
+    [
+        ("cuda", "cuda12", ["pip install jax[cuda12]==0.10.2", "pip show jax-cuda12-plugin"]),
+        ("cuda", "cuda13", ["pip install jax[cuda13]==0.10.2", "pip show jax-cuda13-plugin"]),
+        # JAX's TPU build: jax, jaxlib and libtpu, whose absence fails the build.
+        ("tpu", "cuda12", ["pip install jax[tpu]==0.10.2", "pip show libtpu"]),
+    ],
+)
+def test_dockerfile_installs_jaxs_build_for_the_accelerator(
+    tmp_path: Path, accelerator: str, jax_cuda: str, calls: list[str]
+) -> None:
+    (install,) = [a for k, a in dockerfile_instructions() if k == "RUN" and "pip show" in a]
+    env = {"ACCELERATOR": accelerator, "JAX_CUDA": jax_cuda, "JAX_VERSION": "0.10.2"}
+    recorded = tmp_path / "calls"
+    bin_dir = shims(tmp_path, "pip")
+    proc, _, _ = run_step_script(
+        install, {**env, "CALLS": str(recorded)}, tmp_path, path_prefix=bin_dir
+    )
+    assert proc.returncode == 0, shown(proc)
+    assert recorded.read_text().splitlines() == calls
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "jax_cuda", "says"),
+    [
+        ("rocm", "cuda12", "ACCELERATOR must be cuda or tpu, not 'rocm'"),
+        ("tpu", "cuda11", "JAX_CUDA must be cuda12 or cuda13, not 'cuda11'"),
+    ],
+)
+def test_dockerfile_refuses_an_unknown_accelerator_before_installing_anything(
+    tmp_path: Path, accelerator: str, jax_cuda: str, says: str
+) -> None:
+    # pip would only warn about an unknown extra, and install a CPU-only jax.
+    (checks,) = [a for k, a in dockerfile_instructions() if k == "RUN" and "must be cuda" in a]
+    recorded = tmp_path / "calls"
+    bin_dir = shims(tmp_path, "apt-get", "rm", "python3")
+    env = {"ACCELERATOR": accelerator, "JAX_CUDA": jax_cuda, "CALLS": str(recorded)}
+    proc, _, _ = run_step_script(checks, env, tmp_path, path_prefix=bin_dir)
+    assert proc.returncode == 1, shown(proc)
+    assert says in proc.stderr, shown(proc)
+    assert not recorded.exists()  # nothing ran after the check
 
 
 def test_dockerfile_final_stage_runs_the_gate_as_a_non_root_user() -> None:
@@ -1852,8 +2132,17 @@ def test_dockerfile_builds_on_a_cuda_base_image_with_python_in_both_stages() -> 
     (base,) = [a for k, a in instructions if k == "ARG" and a.startswith("BASE_IMAGE=")]
     # The smallest CUDA flavour: JAX's pip wheels bring cuDNN and the rest.
     assert re.fullmatch(r"BASE_IMAGE=nvidia/cuda:\d+\.\d+\.\d+-base-ubuntu\d+\.\d+", base)
-    froms = [a.split()[0] for k, a in instructions if k == "FROM"]
-    assert froms == ["${BASE_IMAGE}", "${BASE_IMAGE}"]
+    # A TPU needs no CUDA: plain Ubuntu, whose Python the venv is made with.
+    (tpu_base,) = [a for k, a in instructions if k == "ARG" and a.startswith("TPU_BASE_IMAGE=")]
+    assert re.fullmatch(r"TPU_BASE_IMAGE=ubuntu:\d+\.\d+", tpu_base)
+    froms = [a for k, a in instructions if k == "FROM"]
+    # Both stages on the base the build argument ACCELERATOR names.
+    assert froms == [
+        "${BASE_IMAGE} AS cuda-base",
+        "${TPU_BASE_IMAGE} AS tpu-base",
+        "${ACCELERATOR}-base AS build",
+        "${ACCELERATOR}-base",
+    ]
     # /opt/venv is copied into the final stage; its interpreter must be there too.
     final_runs = " ".join(a for k, a in final_stage(instructions) if k == "RUN")
     assert re.search(r"apt-get install [^&]*\bpython3\b", final_runs)

@@ -7,10 +7,10 @@ every construct the reader must follow.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from gate.jaxhooks.executables import Executed, StepMesh
@@ -18,8 +18,9 @@ from gate.policy.model import CollectiveRule, DonationRule
 from gate.region.donations import judge_donations
 from gate.results.collective_changes import GONE, GROWN, NEW, compare_communication
 from gate.results.collectives import Collective, Communication, not_read
-from gate.results.costs import FunctionCost, cost_from_json, cost_to_json, step_cost
+from gate.results.costs import FunctionCost, step_cost
 from gate.results.errors import ErrorKind
+from gate.results.timing_baseline import StoredCollective, StoredCost
 from gate.text import bytes_text
 from gate.user_code import SourceLocation, UserCode
 from gate.witness.collectives import multiplicities, program_collectives
@@ -306,12 +307,16 @@ def test_an_inventory_nobody_could_take_is_never_a_pass_under_fail() -> None:
 def test_the_baseline_keeps_the_collectives_and_an_older_file_reads_back_without() -> None:
     function = FunctionCost("jit(step)", 1, 1, (("flops", 8.0),))
     head = Communication((_collective("all-gather", 42, 32768),))
-    stored = json.loads(json.dumps(cost_to_json(step_cost((function,), None, comm=head))))
-    assert cost_from_json(stored).comm == head
-    older = {"functions": stored["functions"]}  # a baseline from before the inventory
-    assert cost_from_json(older).comm is None
-    with pytest.raises(ValueError, match="malformed"):
-        cost_from_json({**older, "collectives": [{"kind": "all-sum"}]})
+    stored = msgspec.json.decode(
+        msgspec.json.encode(StoredCost.of(step_cost((function,), None, comm=head))),
+        type=StoredCost,
+    )
+    assert stored.step_cost().comm == head
+    older = msgspec.structs.replace(stored, collectives=None)  # from before the inventory
+    assert b"collectives" not in msgspec.json.encode(older)
+    assert older.step_cost().comm is None
+    with pytest.raises(msgspec.ValidationError, match="Invalid enum value 'all-sum'"):
+        msgspec.convert({"kind": "all-sum"}, StoredCollective)
     assert bytes_text(41_500) == "41.5 kB"
     assert head.headline() == "comm 32.8 kB/step"
 
@@ -380,28 +385,27 @@ def _planned(rule: CollectiveRule) -> Any:
 
 
 def test_the_stored_baseline_judges_a_new_collective_and_an_inventory_it_lacks() -> None:
-    from result_samples import region, run_of
+    from result_samples import MACHINE, region, run_of
 
     from gate.compare.stored_baseline import compare_with_baseline
+    from gate.results.baseline_file import StoredBaseline
     from gate.results.timing_baseline import retimed
 
-    platform = "cpu (cpu x8), jax 0.10.2, jaxlib 0.10.2"
-
     def run(cost: Any) -> Any:
-        return run_of(region(platform=platform, timing_samples=(1e-3,) * 5, cost=cost))
+        return run_of(region(machine=MACHINE, timing_samples=(1e-3,) * 5, cost=cost))
 
-    stored = retimed(run(_measured(*BASE.collectives)), None)
+    stored = StoredBaseline(timing=retimed(run(_measured(*BASE.collectives)), {}))
     grown = _measured(*BASE.collectives, _collective("all-gather", 42, 32768, "h = x @ w"))
     rules = {"train.step": _planned(CollectiveRule.FAIL)}
-    [judged] = compare_with_baseline(run(grown), stored, rules).regions
+    [judged] = compare_with_baseline(run(grown), stored, rules, "tg").regions
     assert judged.comm_vs_baseline is not None
     assert [c.text() for c in judged.comm_vs_baseline.changes] == [
         "new all-gather f32[8192] over 'data', 32.8 kB/step/device (baseline: none)"
     ]
     assert not judged.passed
     # A baseline recorded before the gate kept collectives: what it ran is unknown.
-    older = retimed(run(step_cost(_measured().functions, None)), None)
-    [blind] = compare_with_baseline(run(grown), older, rules).regions
+    older = StoredBaseline(timing=retimed(run(step_cost(_measured().functions, None)), {}))
+    [blind] = compare_with_baseline(run(grown), older, rules, "tg").regions
     assert blind.comm_vs_baseline is not None
     assert blind.comm_vs_baseline.unchecked == (
         "baseline: no collectives stored for this region; run `transfer-gate baseline` to "
@@ -409,12 +413,12 @@ def test_the_stored_baseline_judges_a_new_collective_and_an_inventory_it_lacks()
     )
     assert not blind.passed
     # ... which says nothing about a step that runs no collective, nor under `warn`.
-    [single] = compare_with_baseline(run(_measured()), older, rules).regions
+    [single] = compare_with_baseline(run(_measured()), older, rules, "tg").regions
     assert single.passed
     assert single.comm_vs_baseline is not None
     assert single.comm_vs_baseline.changes == ()
     warn = {"train.step": _planned(CollectiveRule.WARN)}
-    [noted] = compare_with_baseline(run(grown), older, warn).regions
+    [noted] = compare_with_baseline(run(grown), older, warn, "tg").regions
     assert noted.passed
     assert noted.comm_vs_baseline is None
     assert noted.notes[-1].startswith("collectives not compared with the baseline: baseline: no")

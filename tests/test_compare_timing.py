@@ -99,7 +99,9 @@ def test_twice_as_fast_is_faster_and_passes() -> None:
     assert result.verdict is TimingVerdict.FASTER
     assert not result.failing
     assert re.match(
-        r"(1\.9[0-9]|2\.[01][0-9])x faster: median [0-9.]+ ms → [0-9.]+ ms", result.headline()
+        r"(1\.9[0-9]|2\.[01][0-9])x faster \(0\.[0-9]{2}x, interval [0-9.]+-[0-9.]+x\): "
+        r"median [0-9.]+ ms → [0-9.]+ ms",
+        result.headline(),
     )
 
 
@@ -155,7 +157,10 @@ def test_too_few_rounds_say_so() -> None:
 
 def test_the_headline_reads_rounds_when_paired_and_samples_when_not() -> None:
     result = compare(*paired(412e-6, 545e-6, 0.05, 20, seed=4), what="step")
-    pattern = r"1\.[0-9]{2}x slower: median [0-9]{3} µs → [0-9]{3} µs, p=[0-9.e-]+, 20 rounds"
+    pattern = (
+        r"1\.[0-9]{2}x slower \(interval 1\.[0-9]{2}-1\.[0-9]{2}x, beyond 1\.1x\): "
+        r"median [0-9]{3} µs → [0-9]{3} µs, 20 paired rounds on one core"
+    )
     assert re.fullmatch(pattern, result.headline()), result.headline()
     assert result.test.startswith("Wilcoxon signed-rank")
     unpaired = compare_unpaired(

@@ -21,10 +21,20 @@ from gate.jaxhooks.executables import every_execution_seen
 from gate.jaxhooks.internals import InternalMissing, dispatch_internals
 from gate.levels import GuardLevel, GuardSpec
 from gate.policy.model import CostRule
+from gate.report.comparison_text import comparison_lines
 from gate.report.junit import render_junit
 from gate.report.junit_cases import region_cases
 from gate.results.comparison import BaseComparison, BaseStatus
-from gate.results.costs import METRICS, DevicePeak, FunctionCost, StepCost, compare_costs, step_cost
+from gate.results.costs import (
+    METRICS,
+    DevicePeak,
+    FunctionCost,
+    StepCost,
+    compare_costs,
+    cost_from_json,
+    cost_to_json,
+    step_cost,
+)
 from gate.results.records import RegionResult, RunResult, SuiteResult
 from gate.text import si_text
 from gate.witness.costs import device_peaks, measure_step, memory_marks
@@ -273,6 +283,51 @@ def _cost(flops: float, runs: int = 1) -> StepCost:
     return step_cost((function,), None)
 
 
+def test_a_new_program_leads_the_cost_line_and_figures_that_round_to_1x_are_not_listed() -> None:
+    big = (("flops", 5.71e7), ("bytes_accessed", 3.0e6), ("argument_bytes", 2.56e4))
+    base = step_cost((FunctionCost("jit(step)", 1, 1, big, where="train.py:30"),), None)
+    isnan = FunctionCost(
+        "jit(isnan)", 1, 1, (("flops", 1.0), ("bytes_accessed", 5.0)), "", "train.py:44"
+    )
+    head = step_cost((base.functions[0], isnan), None)
+    comparison = compare_costs(base, head, CostRule())
+    assert [p.text("base") for p in comparison.programs] == [
+        "new program jit(isnan) at train.py:44"
+    ]
+    assert comparison.changed
+    # The step's totals moved by a few flops: 1.00x, so not listed; the program's own figures
+    # are what "new program" says.
+    assert comparison.headline() == (
+        "cost changed against the base: new program jit(isnan) at train.py:44"
+    )
+    assert comparison.listing() == [
+        "new program jit(isnan) at train.py:44: runs 1, flops 1, bytes_accessed 5",
+        "(2 figures within 0.5%, not listed)",
+    ]
+    # Gone, against the stored baseline: named with the line the baseline kept.
+    gone = compare_costs(head, base, CostRule(), against="baseline")
+    assert gone.headline() == (
+        "cost changed against the baseline: program jit(isnan) gone (baseline: train.py:44)"
+    )
+    assert cost_from_json(json.loads(json.dumps(cost_to_json(head)))) == head
+    # Only figures within 0.5%: nothing a reader need look at, and no cost line in the reports.
+    nudged = step_cost(
+        (FunctionCost("jit(step)", 1, 1, (("flops", 5.7101e7), *big[1:]), where="train.py:30"),),
+        None,
+    )
+    quiet = compare_costs(base, nudged, CostRule())
+    assert quiet.changes
+    assert not quiet.changed
+    assert quiet.headline() == "cost unchanged against the base, to within 0.5%"
+    result = _region(nudged, BaseComparison("b", BaseStatus.COMPARED, cost=quiet))
+    assert not [label for label, _ in comparison_lines(result) if label == "cost vs base"]
+    # A figure beyond a rule is always listed, however it rounds.
+    strict = compare_costs(base, nudged, CostRule(max_increase=1.0))
+    assert strict.failing
+    assert strict.changed
+    assert strict.headline() == "cost beyond 1x the base: total: flops 5.71e7 → 5.71e7 (1.00x)"
+
+
 def test_a_total_one_side_lacks_cannot_be_bounded_and_is_an_error_case() -> None:
     with_transcendentals = step_cost(
         (FunctionCost("jit(step)", 1, 1, (("flops", 10.0), ("transcendentals", 4.0))),), None
@@ -379,3 +434,31 @@ def test_a_head_doing_twice_the_flops_fails_its_cost_against_the_base(tmp_path: 
         ("jit(step)", 2.0, False),
     ]
     assert grows["cost"]["totals"]["flops"] == 2 * 2 * 64**3
+
+
+def test_a_program_new_in_the_head_is_named_with_its_line_on_a_passing_region(
+    tmp_path: Path,
+) -> None:
+    repo = init(tmp_path / "repo")
+    policy = COST_POLICY.replace(
+        ", timing: off,\n     cost: {max_increase: 1.05}}", ", timing: off}"
+    )
+    policy = policy.replace('step: "steps:step"', 'step: "steps:checked"')
+    checked = BASE_TREE + "\n\ndef checked(x):\n    y = step(x)\n    return y\n"
+    commit(repo, {"steps.py": checked, "policies/p.yaml": policy}, "base")
+    new_line = "    bad = jnp.isnan(y)  # a new eager program, checking what the step gives\n"
+    head = checked.replace("    return y\n", f"{new_line}    del bad\n    return y\n")
+    make_repo(repo, {"steps.py": head})
+    run = run_gate(repo, "run", "--base", "HEAD", "--region", "grows")
+    assert run.returncode == 0, run
+    line = (repo / "steps.py").read_text().splitlines().index(new_line.rstrip("\n")) + 1
+    headline = f"cost changed against the base: new program jit(isnan) at steps.py:{line}"
+    (cost_line,) = [entry for entry in run.stdout.splitlines() if "cost vs base:" in entry]
+    # What changed leads; the totals it moved follow.
+    assert cost_line.strip().startswith(f"cost vs base: {headline}; total: "), run
+    listing = run.testcase("grows: cost").findtext("system-out") or ""
+    assert listing.startswith(f"{headline}; total: "), listing
+    program = f"- new program jit(isnan) at steps.py:{line}: runs 1, flops "
+    assert f"\n{program}" in listing, listing
+    assert "jit(isnan): flops" not in listing, listing  # said once, on the program's line
+    assert "(1.00x)" not in listing, listing

@@ -304,7 +304,7 @@ import reads
 from gate.witness.detector import detect_fetches
 from gate.user_code import UserCode, frames_of
 
-assert jax.default_backend() == "gpu", jax.default_backend()
+assert jax.default_backend() == PLATFORM, jax.default_backend()
 code = UserCode(Path(".").resolve())
 found = {}
 for name in NAMES:
@@ -325,12 +325,23 @@ emit(found)
 GPU_READS = ["print", "str", "format", "float", "tolist", "item", "asarray", "copy_to_host_async"]
 
 
-@pytest.mark.gpu
-def test_the_guard_and_the_detector_name_the_same_line_on_gpu(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "platform",
+    [
+        pytest.param("gpu", marks=pytest.mark.gpu),
+        pytest.param("tpu", marks=pytest.mark.tpu),
+    ],
+)
+def test_the_guard_and_the_detector_name_the_same_line_on_an_accelerator(
+    tmp_path: Path, platform: str
+) -> None:
     # Under disallow the guard raises inside _value: the detector records
     # the refused read, at the line the guard's traceback names. The CPU twin
     # below checks the same with a stand-in guard.
-    script = f"NAMES = {GPU_READS!r}\nSCALARS = {sorted(SCALAR_READS)!r}\n" + SIDE_BY_SIDE
+    script = (
+        f"NAMES = {GPU_READS!r}\nSCALARS = {sorted(SCALAR_READS)!r}\nPLATFORM = {platform!r}\n"
+        + SIDE_BY_SIDE
+    )
     found = run_script(tmp_path, {"reads.py": READS}, script)
     for name in GPU_READS:
         line = line_of(READS, f"# <- {name}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import io
+import os
 import textwrap
 import types
 from contextlib import redirect_stderr, redirect_stdout
@@ -379,6 +380,36 @@ def test_doctor_expect_gpu_on_what_jax_reports_on_a_gpu(monkeypatch: pytest.Monk
     assert "devices        NVIDIA H200 x8 (compute capability 9.0)" in out.getvalue()
     assert "CUDA runtime   12.8 (JAX built against 12.8)" in out.getvalue()
     assert "ok: JAX runs on the expected GPU" in out.getvalue()
+    assert err.getvalue() == ""
+
+
+@pytest.mark.tpu
+def test_doctor_expect_tpu_on_a_tpu(tmp_path: Path) -> None:
+    # The CPU twin below feeds JAX's answers from a TPU VM to the same command. JAX may come
+    # from the VM's PYTHONPATH there: it is kept.
+    env = {"JAX_PLATFORMS": "", "PYTHONPATH": os.environ.get("PYTHONPATH")}
+    run = run_gate(tmp_path, "doctor", "--expect", "tpu", env=env)
+    assert run.returncode == DoctorExitCode.OK, run
+    assert "backend        tpu" in run.stdout
+    assert "devices        TPU" in run.stdout
+    assert "ok: JAX runs on the expected TPU" in run.stdout
+
+
+def test_doctor_expect_tpu_on_what_jax_reports_on_a_tpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The CPU twin of the TPU test above: JAX's answers on a TPU v5e VM, fed to the command.
+    import jax
+
+    chip = types.SimpleNamespace(platform="tpu", device_kind="TPU v5 lite")
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    monkeypatch.setattr(jax, "devices", lambda: [chip])
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        assert main_doctor("tpu", {}) == DoctorExitCode.OK
+    assert "backend        tpu" in out.getvalue()
+    assert "devices        TPU v5 lite x1" in out.getvalue()
+    assert "ok: JAX runs on the expected TPU" in out.getvalue()
+    # A TPU judges device-to-host with JAX's own guard: the CPU's note is not printed.
+    assert "device-to-host" not in out.getvalue()
     assert err.getvalue() == ""
 
 

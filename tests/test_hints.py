@@ -95,6 +95,17 @@ CASES: list[tuple[str, Transfer, Cause]] = [
         Cause.EAGER_HOST_ARRAY,
     ),
     ("jnp.array of numpy", sighting(source="x = jnp.array(np_x)"), Cause.ARRAY_FROM_HOST),
+    # "Pass a device array instead", done at the call: made, and uploaded, on every call.
+    (
+        "a device scalar made at a jitted call",
+        sighting(source="params, loss = sgd(params, x, y, jnp.float32(LR))", shape=()),
+        Cause.ARRAY_FROM_HOST,
+    ),
+    (
+        "jnp.ones in an eager op",
+        sighting(source="y = x * jnp.ones(8)", shape=()),
+        Cause.ARRAY_FROM_HOST,
+    ),
     (
         "jax.numpy.asarray of numpy",
         sighting(source="x = jax.numpy.asarray(batch)"),
@@ -124,6 +135,11 @@ CASES: list[tuple[str, Transfer, Cause]] = [
         "explicit outside a boundary",
         sighting(D2H, "v = jax.device_get(x)", explicit=True),
         Cause.EXPLICIT_OUTSIDE_BOUNDARY,
+    ),
+    (
+        "explicit upload outside a boundary",
+        sighting(source="lr = jax.device_put(LR)", explicit=True, shape=()),
+        Cause.EXPLICIT_UPLOAD_OUTSIDE_BOUNDARY,
     ),
     (
         "explicit in a boundary",
@@ -339,6 +355,14 @@ def explicit_outside(x):
     return x
 
 
+def explicit_upload(x):
+    return x + jax.device_put(np.float32(0.5))
+
+
+def made_at_the_call(x):
+    return add(x, jnp.float32(0.5))
+
+
 def fetch(x):
     return jax.device_get(x)
 
@@ -362,6 +386,8 @@ KIND_REGIONS = {
     "uncommitted": ("two_devices", Cause.UNCOMMITTED),
     "host_callback": ("on_device", Cause.HOST_CALLBACK),
     "explicit_outside": ("on_device", Cause.EXPLICIT_OUTSIDE_BOUNDARY),
+    "explicit_upload": ("on_device", Cause.EXPLICIT_UPLOAD_OUTSIDE_BOUNDARY),
+    "made_at_the_call": ("on_device", Cause.ARRAY_FROM_HOST),
     "explicit_inside": ("on_device", Cause.EXPLICIT_IN_BOUNDARY),
 }
 

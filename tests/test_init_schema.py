@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import textwrap
 import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -128,6 +129,30 @@ def test_every_key_the_loader_reads_is_in_the_schema() -> None:
     assert read - in_schema == set()
 
 
+def test_schema_write_puts_the_policy_schema_where_the_modeline_points(tmp_path: Path) -> None:
+    done = run_gate(tmp_path, "schema", "--write", ".transfer-gate/policy.schema.json")
+    assert done.returncode == 0, done
+    assert done.stdout == "wrote the policy schema to .transfer-gate/policy.schema.json\n"
+    written = json.loads((tmp_path / ".transfer-gate" / "policy.schema.json").read_text())
+    assert written == _schema()
+
+
+@pytest.mark.parametrize("document", ["baseline", "report"])
+def test_the_baseline_and_report_schemas_are_printed_and_published(
+    tmp_path: Path, document: str
+) -> None:
+    done = run_gate(tmp_path, "schema", document)
+    assert done.returncode == 0, done
+    printed = json.loads(done.stdout)
+    jsonschema.Draft202012Validator.check_schema(printed)
+    assert printed["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    # docs/reports.md links the copies in docs/schemas/: they are what the gate prints.
+    published = ROOT / "docs" / "schemas" / f"{document}.schema.json"
+    assert published.read_text(encoding="utf-8") == done.stdout, (
+        f"regenerate it: transfer-gate schema {document} --write {published.relative_to(ROOT)}"
+    )
+
+
 # --- init ---------------------------------------------------------------------------------
 
 
@@ -141,7 +166,12 @@ def test_init_writes_a_policy_that_validate_accepts(tmp_path: Path) -> None:
     text = (repo / "policies" / "tiny.yaml").read_text(encoding="utf-8")
     modeline = MODELINE.match(text)
     assert modeline is not None, text
-    assert modeline.group(1) == _schema()["$id"]
+    # A file in the repository, written with the policy: it resolves offline, no OWNER in it.
+    assert modeline.group(1) == "../.transfer-gate/policy.schema.json"
+    assert json.loads((repo / ".transfer-gate" / "policy.schema.json").read_text()) == _schema()
+    assert done.stdout.splitlines()[1].startswith(
+        "wrote .transfer-gate/policy.schema.json, the schema its first line names for editors"
+    )
     assert "      - models.tiny:fetch_metrics\n" in text
     checked = run_gate(repo, "validate", "policies/tiny.yaml")
     assert checked.returncode == 0, checked
@@ -168,10 +198,102 @@ def test_what_the_starter_leaves_commented_out_validates_too(tmp_path: Path) -> 
 
 def test_init_without_setup_or_boundaries_validates(tmp_path: Path) -> None:
     repo = make_repo(tmp_path, {"solo.py": "def step():\n    return 1.0\n"})
-    done = run_gate(repo, "init", "solo:step", "--output", "gate-policies/solo.yml")
+    (repo / ".transfer-gate").mkdir()
+    (repo / ".transfer-gate" / "policy.schema.json").write_text("{}  # mine\n")
+    done = run_gate(repo, "init", "solo:step", "--output", "gate-policies/nested/solo.yml")
     assert done.returncode == 0, done
-    assert "wrote gate-policies/solo.yml;" in done.stdout
+    assert "wrote gate-policies/nested/solo.yml;" in done.stdout
+    text = (repo / "gate-policies" / "nested" / "solo.yml").read_text(encoding="utf-8")
+    assert text.startswith(
+        "# yaml-language-server: $schema=../../.transfer-gate/policy.schema.json"
+    )
+    # A schema file already there is the repository's: init leaves it alone.
+    assert (repo / ".transfer-gate" / "policy.schema.json").read_text() == "{}  # mine\n"
+    assert ".transfer-gate" not in done.stdout
     assert run_gate(repo, "validate", "gate-policies").returncode == 0
+
+
+TRAIN_MODULE = """
+    from functools import partial
+
+    import jax
+
+
+    @partial(jax.jit, static_argnames=("lr",))
+    def train_step(params, x, y, lr=0.1):
+        return params
+
+
+    def evaluate(params, batch):
+        return params
+"""
+
+
+def test_init_writes_a_setup_stub_for_a_step_that_takes_arguments(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, {"models/train.py": TRAIN_MODULE})
+    done = run_gate(repo, "init", "models.train:train_step")
+    assert done.returncode == 0, done
+    assert done.stdout.splitlines()[1] == (
+        "train_step (models/train.py:7) takes params, x, y: write "
+        "models.train:train_step_inputs, a function that returns them (a tuple in that order, "
+        "or a dict by name), or point setup: at one you have; validate fails until it imports"
+    )
+    text = (repo / "policies" / "train.yaml").read_text(encoding="utf-8")
+    stub = re.search(
+        r"^    setup: models\.train:train_step_inputs +# to write: returns \(params, x, y\)$",
+        text,
+        re.MULTILINE,
+    )
+    assert stub is not None, text
+    line = text[: stub.start()].count("\n") + 1
+    # Until the stub is written, validate names its line...
+    checked = run_gate(repo, "validate")
+    assert checked.returncode == 2, checked
+    assert f"policies/train.yaml:{line}: regions[0].setup: " in checked.stderr, checked
+    # ... and once it is, the region can be called.
+    setup = "\n\ndef train_step_inputs():\n    return {}, 1.0, 2.0\n"
+    make_repo(repo, {"models/train.py": textwrap.dedent(TRAIN_MODULE) + setup})
+    assert run_gate(repo, "validate").returncode == 0
+
+
+def test_init_reads_the_step_without_importing_its_module(tmp_path: Path) -> None:
+    # A module that takes the TPU when imported (`jax.devices("tpu")` at import) must not be
+    # imported by init, which runs in the gate's own process: read, never run.
+    raising = TRAIN_MODULE.replace(
+        "    import jax\n",
+        "    import jax\n\n    raise RuntimeError('init imported the step module')\n",
+    )
+    assert raising != TRAIN_MODULE
+    repo = make_repo(tmp_path, {"models/train.py": raising})
+    done = run_gate(repo, "init", "models.train:evaluate", "--output", "p.yaml")
+    assert done.returncode == 0, done
+    assert "RuntimeError" not in done.stdout + done.stderr, done
+    text = (repo / "p.yaml").read_text(encoding="utf-8")
+    assert re.search(
+        r"^    setup: models\.train:evaluate_inputs +# to write: returns \(params, batch\)$",
+        text,
+        re.MULTILINE,
+    ), text
+
+
+def test_init_falls_back_where_the_source_does_not_say(tmp_path: Path) -> None:
+    module = "import jax\n\n\ndef _step(x):\n    return x\n\n\nstep = jax.jit(_step)\n"
+    repo = make_repo(tmp_path, {"bound.py": module})
+    done = run_gate(repo, "init", "bound:step", "--output", "p.yaml")
+    assert done.returncode == 0, done
+    assert done.stdout.splitlines()[1] == (
+        "bound:step's parameters were not read (step is not a def at the top level of "
+        f"{repo / 'bound.py'}): if it takes any, give the region a setup that returns them; "
+        "validate will say"
+    )
+    text = (repo / "p.yaml").read_text(encoding="utf-8")
+    assert "    # setup: MODULE:FUNCTION" in text, text
+    # validate imports the step and says what the source could not.
+    checked = run_gate(repo, "validate", "p.yaml")
+    assert checked.returncode == 2, checked
+    assert "regions[0].step: step bound:step takes argument 'x' and the region has no setup" in (
+        checked.stderr
+    ), checked
 
 
 def test_init_never_overwrites_a_policy(tmp_path: Path) -> None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+import msgspec
 from result_samples import region, run_of, transfer
 
 from gate.levels import Direction
 from gate.region.descriptions import SightingMemory
 from gate.region.sightings import PhaseTally
-from gate.results.baseline import Accepted, accepted_from, apply_baseline, fingerprints
+from gate.results.baseline import accepted_from, apply_baseline, fingerprints
 from gate.results.findings import group
 from gate.results.placement import Placement
 from gate.results.records import Phase, RunResult, Transfer
@@ -123,7 +124,7 @@ def test_a_baseline_from_before_destinations_keeps_accepting_what_it_accepted() 
     [entry] = accepted_from(_run(split))
     [finding] = group([split])
     old = fingerprints("train.step", [finding], destinations=False)[finding]
-    legacy = Accepted(**{**entry.__dict__, "fingerprint": old, "destination": None})
+    legacy = msgspec.structs.replace(entry, fingerprint=old, destination=None)
     [judged] = apply_baseline(_run(split), [legacy], "transfer-gate baseline").regions
     assert judged.passed
     assert judged.fixed == ()

@@ -7,6 +7,7 @@ What it publishes is built and checked for real in tests/test_install.py (`pytho
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -251,24 +252,17 @@ def test_the_tag_check_passes_the_tag_of_this_version(
     release: dict[str, Any], package_copy: Path
 ) -> None:
     step = tag_check(release)
-    assert step["env"] == {
-        "TAG": "${{ github.ref_name }}",
-        "REPOSITORY": "${{ github.repository }}",
-    }
-    # The shipped URLs name OWNER/jax-transfer-gate: a release from there passes, whatever the case.
-    for repository in ("OWNER/jax-transfer-gate", "owner/JAX-Transfer-Gate"):
-        env = {"TAG": f"v{package_version()}", "REPOSITORY": repository}
-        proc, _, _ = run_step_script(step["run"], env, package_copy)
-        assert proc.returncode == 0, shown(proc)
-        assert error_lines(proc) == [], shown(proc)
+    assert step["env"] == {"TAG": "${{ github.ref_name }}"}
+    proc, _, _ = run_step_script(step["run"], {"TAG": f"v{package_version()}"}, package_copy)
+    assert proc.returncode == 0, shown(proc)
+    assert error_lines(proc) == [], shown(proc)
 
 
 @pytest.mark.parametrize(
-    ("tag", "repository", "edit", "expected"),
+    ("tag", "edit", "expected"),
     [
         pytest.param(
             "v9.9.9",
-            "OWNER/jax-transfer-gate",
             None,
             [r"^::error file=pyproject\.toml::the tag v9\.9\.9 does not name .*tag the commit v"],
             id="tag-is-another-version",
@@ -276,26 +270,15 @@ def test_the_tag_check_passes_the_tag_of_this_version(
         pytest.param(
             # Not "v" + version: a tag v* that is no version at all.
             "v-rc",
-            "OWNER/jax-transfer-gate",
             None,
             [r"^::error file=pyproject\.toml::the tag v-rc does not name"],
             id="tag-is-no-version",
         ),
         pytest.param(
             "{tag}",
-            "OWNER/jax-transfer-gate",
             ("gate/package.py", '__version__ = "{version}"', '__version__ = "0.0.0"'),
             [r"^::error file=gate/package\.py::__version__ is not '.*', .*: make the two equal$"],
             id="dunder-version-differs",
-        ),
-        pytest.param(
-            # The URLs still name OWNER while the release runs in the real repository: PyPI would
-            # keep the placeholders for good.
-            "{tag}",
-            "someone/jax-transfer-gate",
-            None,
-            [r"^::error file=pyproject\.toml::project\.urls\.\w+ is .*replace OWNER"] * 4,
-            id="urls-point-elsewhere",
         ),
     ],
 )
@@ -304,7 +287,6 @@ def test_the_tag_check_fails_with_one_error_line_per_fault(
     package_copy: Path,
     *,
     tag: str,
-    repository: str,
     edit: tuple[str, str, str] | None,
     expected: list[str],
 ) -> None:
@@ -314,7 +296,7 @@ def test_the_tag_check_fails_with_one_error_line_per_fault(
         text = (package_copy / path).read_text()
         assert old.format(version=version) in text
         (package_copy / path).write_text(text.replace(old.format(version=version), new))
-    env = {"TAG": tag.format(tag=f"v{version}"), "REPOSITORY": repository}
+    env = {"TAG": tag.format(tag=f"v{version}")}
     proc, _, _ = run_step_script(tag_check(release)["run"], env, package_copy)
     assert proc.returncode == 1, shown(proc)
     errors = error_lines(proc)
@@ -328,6 +310,116 @@ def test_the_package_version_is_one_value() -> None:
     import gate
 
     assert gate.__version__ == package_version()
+
+
+# --- the repository every file names ------------------------------------------------------------
+
+
+def repository_tool() -> Any:
+    """.ci/repository.py, loaded as a module (once: its dataclass needs it in sys.modules)."""
+    name = "repository_tool"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / ".ci" / "repository.py")
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def test_every_file_a_user_reads_names_the_repository_pyproject_names() -> None:
+    # Until the first release the name is the placeholder OWNER/jax-transfer-gate, in every file
+    # alike: `set` then replaces them all at once, and no file is left behind with another name.
+    tool = repository_tool()
+    repository = tool.named_repository()
+    found = tool.mentions()
+    files = {str(m.path) for m in found}
+    assert {
+        "pyproject.toml",
+        "README.md",
+        "docs/github-actions.md",
+        ".github/workflow-templates/transfer-gate.yml",
+        ".github/workflows/gate.yml",
+        "gate/policy/policy.schema.json",
+    } <= files
+    assert tool.check(repository) == []
+    # The user's own names in the docs (their images, their repository) are no placeholder of
+    # ours: they say so in other words.
+    for path in tool.user_files():
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if "OWNER" in line.replace(repository, ""):
+                assert "placeholder" in line or "OWNER/NAME" in line, f"{path}:{number}: {line}"
+
+
+def test_a_release_refuses_every_file_that_names_another_repository(
+    release: dict[str, Any],
+) -> None:
+    step = step_named(jobs(release)["build"], "Check that every file names this repository")
+    assert step["env"] == {"REPOSITORY": "${{ github.repository }}"}
+    assert step["run"] == 'python .ci/repository.py check "$REPOSITORY"'
+    names = [s.get("name") for s in jobs(release)["build"]["steps"]]
+    assert names.index(step["name"]) < names.index("Build the sdist and the wheel")
+    # The shipped placeholder is refused in the real repository, at each place it stands.
+    tool = repository_tool()
+    proc = run([sys.executable, REPO / ".ci" / "repository.py", "check", "acme/jax-transfer-gate"])
+    assert proc.returncode == 1, shown(proc)
+    errors = error_lines(proc)
+    assert len(errors) == len(tool.mentions()), shown(proc)
+    assert errors[0].startswith("::error file="), shown(proc)
+    assert "run `python3 .ci/repository.py set acme/jax-transfer-gate`" in errors[0]
+
+
+def test_set_names_the_real_repository_in_every_file_a_user_reads(tmp_path: Path) -> None:
+    tool = repository_tool()
+    copy = tmp_path / "checkout"
+    skipped = shutil.ignore_patterns(".git", ".venv*", "node_modules", "*cache*", "*.egg-info")
+    shutil.copytree(REPO, copy, ignore=skipped)
+    changed = tool.set_repository("Acme-Labs/jtg", copy)
+    assert Path("README.md") in changed
+    assert tool.named_repository(copy) == "Acme-Labs/jtg"
+    assert tool.check("Acme-Labs/jtg", copy) == []
+    template = (copy / ".github/workflow-templates/transfer-gate.yml").read_text()
+    assert "uses: Acme-Labs/jtg/.github/workflows/gate.yml@" + "0" * 40 in template
+    gate = (copy / ".github/workflows/gate.yml").read_text()
+    assert "default: ghcr.io/acme-labs/jtg@sha256:<digest>" in gate  # GHCR: lower case
+    for path in tool.user_files(copy):
+        assert "OWNER/jax-transfer-gate" not in path.read_text(encoding="utf-8"), path
+    # The tests and this tool keep the placeholder as data.
+    assert "OWNER/jax-transfer-gate" in (copy / "tests" / "test_release.py").read_text()
+
+
+@pytest.mark.parametrize("argv", [[], ["set"], ["show", "a/b"], ["check", "not a repository"]])
+def test_the_repository_tool_refuses_a_bad_command_line(argv: list[str]) -> None:
+    proc = run([sys.executable, REPO / ".ci" / "repository.py", *argv])
+    assert proc.returncode == 2, shown(proc)
+    assert "usage: python3 .ci/repository.py set|check OWNER/NAME" in proc.stderr
+
+
+def test_the_release_notes_get_the_callers_uses_line_at_this_commit(
+    release: dict[str, Any], tmp_path: Path
+) -> None:
+    step = step_named(jobs(release)["build"], "Write the caller for the release notes")
+    assert step["env"] == {
+        "REPOSITORY": "${{ github.repository }}",
+        "COMMIT": "${{ github.sha }}",
+        "TAG": "${{ github.ref_name }}",
+    }
+    template = REPO / ".github" / "workflow-templates" / "transfer-gate.yml"
+    (tmp_path / ".github" / "workflow-templates").mkdir(parents=True)
+    shutil.copy(template, tmp_path / ".github" / "workflow-templates")
+    env = {"REPOSITORY": "acme/jax-transfer-gate", "COMMIT": COMMIT, "TAG": "v1.2.3"}
+    proc, _, summary = run_step_script(step["run"], env, tmp_path)
+    assert proc.returncode == 0, shown(proc)
+    block = summary.split("```yaml\n", 1)[1].split("```", 1)[0].splitlines()
+    expected = [
+        f"    uses: acme/jax-transfer-gate/.github/workflows/gate.yml@{COMMIT} # v1.2.3"
+        if line.lstrip().startswith("uses:")
+        else line
+        for line in template.read_text().splitlines()
+    ]
+    assert block == expected
+    assert "0" * 40 not in summary
 
 
 # --- the image job -------------------------------------------------------------------------------

@@ -43,9 +43,14 @@ from gate.user_code import SourceLocation
 REF = "HEAD~1 (1a2b3c4)"
 BASE_SAMPLES = tuple(412e-6 + i * 1e-6 for i in range(-20, 20))
 HEAD_SAMPLES = tuple(545e-6 + i * 1e-6 for i in range(-20, 20))
-HEADLINE = "1.32x slower: median 412 µs → 545 µs, p=3e-07, 40 rounds"
+# The interval the verdict rests on leads; the medians say they are the paired rounds' (on one
+# core), not the timed runs' of the region's row.
+HEADLINE = (
+    "1.32x slower (interval 1.25-1.40x, beyond 1.1x): median 412 µs → 545 µs, "
+    "40 paired rounds on one core"
+)
 # The same times as two samples measured apart (a stored baseline).
-UNPAIRED = "1.32x slower: median 412 µs → 545 µs, p=3e-07, 40+40 samples"
+UNPAIRED = "1.32x slower (interval 1.25-1.40x, beyond 1.1x): median 412 µs → 545 µs, 40+40 samples"
 
 
 def timing(verdict: TimingVerdict = TimingVerdict.SLOWER, **changes: object) -> TimingComparison:
@@ -154,7 +159,10 @@ def test_a_slower_step_fails_its_timing_testcase_with_the_headline(
     assert "head: median 545 µs, IQR 535 µs-554 µs, 40 samples" in body
     assert "interval 1.25x-1.4x" in body
     assert "ratio, head/base: 1.32x, 99.99% interval 1.25x-1.4x" in body
-    assert "p-value (Wilcoxon signed-rank on the rounds' ratios, two-sided): 3e-07" in body
+    assert (
+        "p-value of no difference at all (Wilcoxon signed-rank on the rounds' ratios, "
+        "two-sided): 3e-07\n" in body
+    )
     assert f"rounds: 40, each one base {REF} run and one head run on the same core" in body
     # The transfers testcase is still there and still passes.
     assert outcome(case_named(root, "step: transfers")) is None
@@ -163,20 +171,41 @@ def test_a_slower_step_fails_its_timing_testcase_with_the_headline(
 def test_an_unchanged_or_faster_step_passes_and_says_so(
     tmp_path: Path, schema: xmlschema.XMLSchema
 ) -> None:
-    unchanged = timing(TimingVerdict.UNCHANGED, head_median_s=415e-6, ratio=415 / 412)
-    faster = timing(TimingVerdict.FASTER, head_median_s=206e-6, ratio=0.5, ratio_low=0.48)
+    unchanged = timing(
+        TimingVerdict.UNCHANGED,
+        head_median_s=415e-6,
+        ratio=415 / 412,
+        ratio_low=0.97,
+        ratio_high=1.06,
+        p_value=0.034,
+    )
+    faster = timing(
+        TimingVerdict.FASTER, head_median_s=206e-6, ratio=0.5, ratio_low=0.48, ratio_high=0.52
+    )
     run = run_of(
         with_base(compared(timing=unchanged)), with_base(compared(timing=faster), name="f")
     )
     root = junit(run, tmp_path, schema)
     case = case_named(root, "step: timing")
     assert outcome(case) is None
-    assert (case.findtext("system-out") or "").startswith(
-        "timing vs base: unchanged (1.01x): median 412 µs → 415 µs"
-    )
+    out = case.findtext("system-out") or ""
+    # "Unchanged" carries the interval it rests on; a p-value of 0.034 beside it would read as
+    # a difference, so the body names what that p is, and that the verdict does not rest on it.
+    assert out.startswith(
+        "timing vs base: unchanged (1.01x, interval 0.97-1.06x, within 1.1x): "
+        "median 412 µs → 415 µs, 40 paired rounds on one core\n"
+    ), out
+    assert "p=" not in out.splitlines()[0]
+    assert (
+        "p-value of no difference at all (Wilcoxon signed-rank on the rounds' ratios, two-sided):"
+        " 0.034 (not what the verdict rests on: a real difference well within 1.1x is unchanged,"
+        " and the interval says how large it is)\n"
+    ) in out
     fast = case_named(root, "f: timing")
     assert outcome(fast) is None
-    assert "2.00x faster: median 412 µs → 206 µs" in (fast.findtext("system-out") or "")
+    assert "2.00x faster (0.50x, interval 0.48-0.52x): median 412 µs → 206 µs" in (
+        fast.findtext("system-out") or ""
+    )
 
 
 def test_a_warn_only_slowdown_passes_but_says_it_is_slower(
@@ -203,6 +232,11 @@ def test_an_inconclusive_timing_is_skipped_not_passed(
         "inconclusive (1.32x, interval 0.98-1.14x straddles 1.1x): median 412 µs → 545 µs"
     )
     assert "not a pass" in (skipped.text or "")
+    # An interval open only on the faster side says which end it straddles.
+    faster_side = replace(open_, ratio=0.97, ratio_low=0.86, ratio_high=1.07)
+    assert faster_side.headline().startswith(
+        "inconclusive (0.97x, interval 0.86-1.07x straddles 1/1.1x): "
+    )
     assert root.find("testsuite").get("skipped") == "1"  # type: ignore[union-attr]
 
 
@@ -213,6 +247,8 @@ def test_timing_against_the_stored_baseline_is_its_own_testcase(
         against="baseline",
         max_slowdown=1.5,
         ratio=3.0,
+        ratio_low=2.8,
+        ratio_high=3.2,
         rounds=0,
         head_median_s=1.236e-3,
         paired=False,
@@ -220,12 +256,14 @@ def test_timing_against_the_stored_baseline_is_its_own_testcase(
     )
     root = junit(run_of(region(timing_vs_baseline=stored)), tmp_path, schema)
     [failure] = case_named(root, "step: timing vs baseline").findall("failure")
-    assert (failure.get("message") or "").startswith("3.00x slower: median 412 µs → 1.24 ms")
+    assert failure.get("message") == (
+        "3.00x slower (interval 2.80-3.20x, beyond 1.5x): median 412 µs → 1.24 ms, 40+40 samples"
+    )
     body = failure.text or ""
     assert body.startswith("timing vs baseline: 3.00x slower")
     assert "allowed slowdown: 1.5x" in body
     assert "rounds: none; the baseline samples were measured in an earlier job" in body
-    assert "p-value (Mann-Whitney U, two-sided)" in body
+    assert "p-value of no difference at all (Mann-Whitney U, two-sided)" in body
     assert [c.get("name") for c in root.iter("testcase")] == [
         "step: transfers",
         "step: timing vs baseline",
@@ -295,7 +333,14 @@ def test_a_base_that_broke_is_an_error_with_its_message(
 def test_boundary_timings_have_their_testcase_and_the_step_lists_boundary_times(
     tmp_path: Path, schema: xmlschema.XMLSchema
 ) -> None:
-    save = timing(TimingVerdict.UNCHANGED, what="pkg.io:save", failing=False, ratio=1.0)
+    save = timing(
+        TimingVerdict.UNCHANGED,
+        what="pkg.io:save",
+        failing=False,
+        ratio=1.0,
+        ratio_low=0.95,
+        ratio_high=1.05,
+    )
     base = compared(
         timing=timing(),
         boundaries=(
@@ -311,7 +356,9 @@ def test_boundary_timings_have_their_testcase_and_the_step_lists_boundary_times(
     assert "- pkg:new: not called → 2.00 ms per step" in body
     boundary = case_named(root, "step: boundary pkg.io:save timing vs base")
     assert outcome(boundary) is None
-    assert "unchanged (1.00x)" in (boundary.findtext("system-out") or "")
+    assert "unchanged (1.00x, interval 0.95-1.05x, within 1.1x)" in (
+        boundary.findtext("system-out") or ""
+    )
 
 
 def test_comparison_numbers_are_suite_properties(
@@ -419,7 +466,7 @@ def test_a_step_the_change_renamed_is_named_beside_every_comparison_with_the_bas
     assert lines[1] == f"  vs base: {said}", lines
     finding = next(line for line in lines if f"{POLICY}:7: results vs base" in line)
     assert finding.endswith(f"({said})"), finding
-    assert f"| `train.step` | — | — | — | — | {said} |" in render_summary(run, "report.xml")
+    assert f"| `train.step` | — | — | — | {said} |" in render_summary(run, "report.xml")
     document = json.loads(render_json(run, fingerprints_of(run)))
     base = document["suites"][0]["regions"][0]["base"]
     assert base["renamed"] == [
@@ -464,15 +511,14 @@ def test_the_job_summary_has_a_comparison_table() -> None:
     summary = render_summary(run, "report.xml")
     assert (
         "### Against the base\n\nBase: `HEAD~1 (1a2b3c4)`. Base and head: median step time "
-        "(samples); ratio: head/base (its interval); p: of no difference (signed-rank on the "
-        "rounds against the base, Mann-Whitney U against a stored baseline).\n\n"
-        "| Region | Base | Head | Ratio | p | Verdict |\n"
-        "|---|---|---|---|---|---|\n"
-        "| `train.step` | 412 µs (40) | 545 µs (40) | 1.32x (1.25-1.40) | 3e-07 | "
-        "**FAIL**: slower |\n"
-        "| `train.o` | 412 µs (40) | 545 µs (40) | 1.32x (1.25-1.40) | 3e-07 | "
+        "(samples): against the base, of paired rounds on one core, so not the timed runs' "
+        "median above; ratio: head/base (the interval the verdict rests on).\n\n"
+        "| Region | Base | Head | Ratio | Verdict |\n"
+        "|---|---|---|---|---|\n"
+        "| `train.step` | 412 µs (40) | 545 µs (40) | 1.32x (1.25-1.40) | **FAIL**: slower |\n"
+        "| `train.o` | 412 µs (40) | 545 µs (40) | 1.32x (1.25-1.40) | "
         "**inconclusive** (not a pass) |\n"
-        "| `train.e` | — | — | — | — | **ERROR**: the base could not run it: callable did not "
+        "| `train.e` | — | — | — | **ERROR**: the base could not run it: callable did not "
         "import: ModuleNotFoundError: No module named 'steps' |\n"
     ) in summary
     assert "`train.plain`" not in summary.split("### Against the base")[1].split("###")[0]

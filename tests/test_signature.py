@@ -15,7 +15,14 @@ import pytest
 from result_samples import callable_ref, one_region_policy
 
 from gate.policy.model import Policy
-from gate.policy.signature import Misfit, annotation_problem, misfit, misfit_text, step_signature
+from gate.policy.signature import (
+    Misfit,
+    annotation_problem,
+    call_problem,
+    misfit,
+    misfit_text,
+    step_signature,
+)
 
 
 def train(params: Any, x: Any, y: Any, lr: Any) -> Any:
@@ -163,6 +170,53 @@ def test_the_misfit_text_names_both_policy_lines() -> None:
 def test_no_setup_is_not_this_check() -> None:
     policy = policy_of("m:train", None)
     assert misfit_text(policy, policy.regions[0], train, ((), {})) is None
+
+
+# --- a step without setup ------------------------------------------------------------------
+
+
+def only_defaults(lr: float = 0.1, *rest: Any, seed: int = 0, **options: Any) -> Any:
+    return (lr, rest, seed, options)
+
+
+def test_a_step_with_required_parameters_and_no_setup_cannot_be_called() -> None:
+    import jax
+
+    policy = policy_of("m:train", None)
+    for step in (train, jax.jit(train), passes_through(train)):
+        problem = call_problem(policy, 0, None, step)
+        assert problem is not None, step
+        assert (problem.path, problem.line, problem.where) == (
+            "policies/p.yaml",
+            5,
+            "regions[0].step",
+        )
+        assert problem.message == (
+            "step m:train takes arguments 'params', 'x', 'y', 'lr' and the region has no setup "
+            "to give them; add `setup: MODULE:FUNCTION` to the region, a function that returns "
+            "them (a tuple in that order, or a dict by name), or give them a default"
+        )
+    # A keyword-only parameter without a default needs giving too.
+    keyword = call_problem(policy, 0, None, functools.partial(with_default, 1, 2))
+    assert keyword is not None
+    assert "takes argument 'seed' and the region has no setup to give it;" in keyword.message
+
+
+def test_a_step_callable_with_nothing_needs_no_setup() -> None:
+    policy = policy_of("m:train", None)
+    assert call_problem(policy, 0, None, only_defaults) is None
+    assert call_problem(policy, 0, None, spread) is not None  # `x` is required
+    assert call_problem(policy, 0, None, functools.partial(train, 1, 2, 3, 4)) is None
+    assert call_problem(policy, 0, None, supplies_lr(lambda p, x, y, lr: 0)) is not None
+    assert call_problem(policy, 0, None, Opaque()) is None  # unreadable: not refused
+
+
+def test_with_a_setup_the_annotation_is_what_is_checked() -> None:
+    policy = policy_of("m:train", "m:make")
+    assert call_problem(policy, 0, make_three, train) == annotation_problem(
+        policy, 0, make_three, train
+    )
+    assert call_problem(policy, 0, make_plain, train) is None
 
 
 # --- return annotations -----------------------------------------------------------

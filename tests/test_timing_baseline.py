@@ -8,30 +8,28 @@ property of the code under test, not of this machine's load.
 from __future__ import annotations
 
 import json
+import os
+from importlib.metadata import version as jax_version
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from cli_helpers import make_repo, run_gate
+from result_samples import MACHINE, region_error, run_of
 from result_samples import region as sample_region
-from result_samples import region_error, run_of
 
 import gate.cli.run
 from gate.compare.stored_baseline import compare_with_baseline
 from gate.levels import GuardLevel, GuardSpec
+from gate.machine.diagnosis import processor_model
 from gate.policy.model import CallableRef, Checks, CollectiveRule, CostRule, Region, TimingRule
-from gate.results.baseline import FORMAT, BaselineError, load_baseline_file
+from gate.results.baseline_file import StoredBaseline
 from gate.results.collectives import Communication
 from gate.results.comparison import TimingVerdict
 from gate.results.costs import FunctionCost, StepCost, not_measured, step_cost
 from gate.results.records import RegionResult, RunResult
-from gate.results.timing_baseline import (
-    NO_REGION_TIMING,
-    NO_TIMING,
-    read_timing,
-    retimed,
-    timing_document,
-)
+from gate.results.timing_baseline import retimed
 
 STEPS = """
 import os
@@ -104,18 +102,25 @@ def stored(repo: Path) -> dict[str, Any]:
     return document
 
 
-def test_baseline_records_each_regions_timing_by_device(repo: Path) -> None:
+def test_baseline_records_each_regions_timing_and_the_machine(repo: Path) -> None:
     made = run_gate(repo, "baseline")
     assert made.returncode == 0, made
     assert "step times of 2 regions" in made.stdout
     document = stored(repo)
-    assert document["version"] == 3
+    assert document["version"] == 4
     sleepy = document["timing"]["p.sleepy"]
     assert len(sleepy["samples"]) == 15
     assert sleepy["p25_s"] <= sleepy["median_s"] <= sleepy["p75_s"]
     assert 0.004 <= sleepy["median_s"] < 0.05
-    assert sleepy["device"].startswith("cpu (cpu x1), jax ")
-    assert sleepy["device"].endswith(", transfer-gate 0.1.0")
+    # Read in the worker, which knows JAX's devices; the processor from this host.
+    machine = sleepy["machine"]
+    assert (machine["platform"], machine["accelerator"], machine["devices"]) == ("cpu", "cpu", 1)
+    assert machine["cores"] == os.cpu_count()
+    assert machine["jax"] == jax_version("jax")
+    assert machine["jaxlib"] == jax_version("jaxlib")
+    assert machine["transfer_gate"] == "0.1.0"
+    assert machine["cuda_driver"] is machine["libtpu"] is None
+    assert machine["processor"] == processor_model()
     # A region of its own: re-baselining one keeps the other's timing.
     before = document["timing"]["p.quick"]
     one = run_gate(repo, "baseline", "--region", "sleepy")
@@ -127,12 +132,23 @@ def test_baseline_records_each_regions_timing_by_device(repo: Path) -> None:
     assert after["p.sleepy"]["samples"] != sleepy["samples"]
 
 
-def test_a_step_made_3x_slower_fails_against_the_stored_baseline(
+def test_a_step_made_3x_slower_fails_against_the_stored_baseline_and_says_what_accepts_it(
     repo: Path, written: list[RunResult]
 ) -> None:
     assert run_gate(repo, "baseline").returncode == 0
     slow = run_gate(repo, "run", env={"STEP_SLEEP_S": "0.012"})
     assert slow.returncode == 1, slow
+    accept = (
+        "next step: `transfer-gate baseline --baseline policies/transfer-gate-baseline.json "
+        "--region p.sleepy --timing-only` records this region's step times, XLA's figures and "
+        "collectives as they are now; it accepts no transfer"
+    )
+    assert accept in region(written, "sleepy").notes
+    assert f"note: {accept}" in slow.stdout
+    # The timing's own testcase ends with it too: what a PR annotation shows.
+    failure = slow.testcase("sleepy: timing vs baseline").find("failure")
+    assert failure is not None
+    assert (failure.text or "").rstrip().endswith(accept)
     comparison = region(written, "sleepy").timing_vs_baseline
     assert comparison is not None
     assert comparison.verdict is TimingVerdict.SLOWER
@@ -146,6 +162,12 @@ def test_a_step_made_3x_slower_fails_against_the_stored_baseline(
     assert quick.timing_vs_baseline is None
     assert not any("timing" in note for note in quick.notes)
     assert quick.passed
+    # Which is what it does: the run passes after it, and the file's transfers are as they were.
+    before = stored(repo)["accepted"]
+    again = run_gate(repo, *accept.split("`")[1].split()[1:], env={"STEP_SLEEP_S": "0.012"})
+    assert again.returncode == 0, again
+    assert stored(repo)["accepted"] == before
+    assert run_gate(repo, "run", env={"STEP_SLEEP_S": "0.012"}).returncode == 0
 
 
 def test_unchanged_code_passes_3_runs_of_3(repo: Path, written: list[RunResult]) -> None:
@@ -159,22 +181,26 @@ def test_unchanged_code_passes_3_runs_of_3(repo: Path, written: list[RunResult])
         assert not comparison.failing
 
 
-def test_a_baseline_from_another_device_is_not_compared(
+def test_a_baseline_from_another_machine_is_not_compared_and_one_line_names_both(
     repo: Path, written: list[RunResult]
 ) -> None:
     assert run_gate(repo, "baseline").returncode == 0
     document = stored(repo)
-    document["timing"]["p.sleepy"]["device"] = "gpu (NVIDIA H200 x1), jax 0.10.2, jaxlib 0.10.2"
+    laptop = {**document["timing"]["p.sleepy"]["machine"], "processor": "Apple M3", "cores": 8}
+    document["timing"]["p.sleepy"]["machine"] = laptop
     (repo / BASELINE).write_text(json.dumps(document))
     run = run_gate(repo, "run", env={"STEP_SLEEP_S": "0.012"})
     assert run.returncode == 0, run
     sleepy = region(written, "sleepy")
     assert sleepy.timing_vs_baseline is None
     [note] = [n for n in sleepy.notes if n.startswith("timing not compared")]
+    here = f"{processor_model()} x{os.cpu_count()} cores, cpu x1 (cpu), jax "
     assert note.startswith(
-        "timing not compared: baseline from gpu (NVIDIA H200 x1), jax 0.10.2, jaxlib 0.10.2 "
-        "(this run: cpu (cpu x1), jax "
+        "timing not compared: the baseline's timing was measured on another machine "
+        "(processor, cores differ): Apple M3 x8 cores, cpu x1 (cpu), jax "
     )
+    assert f"; this run: {here}" in note
+    assert "\n" not in note
 
 
 def test_a_version_2_baseline_still_loads_and_says_it_has_no_timing(
@@ -186,11 +212,16 @@ def test_a_version_2_baseline_still_loads_and_says_it_has_no_timing(
     assert run.returncode == 0, run
     sleepy = region(written, "sleepy")
     assert sleepy.timing_vs_baseline is None
-    assert NO_TIMING in sleepy.notes
-    assert NO_TIMING in run.stdout
-    # Re-baselining upgrades the file to version 3, with timing.
-    assert run_gate(repo, "baseline").returncode == 0
-    assert stored(repo)["version"] == 3
+    no_timing = (
+        "timing not compared: the baseline has no timing; record it on this machine with "
+        "`transfer-gate baseline --baseline policies/transfer-gate-baseline.json --region "
+        "p.sleepy --timing-only`"
+    )
+    assert no_timing in sleepy.notes
+    assert no_timing in run.stdout
+    # Recording the timing alone upgrades the file to version 4.
+    assert run_gate(repo, "baseline", "--timing-only").returncode == 0
+    assert stored(repo)["version"] == 4
     assert "p.sleepy" in stored(repo)["timing"]
 
 
@@ -204,11 +235,13 @@ def test_without_a_baseline_file_nothing_is_compared(repo: Path, written: list[R
 
 # --- the records, without a run -------------------------------------------------------------------
 
-PLATFORM = "cpu (cpu x1), jax 0.10.2, jaxlib 0.10.2"
-
 
 def timed(name: str, samples: tuple[float, ...], **changes: object) -> RegionResult:
-    return sample_region(name, platform=PLATFORM, timing_samples=samples, **changes)
+    return sample_region(name, **{"machine": MACHINE, "timing_samples": samples, **changes})
+
+
+def stored_timing(run: RunResult) -> StoredBaseline:
+    return StoredBaseline(timing=retimed(run, {}))
 
 
 def ruled(
@@ -242,18 +275,17 @@ def _cost(flops: float) -> StepCost:
 
 
 def test_xla_figures_are_compared_with_the_stored_ones_exactly_and_kept_in_the_file() -> None:
-    stored = retimed(run_of(timed("a", (1e-3,) * 10, cost=_cost(100.0))), None)
-    assert read_timing(json.loads(json.dumps(timing_document(stored)))) == stored
+    stored = stored_timing(run_of(timed("a", (1e-3,) * 10, cost=_cost(100.0))))
     doubled = run_of(timed("a", (1e-3,) * 10, cost=_cost(200.0)))
     [gated] = compare_with_baseline(
-        doubled, stored, {"train.a": ruled(cost=CostRule(1.05))}
+        doubled, stored, {"train.a": ruled(cost=CostRule(1.05))}, "tg"
     ).regions
     assert gated.cost_vs_baseline is not None
     assert gated.cost_vs_baseline.failing
     assert not gated.passed
     assert "flops 100 → 200 (2.00x)" in gated.cost_vs_baseline.headline()
     off = ruled(timing=TimingRule(compare=False))  # timing: off still compares the figures
-    [reported] = compare_with_baseline(doubled, stored, {"train.a": off}).regions
+    [reported] = compare_with_baseline(doubled, stored, {"train.a": off}, "tg").regions
     assert reported.cost_vs_baseline is not None
     assert not reported.cost_vs_baseline.failing
     assert reported.timing_vs_baseline is None
@@ -262,9 +294,9 @@ def test_xla_figures_are_compared_with_the_stored_ones_exactly_and_kept_in_the_f
 
 def test_a_cost_bound_the_baseline_or_the_run_cannot_give_is_not_checked_never_a_pass() -> None:
     bounded = {"train.a": ruled(cost=CostRule(1.05))}
-    without_cost = retimed(run_of(timed("a", (1e-3,) * 10)), None)  # stored with no cost
+    without_cost = stored_timing(run_of(timed("a", (1e-3,) * 10)))  # stored with no cost
     [unbounded] = compare_with_baseline(
-        run_of(timed("a", (1e-3,) * 10, cost=_cost(200.0))), without_cost, bounded
+        run_of(timed("a", (1e-3,) * 10, cost=_cost(200.0))), without_cost, bounded, "tg"
     ).regions
     comparison = unbounded.cost_vs_baseline
     assert comparison is not None
@@ -275,10 +307,10 @@ def test_a_cost_bound_the_baseline_or_the_run_cannot_give_is_not_checked_never_a
     )
     assert not unbounded.passed
     # The run's own cost unmeasured (a JAX that moved the hook) against a stored one: the same.
-    stored = retimed(run_of(timed("a", (1e-3,) * 10, cost=_cost(100.0))), None)
+    stored = stored_timing(run_of(timed("a", (1e-3,) * 10, cost=_cost(100.0))))
     unmeasured = not_measured("cost not measured: injected")
     [blind] = compare_with_baseline(
-        run_of(timed("a", (1e-3,) * 10, cost=unmeasured)), stored, bounded
+        run_of(timed("a", (1e-3,) * 10, cost=unmeasured)), stored, bounded, "tg"
     ).regions
     assert blind.cost_vs_baseline is not None
     assert blind.cost_vs_baseline.unchecked == "head: cost not measured: injected"
@@ -290,83 +322,110 @@ def test_a_cost_bound_the_baseline_or_the_run_cannot_give_is_not_checked_never_a
         (timed("a", (1e-3,) * 10, cost=_cost(200.0)), without_cost),
         (timed("a", (1e-3,) * 10, cost=unmeasured), stored),
     ):
-        [left] = compare_with_baseline(run_of(run), store, unruled).regions
+        [left] = compare_with_baseline(run_of(run), store, unruled, "tg").regions
         assert left.cost_vs_baseline is None
         assert left.passed
 
 
-def test_a_cost_bound_against_another_devices_baseline_is_noted() -> None:
-    stored = retimed(run_of(timed("a", (1e-3,) * 10, cost=_cost(100.0))), None)
-    elsewhere = sample_region(
-        "a", platform="gpu (cuda x1), jax 0.10.2", timing_samples=(1e-3,) * 10, cost=_cost(200.0)
-    )
+def test_a_cost_bound_against_another_machines_baseline_is_noted() -> None:
+    stored = stored_timing(run_of(timed("a", (1e-3,) * 10, cost=_cost(100.0))))
+    gpu = msgspec.structs.replace(MACHINE, platform="gpu", accelerator="NVIDIA H200")
+    elsewhere = timed("a", (1e-3,) * 10, cost=_cost(200.0), machine=gpu)
     [noted] = compare_with_baseline(
-        run_of(elsewhere), stored, {"train.a": ruled(cost=CostRule(1.05))}
+        run_of(elsewhere), stored, {"train.a": ruled(cost=CostRule(1.05))}, "tg"
     ).regions
     assert noted.cost_vs_baseline is None
-    assert any(note.startswith("cost not compared: baseline from cpu") for note in noted.notes)
+    assert noted.timing_vs_baseline is None
+    assert [n.partition(":")[0] for n in noted.notes] == [
+        "cost not compared",
+        "timing not compared",
+    ]
+    assert noted.notes[0].startswith(
+        "cost not compared: the baseline's cost was measured on another machine (platform, "
+        "accelerator differ): Intel(R) Xeon(R) CPU @ 2.20GHz x2 cores, cpu x1 (cpu), jax 0.10.2, "
+    )
+    assert (
+        "; this run: Intel(R) Xeon(R) CPU @ 2.20GHz x2 cores, gpu x1 (NVIDIA H200)"
+        in (noted.notes[0])
+    )
 
 
 def test_a_region_the_baseline_has_no_timing_for_says_so() -> None:
-    stored_timing = retimed(run_of(timed("old", (1e-3,) * 10)), None)
+    old = stored_timing(run_of(timed("old", (1e-3,) * 10)))
     judged = compare_with_baseline(
-        run_of(timed("new", (1e-3,) * 10)), stored_timing, {"train.new": ruled()}
+        run_of(timed("new", (1e-3,) * 10)), old, {"train.new": ruled()}, "transfer-gate baseline"
     )
     [new] = judged.regions
     assert new.timing_vs_baseline is None
-    assert new.notes == (NO_REGION_TIMING,)
+    assert new.notes == (
+        "timing not compared: the baseline has no timing for this region; record it on this "
+        "machine with `transfer-gate baseline --region train.new --timing-only`",
+    )
 
 
 def test_an_errored_or_unruled_region_is_left_alone() -> None:
-    stored_timing = retimed(run_of(timed("a", (1e-3,) * 10)), None)
+    stored = stored_timing(run_of(timed("a", (1e-3,) * 10)))
     errored = timed("a", (), error=region_error())
     for run, rules in (
         (run_of(errored), {"train.a": ruled()}),
         (run_of(timed("a", (1e-3,))), {}),
     ):
-        assert compare_with_baseline(run, stored_timing, rules) == run
+        assert compare_with_baseline(run, stored, rules, "tg") == run
 
 
 def test_retimed_records_quartiles_and_keeps_other_regions() -> None:
-    first = retimed(run_of(timed("a", (1.0, 2.0, 3.0, 4.0, 5.0)), timed("b", (1.0,))), None)
+    first = retimed(run_of(timed("a", (1.0, 2.0, 3.0, 4.0, 5.0)), timed("b", (1.0,))), {})
     assert (first["train.a"].p25_s, first["train.a"].median_s, first["train.a"].p75_s) == (
         2.0,
         3.0,
         4.0,
     )
-    assert first["train.a"].device == f"{PLATFORM}, transfer-gate 0.1.0"
+    assert first["train.a"].machine == MACHINE
     second = retimed(run_of(timed("a", (7.0,))), first)
     assert second["train.b"] == first["train.b"]
     assert second["train.a"].samples == (7.0,)
-    # A region that never reached JAX (no platform) stores nothing.
-    assert retimed(run_of(sample_region("c", timing_samples=(1.0,))), None) == {}
+    # A region that never reached JAX (no machine) stores nothing.
+    assert retimed(run_of(sample_region("c", timing_samples=(1.0,))), {}) == {}
 
 
-@pytest.mark.parametrize(
-    ("timing", "message"),
-    [
-        ([], "'timing' must be a mapping"),
-        ({"p.a": {"device": "cpu"}}, "timing of 'p.a' is malformed"),
-        (
-            {"p.a": {"device": "x", "median_s": 1, "p25_s": 1, "p75_s": 1, "samples": []}},
-            "needs at least one finite, non-negative sample",
-        ),
-    ],
+LEAKY_STEPS = (
+    STEPS
+    + """
+
+import numpy as np
+
+
+def numpy_setup():
+    return (np.ones((4,), np.float32),)  # uploaded on every call: a transfer to accept
+"""
 )
-def test_a_malformed_timing_is_an_unusable_baseline(
-    tmp_path: Path, timing: object, message: str
+
+LEAKY_POLICY = """
+version: 1
+defaults: {warmup: 1, guarded_runs: 1, repeats: 15}
+regions:
+  - name: sleepy
+    step: steps:step
+    setup: steps:numpy_setup
+"""
+
+
+def test_no_timing_baseline_keeps_the_accepted_transfers_and_compares_no_time(
+    tmp_path: Path, written: list[RunResult]
 ) -> None:
-    path = tmp_path / "b.json"
-    document = {"format": FORMAT, "version": 3, "accepted": [], "timing": timing}
-    path.write_text(json.dumps(document))
-    with pytest.raises(BaselineError, match=message) as raised:
-        load_baseline_file(path)
-    assert str(raised.value).startswith(f"{path}: ")
-    assert str(raised.value).endswith("regenerate it with `transfer-gate baseline`")
-
-
-def test_a_baseline_from_a_newer_gate_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "b.json"
-    path.write_text(json.dumps({"format": FORMAT, "version": 4, "accepted": []}))
-    with pytest.raises(BaselineError, match="version 4 is not 3"):
-        load_baseline_file(path)
+    # The reusable workflow's hosted CPU job: a shared runner's step times say nothing.
+    repo = make_repo(tmp_path, {"steps.py": LEAKY_STEPS, "policies/p.yaml": LEAKY_POLICY})
+    assert run_gate(repo, "baseline").returncode == 0
+    slow = run_gate(repo, "run", "--no-timing-baseline", env={"STEP_SLEEP_S": "0.012"})
+    assert slow.returncode == 0, slow
+    sleepy = region(written, "sleepy")
+    assert sleepy.timing_vs_baseline is None
+    assert not any("timing" in note for note in sleepy.notes), sleepy.notes
+    assert f"baseline: {BASELINE} (1 accepted; step times not compared (--no-timing-baseline))" in (
+        slow.stdout
+    ), slow
+    # The same run against the stored times fails; and without the baseline, on the transfer.
+    assert run_gate(repo, "run", env={"STEP_SLEEP_S": "0.012"}).returncode == 1
+    ignored = run_gate(repo, "run", "--no-baseline")
+    assert ignored.returncode == 1, ignored
+    assert "host-to-device" in ignored.stdout, ignored

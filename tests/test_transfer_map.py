@@ -486,9 +486,9 @@ def test_a_version_1_baseline_is_one_line_saying_how_to_regenerate_it(tmp_path: 
     run = run_gate(repo, "run")
     assert run.returncode == 2, run
     assert run.stderr.splitlines() == [
-        f"error: {repo / 'policies/transfer-gate-baseline.json'}: baseline version 1 predates "
-        "per-array fingerprints (one finding per array moved); regenerate it with "
-        "`transfer-gate baseline`"
+        "error: policies/transfer-gate-baseline.json: transfer-gate baseline version 1 predates "
+        "per-array fingerprints (one finding per array moved) and cannot be read; regenerate "
+        "it with `transfer-gate baseline`"
     ]
     # The report is still written, and says the same.
     case = run.testcase("baseline")

@@ -18,7 +18,7 @@ from gate.plan import UnknownRegionError
 from gate.policy.problems import PolicyError
 from gate.report.junit import ReportWriteError
 from gate.report.merge import MergeError
-from gate.results.baseline import BaselineError
+from gate.results.baseline_file import BaselineError
 
 
 class UsageError(Exception):

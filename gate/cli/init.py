@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from gate.cli.errors import UsageError
 from gate.cli.exit_codes import ExitCode
-from gate.cli.parser import DEFAULT_POLICIES
-from gate.policy.starter import is_callable_spec, starter_policy
+from gate.cli.parser import DEFAULT_POLICIES, DEFAULT_SCHEMA_FILE
+from gate.cli.schema import schema_text
+from gate.files import write_text_atomically
+from gate.policy.problems import display_path
+from gate.policy.starter import is_callable_spec, setup_stub, starter_policy
+from gate.policy.step_source import read_step
 
 
 def default_output(step: str) -> str:
@@ -35,7 +40,10 @@ def init_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
             f"init --output {shown}: name a .yaml or .yml file (a folder of policies is read "
             "for those only)"
         )
-    text = starter_policy(args.step, args.setup, args.boundary or ())
+    schema = repo_root / DEFAULT_SCHEMA_FILE
+    modeline_path = Path(os.path.relpath(schema, target.parent)).as_posix()
+    needs, note = _step_needs(args.step, args.setup, repo_root)
+    text = starter_policy(args.step, args.setup, args.boundary or (), modeline_path, needs)
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         # "x": created here or not at all, so a policy someone has edited is never replaced.
@@ -47,5 +55,37 @@ def init_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
             "name another file with --output FILE"
         ) from None
     print(f"wrote {shown}; check it with `transfer-gate validate {shown}`")
+    if not schema.exists():
+        # What the modeline names, so that an editor completes keys at once.
+        write_text_atomically(schema, schema_text("policy"))
+        print(
+            f"wrote {DEFAULT_SCHEMA_FILE}, the schema its first line names for editors; "
+            f"refresh it after upgrading the gate: `transfer-gate schema --write "
+            f"{DEFAULT_SCHEMA_FILE}`"
+        )
+    if note:
+        print(note)
     print("(init imports nothing: validate imports the step, setup and boundaries)")
     return ExitCode.OK
+
+
+def _step_needs(step: str, setup: str | None, repo_root: Path) -> tuple[tuple[str, ...], str]:
+    """The step's parameters without a default when there is no setup to give them (read
+    from its source: init imports nothing), and what to tell the user about them."""
+    if setup is not None:
+        return (), ""
+    module, _, qualname = step.partition(":")
+    found = read_step(module, qualname, [repo_root])
+    if isinstance(found, str):
+        return (), (
+            f"{step}'s parameters were not read ({found}): if it takes any, give the region "
+            "a setup that returns them; validate will say"
+        )
+    if not found.required:
+        return (), ""
+    where = f"{display_path(found.path, repo_root)}:{found.line}"
+    return found.required, (
+        f"{qualname} ({where}) takes {', '.join(found.required)}: write {setup_stub(step)}, "
+        "a function that returns them (a tuple in that order, or a dict by name), or point "
+        "setup: at one you have; validate fails until it imports"
+    )

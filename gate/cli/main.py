@@ -52,7 +52,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return main_doctor(args.expect, requirements=args.requirements or ())
     # Neither imports jax nor the user's code.
     if args.command == "schema":
-        return schema_command()
+        return schema_command(args.document, args.write)
     if args.command == "init":
         return init_command(args, Path.cwd())
     # Before anything imports jax (user modules do, while policies are checked).

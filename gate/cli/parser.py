@@ -19,6 +19,10 @@ from gate.plan import parse_shard
 from gate.results.baseline import DEFAULT_NAME as DEFAULT_BASELINE_NAME
 
 DEFAULT_POLICIES = "policies"
+SCHEMA_DOCUMENTS = ("policy", "baseline", "report")
+# Where `transfer-gate schema --write` keeps the policy schema in a repository, and so where
+# `init`'s modeline points (relative to the policy: policies/x.yaml -> ../.transfer-gate/...).
+DEFAULT_SCHEMA_FILE = ".transfer-gate/policy.schema.json"
 DEFAULT_JUNIT = "reports/transfer-gate.xml"
 DEFAULT_BASELINE_HELP = f"{DEFAULT_BASELINE_NAME} in the first PATH's folder"
 _EXIT_CODES_HELP = exit_codes_help(ExitCode)
@@ -110,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="ignore any baseline: every implicit transfer fails",
     )
     run.add_argument(
+        "--no-timing-baseline",
+        action="store_true",
+        help="compare no step time with the baseline's (the transfers it accepts still apply): "
+        "for a shared runner, such as GitHub's hosted ones, whose timing says nothing about "
+        "the code",
+    )
+    run.add_argument(
         "--write-references",
         action="store_true",
         help="write each region's outputs to its checks.reference file (creating or "
@@ -177,6 +188,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="re-baseline only this region (NAME or SUITE.NAME), keeping the others' entries; "
         "repeatable",
+    )
+    part = baseline.add_mutually_exclusive_group()
+    part.add_argument(
+        "--timing-only",
+        action="store_true",
+        help="record the step times, XLA's figures and collectives, and the machine; accept no "
+        "transfer (the file's accepted transfers stay as they are)",
+    )
+    part.add_argument(
+        "--transfers-only",
+        action="store_true",
+        help="accept the transfers the regions make now; leave the stored timing as it is",
     )
 
     validate = commands.add_parser(
@@ -248,9 +271,23 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"where to write it (default: {DEFAULT_POLICIES}/<the step module's last part>.yaml)",
     )
 
-    commands.add_parser(
+    schema = commands.add_parser(
         "schema",
         allow_abbrev=False,
-        help="print the policy JSON Schema (point an editor at it: docs/policy.md)",
+        help="print the JSON Schema of a policy (point an editor at it: docs/policy.md), "
+        "the baseline file or the JSON report",
+    )
+    schema.add_argument(
+        "document",
+        nargs="?",
+        choices=SCHEMA_DOCUMENTS,
+        default="policy",
+        help="whose schema (default: policy)",
+    )
+    schema.add_argument(
+        "--write",
+        metavar="FILE",
+        help="write it to FILE (for the policy: where `init`'s modeline points, e.g. "
+        f"{DEFAULT_SCHEMA_FILE}) instead of printing it",
     )
     return parser

@@ -25,16 +25,11 @@ from gate.policy.model import Region
 from gate.report.live import LiveOutput, is_terminal, shows_escapes
 from gate.report.terminal import format_summary
 from gate.report.write import Reports, write_reports
-from gate.results.baseline import (
-    BaselineError,
-    apply_baseline,
-    fingerprints_of,
-    load_baseline_file,
-)
+from gate.results.baseline import accept_command, apply_baseline, fingerprints_of
+from gate.results.baseline_file import BaselineError, StoredBaseline, load_baseline
 from gate.results.errors import ErrorKind
 from gate.results.records import CheckName, RegionResult, RunResult, SuiteResult
 from gate.results.refusals import unusable_base, unusable_baseline
-from gate.results.timing_baseline import StoredTiming
 
 
 def run_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
@@ -62,23 +57,26 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
         except BaseRefError as exc:
             _write(unusable_base(str(exc)), reports)
             raise
-    accepted = None
-    timing: dict[str, StoredTiming] | None = None
+    stored: StoredBaseline | None = None
     baseline_path, named = baseline_for(args.baseline, args.paths, repo_root)
     baseline_shown = shown(baseline_path, repo_root)
     if not args.no_baseline and (named or baseline_path.is_file()):
         try:
-            accepted, timing = load_baseline_file(baseline_path)
+            stored = load_baseline(baseline_path, baseline_shown)
         except BaselineError as exc:
             # Like an invalid policy: nothing runs, but the report says why.
             _write(unusable_baseline(str(exc), baseline_shown), reports)
             raise
     rules: dict[str, Region] = {}
-    paths = " ".join(args.paths)
-    command = f"transfer-gate baseline {paths} --baseline {baseline_shown}".replace("  ", " ")
+    command = accept_command(args.paths, baseline_shown)
 
     def planned(plan: Plan) -> None:
         rules.update(planned_regions(plan))
+        if args.no_timing_baseline:
+            # As if every region said `timing: off` to the stored baseline: not compared, and no
+            # note. XLA's figures are still compared; they do not depend on the machine's load.
+            for key, rule in rules.items():
+                rules[key] = replace(rule, timing=replace(rule.timing, compare=False))
         live.total = len(rules)
 
     # Each region judged against the stored baseline once, as it finishes: its live row and
@@ -88,8 +86,9 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     def judged(region: RegionResult) -> RegionResult:
         if region.classname not in judgements:
             run = RunResult((SuiteResult(region.suite, "", (region,)),))
-            if accepted is not None:
-                run = compare_with_baseline(apply_baseline(run, accepted, command), timing, rules)
+            if stored is not None:
+                run = apply_baseline(run, stored.accepted, command)
+                run = compare_with_baseline(run, stored, rules, command)
             [judgements[region.classname]] = run.regions
         return judgements[region.classname]
 
@@ -135,8 +134,11 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     # On a terminal every row was just shown live, above: the summary recaps what failed.
     recap = args.quiet or (is_terminal(sys.stdout) and is_terminal(sys.stderr))
     print(format_summary(result, color=tinted, quiet=recap, verbose=args.verbose))
-    if accepted is not None:
-        print(f"baseline: {baseline_shown} ({len(accepted)} accepted)")
+    if stored is not None:
+        unused = (
+            "; step times not compared (--no-timing-baseline)" if args.no_timing_baseline else ""
+        )
+        print(f"baseline: {baseline_shown} ({len(stored.accepted)} accepted{unused})")
     for line in _written_references(result, rules, repo_root):
         print(line)
     print(reports.describe())

@@ -1,4 +1,4 @@
-"""Each region's step times against those ``transfer-gate baseline`` stored, on the same device.
+"""Each region's step times against those ``transfer-gate baseline`` stored, on the same machine.
 
 The threshold is the region's ``timing.baseline_max_slowdown`` (default 1.5),
 wider than the 1.10 against ``--base``: the stored samples were measured in
@@ -18,16 +18,13 @@ from dataclasses import replace
 from gate.compare.timing import compare_unpaired
 from gate.plan import Plan, region_key
 from gate.policy.model import Region
+from gate.results.baseline import NEXT_STEP
+from gate.results.baseline_file import StoredBaseline
 from gate.results.collective_changes import compare_communication
 from gate.results.costs import compare_costs, not_measured
+from gate.results.machine import Machine
 from gate.results.records import RegionResult, RunResult
-from gate.results.timing_baseline import (
-    NO_REGION_TIMING,
-    NO_TIMING,
-    StoredTiming,
-    device_fingerprint,
-    mismatch_note,
-)
+from gate.results.timing_baseline import StoredTiming
 
 
 def planned_regions(plan: Plan) -> dict[str, Region]:
@@ -38,49 +35,87 @@ def planned_regions(plan: Plan) -> dict[str, Region]:
 
 
 def compare_with_baseline(
-    run: RunResult,
-    stored: Mapping[str, StoredTiming] | None,
-    rules: Mapping[str, Region],
+    run: RunResult, stored: StoredBaseline, rules: Mapping[str, Region], command: str
 ) -> RunResult:
     """``run`` with each region's `RegionResult.timing_vs_baseline` set, or a note saying why not.
 
-    ``stored`` is None for a baseline file without timing (version 2). A region
-    with ``timing: off``, or without samples (it errored, or was refused), is left as it is.
-    XLA's figures are compared too (`RegionResult.cost_vs_baseline`), whatever ``timing:``
-    says, when both the stored entry and the run measured them on the same device.
+    A region with ``timing: off``, or without samples (it errored, or was refused), is left as
+    it is. XLA's figures are compared too (`RegionResult.cost_vs_baseline`), whatever
+    ``timing:`` says, when both the stored entry and the run measured them on the same
+    machine. ``command`` is `transfer-gate baseline` as this run would call it: a note names it,
+    scoped to the region, as the way to record or accept the region's timing.
     """
     suites = []
     for suite in run.suites:
         regions = tuple(
-            _judged(region, stored, rules.get(region.classname)) for region in suite.regions
+            _judged(region, stored, rules.get(region.classname), command)
+            for region in suite.regions
         )
         suites.append(replace(suite, regions=regions))
     return replace(run, suites=tuple(suites))
 
 
+def timing_command(command: str, region: RegionResult) -> str:
+    """The command that records ``region``'s timing alone, as it is now."""
+    return f"{command} --region {region.classname} --timing-only"
+
+
 def _judged(
-    region: RegionResult, stored: Mapping[str, StoredTiming] | None, rule: Region | None
+    region: RegionResult, stored: StoredBaseline, rule: Region | None, command: str
 ) -> RegionResult:
     if rule is None or region.error is not None or not region.timing_samples:
         return region
-    current = device_fingerprint(region)
+    current = region.machine
     if current is None:
         return region
-    entry = stored.get(region.classname) if stored is not None else None
-    if entry is not None and entry.device == current:
+    record = f"record it on this machine with `{timing_command(command, region)}`"
+    entry = stored.timing.get(region.classname)
+    if entry is not None and entry.machine == current:
         region = _cost_judged(region, entry, rule)
         region = _comm_judged(region, entry, rule)
     elif entry is not None and rule.cost.max_increase is not None:
-        # XLA's figures are the platform's own: another device's are no bound on these.
-        region = _noted(region, mismatch_note(entry, current, "cost"))
-    if not rule.timing.compare:
-        return region
-    if stored is None:
-        return _noted(region, NO_TIMING)
+        # XLA's figures are the platform's own: another machine's are no bound on these.
+        region = _noted(region, f"cost not compared: {_elsewhere('cost', entry, current)}")
+    if rule.timing.compare:
+        region = _timing_judged(region, stored, entry, rule, record)
+    if (
+        (region.timing_vs_baseline is not None and region.timing_vs_baseline.failing)
+        or (region.cost_vs_baseline is not None and region.cost_vs_baseline.failing)
+        or (region.comm_vs_baseline is not None and region.comm_vs_baseline.failing)
+    ):
+        region = _noted(
+            region,
+            f"{NEXT_STEP}`{timing_command(command, region)}` records this region's step times, "
+            "XLA's figures and collectives as they are now; it accepts no transfer",
+        )
+    return region
+
+
+def _elsewhere(what: str, entry: StoredTiming, current: Machine) -> str:
+    """One line naming both machines, and first what differs between them."""
+    differ = ", ".join(entry.machine.differences(current))
+    return (
+        f"the baseline's {what} was measured on another machine ({differ} differ): "
+        f"{entry.machine.describe()}; this run: {current.describe()}"
+    )
+
+
+def _timing_judged(
+    region: RegionResult,
+    stored: StoredBaseline,
+    entry: StoredTiming | None,
+    rule: Region,
+    record: str,
+) -> RegionResult:
+    assert region.machine is not None
+    if stored.no_timing is not None:
+        return _noted(region, f"timing not compared: {stored.no_timing}; {record}")
     if entry is None:
-        return _noted(region, NO_REGION_TIMING)
-    if entry.device != current:
-        return _noted(region, mismatch_note(entry, current))
+        return _noted(
+            region, f"timing not compared: the baseline has no timing for this region; {record}"
+        )
+    if entry.machine != region.machine:
+        return _noted(region, f"timing not compared: {_elsewhere('timing', entry, region.machine)}")
     comparison = compare_unpaired(
         entry.samples,
         region.timing_samples,
@@ -93,19 +128,19 @@ def _judged(
 
 
 def _cost_judged(region: RegionResult, entry: StoredTiming, rule: Region) -> RegionResult:
-    """XLA's figures against the stored ones of the same device. A side without them is
+    """XLA's figures against the stored ones of the same machine. A side without them is
     left out, unless ``cost.max_increase`` asks for a bound: then it is a comparison that
     could not be checked (`CostComparison.unchecked`), never a silent pass."""
-    stored = entry.cost
     current = region.cost
     if rule.cost.max_increase is None and (
-        stored is None or current is None or not current.measured
+        entry.cost is None or current is None or not current.measured
     ):
         return region
-    if stored is None:
-        stored = not_measured(
-            "no cost stored for this region; run `transfer-gate baseline` to record it"
-        )
+    stored = (
+        not_measured("no cost stored for this region; run `transfer-gate baseline` to record it")
+        if entry.cost is None
+        else entry.cost.step_cost()
+    )
     if current is None:
         current = not_measured("the cost run did not happen")
     compared = compare_costs(stored, current, rule.cost, against="baseline")
@@ -113,10 +148,10 @@ def _cost_judged(region: RegionResult, entry: StoredTiming, rule: Region) -> Reg
 
 
 def _comm_judged(region: RegionResult, entry: StoredTiming, rule: Region) -> RegionResult:
-    """The collectives against the stored ones of the same device. A baseline recorded before
+    """The collectives against the stored ones of the same machine. A baseline recorded before
     the gate kept them has none: under ``collectives: fail`` (or a ``cost.max_increase``)
     that is a check that could not be made, never a silent pass."""
-    stored = entry.cost.comm if entry.cost is not None else None
+    stored = entry.cost.step_cost().comm if entry.cost is not None else None
     current = region.cost.comm if region.cost is not None else None
     compared = compare_communication(
         stored,

@@ -5,11 +5,16 @@ worker``, then the engine's own, `gate.region.stages`) and hands it every line
 a worker prints, with the region that was running. The CLI's watcher
 (`gate.report.live`) turns them into the live output; `PrefixedOutput` is the
 plain one: each line as ``[suite.region] line``, stages not shown.
+
+Every worker of a run reports to the run's one watcher, so "once per run" is once per
+watcher: `first_in_run` keeps what each run has been shown.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import Protocol, TextIO
 
@@ -47,3 +52,25 @@ class PrefixedOutput:
         with contextlib.suppress(OSError, ValueError):
             self.stream.write("".join(f"[{label}] {line}\n" for line in lines))
             self.stream.flush()
+
+
+# What each run's watcher has been shown once, by key; forgotten with the watcher.
+_shown: weakref.WeakKeyDictionary[RunWatcher, set[str]] = weakref.WeakKeyDictionary()
+_shown_lock = threading.Lock()  # the workers' output threads ask at once
+
+
+def first_in_run(watcher: RunWatcher, key: str) -> bool:
+    """Whether ``key`` is new to the run that ``watcher`` watches; it is not, from then on.
+
+    A watcher that cannot be referenced weakly (a class with ``__slots__``) is told
+    everything every time: more lines, never fewer.
+    """
+    with _shown_lock:
+        try:
+            seen = _shown.setdefault(watcher, set())
+        except TypeError:
+            return True
+        if key in seen:
+            return False
+        seen.add(key)
+        return True

@@ -5,7 +5,8 @@ so a full pipe never blocks the worker, keeps the last lines for the report
 and forwards every line to the run's watcher (`gate.isolation.watcher`). `StackDump` reads the stack
 dump faulthandler prints when a worker crashes or is asked for it before
 being stopped (`gate.isolation.worker.DUMP_SIGNAL`): it says which line of the user's
-code was running.
+code was running. `RepeatedWarnings` keeps a platform warning that every worker prints at
+start-up (`gate.machine.platform_warnings`) to one copy per run in what the watcher shows.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gate.isolation.watcher import BETWEEN_REGIONS, RunWatcher
+from gate.isolation.watcher import BETWEEN_REGIONS, RunWatcher, first_in_run
 from gate.isolation.worker import END_OF_JOB
+from gate.machine.platform_warnings import known_warning
 from gate.user_code import SourceLocation, UserCode
 
 _KEPT_LINES = 400  # per worker
@@ -42,6 +44,7 @@ class WorkerOutput:
         # The jobs sent whose end-of-job mark has not been read, oldest first, with their labels.
         self._jobs: collections.deque[tuple[int, str]] = collections.deque()
         self._watcher = watcher
+        self._repeats = RepeatedWarnings(watcher) if watcher is not None else None
         self._lines: collections.deque[str] = collections.deque(maxlen=_KEPT_LINES)
         self._count = 0  # lines received so far
         self._partial = ""
@@ -148,11 +151,45 @@ class WorkerOutput:
                         self._jobs.popleft()
                     runs.append((self.label, []))
             self._job_ended.notify_all()
-        if self._watcher is not None:
-            # Outside the lock: a slow stderr must not stall the scheduler.
+        if self._watcher is not None and self._repeats is not None:
+            # Outside the lock: a slow stderr must not stall the scheduler. The kept lines
+            # (a crashed worker's report) stay whole; the log shows a known warning once.
             for label, lines in runs:
-                if lines:
-                    self._watcher.output(label, lines)
+                shown = self._repeats.filter(lines)
+                if shown:
+                    self._watcher.output(label, shown)
+
+
+class RepeatedWarnings:
+    """One worker's output without the known platform warnings its run has shown already.
+
+    The first copy in a run is shown, followed by a note that says why it is not repeated.
+    The source line Python prints under a warning (JAX's own ``  warnings.warn(``) is left
+    out of every copy: it says nothing. Any other line, a warning from the user's code
+    included, passes untouched.
+    """
+
+    def __init__(self, watcher: RunWatcher) -> None:
+        self._watcher = watcher
+        self._after_known = False  # the last line was a known warning: its source line follows
+
+    def filter(self, lines: Sequence[str]) -> list[str]:
+        kept = []
+        for line in lines:
+            if self._after_known and line[:1].isspace():
+                self._after_known = False
+                continue
+            warning = known_warning(line)
+            self._after_known = warning is not None
+            if warning is None:
+                kept.append(line)
+            elif first_in_run(self._watcher, warning.name):
+                kept.append(line)
+                kept.append(
+                    f"(transfer-gate: every worker prints this {warning.name} warning; it is "
+                    f"shown once per run: {warning.why})"
+                )
+        return kept
 
 
 def _job_number(text: str) -> int:

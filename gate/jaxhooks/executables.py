@@ -31,7 +31,7 @@ counted like it (checked on jax 0.10.2 and 0.12).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +61,7 @@ class Executed:
     devices: tuple[int, ...] = ()
     # The meshes of its arguments' and results' shardings, which name its collectives' axes.
     meshes: tuple[StepMesh, ...] = ()
+    where: str | None = None  # the caller's line that first ran it ("train.py:44"), if known
 
 
 @dataclass
@@ -70,11 +71,12 @@ class ExecutionLog:
     _runs: dict[int, list[Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def _ran(self, call: Any) -> None:
+    def _ran(self, call: Any, locate: Callable[[], str | None] | None) -> None:
         with self._lock:
             entry = self._runs.get(id(call))
             if entry is None:
-                self._runs[id(call)] = [call, 1]  # keeps `call` alive, so its id stays its own
+                # Keeps `call` alive, so its id stays its own; the stack is read once per program.
+                self._runs[id(call)] = [call, 1, locate() if locate is not None else None]
             else:
                 entry[1] += 1
 
@@ -88,8 +90,9 @@ class ExecutionLog:
                 executable=call.xla_executable,
                 devices=_device_ids(call.xla_executable),
                 meshes=_meshes(call),
+                where=where,
             )
-            for call, runs in entries
+            for call, runs, where in entries
         )
 
 
@@ -161,18 +164,21 @@ def fast_path_off() -> Iterator[None]:
 
 
 @contextmanager
-def every_execution_seen() -> Iterator[ExecutionLog]:
+def every_execution_seen(
+    locate: Callable[[], str | None] | None = None,
+) -> Iterator[ExecutionLog]:
     """Count every compiled program the block runs, from any thread.
 
-    Raises `InternalMissing` before changing anything when this JAX lacks a
-    piece; puts everything back in ``finally``.
+    ``locate``, called in the running thread when a program first runs, names the line
+    that ran it (`Executed.where`). Raises `InternalMissing` before changing anything
+    when this JAX lacks a piece; puts everything back in ``finally``.
     """
     execute, _, _ = dispatch_internals()
     log = ExecutionLog()
     run_program = execute.__dict__["__call__"]
 
     def counted(self: Any, *args: Any) -> Any:
-        log._ran(self)
+        log._ran(self, locate)
         return run_program(self, *args)
 
     with ExitStack() as patched:

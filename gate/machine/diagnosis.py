@@ -26,12 +26,16 @@ import ctypes.util
 import enum
 import importlib.metadata
 import os
+import platform as python_platform
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from gate.jaxhooks import internals
 from gate.levels import Direction
 from gate.machine.devices import gpu_files, tpu_chip_files
+from gate.package import __version__
+from gate.results.machine import Machine
 from gate.results.records import CoverageJudge
 
 
@@ -113,6 +117,10 @@ class PlatformInfo:
     backend_errors: tuple[tuple[str, str], ...] = ()  # (platform, why it did not start)
     tpu_device_files: bool = False  # /dev/accel* or /dev/vfio/N: a TPU VM
     driver_capabilities: str | None = None  # NVIDIA_DRIVER_CAPABILITIES; None: unset
+    processor: str = ""  # the CPU's model name, where the system says it
+    cores: int = 1  # the host's logical CPUs
+    cuda_driver: str | None = None  # the newest CUDA the NVIDIA driver supports, e.g. "12.8"
+    libtpu_version: str | None = None
 
     def describe(self) -> str:
         """``gpu (NVIDIA H200 x1), jax 0.11.2, jaxlib 0.11.2, CUDA 12.8``."""
@@ -123,6 +131,22 @@ class PlatformInfo:
         if self.cuda_version:
             text += f", CUDA {self.cuda_version}"
         return text
+
+    def machine(self) -> Machine:
+        """What a step timed here is timed on, as the stored baseline keeps it."""
+        return Machine(
+            processor=self.processor,
+            cores=max(self.cores, 1),
+            platform=self.platform,
+            accelerator=self.device_kind,
+            devices=max(self.device_count, 1),
+            jax=self.jax_version,
+            jaxlib=self.jaxlib_version,
+            cuda_driver=self.cuda_driver,
+            cuda_runtime=self.cuda_version,
+            libtpu=self.libtpu_version,
+            transfer_gate=__version__,
+        )
 
     @property
     def evidence(self) -> Evidence:
@@ -152,7 +176,8 @@ def detect() -> PlatformInfo:
         backend_version = " ".join(str(get_backend().platform_version).split()) or None
     except Exception:  # a missing jax.extend is a less precise record, not a failure
         backend_version = None
-    plugins = tuple(name for name, _ in installed_plugins())
+    versions = dict(installed_plugins())
+    plugins = tuple(versions)
     return PlatformInfo(
         platform=str(jax.default_backend()),
         device_kind=", ".join(kinds),
@@ -169,7 +194,32 @@ def detect() -> PlatformInfo:
         backend_errors=failed_backends(),
         tpu_device_files=tpu_device_files(),
         driver_capabilities=os.environ.get("NVIDIA_DRIVER_CAPABILITIES"),
+        processor=processor_model(),
+        cores=os.cpu_count() or 1,
+        cuda_driver=_cuda_version_from("cuda_driver_get_version"),
+        libtpu_version=versions.get("libtpu") or versions.get("libtpu-nightly"),
     )
+
+
+def processor_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name ("AMD EPYC 7B13"), from Linux's cpuinfo; "" where it is not said.
+
+    x86 says ``model name``; arm64 kernels often say nothing of the kind, and some say
+    ``Hardware`` or ``Model`` instead; elsewhere Python's ``platform.processor()`` is all there is.
+    """
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return python_platform.processor()
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, colon, value = line.partition(":")
+        if colon and value.strip():
+            fields.setdefault(key.strip().lower(), " ".join(value.split()))
+    for key in ("model name", "hardware", "model", "cpu model"):
+        if key in fields:
+            return fields[key]
+    return python_platform.processor()
 
 
 def installed_plugins() -> tuple[tuple[str, str], ...]:
@@ -236,8 +286,13 @@ def cuda_version_text(version: int) -> str:
 
 
 def _cuda_runtime() -> str | None:
+    return _cuda_version_from("cuda_runtime_get_version")
+
+
+def _cuda_version_from(name: str) -> str | None:
+    """A version the GPU plugin's ``cuda_versions`` module gives (runtime, driver), if any."""
     cuda_versions = internals.cuda_versions_module()
-    getter = getattr(cuda_versions, "cuda_runtime_get_version", None)
+    getter = getattr(cuda_versions, name, None)
     if getter is None:
         return None
     try:

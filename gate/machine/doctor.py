@@ -52,6 +52,7 @@ from gate.machine.diagnosis import (
     nvidia_device_files,
     tpu_device_files,
 )
+from gate.machine.holders import busy_device_problem
 from gate.machine.settings import (
     IGNORED_GUARD_VARIABLES,
     SETTINGS,
@@ -93,6 +94,8 @@ class Diagnosis:
     backend_errors: tuple[tuple[str, str], ...] = ()  # (platform, why JAX could not start it)
     installed: tuple[tuple[str, str], ...] = ()  # (distribution, version): jax, jaxlib by metadata
     jaxlib_requirement: str | None = None  # jax's own, e.g. "jaxlib<=0.10.2,>=0.10.1"
+    # Another process holds the accelerator JAX tried: who, and what to do (`gate.machine.holders`).
+    busy_device: str | None = None
 
     @property
     def evidence(self) -> Evidence:
@@ -160,7 +163,17 @@ def collect(
         backend_errors=backend_errors,
         installed=installed_jax(),
         jaxlib_requirement=jaxlib_requirement(),
+        busy_device=_busy_device([backend_error or "", *(why for _, why in backend_errors)]),
     )
+
+
+def _busy_device(errors: list[str]) -> str | None:
+    """Who holds the device, when JAX's reason for not starting a backend is that it is held."""
+    for error in errors:
+        problem = busy_device_problem(error)
+        if problem is not None:
+            return problem
+    return None
 
 
 def _exception_text(exc: BaseException) -> str:
@@ -235,9 +248,12 @@ def _cudnn(version: int) -> str:
 
 
 def expectation_problem(diagnosis: Diagnosis, expect: Platform) -> str | None:
-    """What is wrong when JAX does not run on `expect`: expected, found, likely causes."""
+    """What is wrong when JAX does not run on `expect`: expected, found, likely causes; or,
+    when another process holds the accelerator, who holds it and what to do."""
     if Platform.named(diagnosis.backend) is expect:
         return None
+    if diagnosis.busy_device is not None:
+        return diagnosis.busy_device
     if diagnosis.backend is not None:
         found = f"JAX runs on {diagnosis.backend} ({_devices_text(diagnosis)})"
     elif diagnosis.jax_version is None:
@@ -257,6 +273,8 @@ def doctor_problem(diagnosis: Diagnosis, expect: Platform | None) -> str | None:
         return expectation_problem(diagnosis, expect)
     if diagnosis.backend is not None:
         return None
+    if diagnosis.busy_device is not None:
+        return diagnosis.busy_device
     problem = f"JAX cannot start: {diagnosis.backend_error}."
     # What JAX_PLATFORMS asks for first is what JAX failed to start.
     first = (diagnosis.environ.get("JAX_PLATFORMS") or "").split(",")[0].strip()

@@ -25,7 +25,7 @@ from gate.policy.load import NamedCallable
 from gate.policy.model import CallableRef, Policy
 from gate.policy.problems import Problem, display_path
 from gate.policy.schema import did_you_mean
-from gate.policy.signature import annotation_problem
+from gate.policy.signature import call_problem
 from gate.user_code import UserCode
 
 
@@ -106,15 +106,20 @@ def check_callables(policy: Policy, repo_root: Path) -> list[Problem]:
 
 
 def _misfits(policy: Policy, repo_root: Path, problems: Sequence[Problem]) -> list[Problem]:
-    """Steps that cannot take what their setup's return annotation says it returns."""
+    """Steps that cannot take what their setup's return annotation says it returns, or
+    that take arguments and have no setup to give them."""
     failed = {p.where for p in problems}
     found = []
     for i, region in enumerate(policy.regions):
-        if region.setup is None or {f"regions[{i}].step", f"regions[{i}].setup"} & failed:
+        if {f"regions[{i}].step", f"regions[{i}].setup"} & failed:
             continue
         step = import_callable(region.step, policy.python_path, repo_root)
-        setup = import_callable(region.setup, policy.python_path, repo_root)
-        problem = annotation_problem(policy, i, setup, step)
+        setup = (
+            None
+            if region.setup is None
+            else import_callable(region.setup, policy.python_path, repo_root)
+        )
+        problem = call_problem(policy, i, setup, step)
         if problem is not None:
             found.append(problem)
     return found

@@ -1,4 +1,4 @@
-"""Whether what a setup returns fits the step it feeds, said before the step is called.
+"""Whether a step can be called as a run calls it: with what its setup returns, or nothing.
 
 A step called with one argument too few raises ``TypeError: missing 1 required
 positional argument``, which reads like a bug in the step. Binding setup's
@@ -8,9 +8,10 @@ what setup gave, what the step takes), and a TypeError raised inside a step
 that was called correctly stays the step's own.
 
 Two uses: at run time on setup's actual outputs (`misfit_text`), and in
-`validate` on setup's return annotation where that gives a count of values
-(`annotation_problem`). When the step's signature cannot be read, nothing is
-checked: guessing would refuse a step that works.
+`validate` (`call_problem`): on setup's return annotation where that gives a
+count of values, and, for a region without setup, on whether the step can be
+called with nothing at all. When the step's signature cannot be read, nothing
+is checked: guessing would refuse a step that works.
 """
 
 from __future__ import annotations
@@ -117,6 +118,37 @@ def misfit_text(
         "The step was not called."
     )
     return message, details
+
+
+def call_problem(
+    policy: Policy, index: int, setup: Callable[..., Any] | None, step: Callable[..., Any]
+) -> Problem | None:
+    """A `Problem` when region ``index``'s step cannot be called as a run will call it.
+
+    With a setup, as `annotation_problem` judges it; without one the step is called with
+    no argument at all, so a parameter without a default is a policy error at ``step:``
+    (`run` would only say ``train_step() missing 4 required positional arguments``).
+    """
+    if setup is not None:
+        return annotation_problem(policy, index, setup, step)
+    region = policy.regions[index]
+    signature = step_signature(step)
+    if signature is None:
+        return None
+    required = [
+        p.name for p in signature.parameters.values() if p.kind not in _VAR and p.default is p.empty
+    ]
+    if not required:
+        return None
+    them = "it" if len(required) == 1 else "them"
+    return Problem(
+        policy.path.as_posix(),
+        region.step.line,
+        f"regions[{index}].step",
+        f"step {region.step.spec} takes {_arguments(required)} and the region has no setup "
+        f"to give {them}; add `setup: MODULE:FUNCTION` to the region, a function that returns "
+        f"{them} (a tuple in that order, or a dict by name), or give {them} a default",
+    )
 
 
 def annotation_problem(

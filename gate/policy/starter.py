@@ -1,8 +1,10 @@
 """A starter policy for one step: the commented YAML that ``transfer-gate init`` writes.
 
-Text only: nothing is imported here (``transfer-gate validate`` imports the callables). The
-defaults it shows come from `BUILTIN_DEFAULTS` and the modeline from the schema's ``$id``, so
-the starter cannot drift from what the loader does.
+Text only: nothing is imported here (``transfer-gate validate`` imports the callables; what a
+step takes is read from its source, `gate.policy.step_source`). The defaults it shows come
+from `BUILTIN_DEFAULTS`, so the starter cannot drift from what the loader does; the modeline
+names the schema file `transfer-gate schema --write` keeps in the repository, which resolves
+offline and matches the installed gate.
 """
 
 from __future__ import annotations
@@ -29,11 +31,6 @@ _DEFAULT_NOTES = {
 }
 
 
-def schema_url() -> str:
-    """Where editors find the policy schema: its ``$id``."""
-    return str(policy_schema()["$id"])
-
-
 def modeline(schema: str) -> str:
     """The comment that points the YAML language server (VS Code, Neovim, ...) at ``schema``."""
     return f"# yaml-language-server: $schema={schema}"
@@ -58,11 +55,26 @@ def _line(code: str, note: str) -> str:
     return f"{code:<38} # {note}" if note else code
 
 
-def starter_policy(step: str, setup: str | None, boundaries: Sequence[str]) -> str:
-    """The starter policy for ``step`` (``module:qualname``), valid as written."""
+def setup_stub(step: str) -> str:
+    """The setup a starter names for a step that takes arguments: ``pkg.mod:train_step_inputs``."""
+    module, _, qualname = step.partition(":")
+    return f"{module}:{qualname.rpartition('.')[2]}_inputs"
+
+
+def starter_policy(
+    step: str,
+    setup: str | None,
+    boundaries: Sequence[str],
+    schema: str,
+    needs: Sequence[str] = (),
+) -> str:
+    """The starter policy for ``step`` (``module:qualname``), valid as written once the step
+    can be called; its modeline names ``schema``, the path of the policy schema in the
+    repository, from the policy. ``needs``, the step's parameters without a default, get a
+    `setup_stub` to write when no ``setup`` is given."""
     name = step.rpartition(":")[2].rpartition(".")[2]
     lines = [
-        modeline(schema_url()),
+        modeline(schema),
         "# A transfer-gate policy, started by `transfer-gate init`; every key: docs/policy.md.",
         "# `transfer-gate validate` checks it and imports the callables; `transfer-gate run`",
         "# runs each region under JAX's transfer guard.",
@@ -80,7 +92,10 @@ def starter_policy(step: str, setup: str | None, boundaries: Sequence[str]) -> s
         _line(f"  - name: {_scalar(name)}", "unique in this file"),
         _line(f"    step: {_scalar(step)}", "the code under the guard; returns its outputs"),
     ]
-    if setup is None:
+    if setup is None and needs:
+        returns = f"to write: returns ({', '.join(needs)})"
+        lines.append(_line(f"    setup: {_scalar(setup_stub(step))}", returns))
+    elif setup is None:
         lines.append(
             _line("    # setup: MODULE:FUNCTION", "fresh inputs before every run: a tuple or dict")
         )

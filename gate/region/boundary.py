@@ -5,6 +5,11 @@ levels (implicit ones keep the region's level), and its time is added to the
 boundary's cost. Every call site is caught, ``module.fn`` and
 ``from module import fn`` alike, because the function's code itself is
 interposed (see `gate.jaxhooks.interpose`).
+
+A boundary's time is its own: the arrays it is handed are waited for before
+its clock starts. JAX dispatches asynchronously, so a boundary called right
+after the step's jitted call would otherwise spend the step's device time
+waiting for its input, and a slower step would read as a slower boundary.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import threading
 import time
 import types
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +71,7 @@ class BoundaryMonitor:
             spec = self.guard
             relaxed = guarded(spec.inside_boundary(), global_too=False) if spec else nullcontext()
             stack.append(name)
+            _wait_for((args, kw))
             start = time.perf_counter()
             try:
                 with relaxed:
@@ -89,3 +95,16 @@ class BoundaryMonitor:
                 stack.enter_context(interposed(fn, self._wrapper(name)))
             self.reset_costs()
             yield
+
+
+def _wait_for(arguments: Any) -> None:
+    """Wait until the device has computed every array in ``arguments``.
+
+    A leaf that is not an array is left alone. Waiting on an array that cannot be
+    waited on (a donated, deleted one) raises; the boundary is then called as it
+    is, and whatever that array does in it is the boundary's own to report.
+    """
+    import jax
+
+    with suppress(Exception):
+        jax.block_until_ready(arguments)

@@ -106,7 +106,7 @@ def _run_imported(
 ) -> RegionResult:
     region = run.code.region
     run.platform = _platform()
-    base = {"platform": run.platform.describe()}
+    base = {"platform": run.platform.describe(), "machine": run.platform.machine()}
     wrong_platform = check_required(run.code.policy.platform, run.platform)
     if wrong_platform is not None:
         return result(error=RegionError(ErrorKind.PLATFORM, wrong_platform, wrong_platform), **base)

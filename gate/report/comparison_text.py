@@ -1,8 +1,9 @@
 """How a region's comparison with the base or the stored baseline reads, in every report.
 
-The terminal, the JUnit report and GitHub's summary all take their words from
-here, so "1.32x slower: median 412 µs → 545 µs" is the same line in each. Durations
-are `duration_text`'s, the headline's own, so a body never disagrees with its message.
+The terminal, the JUnit report and GitHub's summary all take their words from here, so
+"1.32x slower (interval 1.25-1.40x, beyond 1.1x): median 412 µs → 545 µs, …" is the same line
+in each. Durations are `duration_text`'s, the headline's own, so a body never disagrees with
+its message.
 """
 
 from __future__ import annotations
@@ -116,7 +117,13 @@ def timing_details(timing: TimingComparison, ref: str | None) -> list[str]:
         else f"head: median {duration_text(timing.head_median_s)}",
         f"ratio, head/{timing.against}: {timing.ratio:.3g}x, "
         f"{timing.level * 100:.4g}% interval {interval_text(timing)}",
-        f"p-value ({timing.test}): {timing.p_value:.2g}",
+        f"p-value of no difference at all ({timing.test}): {timing.p_value:.2g}"
+        + (
+            " (not what the verdict rests on: a real difference well within "
+            f"{timing.max_slowdown:g}x is unchanged, and the interval says how large it is)"
+            if timing.verdict is TimingVerdict.UNCHANGED
+            else ""
+        ),
         f"allowed slowdown: {timing.max_slowdown:g}x",
     ]
     if timing.paired:
@@ -220,12 +227,12 @@ def comparison_lines(region: RegionResult) -> list[tuple[str, str]]:
             count = base.already_in_base
             noun = "transfer" if count == 1 else "transfers"
             lines.append(("transfers vs base", f"{count} {noun} already in the base, not failing"))
-        if base.cost is not None and (base.cost.changes or not base.cost.compared):
+        if base.cost is not None and (base.cost.changed or not base.cost.compared):
             lines.append(("cost vs base", base.cost.headline()))
     if region.timing_vs_baseline is not None:
         timing = region.timing_vs_baseline
         lines.append((timing_label(timing), timing_line(timing)))
-    if region.cost_vs_baseline is not None and region.cost_vs_baseline.changes:
+    if region.cost_vs_baseline is not None and region.cost_vs_baseline.changed:
         lines.append(("cost vs baseline", region.cost_vs_baseline.headline()))
     # New collectives are findings at their own lines, unused donations at the policy's
     # (`gate.report.communication_text`).

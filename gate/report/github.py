@@ -162,7 +162,7 @@ def _table_row(region: RegionResult) -> str:
 
 
 def comparison_blocks(run: RunResult) -> list[str]:
-    """``region | base | head | ratio | p | verdict``: only when a region was compared.
+    """``region | base | head | ratio | verdict``: only when a region was compared.
 
     One row per timing comparison (the step against the base, each gated boundary,
     the step against the stored baseline), one per cost comparison that found a
@@ -175,10 +175,10 @@ def comparison_blocks(run: RunResult) -> list[str]:
     refs = sorted({r.base.base for r in run.regions if r.base is not None})
     against = f"Base: {', '.join(_code(ref) for ref in refs)}. " if refs else ""
     head = (
-        f"\n### Against the base\n\n{against}Base and head: median step time (samples); "
-        "ratio: head/base (its interval); p: of no difference (signed-rank on the rounds "
-        "against the base, Mann-Whitney U against a stored baseline).\n\n"
-        "| Region | Base | Head | Ratio | p | Verdict |\n|---|---|---|---|---|---|\n"
+        f"\n### Against the base\n\n{against}Base and head: median step time (samples): "
+        "against the base, of paired rounds on one core, so not the timed runs' median above; "
+        "ratio: head/base (the interval the verdict rests on).\n\n"
+        "| Region | Base | Head | Ratio | Verdict |\n|---|---|---|---|---|\n"
     )
     return [head, *rows]
 
@@ -192,31 +192,31 @@ def _comparison_rows(region: RegionResult) -> list[str]:
             verdict = _text(base_status_line(base))
             if base.status is BaseStatus.BASE_FAILED:
                 verdict = f"**ERROR**: {verdict}"
-            rows.append(f"| {name} | — | — | — | — | {verdict} |\n")
+            rows.append(f"| {name} | — | — | — | {verdict} |\n")
         if own_definition_line(base):  # what the rows below were measured against
-            rows.append(f"| {name} | — | — | — | — | {_text(own_definition_line(base))} |\n")
+            rows.append(f"| {name} | — | — | — | {_text(own_definition_line(base))} |\n")
         for timing in (base.timing, *base.boundary_timing):
             if timing is not None:
                 rows.append(_timing_row(name, timing))
         # Listed when the terminal lists it: a figure changed, or a side was not measured.
-        if base.cost is not None and (base.cost.changes or not base.cost.compared):
+        if base.cost is not None and (base.cost.changed or not base.cost.compared):
             rows.append(_cost_row(name, base.cost))
     if region.timing_vs_baseline is not None:
         rows.append(_timing_row(name, region.timing_vs_baseline))
-    if region.cost_vs_baseline is not None and region.cost_vs_baseline.changes:
+    if region.cost_vs_baseline is not None and region.cost_vs_baseline.changed:
         rows.append(_cost_row(name, region.cost_vs_baseline))
     for comm in comm_comparisons(region):
         if shown(comm):
             verdict = _text(comm.headline())
             verdict = f"**FAIL**: {verdict}" if comm.collectives_failing else verdict
             against = "" if comm.against == "base" else f" (vs {_text(comm.against)})"
-            rows.append(f"| {name} collectives{against} | — | — | — | — | {verdict} |\n")
+            rows.append(f"| {name} collectives{against} | — | — | — | {verdict} |\n")
     for donations in donation_comparisons(region):
         if donations.shown:
             verdict = _text(donations.headline())
             verdict = f"**FAIL**: {verdict}" if donations.failing else verdict
             against = "" if donations.against == "base" else f" (vs {_text(donations.against)})"
-            rows.append(f"| {name} donations{against} | — | — | — | — | {verdict} |\n")
+            rows.append(f"| {name} donations{against} | — | — | — | {verdict} |\n")
     return rows
 
 
@@ -228,7 +228,7 @@ def _cost_row(name: str, cost: CostComparison) -> str:
     verdict = _text(cost.headline())
     if cost.failing:
         verdict = f"**FAIL**: {verdict}"
-    return f"| {name} | — | — | — | — | {verdict} |\n"
+    return f"| {name} | — | — | — | {verdict} |\n"
 
 
 def _timing_row(name: str, timing: TimingComparison) -> str:
@@ -248,7 +248,6 @@ def _timing_row(name: str, timing: TimingComparison) -> str:
         f"{duration_text(timing.base_median_s)} ({len(timing.base_samples)})",
         f"{duration_text(timing.head_median_s)} ({len(timing.head_samples)})",
         f"{timing.ratio:.2f}x ({_interval_cell(timing)})",
-        f"{timing.p_value:.2g}",
         verdict,
     ]
     return "| " + " | ".join(cells) + " |\n"

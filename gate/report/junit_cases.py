@@ -19,6 +19,7 @@ from gate.report.terminal import (
     one_line,
     transfer_location,
 )
+from gate.results.baseline import next_step
 from gate.results.costs import CostComparison
 from gate.results.errors import ErrorKind, RegionError
 from gate.results.findings import Finding, group
@@ -59,6 +60,13 @@ def policy_case(region: RegionResult, name: str, stdout: str, outcome: Outcome |
 def declared(region: RegionResult) -> str:
     """The line that ends a testcase's body: where the region is declared."""
     return f"Region declared at {region.policy_path}:{region.policy_line}\n"
+
+
+def timing_next_step(region: RegionResult, against: str) -> str:
+    """What ends a failure against the stored baseline's timing, cost or collectives: the
+    command that accepts it (`gate.results.baseline.next_step`); "" against the base."""
+    accept = next_step(region, "timing") if against == "baseline" else None
+    return f"{accept}\n" if accept else ""
 
 
 # Errors of the run, not of a region: their testcase is named after what broke.
@@ -179,11 +187,11 @@ def _cost_case(region: RegionResult, cost: CostComparison, label: str) -> Case:
     could not be checked (a side unmeasured, a total one side lacks); otherwise it lists
     every change in its system-out.
     """
-    changes = "\n".join(f"- {c.text()}" for c in cost.changes)
+    changes = "\n".join(f"- {line}" for line in cost.listing())
     listing = f"{cost.headline()}\n" + (f"{changes}\n" if changes else "")
     outcome = None
     if cost.failing:
-        body = f"{listing}\n{declared(region)}"
+        body = f"{listing}\n{declared(region)}{timing_next_step(region, cost.against)}"
         if cost.unchecked is not None:
             outcome = Outcome("error", "cost-not-checked", cost.headline(), body)
         else:
@@ -259,7 +267,9 @@ def _transfers_body(region: RegionResult) -> str:
             + "\n".join(_finding_entry(f, region) for f in others)
         )
     parts.append(_details(region))
-    return "\n\n".join(parts)
+    # What accepts them, where a stored baseline judged them: the body's last word.
+    accept = next_step(region, "transfers")
+    return "\n\n".join([*parts, accept] if accept else parts)
 
 
 def _finding_entry(finding: Finding, region: RegionResult) -> str:
@@ -371,7 +381,9 @@ def _error_body(region: RegionResult, error: RegionError) -> str:
             + "\n".join(_finding_entry(f, region) for f in group(region.transfers))
         )
     parts.append(_details(region))
-    return "\n\n".join(parts)
+    # What accepts them, where a stored baseline judged them: the body's last word.
+    accept = next_step(region, "transfers")
+    return "\n\n".join([*parts, accept] if accept else parts)
 
 
 def _checks_message(region: RegionResult) -> str:

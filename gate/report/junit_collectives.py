@@ -26,7 +26,7 @@ from gate.report.communication_text import (
     inventory_lines,
     shown,
 )
-from gate.report.junit_cases import Case, Outcome, declared, policy_case
+from gate.report.junit_cases import Case, Outcome, declared, policy_case, timing_next_step
 from gate.results.collective_changes import NEW, CollectiveChange, CommComparison
 from gate.results.donations import DONATION_FIX
 from gate.results.records import RegionResult
@@ -57,7 +57,7 @@ def _comparison_case(region: RegionResult, comm: CommComparison) -> Case:
         lines.append(comm.bytes_line())
     lines.extend(f"- {change.line(_policy(region))}" for change in comm.changes)
     lines.extend(inventory_lines(region))
-    body = "\n".join(lines) + "\n\n" + declared(region)
+    body = "\n".join(lines) + "\n\n" + declared(region) + timing_next_step(region, comm.against)
     outcome = None
     if comm.unchecked is not None:
         outcome = Outcome("error", "collectives-not-checked", comm.headline(), body)
@@ -81,7 +81,7 @@ def _new_case(region: RegionResult, comm: CommComparison, change: CollectiveChan
         f"in {sample.function}; JAX's op: {sample.op_name or '(none)'}",
         f"fix: {COLLECTIVE_FIX}",
     ]
-    body = "\n".join(lines) + "\n\n" + declared(region)
+    body = "\n".join(lines) + "\n\n" + declared(region) + timing_next_step(region, comm.against)
     outcome = (
         Outcome("failure", "collective", change.line(_policy(region)), body)
         if change.failing

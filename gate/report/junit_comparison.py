@@ -22,7 +22,7 @@ from gate.report.comparison_text import (
     timing_details,
     timing_label,
 )
-from gate.report.junit_cases import Case, Outcome, declared, policy_case
+from gate.report.junit_cases import Case, Outcome, declared, policy_case, timing_next_step
 from gate.results.comparison import (
     BaseComparison,
     BaseStatus,
@@ -66,6 +66,8 @@ def _timing_case(
         lines.append(f"Boundary time per step, base → head ({base.base}):")
         lines.extend(f"- {boundary_time_line(b)}" for b in base.boundaries)
     body = "\n".join(lines) + "\n\n" + declared(region)
+    if timing.failing:
+        body += timing_next_step(region, timing.against)
     outcome: Outcome | None = None
     if timing.failing:
         outcome = Outcome("failure", "timing", timing.headline(), body)

@@ -13,15 +13,17 @@ report holds. The report is written atomically, like the gate's own.
 
 from __future__ import annotations
 
-import json
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from gate.files import DocumentError, read_json_document, write_text_atomically
+import msgspec
+
+from gate.documents import DocumentError, encode, read_document
+from gate.files import write_text_atomically
+from gate.report.json_report import FORMAT, VERSION, Report, SuiteDoc
 from gate.report.junit import write_report_file
 from gate.text import counted
 
@@ -236,43 +238,44 @@ def _duplicates(suites: list[ET.Element]) -> tuple[str, ...]:
 
 
 def merge_json(output: Path, inputs: Sequence[Path]) -> MergeSummary:
-    """Merge the gate's JSON reports: suites of one policy file become one again."""
-    from gate.report.json_report import FORMAT, VERSION
+    """Merge the gate's JSON reports: suites of one policy file become one again.
 
-    suites: dict[tuple[str, str], dict[str, Any]] = {}
+    Each input is read with the report's own schema (`gate.report.json_report.Report`),
+    every value checked: a shard's report that is cut short or edited is refused, by name.
+    """
+    suites: dict[tuple[str, str], SuiteDoc] = {}
     gate_versions = set()
     for path in inputs:
         try:
-            document = read_json_document(
+            report: Report = read_document(
                 path,
-                format=FORMAT,
-                version=VERSION,
+                formats=(FORMAT,),
+                versions={VERSION: Report},
                 what="transfer-gate JSON report",
-                fix="merge the reports `transfer-gate run --json` wrote, of one gate version",
+                fix="run that shard again: merge takes the reports `transfer-gate run --json` "
+                "wrote, of one gate version",
             )
         except DocumentError as exc:
             raise MergeError(str(exc)) from exc
-        gate_versions.add(str(document.get("gate_version")))
-        for suite in document.get("suites", []):
-            key = (str(suite.get("name")), str(suite.get("policy")))
-            merged = suites.setdefault(key, {**suite, "regions": []})
-            merged["regions"].extend(suite.get("regions", []))
-    regions = [r for suite in suites.values() for r in suite["regions"]]
-    document = {
-        "format": FORMAT,
-        "version": VERSION,
-        "gate_version": ", ".join(sorted(gate_versions)),
-        "passed": all(r.get("status") == "passed" for r in regions),
-        "suites": list(suites.values()),
-    }
-    write_text_atomically(output, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
-    names = [str(r.get("classname")) for r in regions]
+        gate_versions.add(report.gate_version)
+        for suite in report.suites:
+            key = (suite.name, suite.policy)
+            merged = suites.get(key, msgspec.structs.replace(suite, regions=()))
+            suites[key] = msgspec.structs.replace(merged, regions=merged.regions + suite.regions)
+    regions = [r for suite in suites.values() for r in suite.regions]
+    joined = Report(
+        gate_version=", ".join(sorted(gate_versions)),
+        passed=all(r.status == "passed" for r in regions),
+        suites=tuple(suites.values()),
+    )
+    write_text_atomically(output, encode(joined, ordered=False))
+    names = [r.classname for r in regions]
     return MergeSummary(
         inputs=len(inputs),
         suites=len(suites),
         tests=len(regions),
-        failures=sum(1 for r in regions if r.get("status") == "failed"),
-        errors=sum(1 for r in regions if r.get("status") == "error"),
+        failures=sum(1 for r in regions if r.status == "failed"),
+        errors=sum(1 for r in regions if r.status == "error"),
         duplicates=tuple(dict.fromkeys(n for n in names if names.count(n) > 1)),
     )
 

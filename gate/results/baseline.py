@@ -10,55 +10,54 @@ counts as its dtype, rank and every dimension but the leading one: a new batch
 size is the same array, a different array (other dtype or feature dimensions)
 is a new transfer.
 
-The file is JSON, sorted and indented, one entry per accepted line, so a
-reviewer sees in the PR diff when someone accepts a new transfer. From
-version 3 it also holds each region's step times
-(`gate.results.timing_baseline`); a version 2 file still loads, without them.
+The file (`gate.results.baseline_file`) is JSON, sorted and indented, one entry per
+accepted line, so a reviewer sees in the PR diff when someone accepts a new transfer.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Annotated, Literal, cast
 
-from gate.files import DocumentError, read_json_document, write_text_atomically
+import msgspec
+
+from gate.documents import Record
 from gate.results.findings import Finding, group
 from gate.results.records import RegionResult, RunResult, Site, SuiteResult, Transfer
-from gate.results.timing_baseline import StoredTiming, read_timing, timing_document
 from gate.text import counted
 
-FORMAT = "jax-transfer-gate.results.baseline"
-# Version 2: fingerprints name the array moved (one finding per array).
-# Version 3: each region's step times too, under "timing".
-VERSION = 3
-_READABLE = (2, 3)  # version 2 differs only in having no "timing"
 DEFAULT_NAME = "transfer-gate-baseline.json"
+# How a note that says what accepts a failure against the stored baseline begins.
+NEXT_STEP = "next step: "
 # Where an entry written before destinations were fingerprinted is also found, under its
 # fingerprint without one (`Accepted.destination` is None).
 _LEGACY = "legacy:"
 
 
-class BaselineError(Exception):
-    """The baseline file is unreadable or not a baseline; one line, names the file and the fix."""
+Times = Annotated[int, msgspec.Meta(ge=0)]
+DirectionLabel = Literal["host-to-device", "device-to-host", "device-to-device"]
 
 
-@dataclass(frozen=True)
-class Accepted:
-    """One accepted line: what it is, and how often it may move data."""
+class Accepted(Record, frozen=True, kw_only=True):
+    """One accepted line: what it is, and how often it may move data.
 
-    region: str  # suite.region
-    fingerprint: str
-    direction: str
-    kind: str
+    A record of the baseline file's schema: msgspec refuses an entry with a value of the
+    wrong kind (``per_step: -3``, ``direction: "sideways"``) as it reads the file.
+    """
+
+    region: Annotated[str, msgspec.Meta(min_length=1)]  # suite.region
+    fingerprint: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{16}$")]
+    direction: DirectionLabel
+    kind: Literal["implicit", "explicit"]
     path: str
     function: str
     source: str
-    per_step: int
-    first_call: int
+    per_step: Times
+    first_call: Times
     array: str  # the array's fingerprint part, e.g. "float32[*,16,16,1]" or "y float32[*,64]"
     # On a mesh, the spec it landed in ("P('data')"), part of the fingerprint; "" for none.
     # None in an entry written before destinations were fingerprinted: it is matched
@@ -171,8 +170,8 @@ def accepted_from(run: RunResult) -> list[Accepted]:
                 Accepted(
                     region=region.classname,
                     fingerprint=print_,
-                    direction=finding.direction.label,
-                    kind=finding.kind,
+                    direction=cast(DirectionLabel, finding.direction.label),
+                    kind="explicit" if finding.explicit else "implicit",
                     path=where.path if where else "",
                     function=where.function if where else "",
                     source=_normalized(finding.source),
@@ -182,78 +181,11 @@ def accepted_from(run: RunResult) -> list[Accepted]:
                     destination=finding.destination.spec if finding.destination else "",
                 )
             )
-    return sorted(entries, key=_entry_order)
+    return sorted(entries, key=entry_order)
 
 
-def _entry_order(entry: Accepted) -> tuple[str, ...]:
+def entry_order(entry: Accepted) -> tuple[str, ...]:
     return (entry.region, entry.path, entry.function, entry.source, entry.fingerprint)
-
-
-def write_baseline(
-    entries: Iterable[Accepted], path: Path, timing: Mapping[str, StoredTiming] | None = None
-) -> None:
-    """Write the baseline atomically, sorted and stable for diffs."""
-    document = {
-        "format": FORMAT,
-        "version": VERSION,
-        "comment": "Implicit transfers accepted by `transfer-gate baseline`; "
-        "the gate fails only on transfers not listed here. Step times by region under 'timing'.",
-        "accepted": [e.__dict__ for e in sorted(entries, key=_entry_order)],
-        "timing": timing_document(timing or {}),
-    }
-    text = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    write_text_atomically(path, text)
-
-
-def load_baseline(path: Path) -> list[Accepted]:
-    """Read the accepted transfers of a baseline file written by `write_baseline`."""
-    return load_baseline_file(path)[0]
-
-
-def load_baseline_file(path: Path) -> tuple[list[Accepted], dict[str, StoredTiming] | None]:
-    """The accepted transfers and the stored timing; None for a version 2 file, which has none."""
-    fix = "regenerate it with `transfer-gate baseline`"
-    version = _stored_version(path)
-    if version is not None and 0 < version < min(_READABLE):
-        raise BaselineError(
-            f"{path}: baseline version {version} predates per-array fingerprints (one finding per "
-            f"array moved); {fix}"
-        )
-    try:
-        document = read_json_document(
-            path,
-            format=FORMAT,
-            version=version if version in _READABLE else VERSION,
-            what="transfer-gate baseline",
-            fix=fix,
-        )
-    except DocumentError as exc:
-        raise BaselineError(str(exc)) from exc
-    entries = document.get("accepted")
-    if not isinstance(entries, list):
-        raise BaselineError(f"{path}: 'accepted' must be a list; {fix}")
-    try:
-        accepted = [Accepted(**entry) for entry in entries]
-    except TypeError as exc:
-        raise BaselineError(f"{path}: malformed entry ({exc}); {fix}") from exc
-    if version != VERSION:
-        return accepted, None
-    try:
-        return accepted, read_timing(document.get("timing", {}))
-    except ValueError as exc:
-        raise BaselineError(f"{path}: {exc}; {fix}") from exc
-
-
-def _stored_version(path: Path) -> int | None:
-    """The version of a readable baseline file, else None (let the reader say what is wrong)."""
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        return None
-    version = document.get("version")
-    return version if isinstance(version, int) else None
 
 
 def apply_baseline(run: RunResult, accepted: Sequence[Accepted], command: str) -> RunResult:
@@ -263,12 +195,7 @@ def apply_baseline(run: RunResult, accepted: Sequence[Accepted], command: str) -
     entry accepts. ``command`` is what ratchets the baseline down, quoted in
     the report when an accepted transfer has disappeared.
     """
-    by_region: dict[str, dict[str, Accepted]] = {}
-    for entry in accepted:
-        prints = by_region.setdefault(entry.region, {})
-        prints[entry.fingerprint] = entry
-        if entry.destination is None:
-            prints[_LEGACY + entry.fingerprint] = entry
+    by_region = _by_region(accepted)
     suites = []
     for suite in run.suites:
         regions = tuple(
@@ -276,6 +203,29 @@ def apply_baseline(run: RunResult, accepted: Sequence[Accepted], command: str) -
         )
         suites.append(replace(suite, regions=regions))
     return replace(run, suites=tuple(suites))
+
+
+def _by_region(accepted: Sequence[Accepted]) -> dict[str, dict[str, Accepted]]:
+    """Each region's entries by fingerprint (an older entry's under `_LEGACY` too)."""
+    by_region: dict[str, dict[str, Accepted]] = {}
+    for entry in accepted:
+        prints = by_region.setdefault(entry.region, {})
+        prints[entry.fingerprint] = entry
+        if entry.destination is None:
+            prints[_LEGACY + entry.fingerprint] = entry
+    return by_region
+
+
+def uncovered(run: RunResult, accepted: Sequence[Accepted], other: str) -> list[str]:
+    """``suite.region: new since OTHER: <the finding, at file:line>`` for each failing finding
+    of ``run`` that ``accepted`` does not cover (new, or more often): what accepting ``run``'s
+    transfers adds to ``accepted``, in the words of a failure."""
+    by_region = _by_region(accepted)
+    return [
+        f"{region.classname}: {note}"
+        for region in run.regions
+        for note in _forgive(region, by_region.get(region.classname, {}), other)[2]
+    ]
 
 
 def rebaselined(
@@ -305,13 +255,36 @@ def _judge(region: RegionResult, accepted: dict[str, Accepted], command: str) ->
         for print_, entry in sorted(accepted.items())
         if print_ not in current and not print_.startswith(_LEGACY) and region.error is None
     )
+    scoped = transfers_command(command, region)
     if fixed:
         notes.append(
             f"{counted(len(fixed), 'accepted transfer')} no longer "
             f"{'happens' if len(fixed) == 1 else 'happen'}; ratchet the baseline down "
-            f"with `{command}`"
+            f"with `{scoped}`"
+        )
+    if any(t.failing for t in transfers):
+        notes.append(
+            f"{NEXT_STEP}`{scoped}` accepts every transfer this region makes now, listing each "
+            "it adds; it leaves the region's stored timing and every other region as they are"
         )
     return replace(region, transfers=transfers, notes=(*region.notes, *notes), fixed=fixed)
+
+
+def next_step(region: RegionResult, part: Literal["timing", "transfers"]) -> str | None:
+    """The note that says what accepts ``region``'s failure against the stored baseline in
+    ``part``, for the end of that failure's own testcase; None when there is none."""
+    flag = f"--{part}-only`"
+    return next((n for n in region.notes if n.startswith(NEXT_STEP) and flag in n), None)
+
+
+def accept_command(paths: Sequence[str], baseline: str) -> str:
+    """``transfer-gate baseline PATH... --baseline FILE``: what re-records this baseline."""
+    return " ".join(["transfer-gate baseline", *paths, "--baseline", baseline])
+
+
+def transfers_command(command: str, region: RegionResult) -> str:
+    """The command that accepts ``region``'s transfers alone, as they are now."""
+    return f"{command} --region {region.classname} --transfers-only"
 
 
 def accept_base(region: RegionResult, base: RegionResult) -> tuple[RegionResult, int]:

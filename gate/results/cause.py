@@ -25,7 +25,9 @@ class Cause(enum.Enum):
     EAGER_SCALAR = "a Python scalar in an eager jnp operation"
     EAGER_INDEX = "eager indexing with Python ints"
     EAGER_HOST_ARRAY = "a NumPy array in an eager jnp operation"
-    ARRAY_FROM_HOST = "jnp.array / jnp.asarray of a host value"
+    # jnp.array / jnp.asarray / jnp.float32(...) / jnp.ones(...) of a host value, in the step:
+    # what "pass a device array instead" turns into when it is made at the call.
+    ARRAY_FROM_HOST = "a device array made from a host value on every call"
     PRINTED = "a device array printed or formatted"
     CONVERTED = "a device array converted to a Python value"
     NUMPY_READ = "a device array read by NumPy"
@@ -43,6 +45,9 @@ class Cause(enum.Enum):
     RESHARD_OF_HOST_ARRAY = "jax.sharding.reshard of a host array"
     HOST_CALLBACK = "a host callback inside compiled code"
     EXPLICIT_OUTSIDE_BOUNDARY = "an explicit transfer outside a declared boundary"
+    # jax.device_put in the step: explicit, so a boundary would allow it, but it still
+    # uploads on every call what may not change from one call to the next.
+    EXPLICIT_UPLOAD_OUTSIDE_BOUNDARY = "an explicit upload outside a declared boundary"
     EXPLICIT_IN_BOUNDARY = "an explicit transfer inside a declared boundary"
     # The gate knows the direction and nothing more specific.
     HOST_TO_DEVICE = "a host-to-device transfer"
@@ -83,7 +88,13 @@ _PRINTING_CALLS = frozenset(
     {"print", "str", "repr", "format", "info", "debug", "warning", "log", "write"}
 )
 _CONVERTING_CALLS = frozenset({"float", "int", "bool", "complex", "item", "tolist"})
-_FROM_HOST_CALLS = frozenset({"array", "asarray"})
+# jnp functions that make a device array out of host values: a Python number or a NumPy
+# array given to them is uploaded each time the line runs. The dtype constructors
+# (jnp.float32(lr), jnp.int32(0)) are recognised by name, `_makes_an_array`.
+_FROM_HOST_CALLS = frozenset(
+    {"array", "asarray", "ones", "zeros", "full", "empty", "arange", "linspace", "eye", "identity"}
+)
+_DTYPE_PREFIXES = ("float", "bfloat", "int", "uint", "complex")
 _NUMPY_MODULES = frozenset({"np", "numpy", "onp"})
 
 
@@ -103,6 +114,8 @@ def cause_of(transfer: Transfer) -> Cause:
     if transfer.explicit:
         if transfer.boundary is not None:
             return Cause.EXPLICIT_IN_BOUNDARY
+        if transfer.direction is Direction.HOST_TO_DEVICE:
+            return Cause.EXPLICIT_UPLOAD_OUTSIDE_BOUNDARY
         return Cause.EXPLICIT_OUTSIDE_BOUNDARY
     if transfer.direction is Direction.DEVICE_TO_DEVICE:
         # The only implicit device-to-device move JAX makes: an uncommitted
@@ -176,7 +189,7 @@ def _upload_cause(transfer: Transfer, line: _LineSyntax) -> Cause:
         return Cause.JIT_ARGUMENT
     if not line.known:
         return Cause.HOST_TO_DEVICE
-    if line.jnp_calls & _FROM_HOST_CALLS:
+    if any(_makes_an_array(name) for name in line.jnp_calls):
         return Cause.ARRAY_FROM_HOST
     if line.other_calls:
         # A call the gate could not see into: it may be a jitted function
@@ -281,6 +294,16 @@ class _LineSyntax:
 
 
 _BUILTINS = frozenset(dir(builtins))
+
+
+def _makes_an_array(jnp_name: str) -> bool:
+    """``jnp.<jnp_name>(...)`` makes a device array of what it is given: ``asarray``, ``ones``,
+    ``float32``, ``bfloat16``, ``int8``, ``bool_``."""
+    return (
+        jnp_name in _FROM_HOST_CALLS
+        or jnp_name == "bool_"
+        or (jnp_name.startswith(_DTYPE_PREFIXES) and jnp_name.rstrip("_")[-1:].isdigit())
+    )
 
 
 def _called_name(func: ast.expr) -> tuple[str, str | None]:

@@ -14,15 +14,19 @@ program's runs, times a loop's trip count where XLA knows it).
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal
 
 from gate.text import bytes_text
 from gate.user_code import SourceLocation
 
 # The collectives XLA's SPMD partitioner and shard_map insert, in the order reports list them.
-KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+CollectiveKind = Literal[
+    "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"
+]
+KINDS: tuple[str, ...] = typing.get_args(CollectiveKind)
 
 
 @dataclass(frozen=True)
@@ -146,62 +150,3 @@ def grouped(collectives: Iterable[Collective]) -> dict[tuple[str, ...], Collecti
         )
         for key, found in members.items()
     }
-
-
-# --- the baseline file ----------------------------------------------------------------------------
-
-
-def collective_fields(c: Collective) -> dict[str, Any]:
-    """One collective as plain JSON values, every field: the baseline file stores this, and
-    the JSON report starts from it."""
-    return {
-        "kind": c.kind,
-        "function": c.function,
-        "buffer": c.buffer,
-        "bytes": c.bytes,
-        "runs": c.runs,
-        "axes": list(c.axes) if c.axes is not None else None,
-        "groups": c.groups,
-        "path": c.location.path if c.location else None,
-        "line": c.location.line if c.location else None,
-        "caller": c.location.function if c.location else None,
-        "source": c.source,
-        "op_name": c.op_name,
-        "uncounted": c.uncounted,
-    }
-
-
-def communication_to_json(comm: Communication) -> list[dict[str, Any]]:
-    """What the baseline keeps of a step's collectives: every field, so a later run compares
-    them exactly as ``--base`` does."""
-    return [collective_fields(c) for c in comm.collectives]
-
-
-def communication_from_json(node: object) -> Communication:
-    """`communication_to_json` read back; ValueError when malformed."""
-    if not isinstance(node, list):
-        raise ValueError("'collectives' must be a list")
-    found = []
-    for entry in node:
-        if not isinstance(entry, dict) or entry.get("kind") not in KINDS:
-            raise ValueError(f"collective {entry!r} is malformed")
-        axes = entry.get("axes")
-        path = entry.get("path")
-        found.append(
-            Collective(
-                kind=str(entry["kind"]),
-                function=str(entry["function"]),
-                buffer=str(entry["buffer"]),
-                bytes=int(entry["bytes"]),
-                runs=int(entry["runs"]),
-                axes=tuple(str(a) for a in axes) if isinstance(axes, list) else None,
-                groups=str(entry.get("groups", "")),
-                location=None
-                if path is None
-                else SourceLocation(str(path), int(entry["line"]), str(entry.get("caller", ""))),
-                source=None if entry.get("source") is None else str(entry["source"]),
-                op_name=str(entry.get("op_name", "")),
-                uncounted=str(entry.get("uncounted", "")),
-            )
-        )
-    return Communication(tuple(found))

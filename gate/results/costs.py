@@ -20,14 +20,9 @@ sums the figures that were given and is absent when none was.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from gate.policy.model import CostRule
-from gate.results.collectives import (
-    Communication,
-    communication_from_json,
-    communication_to_json,
-)
+from gate.results.collectives import Communication
 from gate.results.donations import UnusedDonation
 from gate.text import number_text, si_text, size_text
 
@@ -46,6 +41,7 @@ class FunctionCost:
     # (metric, value) for each of `METRICS` XLA gave, in that order.
     figures: tuple[tuple[str, float], ...]
     unknown: str = ""  # why a figure is absent ("cost_analysis() raised ..."), if one is
+    where: str | None = None  # the user's line that first ran it ("train.py:44"), if known
 
     def figure(self, metric: str) -> float | None:
         return dict(self.figures).get(metric)
@@ -117,48 +113,6 @@ def step_cost(
     return StepCost(ordered, tuple(totals), peak_memory, note, comm=comm, donations=donations)
 
 
-def cost_to_json(cost: StepCost) -> dict[str, Any]:
-    """What the baseline file keeps of a measured step cost: the exact figures, no peak memory.
-
-    The device's memory peak depends on what ran before in the worker, so only
-    XLA's own figures, which are the same on every run, are stored; and the collectives,
-    read from the same programs (a file from before them has none, and reads back so).
-    """
-    return {
-        "functions": [
-            {"name": fn.name, "runs": fn.runs, "programs": fn.programs, "figures": dict(fn.figures)}
-            for fn in cost.functions
-        ],
-        **(
-            {"collectives": communication_to_json(cost.comm)}
-            if cost.comm is not None and cost.comm.measured
-            else {}
-        ),
-    }
-
-
-def cost_from_json(node: object) -> StepCost:
-    """`cost_to_json` read back; ValueError when malformed."""
-    if not isinstance(node, dict) or not isinstance(node.get("functions"), list):
-        raise ValueError("'cost' must be a mapping with a list of 'functions'")
-    functions = []
-    for fn in node["functions"]:
-        figures = fn["figures"]
-        if not isinstance(figures, dict) or not set(figures) <= set(METRICS):
-            raise ValueError(f"cost figures of {fn.get('name')!r} are malformed")
-        functions.append(
-            FunctionCost(
-                name=str(fn["name"]),
-                runs=int(fn["runs"]),
-                programs=int(fn["programs"]),
-                figures=tuple((m, float(figures[m])) for m in METRICS if m in figures),
-            )
-        )
-    collectives = node.get("collectives")
-    comm = None if collectives is None else communication_from_json(collectives)
-    return step_cost(tuple(functions), None, comm=comm)
-
-
 def not_measured(note: str, peak_memory: tuple[DevicePeak, ...] | None = None) -> StepCost:
     """No cost, and why (the JAX version that lacks a hook, the step that would not run)."""
     return StepCost(peak_memory=peak_memory, note=note, measured=False)
@@ -189,12 +143,37 @@ class CostChange:
             return None
         return self.head / self.base
 
+    @property
+    def notable(self) -> bool:
+        """Worth a reader's eye: failing, from or to nothing, or not 1.00x as its text rounds it.
+
+        A new ``jit(isnan)`` adds a few flops to a step's millions: listed as "5.71e7 → 5.71e7
+        (1.00x)" it would read as noise hiding the change, so such figures stay in the JSON
+        report only."""
+        ratio = self.ratio
+        return self.failing or ratio is None or f"{ratio:.2f}" != "1.00"
+
     def text(self) -> str:
         """``jit(step): flops 2.10e6 → 4.19e6 (2.00x)``; a total reads ``total: ...``."""
         where = "total" if self.function is None else self.function
         ratio = self.ratio
         tail = f" ({ratio:.2f}x)" if ratio is not None else ""
         return f"{where}: {self.metric} {number_text(self.base)} → {number_text(self.head)}{tail}"
+
+
+@dataclass(frozen=True)
+class ProgramChange:
+    """A compiled function the step runs in the head only (new) or in the base only (gone)."""
+
+    name: str  # "jit(isnan)"
+    new: bool
+    where: str | None  # the line that ran it, on the side that has it
+
+    def text(self, against: str) -> str:
+        """``new program jit(isnan) at t.py:44``; ``program jit(f) gone (base: t.py:40)``."""
+        if self.new:
+            return f"new program {self.name}" + (f" at {self.where}" if self.where else "")
+        return f"program {self.name} gone" + (f" ({against}: {self.where})" if self.where else "")
 
 
 @dataclass(frozen=True)
@@ -206,6 +185,28 @@ class CostComparison:
     max_increase: float | None  # the rule's threshold; None: reported, never failing
     compared: bool = True  # False: a side was not measured; ``note`` says why
     note: str = ""
+    programs: tuple[ProgramChange, ...] = ()  # new ones, then gone ones, each by name
+
+    @property
+    def changed(self) -> bool:
+        """A program came or went, or a figure changed by more than rounds to 1.00x."""
+        return bool(self.programs) or any(c.notable for c in self.changes)
+
+    def listing(self) -> list[str]:
+        """Every change a reader is shown, one per line: programs first, each with its figures
+        (those not 0), then the figures that changed."""
+        lines = []
+        for program in self.programs:
+            own = [c for c in self.changes if c.function == program.name]
+            values = [(c.metric, c.head if program.new else c.base) for c in own]
+            shown = ", ".join(f"{m} {number_text(v)}" for m, v in values if v)
+            lines.append(program.text(self.against) + (f": {shown}" if shown else ""))
+        whole = {p.name for p in self.programs}
+        lines += [c.text() for c in self.changes if c.notable and c.function not in whole]
+        quiet = sum(1 for c in self.changes if not c.notable)
+        if quiet:
+            lines.append(f"({_figures(quiet)} within 0.5%, not listed)")
+        return lines
 
     @property
     def unchecked(self) -> str | None:
@@ -240,16 +241,23 @@ class CostComparison:
             return f"cost not compared: {self.note}"
         if not self.changes:
             return f"cost unchanged against the {self.against}"
+        if not self.changed:
+            return f"cost unchanged against the {self.against}, to within 0.5%"
         failed = {c.metric for c in self.changes if c.failing}
-        shown = [c for c in self.changes if c.metric in failed] or list(self.changes)
+        # A new or gone program leads, by name and line; its own figures say no more.
+        whole = {p.name for p in self.programs}
+        figures = [c for c in self.changes if c.notable and c.function not in whole]
+        shown = [
+            *(p.text(self.against) for p in self.programs),
+            *(c.text() for c in figures if c.metric in failed or not failed),
+        ]
         more = len(shown) - most
         lead = (
             f"cost beyond {self.max_increase:g}x the {self.against}"
             if failed and self.max_increase is not None
             else f"cost changed against the {self.against}"
         )
-        listed = "; ".join(c.text() for c in shown[:most])
-        return f"{lead}: {listed}" + (f" (+{more} more)" if more > 0 else "")
+        return f"{lead}: {'; '.join(shown[:most])}" + (f" (+{more} more)" if more > 0 else "")
 
 
 def compare_costs(
@@ -284,10 +292,23 @@ def compare_costs(
             new_value = _figure(new_fns.get(name), metric)
             if old_value != new_value:
                 changes.append(CostChange(name, metric, old_value, new_value))
-    return CostComparison(against, tuple(changes), rule.max_increase)
+    programs = [
+        ProgramChange(fn.name, True, fn.where)
+        for name, fn in sorted(new_fns.items())
+        if name not in old_fns
+    ] + [
+        ProgramChange(fn.name, False, fn.where)
+        for name, fn in sorted(old_fns.items())
+        if name not in new_fns
+    ]
+    return CostComparison(against, tuple(changes), rule.max_increase, programs=tuple(programs))
 
 
 def _figure(fn: FunctionCost | None, metric: str) -> float | None:
     if fn is None:
         return None
     return float(fn.runs) if metric == "runs" else fn.figure(metric)
+
+
+def _figures(count: int) -> str:
+    return "1 figure" if count == 1 else f"{count} figures"

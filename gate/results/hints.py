@@ -12,12 +12,13 @@ _FIXES: dict[Cause, str] = {
     Cause.JIT_ARGUMENT: (
         "put inputs on the device in setup or the data loader (jax.device_put) before calling "
         "the jitted function; a Python number passed on every call is copied too: pass a device "
-        "array instead (a step counter kept as a jnp array), or close over a constant"
+        "array made once, in setup or at import (jnp.float32(lr) at the call is made, and "
+        "uploaded, on every call; a step counter kept as a jnp array), or close over a constant"
     ),
     Cause.EAGER_SCALAR: (
         "a Python number in an eager jnp op on a device array is copied to the device on every "
         "call: do the arithmetic inside a jitted function, or make the constant a device array "
-        "once (in setup)"
+        "once, in setup or at import (not in the step, where it is made on every call)"
     ),
     Cause.EAGER_INDEX: (
         "eager indexing sends each Python int index to the device: index inside a jitted "
@@ -28,8 +29,9 @@ _FIXES: dict[Cause, str] = {
         "jax.device_put it once in setup or the data loader"
     ),
     Cause.ARRAY_FROM_HOST: (
-        "jnp.array / jnp.asarray of a host value copies it to the device each time: convert "
-        "once in setup or the data loader (jax.device_put), or build the array inside jit"
+        "a device array made on every call is uploaded on every call (jnp.float32(lr), "
+        "jnp.asarray(x), jnp.ones(n) in the step): make it once, in setup or at import (a new "
+        "batch each step: in the data loader, with jax.device_put), or build it inside jit"
     ),
     Cause.PRINTED: (
         "printing or formatting a device array copies it to the host: print its shape or "
@@ -96,6 +98,11 @@ _FIXES: dict[Cause, str] = {
     Cause.EXPLICIT_OUTSIDE_BOUNDARY: (
         "move it into a function declared under `boundaries:` in the policy, where explicit "
         "transfers are expected"
+    ),
+    Cause.EXPLICIT_UPLOAD_OUTSIDE_BOUNDARY: (
+        "jax.device_put in the step uploads on every call: a value that does not change (a "
+        "constant, a learning rate) belongs on the device once, made in setup or at import; a "
+        "new batch each step, in a function declared under `boundaries:`"
     ),
     Cause.EXPLICIT_IN_BOUNDARY: "explicit transfer inside a declared boundary, where it belongs",
     Cause.HOST_TO_DEVICE: (

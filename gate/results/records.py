@@ -16,6 +16,7 @@ from gate.results.comparison import BaseComparison, TimingComparison
 from gate.results.costs import CostComparison, StepCost
 from gate.results.donations import UnusedDonation
 from gate.results.errors import RegionError
+from gate.results.machine import Machine
 from gate.results.placement import Placement
 from gate.user_code import SourceLocation
 
@@ -257,6 +258,9 @@ class RegionResult:
     notes: tuple[str, ...] = ()  # what a reader must know to trust the verdict
     fixed: tuple[str, ...] = ()  # baseline entries that no longer happen
     platform: str = ""  # what JAX ran on, e.g. "cpu (cpu x1), jax 0.10.2, jaxlib 0.10.2"
+    # The machine it ran on (read in the worker), which a stored timing keeps; None when the
+    # region never reached JAX.
+    machine: Machine | None = None
     # Per direction (label), what judged it.
     coverage: tuple[tuple[str, CoverageJudge], ...] = ()
     # Compilations after warm-up (`recompiles: fail` or `warn`; none under `allow`).

@@ -1,119 +1,198 @@
 """The stored timing baseline: each region's step times as ``transfer-gate baseline`` measured them.
 
-Kept in the baseline file beside the accepted transfers (its ``timing``
-mapping, from version 3 on), one entry per region: the median, the quartiles
-and every raw sample, and the device they were measured on. A later ``run``
-compares its samples with them (`gate.compare.stored_baseline`), but only on
-the same device: the fingerprint is the region's `RegionResult.platform`
-(backend, device kind and count, jax and jaxlib versions, CUDA where there is
-one) and the gate's version, e.g. ``cpu (cpu x1), jax 0.10.2, jaxlib 0.10.2,
-transfer-gate 0.1.0``. One string, so a reader sees in the file and in the
-note what differed; a timing from another machine, another JAX or another gate
-(whose timed loop may have changed) says nothing about this code's speed.
+Kept in the baseline file beside the accepted transfers (its ``timing`` mapping), one entry
+per region: the median, the quartiles and every raw sample, XLA's figures and collectives,
+and the machine they were measured on (`gate.results.machine`). A later ``run`` compares
+with them (`gate.compare.stored_baseline`) only on an equal machine: a timing from another
+processor, accelerator, JAX or gate says nothing about this code's speed here.
+
+These records are the file's schema (`gate.results.baseline_file`): msgspec checks every
+value as it reads them, so a hand-edited ``median_s: -1`` is refused, not compared.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
 
+import msgspec
 import numpy as np
 
-from gate.package import __version__
-from gate.results.costs import StepCost, cost_from_json, cost_to_json
+from gate.documents import Record
+from gate.results.collectives import Collective, CollectiveKind, Communication
+from gate.results.costs import FunctionCost, StepCost, step_cost
+from gate.results.machine import Machine
 from gate.results.records import RegionResult, RunResult
+from gate.user_code import SourceLocation
 
-NO_TIMING = (
-    "timing not compared: the baseline has no timing; run `transfer-gate baseline` to record it"
-)
-NO_REGION_TIMING = (
-    "timing not compared: the baseline has no timing for this region; "
-    "run `transfer-gate baseline` to record it"
-)
+# Times and XLA's figures: a number, never negative (JSON has no NaN or infinity).
+Amount = Annotated[float, msgspec.Meta(ge=0)]
+Count = Annotated[int, msgspec.Meta(ge=0)]
+Samples = Annotated[tuple[Amount, ...], msgspec.Meta(min_length=1)]  # every timed run's
 
 
-@dataclass(frozen=True)
-class StoredTiming:
-    """One region's step times in the baseline file."""
+class Figures(Record, frozen=True, kw_only=True, omit_defaults=True):
+    """XLA's figures for one function, per step (`gate.results.costs.METRICS`, in its order);
+    a figure XLA did not give is absent."""
 
-    device: str  # `device_fingerprint` of the run that measured them
-    median_s: float
-    p25_s: float
-    p75_s: float
-    samples: tuple[float, ...]  # every timed run's step time, in seconds
-    # XLA's figures for the step (`gate.results.costs`), compared exactly on the same device.
-    cost: StepCost | None = None
-
-
-def device_fingerprint(region: RegionResult) -> str | None:
-    """What the region's times were measured on; None when the region never reached JAX."""
-    if not region.platform:
-        return None
-    return f"{region.platform}, transfer-gate {__version__}"
+    flops: Amount | None = None
+    bytes_accessed: Amount | None = None
+    transcendentals: Amount | None = None
+    argument_bytes: Amount | None = None
+    output_bytes: Amount | None = None
+    alias_bytes: Amount | None = None
+    temp_bytes: Amount | None = None
+    generated_code_bytes: Amount | None = None
 
 
-def mismatch_note(stored: StoredTiming, current: str, what: str = "timing") -> str:
-    return f"{what} not compared: baseline from {stored.device} (this run: {current})"
+class StoredFunction(Record, frozen=True, kw_only=True):
+    """One compiled function of the step: its runs, programs and figures per step."""
+
+    name: str
+    runs: Count
+    programs: Count
+    figures: Figures
+    # The user's line that first ran it ("train.py:44"), so that a program new or gone since
+    # is named by it; absent in a file from before it was kept.
+    where: str | None = None
+
+    def function_cost(self) -> FunctionCost:
+        figures = msgspec.structs.asdict(self.figures)
+        given = tuple((metric, value) for metric, value in figures.items() if value is not None)
+        return FunctionCost(self.name, self.runs, self.programs, given, where=self.where)
+
+
+class StoredCollective(Record, frozen=True, kw_only=True):
+    """One collective of the step's programs, every field, so a later run compares it exactly."""
+
+    kind: CollectiveKind
+    function: str
+    buffer: str
+    bytes: Count
+    runs: Count
+    axes: tuple[str, ...] | None
+    groups: str = ""
+    path: str | None = None
+    line: Count | None = None
+    caller: str | None = None
+    source: str | None = None
+    op_name: str = ""
+    uncounted: str = ""
+
+    @classmethod
+    def of(cls, c: Collective) -> StoredCollective:
+        where = c.location
+        return cls(
+            kind=c.kind,  # type: ignore[arg-type]  # one of KINDS, as the witness reads it
+            function=c.function,
+            buffer=c.buffer,
+            bytes=c.bytes,
+            runs=c.runs,
+            axes=c.axes,
+            groups=c.groups,
+            path=where.path if where else None,
+            line=where.line if where else None,
+            caller=where.function if where else None,
+            source=c.source,
+            op_name=c.op_name,
+            uncounted=c.uncounted,
+        )
+
+    def collective(self) -> Collective:
+        where = (
+            None
+            if self.path is None
+            else SourceLocation(self.path, self.line or 0, self.caller or "")
+        )
+        return Collective(
+            self.kind,
+            self.function,
+            self.buffer,
+            self.bytes,
+            self.runs,
+            self.axes,
+            self.groups,
+            where,
+            self.source,
+            self.op_name,
+            self.uncounted,
+        )
+
+
+class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
+    """What the file keeps of a measured step cost: XLA's exact figures and the collectives.
+
+    The device's memory peak depends on what ran before in the worker, so it is not kept.
+    ``collectives`` is absent where they were not read (a file from before they were).
+    """
+
+    functions: tuple[StoredFunction, ...]
+    collectives: tuple[StoredCollective, ...] | None = None
+
+    @classmethod
+    def of(cls, cost: StepCost) -> StoredCost:
+        functions = tuple(
+            StoredFunction(
+                name=fn.name,
+                runs=fn.runs,
+                programs=fn.programs,
+                figures=Figures(**dict(fn.figures)),
+                where=fn.where,
+            )
+            for fn in cost.functions
+        )
+        comm = cost.comm
+        kept = None if comm is None or not comm.measured else comm.collectives
+        return cls(
+            functions=functions,
+            collectives=None if kept is None else tuple(StoredCollective.of(c) for c in kept),
+        )
+
+    def step_cost(self) -> StepCost:
+        collectives = self.collectives
+        comm = (
+            None
+            if collectives is None
+            else Communication(tuple(c.collective() for c in collectives))
+        )
+        return step_cost(tuple(fn.function_cost() for fn in self.functions), None, comm=comm)
+
+
+class StoredTiming(Record, frozen=True, kw_only=True, omit_defaults=True):
+    """One region's step times in the baseline file, and where they were measured."""
+
+    machine: Machine
+    median_s: Amount
+    p25_s: Amount
+    p75_s: Amount
+    samples: Samples
+    # XLA's figures for the step (`gate.results.costs`), compared exactly on the same machine.
+    cost: StoredCost | None = None
 
 
 def timing_of(region: RegionResult) -> StoredTiming | None:
-    """The entry ``region`` gives the baseline: None without samples or a device."""
-    device = device_fingerprint(region)
-    if device is None or not region.timing_samples or region.error is not None:
+    """The entry ``region`` gives the baseline: None without samples or a machine."""
+    if region.machine is None or not region.timing_samples or region.error is not None:
         return None
     samples = tuple(float(s) for s in region.timing_samples)
     p25, median, p75 = (float(q) for q in np.percentile(samples, [25, 50, 75]))
     cost = region.cost if region.cost is not None and region.cost.measured else None
-    return StoredTiming(device, median, p25, p75, samples, cost)
+    return StoredTiming(
+        machine=region.machine,
+        median_s=median,
+        p25_s=p25,
+        p75_s=p75,
+        samples=samples,
+        cost=None if cost is None else StoredCost.of(cost),
+    )
 
 
-def retimed(run: RunResult, existing: Mapping[str, StoredTiming] | None) -> dict[str, StoredTiming]:
+def retimed(run: RunResult, existing: Mapping[str, StoredTiming]) -> dict[str, StoredTiming]:
     """``run``'s timing for the regions it ran, ``existing``'s for others (like `rebaselined`)."""
     ran = {region.classname for region in run.regions}
-    kept = {name: entry for name, entry in (existing or {}).items() if name not in ran}
+    kept = {name: entry for name, entry in existing.items() if name not in ran}
     for region in run.regions:
         entry = timing_of(region)
         if entry is not None:
             kept[region.classname] = entry
     return dict(sorted(kept.items()))
-
-
-def timing_document(timing: Mapping[str, StoredTiming]) -> dict[str, dict[str, Any]]:
-    """The file's ``timing`` mapping, by region, sorted for stable diffs."""
-    return {
-        name: {
-            "device": entry.device,
-            "median_s": entry.median_s,
-            "p25_s": entry.p25_s,
-            "p75_s": entry.p75_s,
-            "samples": list(entry.samples),
-            **({"cost": cost_to_json(entry.cost)} if entry.cost is not None else {}),
-        }
-        for name, entry in sorted(timing.items())
-    }
-
-
-def read_timing(node: object) -> dict[str, StoredTiming]:
-    """The file's ``timing`` mapping read back; ValueError (one line, the key) when malformed."""
-    if not isinstance(node, dict):
-        raise ValueError("'timing' must be a mapping of region to its step times")
-    found = {}
-    for name, entry in node.items():
-        try:
-            samples = tuple(float(s) for s in entry["samples"])
-            stored = StoredTiming(
-                device=str(entry["device"]),
-                median_s=float(entry["median_s"]),
-                p25_s=float(entry["p25_s"]),
-                p75_s=float(entry["p75_s"]),
-                samples=samples,
-                cost=cost_from_json(entry["cost"]) if "cost" in entry else None,
-            )
-        except (TypeError, KeyError, ValueError) as exc:
-            raise ValueError(f"timing of {name!r} is malformed ({exc!r})") from exc
-        if not samples or not all(math.isfinite(s) and s >= 0 for s in samples):
-            raise ValueError(f"timing of {name!r} needs at least one finite, non-negative sample")
-        found[str(name)] = stored
-    return found

@@ -9,6 +9,7 @@ version, never zeros.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -64,8 +65,9 @@ def measure_step(
     prepared = prepare()
     devices = jax.local_devices()
     before = memory_marks(devices)
+    code = user or UserCode(Path.cwd())
     try:
-        with every_execution_seen() as log:
+        with every_execution_seen(lambda: _caller(code)) as log:
             run_step(prepared)
     except InternalMissing as exc:
         note = f"cost not measured: {exc} (jax {jax_version()})"
@@ -76,7 +78,7 @@ def measure_step(
         return step_cost(
             (), peaks, "the step ran no compiled program", comm=Communication(), donations=()
         )
-    comm, donations = read_programs(executed, user or UserCode(Path.cwd()), warned)
+    comm, donations = read_programs(executed, code, warned)
     return step_cost(function_costs(executed), peaks, comm=comm, donations=donations)
 
 
@@ -86,6 +88,14 @@ def function_costs(executed: Sequence[Executed]) -> tuple[FunctionCost, ...]:
     for one in executed:
         by_name.setdefault(one.name, []).append(one)
     return tuple(_function_cost(name, programs) for name, programs in by_name.items())
+
+
+def _caller(user: UserCode) -> str | None:
+    """The user's line running now (``train.py:44``): where a program of the step was run."""
+    # Without reading the source lines: only the place is wanted.
+    frames = traceback.StackSummary.extract(traceback.walk_stack(None), lookup_lines=False)
+    found = user.locate(list(reversed(frames)))
+    return None if found is None else str(found)
 
 
 def _function_cost(name: str, programs: list[Executed]) -> FunctionCost:
@@ -112,6 +122,7 @@ def _function_cost(name: str, programs: list[Executed]) -> FunctionCost:
         programs=len(programs),
         figures=tuple((m, sums[m]) for m in order if m in sums),
         unknown="; ".join(dict.fromkeys(unknown)),
+        where=next((p.where for p in programs if p.where is not None), None),
     )
 
 

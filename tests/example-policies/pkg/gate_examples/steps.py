@@ -13,8 +13,14 @@ def make_inputs() -> tuple[float]:
     return (1.0,)
 
 
-def train_step(x: float) -> float:
+# The example policies name no setup, so their steps take nothing they must be given:
+# `validate` refuses a step with a required parameter and no setup (bad/no-setup.yaml).
+def train_step(x: float = 1.0) -> float:
     return fetch_metrics(x * 0.5)
+
+
+def step_needing_x(x: float) -> float:
+    return x
 
 
 def fetch_metrics(x: float) -> float:
@@ -26,7 +32,8 @@ def check_outputs(outputs: Any) -> None:
 
 
 class Trainer:
-    def step(self, x: float) -> float:
+    @staticmethod
+    def step(x: float = 1.0) -> float:
         return x
 
 

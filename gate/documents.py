@@ -1,0 +1,256 @@
+"""The gate's JSON documents read back: one declared schema each, every value checked on the way in.
+
+A baseline is edited by hand and a shard's report travels between jobs, so what the gate
+reads back is input like a policy: a bad value is refused before anything runs, in one
+line that names the file, the key in the user's terms (``timing["p.step"].median_s``,
+``accepted[0].per_step``), what was expected and the fix. The schemas are msgspec
+``Struct``s (strict types, unknown keys refused, constraints such as ``ge=0``); msgspec
+says where a value failed as a JSON path, and this module puts that path in the user's
+terms (msgspec writes a mapping's key as ``[...]``: it is found again here).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import re
+import types
+import typing
+from collections.abc import Collection, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+
+class Record(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A record of one of the gate's documents: immutable, every key it does not declare refused.
+
+    A subclass says ``frozen=True, kw_only=True`` again: msgspec inherits them, but mypy's
+    reading of the dataclass transform does not.
+    """
+
+
+class DocumentError(Exception):
+    """The file is unreadable or not the document expected; one line naming the file and the fix."""
+
+
+def encode(document: object, *, ordered: bool = True) -> str:
+    """``document`` as the gate writes its files: indented, one trailing newline; keys sorted
+    (stable diffs of a file people review), or, not ``ordered``, as the records declare them."""
+    data = msgspec.json.encode(document, order="sorted" if ordered else None)
+    return msgspec.json.format(data, indent=2).decode("utf-8") + "\n"
+
+
+def read_document(
+    path: Path,
+    *,
+    formats: Collection[str],
+    versions: Mapping[int, type[Any] | str],
+    what: str,
+    fix: str,
+    shown: str | None = None,
+) -> Any:
+    """The document in ``path``, decoded with the schema of its version; DocumentError if not.
+
+    ``formats``: the names its ``format`` key may have. ``versions``: each version's schema,
+    or, for a version the gate can no longer read, why not. ``fix`` is what mends the whole
+    file; a bad value is told "correct that key, or" that. Messages name the file ``shown``
+    (as the user sees it, relative to the repository), by default ``path``.
+    """
+    name = str(path) if shown is None else shown
+    data, document = _parsed(path, name, what, fix)
+    if not isinstance(document, dict) or document.get("format") not in formats:
+        found = "a JSON list" if isinstance(document, list) else "no `format` of one"
+        raise DocumentError(f"{name}: not a {what} ({found}); {fix}")
+    version = document.get("version")
+    schema = versions.get(version) if isinstance(version, int) else None
+    if schema is None:
+        newest = max(versions)
+        if isinstance(version, int) and version > newest:
+            raise DocumentError(
+                f"{name}: {what} version {version} was written by a newer transfer-gate (this one "
+                f"reads up to {newest}); upgrade the gate, or {fix}"
+            )
+        raise DocumentError(f"{name}: {what} version {version!r} is unknown; {fix}")
+    if isinstance(schema, str):
+        raise DocumentError(f"{name}: {what} version {version} {schema}; {fix}")
+    try:
+        return msgspec.json.decode(data, type=schema)
+    except msgspec.ValidationError as exc:
+        where, problem = _located(document, schema, exc)
+        at = f"{where}: " if where else ""
+        raise DocumentError(f"{name}: {at}{problem}; correct that key, or {fix}") from exc
+
+
+def _parsed(path: Path, name: str, what: str, fix: str) -> tuple[bytes, object]:
+    """The file's bytes and their JSON, checked to be UTF-8, whole, valid and finite."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DocumentError(f"{name}: cannot read the {what} ({exc.strerror or exc})") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise DocumentError(
+            f"{name}:{line}: not UTF-8 text (byte {exc.start}); save it as UTF-8, or {fix}"
+        ) from exc
+    try:
+        # Python's own reader, not msgspec's: it reads the NaN and Infinity that json.dump
+        # writes, so that they are named at their key below instead of "malformed".
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        # Cut short: nothing after the error, or a string that runs to the end of the file.
+        if not text[exc.pos :].strip() or exc.msg.startswith("Unterminated string"):
+            raise DocumentError(
+                f"{name}:{exc.lineno}: the file ends early (was it cut short?); {fix}"
+            ) from exc
+        raise DocumentError(
+            f"{name}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}); {fix}"
+        ) from exc
+    for where, value in _numbers(document, ""):
+        if not math.isfinite(value):
+            raise DocumentError(
+                f"{name}: {where}: expected a finite number, got {_shown(value)}; "
+                f"correct that key, or {fix}"
+            )
+    return data, document
+
+
+def _numbers(node: object, where: str) -> Iterator[tuple[str, float]]:
+    """Every float in ``node``, with its path in the user's terms."""
+    if isinstance(node, float):
+        yield where, node
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield from _numbers(value, _key(where, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _numbers(value, f"{where}[{index}]")
+
+
+def _key(where: str, key: str) -> str:
+    """``timing["p.step"]`` for a region's key, ``accepted`` or ``.median_s`` for a field's."""
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+        return f"{where}.{key}" if where else key
+    return f"{where}[{json.dumps(key, ensure_ascii=False)}]"
+
+
+# --- a msgspec error in the user's terms ----------------------------------------------------------
+
+_AT = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\[\.\.\.\]")
+_WORDS = {
+    "float": "a number",
+    "int": "a whole number",
+    "str": "a string",
+    "bool": "true or false",
+    "array": "a list",
+    "object": "an object",
+    "null": "null",
+}
+
+
+def _located(document: object, schema: object, error: msgspec.ValidationError) -> tuple[str, str]:
+    """Where in ``document`` ``error`` is, as the user writes it, and what is wrong there.
+
+    msgspec's path names a mapping's key ``[...]``: the key is found again by checking each
+    of that mapping's values on its own, then the rest of the path is read from its error.
+    """
+    match = _AT.match(str(error))
+    assert match is not None  # the pattern matches every text
+    message, path = match["message"], match["path"] or ""
+    where, node, hint = "", document, schema
+    for step in _STEP.finditer(path):
+        field, index = step.group(1), step.group(2)
+        if field is not None:
+            where, node, hint = _key(where, field), _item(node, field), _field_hint(hint, field)
+        elif index is not None:
+            where, node, hint = f"{where}[{index}]", _item(node, int(index)), _items_hint(hint)
+        else:  # a mapping's key
+            return _in_mapping(where, node, _items_hint(hint), message)
+    return where, _problem(message, node, hint)
+
+
+def _in_mapping(where: str, node: object, hint: object, message: str) -> tuple[str, str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            try:
+                msgspec.convert(value, hint)
+            except msgspec.ValidationError as inner:
+                inner_where, problem = _located(value, hint, inner)
+                nested = _key(where, str(key))
+                if inner_where.startswith("["):
+                    return nested + inner_where, problem
+                return (f"{nested}.{inner_where}" if inner_where else nested), problem
+    return f"{where}[...]", _problem(message, None, None)
+
+
+_MISSING = object()
+
+
+def _item(node: object, key: str | int) -> object:
+    if isinstance(node, dict) and isinstance(key, str):
+        return node.get(key, _MISSING)
+    if isinstance(node, list) and isinstance(key, int) and key < len(node):
+        return node[key]
+    return _MISSING
+
+
+def _unwrapped(hint: object) -> object:
+    """``X`` of ``X | None``: the part of an optional that holds the value."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        kept = [a for a in typing.get_args(hint) if a is not type(None)]
+        return kept[0] if len(kept) == 1 else hint
+    return hint
+
+
+def _field_hint(hint: object, field: str) -> object:
+    hints = typing.get_type_hints(_unwrapped(hint)) if isinstance(_unwrapped(hint), type) else {}
+    return hints.get(field)
+
+
+def _items_hint(hint: object) -> object:
+    """The element type of a list or tuple, the value type of a mapping."""
+    args = [a for a in typing.get_args(_unwrapped(hint)) if a is not Ellipsis]
+    return args[-1] if args else None
+
+
+def _problem(message: str, node: object, hint: object) -> str:
+    """msgspec's ``message`` about ``node`` in plain words, with the value that was found."""
+    missing = re.fullmatch(r"Object missing required field `(.+)`", message)
+    if missing:
+        return f"missing key {json.dumps(missing[1])}"
+    unknown = re.fullmatch(r"Object contains unknown field `(.+)`", message)
+    if unknown:
+        return f"unknown key {json.dumps(unknown[1])}"
+    choices = _choices(_unwrapped(hint))
+    if message.startswith("Invalid enum value") and choices:
+        return f"expected one of {', '.join(choices)}, got {_shown(node)}"
+    # "Expected `float | null`, got `str`": the kinds in words, and the value itself.
+    text = re.sub(r", got `[^`]*`$", "", message)
+    text = re.sub(
+        r"`([^`]+)`",
+        lambda m: " or ".join(_WORDS.get(k.strip(), k.strip()) for k in m[1].split("|")),
+        text,
+    )
+    text = text[0].lower() + text[1:]
+    return text if node is _MISSING else f"{text}, got {_shown(node)}"
+
+
+def _choices(hint: object) -> list[str]:
+    """The values a ``Literal`` or an enum allows, as JSON."""
+    if typing.get_origin(hint) is typing.Literal:
+        return [json.dumps(a) for a in typing.get_args(hint)]
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return [json.dumps(member.value) for member in hint]
+    return []
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
