@@ -55,6 +55,8 @@ def init_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
             "name another file with --output FILE"
         ) from None
     print(f"wrote {shown}; check it with `transfer-gate validate {shown}`")
+    if note:
+        print(note)
     if not schema.exists():
         # What the modeline names, so that an editor completes keys at once.
         write_text_atomically(schema, schema_text("policy"))
@@ -63,8 +65,6 @@ def init_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
             f"refresh it after upgrading the gate: `transfer-gate schema --write "
             f"{DEFAULT_SCHEMA_FILE}`"
         )
-    if note:
-        print(note)
     print("(init imports nothing: validate imports the step, setup and boundaries)")
     return ExitCode.OK
 
