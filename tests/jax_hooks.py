@@ -228,6 +228,8 @@ HOOKS = (
             "test_donations_cli.py::test_a_dtype_change_that_loses_a_parameters_donation_fails_"
             "against_the_base",
             "test_donations_cli.py::test_a_donation_lost_in_both_trees_does_not_fail_by_default",
+            "test_donations_cli.py::test_a_donation_lost_since_the_stored_baseline_fails_and_one_"
+            "lost_in_both_does_not",
         ),
     ),
     Hook(

@@ -366,9 +366,9 @@ def test_jaxs_warning_without_its_lowering_frame_still_gives_each_aval() -> None
     ]
 
 
-def _measured(*collectives: Collective) -> Any:
+def _measured(*collectives: Collective, donations: tuple[Any, ...] = ()) -> Any:
     function = FunctionCost("jit(step)", 1, 1, (("flops", 8.0),))
-    return step_cost((function,), None, comm=Communication(collectives))
+    return step_cost((function,), None, comm=Communication(collectives), donations=donations)
 
 
 def _planned(rule: CollectiveRule) -> Any:
@@ -586,3 +586,58 @@ def test_a_lost_donation_fails_the_base_comparison_and_reads_as_lost_in_every_re
     (case,) = [c for c in communication_cases(head) if c.name == "step: donation"]
     assert case.outcome is not None
     assert (case.outcome.tag, case.outcome.kind) == ("failure", "donation")
+
+
+def test_the_stored_baseline_keeps_the_unused_donations_and_judges_a_lost_one() -> None:
+    from result_samples import MACHINE, region, run_of
+
+    from gate.compare.stored_baseline import compare_with_baseline
+    from gate.results.baseline_file import StoredBaseline
+    from gate.results.donations import JAX, UnusedDonation
+    from gate.results.timing_baseline import retimed
+
+    batch, w = _donation("x"), _donation("params['w']", "bfloat16[8]")
+    jax_dropped = UnusedDonation("", None, "int32[3]", JAX)  # JAX's warning, without its frame
+    recorded = _measured(donations=(batch, jax_dropped))
+    # Kept in the file as read: each field, and None (not read) apart from () (none unused).
+    kept = msgspec.json.decode(msgspec.json.encode(StoredCost.of(recorded)), type=StoredCost)
+    assert kept.step_cost().donations == (batch, jax_dropped)
+    assert StoredCost.of(_measured()).step_cost().donations == ()
+    assert StoredCost.of(_measured(donations=None)).donations is None
+
+    def run(cost: Any) -> Any:
+        judged = cost.donations or ()
+        return run_of(
+            region(machine=MACHINE, timing_samples=(1e-3,) * 5, cost=cost, donations=judged)
+        )
+
+    stored = StoredBaseline(timing=retimed(run(recorded), {}))
+    rules = {"train.step": _planned(CollectiveRule.FAIL)}  # `donation:` its default, fail_new
+    [lost] = compare_with_baseline(
+        run(_measured(donations=(batch, jax_dropped, w))), stored, rules, "tg"
+    ).regions
+    assert lost.comm_vs_baseline is not None
+    donations = lost.comm_vs_baseline.donations
+    assert donations is not None
+    assert ([d.argument for d in donations.lost], donations.kept) == (
+        ["params['w']"],
+        (batch, jax_dropped),
+    )
+    assert not lost.passed
+    assert any("unused donations as they are now" in note for note in lost.notes)
+    # The same donations unused as when recorded: nothing lost, the region passes.
+    [same] = compare_with_baseline(run(recorded), stored, rules, "tg").regions
+    assert same.passed
+    # A baseline recorded before the gate kept donations: under fail_new a step that leaves
+    # one unused cannot be judged, so it fails saying how to record them; one that leaves
+    # none unused needs nothing recorded.
+    older = StoredBaseline(timing=retimed(run(_measured(donations=None)), {}))
+    [blind] = compare_with_baseline(run(recorded), older, rules, "tg").regions
+    assert blind.comm_vs_baseline is not None
+    assert blind.comm_vs_baseline.donations is not None
+    assert blind.comm_vs_baseline.donations.unchecked == (
+        "baseline: no donations stored for this region; run `transfer-gate baseline` to record them"
+    )
+    assert not blind.passed
+    [clean] = compare_with_baseline(run(_measured()), older, rules, "tg").regions
+    assert clean.passed

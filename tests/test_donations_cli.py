@@ -7,10 +7,11 @@ a batch, so two donations go unused on every run. That is the library's idiom: b
 stored baseline) reused and the head does not fails, as a new collective does. ``donation:
 fail`` keeps failing every unused one. A planted dtype change (the last bias returned in
 bfloat16) loses that parameter's donation; a shape change makes JAX drop a plain jit's
-donation while lowering, which the gate hears as JAX's warning: both fail against the base,
-and a donation lost in both trees fails neither.
+donation while lowering, which the gate hears as JAX's warning: both fail against the base
+and against the stored baseline, and a donation lost in both trees fails neither.
 
-One plain run and one ``run --base`` serve the tests: each costs workers with 8 devices.
+One plain run, one ``run --base`` and one ``baseline`` then ``run`` serve the tests: each
+costs workers with 8 devices.
 """
 
 from __future__ import annotations
@@ -247,3 +248,38 @@ def test_a_donation_jax_drops_with_its_warning_follows_the_same_rule(
     assert "Some donated buffers were not usable" not in run.stdout + run.stderr
     both = regions_of(repo)["jax-dropped-in-both"]
     assert [d["seen_by"] for d in both["donations"]] == ["jax"]
+
+
+@pytest.fixture(scope="module")
+def against_baseline(tmp_path_factory: pytest.TempPathFactory) -> tuple[GateRun, Path]:
+    """``transfer-gate baseline`` on the tree before the change, then ``run`` after it."""
+    repo = make_repo(
+        tmp_path_factory.mktemp("recorded"),
+        {"steps.py": STEPS, "policies/eqx.yaml": BASE_POLICY},
+    )
+    recorded = run_gate(repo, "baseline", devices=8)
+    assert recorded.returncode == 0, recorded
+    make_repo(repo, {"steps.py": PLANTED})
+    run = run_gate(repo, "run", "--json", "r.json", devices=8)
+    return run, repo
+
+
+def test_a_donation_lost_since_the_stored_baseline_fails_and_one_lost_in_both_does_not(
+    against_baseline: tuple[GateRun, Path],
+) -> None:
+    run, repo = against_baseline
+    assert run.returncode == 1, run
+    regions = regions_of(repo)
+    planted = regions["planted"]
+    assert planted["status"] == "failed", run
+    lost_bias = LOST_BIAS.replace("base: reused", "baseline: reused")
+    assert f"  policies/eqx.yaml:{planted['policy_line']}: {lost_bias}" in run.stdout, run
+    compared = planted["collectives_vs_baseline"]["donations"]
+    assert [d["argument"] for d in compared["lost"]] == ["dynamic_donate['rest'][8]"]
+    assert "  donations vs baseline: 1 lost: jit(train_step_cast): " in run.stdout, run
+    (lost,) = regions["jax-dropped"]["collectives_vs_baseline"]["donations"]["lost"]
+    assert (lost["seen_by"], lost["failing"]) == ("jax", True)
+    for name in ("steady", "jax-dropped-in-both"):
+        assert regions[name]["status"] == "passed", (name, run)
+        kept = regions[name]["collectives_vs_baseline"]["donations"]["kept"]
+        assert len(kept) == len(regions[name]["donations"]) > 0, name

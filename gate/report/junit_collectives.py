@@ -10,7 +10,7 @@ it always was:
   ``collectives: fail`` (failing) or ``warn`` (passing, said in system-out), at the
   collective's own line: the PR tools annotate the line whose spec made it;
 - ``<region>: donation``, when a donated argument is not reused, at the policy line: a
-  failure under ``donation: fail``, or for one the base reused under
+  failure under ``donation: fail``, or for one the base (or the stored baseline) reused under
   ``fail_new``; an error when that comparison could not be made.
 """
 

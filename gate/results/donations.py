@@ -12,9 +12,10 @@ program on several devices without ``out_shardings``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
-XLA = "xla"  # the compiled program's header: donated (buffer_donor), not aliased
-JAX = "jax"  # JAX's lowering: "Some donated buffers were not usable"
+XLA: Final = "xla"  # the compiled program's header: donated (buffer_donor), not aliased
+JAX: Final = "jax"  # JAX's lowering: "Some donated buffers were not usable"
 
 _WHY = {
     XLA: "XLA received it but aliased no output to it",
