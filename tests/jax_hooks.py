@@ -180,7 +180,7 @@ HOOKS = (
         ),
     ),
     Hook(
-        "every program a step runs: jit's C++ fast path off for the cost run "
+        "every program a step runs: jit's C++ fast path off for the cost run and the first call "
         "(pxla.MeshExecutableFastpathData, PjitFunctionCache.clear_all), its executions counted "
         "at pxla.ExecuteReplicated.__call__ (the first in the caller's thread, naming its line), "
         "and their cost and memory analysis",
@@ -193,6 +193,19 @@ HOOKS = (
             "test_costs.py::test_restoring_refuses_to_clobber_a_patch_made_meanwhile",
             "test_costs.py::test_a_program_new_in_the_head_is_named_with_its_line_on_a_passing_"
             "region",
+            "test_real_models.py::test_every_move_of_flaxs_mnist_epoch_names_its_array",
+        ),
+    ),
+    Hook(
+        "jax.Array's binary operators as Python functions of (self, other) "
+        "(ArrayImpl.__mul__ & co., jax._src.numpy.array_methods), whose host operand names the "
+        "move jit's fast path logs bare",
+        ("array_operator_codes",),
+        (
+            "test_transfer_map.py::test_an_eager_operators_host_operand_names_the_move_the_fast_"
+            "path_left_bare",
+            "test_transfer_map.py::test_warm_moves_keep_their_own_arrays_and_names_or_say_they_"
+            "are_unknown",
         ),
     ),
     Hook(
@@ -210,6 +223,13 @@ HOOKS = (
             "test_collectives_cli.py::test_github_annotates_the_new_all_gather_at_its_line_and_"
             "summarises_it",
             "test_collectives_cli.py::test_an_unchanged_sharded_step_passes_against_its_base",
+            "test_donations_cli.py::test_equinox_donate_all_passes_by_default_with_a_note_on_each_"
+            "unused_donation",
+            "test_donations_cli.py::test_a_dtype_change_that_loses_a_parameters_donation_fails_"
+            "against_the_base",
+            "test_donations_cli.py::test_a_donation_lost_in_both_trees_does_not_fail_by_default",
+            "test_donations_cli.py::test_a_donation_lost_since_the_stored_baseline_fails_and_one_"
+            "lost_in_both_does_not",
         ),
     ),
     Hook(
@@ -222,6 +242,8 @@ HOOKS = (
             "argument_and_put_back",
             "test_collectives_cli.py::test_a_donation_jax_dropped_is_caught_not_printed_and_warns_"
             "under_warn",
+            "test_donations_cli.py::test_a_donation_jax_drops_with_its_warning_follows_the_same_"
+            "rule",
         ),
     ),
     Hook(

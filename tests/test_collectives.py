@@ -349,6 +349,8 @@ def test_programs_that_cannot_be_read_leave_donations_unchecked_not_passed() -> 
     assert warned.note is not None
     assert warned.note.endswith("this region's pass says nothing about them")
     assert judge_donations(DonationRule.ALLOW, cost, "cpu (cpu x1)") == type(warned)()
+    # The default fails nothing here: the comparison with the base makes that check.
+    assert judge_donations(DonationRule.FAIL_NEW, cost, "cpu (cpu x1)") == warned
 
 
 def test_jaxs_warning_without_its_lowering_frame_still_gives_each_aval() -> None:
@@ -364,9 +366,9 @@ def test_jaxs_warning_without_its_lowering_frame_still_gives_each_aval() -> None
     ]
 
 
-def _measured(*collectives: Collective) -> Any:
+def _measured(*collectives: Collective, donations: tuple[Any, ...] = ()) -> Any:
     function = FunctionCost("jit(step)", 1, 1, (("flops", 8.0),))
-    return step_cost((function,), None, comm=Communication(collectives))
+    return step_cost((function,), None, comm=Communication(collectives), donations=donations)
 
 
 def _planned(rule: CollectiveRule) -> Any:
@@ -467,3 +469,175 @@ def test_a_step_without_collectives_keeps_its_junit_report_as_it_was() -> None:
     assert cases[1].stdout.startswith(
         "model.py:42: warning (collectives: warn): new all-gather f32[8192] over 'data'"
     )
+
+
+def _donation(argument: str | None, aval: str = "float32[8]", function: str = "jit(step)") -> Any:
+    from gate.results.donations import XLA, UnusedDonation
+
+    return UnusedDonation(function, argument, aval, XLA)
+
+
+def test_a_donation_is_lost_where_the_base_reused_it_and_kept_where_both_left_it() -> None:
+    from gate.results.donation_changes import compare_donations
+
+    batch, w, b = _donation("x"), _donation("params['w']"), _donation("params['b']")
+    # The head's w changed dtype and lost its donation; the batch was never reusable; the
+    # base's b is reused now.
+    head = (batch, _donation("params['w']", "bfloat16[8]"))
+    compared = compare_donations((batch, b), head, DonationRule.FAIL_NEW)
+    assert compared is not None
+    assert [(d.argument, d.aval, d.failing) for d in compared.lost] == [
+        ("params['w']", "bfloat16[8]", True)
+    ]
+    assert (compared.kept, compared.regained) == ((batch,), (b,))
+    assert compared.failing
+    assert compared.headline() == (
+        "1 lost: jit(step): 'params['w']' bfloat16[8] (base: reused); "
+        "1 reused now: jit(step): 'params['b']' float32[8] (base: unused); 1 unused in both"
+    )
+    # Lost against a base that left it unused too: the same donation (not its aval), kept.
+    same = compare_donations((w,), head[1:], DonationRule.FAIL_NEW)
+    assert same is not None
+    assert (same.lost, same.kept) == ((), head[1:])
+    # Two unused where the base had one of that identity: the second is lost.
+    unnamed = _donation(None, "int32[3]")
+    twice = compare_donations((unnamed,), (unnamed, unnamed), DonationRule.FAIL_NEW)
+    assert twice is not None
+    assert (len(twice.lost), len(twice.kept)) == (1, 1)
+    # `warn` makes a lost one a warning, `fail` leaves failing to the region's own verdict,
+    # `allow` compares nothing.
+    warned = compare_donations((), head, DonationRule.WARN)
+    assert warned is not None
+    assert [(d.failing, d.warning) for d in warned.lost] == [(False, True)] * 2
+    assert not warned.failing
+    failing = compare_donations((), head, DonationRule.FAIL)
+    assert failing is not None
+    assert not failing.failing
+    assert compare_donations((), head, DonationRule.ALLOW) is None
+
+
+def test_a_side_whose_donations_were_not_read_fails_fail_new_unless_nothing_is_unused() -> None:
+    from gate.results.donation_changes import compare_donations
+
+    head = (_donation("x"),)
+    why = "its cost run did not happen"
+    gap = compare_donations(None, head, DonationRule.FAIL_NEW, missing=why)
+    assert gap is not None
+    assert gap.unchecked == "base: its cost run did not happen"
+    assert gap.failing
+    assert gap.headline() == (
+        "donations not checked against the base: base: its cost run did not happen, "
+        "so donation: fail_new cannot hold"
+    )
+    unread_head = compare_donations(head, None, DonationRule.FAIL_NEW)
+    assert unread_head is not None
+    assert unread_head.unchecked == "head: its compiled programs were not read"
+    # Under `warn` the gap is said, not failed; a head that leaves nothing unused needs no base.
+    noted = compare_donations(None, head, DonationRule.WARN)
+    assert noted is not None
+    assert not noted.failing
+    assert noted.headline().startswith("donations not compared against the base: base: ")
+    clean = compare_donations(None, (), DonationRule.FAIL_NEW)
+    assert clean is not None
+    assert (clean.compared, clean.failing) == (True, False)
+
+
+def test_a_lost_donation_fails_the_base_comparison_and_reads_as_lost_in_every_report() -> None:
+    from result_samples import region, run_of
+
+    from gate.compare.communication import compare_sides
+    from gate.report.junit_collectives import communication_cases
+    from gate.report.terminal import format_summary
+    from gate.results.comparison import BaseComparison, BaseStatus, Renamed
+
+    def side(function: str, *arguments: str) -> Any:
+        donations = tuple(_donation(a, function=function) for a in arguments)
+        cost = step_cost((), None, comm=Communication(), donations=donations)
+        return region(cost=cost, donations=donations)
+
+    plan = _planned(CollectiveRule.FAIL)  # `donation:` left to its default, fail_new
+    assert plan.donation is DonationRule.FAIL_NEW
+    base, head = side("jit(clean)", "x"), side("jit(clean2)", "x", "w")
+    renamed = (Renamed("step", "steps:clean", "steps:clean2"),)
+    comm = compare_sides(base, head, plan, renamed)
+    assert comm.donations is not None
+    assert [d.argument for d in comm.donations.lost] == ["w"]  # the batch: the same program
+    unrenamed = compare_sides(base, head, plan).donations
+    assert unrenamed is not None
+    assert [d.argument for d in unrenamed.lost] == ["x", "w"]
+    assert comm.failing
+    assert not comm.collectives_failing
+    head = region(
+        cost=head.cost,
+        donations=head.donations,
+        base=BaseComparison("HEAD~1 (1a2b3c4)", BaseStatus.COMPARED, comm=comm),
+    )
+    assert not head.passed
+    summary = format_summary(run_of(head))
+    assert (
+        "policies/train.yaml:7: jit(clean2): donated argument 'w' float32[8] is not reused "
+        "(XLA received it but aliased no output to it; base: reused)"
+    ) in summary
+    assert (
+        "policies/train.yaml:7: note (donation: fail_new): jit(clean2): donated argument 'x' "
+        "float32[8] is not reused (XLA received it but aliased no output to it; base: unused too)"
+    ) in summary
+    assert "  donations vs base: 1 lost: jit(clean2): 'w' float32[8] (base: reused); " in summary
+    (case,) = [c for c in communication_cases(head) if c.name == "step: donation"]
+    assert case.outcome is not None
+    assert (case.outcome.tag, case.outcome.kind) == ("failure", "donation")
+
+
+def test_the_stored_baseline_keeps_the_unused_donations_and_judges_a_lost_one() -> None:
+    from result_samples import MACHINE, region, run_of
+
+    from gate.compare.stored_baseline import compare_with_baseline
+    from gate.results.baseline_file import StoredBaseline
+    from gate.results.donations import JAX, UnusedDonation
+    from gate.results.timing_baseline import retimed
+
+    batch, w = _donation("x"), _donation("params['w']", "bfloat16[8]")
+    jax_dropped = UnusedDonation("", None, "int32[3]", JAX)  # JAX's warning, without its frame
+    recorded = _measured(donations=(batch, jax_dropped))
+    # Kept in the file as read: each field, and None (not read) apart from () (none unused).
+    kept = msgspec.json.decode(msgspec.json.encode(StoredCost.of(recorded)), type=StoredCost)
+    assert kept.step_cost().donations == (batch, jax_dropped)
+    assert StoredCost.of(_measured()).step_cost().donations == ()
+    assert StoredCost.of(_measured(donations=None)).donations is None
+
+    def run(cost: Any) -> Any:
+        judged = cost.donations or ()
+        return run_of(
+            region(machine=MACHINE, timing_samples=(1e-3,) * 5, cost=cost, donations=judged)
+        )
+
+    stored = StoredBaseline(timing=retimed(run(recorded), {}))
+    rules = {"train.step": _planned(CollectiveRule.FAIL)}  # `donation:` its default, fail_new
+    [lost] = compare_with_baseline(
+        run(_measured(donations=(batch, jax_dropped, w))), stored, rules, "tg"
+    ).regions
+    assert lost.comm_vs_baseline is not None
+    donations = lost.comm_vs_baseline.donations
+    assert donations is not None
+    assert ([d.argument for d in donations.lost], donations.kept) == (
+        ["params['w']"],
+        (batch, jax_dropped),
+    )
+    assert not lost.passed
+    assert any("unused donations as they are now" in note for note in lost.notes)
+    # The same donations unused as when recorded: nothing lost, the region passes.
+    [same] = compare_with_baseline(run(recorded), stored, rules, "tg").regions
+    assert same.passed
+    # A baseline recorded before the gate kept donations: under fail_new a step that leaves
+    # one unused cannot be judged, so it fails saying how to record them; one that leaves
+    # none unused needs nothing recorded.
+    older = StoredBaseline(timing=retimed(run(_measured(donations=None)), {}))
+    [blind] = compare_with_baseline(run(recorded), older, rules, "tg").regions
+    assert blind.comm_vs_baseline is not None
+    assert blind.comm_vs_baseline.donations is not None
+    assert blind.comm_vs_baseline.donations.unchecked == (
+        "baseline: no donations stored for this region; run `transfer-gate baseline` to record them"
+    )
+    assert not blind.passed
+    [clean] = compare_with_baseline(run(_measured()), older, rules, "tg").regions
+    assert clean.passed

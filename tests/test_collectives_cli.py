@@ -102,7 +102,7 @@ regions:
   - {name: fsdp, step: steps:train_step, setup: steps:fsdp}
   - {name: tensor_parallel, step: steps:train_step, setup: steps:tensor_parallel}
   - {name: double_psum, step: steps:double_psum, setup: steps:batch}
-  - {name: lost_donation, step: steps:lose_donation, setup: steps:vector}
+  - {name: lost_donation, step: steps:lose_donation, setup: steps:vector, donation: fail}
   - {name: kept_donation, step: steps:keep_donation, setup: steps:vector}
   - {name: dropped_donation, step: steps:drop_donation, setup: steps:vector, donation: warn}
 """
@@ -225,6 +225,7 @@ def test_a_lost_donation_fails_at_its_argument_and_a_kept_one_passes(
             "per_device": False,
             "seen_by": "xla",
             "failing": True,
+            "warning": False,
             "text": "jit(<lambda>): donated argument 'x' float32[16,8] is not reused "
             "(XLA received it but aliased no output to it)",
         }
@@ -356,7 +357,7 @@ def test_jaxs_dropped_donation_is_caught_with_its_program_and_argument_and_put_b
     assert len(recwarn) == 0  # caught, not shown (and not an error under filterwarnings)
 
 
-def test_programs_that_cannot_be_read_make_donation_fail_an_error_and_warn_a_note(
+def test_programs_that_cannot_be_read_make_donation_fail_an_error_and_the_others_a_note(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import jax.numpy as jnp
@@ -373,14 +374,16 @@ def test_programs_that_cannot_be_read_make_donation_fail_an_error_and_warn_a_not
     def setup() -> tuple[jax.Array]:
         return (jnp.ones(4),)
 
-    failed = check_region(step, setup=setup, warmup=0, guarded_runs=1, repeats=1)
+    failed = check_region(step, setup=setup, warmup=0, guarded_runs=1, repeats=1, donation="fail")
     assert failed.error is not None
     assert failed.error.kind is ErrorKind.UNCHECKED
     assert blind in failed.error.message
     assert failed.error.message.startswith("unused donations could not be checked on cpu")
-    warned = check_region(step, setup=setup, warmup=0, guarded_runs=1, repeats=1, donation="warn")
-    assert warned.passed
-    assert any(note.startswith("unused donations could not be checked") for note in warned.notes)
-    assert warned.cost is not None
-    assert warned.cost.comm is not None
-    assert not warned.cost.comm.measured
+    # `warn`, and the default `fail_new` (with nothing to compare against): a note.
+    for rule in ("warn", "fail_new"):
+        noted = check_region(step, setup=setup, warmup=0, guarded_runs=1, repeats=1, donation=rule)
+        assert noted.passed, rule
+        assert any(n.startswith("unused donations could not be checked") for n in noted.notes)
+        assert noted.cost is not None
+        assert noted.cost.comm is not None
+        assert not noted.cost.comm.measured

@@ -19,6 +19,7 @@ array at all (still refused).
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ from cli_helpers import FAST_DEFAULTS, GateRun, line_of, make_repo, run_gate
 from gate.region.checks import load_reference
 
 MODELS = """
+import logging
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -153,6 +156,54 @@ def nnx_float_step(model, optimizer, image, labels):
     if float(loss) > 1e6:  # nnx: float
         raise RuntimeError("diverged")
     return model, optimizer, loss
+
+
+# -- flax NNX: the end of an epoch in flax's examples/mnist/train.py ----------------
+# Metrics computed and reset, then logged with `* 100`: the same eager op on a Python scalar
+# at two lines, the second on jit's fast path; and metrics.reset()'s jnp.array(0) twice.
+
+
+def nnx_metrics_loss(model, image, labels):
+    logits = model(image)
+    return cross_entropy(logits, labels), logits
+
+
+@nnx.jit
+def nnx_metrics_train(model, optimizer, metrics, image, labels):
+    grad_fn = nnx.value_and_grad(nnx_metrics_loss, has_aux=True)
+    (loss, logits), grads = grad_fn(model, image, labels)
+    metrics.update(loss=loss, logits=logits, labels=labels)
+    optimizer.update(model, grads)
+
+
+@nnx.jit
+def nnx_metrics_eval(model, metrics, image, labels):
+    loss, logits = nnx_metrics_loss(model, image, labels)
+    metrics.update(loss=loss, logits=logits, labels=labels)
+
+
+def nnx_epoch_setup():
+    metrics = nnx.MultiMetric(accuracy=nnx.metrics.Accuracy(), loss=nnx.metrics.Average("loss"))
+    return (*nnx_model_and_optimizer(), metrics, *device_batch())
+
+
+def nnx_epoch_step(model, optimizer, metrics, image, labels):
+    nnx_metrics_train(model, optimizer, metrics, image, labels)
+    train_metrics = metrics.compute()
+    metrics.reset()  # nnx: first reset
+    nnx_metrics_eval(model, metrics, image, labels)
+    eval_metrics = metrics.compute()
+    metrics.reset()  # nnx: second reset
+    logging.info(
+        "train_loss: %.4f, train_accuracy: %.2f, test_loss: %.4f, test_accuracy: %.2f"
+        % (
+            train_metrics["loss"],
+            train_metrics["accuracy"] * 100,  # nnx: train accuracy
+            eval_metrics["loss"],
+            eval_metrics["accuracy"] * 100,  # nnx: test accuracy
+        )
+    )
+    return model, optimizer, metrics
 
 
 # -- flax NNX: nnx.split / nnx.merge + jax.jit, returning (graphdef, state) ----------
@@ -324,6 +375,7 @@ def broken_policy() -> str:
     regions = [region(f"{n}-float", f"{n}_float_step", f"{n}_setup") for n in MODEL_NAMES]
     regions += [region(f"{n}-numpy", f"{n}_step", f"{n}_numpy_setup") for n in MODEL_NAMES]
     regions.append(region("linen-python-step", "linen_step", "linen_python_step_setup"))
+    regions.append(region("nnx-epoch", "nnx_epoch_step", "nnx_epoch_setup"))
     regions.append("  - name: no-arrays\n    step: models:no_arrays_step\n")
     return f"version: 1\n{FAST_DEFAULTS}regions:\n{''.join(regions)}"
 
@@ -471,6 +523,25 @@ def test_a_train_state_left_with_a_python_step_moves_it_every_call(
     message = failure.get("message", "")
     assert "implicit host-to-device" in message, broken_run
     assert f"int32[] at models.py:{line}" in message, broken_run
+
+
+def test_every_move_of_flaxs_mnist_epoch_names_its_array(repo: Path, broken_run: GateRun) -> None:
+    # The `* 100` of a test accuracy runs the train accuracy's program again: on jit's fast
+    # path, which logs the move with an empty description; so do metrics.reset()'s second
+    # jnp.array(0) and every one of the second reset. Each names what JAX moved.
+    found = json_region(broken_run, "broken.json", "nnx-epoch")["transfers"]
+    moved = {(t["line"], t["dtype"], tuple(t["shape"]), t["per_step"]) for t in found}
+    assert all(not t["undescribed"] for t in found), found
+    for label in ("train accuracy", "test accuracy"):
+        line = line_of(repo / "models.py", f"# nnx: {label}")
+        assert (line, "int32", (), 1) in moved, found
+    for label in ("first reset", "second reset"):
+        line = line_of(repo / "models.py", f"# nnx: {label}")
+        # Accuracy's and Average's running total (float32) and count (int32).
+        assert {(d, n) for ln, d, _, n in moved if ln == line} == {("float32", 2), ("int32", 2)}
+    message = broken_run.testcase("nnx-epoch: transfers").find("failure")
+    assert message is not None, broken_run
+    assert "did not describe" not in ET.tostring(message, encoding="unicode"), broken_run
 
 
 def test_a_step_returning_no_array_is_still_refused(broken_run: GateRun) -> None:

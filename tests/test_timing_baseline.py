@@ -23,7 +23,15 @@ import gate.cli.run
 from gate.compare.stored_baseline import compare_with_baseline
 from gate.levels import GuardLevel, GuardSpec
 from gate.machine.diagnosis import processor_model
-from gate.policy.model import CallableRef, Checks, CollectiveRule, CostRule, Region, TimingRule
+from gate.policy.model import (
+    CallableRef,
+    Checks,
+    CollectiveRule,
+    CostRule,
+    DonationRule,
+    Region,
+    TimingRule,
+)
 from gate.results.baseline_file import StoredBaseline
 from gate.results.collectives import Communication
 from gate.results.comparison import TimingVerdict
@@ -140,8 +148,8 @@ def test_a_step_made_3x_slower_fails_against_the_stored_baseline_and_says_what_a
     assert slow.returncode == 1, slow
     accept = (
         "next step: `transfer-gate baseline --baseline policies/transfer-gate-baseline.json "
-        "--region p.sleepy --timing-only` records this region's step times, XLA's figures and "
-        "collectives as they are now; it accepts no transfer"
+        "--region p.sleepy --timing-only` records this region's step times, XLA's figures, "
+        "collectives and unused donations as they are now; it accepts no transfer"
     )
     assert accept in region(written, "sleepy").notes
     assert f"note: {accept}" in slow.stdout
@@ -248,6 +256,7 @@ def ruled(
     timing: TimingRule | None = None,
     cost: CostRule | None = None,
     collectives: CollectiveRule = CollectiveRule.FAIL,
+    donation: DonationRule = DonationRule.FAIL_NEW,
 ) -> Region:
     """A planned region with the rules `compare_with_baseline` reads."""
     return Region(
@@ -265,13 +274,15 @@ def ruled(
         timing=timing or TimingRule(),
         cost=cost or CostRule(),
         collectives=collectives,
+        donation=donation,
     )
 
 
 def _cost(flops: float) -> StepCost:
-    # A measured cost always comes with the programs' collectives (here: none).
+    # A measured cost always comes with the programs' collectives and unused donations (here:
+    # none of either).
     function = FunctionCost("jit(step)", 1, 1, (("flops", flops),))
-    return step_cost((function,), None, comm=Communication())
+    return step_cost((function,), None, comm=Communication(), donations=())
 
 
 def test_xla_figures_are_compared_with_the_stored_ones_exactly_and_kept_in_the_file() -> None:
@@ -316,8 +327,9 @@ def test_a_cost_bound_the_baseline_or_the_run_cannot_give_is_not_checked_never_a
     assert blind.cost_vs_baseline.unchecked == "head: cost not measured: injected"
     assert not blind.passed
     # Without a bound to check, both are what they were: nothing to claim, nothing said.
-    # (`collectives: fail`, the default, is a check of its own: tests/test_collectives.py.)
-    unruled = {"train.a": ruled(collectives=CollectiveRule.WARN)}
+    # (`collectives: fail` and `donation: fail_new`, the defaults, are checks of their own:
+    # tests/test_collectives.py.)
+    unruled = {"train.a": ruled(collectives=CollectiveRule.WARN, donation=DonationRule.WARN)}
     for run, store in (
         (timed("a", (1e-3,) * 10, cost=_cost(200.0)), without_cost),
         (timed("a", (1e-3,) * 10, cost=unmeasured), stored),

@@ -601,16 +601,18 @@ def test_warm_moves_keep_their_own_arrays_and_names_or_say_they_are_unknown(
     # Each turn of the loop moves its own array every step, not the first one three times.
     loop = [t for t in found("loop") if t[2] != ()]
     assert loop == [(None, "float32", (8, n), 1, 1) for n in (4, 5, 6)], run
-    # The one-time upload stays a first-call finding; the warm move it does not
-    # match is not given its array: it says it is unknown.
+    # The one-time upload stays a first-call finding. The warm move beside it does not match
+    # the first call's moves, so it borrows no array from them; it is the library's
+    # `p * 3.0`, whose operand names it (`gate.witness.operands`): float32[], every step.
     once = [t for t in regions["once-then-every"] if t["direction"] == "host-to-device"]
     by_array = {
         (t["dtype"], tuple(t["shape"]) if t["shape"] is not None else None): t for t in once
     }
+    assert set(by_array) == {("float32", (100,)), ("float32", ())}, run
     assert by_array[("float32", (100,))]["per_step"] == 0, run
     assert by_array[("float32", (100,))]["first_call"] == 1, run
-    assert by_array[(None, None)]["undescribed"] is True, run
-    assert by_array[(None, None)]["per_step"] == 1, run
+    assert by_array[("float32", ())]["undescribed"] is False, run
+    assert by_array[("float32", ())]["per_step"] == 1, run
 
 
 TWO_ARGUMENTS = """
@@ -661,3 +663,56 @@ def test_the_baseline_fails_a_swapped_argument_of_the_same_dtype_and_feature_sha
     assert "new since the baseline: implicit host-to-device transfer of argument 'y' " in (
         swapped.stdout
     )
+
+
+# --- an eager operator's host operand ------------------------------------------------------------
+
+
+def _accuracies(train: object, test: object) -> tuple[object, object]:
+    import jax
+
+    def scaled(train: jax.Array, test: jax.Array) -> tuple[jax.Array, jax.Array]:
+        first = train * 100  # the op's first run; JAX describes what it moves
+        second = test * 100  # the same op again; jit's fast path leaves the move bare
+        return first, second
+
+    return scaled(train, test)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("operands", [True, False], ids=["read", "not-read"])
+def test_an_eager_operators_host_operand_names_the_move_the_fast_path_left_bare(
+    monkeypatch: pytest.MonkeyPatch, operands: bool
+) -> None:
+    import jax.numpy as jnp
+
+    import gate.region.region_run
+    import gate.witness.transfer_map
+    from gate import check_region
+    from gate.jaxhooks.internals import InternalMissing
+    from gate.witness.operands import Operators
+
+    def missing() -> None:
+        raise InternalMissing("pxla.MeshExecutableFastpathData")
+
+    # As on a JAX whose fast path cannot be switched off for the first call: only the
+    # operator's own operand can say what its second run moved.
+    monkeypatch.setattr(gate.region.region_run, "fast_path_off", missing)
+    if not operands:
+        monkeypatch.setattr(gate.witness.transfer_map.Operators, "of_this_jax", Operators)
+
+    def setup() -> tuple[object, object]:
+        return jnp.ones(()), jnp.ones(())
+
+    result = check_region(_accuracies, setup=setup, warmup=0, guarded_runs=1, repeats=1)
+    here = Path(__file__).resolve()
+    moves = {
+        (t.location.line, t.dtype, t.shape, t.undescribed)
+        for t in result.transfers
+        if t.location is not None and t.phase.value == "steady state"
+    }
+    first, second = (line_of(here, f"# the {marker}") for marker in ("op's first", "same op"))
+    assert (first, "int32", (), False) in moves, result.transfers
+    if operands:
+        assert (second, "int32", (), False) in moves, result.transfers
+    else:  # what the reader got before: the line and the count, no array
+        assert (second, None, None, True) in moves, result.transfers

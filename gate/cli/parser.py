@@ -193,8 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     part.add_argument(
         "--timing-only",
         action="store_true",
-        help="record the step times, XLA's figures and collectives, and the machine; accept no "
-        "transfer (the file's accepted transfers stay as they are)",
+        help="record the step times, XLA's figures, collectives and unused donations, and the "
+        "machine; accept no transfer (the file's accepted transfers stay as they are)",
     )
     part.add_argument(
         "--transfers-only",

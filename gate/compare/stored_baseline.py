@@ -22,6 +22,7 @@ from gate.results.baseline import NEXT_STEP
 from gate.results.baseline_file import StoredBaseline
 from gate.results.collective_changes import compare_communication
 from gate.results.costs import compare_costs, not_measured
+from gate.results.donation_changes import compare_donations
 from gate.results.machine import Machine
 from gate.results.records import RegionResult, RunResult
 from gate.results.timing_baseline import StoredTiming
@@ -86,7 +87,8 @@ def _judged(
         region = _noted(
             region,
             f"{NEXT_STEP}`{timing_command(command, region)}` records this region's step times, "
-            "XLA's figures and collectives as they are now; it accepts no transfer",
+            "XLA's figures, collectives and unused donations as they are now; it accepts no "
+            "transfer",
         )
     return region
 
@@ -148,10 +150,12 @@ def _cost_judged(region: RegionResult, entry: StoredTiming, rule: Region) -> Reg
 
 
 def _comm_judged(region: RegionResult, entry: StoredTiming, rule: Region) -> RegionResult:
-    """The collectives against the stored ones of the same machine. A baseline recorded before
-    the gate kept them has none: under ``collectives: fail`` (or a ``cost.max_increase``)
-    that is a check that could not be made, never a silent pass."""
-    stored = entry.cost.step_cost().comm if entry.cost is not None else None
+    """The collectives and unused donations against the stored ones of the same machine. A
+    baseline recorded before the gate kept them has none: under ``collectives: fail`` (or a
+    ``cost.max_increase``), and ``donation: fail_new`` for a step that leaves a donation
+    unused, that is a check that could not be made, never a silent pass."""
+    stored_cost = entry.cost.step_cost() if entry.cost is not None else None
+    stored = stored_cost.comm if stored_cost is not None else None
     current = region.cost.comm if region.cost is not None else None
     compared = compare_communication(
         stored,
@@ -159,13 +163,25 @@ def _comm_judged(region: RegionResult, entry: StoredTiming, rule: Region) -> Reg
         rule.collectives,
         rule.cost.max_increase,
         against="baseline",
-        missing="no collectives stored for this region; run `transfer-gate baseline` to record them"
-        if stored is None
-        else "the cost run did not happen",
+        missing=_not_stored("collectives") if stored is None else "the cost run did not happen",
     )
-    if not compared.compared and compared.unchecked is None:
+    stored_donations = stored_cost.donations if stored_cost is not None else None
+    donations = compare_donations(
+        stored_donations,
+        region.cost.donations if region.cost is not None else None,
+        rule.donation,
+        against="baseline",
+        missing=_not_stored("donations") if stored_donations is None else "",
+    )
+    compared = replace(compared, donations=donations)
+    said = donations is not None and (donations.lost or donations.kept or not donations.compared)
+    if not compared.compared and compared.unchecked is None and not said:
         return _noted(region, f"collectives not compared with the baseline: {compared.note}")
     return replace(region, comm_vs_baseline=compared)
+
+
+def _not_stored(what: str) -> str:
+    return f"no {what} stored for this region; run `transfer-gate baseline` to record them"
 
 
 def _noted(region: RegionResult, note: str) -> RegionResult:

@@ -16,6 +16,10 @@ executable:
   left, so the next call installs its fast path again. It clears nothing
   compiled: the executables stay in Python's caches (no compile happens).
 
+`fast_path_off` is that without the counting: a region's first call runs under it, since
+Python's path describes every host value it moves in the guard's log, where the fast path
+logs an empty line.
+
 All three (`internals.dispatch_internals`) are checked when installed; one
 missing raises `InternalMissing` and nothing is changed. Restoring checks that
 each patched attribute is still the gate's (`gate.jaxhooks.patches`).
@@ -134,28 +138,19 @@ def _no_fast_path(*args: Any, **kwargs: Any) -> None:
 
 
 @contextmanager
-def every_execution_seen(
-    locate: Callable[[], str | None] | None = None,
-) -> Iterator[ExecutionLog]:
-    """Count every compiled program the block runs, from any thread.
+def fast_path_off() -> Iterator[None]:
+    """Every jitted call and eager op in the block takes Python's path, from any thread.
 
-    ``locate``, called in the running thread when a program first runs, names the line
-    that ran it (`Executed.where`). Raises `InternalMissing` before changing anything
-    when this JAX lacks a piece; puts everything back in ``finally``.
+    That path describes each host value it moves in the guard's log (``aval=...``), where
+    the C++ fast path logs an empty line; a region's first call runs so
+    (`gate.region.region_run`), so that a program it runs at a second line (``* 100`` twice)
+    is described there too. Raises `InternalMissing` before changing anything when this JAX
+    lacks a piece; puts everything back in ``finally``, and the next call outside installs
+    its fast path again.
     """
-    execute, pxla, clear_all = dispatch_internals()
-    log = ExecutionLog()
-    run_program = execute.__dict__["__call__"]
-
-    def counted(self: Any, *args: Any) -> Any:
-        log._ran(self, locate)
-        return run_program(self, *args)
-
+    _, pxla, clear_all = dispatch_internals()
     with ExitStack() as patched:
-        patched.callback(clear_all)  # last out: after both attributes are back
-        patched.enter_context(
-            attribute_replaced(execute, "__call__", counted, label="ExecuteReplicated.__call__")
-        )
+        patched.callback(clear_all)  # last out: after the attribute is back
         patched.enter_context(
             attribute_replaced(
                 pxla,
@@ -165,6 +160,32 @@ def every_execution_seen(
             )
         )
         clear_all()
+        yield
+
+
+@contextmanager
+def every_execution_seen(
+    locate: Callable[[], str | None] | None = None,
+) -> Iterator[ExecutionLog]:
+    """Count every compiled program the block runs, from any thread.
+
+    ``locate``, called in the running thread when a program first runs, names the line
+    that ran it (`Executed.where`). Raises `InternalMissing` before changing anything
+    when this JAX lacks a piece; puts everything back in ``finally``.
+    """
+    execute, _, _ = dispatch_internals()
+    log = ExecutionLog()
+    run_program = execute.__dict__["__call__"]
+
+    def counted(self: Any, *args: Any) -> Any:
+        log._ran(self, locate)
+        return run_program(self, *args)
+
+    with ExitStack() as patched:
+        patched.enter_context(fast_path_off())
+        patched.enter_context(
+            attribute_replaced(execute, "__call__", counted, label="ExecuteReplicated.__call__")
+        )
         yield log
 
 

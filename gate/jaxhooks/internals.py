@@ -25,6 +25,9 @@ Where each lives, in JAX 0.10.2:
 - ``jax._src.lib.cuda_versions`` (the CUDA plugin's ``_versions`` module) and
   ``jax._src.xla_bridge._backend_errors`` (why a backend failed to start).
 - ``PjitFunction._jit_info``: a jitted function's signature and static arguments.
+- ``ArrayImpl.__mul__`` & co. (``jax._src.numpy.array_methods._operator_mul``, Python
+  functions of ``(self, other)``): an eager operator's host operand, which jit's C++ fast
+  path moves without describing it.
 - ``jax._src.interpreters.pxla``: ``ExecuteReplicated.__call__`` (a compiled
   program run from Python) and ``MeshExecutableFastpathData`` (what hands a
   call to jaxlib's C++ fast path); ``jax._src.lib._jax.PjitFunctionCache.clear_all``.
@@ -110,6 +113,33 @@ def copy_tree_function() -> types.FunctionType | None:
     if next(iter(inspect.signature(fn).parameters), None) != "x":
         return None
     return fn
+
+
+# jax.Array's binary operators whose other operand always reaches the jitted ufunc as an
+# argument: a host operand is moved by the call. Not ``pow``: an integer exponent becomes a
+# static ``integer_pow``, and nothing moves.
+BINARY_OPERATORS = (
+    *("add", "sub", "mul", "truediv", "floordiv", "mod", "matmul"),
+    *("and", "or", "xor", "lshift", "rshift"),
+)
+COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+
+
+def array_operator_codes(array_impl: type) -> frozenset[types.CodeType]:
+    """The code of each of ``ArrayImpl``'s binary operators (``__mul__``, ``__rmul__``, ...,
+    `BINARY_OPERATORS` both ways round, `COMPARISONS`) that is a Python function of
+    ``(self, other)``, as ``jax._src.numpy.array_methods`` defines them (jax 0.10.1 to 0.12).
+
+    Optional: one that is not (a JAX that moved them to C++) is left out, and a host operand
+    of it stays as JAX's guard described it.
+    """
+    names = [*BINARY_OPERATORS, *(f"r{name}" for name in BINARY_OPERATORS), *COMPARISONS]
+    found = set()
+    for name in names:
+        method = array_impl.__dict__.get(f"__{name}__")
+        if isinstance(method, types.FunctionType) and method.__code__.co_argcount == 2:
+            found.add(method.__code__)
+    return frozenset(found)
 
 
 def python_function(fn: object, label: str) -> types.FunctionType:

@@ -74,7 +74,10 @@ class CollectiveRule(enum.Enum):
 class DonationRule(enum.Enum):
     """What a donated argument XLA could not reuse does to a region (``donation:``)."""
 
-    FAIL = "fail"
+    # Reported; fails only where the base (or the stored baseline) reused it: a donation
+    # that stopped working, as ``collectives: fail`` fails only a new collective.
+    FAIL_NEW = "fail_new"
+    FAIL = "fail"  # every unused donation fails
     WARN = "warn"  # reported, not failing
     ALLOW = "allow"  # not looked at
 

@@ -27,7 +27,7 @@ _DEFAULT_NOTES = {
     "timeout_s": "seconds the region may take in all",
     "recompiles": "a compilation after warm-up: fail, warn or allow",
     "collectives": "a collective the base does not run: fail, warn or allow",
-    "donation": "a donated argument no output reuses: fail, warn or allow",
+    "donation": "a donated argument no output reuses: fail_new, fail, warn or allow",
 }
 
 

@@ -1,9 +1,12 @@
-"""Judging a region's donations: which unused ones fail, and when they could not be checked.
+"""Judging a region's donations on its own: which unused ones fail, and when none could be checked.
 
-A donation is judged on the region alone (unlike a collective, which is judged against the
-base): the step asked XLA to reuse a buffer and it did not. Under ``donation: fail`` an
-inventory that could not be read is an error, never a pass: the pass would claim every
-donation was used, which nobody saw (as `gate.region.verdict.unchecked` does for transfers).
+Under ``donation: fail`` every unused donation fails here: the step asked XLA to reuse a
+buffer and it did not. Under the default ``fail_new`` none fails here: each is reported, and
+the comparison with the base or the stored baseline fails the ones that stopped working
+(`gate.results.donation_changes`), as collectives are judged. Under ``fail`` an inventory that
+could not be read is an error, never a pass: the pass would claim every donation was used,
+which nobody saw (as `gate.region.verdict.unchecked` does for transfers); under ``fail_new``
+the comparison makes that check.
 """
 
 from __future__ import annotations
@@ -21,23 +24,26 @@ class DonationVerdict:
     """The region's unused donations, judged, and what a reader must know."""
 
     donations: tuple[UnusedDonation, ...] = ()
-    note: str | None = None  # `donation: warn` and unchecked: what the pass says nothing about
+    note: str | None = None  # `warn` or `fail_new`, unchecked: what the pass says nothing about
     error: RegionError | None = None  # `donation: fail` and unchecked
 
 
 def judge_donations(rule: DonationRule, cost: StepCost | None, where: str) -> DonationVerdict:
-    """Each unused donation, failing under ``donation: fail``; or why none could be checked.
+    """Each unused donation, failing under ``donation: fail``, a warning under ``warn``; or
+    why none could be checked.
 
     ``where`` names the platform, as the other "could not be checked" texts do.
     """
     if rule is DonationRule.ALLOW:
         return DonationVerdict()
     if cost is not None and cost.donations is not None:
-        failing = rule is DonationRule.FAIL
-        return DonationVerdict(tuple(replace(d, failing=failing) for d in cost.donations))
+        failing, warning = rule is DonationRule.FAIL, rule is DonationRule.WARN
+        return DonationVerdict(
+            tuple(replace(d, failing=failing, warning=warning) for d in cost.donations)
+        )
     why = _why_unread(cost)
     gap = f"unused donations could not be checked on {where} ({why})"
-    if rule is DonationRule.WARN:
+    if rule is not DonationRule.FAIL:
         return DonationVerdict(note=f"{gap}: this region's pass says nothing about them")
     message = (
         f"{gap}, and the policy fails on them (donation: fail); run where the compiled "

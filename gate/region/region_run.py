@@ -11,16 +11,19 @@ from __future__ import annotations
 import threading
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gate.jaxhooks.compiles import CompileWatch
+from gate.jaxhooks.executables import fast_path_off
 from gate.jaxhooks.guard import (
     explicit_functions,
     guarded,
     parse_refusal,
 )
+from gate.jaxhooks.internals import InternalMissing
 from gate.levels import GuardLevel, GuardSpec
 from gate.machine.diagnosis import PlatformInfo
 from gate.policy.model import RecompileRule
@@ -42,6 +45,23 @@ from gate.witness.fetches import FetchLog
 from gate.witness.observed import Observed, name_moves
 from gate.witness.recompiles import attribute
 from gate.witness.transfer_map import mapped
+
+
+@contextmanager
+def described(phase: Phase) -> Iterator[None]:
+    """The first call with jit's C++ fast path off: every move it makes is described.
+
+    The fast path logs a move with an empty description, also on the first call, for a
+    program that ran before at another line (the same ``* 100`` twice, a library's
+    ``jnp.array(0)`` in two places). On Python's path the guard describes each, and the warm
+    runs borrow those descriptions (`gate.region.descriptions`). A JAX that moved the hook
+    runs the first call as it is: fewer moves described, none miscounted.
+    """
+    with ExitStack() as stack:
+        if phase is Phase.FIRST_CALL:
+            with suppress(InternalMissing):  # raised before anything was changed
+                stack.enter_context(fast_path_off())
+        yield
 
 
 @dataclass
@@ -141,8 +161,9 @@ class RegionRun:
             disagreements=self.verdict.disagreements,
         )
         explicit = explicit_functions()
-        for _ in range(runs):
-            self._mapped_run(tally, explicit)
+        with described(phase):
+            for _ in range(runs):
+                self._mapped_run(tally, explicit)
         for key, sighting, count in tally.sites():
             self.verdict.transfers.append(site_transfer(self.code, key, sighting, phase, count))
 

@@ -5,7 +5,9 @@ The terminal, the JUnit report and GitHub take their words from here, so
 is the same line in each. A new collective is reported at its own source line (that is
 where the spec that made it is); what belongs to no line (the step's bytes beyond
 ``cost.max_increase``, a check that could not be made, an unused donation) at the
-region's policy line.
+region's policy line. An unused donation is always listed: failing (``donation: fail``, or
+lost against the base under ``fail_new``), a warning (``warn``), or a note (``fail_new``,
+where nothing says it ever worked).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gate.results.collective_changes import NEW, CollectiveChange, CommComparison
+from gate.results.donation_changes import DonationComparison
 from gate.results.donations import DONATION_FIX, UnusedDonation
 from gate.results.records import RegionResult
 from gate.user_code import SourceLocation
@@ -31,8 +34,17 @@ def comm_comparisons(region: RegionResult) -> list[CommComparison]:
     return found + ([region.comm_vs_baseline] if region.comm_vs_baseline is not None else [])
 
 
+def donation_comparisons(region: RegionResult) -> list[DonationComparison]:
+    """The region's donation comparisons, in the same order (none under ``donation: allow``)."""
+    return [c.donations for c in comm_comparisons(region) if c.donations is not None]
+
+
 def comm_label(comm: CommComparison) -> str:
     return f"collectives vs {comm.against}"
+
+
+def donation_label(donations: DonationComparison) -> str:
+    return f"donations vs {donations.against}"
 
 
 def shown(comm: CommComparison) -> bool:
@@ -44,12 +56,14 @@ def shown(comm: CommComparison) -> bool:
 class CommFinding:
     """One line a reader acts on: a new collective, bytes beyond the bound, an unused donation."""
 
-    what: str  # "new collective", "collectives" (a comparison's bytes or gap), "unused donation"
+    # "new collective", "collectives" (a comparison's bytes or gap), "unused donation",
+    # "donations" (a donation comparison that could not be made)
+    what: str
     location: SourceLocation | None  # the collective's line; None: the region's policy line
     text: str  # without the place
     failing: bool
     source: str | None = None  # the line's text
-    fix: str = ""
+    fix: str = ""  # failing ones and warnings; a note has none
 
     def line(self, policy: str) -> str:
         where = str(self.location) if self.location is not None else policy
@@ -64,7 +78,12 @@ def comm_findings(region: RegionResult) -> list[CommFinding]:
             text = f"{comm_label(comm)}: {comm.headline()}"
             found.append(CommFinding("collectives", None, text, True))
         found.extend(_change(change) for change in comm.changes if change.change == NEW)
-    found.extend(_donation(d) for d in region.donations)
+    compared = donation_comparisons(region)
+    for donations in compared:
+        if donations.unchecked is not None:
+            text = f"{donation_label(donations)}: {donations.headline()}"
+            found.append(CommFinding("donations", None, text, True))
+    found.extend(_donation(d, compared) for d in region.donations)
     return sorted(found, key=lambda f: not f.failing)
 
 
@@ -80,15 +99,31 @@ def _change(change: CollectiveChange) -> CommFinding:
     )
 
 
-def _donation(donation: UnusedDonation) -> CommFinding:
-    prefix = "" if donation.failing else "warning (donation: warn): "
-    text = prefix + donation.text()
-    return CommFinding("unused donation", None, text, donation.failing, fix=DONATION_FIX)
+def _donation(donation: UnusedDonation, compared: list[DonationComparison]) -> CommFinding:
+    """One of the head's unused donations, as its rule and the comparisons judged it."""
+    lost = [(c.against, c.lost_as(donation)) for c in compared if c.lost_as(donation)]
+    failing = donation.failing or any(d is not None and d.failing for _, d in lost)
+    warning = donation.warning or any(d is not None and d.warning for _, d in lost)
+    if lost:
+        text = donation.text(", ".join(f"{against}: reused" for against, _ in lost))
+    elif compared and all(c.compared for c in compared):
+        text = donation.text(", ".join(f"{c.against}: unused too" for c in compared))
+    else:
+        text = donation.text()
+    if failing:
+        return CommFinding("unused donation", None, text, True, fix=DONATION_FIX)
+    if warning:
+        text = f"warning (donation: warn): {text}"
+        return CommFinding("unused donation", None, text, False, fix=DONATION_FIX)
+    # ``fail_new``: nothing says it ever worked (a library donating a batch no output can
+    # reuse), so it is said, not failed.
+    return CommFinding("unused donation", None, f"note (donation: fail_new): {text}", False)
 
 
 def acted_on(region: RegionResult) -> list[CommFinding]:
-    """The findings a reader must see: failing ones, and warnings (new under ``warn``)."""
-    return [f for f in comm_findings(region) if f.failing or f.fix]
+    """The findings a reader must see: failing ones, warnings (new under ``warn``) and the
+    unused donations ``fail_new`` notes."""
+    return [f for f in comm_findings(region) if f.failing or f.fix or f.what == "unused donation"]
 
 
 def failure_reasons(region: RegionResult) -> list[str]:

@@ -11,7 +11,13 @@ from __future__ import annotations
 import math
 import statistics
 
-from gate.report.communication_text import comm_comparisons, comm_label, shown
+from gate.report.communication_text import (
+    comm_comparisons,
+    comm_label,
+    donation_comparisons,
+    donation_label,
+    shown,
+)
 from gate.results.comparison import (
     BaseComparison,
     BaseStatus,
@@ -228,8 +234,10 @@ def comparison_lines(region: RegionResult) -> list[tuple[str, str]]:
         lines.append((timing_label(timing), timing_line(timing)))
     if region.cost_vs_baseline is not None and region.cost_vs_baseline.changed:
         lines.append(("cost vs baseline", region.cost_vs_baseline.headline()))
-    # New collectives are findings at their own lines (`gate.report.communication_text`).
+    # New collectives are findings at their own lines, unused donations at the policy's
+    # (`gate.report.communication_text`).
     lines.extend((comm_label(c), c.headline()) for c in comm_comparisons(region) if shown(c))
+    lines.extend((donation_label(d), d.headline()) for d in donation_comparisons(region) if d.shown)
     return lines
 
 

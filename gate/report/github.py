@@ -32,7 +32,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
-from gate.report.communication_text import comm_comparisons, cost_columns, failure_reasons, shown
+from gate.report.communication_text import (
+    comm_comparisons,
+    cost_columns,
+    donation_comparisons,
+    failure_reasons,
+    shown,
+)
 from gate.report.comparison_text import (
     base_status_line,
     failing_comparisons,
@@ -202,9 +208,15 @@ def _comparison_rows(region: RegionResult) -> list[str]:
     for comm in comm_comparisons(region):
         if shown(comm):
             verdict = _text(comm.headline())
-            verdict = f"**FAIL**: {verdict}" if comm.failing else verdict
+            verdict = f"**FAIL**: {verdict}" if comm.collectives_failing else verdict
             against = "" if comm.against == "base" else f" (vs {_text(comm.against)})"
             rows.append(f"| {name} collectives{against} | — | — | — | {verdict} |\n")
+    for donations in donation_comparisons(region):
+        if donations.shown:
+            verdict = _text(donations.headline())
+            verdict = f"**FAIL**: {verdict}" if donations.failing else verdict
+            against = "" if donations.against == "base" else f" (vs {_text(donations.against)})"
+            rows.append(f"| {name} donations{against} | — | — | — | {verdict} |\n")
     return rows
 
 

@@ -7,9 +7,10 @@ rest of the report's version 1. Records of the report's schema (`gate.report.jso
 from __future__ import annotations
 
 from gate.documents import Record
-from gate.policy.model import CollectiveRule
+from gate.policy.model import CollectiveRule, DonationRule
 from gate.results.collective_changes import CollectiveChange, CommComparison
 from gate.results.collectives import Collective, CollectiveGroup, Communication
+from gate.results.donation_changes import DonationComparison
 from gate.results.donations import UnusedDonation
 
 
@@ -144,6 +145,8 @@ class CommComparisonDoc(Record, frozen=True, kw_only=True):
     bytes_failing: bool
     headline: str
     changes: tuple[ChangeDoc, ...]
+    # The unused donations of the same programs, compared (None under `donation: allow`).
+    donations: DonationComparisonDoc | None
 
     @classmethod
     def of(cls, comm: CommComparison | None) -> CommComparisonDoc | None:
@@ -162,6 +165,7 @@ class CommComparisonDoc(Record, frozen=True, kw_only=True):
             bytes_failing=comm.bytes_failing,
             headline=comm.headline(),
             changes=tuple(ChangeDoc.of(c) for c in comm.changes),
+            donations=DonationComparisonDoc.of(comm.donations),
         )
 
 
@@ -172,6 +176,7 @@ class DonationDoc(Record, frozen=True, kw_only=True):
     per_device: bool
     seen_by: str
     failing: bool
+    warning: bool
     text: str
 
     @classmethod
@@ -183,5 +188,38 @@ class DonationDoc(Record, frozen=True, kw_only=True):
             per_device=d.per_device,
             seen_by=d.seen_by,
             failing=d.failing,
+            warning=d.warning,
             text=d.text(),
+        )
+
+
+class DonationComparisonDoc(Record, frozen=True, kw_only=True):
+    """The head's unused donations against the other side's: lost, kept, reused now."""
+
+    against: str
+    rule: DonationRule
+    compared: bool
+    note: str
+    unchecked: str | None
+    failing: bool
+    headline: str
+    lost: tuple[DonationDoc, ...]  # the other side reused them
+    kept: tuple[DonationDoc, ...]  # unused on both sides
+    regained: tuple[DonationDoc, ...]  # the other side's, which the head reuses now
+
+    @classmethod
+    def of(cls, donations: DonationComparison | None) -> DonationComparisonDoc | None:
+        if donations is None:
+            return None
+        return cls(
+            against=donations.against,
+            rule=donations.rule,
+            compared=donations.compared,
+            note=donations.note,
+            unchecked=donations.unchecked,
+            failing=donations.failing,
+            headline=donations.headline(),
+            lost=tuple(DonationDoc.of(d) for d in donations.lost),
+            kept=tuple(DonationDoc.of(d) for d in donations.kept),
+            regained=tuple(DonationDoc.of(d) for d in donations.regained),
         )

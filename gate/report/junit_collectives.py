@@ -9,7 +9,9 @@ it always was:
 - ``<region>: new all-gather over 'data' at model.py:42``, one per new collective under
   ``collectives: fail`` (failing) or ``warn`` (passing, said in system-out), at the
   collective's own line: the PR tools annotate the line whose spec made it;
-- ``<region>: donation``, when a donated argument is not reused, at the policy line.
+- ``<region>: donation``, when a donated argument is not reused, at the policy line: a
+  failure under ``donation: fail``, or for one the base (or the stored baseline) reused under
+  ``fail_new``; an error when that comparison could not be made.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from __future__ import annotations
 from gate.report.communication_text import (
     COLLECTIVE_FIX,
     comm_comparisons,
+    comm_findings,
     comm_label,
+    donation_comparisons,
+    donation_label,
     inventory_lines,
     shown,
 )
@@ -41,7 +46,7 @@ def communication_cases(region: RegionResult) -> list[Case]:
             for change in comm.changes
             if change.change == NEW and (change.failing or change.warning)
         )
-    if region.donations:
+    if region.donations or any(d.unchecked for d in donation_comparisons(region)):
         cases.append(_donation_case(region))
     return cases
 
@@ -87,15 +92,19 @@ def _new_case(region: RegionResult, comm: CommComparison, change: CollectiveChan
 
 
 def _donation_case(region: RegionResult) -> Case:
-    donations = region.donations
-    lines = [d.text() for d in donations]
-    body = (
-        "\n".join(f"- {line}" for line in lines) + f"\nfix: {DONATION_FIX}\n\n" + declared(region)
+    findings = [f for f in comm_findings(region) if f.what in ("unused donation", "donations")]
+    lines = [f"- {f.text}" for f in findings]
+    lines.extend(
+        f"{donation_label(d)}: {d.headline()}" for d in donation_comparisons(region) if d.shown
     )
-    failing = [d for d in donations if d.failing]
+    body = "\n".join(lines) + f"\nfix: {DONATION_FIX}\n\n" + declared(region)
+    unchecked = [f for f in findings if f.what == "donations"]
+    failing = [f for f in findings if f.failing and f.what == "unused donation"]
     outcome = None
-    if failing:
-        message = failing[0].text()
+    if unchecked:
+        outcome = Outcome("error", "donations-not-checked", unchecked[0].text, body)
+    elif failing:
+        message = failing[0].text
         if len(failing) > 1:
             message = f"{len(failing)} donated arguments are not reused: {message}"
         outcome = Outcome("failure", "donation", message, body)
@@ -122,5 +131,8 @@ def communication_properties(region: RegionResult) -> dict[str, str]:
     for compared in comm_comparisons(region):
         key = f"{prefix}vs_{compared.against}.collectives."
         properties[key + "new"] = str(sum(1 for c in compared.changes if c.change == NEW))
-        properties[key + "failing"] = str(compared.failing).lower()
+        properties[key + "failing"] = str(compared.collectives_failing).lower()
+        if compared.donations is not None and compared.donations.compared:
+            lost = str(len(compared.donations.lost))
+            properties[f"{prefix}vs_{compared.against}.donations.lost"] = lost
     return properties

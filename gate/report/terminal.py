@@ -231,7 +231,7 @@ def _comm_columns(region: RegionResult) -> list[str]:
         columns.append(comm.headline())
     if region.donations:
         unused = counted(len(region.donations), "unused donation")
-        columns.append(unused + ("" if region.donations_failed else " (warn)"))
+        columns.append(unused + (" (warn)" if any(d.warning for d in region.donations) else ""))
     return columns
 
 

@@ -5,7 +5,8 @@ text); each side's collectives of one identity are taken together. A collective 
 side does not run is new (what ``collectives:`` judges), one whose executions or bytes per
 step rose grew, one the head no longer runs is gone. ``cost.max_increase`` bounds the
 step's communicated bytes as it bounds its other cost totals. Nothing here is noisy: the
-figures come from the compiled programs, so every difference is real.
+figures come from the compiled programs, so every difference is real. The unused donations
+of the same programs travel with the comparison (`CommComparison.donations`), judged apart.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 from gate.policy.model import CollectiveRule
 from gate.results.collectives import CollectiveGroup, Communication, grouped
+from gate.results.donation_changes import DonationComparison
 from gate.text import bytes_text
 from gate.user_code import SourceLocation
 
@@ -99,6 +101,9 @@ class CommComparison:
     head_bytes: int | None = None
     compared: bool = True  # False: a side's collectives could not be read; ``note`` says why
     note: str = ""
+    # The unused donations, compared from the same programs and judged by ``donation:``
+    # (`gate.results.donation_changes`); None under ``donation: allow`` or where not compared.
+    donations: DonationComparison | None = None
 
     @property
     def bytes_failing(self) -> bool:
@@ -118,10 +123,16 @@ class CommComparison:
         return None
 
     @property
-    def failing(self) -> bool:
+    def collectives_failing(self) -> bool:
+        """The collectives alone: a new one under ``collectives: fail``, the bytes, a gap."""
         return (
             self.unchecked is not None or self.bytes_failing or any(c.failing for c in self.changes)
         )
+
+    @property
+    def failing(self) -> bool:
+        """The collectives, or a donation lost under ``donation: fail_new`` (or not checked)."""
+        return self.collectives_failing or (self.donations is not None and self.donations.failing)
 
     @property
     def new(self) -> tuple[CollectiveChange, ...]:

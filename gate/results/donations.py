@@ -12,9 +12,10 @@ program on several devices without ``out_shardings``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
-XLA = "xla"  # the compiled program's header: donated (buffer_donor), not aliased
-JAX = "jax"  # JAX's lowering: "Some donated buffers were not usable"
+XLA: Final = "xla"  # the compiled program's header: donated (buffer_donor), not aliased
+JAX: Final = "jax"  # JAX's lowering: "Some donated buffers were not usable"
 
 _WHY = {
     XLA: "XLA received it but aliased no output to it",
@@ -31,14 +32,26 @@ class UnusedDonation:
     aval: str  # ``float32[8,16]``: per device when the program spans several
     seen_by: str  # XLA or JAX
     per_device: bool = False  # the program spans several devices: `aval` is one device's
-    failing: bool = False  # ``donation: fail``
+    failing: bool = False  # ``donation: fail``, or lost against the base under ``fail_new``
+    warning: bool = False  # ``donation: warn``
 
-    def text(self) -> str:
-        """``jit(step): donated argument 'x' float32[8,16] is not reused (XLA received ...)``."""
+    def identity(self) -> tuple[str, str]:
+        """What makes a donation "the same" in base and head: its program and argument.
+
+        Not its aval: a donation whose argument changed dtype and is still unused is the same
+        donation, still lost; not the witness either (XLA in one tree, JAX in the other when
+        a change makes JAX drop it first). Without a path, the aval stands in for it.
+        """
+        return (self.function, self.argument if self.argument is not None else self.aval)
+
+    def text(self, also: str = "") -> str:
+        """``jit(step): donated argument 'x' float32[8,16] is not reused (XLA received ...)``;
+        ``also`` ends the parenthesis (``base: reused``)."""
         what = f"'{self.argument}' " if self.argument else ""
         shape = f"{self.aval} per device" if self.per_device else self.aval
         where = f"{self.function}: " if self.function else ""
-        return f"{where}donated argument {what}{shape} is not reused ({_WHY[self.seen_by]})"
+        why = _WHY[self.seen_by] + (f"; {also}" if also else "")
+        return f"{where}donated argument {what}{shape} is not reused ({why})"
 
 
 DONATION_FIX = (

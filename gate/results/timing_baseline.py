@@ -1,10 +1,11 @@
 """The stored timing baseline: each region's step times as ``transfer-gate baseline`` measured them.
 
 Kept in the baseline file beside the accepted transfers (its ``timing`` mapping), one entry
-per region: the median, the quartiles and every raw sample, XLA's figures and collectives,
-and the machine they were measured on (`gate.results.machine`). A later ``run`` compares
-with them (`gate.compare.stored_baseline`) only on an equal machine: a timing from another
-processor, accelerator, JAX or gate says nothing about this code's speed here.
+per region: the median, the quartiles and every raw sample, XLA's figures, collectives and
+unused donations, and the machine they were measured on (`gate.results.machine`). A later
+``run`` compares with them (`gate.compare.stored_baseline`) only on an equal machine: a
+timing from another processor, accelerator, JAX or gate says nothing about this code's
+speed here.
 
 These records are the file's schema (`gate.results.baseline_file`): msgspec checks every
 value as it reads them, so a hand-edited ``median_s: -1`` is refused, not compared.
@@ -13,7 +14,7 @@ value as it reads them, so a hand-edited ``median_s: -1`` is refused, not compar
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 import numpy as np
@@ -21,6 +22,7 @@ import numpy as np
 from gate.documents import Record
 from gate.results.collectives import Collective, CollectiveKind, Communication
 from gate.results.costs import FunctionCost, StepCost, step_cost
+from gate.results.donations import JAX, XLA, UnusedDonation
 from gate.results.machine import Machine
 from gate.results.records import RegionResult, RunResult
 from gate.user_code import SourceLocation
@@ -119,15 +121,46 @@ class StoredCollective(Record, frozen=True, kw_only=True):
         )
 
 
+class StoredDonation(Record, frozen=True, kw_only=True):
+    """One donated argument the step's programs did not reuse: what a later run's donations are
+    matched with (by program and argument, `UnusedDonation.identity`), so that one this
+    baseline's step reused and the run's does not is lost (``donation: fail_new``)."""
+
+    function: str  # the program, ``jit(train_step)``; "" where JAX did not say
+    argument: str | None  # its pytree path; None where JAX did not say (the aval stands in)
+    aval: str  # ``float32[8,16]``, one device's on a mesh
+    per_device: bool = False
+    seen_by: Literal["xla", "jax"] = XLA
+
+    @classmethod
+    def of(cls, d: UnusedDonation) -> StoredDonation:
+        return cls(
+            function=d.function,
+            argument=d.argument,
+            aval=d.aval,
+            per_device=d.per_device,
+            seen_by=JAX if d.seen_by == JAX else XLA,
+        )
+
+    def donation(self) -> UnusedDonation:
+        return UnusedDonation(
+            self.function, self.argument, self.aval, self.seen_by, self.per_device
+        )
+
+
 class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
-    """What the file keeps of a measured step cost: XLA's exact figures and the collectives.
+    """What the file keeps of a measured step cost: XLA's exact figures, the collectives and the
+    unused donations.
 
     The device's memory peak depends on what ran before in the worker, so it is not kept.
-    ``collectives`` is absent where they were not read (a file from before they were).
+    ``collectives`` and ``donations`` are absent where they were not read (a file from before
+    they were kept, a JAX whose programs hide their text); ``donations`` is empty where every
+    donation was reused.
     """
 
     functions: tuple[StoredFunction, ...]
     collectives: tuple[StoredCollective, ...] | None = None
+    donations: tuple[StoredDonation, ...] | None = None
 
     @classmethod
     def of(cls, cost: StepCost) -> StoredCost:
@@ -143,9 +176,11 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
         )
         comm = cost.comm
         kept = None if comm is None or not comm.measured else comm.collectives
+        donations = cost.donations
         return cls(
             functions=functions,
             collectives=None if kept is None else tuple(StoredCollective.of(c) for c in kept),
+            donations=None if donations is None else tuple(StoredDonation.of(d) for d in donations),
         )
 
     def step_cost(self) -> StepCost:
@@ -155,7 +190,9 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
             if collectives is None
             else Communication(tuple(c.collective() for c in collectives))
         )
-        return step_cost(tuple(fn.function_cost() for fn in self.functions), None, comm=comm)
+        donations = None if self.donations is None else tuple(d.donation() for d in self.donations)
+        functions = tuple(fn.function_cost() for fn in self.functions)
+        return step_cost(functions, None, comm=comm, donations=donations)
 
 
 class StoredTiming(Record, frozen=True, kw_only=True, omit_defaults=True):

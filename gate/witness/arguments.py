@@ -76,16 +76,16 @@ def _statics(fn: object) -> tuple[frozenset[int], frozenset[str]] | None:
 
 
 # A leaf already on a device: the call moves nothing of it.
-_ON_DEVICE = ("", ())
+ON_DEVICE = ("", ())
 
 
-def _host_leaf(leaf: Any) -> tuple[str, tuple[int, ...]] | None:
-    """(dtype, shape) of a host value JAX will move; `_ON_DEVICE`; None if unknowable."""
+def host_leaf(leaf: Any) -> tuple[str, tuple[int, ...]] | None:
+    """(dtype, shape) of a host value JAX will move; `ON_DEVICE`; None if unknowable."""
     import jax
     import numpy as np
 
     if isinstance(leaf, jax.Array):
-        return _ON_DEVICE
+        return ON_DEVICE
     if isinstance(leaf, np.ndarray | np.generic):
         dtype = leaf.dtype
     elif isinstance(leaf, bool | int | float | complex):
@@ -191,10 +191,10 @@ def _moves(named: Sequence[tuple[str, Any]]) -> tuple[Moved, ...] | None:
         except Exception:  # a pytree node whose flattening fails: not knowable
             return None
         for path, leaf in leaves:
-            found = _host_leaf(leaf)
+            found = host_leaf(leaf)
             if found is None:
                 return None
-            if found is _ON_DEVICE:
+            if found is ON_DEVICE:
                 continue
             moves.append(Moved(name + jax.tree_util.keystr(path), *found))
     return tuple(moves)

@@ -1,4 +1,5 @@
-"""A transfer seen in a mapped run, and naming a stretch's moves after its call's arguments."""
+"""A transfer seen in a mapped run; naming a stretch's moves after its call's arguments, and
+describing an eager operator's move by its host operand."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from gate.levels import Direction
 from gate.results.placement import Placement
 from gate.user_code import SourceLocation
 from gate.witness.arguments import CallPlan, match
+from gate.witness.operands import HostValue
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,10 @@ class Observed:
     # writes (JAX logs a host value sent to N devices once per device).
     destination: Placement | None = None
     lines_per_transfer: int = 1
+    # Logged while an eager operator on a device array and a host value ran
+    # (`gate.witness.operands`): that operand, and the call's number (0: none was running).
+    operand: HostValue | None = None
+    operation: int = 0
 
 
 def transfers_of(observed: list[Observed], positions: list[int]) -> list[list[int]]:
@@ -59,6 +65,27 @@ def transfers_of(observed: list[Observed], positions: list[int]) -> list[list[in
                 continue
         groups.append([position])
     return groups
+
+
+def describe_operands(observed: list[Observed]) -> None:
+    """Describe the move an eager operator's call logged without a description: it is the
+    call's host operand (``x * 100`` moves ``int32[]``).
+
+    Only a call that logged exactly one implicit host-to-device move: one operand is one
+    move on one device; more (the operand sent to each device of a sharded array) are left
+    as JAX described them, as nothing here says how many devices one move went to.
+    """
+    calls: dict[int, list[int]] = {}
+    for position, seen in enumerate(observed):
+        if seen.operation and seen.direction is Direction.HOST_TO_DEVICE and not seen.explicit:
+            calls.setdefault(seen.operation, []).append(position)
+    for positions in calls.values():
+        if len(positions) != 1:
+            continue
+        seen = observed[positions[0]]
+        if seen.dtype is None and seen.operand is not None:
+            dtype, shape = seen.operand
+            observed[positions[0]] = replace(seen, dtype=dtype, shape=shape)
 
 
 def name_moves(observed: list[Observed], plan_of: Callable[[Observed], CallPlan | None]) -> None:

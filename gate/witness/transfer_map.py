@@ -16,7 +16,12 @@ through to the real stderr when the run ends.
 Where a line is one simple statement with one call, to a jitted function,
 with plain names or numbers as its arguments, the map also works out (before
 the line runs) which host values that call will move (`gate.witness.line_calls`), and
-names each logged move after its argument when the two agree exactly.
+names each logged move after its argument when the two agree exactly. Where an
+eager operator runs on a device array and a host value (``x * 100``, at the
+user's line or in a library it calls), the map reads that operand from the
+operator's frame as it is called, and the one move the call logs is that value
+(`gate.witness.observed.describe_operands`): jit's C++ fast path logs it with
+an empty description once the same op has run before.
 
 The guard's lines vanish when ``TF_CPP_MIN_LOG_LEVEL`` is 2 or more when
 jaxlib loads. The gate sets it before importing jax
@@ -45,7 +50,8 @@ from gate.user_code import SourceLocation, UserCode
 from gate.witness.arguments import CallPlan
 from gate.witness.guard_log import parse_guard_line, warnings_level
 from gate.witness.line_calls import LineCall, call_plan, line_calls
-from gate.witness.observed import Observed, name_moves
+from gate.witness.observed import Observed, describe_operands, name_moves
+from gate.witness.operands import HostValue, Operators
 
 
 @dataclass
@@ -58,6 +64,10 @@ class _ThreadState:
     segment: int = 0
     outside: int = 0  # the stretch while no user frame runs (a jitted step's own call)
     call: CallPlan | None = None  # what the line now executing will move, where known
+    # While an eager operator on a device array and a host value runs: that operand as JAX
+    # will move it, and the call's number (0: none running).
+    operand: HostValue | None = None
+    operation: int = 0
 
 
 @dataclass
@@ -78,9 +88,11 @@ class _Mapper:
         *,
         fetch_codes: frozenset[types.CodeType] = frozenset(),
         all_devices: int | None = None,
+        operators: Operators | None = None,
     ) -> None:
         self.code = code
         self.explicit_codes = explicit_codes
+        self.operators = operators or Operators()
         self.fetch_codes = fetch_codes
         self.all_devices = all_devices
         self.boundary_codes = boundary_codes
@@ -177,6 +189,8 @@ class _Mapper:
                     index,
                     destination=parsed.destination,
                     lines_per_transfer=parsed.lines_per_transfer,
+                    operand=state.operand,
+                    operation=state.operation,
                 )
             )
 
@@ -280,8 +294,34 @@ class _Mapper:
             state.explicit_depth += 1
             state.fetch_depth += code in self.fetch_codes
             return self._explicit_trace
+        if code in self.operators.codes:
+            return self._operator_call(frame)
         self.untraced.add(code)
         return None
+
+    def _operator_call(self, frame: types.FrameType) -> Any:
+        """An eager operator (``ArrayImpl.__mul__``) on a device array and a host value, from
+        the user's line or a library it calls: what the call moves is that host operand."""
+        operand = self.operators.host_operand(frame)
+        if operand is None:
+            return None
+        self.flush()  # what the line moved before the call is not the call's
+        state = self._state()
+        if state.operation:
+            # One inside another: which move is whose is not knowable, so neither is named.
+            state.operand = None
+            return None
+        state.operand, state.operation = operand, self._new_segment()
+        frame.f_trace_lines = False  # only its return matters
+        return self._operator_trace
+
+    def _operator_trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        if event == "return":
+            self.flush()
+            state = self._state()
+            state.operand, state.operation = None, 0
+            return None
+        return self._operator_trace
 
     def _local_trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
         if self.finished:
@@ -345,6 +385,7 @@ def mapped(
         reader,
         fetch_codes=fetch_codes,
         all_devices=jax.device_count(),
+        operators=Operators.of_this_jax(),
     )
     saved_trace = sys.gettrace()
     saved_thread_trace = threading.gettrace()
@@ -358,6 +399,7 @@ def mapped(
         threading.settrace(saved_thread_trace)
         sys.stderr.flush()
         mapper.finish()
+        describe_operands(mapper.log.observed)
         name_moves(mapper.log.observed, lambda seen: mapper.plans.get(seen.segment))
         os.dup2(saved_fd, 2)
         os.close(saved_fd)
