@@ -341,11 +341,15 @@ class _Held:
         own changes are then measured, not hidden by the other tree's same ones.
         """
         from gate.policy.resolve import check_callables, check_named
+        from gate.region.fetch_watch import watching_reads
 
         first = job.root not in self._config
         if first and self._config:
             _set_config(self._pristine)
-        with self.trees.entered(job.root):
+        paths = tuple(p for policy in job.policies for p in policy.python_path)
+        # A module that reads an array when imported leaves it cached on the host: the
+        # detector must know, as when a region imports it (`gate.region.engine`).
+        with self.trees.entered(job.root), watching_reads(UserCode(job.root, paths)):
             problems = [p for policy in job.policies for p in check_callables(policy, job.root)]
             for named in job.named:
                 problems += check_named(named.path, named.refs, named.python_path, job.root)
