@@ -27,6 +27,7 @@ class BackendStart:
 
     pid: int
     held_device: bool  # False: it was pinned to the CPU
+    chips: str  # the TPU_VISIBLE_CHIPS it was started with, "all" without; "" when pinned
     command: str
 
     @property
@@ -40,6 +41,7 @@ class AcceleratorRule:
 
     lock: Path
     log: Path
+    chips: int = 0  # planted TPU chips (/dev/accel*), each a device of its own; 0: none
 
     def environment(self) -> dict[str, str | None]:
         """What a gate started under the rule gets in its environment (`gate_env`'s extra)."""
@@ -47,6 +49,9 @@ class AcceleratorRule:
             "PYTHONPATH": str(PLANTED),
             "TRANSFER_GATE_PLANTED_DEVICE_LOCK": str(self.lock),
             "TRANSFER_GATE_PLANTED_BACKEND_LOG": str(self.log),
+            "TRANSFER_GATE_PLANTED_CHIPS": str(self.chips),
+            # The gate's own locks, a folder of this test's: tests side by side never meet.
+            "TRANSFER_GATE_DEVICE_LOCKS": str(self.lock.parent),
             "JAX_PLATFORMS": None,  # the workers take the device, as on a TPU machine
         }
 
@@ -57,7 +62,8 @@ class AcceleratorRule:
         found = []
         for line in self.log.read_text(encoding="utf-8").splitlines():
             pid, kind, command = line.split("\t", 2)
-            found.append(BackendStart(int(pid), kind == "device", command))
+            held = kind.startswith("device")
+            found.append(BackendStart(int(pid), held, kind.partition(" ")[2], command))
         return found
 
     def assert_only_workers_held_the_device(self) -> None:
@@ -79,10 +85,13 @@ def active_rule() -> AcceleratorRule | None:
 
 
 @pytest.fixture
-def accelerator_rule(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AcceleratorRule]:
-    """Every gate this test starts runs under the planted one-process rule."""
+def accelerator_rule(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[AcceleratorRule]:
+    """Every gate this test starts runs under the planted one-process rule; a test marked
+    ``@pytest.mark.chips(N)`` plants a host of N TPU chips."""
     folder = tmp_path_factory.mktemp("device")
-    rule = AcceleratorRule(folder / "device.lock", folder / "backends.log")
+    rule = AcceleratorRule(folder / "device.lock", folder / "backends.log", _chips(request))
     _active.append(rule)
     try:
         yield rule
@@ -99,3 +108,8 @@ def one_process_on_the_device(accelerator_rule: AcceleratorRule) -> Iterator[Non
     """
     yield
     accelerator_rule.assert_only_workers_held_the_device()
+
+
+def _chips(request: pytest.FixtureRequest) -> int:
+    marker = request.node.get_closest_marker("chips")
+    return int(marker.args[0]) if marker is not None else 0

@@ -10,9 +10,18 @@ exclusive lock, the file ``TRANSFER_GATE_PLANTED_DEVICE_LOCK`` names, and keeps 
 process ends, or fails exactly as libtpu does when another process holds it. A process pinned
 to the CPU (``jax_platforms`` is ``cpu``) takes nothing, as on a TPU machine.
 
+With ``TRANSFER_GATE_PLANTED_CHIPS=N`` the host has N chips: ``/dev/accel0``… exist for the
+gate's own counting (`glob.glob` answers for them), each chip has a lock of its own (the
+lock file's name with ``.N`` appended), and a process takes the chips its
+``TPU_VISIBLE_CHIPS`` lists, or all of them, as libtpu does.
+
+With ``TRANSFER_GATE_PLANTED_REFUSALS=FILE:K``, the first K processes that start a backend
+fail with the lockfile error whatever the locks say (counted in FILE): a chip that refuses
+the next process for a moment after another ended.
+
 Each backend start is also written to ``TRANSFER_GATE_PLANTED_BACKEND_LOG``, one line per
-process: its pid, whether it held the device, and its command line, so a test can say which
-process opened the device.
+process: its pid, whether it held the device (and which chips), and its command line, so a
+test can say which process opened the device.
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ from collections.abc import Sequence
 
 LOCK = os.environ.get("TRANSFER_GATE_PLANTED_DEVICE_LOCK")
 LOG = os.environ.get("TRANSFER_GATE_PLANTED_BACKEND_LOG")
+CHIPS = int(os.environ.get("TRANSFER_GATE_PLANTED_CHIPS", "0"))
+REFUSALS = os.environ.get("TRANSFER_GATE_PLANTED_REFUSALS")
 BUSY = (
     "Unable to initialize backend 'tpu': ABORTED: Internal error when accessing libtpu "
     'multi-process lockfile. Run "$ sudo lsof -w /dev/accel0" to figure out which process is '
@@ -35,20 +46,46 @@ BUSY = (
 _held: list[int] = []  # the lock's file descriptor, once taken: kept open until exit
 
 
+def _refused() -> bool:
+    """Whether this start is one of the first K that the chip refuses."""
+    if not REFUSALS:
+        return False
+    path, count = REFUSALS.rsplit(":", 1)
+    with open(path, "a+", encoding="utf-8") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)
+        file.seek(0)
+        seen = len(file.read())
+        file.write("x")
+    return seen < int(count)
+
+
+def _locks() -> list[str]:
+    """The lock files of the chips this process would take."""
+    assert LOCK
+    if not CHIPS:
+        return [LOCK]
+    visible = os.environ.get("TPU_VISIBLE_CHIPS")
+    chips = [int(c) for c in visible.split(",")] if visible else list(range(CHIPS))
+    return [f"{LOCK}.{chip}" for chip in chips]
+
+
 def _started(pinned: bool) -> None:
     """Take the device for this process, unless it is pinned to the CPU; log the start."""
     if not pinned and LOCK:
-        fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise RuntimeError(BUSY) from None
-        _held.append(fd)
+        if _refused():
+            raise RuntimeError(BUSY)
+        for lock in _locks():
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise RuntimeError(BUSY) from None
+            _held.append(fd)
     if LOG:
         with open("/proc/self/cmdline", "rb") as cmdline:  # ``-c``'s code too, unlike sys.argv
             command = " ".join(cmdline.read().decode(errors="replace").split("\0")).strip()
-        kind = "cpu" if pinned else "device"
+        kind = "cpu" if pinned else f"device {os.environ.get('TPU_VISIBLE_CHIPS', 'all')}"
         with open(LOG, "a", encoding="utf-8") as log:
             log.write(f"{os.getpid()}\t{kind}\t{' '.join(command.split())}\n")
 
@@ -90,3 +127,15 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, _Finder())
+
+if CHIPS:
+    import glob
+
+    _glob = glob.glob
+
+    def _planted_glob(pattern: str, *args: object, **kwargs: object) -> list[str]:
+        if pattern == "/dev/accel*":
+            return [f"/dev/accel{n}" for n in range(CHIPS)]
+        return _glob(pattern, *args, **kwargs)  # type: ignore[arg-type]
+
+    glob.glob = _planted_glob
