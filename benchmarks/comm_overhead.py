@@ -2,8 +2,9 @@
 
     .venv/bin/python benchmarks/comm_overhead.py [--runs N]
 
-On 8 CPU devices (set here, before jax is imported), for a data-parallel, an FSDP, a
-tensor-parallel and a shard_map step, and the shipped one-device MLP step:
+On 8 CPU devices (set here, before jax is imported, unless ``JAX_PLATFORMS`` names another
+platform: ``JAX_PLATFORMS=tpu`` on a TPU), for a data-parallel, an FSDP, a tensor-parallel and
+a shard_map step where there are 8 devices, and the shipped one-device MLP step:
 
 - the cost run as the gate makes it (`measure_step`: the step once through Python's dispatch,
   its programs' cost and memory analysis, and reading their text);
@@ -50,8 +51,6 @@ try:
 except ImportError:  # jax 0.10
     from jax.experimental.shard_map import shard_map
 
-MESH = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Auto,))
-MESH2 = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
 USER = UserCode(ROOT)
 
 
@@ -89,18 +88,28 @@ def _twice(x: jax.Array) -> jax.Array:
     return jax.lax.psum(jax.lax.psum(x.sum(0), "data"), "data")
 
 
-@jax.jit
-def double_psum(x: jax.Array) -> jax.Array:
-    return shard_map(_twice, mesh=MESH, in_specs=P("data"), out_specs=P())(x)
+Steps = dict[str, tuple[Callable[[], tuple[Any, ...]], Callable[..., Any]]]
 
 
-STEPS: dict[str, tuple[Callable[[], tuple[Any, ...]], Callable[..., Any]]] = {
-    "data parallel (8 devices)": (inputs(MESH, P(), P()), sharded_step),
-    "FSDP (8 devices)": (inputs(MESH, P("data"), P("data")), sharded_step),
-    "tensor parallel (4x2)": (inputs(MESH2, P(None, "model"), P("model", None)), sharded_step),
-    "shard_map, two psums": (lambda: (put(jnp.ones((256, 64)), MESH, P("data")),), double_psum),
-    "shipped MLP (1 device)": (make_inputs, train_step),
-}
+def steps() -> Steps:
+    """The steps this machine has the devices for: the sharded ones need 8."""
+    found: Steps = {}
+    if jax.device_count() >= 8:
+        mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Auto,))
+        mesh2 = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+        double_psum = jax.jit(shard_map(_twice, mesh=mesh, in_specs=P("data"), out_specs=P()))
+        found["data parallel (8 devices)"] = (inputs(mesh, P(), P()), sharded_step)
+        found["FSDP (8 devices)"] = (inputs(mesh, P("data"), P("data")), sharded_step)
+        found["tensor parallel (4x2)"] = (
+            inputs(mesh2, P(None, "model"), P("model", None)),
+            sharded_step,
+        )
+        found["shard_map, two psums"] = (
+            lambda: (put(jnp.ones((256, 64)), mesh, P("data")),),
+            double_psum,
+        )
+    found["shipped MLP (1 device)"] = (make_inputs, train_step)
+    return found
 
 
 def median_ms(samples: list[float]) -> str:
@@ -116,9 +125,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--runs", type=int, default=30)
     runs = parser.parse_args().runs
-    print(f"jax {jax.__version__}, {jax.device_count()} CPU devices, os.getloadavg() "
+    platform = jax.devices()[0].platform
+    print(f"jax {jax.__version__}, {jax.device_count()} {platform} devices, os.getloadavg() "
           f"{os.getloadavg()[0]:.2f} at start")  # fmt: skip
-    for name, (setup, step) in STEPS.items():
+    for name, (setup, step) in steps().items():
 
         def call(args: tuple[Any, ...], step: Callable[..., Any] = step) -> Any:
             return jax.block_until_ready(step(*args))

@@ -159,12 +159,12 @@ def test_exit_3_when_the_gate_itself_breaks_still_writes_a_report(repo: Path) ->
         {
             "policies/p.yaml": policy("step"),
             "inject/sitecustomize.py": """
-                import gate.isolation.scheduler
+                import gate.isolation.run_loop
 
                 def broken(*args, **kwargs):
                     raise KeyError("injected gate bug")
 
-                gate.isolation.scheduler.run_isolated = broken
+                gate.isolation.run_loop.run_isolated = broken
             """,
         },
     )

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The gate's TPU checks and figures, as one prepared run on a TPU machine (for instance the lent
+# v5e: `run` with `bash benchmarks/tpu_check.sh`). CI never has a TPU; this is where the
+# TPU-only paths run and where docs/performance.md's TPU column comes from:
+#   1. doctor --expect tpu, and doctor and run while another process holds the chip;
+#   2. the shipped policies (--require-platform tpu) and the example policies (they must fail);
+#   3. the tests marked `tpu`;
+#   4. run --base's scenarios through the real CLI (benchmarks/base_scenarios.py), a module
+#      that picks its TPU at import among them;
+#   5. the gate's own cost: plain and --base against hand-written scripts (gate_vs_floor.py),
+#      a planted 1.3x slowdown caught and an unchanged tree passed (base_power.py), and reading
+#      the programs' collectives (comm_overhead.py);
+#   6. libtpu's start-up warning shown once per run.
+# Sections: `bash benchmarks/tpu_check.sh [checks] [figures]` (default: both). Logs go to $OUT
+# (the device tool's folder) or reports/tpu-check/. Needs junit-xml, msgspec, xmlschema and
+# pytest-timeout next to jax; carry them as wheels where the machine has no network (the device
+# tool's README), and add them to PYTHONPATH, never replace it.
+set -uo pipefail
+out=${OUT:-reports/tpu-check}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+unset JAX_PLATFORMS  # the workers take the TPU; the gate's own process never starts JAX
+sections=${*:-checks figures}
+status=0
+started=$(date +%s)
+
+step() {  # step NAME: a heading with the seconds since the start, in the log and on stdout
+    echo "=== $1 ($(($(date +%s) - started)) s)" | tee -a "$out/summary.log"
+}
+expect() {  # expect CODE LOG COMMAND...: run COMMAND into LOG; a wrong exit code fails the check
+    local code=$1 log=$2
+    shift 2
+    "$@" >"$out/$log" 2>&1
+    local got=$?
+    tail -n 15 "$out/$log"
+    if [ "$got" -ne "$code" ]; then
+        echo "!!! $* exited $got, expected $code" | tee -a "$out/summary.log"
+        status=1
+    fi
+}
+
+if [[ " $sections " == *" checks "* ]]; then
+    step "doctor --expect tpu"
+    expect 0 doctor.log python3 -m gate doctor --expect tpu
+
+    step "a chip another process holds: doctor, then run"
+    python3 -c "import jax, time; jax.devices(); print('holding', flush=True); time.sleep(300)" \
+        >"$out/holder.log" 2>&1 &
+    holder=$!
+    for _ in $(seq 60); do grep -q holding "$out/holder.log" && break; sleep 1; done
+    expect 1 doctor-busy.log python3 -m gate doctor --expect tpu
+    grep -n "busy" "$out/doctor-busy.log" | head -3
+    expect 1 run-busy.log env TRANSFER_GATE_DEVICE_WAIT_S=5 \
+        python3 -m gate run --junit "$out/run-busy.xml"
+    grep -c "device busy" "$out/run-busy.xml" | sed 's/^/device testcases with "device busy": /'
+    kill "$holder"
+    wait "$holder" 2>/dev/null
+
+    step "the shipped policies on the TPU (doctor just before: the chip may refuse for a moment)"
+    python3 -m gate doctor --expect tpu >/dev/null 2>&1
+    expect 0 shipped.log python3 -m gate run --require-platform tpu \
+        --junit "$out/shipped.xml" --json "$out/shipped.json"
+    echo "libtpu's start-up warning in the run's log: $(grep -c 'Transparent hugepages' \
+        "$out/shipped.log") line(s)"
+
+    step "the example policies (they must fail, at their lines)"
+    expect 1 examples.log python3 -m gate run examples/policies --junit "$out/examples.xml"
+
+    step "tests marked tpu"
+    expect 0 tpu-tests.log python3 -m pytest -q -m tpu -p no:cacheprovider \
+        tests/test_doctor.py tests/test_detector.py tests/test_on_the_accelerator.py
+
+    step "run --base scenarios"
+    expect 0 scenarios.log python3 benchmarks/base_scenarios.py --expect tpu \
+        --json "$out/scenarios.json"
+fi
+
+if [[ " $sections " == *" figures "* ]]; then
+    step "the gate against hand-written scripts: 20 regions, plain and --base"
+    expect 0 floor-20.log python3 benchmarks/gate_vs_floor.py --regions 20 --rounds 1
+
+    step "the gate against a hand-written script: 100 regions, plain"
+    expect 0 floor-100.log python3 benchmarks/gate_vs_floor.py --regions 100 --rounds 1 --no-base
+
+    step "run --base: a 1.3x slower step caught, an unchanged one passed"
+    expect 0 power.log python3 benchmarks/base_power.py --factors 1.0 1.3 --trials 5 \
+        --json "$out/power.json"
+
+    step "reading the programs' collectives"
+    expect 0 comm.log env JAX_PLATFORMS=tpu python3 benchmarks/comm_overhead.py --runs 20
+fi
+
+step "done, status $status"
+exit "$status"
