@@ -11,12 +11,12 @@
 #      a planted 1.3x slowdown caught and an unchanged tree passed (base_power.py), and reading
 #      the programs' collectives (comm_overhead.py);
 #   6. libtpu's start-up warning shown once per run.
-# Sections: `bash benchmarks/tpu_check.sh [checks] [figures]` (default: both). Logs go to $OUT
-# (the device tool's folder) or reports/tpu-check/. Needs junit-xml, msgspec, xmlschema and
+# Sections: `bash benchmarks/tpu_check.sh [checks] [figures]` (default: both). Logs go to
+# reports/tpu-check/, and as one archive to $OUT (the device tool's folder) when it is set. Needs junit-xml, msgspec, xmlschema and
 # pytest-timeout next to jax; carry them as wheels where the machine has no network (the device
 # tool's README), and add them to PYTHONPATH, never replace it.
 set -uo pipefail
-out=${OUT:-reports/tpu-check}
+out=reports/tpu-check
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 unset JAX_PLATFORMS  # the workers take the TPU; the gate's own process never starts JAX
@@ -91,4 +91,7 @@ if [[ " $sections " == *" figures "* ]]; then
 fi
 
 step "done, status $status"
+if [ -n "${OUT:-}" ]; then
+    tar -czf "$OUT/tpu-check-$(echo "$sections" | tr ' ' '-').tgz" -C reports tpu-check
+fi
 exit "$status"
