@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-SIZE = 128
+SIZE = {size}
 LOOPS = {loops}
 SCALE = 1.0
 
@@ -186,9 +186,14 @@ def repository(folder: Path, files: dict[str, str]) -> Path:
     return repo
 
 
+# The matrices' side: 128 on a CPU; on an accelerator a step of 128x128 matmuls is its
+# dispatch, whatever its loops, and a planted 1.3x more work would not show (--size).
+SIZE = [128]
+
+
 def scenario_steps(change: Callable[[str], str]) -> Callable[[Path], tuple[Path, str]]:
     def build(folder: Path) -> tuple[Path, str]:
-        steps = STEPS.format(loops=LOOPS)
+        steps = STEPS.format(loops=LOOPS, size=SIZE[0])
         repo = repository(folder, {"steps.py": steps, "policies/s.yaml": POLICY})
         (repo / "steps.py").write_text(change(steps))
         return repo, steps
@@ -253,7 +258,8 @@ def run_transfer(folder: Path) -> tuple[int, bool, str]:
         n: [(f["path"], f["line"]) for f in r["transfers"] if f["failing"]]
         for n, r in regions(document).items()
     }
-    line = next(i for i, t in enumerate(change(STEPS).splitlines(), 1) if t.endswith("# new"))
+    text = change(STEPS.format(loops=LOOPS, size=SIZE[0]))
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if t.endswith("# new"))
     ok = (
         code == 1
         and failing.get("d") == [("steps.py", line)]
@@ -263,7 +269,7 @@ def run_transfer(folder: Path) -> tuple[int, bool, str]:
 
 
 def run_renamed(folder: Path) -> tuple[int, bool, str]:
-    steps = STEPS.format(loops=LOOPS)
+    steps = STEPS.format(loops=LOOPS, size=SIZE[0])
     repo = repository(folder, {"steps.py": steps, "policies/s.yaml": POLICY})
     (repo / "steps.py").write_text(steps.replace("step_a = ", "step_a2 = "))
     (repo / "policies/s.yaml").write_text(POLICY.replace("steps:step_a", "steps:step_a2"))
@@ -314,7 +320,9 @@ def main() -> int:
     parser.add_argument("--expect", default="cpu", help="the device kind: tpu, gpu or cpu")
     parser.add_argument("--json", type=Path, help="write every outcome here")
     parser.add_argument("--only", nargs="*", help="run only these scenarios")
+    parser.add_argument("--size", type=int, default=128, help="the matrices' side (see SIZE)")
     args = parser.parse_args()
+    SIZE[0] = args.size
     scenarios: dict[str, Callable[[Path], tuple[int, bool, str]]] = {
         "unchanged": run_unchanged,
         "slower 1.3x": run_slower,

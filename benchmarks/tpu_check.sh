@@ -20,11 +20,20 @@ out=reports/tpu-check
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 unset JAX_PLATFORMS  # the workers take the TPU; the gate's own process never starts JAX
+# The gate from this checkout wherever a test or a benchmark starts it (it is not installed),
+# with the machine's JAX, which PYTHONPATH holds there.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 sections=${*:-checks figures}
 status=0
 started=$(date +%s)
 
+archive() {  # what the run has so far, to $OUT: a run stopped at its time limit keeps it
+    if [ -n "${OUT:-}" ]; then
+        tar -czf "$OUT/tpu-check-$(echo "$sections" | tr ' ' '-').tgz" -C reports tpu-check
+    fi
+}
 step() {  # step NAME: a heading with the seconds since the start, in the log and on stdout
+    archive
     echo "=== $1 ($(($(date +%s) - started)) s)" | tee -a "$out/summary.log"
 }
 expect() {  # expect CODE LOG COMMAND...: run COMMAND into LOG; a wrong exit code fails the check
@@ -71,7 +80,7 @@ if [[ " $sections " == *" checks "* ]]; then
         tests/test_doctor.py tests/test_detector.py tests/test_on_the_accelerator.py
 
     step "run --base scenarios"
-    expect 0 scenarios.log python3 benchmarks/base_scenarios.py --expect tpu \
+    expect 0 scenarios.log python3 benchmarks/base_scenarios.py --expect tpu --size 1024 \
         --json "$out/scenarios.json"
 fi
 
@@ -91,7 +100,5 @@ if [[ " $sections " == *" figures "* ]]; then
 fi
 
 step "done, status $status"
-if [ -n "${OUT:-}" ]; then
-    tar -czf "$OUT/tpu-check-$(echo "$sections" | tr ' ' '-').tgz" -C reports tpu-check
-fi
+archive
 exit "$status"

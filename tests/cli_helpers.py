@@ -100,13 +100,17 @@ def gate_env(devices: int = 1, extra: dict[str, str | None] | None = None) -> di
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "GITHUB_"))}
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     env["JAX_PLATFORMS"] = "cpu"
-    env.pop("PYTHONPATH", None)
+    # Where JAX itself comes from PYTHONPATH (a TPU machine's image), a gate under test needs it
+    # too: a test's own PYTHONPATH (a sitecustomize) goes first, the inherited one after it.
+    inherited = env.pop("PYTHONPATH", None)
     rule = active_rule()
     for key, value in {**(rule.environment() if rule else {}), **(extra or {})}.items():
         if value is None:
             env.pop(key, None)
         else:
             env[key] = value
+    if inherited:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), inherited]))
     return env
 
 
@@ -135,7 +139,8 @@ def run_gate(
     pytest-timeout's to stop.
     """
     environ = gate_env(devices, env)
-    own_process = "PYTHONPATH" in environ or devices != 1 or args[:1] == ("doctor",)
+    planted = "PYTHONPATH" in (env or {}) or active_rule() is not None  # a sitecustomize
+    own_process = planted or devices != 1 or args[:1] == ("doctor",)
     if not (process or console_script or own_process):
         returncode, stdout, stderr = in_process(repo, args, environ)
         return GateRun(tuple(args), returncode, stdout, stderr, repo / report)
