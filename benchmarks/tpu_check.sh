@@ -92,7 +92,7 @@ if [[ " $sections " == *" figures "* ]]; then
     expect 0 floor-100.log python3 benchmarks/gate_vs_floor.py --regions 100 --rounds 1 --no-base
 
     step "run --base: a 1.3x slower step caught, an unchanged one passed"
-    expect 0 power.log python3 benchmarks/base_power.py --factors 1.0 1.3 --trials 5 \
+    expect 0 power.log python3 benchmarks/base_power.py --factors 1.0 1.3 --trials "${POWER_TRIALS:-5}" \
         --json "$out/power.json"
 
     step "reading the programs' collectives"
