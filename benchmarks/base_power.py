@@ -1,11 +1,12 @@
 """Detection power of ``run --base``: how often a planted slowdown of a ~1 ms step is caught.
 
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/base_power.py \
-        [--factors 1.0 1.1 1.3 2.0] [--trials 20] [--neighbour] [--json OUT]
+        [--factors 1.0 1.1 1.3 2.0] [--trials 20] [--neighbour] [--size 64] [--json OUT]
 
 Builds a throwaway git repository with one region whose step is a jitted
 ``jax.lax.fori_loop`` of ``K`` matmuls of a fixed-size matrix (``K`` a module constant,
-calibrated once here so that the step takes ~1 ms on this machine, or ``--k``), commits it
+calibrated once here so that the step takes ~1 ms on this machine, or ``--k``; the matrix is
+``--size`` square, 64 by default), commits it
 as the base, then plants the slowdown in the working tree by scaling ``K`` by each
 factor (1.0: the tree unchanged) and runs the real CLI, ``python -m gate run --base
 HEAD --json ...``, ``--trials`` times per factor, each in a process group of its own
@@ -23,6 +24,11 @@ The timing policy is the gate's default (`gate.policy.model.TimingRule`) unless 
 sets it. A scaled ``K`` also changes the step's
 result, so the run exits 1 on "results vs base" there too; only exit codes other
 than 0 and 1, or a report without a timing verdict, stop the benchmark.
+
+On a TPU, use ``--size 1024``: a loop of 64x64 matmuls costs the chip next to nothing per
+iteration, so a ~1 ms step there is mostly the loop's own overhead and a planted 1.3x more
+matmuls makes it barely slower (1.01x measured on a v5e); 1024x1024 ones make the step's
+time the work's.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from pathlib import Path
 from grouped import busy_neighbour, git, load_average, run_grouped
 
 ROOT = Path(__file__).resolve().parent.parent
-SIZE = 64  # the matrix is SIZE x SIZE float32
+SIZE = 64  # the matrix is SIZE x SIZE float32 (``--size``)
 TARGET_S = 1e-3  # the base step's median
 VERDICTS = ("slower", "unchanged", "inconclusive", "faster")
 
@@ -100,14 +106,14 @@ print(statistics.quantiles(times, n=100)[{index}])
 """
 
 
-def step_s(k: int, quantile: float = 0.5, calls: int = 200) -> float:
+def step_s(k: int, size: int, quantile: float = 0.5, calls: int = 200) -> float:
     """A quantile of the step's wall time with ``K = k``, in a process of its own.
 
     Not in this one: on a TPU or GPU the device is held by one process at a time, and this
     one would hold it while the gate's workers need it.
     """
     code = MEASURE.format(
-        steps=STEPS.format(size=SIZE, k=k), calls=calls, index=round(quantile * 100) - 1
+        steps=STEPS.format(size=size, k=k), calls=calls, index=round(quantile * 100) - 1
     )
     done = run_grouped([sys.executable, "-c", code], ROOT, os.environ, 600)
     if done.returncode != 0:
@@ -115,7 +121,7 @@ def step_s(k: int, quantile: float = 0.5, calls: int = 200) -> float:
     return float(done.stdout.split()[-1])
 
 
-def calibrate() -> int:
+def calibrate(size: int) -> int:
     """``K`` for a ~1 ms step: scaled from a first guess, then once more from that.
 
     Scaled by the 10th percentile, which other processes' load inflates least: on a busy
@@ -123,7 +129,7 @@ def calibrate() -> int:
     """
     k = 32
     for _ in range(2):
-        k = max(1, round(k * TARGET_S / step_s(k, quantile=0.1)))
+        k = max(1, round(k * TARGET_S / step_s(k, size, quantile=0.1)))
     return k
 
 
@@ -191,6 +197,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--json", type=Path, help="write every trial and the settings here")
     parser.add_argument("--k", type=int, help="matmuls per step (default: calibrated to ~1 ms)")
+    parser.add_argument("--size", type=int, default=SIZE, help="the matrix is SIZE x SIZE")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per trial")
     parser.add_argument("--rounds", type=int, help="timing.rounds (default: the gate's)")
     parser.add_argument("--round-runs", dest="round_runs", type=int, help="timing.round_runs")
@@ -199,10 +206,10 @@ def main() -> None:
     parser.add_argument("--neighbour", action="store_true", help="spin one core meanwhile")
     args = parser.parse_args()
 
-    k = args.k or calibrate()
-    base_s, quiet_s = step_s(k), step_s(k, quantile=0.1)
+    k = args.k or calibrate(args.size)
+    base_s, quiet_s = step_s(k, args.size), step_s(k, args.size, quantile=0.1)
     print(
-        f"K={k}: base step median {base_s * 1e3:.2f} ms, 10th percentile "
+        f"K={k}, {args.size}x{args.size}: base step median {base_s * 1e3:.2f} ms, 10th percentile "
         f"{quiet_s * 1e3:.2f} ms in-process",
         file=sys.stderr,
     )
@@ -213,7 +220,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch, busy_neighbour(args.neighbour):
         repo = Path(scratch) / "repo"
         (repo / "policies").mkdir(parents=True)
-        (repo / "steps.py").write_text(STEPS.format(size=SIZE, k=k))
+        (repo / "steps.py").write_text(STEPS.format(size=args.size, k=k))
         (repo / "policies" / "power.yaml").write_text(policy(args))
         git(repo, "init", "-q", "-b", "main")
         git(repo, "add", "-A")
@@ -221,7 +228,7 @@ def main() -> None:
         report = Path(scratch) / "report.json"
         for factor in args.factors:
             # The planted slowdown: the working tree's K, scaled (the head is the tree as is).
-            (repo / "steps.py").write_text(STEPS.format(size=SIZE, k=round(k * factor)))
+            (repo / "steps.py").write_text(STEPS.format(size=args.size, k=round(k * factor)))
             for i in range(args.trials):
                 t = trial(repo, report, factor, env, args.timeout)
                 trials.append(t)
@@ -239,7 +246,7 @@ def main() -> None:
     if args.json:
         document = {
             "k": k,
-            "size": SIZE,
+            "size": args.size,
             "base_step_median_s": base_s,
             "base_step_p10_s": quiet_s,
             "date": time.strftime("%Y-%m-%d %H:%M %Z"),

@@ -8,6 +8,7 @@ numpy, the gate and the standard library never are.
 
 from __future__ import annotations
 
+import functools
 import os
 import sysconfig
 import traceback
@@ -25,6 +26,13 @@ _STDLIB_DIRS = tuple(
     if p
 )
 _ENV_MARKERS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+
+
+@functools.lru_cache(maxsize=16384)
+def _real(filename: str) -> str:
+    """``os.path.realpath``, remembered: every transfer's stack asks it of the same few
+    files, and a region's transfer map reads thousands of frames (a stat call each)."""
+    return os.path.realpath(filename)
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,7 @@ class UserCode:
     def is_library(self, filename: str) -> bool:
         if filename.startswith("<"):  # generated code: the gate's trampolines, exec'd text
             return True
-        resolved = os.path.realpath(filename)
+        resolved = _real(filename)
         return (
             resolved.startswith(_GATE_DIR)
             or resolved.startswith(_STDLIB_DIRS)
@@ -63,10 +71,10 @@ class UserCode:
     def is_user(self, filename: str) -> bool:
         if self.is_library(filename):
             return False
-        return os.path.realpath(filename).startswith(self._roots())
+        return _real(filename).startswith(self._roots())
 
     def relative(self, filename: str) -> str:
-        resolved = Path(os.path.realpath(filename))
+        resolved = Path(_real(filename))
         try:
             return resolved.relative_to(self.repo_root.resolve()).as_posix()
         except ValueError:
