@@ -20,8 +20,10 @@ in CI. It times, alternating (A B C A B C ...) so that load drifts hit all alike
 - ``transfer-gate run --base HEAD`` (the repository committed: base and head the same tree).
 
 Every command runs with ``JAX_COMPILATION_CACHE_DIR`` pointing at one folder, warmed by an
-untimed run of each first: what a CI job with its cache restored sees. Prints the medians
-over ``--rounds`` (wall and CPU seconds) and the gate/floor ratios, and the load average.
+untimed run of each first: what a CI job with its cache restored sees; all with the cache
+thresholds the gate gives its workers (every program kept, however fast it compiled).
+Prints the medians over ``--rounds`` (wall and CPU seconds) and the gate/floor ratios, and
+the load average.
 """
 
 from __future__ import annotations
@@ -171,6 +173,11 @@ def main() -> None:
             git(repo, *git_args)
         env = dict(os.environ)
         env["JAX_COMPILATION_CACHE_DIR"] = str(Path(scratch) / "jax-cache")
+        # The thresholds the gate gives its workers (`gate.isolation.compile_cache`), for the
+        # floor too: with JAX's defaults (1 s) the floor's programs, each compiled in less,
+        # were never cached, and the floor compiled everything again each round.
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+        env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         gate = [sys.executable, "-m", "gate", "run", "--junit", str(Path(scratch) / "r.xml")]
         cases = {
