@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import faulthandler
 import functools
+import gc
 import os
 import pickle
 import queue
@@ -239,6 +240,10 @@ def main(argv: list[str]) -> int:
     import jax
 
     jax.devices()  # backend start-up is paid once per worker, not per region
+    # What is here now (JAX's modules, the backend) lives as long as the worker: out of the
+    # collector's sight, its full collections no longer walk it after every few regions
+    # (0.66 s of collections in a 100-region run became 0.40 s).
+    gc.freeze()
     write_frame(results_fd, Ready(os.getpid(), time.perf_counter() - started))
 
     jobs: queue.Queue[Request | None] = queue.Queue()
