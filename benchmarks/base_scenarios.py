@@ -27,6 +27,7 @@ when any scenario is not as it should be.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -186,14 +187,14 @@ def repository(folder: Path, files: dict[str, str]) -> Path:
     return repo
 
 
-# The matrices' side: 128 on a CPU; on an accelerator a step of 128x128 matmuls is its
-# dispatch, whatever its loops, and a planted 1.3x more work would not show (--size).
-SIZE = [128]
+def base_steps(size: int) -> str:
+    """The base tree's ``steps.py``, its matrices ``size`` square (``--size``)."""
+    return STEPS.format(loops=LOOPS, size=size)
 
 
-def scenario_steps(change: Callable[[str], str]) -> Callable[[Path], tuple[Path, str]]:
+def scenario_steps(change: Callable[[str], str], size: int) -> Callable[[Path], tuple[Path, str]]:
     def build(folder: Path) -> tuple[Path, str]:
-        steps = STEPS.format(loops=LOOPS, size=SIZE[0])
+        steps = base_steps(size)
         repo = repository(folder, {"steps.py": steps, "policies/s.yaml": POLICY})
         (repo / "steps.py").write_text(change(steps))
         return repo, steps
@@ -209,17 +210,18 @@ def verdicts(document: dict[str, Any] | None) -> dict[str, str]:
     return found
 
 
-def run_unchanged(folder: Path) -> tuple[int, bool, str]:
-    repo, _ = scenario_steps(lambda s: s)(folder)
+def run_unchanged(folder: Path, size: int) -> tuple[int, bool, str]:
+    repo, _ = scenario_steps(lambda s: s, size)(folder)
     code, document, out = gate(repo, "run", "--base", "HEAD")
     found = verdicts(document)
     ok = code == 0 and len(found) == 4 and "slower" not in found.values()
     return code, ok, f"verdicts {found}" + ("" if ok else f"\n{out[-3000:]}")
 
 
-def run_slower(folder: Path) -> tuple[int, bool, str]:
+def run_slower(folder: Path, size: int) -> tuple[int, bool, str]:
     slower = (LOOPS[0], LOOPS[1], round(LOOPS[2] * 1.3), LOOPS[3])
-    repo, _ = scenario_steps(lambda s: s.replace(f"LOOPS = {LOOPS}", f"LOOPS = {slower}"))(folder)
+    more_loops = scenario_steps(lambda s: s.replace(f"LOOPS = {LOOPS}", f"LOOPS = {slower}"), size)
+    repo, _ = more_loops(folder)
     code, document, out = gate(repo, "run", "--base", "HEAD")
     found = verdicts(document)
     timing = (regions(document).get("c", {}).get("base") or {}).get("timing") or {}
@@ -233,8 +235,8 @@ def run_slower(folder: Path) -> tuple[int, bool, str]:
     )
 
 
-def run_result(folder: Path) -> tuple[int, bool, str]:
-    repo, _ = scenario_steps(lambda s: s.replace("SCALE = 1.0", "SCALE = 1.001"))(folder)
+def run_result(folder: Path, size: int) -> tuple[int, bool, str]:
+    repo, _ = scenario_steps(lambda s: s.replace("SCALE = 1.0", "SCALE = 1.001"), size)(folder)
     code, document, out = gate(repo, "run", "--base", "HEAD")
     statuses = {
         n: ((r.get("base") or {}).get("results") or {}).get("status")
@@ -244,7 +246,7 @@ def run_result(folder: Path) -> tuple[int, bool, str]:
     return code, ok, f"results {statuses}" + ("" if ok else f"\n{out[-3000:]}")
 
 
-def run_transfer(folder: Path) -> tuple[int, bool, str]:
+def run_transfer(folder: Path, size: int) -> tuple[int, bool, str]:
     def change(steps: str) -> str:
         return steps.replace(
             "step_d = _loop(LOOPS[3])",
@@ -252,14 +254,13 @@ def run_transfer(folder: Path) -> tuple[int, bool, str]:
             '    return {"h": _d(x, w)["h"] + np.ones((SIZE, SIZE), np.float32)}  # new\n',
         )
 
-    repo, _ = scenario_steps(change)(folder)
+    repo, steps = scenario_steps(change, size)(folder)
     code, document, out = gate(repo, "run", "--base", "HEAD")
     failing = {
         n: [(f["path"], f["line"]) for f in r["transfers"] if f["failing"]]
         for n, r in regions(document).items()
     }
-    text = change(STEPS.format(loops=LOOPS, size=SIZE[0]))
-    line = next(i for i, t in enumerate(text.splitlines(), 1) if t.endswith("# new"))
+    line = next(i for i, t in enumerate(change(steps).splitlines(), 1) if t.endswith("# new"))
     ok = (
         code == 1
         and failing.get("d") == [("steps.py", line)]
@@ -268,8 +269,8 @@ def run_transfer(folder: Path) -> tuple[int, bool, str]:
     return code, ok, f"failing lines {failing}" + ("" if ok else f"\n{out[-3000:]}")
 
 
-def run_renamed(folder: Path) -> tuple[int, bool, str]:
-    steps = STEPS.format(loops=LOOPS, size=SIZE[0])
+def run_renamed(folder: Path, size: int) -> tuple[int, bool, str]:
+    steps = base_steps(size)
     repo = repository(folder, {"steps.py": steps, "policies/s.yaml": POLICY})
     (repo / "steps.py").write_text(steps.replace("step_a = ", "step_a2 = "))
     (repo / "policies/s.yaml").write_text(POLICY.replace("steps:step_a", "steps:step_a2"))
@@ -315,20 +316,24 @@ def device_at_import(kind: str) -> Callable[[Path], tuple[int, bool, str]]:
     return run
 
 
+# 128 on a CPU; on an accelerator a step of 128x128 matmuls is its dispatch, whatever its
+# loops, and a planted 1.3x more work would not show.
+SIZE_HELP = "the matrices' side (default 128; 1024 on a TPU or GPU)"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--expect", default="cpu", help="the device kind: tpu, gpu or cpu")
     parser.add_argument("--json", type=Path, help="write every outcome here")
     parser.add_argument("--only", nargs="*", help="run only these scenarios")
-    parser.add_argument("--size", type=int, default=128, help="the matrices' side (see SIZE)")
+    parser.add_argument("--size", type=int, default=128, help=SIZE_HELP)
     args = parser.parse_args()
-    SIZE[0] = args.size
     scenarios: dict[str, Callable[[Path], tuple[int, bool, str]]] = {
-        "unchanged": run_unchanged,
-        "slower 1.3x": run_slower,
-        "result": run_result,
-        "transfer": run_transfer,
-        "renamed": run_renamed,
+        "unchanged": functools.partial(run_unchanged, size=args.size),
+        "slower 1.3x": functools.partial(run_slower, size=args.size),
+        "result": functools.partial(run_result, size=args.size),
+        "transfer": functools.partial(run_transfer, size=args.size),
+        "renamed": functools.partial(run_renamed, size=args.size),
         "same-named modules, lazy import": run_modules,
         f'jax.devices("{args.expect}") at import': device_at_import(args.expect),
     }
