@@ -22,6 +22,7 @@ from gate.compare.worktree import BaseRef, BaseRefError, check_base, checked_out
 from gate.isolation.cancellation import Cancellation, cancel_after, cancel_on_signals
 from gate.plan import Plan
 from gate.policy.model import Region
+from gate.printable import say
 from gate.report.live import LiveOutput, is_terminal, shows_escapes
 from gate.report.terminal import format_summary
 from gate.report.write import Reports, write_reports
@@ -112,7 +113,7 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
             else None
         )
         if base is not None:
-            print(f"comparing with the base: {base.describe()}")
+            say(f"comparing with the base: {base.describe()}")
         result = execute(
             Selection.from_args(args),
             repo_root,
@@ -133,15 +134,15 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     tinted = colour(args.color, sys.stdout)
     # On a terminal every row was just shown live, above: the summary recaps what failed.
     recap = args.quiet or (is_terminal(sys.stdout) and is_terminal(sys.stderr))
-    print(format_summary(result, color=tinted, quiet=recap, verbose=args.verbose))
+    say(format_summary(result, color=tinted, quiet=recap, verbose=args.verbose), escapes=tinted)
     if stored is not None:
         unused = (
             "; step times not compared (--no-timing-baseline)" if args.no_timing_baseline else ""
         )
-        print(f"baseline: {baseline_shown} ({len(stored.accepted)} accepted{unused})")
+        say(f"baseline: {baseline_shown} ({len(stored.accepted)} accepted{unused})")
     for line in _written_references(result, rules, repo_root):
-        print(line)
-    print(reports.describe())
+        say(line)
+    say(reports.describe())
     _write(result, reports)
     return _verdict(result, cancel)
 
@@ -182,16 +183,16 @@ def _verdict(result: RunResult, cancel: Cancellation) -> ExitCode:
     but the run exits 3 all the same: the failure is the gate's, not the code's.
     """
     if cancel.signal is not None:
-        print(f"error: run cancelled by {cancel.signal.name}", file=sys.stderr)
+        say(f"error: run cancelled by {cancel.signal.name}", sys.stderr)
     elif cancel.reason is not None:
-        print(f"error: run cancelled: {cancel.reason}", file=sys.stderr)
+        say(f"error: run cancelled: {cancel.reason}", sys.stderr)
     bugs = [r for r in result.regions if r.error and r.error.kind is ErrorKind.INTERNAL]
     if bugs:
         names = ", ".join(r.classname for r in bugs)
-        print(
+        say(
             f"error: transfer-gate itself failed while running {names}; this is a bug, "
             "please report it with the report's traceback",
-            file=sys.stderr,
+            sys.stderr,
         )
         return ExitCode.INTERNAL
     return ExitCode.OK if result.passed else ExitCode.REGION_FAILED

@@ -17,6 +17,7 @@ import msgspec
 
 from gate.cli.exit_codes import ExitCode
 from gate.files import write_text_atomically
+from gate.printable import say
 from gate.report.json_report import Report
 from gate.results.baseline_file import Baseline
 
@@ -47,5 +48,5 @@ def schema_command(document: str = "policy", write: str | None = None) -> ExitCo
         sys.stdout.write(text)
     else:
         write_text_atomically(Path(write), text)
-        print(f"wrote the {document} schema to {write}")
+        say(f"wrote the {document} schema to {write}")
     return ExitCode.OK

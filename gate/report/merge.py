@@ -23,6 +23,7 @@ import msgspec
 
 from gate.documents import DocumentError, encode, read_document
 from gate.files import write_text_atomically
+from gate.printable import say
 from gate.report.json_report import FORMAT, VERSION, Report, SuiteDoc
 from gate.report.junit import write_report_file
 from gate.text import counted
@@ -88,11 +89,11 @@ def main_merge(output: str, inputs: Sequence[str]) -> int:
     """The ``merge`` command: 0 when the merged report was written; MergeError otherwise."""
     summary = merge_reports(Path(output), [Path(p) for p in inputs])
     for duplicate in summary.duplicates:
-        print(
+        say(
             f"warning: testcase {duplicate} is in more than one input; were two shards the same?",
-            file=sys.stderr,
+            sys.stderr,
         )
-    print(summary.describe(Path(output)))
+    say(summary.describe(Path(output)))
     return 0
 
 
