@@ -50,6 +50,9 @@ def _write(run: RunResult, reports: Reports) -> None:
 def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellation) -> ExitCode:
     reports = Reports(Path(args.junit), Path(args.json) if args.json else None)
     reports.check_writable()
+    # The last run's reports go now: a run that breaks before it writes its own must leave
+    # none, never one that reads as this run's (a stale pass).
+    reports.remove()
     base_ref: BaseRef | None = None
     if args.base is not None:
         try:
@@ -134,6 +137,8 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     tinted = colour(args.color, sys.stdout)
     # On a terminal every row was just shown live, above: the summary recaps what failed.
     recap = args.quiet or (is_terminal(sys.stdout) and is_terminal(sys.stderr))
+    # The reports first: what the log shows next can fail no run's report.
+    _write(result, reports)
     say(format_summary(result, color=tinted, quiet=recap, verbose=args.verbose), escapes=tinted)
     if stored is not None:
         unused = (
@@ -143,7 +148,6 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     for line in _written_references(result, rules, repo_root):
         say(line)
     say(reports.describe())
-    _write(result, reports)
     return _verdict(result, cancel)
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from gate.levels import Direction, GuardLevel, GuardSpec
+from gate.limits import POLICY_BYTES, TooLarge, read_within
 from gate.policy.defaults import default
 from gate.policy.meaning import check_meaning
 from gate.policy.model import (
@@ -76,6 +77,9 @@ DEFAULT_RTOL: float = default("checks.rtol")
 DEFAULT_ATOL: float = default("checks.atol")
 
 _TOO_DEEP = "invalid YAML: lists and mappings nested too deeply; flatten the policy"
+_TOO_LARGE_FIX = (
+    "a policy names regions and their settings, not data: split it into several policy files"
+)
 
 
 def discover_policy_files(paths: Sequence[str], repo_root: Path) -> list[Path]:
@@ -138,11 +142,14 @@ def load_policy(path: Path, repo_root: Path, *, write_references: bool = False) 
         return PolicyError([Problem(shown, line, "", message)])
 
     try:
-        text = file.read_bytes().decode("utf-8-sig")
+        data = read_within(file, POLICY_BYTES)
     except OSError as exc:
         raise fail(None, f"cannot read the file ({exc.strerror})") from None
+    except TooLarge as exc:
+        raise fail(None, f"the file is {exc} for a policy; {_TOO_LARGE_FIX}") from None
+    try:
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        data = file.read_bytes()
         bad_line = data[: exc.start].count(b"\n") + 1
         byte = data[exc.start : exc.start + 1].hex()
         raise fail(bad_line, f"not UTF-8 text (byte 0x{byte}); save the file as UTF-8") from None
@@ -324,7 +331,8 @@ def callables_of_invalid(path: Path, repo_root: Path) -> NamedCallables | None:
     root = absolute_path(repo_root)
     file = absolute_path(root / path)
     try:
-        document = yaml.compose(file.read_bytes().decode("utf-8-sig"), Loader=_Loader)
+        source = read_within(file, POLICY_BYTES).decode("utf-8-sig")
+        document = yaml.compose(source, Loader=_Loader)
     except Exception:  # unreadable or not YAML: its own problem says so
         return None
     top = mapping_of(document)

@@ -30,6 +30,19 @@ class Reports:
         if self.json is not None:
             check_writable(self.json, "--json")
 
+    def remove(self) -> None:
+        """Delete the reports a run before this one left; raise ReportWriteError if one stays."""
+        for report in (self.junit, self.json):
+            if report is None:
+                continue
+            try:
+                report.unlink(missing_ok=True)
+            except OSError as exc:
+                raise ReportWriteError(
+                    f"{report}: cannot replace the last run's report ({exc.strerror}); "
+                    "remove it, or choose another path"
+                ) from exc
+
     def describe(self) -> str:
         """``report: reports/transfer-gate.xml, reports/map.json``."""
         return f"report: {self.junit}" + (f", {self.json}" if self.json else "")
