@@ -33,7 +33,7 @@ from gate.text import counted
 def baseline_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
     """Write the baseline file; refuses (nothing written) when a region errored."""
     path, _ = baseline_for(args.baseline, args.paths, repo_root)
-    check_writable(path, "--baseline")
+    check_writable(path, "--baseline", repo_root)
     where = shown(path, repo_root)
     partial = bool(args.region or args.timing_only or args.transfers_only)
     existing = _existing(path, where, partial=partial)

@@ -49,7 +49,7 @@ def _write(run: RunResult, reports: Reports) -> None:
 
 def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellation) -> ExitCode:
     reports = Reports(Path(args.junit), Path(args.json) if args.json else None)
-    reports.check_writable()
+    reports.check_writable(repo_root)
     # The last run's reports go now: a run that breaks before it writes its own must leave
     # none, never one that reads as this run's (a stale pass).
     reports.remove()

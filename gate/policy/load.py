@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from gate.files import way_out
 from gate.levels import Direction, GuardLevel, GuardSpec
 from gate.limits import POLICY_BYTES, TooLarge, read_within
 from gate.policy.defaults import default
@@ -342,6 +343,7 @@ def callables_of_invalid(path: Path, repo_root: Path) -> NamedCallables | None:
         for node in (folders.value if isinstance(folders, yaml.SequenceNode) else [])
         if (text := string_of(node)) is not None
         and (folder := absolute_path(file.parent / text)).is_dir()
+        and way_out(folder, root) is None  # refused: never put on sys.path
     )
     refs: list[NamedCallable] = []
 
