@@ -61,7 +61,7 @@ def _without_surrogates(node: object) -> object:
         return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", node)
     if isinstance(node, dict):
         return {_without_surrogates(k): _without_surrogates(v) for k, v in node.items()}
-    if isinstance(node, list):
+    if isinstance(node, list | tuple):  # to_builtins keeps a tuple a tuple
         return [_without_surrogates(item) for item in node]
     return node
 
