@@ -70,20 +70,22 @@ def _defused(match: re.Match[str]) -> str:
     return f"{match.group(1)}\\x{ord(match.group(2)):02x}"
 
 
-def flat(text: str) -> str:
+def flat(text: str, *, escapes: bool = False) -> str:
     """``text`` as one printable line: each line break, with the blanks around it, one space.
 
-    Spaces within a line stay, so a row aligned in columns stays aligned.
+    Spaces within a line stay, so a row aligned in columns stays aligned. ``escapes`` as for
+    `printable`.
     """
-    return printable(_BREAKS.sub(" ", text))
+    return printable(_BREAKS.sub(" ", text), escapes=escapes)
 
 
-def command(line: str) -> str:
+def command(line: str, *, escapes: bool = False) -> str:
     """One of the gate's own workflow commands, as built by ``workflow_command``: checked, then
-    its control characters shown. Anything else is a bug: the gate writes no other command."""
+    its control characters shown (``escapes`` as for `printable`: a coloured group title under
+    ``FORCE_COLOR``). Anything else is a bug: the gate writes no other command."""
     if not _OWN_COMMANDS.fullmatch(line):
         raise ValueError(f"not a workflow command the gate writes: {line[:60]!r}")
-    return _CONTROL.sub(_shown, line)
+    return _escaped(line, escapes=escapes)
 
 
 def say(text: str = "", stream: TextIO | None = None, *, escapes: bool = False) -> None:

@@ -113,6 +113,23 @@ def test_no_hostile_text_reaches_the_log_raw(repo: Path, tmp_path: Path, case: s
     assert report["format"] == "jax-transfer-gate.report"
 
 
+def test_coloured_output_in_github_actions_lets_only_colours_through(
+    repo: Path, tmp_path: Path
+) -> None:
+    # FORCE_COLOR: GitHub's log renders colours, so the gate's rows and group titles keep theirs;
+    # the suite's escapes that are not colours stay shown.
+    _lay_over(repo, CORPUS / "printed" / "suite-name")
+    done = run_gate(repo, "run", env={"GITHUB_ACTIONS": "true", "FORCE_COLOR": "1"}, process=True)
+    assert done.returncode == 1, done
+    both = done.stdout + done.stderr
+    assert "\x1b[31m" in both  # the gate's own red
+    for raw in ("\x1b[2J", "\x1b]8", "\x07"):
+        assert raw not in both, done
+    assert "\\x1b[2J" in both
+    for line in both.split("\n"):
+        assert not COMMAND_START.match(line) or OWN_COMMAND.fullmatch(line), line
+
+
 def test_the_payload_shows_up_escaped_where_it_was(repo: Path, tmp_path: Path) -> None:
     # Not lost either: the reader still sees the text, on one line, every escape spelled out.
     _lay_over(repo, CORPUS / "printed" / "exception-message")

@@ -162,7 +162,8 @@ class LiveOutput:
             self._wipe()
             if self.groups and (shown or held):
                 # Folded: the worker's output and the stages. Seen: the lines to fix.
-                self._write(f"{command(f'::group::{flat(rows[0])}')}\n", own=True)
+                title = flat(rows[0], escapes=self.color)
+                self._write(f"{command(f'::group::{title}', escapes=self.color)}\n", own=True)
                 self._write("".join(f"{line}\n" for line in [*held, *timings]))
                 self._write(f"{command('::endgroup::')}\n", own=True)
                 self._write("".join(f"{line}\n" for line in rows[1:]))
