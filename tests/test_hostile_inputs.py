@@ -214,6 +214,21 @@ def test_a_hostile_baseline_is_one_error_line_and_a_report(repo: Path, name: str
     assert error is not None
 
 
+def test_a_policy_whose_name_is_not_utf8_is_refused_and_reported(repo: Path) -> None:
+    # Python keeps the byte 0xff of a name as the lone surrogate \udcff: the suite named after
+    # the file reached the fingerprint's hash and the reports, and the run exited 3.
+    name = os.fsdecode(b"policies/bad\xff.yaml")
+    shutil.move(repo / "policies" / "p.yaml", repo / name)
+    done = run_gate(repo, "run", "--json", "reports/map.json", process=True)
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines() == [
+        "error: policies/bad\\udcff.yaml: the file's name is not UTF-8 text, which no report "
+        "can hold; rename it"
+    ]
+    assert done.junit().get("errors") == "1"
+    assert json.loads((repo / "reports" / "map.json").read_text(encoding="utf-8"))
+
+
 def test_a_policy_over_the_limit_is_refused_before_it_is_parsed(repo: Path) -> None:
     # 50 MB took 248 s and 6.9 GB before issue 36; now the size alone refuses it.
     _too_large(POLICY_BYTES)(repo / "policies" / "big.yaml")

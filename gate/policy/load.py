@@ -12,6 +12,7 @@ mappings, so a hostile tag such as ``!!python/object/apply`` runs nothing.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -120,6 +121,20 @@ def discover_policy_files(paths: Sequence[str], repo_root: Path) -> list[Path]:
         else:
             problems.append(
                 Problem(given, None, "", "no such file or folder; pass a policy file or a folder")
+            )
+    for file in sorted(found):
+        # A name that is not UTF-8 (Python keeps its bytes as lone surrogates) could be written
+        # to no report: the suite is named after the file.
+        try:
+            os.fsencode(file).decode("utf-8")
+        except UnicodeDecodeError:
+            problems.append(
+                Problem(
+                    display_path(file, root),
+                    None,
+                    "",
+                    "the file's name is not UTF-8 text, which no report can hold; rename it",
+                )
             )
     if problems:
         raise PolicyError(problems)
