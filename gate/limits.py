@@ -32,7 +32,10 @@ class TooLarge(Exception):
 
     def __str__(self) -> str:
         size = "larger" if self.size is None else size_text(self.size)
-        return f"{size}, over the limit of {size_text(self.limit)}"
+        limit = size_text(self.limit)
+        if size == limit:  # just over: the bytes say by how much
+            size, limit = f"{self.size:,} bytes", f"{self.limit:,} bytes"
+        return f"{size}, over the limit of {limit}"
 
 
 def read_within(path: Path, limit: int) -> bytes:

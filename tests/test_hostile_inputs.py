@@ -194,8 +194,8 @@ BAD_BASELINES = {
     ),
     "too-large": (
         _too_large(DOCUMENT_BYTES),
-        f"{BASELINE}: the file is 64 MiB, over the limit of 64 MiB for a transfer-gate "
-        f"baseline; {REGENERATE}",
+        f"{BASELINE}: the file is 67,108,865 bytes, over the limit of 67,108,864 bytes for a "
+        f"transfer-gate baseline; {REGENERATE}",
     ),
 }
 
@@ -235,8 +235,9 @@ def test_a_policy_over_the_limit_is_refused_before_it_is_parsed(repo: Path) -> N
     done = run_gate(repo, "validate", "policies/big.yaml")
     assert done.returncode == 2, done
     assert done.stderr.splitlines() == [
-        "error: policies/big.yaml: the file is 1 MiB, over the limit of 1 MiB for a policy; a "
-        "policy names regions and their settings, not data: split it into several policy files"
+        "error: policies/big.yaml: the file is 1,048,577 bytes, over the limit of 1,048,576 "
+        "bytes for a policy; a policy names regions and their settings, not data: split it into "
+        "several policy files"
     ]
 
 
