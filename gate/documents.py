@@ -15,6 +15,7 @@ import enum
 import json
 import math
 import re
+import sys
 import types
 import typing
 from collections.abc import Collection, Iterator, Mapping
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
+from gate.limits import DOCUMENT_BYTES, DOCUMENT_NESTING, TooLarge, read_within
 
 
 class Record(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -39,8 +42,28 @@ class DocumentError(Exception):
 def encode(document: object, *, ordered: bool = True) -> str:
     """``document`` as the gate writes its files: indented, one trailing newline; keys sorted
     (stable diffs of a file people review), or, not ``ordered``, as the records declare them."""
-    data = msgspec.json.encode(document, order="sorted" if ordered else None)
+    order: typing.Literal["sorted"] | None = "sorted" if ordered else None
+    try:
+        data = msgspec.json.encode(document, order=order)
+    except UnicodeEncodeError:
+        # A lone surrogate (a step's ``ValueError("\ud800")``) is no UTF-8: it is written as
+        # the text ``\ud800``, as the JUnit report and the log show it, not the run lost.
+        plain = _without_surrogates(msgspec.to_builtins(document, order=order))
+        data = msgspec.json.encode(plain, order=order)
     return msgspec.json.format(data, indent=2).decode("utf-8") + "\n"
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_surrogates(node: object) -> object:
+    if isinstance(node, str):
+        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", node)
+    if isinstance(node, dict):
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in node.items()}
+    if isinstance(node, list | tuple):  # to_builtins keeps a tuple a tuple
+        return [_without_surrogates(item) for item in node]
+    return node
 
 
 def read_document(
@@ -87,9 +110,11 @@ def read_document(
 def _parsed(path: Path, name: str, what: str, fix: str) -> tuple[bytes, object]:
     """The file's bytes and their JSON, checked to be UTF-8, whole, valid and finite."""
     try:
-        data = path.read_bytes()
+        data = read_within(path, DOCUMENT_BYTES)
     except OSError as exc:
         raise DocumentError(f"{name}: cannot read the {what} ({exc.strerror or exc})") from exc
+    except TooLarge as exc:
+        raise DocumentError(f"{name}: the file is {exc} for a {what}; {fix}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -110,6 +135,13 @@ def _parsed(path: Path, name: str, what: str, fix: str) -> tuple[bytes, object]:
         raise DocumentError(
             f"{name}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}); {fix}"
         ) from exc
+    except RecursionError:
+        raise DocumentError(_too_deep(name, what, fix)) from None
+    except ValueError:
+        # Python reads no integer of more than 4,300 digits (sys.get_int_max_str_digits()).
+        raise DocumentError(f"{name}:{_long_number_line(text)}: {_digits()}; {fix}") from None
+    if _nesting(document) > DOCUMENT_NESTING:
+        raise DocumentError(_too_deep(name, what, fix))
     for where, value in _numbers(document, ""):
         if not math.isfinite(value):
             raise DocumentError(
@@ -117,6 +149,41 @@ def _parsed(path: Path, name: str, what: str, fix: str) -> tuple[bytes, object]:
                 f"correct that key, or {fix}"
             )
     return data, document
+
+
+def _nesting(document: object) -> int:
+    """How deep lists and objects lie within each other in ``document``, up to one past the
+    limit; walked without recursion."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(document, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children: list[object]
+        if isinstance(node, dict):
+            children = list(node.values())
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if depth <= DOCUMENT_NESTING:
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _too_deep(name: str, what: str, fix: str) -> str:
+    return f"{name}: lists and objects nested more than {DOCUMENT_NESTING} deep in a {what}; {fix}"
+
+
+def _long_number_line(text: str) -> int:
+    """The line of the first number longer than Python reads."""
+    found = re.search(f"\\d{{{sys.get_int_max_str_digits() + 1},}}", text)
+    return text.count("\n", 0, found.start()) + 1 if found else 1
+
+
+def _digits() -> str:
+    limit = sys.get_int_max_str_digits()
+    return f"a number of more than {limit} digits, longer than Python reads"
 
 
 def _numbers(node: object, where: str) -> Iterator[tuple[str, float]]:

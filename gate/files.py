@@ -1,4 +1,7 @@
-"""The gate's own files, written atomically: a reader sees the old file or the whole new one."""
+"""The gate's own files: written atomically, and kept inside the repository.
+
+Atomically: a reader sees the old file or the whole new one.
+"""
 
 from __future__ import annotations
 
@@ -48,3 +51,33 @@ def _fsync_folder(folder: Path) -> None:
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
+
+
+# What `way_out` says of a path that is outside as written, not through a symlink.
+OUTSIDE_AS_WRITTEN = "lies outside the repository"
+
+
+def way_out(path: Path, root: Path) -> str | None:
+    """How ``path`` leads out of the repository at ``root``, in words; None when it stays in.
+
+    ``"lies outside the repository"`` for a path that is outside as written (absolute, or
+    through ``..``); ``"leads out of the repository through the symlink reports ->
+    /elsewhere"`` for one that is
+    inside as written but not once its symlinks are followed. A path that does not exist yet
+    is judged by the part of it that does.
+    """
+    root = Path(os.path.abspath(root))
+    written = Path(os.path.normpath(root / path))
+    if not written.is_relative_to(root):
+        return OUTSIDE_AS_WRITTEN
+    real_root = Path(os.path.realpath(root))
+    if Path(os.path.realpath(written)).is_relative_to(real_root):
+        return None
+    # The first symlink on the way that leads out: the one to name in the fix.
+    step = root
+    for part in written.relative_to(root).parts:
+        step = step / part
+        if step.is_symlink() and not Path(os.path.realpath(step)).is_relative_to(real_root):
+            link = f"{step.relative_to(root).as_posix()} -> {os.readlink(step)}"
+            return f"leads out of the repository through the symlink {link}"
+    return "leads out of the repository through a symlink"

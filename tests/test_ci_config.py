@@ -93,6 +93,7 @@ SETTINGS = {"TRANSFER_GATE_IMAGE": IMAGE_PLACEHOLDER, "TRANSFER_GATE_ALLOW_FORKS
 IMAGE_JOB_OUTPUTS = {
     "ref": "${{ steps.check.outputs.ref }}",
     "allow-forks": "${{ steps.forks.outputs.allow-forks }}",
+    "cache-scope": "${{ steps.scope.outputs.cache-scope }}",
 }
 FORK_PR = (
     "${{ github.event_name == 'pull_request' "
@@ -626,7 +627,7 @@ def test_inputs_job_fails_a_bad_input_with_one_error_that_names_it(
     reusable: dict[str, Any], tmp_path: Path, given: dict[str, Any], names: str
 ) -> None:
     job = reusable["jobs"]["inputs"]
-    (step,) = job["steps"]
+    step = step_named(job["steps"], "Check the inputs")
     proc, output, _ = run_step_script(step["run"], inputs_env(reusable, step, given), tmp_path)
     one_input_error(proc, output, names)
     assert job["outputs"]["error"] == "${{ steps.check.outputs.error }}"
@@ -670,7 +671,7 @@ def test_inputs_job_hands_on_the_checked_image_and_runner_labels(
     labels: list[str] | None,
 ) -> None:
     job = reusable["jobs"]["inputs"]
-    (step,) = job["steps"]
+    step = step_named(job["steps"], "Check the inputs")
     proc, output, _ = run_step_script(step["run"], inputs_env(reusable, step, given), tmp_path)
     assert proc.returncode == 0, shown(proc)
     assert error_lines(proc.stdout) == []
@@ -752,9 +753,10 @@ def test_accelerator_job_runs_on_the_self_hosted_runner_in_the_checked_container
     assert job["container"]["image"] == "${{ needs.inputs.outputs.image }}"
     assert job["container"]["options"] == "${{ needs.inputs.outputs.options }}"
     (volume,) = job["container"]["volumes"]
-    assert volume == (
-        "${{ inputs.accelerator-cache }}-"
-        "${{ github.event_name == 'push' && 'main' || 'pull-requests' }}:/cache/jax"
+    # One volume per scope, decided by the inputs job (test_the_cache_scope_...).
+    assert (
+        volume
+        == "${{ inputs.accelerator-cache }}-${{ needs.inputs.outputs.cache-scope }}:/cache/jax"
     )
     assert "env" not in job  # the cache's folder is a step's: in a container or on the VM
     steps = job["steps"]
@@ -1016,40 +1018,139 @@ def test_a_tpu_vm_with_an_old_python_fails_the_set_up_with_one_error(
 
 
 @pytest.mark.parametrize(
-    ("image", "cache", "event", "folder"),
+    ("accelerator", "image", "cache", "scope", "folder"),
     [
-        (GOOD_IMAGE, "transfer-gate-jax-cache", "push", "/cache/jax"),
-        ("", "/var/cache/jax", "push", "/var/cache/jax-main"),
+        ("gpu", GOOD_IMAGE, "transfer-gate-jax-cache", "main", "/cache/jax"),
+        ("gpu", GOOD_IMAGE, "transfer-gate-jax-cache", "forks", "/cache/jax"),
+        ("tpu", GOOD_IMAGE, "transfer-gate-jax-cache", "main", "/cache/jax"),
+        ("tpu", "", "/var/cache/jax", "main", "/var/cache/jax-main"),
         (
+            "tpu",
             "",
             "transfer-gate-jax-cache",
-            "pull_request",
-            "{home}/.cache/transfer-gate-jax-cache-pull-requests",
+            "main",
+            "{home}/.cache/transfer-gate-jax-cache-main",
         ),
+        # A TPU job's code is root on the VM or the runner's own user: anything but main's gets
+        # a cache of the job's own, thrown away with it (RUNNER_TEMP is emptied after each job).
+        ("tpu", "", "transfer-gate-jax-cache", "pull-requests", "{temp}/transfer-gate-jax-cache"),
+        ("tpu", "", "/var/cache/jax", "forks", "{temp}/transfer-gate-jax-cache"),
+        ("tpu", GOOD_IMAGE, "transfer-gate-jax-cache", "forks", "{temp}/transfer-gate-jax-cache"),
     ],
 )
 def test_accelerator_job_points_jax_at_its_compilation_cache(
-    reusable: dict[str, Any], tmp_path: Path, *, image: str, cache: str, event: str, folder: str
+    reusable: dict[str, Any],
+    tmp_path: Path,
+    *,
+    accelerator: str,
+    image: str,
+    cache: str,
+    scope: str,
+    folder: str,
 ) -> None:
     step = step_named(
         reusable["jobs"]["accelerator"]["steps"], "Point JAX at the compilation cache"
     )
     assert step["env"] == {
+        "ACCELERATOR": "${{ inputs.accelerator }}",
         "IN_CONTAINER": "${{ needs.inputs.outputs.image != '' }}",
         "CACHE": "${{ inputs.accelerator-cache }}",
-        "SCOPE": "${{ github.event_name == 'push' && 'main' || 'pull-requests' }}",
+        "SCOPE": "${{ needs.inputs.outputs.cache-scope }}",
     }
     github_env = tmp_path / "github_env"
+    home, temp = tmp_path / "home", tmp_path / "runner-temp"
+    # main's entries on the VM, as main's last run left them.
+    main = Path(cache + "-main") if cache.startswith("/") else home / ".cache" / f"{cache}-main"
+    planted = not cache.startswith("/")
+    if planted:
+        main.mkdir(parents=True)
+        (main / "entry").write_text("main's")
     env = {
+        "ACCELERATOR": accelerator,
         "IN_CONTAINER": "true" if image else "false",
         "CACHE": cache,
-        "SCOPE": "main" if event == "push" else "pull-requests",
-        "HOME": str(tmp_path),
+        "SCOPE": scope,
+        "HOME": str(home),
+        "RUNNER_TEMP": str(temp),
         "GITHUB_ENV": str(github_env),
     }
     proc, _, _ = run_step_script(step["run"], env, tmp_path)
     assert proc.returncode == 0, shown(proc)
-    assert github_env.read_text() == f"JAX_COMPILATION_CACHE_DIR={folder.format(home=tmp_path)}\n"
+    expected = folder.format(home=home, temp=temp)
+    assert github_env.read_text() == f"JAX_COMPILATION_CACHE_DIR={expected}\n"
+    if expected.startswith(str(temp)):
+        # A copy of main's on the VM, nothing in a container (main's volume is not mounted);
+        # what the job writes there never reaches main's folder.
+        copied = Path(expected) / "entry"
+        assert copied.is_file() == (planted and not image), shown(proc)
+        if planted:
+            assert (main / "entry").read_text() == "main's"
+
+
+# (event, ref, head repository of a pull request) -> the cache's scope; the repository is
+# owner/repo and its default branch main.
+CACHE_SCOPES = [
+    ("push", "refs/heads/main", "", "main"),
+    ("schedule", "refs/heads/main", "", "main"),
+    ("workflow_dispatch", "refs/heads/main", "", "main"),
+    # A push to another branch is not main's: whoever can push there cannot plant main's entries.
+    ("push", "refs/heads/feature", "", "pull-requests"),
+    ("workflow_dispatch", "refs/heads/feature", "", "pull-requests"),
+    ("pull_request", "refs/pull/7/merge", "owner/repo", "pull-requests"),
+    # An approved fork's pull request never shares the repository's own pull requests' scope.
+    ("pull_request", "refs/pull/8/merge", "someone/repo", "forks"),
+    ("pull_request_target", "refs/heads/main", "someone/repo", "forks"),
+]
+
+
+@pytest.mark.parametrize(("event", "ref", "head", "scope"), CACHE_SCOPES)
+@pytest.mark.parametrize(
+    ("workflow", "job"), [("gate.yml", "inputs"), ("transfer-gate-sharded.yml", "image")]
+)
+def test_the_cache_scope_keeps_main_apart_from_pull_requests_and_forks_apart_from_both(
+    tmp_path: Path, *, workflow: str, job: str, event: str, ref: str, head: str, scope: str
+) -> None:
+    loaded = load_yaml(GITHUB / "workflows" / workflow)
+    step = step_named(loaded["jobs"][job]["steps"], "Decide the cache's scope")
+    assert step["id"] == "scope"
+    assert loaded["jobs"][job]["outputs"]["cache-scope"] == "${{ steps.scope.outputs.cache-scope }}"
+    # Through the step's env, never spliced into the script.
+    assert step["env"] == {
+        "EVENT": "${{ github.event_name }}",
+        "REF": "${{ github.ref }}",
+        "DEFAULT_BRANCH": "${{ github.event.repository.default_branch }}",
+        "HEAD_REPOSITORY": "${{ github.event.pull_request.head.repo.full_name }}",
+        "REPOSITORY": "${{ github.repository }}",
+    }
+    env = {
+        "EVENT": event,
+        "REF": ref,
+        "DEFAULT_BRANCH": "main",
+        "HEAD_REPOSITORY": head,
+        "REPOSITORY": "owner/repo",
+    }
+    proc, output, _ = run_step_script(step["run"], env, tmp_path)
+    assert proc.returncode == 0, shown(proc)
+    assert output == f"cache-scope={scope}\n"
+
+
+def test_both_workflows_decide_the_cache_scope_with_one_script() -> None:
+    runs = [
+        step_named(
+            load_yaml(GITHUB / "workflows" / name)["jobs"][job]["steps"], "Decide the cache's scope"
+        )["run"]
+        for name, job in (("gate.yml", "inputs"), ("transfer-gate-sharded.yml", "image"))
+    ]
+    assert runs[0] == runs[1]
+
+
+def test_every_compilation_cache_volume_is_mounted_by_its_scope() -> None:
+    # No volume is named from the event inline: `push` alone would make any branch's push main's.
+    for name in ("gate.yml", "transfer-gate-sharded.yml"):
+        text = (GITHUB / "workflows" / name).read_text(encoding="utf-8")
+        volumes = re.findall(r"^\s*- (.*):/cache/jax$", text, re.MULTILINE)
+        assert volumes, name
+        assert all(v.endswith("outputs.cache-scope }}") for v in volumes), volumes
 
 
 def test_a_passing_accelerator_job_records_the_step_times_into_the_callers_file(

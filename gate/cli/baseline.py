@@ -20,6 +20,7 @@ from gate.cli.exit_codes import ExitCode
 from gate.cli.run import colour
 from gate.compare.stored_baseline import planned_regions
 from gate.plan import Plan
+from gate.printable import say
 from gate.report.live import LiveOutput
 from gate.report.terminal import format_summary
 from gate.report.write import check_writable
@@ -32,7 +33,7 @@ from gate.text import counted
 def baseline_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
     """Write the baseline file; refuses (nothing written) when a region errored."""
     path, _ = baseline_for(args.baseline, args.paths, repo_root)
-    check_writable(path, "--baseline")
+    check_writable(path, "--baseline", repo_root)
     where = shown(path, repo_root)
     partial = bool(args.region or args.timing_only or args.transfers_only)
     existing = _existing(path, where, partial=partial)
@@ -54,7 +55,7 @@ def baseline_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
         )
     errored = [r for r in result.regions if r.error is not None]
     if errored:
-        print(format_summary(result))
+        say(format_summary(result))
         raise UsageError(
             f"{counted(len(errored), 'region')} errored, so their transfers are unknown; "
             "fix them and run `transfer-gate baseline` again (the baseline was not written)"
@@ -82,17 +83,17 @@ def baseline_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
     write_baseline(path, accepted, timing)
     kept_part = " (transfers as they were)" if args.timing_only else ""
     kept_part = " (step times as they were)" if args.transfers_only else kept_part
-    print(f"baseline: {where}: {', '.join(parts)}{kept_part}")
+    say(f"baseline: {where}: {', '.join(parts)}{kept_part}")
     if args.timing_only:
         for line in added:
-            print(f"  not accepted (--timing-only): {line}")
+            say(f"  not accepted (--timing-only): {line}")
         if added:
-            print(f"  to accept them: `{command} --transfers-only` (with --region to pick)")
+            say(f"  to accept them: `{command} --transfers-only` (with --region to pick)")
     else:
         for line in added:
-            print(f"  accepted: {line}")
+            say(f"  accepted: {line}")
     if existing.no_timing is not None and args.transfers_only and not existing.timing:
-        print(f"  timing: {existing.no_timing}; record it with `{command} --timing-only`")
+        say(f"  timing: {existing.no_timing}; record it with `{command} --timing-only`")
     return ExitCode.OK
 
 
@@ -109,5 +110,5 @@ def _existing(path: Path, where: str, *, partial: bool) -> StoredBaseline:
                 f"{exc} (--region, --timing-only and --transfers-only keep the rest of the file, "
                 "so it must be readable)"
             ) from exc
-        print(f"warning: replacing an unreadable baseline: {exc}", file=sys.stderr)
+        say(f"warning: replacing an unreadable baseline: {exc}", sys.stderr)
         return StoredBaseline()

@@ -20,6 +20,7 @@ from gate.machine.diagnosis import Platform
 from gate.machine.doctor import Diagnosis, collect, doctor_problem, format_diagnosis
 from gate.machine.requirements import read_requirements
 from gate.machine.version_check import requirements_text, version_problems
+from gate.printable import say, say_command
 from gate.report.github_annotations import in_github_actions, workflow_command
 
 
@@ -39,21 +40,21 @@ def main_doctor(
         prepare_environment(gate_environ)  # what the gate's own workers run with
         diagnosis = collect(environ, gate_environ)
     expected = None if expect is None else Platform(expect)
-    print(format_diagnosis(diagnosis, expected))
+    say(format_diagnosis(diagnosis, expected))
     if stated:
-        print()
-        print(requirements_text(diagnosis, stated))
+        say()
+        say(requirements_text(diagnosis, stated))
     platform_problem = doctor_problem(diagnosis, expected)
     problems = [platform_problem] if platform_problem is not None else []
     problems += version_problems(diagnosis, tuple(r for _, found in stated for r in found))
     if platform_problem is None and expected is not None:
-        print(f"\nok: JAX runs on the expected {expected.value.upper()}")
+        say(f"\nok: JAX runs on the expected {expected.value.upper()}")
     if not problems:
         return DoctorExitCode.OK
     sys.stdout.flush()  # the diagnosis first, then the verdict, also when both go to one log
-    print(file=sys.stderr)
+    say("", sys.stderr)
     for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
+        say(f"error: {problem}", sys.stderr)
         if in_github_actions(environ):
-            print(workflow_command("error", problem, title="transfer-gate doctor"))
+            say_command(workflow_command("error", problem, title="transfer-gate doctor"))
     return DoctorExitCode.FAILED

@@ -16,6 +16,7 @@ from gate.compare.worktree import BaseRefError
 from gate.machine.requirements import RequirementsError
 from gate.plan import UnknownRegionError
 from gate.policy.problems import PolicyError
+from gate.printable import flat, say, write
 from gate.report.junit import ReportWriteError
 from gate.report.merge import MergeError
 from gate.results.baseline_file import BaselineError
@@ -49,12 +50,13 @@ def exit_code_of(command: str, body: Callable[[], int]) -> int:
         return body()
     except PolicyError as exc:
         for problem in exc.problems:
-            print(f"error: {problem}", file=sys.stderr)
+            say(f"error: {flat(str(problem))}", sys.stderr)
         return ExitCode.USAGE
     except _USAGE_ERRORS as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say(f"error: {flat(str(exc))}", sys.stderr)
         return ExitCode.USAGE
     except Exception:
-        traceback.print_exc()
-        print(_BUGS.get(command, _BUG), file=sys.stderr)
+        # The traceback quotes the user's code and values: through the text gate like the rest.
+        write(traceback.format_exc(), sys.stderr)
+        say(_BUGS.get(command, _BUG), sys.stderr)
         return ExitCode.INTERNAL

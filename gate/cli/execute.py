@@ -30,6 +30,7 @@ from gate.policy.load import (
 )
 from gate.policy.model import Policy
 from gate.policy.problems import PolicyError, Problem, display_path
+from gate.printable import say
 from gate.results.baseline import default_path
 from gate.results.records import RegionResult, RunResult
 from gate.results.refusals import gate_bug, policy_problems, unknown_region
@@ -217,7 +218,7 @@ def execute(
             refused(unknown_region(str(exc)))
         raise
     if plan.shard is not None:
-        print(plan.shard.describe())
+        say(plan.shard.describe())
     if planned is not None:
         planned(plan)
 

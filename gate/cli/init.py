@@ -14,6 +14,7 @@ from gate.files import write_text_atomically
 from gate.policy.problems import display_path
 from gate.policy.starter import is_callable_spec, setup_stub, starter_policy
 from gate.policy.step_source import read_step
+from gate.printable import say
 
 
 def default_output(step: str) -> str:
@@ -54,18 +55,18 @@ def init_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
             f"{shown} already exists; init never overwrites a policy: "
             "name another file with --output FILE"
         ) from None
-    print(f"wrote {shown}; check it with `transfer-gate validate {shown}`")
+    say(f"wrote {shown}; check it with `transfer-gate validate {shown}`")
     if note:
-        print(note)
+        say(note)
     if not schema.exists():
         # What the modeline names, so that an editor completes keys at once.
         write_text_atomically(schema, schema_text("policy"))
-        print(
+        say(
             f"wrote {DEFAULT_SCHEMA_FILE}, the schema its first line names for editors; "
             f"refresh it after upgrading the gate: `transfer-gate schema --write "
             f"{DEFAULT_SCHEMA_FILE}`"
         )
-    print("(init imports nothing: validate imports the step, setup and boundaries)")
+    say("(init imports nothing: validate imports the step, setup and boundaries)")
     return ExitCode.OK
 
 

@@ -6,6 +6,8 @@ Parsing only: `gate.cli.main` hands the parsed arguments to one subcommand.
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import TYPE_CHECKING
 
 from gate.cli.exit_codes import (
     DoctorExitCode,
@@ -16,6 +18,10 @@ from gate.cli.exit_codes import (
 from gate.machine.diagnosis import Platform
 from gate.package import __version__
 from gate.plan import parse_shard
+from gate.printable import printable
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 from gate.results.baseline import DEFAULT_NAME as DEFAULT_BASELINE_NAME
 
 DEFAULT_POLICIES = "policies"
@@ -55,11 +61,20 @@ def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.Ar
     return parser
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, its usage, help and errors (which quote the command line) through the text
+    gate: ``--base $'HEAD\\n::error::x'`` must not print a workflow command."""
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        if message:
+            (sys.stderr if file is None else file).write(printable(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line of every subcommand; parsing only, nothing runs."""
     # allow_abbrev=False everywhere: a prefix must never quietly mean another
     # option (`--baseli` would be taken as `--baseline`).
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="transfer-gate",
         allow_abbrev=False,
         description="Fail CI on implicit host/device transfers in JAX code regions "

@@ -22,6 +22,7 @@ from gate.compare.worktree import BaseRef, BaseRefError, check_base, checked_out
 from gate.isolation.cancellation import Cancellation, cancel_after, cancel_on_signals
 from gate.plan import Plan
 from gate.policy.model import Region
+from gate.printable import say
 from gate.report.live import LiveOutput, is_terminal, shows_escapes
 from gate.report.terminal import format_summary
 from gate.report.write import Reports, write_reports
@@ -48,7 +49,10 @@ def _write(run: RunResult, reports: Reports) -> None:
 
 def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellation) -> ExitCode:
     reports = Reports(Path(args.junit), Path(args.json) if args.json else None)
-    reports.check_writable()
+    reports.check_writable(repo_root)
+    # The last run's reports go now: a run that breaks before it writes its own must leave
+    # none, never one that reads as this run's (a stale pass).
+    reports.remove()
     base_ref: BaseRef | None = None
     if args.base is not None:
         try:
@@ -112,7 +116,7 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
             else None
         )
         if base is not None:
-            print(f"comparing with the base: {base.describe()}")
+            say(f"comparing with the base: {base.describe()}")
         result = execute(
             Selection.from_args(args),
             repo_root,
@@ -133,16 +137,17 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     tinted = colour(args.color, sys.stdout)
     # On a terminal every row was just shown live, above: the summary recaps what failed.
     recap = args.quiet or (is_terminal(sys.stdout) and is_terminal(sys.stderr))
-    print(format_summary(result, color=tinted, quiet=recap, verbose=args.verbose))
+    # The reports first: what the log shows next can fail no run's report.
+    _write(result, reports)
+    say(format_summary(result, color=tinted, quiet=recap, verbose=args.verbose), escapes=tinted)
     if stored is not None:
         unused = (
             "; step times not compared (--no-timing-baseline)" if args.no_timing_baseline else ""
         )
-        print(f"baseline: {baseline_shown} ({len(stored.accepted)} accepted{unused})")
+        say(f"baseline: {baseline_shown} ({len(stored.accepted)} accepted{unused})")
     for line in _written_references(result, rules, repo_root):
-        print(line)
-    print(reports.describe())
-    _write(result, reports)
+        say(line)
+    say(reports.describe())
     return _verdict(result, cancel)
 
 
@@ -182,16 +187,16 @@ def _verdict(result: RunResult, cancel: Cancellation) -> ExitCode:
     but the run exits 3 all the same: the failure is the gate's, not the code's.
     """
     if cancel.signal is not None:
-        print(f"error: run cancelled by {cancel.signal.name}", file=sys.stderr)
+        say(f"error: run cancelled by {cancel.signal.name}", sys.stderr)
     elif cancel.reason is not None:
-        print(f"error: run cancelled: {cancel.reason}", file=sys.stderr)
+        say(f"error: run cancelled: {cancel.reason}", sys.stderr)
     bugs = [r for r in result.regions if r.error and r.error.kind is ErrorKind.INTERNAL]
     if bugs:
         names = ", ".join(r.classname for r in bugs)
-        print(
+        say(
             f"error: transfer-gate itself failed while running {names}; this is a bug, "
             "please report it with the report's traceback",
-            file=sys.stderr,
+            sys.stderr,
         )
         return ExitCode.INTERNAL
     return ExitCode.OK if result.passed else ExitCode.REGION_FAILED

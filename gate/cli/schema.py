@@ -8,13 +8,13 @@ records the gate reads them back with, so they cannot drift from what the gate a
 from __future__ import annotations
 
 import json
-import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from gate import printable
 from gate.cli.exit_codes import ExitCode
 from gate.files import write_text_atomically
 from gate.report.json_report import Report
@@ -44,8 +44,8 @@ def schema_command(document: str = "policy", write: str | None = None) -> ExitCo
     """Print the schema, or write it to ``write`` (atomically, its folders created)."""
     text = schema_text(document)
     if write is None:
-        sys.stdout.write(text)
+        printable.write(text)
     else:
         write_text_atomically(Path(write), text)
-        print(f"wrote the {document} schema to {write}")
+        printable.say(f"wrote the {document} schema to {write}")
     return ExitCode.OK

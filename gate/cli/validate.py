@@ -9,6 +9,7 @@ from pathlib import Path
 from gate.cli.execute import load_policies
 from gate.cli.exit_codes import ExitCode
 from gate.isolation.scheduler import Scheduler, WorkerUnavailable
+from gate.printable import say
 from gate.text import counted
 
 
@@ -22,10 +23,10 @@ def validate_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
         with Scheduler(repo_root) as scheduler:
             policies = load_policies(args.paths, repo_root, scheduler)
     except WorkerUnavailable as exc:
-        print(f"error: the policies' callables could not be checked: {exc}", file=sys.stderr)
+        say(f"error: the policies' callables could not be checked: {exc}", sys.stderr)
         return ExitCode.REGION_FAILED
     regions = sum(len(p.regions) for p in policies)
     for policy in policies:
-        print(f"{policy.path.as_posix()}: ok ({counted(len(policy.regions), 'region')})")
-    print(f"{counted(len(policies), 'policy', 'policies')}, {counted(regions, 'region')}: valid")
+        say(f"{policy.path.as_posix()}: ok ({counted(len(policy.regions), 'region')})")
+    say(f"{counted(len(policies), 'policy', 'policies')}, {counted(regions, 'region')}: valid")
     return ExitCode.OK

@@ -18,6 +18,8 @@ import weakref
 from collections.abc import Sequence
 from typing import Protocol, TextIO
 
+from gate.printable import write
+
 # The label of what a worker prints between regions (importing jax, exiting).
 BETWEEN_REGIONS = "worker"
 # What the scheduler itself announces before a region's worker is ready.
@@ -50,7 +52,7 @@ class PrefixedOutput:
     def output(self, label: str, lines: Sequence[str]) -> None:
         # A closed or broken stderr must not stop the run: the report is what counts.
         with contextlib.suppress(OSError, ValueError):
-            self.stream.write("".join(f"[{label}] {line}\n" for line in lines))
+            write("".join(f"[{label}] {line}\n" for line in lines), self.stream)
             self.stream.flush()
 
 

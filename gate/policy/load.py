@@ -12,6 +12,7 @@ mappings, so a hostile tag such as ``!!python/object/apply`` runs nothing.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -20,7 +21,9 @@ from typing import Any
 
 import yaml
 
+from gate.files import way_out
 from gate.levels import Direction, GuardLevel, GuardSpec
+from gate.limits import POLICY_BYTES, TooLarge, read_within
 from gate.policy.defaults import default
 from gate.policy.meaning import check_meaning
 from gate.policy.model import (
@@ -76,6 +79,9 @@ DEFAULT_RTOL: float = default("checks.rtol")
 DEFAULT_ATOL: float = default("checks.atol")
 
 _TOO_DEEP = "invalid YAML: lists and mappings nested too deeply; flatten the policy"
+_TOO_LARGE_FIX = (
+    "a policy names regions and their settings, not data: split it into several policy files"
+)
 
 
 def discover_policy_files(paths: Sequence[str], repo_root: Path) -> list[Path]:
@@ -116,6 +122,20 @@ def discover_policy_files(paths: Sequence[str], repo_root: Path) -> list[Path]:
             problems.append(
                 Problem(given, None, "", "no such file or folder; pass a policy file or a folder")
             )
+    for file in sorted(found):
+        # A name that is not UTF-8 (Python keeps its bytes as lone surrogates) could be written
+        # to no report: the suite is named after the file.
+        try:
+            os.fsencode(file).decode("utf-8")
+        except UnicodeDecodeError:
+            problems.append(
+                Problem(
+                    display_path(file, root),
+                    None,
+                    "",
+                    "the file's name is not UTF-8 text, which no report can hold; rename it",
+                )
+            )
     if problems:
         raise PolicyError(problems)
     return sorted(found)
@@ -138,11 +158,14 @@ def load_policy(path: Path, repo_root: Path, *, write_references: bool = False) 
         return PolicyError([Problem(shown, line, "", message)])
 
     try:
-        text = file.read_bytes().decode("utf-8-sig")
+        data = read_within(file, POLICY_BYTES)
     except OSError as exc:
         raise fail(None, f"cannot read the file ({exc.strerror})") from None
+    except TooLarge as exc:
+        raise fail(None, f"the file is {exc} for a policy; {_TOO_LARGE_FIX}") from None
+    try:
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        data = file.read_bytes()
         bad_line = data[: exc.start].count(b"\n") + 1
         byte = data[exc.start : exc.start + 1].hex()
         raise fail(bad_line, f"not UTF-8 text (byte 0x{byte}); save the file as UTF-8") from None
@@ -319,13 +342,21 @@ def callables_of_invalid(path: Path, repo_root: Path) -> NamedCallables | None:
     are checked in the same run and a user sees every problem of the file at once.
 
     Only well-formed `module:qualname` strings at the places the format puts
-    callables are taken; None when the file is not even YAML.
+    callables are taken; None when the file is not even YAML, or too large or cyclic a
+    tree to walk (a policy of 25,000 regions refused for its size cost 12 s more in a
+    worker importing each one's step).
     """
     root = absolute_path(repo_root)
     file = absolute_path(root / path)
     try:
-        document = yaml.compose(file.read_bytes().decode("utf-8-sig"), Loader=_Loader)
+        source = read_within(file, POLICY_BYTES).decode("utf-8-sig")
+        document = yaml.compose(source, Loader=_Loader)
     except Exception:  # unreadable or not YAML: its own problem says so
+        return None
+    checker = YamlCheck()
+    if document is not None:
+        checker.run(document)
+    if not checker.walkable:
         return None
     top = mapping_of(document)
     folders = top.get("python_path")
@@ -334,6 +365,7 @@ def callables_of_invalid(path: Path, repo_root: Path) -> NamedCallables | None:
         for node in (folders.value if isinstance(folders, yaml.SequenceNode) else [])
         if (text := string_of(node)) is not None
         and (folder := absolute_path(file.parent / text)).is_dir()
+        and way_out(folder, root) is None  # refused: never put on sys.path
     )
     refs: list[NamedCallable] = []
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from gate.files import way_out
 from gate.policy.nodes import line_of, mapping_of, string_of
 from gate.policy.problems import absolute_path, display_path
 from gate.policy.schema import Violation, json_type, scalar_value, where_key
@@ -35,7 +36,19 @@ def check_meaning(
             if written is None:
                 continue
             target = absolute_path(policy_dir / written)
-            if not target.is_dir():
+            out = way_out(target, root)
+            if out is not None:
+                found.append(
+                    Violation(
+                        line_of(item),
+                        f"python_path[{i}]",
+                        f"folder {written} {out}; a policy, "
+                        "which a pull request can change, imports only from the repository: "
+                        "move that code into it, or install it into the environment (pip "
+                        "install) so that it imports without python_path",
+                    )
+                )
+            elif not target.is_dir():
                 what = "is a file, not a folder" if target.exists() else "does not exist"
                 found.append(
                     Violation(
@@ -79,7 +92,19 @@ def check_meaning(
         found += _check_finite(checks, f"{where}.checks", ("rtol", "atol"))
         reference = checks.get("reference")
         written = string_of(reference)
-        if reference is not None and written is not None and not write_references:
+        out = None if written is None else way_out(policy_dir / written, root)
+        if reference is not None and out is not None:
+            # `run --write-references` writes it: never outside the repository.
+            found.append(
+                Violation(
+                    line_of(reference),
+                    f"{where}.checks.reference",
+                    f"reference {written} {out}; a policy "
+                    "names only files inside the repository: keep the reference there (beside "
+                    "the policy, say)",
+                )
+            )
+        elif reference is not None and written is not None and not write_references:
             message = _reference_problem(absolute_path(policy_dir / written), root)
             if message is not None:
                 found.append(Violation(line_of(reference), f"{where}.checks.reference", message))

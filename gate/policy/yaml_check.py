@@ -67,16 +67,19 @@ class YamlCheck:
         self.walkable = True
         self._sizes: dict[int, int] = {}
         self._open: set[int] = set()
+        self._aliased = False
 
     def run(self, document: yaml.Node) -> list[Violation]:
         if self._visit(document, "") > _MAX_NODES:
             self.walkable = False
-            self._add(
-                document,
-                "",
-                f"the policy expands to more than {_MAX_NODES} values through YAML aliases;"
-                " write it out plainly",
+            # The real reason: aliases that multiply a few lines, or a file that is that long.
+            reason = (
+                "expands to more than {} values through YAML aliases; write it out plainly"
+                if self._aliased
+                else "holds more than {} values; a policy names regions and their settings, "
+                "not data: split it into several policy files"
             )
+            self._add(document, "", "the policy " + reason.format(_MAX_NODES))
         return self.found
 
     def _add(self, node: yaml.Node, where: str, message: str) -> None:
@@ -90,6 +93,7 @@ class YamlCheck:
             self._add(node, where, "a YAML alias refers to the list or mapping it is in; remove it")
             return 0
         if key in self._sizes:
+            self._aliased = True  # only an alias reaches a node twice
             return self._sizes[key]
         size = 1
         if json_type(node) is None:

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
+from gate.printable import printable, say_command
 from gate.report.communication_text import (
     comm_comparisons,
     cost_columns,
@@ -320,13 +321,15 @@ def render_summary(run: RunResult, report: str, limit_bytes: int = MAX_SUMMARY_B
     Blocks that do not fit are left out from the first one that does not,
     and a line says how many; "" when not even the heading fits.
     """
-    footer = f"\nFull report: {_code(report)}\n"
-    blocks = summary_blocks(run)
+    # Markdown a person reads: no control character, no line a runner would act on; made so
+    # before it is measured, since a shown escape is longer than the character.
+    footer = printable(f"\nFull report: {_code(report)}\n")
+    blocks = [printable(block) for block in summary_blocks(run)]
     used = _size(footer)
     kept: list[str] = []
     for index, block in enumerate(blocks):
         remaining = len(blocks) - index - 1
-        note = _cut_note(len(blocks) - index, report)
+        note = printable(_cut_note(len(blocks) - index, report))
         # Room for this block, and for the note should a later one not fit.
         reserve = _size(note) if remaining else 0
         if used + _size(block) + reserve > limit_bytes:
@@ -369,12 +372,12 @@ def report_to_github(
         return
     report_name = Path(report).as_posix()
     for line in annotation_lines(run, report_name):
-        print(line, file=out)
+        say_command(line, out)
     summary_path = environ.get("GITHUB_STEP_SUMMARY", "")
     if summary_path:
         problem = append_summary(Path(summary_path), run, report_name)
         if problem:
-            print(workflow_command("warning", problem, title=TITLE), file=out)
+            say_command(workflow_command("warning", problem, title=TITLE), out)
     out.flush()
 
 

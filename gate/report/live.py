@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TextIO
 
+from gate.printable import command, flat, printable
 from gate.report.terminal import progress_lines
 from gate.results.records import RegionResult
 from gate.text import duration_text
@@ -161,8 +162,11 @@ class LiveOutput:
             self._wipe()
             if self.groups and (shown or held):
                 # Folded: the worker's output and the stages. Seen: the lines to fix.
-                inside = [f"::group::{rows[0]}", *held, *timings, "::endgroup::", *rows[1:]]
-                self._write("".join(f"{line}\n" for line in inside))
+                title = flat(rows[0], escapes=self.color)
+                self._write(f"{command(f'::group::{title}', escapes=self.color)}\n", own=True)
+                self._write("".join(f"{line}\n" for line in [*held, *timings]))
+                self._write(f"{command('::endgroup::')}\n", own=True)
+                self._write("".join(f"{line}\n" for line in rows[1:]))
             elif shown:
                 lines = [*rows, *timings] if self.verbose else rows
                 self._write("".join(f"{line}\n" for line in lines))
@@ -191,9 +195,13 @@ class LiveOutput:
             self._write(_WIPE)
             self._shown = False
 
-    def _write(self, text: str) -> None:
+    def _write(self, text: str, *, own: bool = False) -> None:
+        """``text`` to the stream through the text gate; ``own``: a workflow command the gate
+        built with `command`, written as it is."""
         if not text:
             return
+        # A terminal (colour, the running line) keeps the gate's own escapes.
+        text = text if own else printable(text, escapes=self.color or self.running_line)
         # A closed or broken stderr must not stop the run: the report is what counts.
         with contextlib.suppress(OSError, ValueError):
             self.stream.write(text)

@@ -13,6 +13,7 @@ report holds. The report is written atomically, like the gate's own.
 
 from __future__ import annotations
 
+import math
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
@@ -23,6 +24,8 @@ import msgspec
 
 from gate.documents import DocumentError, encode, read_document
 from gate.files import write_text_atomically
+from gate.limits import DOCUMENT_BYTES, DOCUMENT_NESTING, TooLarge, read_within
+from gate.printable import say
 from gate.report.json_report import FORMAT, VERSION, Report, SuiteDoc
 from gate.report.junit import write_report_file
 from gate.text import counted
@@ -88,11 +91,11 @@ def main_merge(output: str, inputs: Sequence[str]) -> int:
     """The ``merge`` command: 0 when the merged report was written; MergeError otherwise."""
     summary = merge_reports(Path(output), [Path(p) for p in inputs])
     for duplicate in summary.duplicates:
-        print(
+        say(
             f"warning: testcase {duplicate} is in more than one input; were two shards the same?",
-            file=sys.stderr,
+            sys.stderr,
         )
-    print(summary.describe(Path(output)))
+    say(summary.describe(Path(output)))
     return 0
 
 
@@ -139,7 +142,11 @@ def merge_junit(output: Path, inputs: Sequence[Path]) -> MergeSummary:
 
 def _read_junit(path: Path) -> ET.Element:
     try:
-        data = path.read_bytes()
+        data = read_within(path, DOCUMENT_BYTES)
+    except TooLarge as exc:
+        raise MergeError(
+            f"{path}: the file is {exc} for a JUnit report; check that it is the shard's report"
+        ) from None
     except FileNotFoundError:
         raise MergeError(
             f"{path}: no such file; check that every shard's job wrote and uploaded its report"
@@ -152,6 +159,12 @@ def _read_junit(path: Path) -> ET.Element:
         raise MergeError(
             f"{path}: not well-formed XML ({exc}); was it cut short? Run that shard again"
         ) from exc
+    # ElementTree writes (and indents) a tree recursively: a shard nested 200,000 deep would
+    # end the merge with a RecursionError. A JUnit report nests five deep.
+    if _nesting(root) > DOCUMENT_NESTING:
+        raise MergeError(
+            f"{path}: elements nested more than {DOCUMENT_NESTING} deep; not a JUnit report"
+        )
     if root.tag not in ("testsuites", "testsuite"):
         raise MergeError(
             f"{path}: not a JUnit report (its root element is <{root.tag}>, "
@@ -212,9 +225,23 @@ def _number(text: str | None) -> float:
     oddly is still merged rather than refused.
     """
     try:
-        return float(text) if text is not None else 0.0
+        number = float(text) if text is not None else 0.0
     except ValueError:
         return 0.0
+    # `disabled="1e999"` reads as infinity, which no count or time can be.
+    return number if math.isfinite(number) and number >= 0 else 0.0
+
+
+def _nesting(root: ET.Element) -> int:
+    """How deep elements lie within ``root``, up to one past the limit; without recursion."""
+    deepest = 0
+    stack = [(root, 1)]
+    while stack:
+        element, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth <= DOCUMENT_NESTING:
+            stack.extend((child, depth + 1) for child in element)
+    return deepest
 
 
 def _time(seconds: float) -> str:

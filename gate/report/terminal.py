@@ -324,7 +324,7 @@ def _findings(region: RegionResult, *, comparisons: bool = True) -> list[str]:
         fix = hint_for_error(region.error)
         if fix is not None:
             lines.append(f"  fix: {fix}")
-        lines.extend(f"  note: {note}" for note in region.notes)
+        lines.extend(f"  note: {one_line(note)}" for note in region.notes)
         return lines
     failing = [f for f in group(region.transfers) if f.failing]
     lines.extend(f"  {_transfer_line(finding, region)}" for finding in failing)
@@ -337,7 +337,7 @@ def _findings(region: RegionResult, *, comparisons: bool = True) -> list[str]:
     comm = acted_on(region)
     lines.extend(f"  {_comm_line(finding, policy)}" for finding in comm)
     lines.extend(f"  fix: {fix}" for fix in dict.fromkeys(f.fix for f in comm if f.fix))
-    lines.extend(f"  note: {note}" for note in region.notes)
+    lines.extend(f"  note: {one_line(note)}" for note in region.notes)
     lines.extend(f"  {_check_line(c, policy)}" for c in region.checks if not c.passed)
     if comparisons:
         lines.extend(f"  {policy}: {label}: {text}" for label, text in failing_comparisons(region))

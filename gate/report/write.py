@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gate.files import OUTSIDE_AS_WRITTEN, way_out
 from gate.report.github import report_to_github
 from gate.report.json_report import Fingerprints, write_json
 from gate.report.junit import ReportWriteError, write_junit
@@ -24,11 +25,25 @@ class Reports:
     junit: Path
     json: Path | None = None
 
-    def check_writable(self) -> None:
-        """Raise ReportWriteError before anything runs if a report could not be written."""
-        check_writable(self.junit, "--junit")
+    def check_writable(self, repo_root: Path) -> None:
+        """Raise ReportWriteError before anything runs if a report could not be written, or
+        would be written outside ``repo_root`` through a symlink in it (`check_writable`)."""
+        check_writable(self.junit, "--junit", repo_root)
         if self.json is not None:
-            check_writable(self.json, "--json")
+            check_writable(self.json, "--json", repo_root)
+
+    def remove(self) -> None:
+        """Delete the reports a run before this one left; raise ReportWriteError if one stays."""
+        for report in (self.junit, self.json):
+            if report is None:
+                continue
+            try:
+                report.unlink(missing_ok=True)
+            except OSError as exc:
+                raise ReportWriteError(
+                    f"{report}: cannot replace the last run's report ({exc.strerror}); "
+                    "remove it, or choose another path"
+                ) from exc
 
     def describe(self) -> str:
         """``report: reports/transfer-gate.xml, reports/map.json``."""
@@ -43,8 +58,19 @@ def write_reports(run: RunResult, reports: Reports, fingerprints: Fingerprints) 
     report_to_github(run, reports.junit)
 
 
-def check_writable(report: Path, option: str) -> None:
-    """Fail before running anything if the file could not be written; ``option`` names it."""
+def check_writable(report: Path, option: str, repo_root: Path) -> None:
+    """Fail before running anything if the file could not be written; ``option`` names it.
+
+    A path inside the repository as written must stay there: a symlink the repository holds
+    (which a pull request can add) never carries a report out of it. An outside path named on
+    the command line itself (``--junit /tmp/x.xml``, ``../x.xml``) is the user's to choose.
+    """
+    out = way_out(report, repo_root)
+    if out is not None and out != OUTSIDE_AS_WRITTEN:
+        raise ReportWriteError(
+            f"{option} {report} {out}; remove the symlink, or name the outside path itself "
+            f"on the command line ({option} /elsewhere/{report.name})"
+        )
     folder = report.parent
     if report.is_dir():
         raise ReportWriteError(f"{report}: is a folder; pass a file path to {option}")
