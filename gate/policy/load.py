@@ -29,6 +29,8 @@ from gate.policy.model import (
     CollectiveRule,
     CostRule,
     DonationRule,
+    LeakRule,
+    MemoryRule,
     Policy,
     RecompileRule,
     Region,
@@ -192,6 +194,7 @@ def _build(document: yaml.Node, shown: Path, file: Path, write_references: bool)
     )
     default_timing = _timing(defaults.get("timing"), TimingRule())
     default_cost = _cost(defaults.get("cost"), CostRule())
+    default_memory = _memory(defaults.get("memory"), MemoryRule())
 
     regions = []
     for region_node in top["regions"].value:
@@ -218,6 +221,7 @@ def _build(document: yaml.Node, shown: Path, file: Path, write_references: bool)
                 donation=DonationRule(value(region, "donation", inherited["donation"])),
                 timing=_timing(region.get("timing"), default_timing),
                 cost=_cost(region.get("cost"), default_cost),
+                memory=_memory(region.get("memory"), default_memory),
                 checks=Checks(
                     finite=bool(value(checks, "finite", False)),
                     reference=absolute_path(policy_dir / reference)
@@ -278,6 +282,14 @@ def _cost(node: yaml.Node | None, inherited: CostRule) -> CostRule:
     keys = {str(scalar_value(k)): scalar_value(v) for k, v in node.value}
     limit = keys.get("max_increase", inherited.max_increase)
     return CostRule(max_increase=None if limit is None else float(limit))
+
+
+def _memory(node: yaml.Node | None, inherited: MemoryRule) -> MemoryRule:
+    """A ``memory:`` setting; keys it leaves out keep ``inherited``'s (``defaults:``)."""
+    if node is None:
+        return inherited
+    keys = {str(scalar_value(k)): scalar_value(v) for k, v in node.value}
+    return MemoryRule(leaks=LeakRule(keys.get("leaks", inherited.leaks.value)))
 
 
 def _guard(node: yaml.Node | None, inherited: GuardSpec) -> GuardSpec:

@@ -1,0 +1,224 @@
+"""What holds an array: a user module's global, a closure's variable, an object's attribute.
+
+A walk outward from the globals of the user's modules, breadth first (so the shortest way
+to the arrays is named), through what Python code can reach: containers' items, functions'
+closures (also behind ``jax.jit``'s ``__wrapped__``), objects' and classes' attributes. The
+container that holds one of the arrays is named by the way to it,
+``global 'tracker', attribute 'history' (list)``. Where the walk finds nothing (a C
+extension's cache, a thread's frame), the garbage collector's referrers still say what
+kind of container holds them. Run once per leaking region, never in a timed run.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import functools
+import gc
+import inspect
+import sys
+import types
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gate.results.leaks import Holder
+from gate.user_code import UserCode
+
+# The walk stops after this many objects: a holder is almost always a few steps from a global.
+_BUDGET = 200_000
+_MAX_DEPTH = 8
+# Values that hold nothing worth walking into.
+_ATOMS = (str, bytes, bytearray, int, float, complex, bool, type(None), range, memoryview)
+
+
+@dataclass(frozen=True)
+class _Way:
+    """How the walk reached an object: from which global of which module, through what."""
+
+    module: types.ModuleType
+    steps: tuple[str, ...]  # "global 'tracker'", "attribute 'history'", "item 3", ...
+    line: int | None  # where the holder is made, when known
+    path: str | None  # the file that line is in; None: the module's own file
+
+
+def find_holder(arrays: Sequence[Any], user: UserCode) -> Holder | None:
+    """The container that holds one of ``arrays``, reached from the user's modules; None if
+    nothing reachable holds one."""
+    targets = {id(a) for a in arrays}
+    modules = [
+        m
+        for m in list(sys.modules.values())
+        if isinstance(m, types.ModuleType)
+        and isinstance(getattr(m, "__file__", None), str)
+        and user.is_user(m.__file__ or "")
+    ]
+    found = _walk(modules, targets)
+    if found is not None:
+        way, container = found
+        path = way.path or (way.module.__file__ or "")
+        return Holder(user.relative(path), way.line, f"{', '.join(way.steps)} ({_kind(container)})")
+    return _referrer(arrays)
+
+
+def _walk(modules: list[types.ModuleType], targets: set[int]) -> tuple[_Way, Any] | None:
+    queue: collections.deque[tuple[Any, _Way, int]] = collections.deque()
+    visited: set[int] = {id(m) for m in modules}
+    for module in modules:
+        lines = _global_lines(module)
+        for name, value in list(vars(module).items()):
+            if name.startswith("__") or isinstance(value, types.ModuleType):
+                continue
+            way = _Way(module, (f"global '{name}'",), lines.get(name), None)
+            queue.append((value, way, 0))
+    walked = 0
+    while queue and walked < _BUDGET:
+        holder, way, depth = queue.popleft()
+        if id(holder) in visited or isinstance(holder, _ATOMS) or _is_array(holder):
+            continue
+        visited.add(id(holder))
+        walked += 1
+        for step, child, made_at in _children(holder):
+            if id(child) in targets:
+                return way, holder
+            if depth + 1 < _MAX_DEPTH and not isinstance(child, types.ModuleType):
+                line, path = made_at if made_at is not None else (way.line, way.path)
+                queue.append((child, _Way(way.module, (*way.steps, step), line, path), depth + 1))
+    return None
+
+
+def _children(holder: Any) -> Iterator[tuple[str, Any, tuple[int, str] | None]]:
+    """What ``holder`` refers to, each with how to name the step and, where the step has one,
+    the line that makes it (a closure: its function's definition)."""
+    if isinstance(holder, dict):
+        for key, value in list(holder.items()):
+            yield f"key {key!r:.40}", value, None
+    elif isinstance(holder, (list, tuple, collections.deque)):
+        for index, value in enumerate(list(holder)):
+            yield f"item {index}", value, None
+    elif isinstance(holder, (set, frozenset)):
+        for value in list(holder):
+            yield "member", value, None
+    elif isinstance(holder, types.FunctionType):
+        code = holder.__code__
+        made_at = (code.co_firstlineno, code.co_filename)
+        for name, cell in zip(code.co_freevars, holder.__closure__ or (), strict=False):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # a cell not yet filled
+                continue
+            yield f"closure variable '{name}' of {holder.__qualname__}", value, made_at
+        for name, value in list((holder.__kwdefaults__ or {}).items()):
+            yield f"default '{name}' of {holder.__qualname__}", value, made_at
+        for index, value in enumerate(holder.__defaults__ or ()):
+            yield f"default {index} of {holder.__qualname__}", value, made_at
+    elif isinstance(holder, types.MethodType):
+        yield "bound to", holder.__self__, None
+        yield "function", holder.__func__, None
+    elif isinstance(holder, functools.partial):
+        yield "partial's function", holder.func, None
+        for index, value in enumerate(holder.args):
+            yield f"partial's argument {index}", value, None
+        for name, value in holder.keywords.items():
+            yield f"partial's argument '{name}'", value, None
+    else:
+        wrapped = getattr(holder, "__wrapped__", None) if not isinstance(holder, type) else None
+        if wrapped is not None:  # jax.jit's and functools.wraps's wrappers
+            yield "wrapping", wrapped, None
+        for name, value in _attributes(holder):
+            yield f"attribute '{name}'", value, _attribute_line(holder, name)
+
+
+def _attributes(holder: Any) -> list[tuple[str, Any]]:
+    """An object's (or a class's own) attributes, without calling a property."""
+    found: list[tuple[str, Any]] = []
+    try:
+        own = vars(holder)
+    except TypeError:
+        own = {}
+    for name, value in list(own.items()):
+        if not (name.startswith("__") and name.endswith("__")):
+            found.append((name, value))
+    for name in getattr(type(holder), "__slots__", ()):
+        if isinstance(name, str) and hasattr(holder, name):
+            try:
+                found.append((name, object.__getattribute__(holder, name)))
+            except AttributeError:
+                continue
+    return found
+
+
+def _is_array(value: Any) -> bool:
+    return type(value).__module__.startswith("jaxlib") and hasattr(value, "is_deleted")
+
+
+def _kind(container: Any) -> str:
+    return type(container).__name__
+
+
+@functools.cache
+def _parsed(filename: str) -> ast.Module | None:
+    try:
+        with open(filename, encoding="utf-8") as source:
+            return ast.parse(source.read(), filename)
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _global_lines(module: types.ModuleType) -> dict[str, int]:
+    """Where each of a module's globals is first assigned (or defined), by name."""
+    tree = _parsed(module.__file__ or "")
+    lines: dict[str, int] = {}
+    if tree is None:
+        return lines
+    for node in tree.body:
+        names: list[str] = []
+        if isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
+            names = [node.target.id]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [node.name]
+        for name in names:
+            lines.setdefault(name, node.lineno)
+    return lines
+
+
+def _attribute_line(holder: Any, name: str) -> tuple[int, str] | None:
+    """Where the class of ``holder`` (or ``holder``, a class) first assigns ``name``."""
+    cls = holder if isinstance(holder, type) else type(holder)
+    try:
+        filename = inspect.getsourcefile(cls)
+    except TypeError:  # a built-in class
+        return None
+    tree = _parsed(filename) if filename else None
+    if tree is None or filename is None:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
+            for inner in ast.walk(node):
+                line = _stored_at(inner, name)
+                if line is not None:
+                    return line, filename
+    return None
+
+
+def _stored_at(node: ast.AST, name: str) -> int | None:
+    """The line of ``node`` if it assigns ``name`` (``self.name = ...``, or ``name = ...`` in
+    a class body); else None."""
+    if isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.ctx, ast.Store):
+        return node.lineno
+    if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
+        return node.lineno
+    return None
+
+
+def _referrer(arrays: Sequence[Any]) -> Holder | None:
+    """What kind of container holds the first of ``arrays``, where no walk reached it."""
+    own = {id(arrays)}
+    for referrer in gc.get_referrers(*arrays[:1]):
+        if id(referrer) in own or isinstance(referrer, types.FrameType):
+            continue
+        if isinstance(referrer, (list, dict, tuple, set, collections.deque)):
+            return Holder(None, None, f"a {_kind(referrer)} that no module of the user's reaches")
+    return None
