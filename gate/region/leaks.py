@@ -49,10 +49,12 @@ def judge_memory(live: LiveArrays, rule: LeakRule, user: UserCode) -> StepMemory
     each = {(born.dtype, born.shape): born.nbytes for born, _ in kept}
     counted = runs - 1
     shapes = sorted(by_shape, key=lambda k: (-each[k] * by_shape[k], k))
-    targets = [array for _, array in kept]
+    earliest = min(born.run for born, _ in kept)
+    first = [array for born, array in kept if born.run == earliest]
+    later = [array for born, array in kept if born.run != earliest]
     total = sum(born.nbytes for born, _ in kept)
     del kept  # its pairs hold the arrays too: the holder search must not find them
-    holder = find_holder(targets, user)
+    holder = find_holder(first, later, user)
     leak = Leak(
         bytes_per_step=total // counted,
         arrays=tuple(KeptArrays(d, s, by_shape[(d, s)], counted) for d, s in shapes),

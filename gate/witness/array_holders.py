@@ -18,7 +18,7 @@ import gc
 import inspect
 import sys
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,20 +32,44 @@ _MAX_DEPTH = 8
 _ATOMS = (str, bytes, bytearray, int, float, complex, bool, type(None), range, memoryview)
 
 
+# Where a step of a way is made, worked out when asked: a line and its file, or None.
+Place = Callable[[], "tuple[int, str] | None"]
+
+
 @dataclass(frozen=True)
 class _Way:
-    """How the walk reached an object: from which global of which module, through what."""
+    """How the walk reached an object: from which global of which module, through what.
+
+    Step ``i`` reaches ``objects[i]``; ``places[i]`` says where that step is made (a line and
+    its file), asked only of the way finally named: reading a class's source for every
+    attribute walked past would cost most of the walk.
+    """
 
     module: types.ModuleType
     steps: tuple[str, ...]  # "global 'tracker'", "attribute 'history'", "item 3", ...
-    line: int | None  # where the holder is made, when known
-    path: str | None  # the file that line is in; None: the module's own file
+    objects: tuple[Any, ...]
+    places: tuple[Place | None, ...]
+
+    def then(self, step: str, child: Any, place: Place | None) -> _Way:
+        return _Way(self.module, (*self.steps, step), (*self.objects, child), (*self.places, place))
+
+    def made_at(self, at: int) -> tuple[int | None, str]:
+        """The line (and file) that makes step ``at``: its own, else the nearest before it."""
+        for place in reversed(self.places[: at + 1]):
+            found = place() if place is not None else None
+            if found is not None:
+                return found
+        return None, self.module.__file__ or ""
 
 
-def find_holder(arrays: Sequence[Any], user: UserCode) -> Holder | None:
-    """The container that holds one of ``arrays``, reached from the user's modules; None if
-    nothing reachable holds one."""
-    targets = {id(a) for a in arrays}
+def find_holder(first: Sequence[Any], later: Sequence[Any], user: UserCode) -> Holder | None:
+    """The container that holds ``first`` (arrays one run kept) and ``later`` (those later
+    runs kept), reached from the user's modules; None if nothing reachable holds them.
+
+    The way to one of ``first`` ends in what holds it directly; the holder named is the
+    innermost container on that way that also reaches one of ``later``: the list a step
+    appends its parameter tree to, not the tree.
+    """
     modules = [
         m
         for m in list(sys.modules.values())
@@ -53,43 +77,76 @@ def find_holder(arrays: Sequence[Any], user: UserCode) -> Holder | None:
         and isinstance(getattr(m, "__file__", None), str)
         and user.is_user(m.__file__ or "")
     ]
-    found = _walk(modules, targets)
-    if found is not None:
-        way, container = found
-        path = way.path or (way.module.__file__ or "")
-        return Holder(user.relative(path), way.line, f"{', '.join(way.steps)} ({_kind(container)})")
-    return _referrer(arrays)
+    way = _walk(modules, {id(a) for a in first}, user)
+    if way is None:
+        return _referrer(first)
+    others = {id(a) for a in later}
+    at = len(way.objects) - 1
+    while at > 0 and others and not _reaches(way.objects[at], others, user):
+        at -= 1
+    if others and not _reaches(way.objects[at], others, user):
+        at = len(way.objects) - 1  # nothing holds both: name what holds the first
+    line, path = way.made_at(at)
+    return Holder(
+        user.relative(path), line, f"{', '.join(way.steps[: at + 1])} ({_kind(way.objects[at])})"
+    )
 
 
-def _walk(modules: list[types.ModuleType], targets: set[int]) -> tuple[_Way, Any] | None:
-    queue: collections.deque[tuple[Any, _Way, int]] = collections.deque()
+def _walk(modules: list[types.ModuleType], targets: set[int], user: UserCode) -> _Way | None:
+    """The shortest way from a module's global to an object that holds one of ``targets``."""
+    queue: collections.deque[tuple[_Way, int]] = collections.deque()
     visited: set[int] = {id(m) for m in modules}
     for module in modules:
         lines = _global_lines(module)
         for name, value in list(vars(module).items()):
             if name.startswith("__") or isinstance(value, types.ModuleType):
                 continue
-            way = _Way(module, (f"global '{name}'",), lines.get(name), None)
-            queue.append((value, way, 0))
+            line = lines.get(name)
+            at: Place | None = None
+            if line is not None:
+                at = functools.partial(_at, line, module.__file__ or "")
+            way = _Way(module, (f"global '{name}'",), (value,), (at,))
+            queue.append((way, 0))
     walked = 0
     while queue and walked < _BUDGET:
-        holder, way, depth = queue.popleft()
+        way, depth = queue.popleft()
+        holder = way.objects[-1]
         if id(holder) in visited or isinstance(holder, _ATOMS) or _is_array(holder):
             continue
         visited.add(id(holder))
         walked += 1
-        for step, child, made_at in _children(holder):
+        for step, child, place in _children(holder, user):
             if id(child) in targets:
-                return way, holder
+                return way
             if depth + 1 < _MAX_DEPTH and not isinstance(child, types.ModuleType):
-                line, path = made_at if made_at is not None else (way.line, way.path)
-                queue.append((child, _Way(way.module, (*way.steps, step), line, path), depth + 1))
+                queue.append((way.then(step, child, place), depth + 1))
     return None
 
 
-def _children(holder: Any) -> Iterator[tuple[str, Any, tuple[int, str] | None]]:
-    """What ``holder`` refers to, each with how to name the step and, where the step has one,
-    the line that makes it (a closure: its function's definition)."""
+def _reaches(start: Any, targets: set[int], user: UserCode, depth: int = 4) -> bool:
+    """Whether ``start`` holds one of ``targets`` within ``depth`` steps."""
+    level, seen = [start], {id(start)}
+    for _ in range(depth):
+        following = []
+        for holder in level:
+            if isinstance(holder, _ATOMS) or _is_array(holder):
+                continue
+            for _, child, _ in _children(holder, user):
+                if id(child) in targets:
+                    return True
+                if id(child) not in seen and not isinstance(child, types.ModuleType):
+                    seen.add(id(child))
+                    following.append(child)
+        level = following[:_BUDGET]
+    return False
+
+
+def _children(holder: Any, user: UserCode) -> Iterator[tuple[str, Any, Place | None]]:
+    """What ``holder`` refers to, each with how to name the step and where it is made.
+
+    A library's classes and functions are not walked into: what a step keeps, it keeps in
+    the user's code or in objects (a library's too) that the user's code holds.
+    """
     if isinstance(holder, dict):
         for key, value in list(holder.items()):
             yield f"key {key!r:.40}", value, None
@@ -101,17 +158,19 @@ def _children(holder: Any) -> Iterator[tuple[str, Any, tuple[int, str] | None]]:
             yield "member", value, None
     elif isinstance(holder, types.FunctionType):
         code = holder.__code__
-        made_at = (code.co_firstlineno, code.co_filename)
+        if not user.is_user(code.co_filename):
+            return
+        place = functools.partial(_at, code.co_firstlineno, code.co_filename)
         for name, cell in zip(code.co_freevars, holder.__closure__ or (), strict=False):
             try:
                 value = cell.cell_contents
             except ValueError:  # a cell not yet filled
                 continue
-            yield f"closure variable '{name}' of {holder.__qualname__}", value, made_at
+            yield f"closure variable '{name}' of {holder.__qualname__}", value, place
         for name, value in list((holder.__kwdefaults__ or {}).items()):
-            yield f"default '{name}' of {holder.__qualname__}", value, made_at
+            yield f"default '{name}' of {holder.__qualname__}", value, place
         for index, value in enumerate(holder.__defaults__ or ()):
-            yield f"default {index} of {holder.__qualname__}", value, made_at
+            yield f"default {index} of {holder.__qualname__}", value, place
     elif isinstance(holder, types.MethodType):
         yield "bound to", holder.__self__, None
         yield "function", holder.__func__, None
@@ -121,12 +180,26 @@ def _children(holder: Any) -> Iterator[tuple[str, Any, tuple[int, str] | None]]:
             yield f"partial's argument {index}", value, None
         for name, value in holder.keywords.items():
             yield f"partial's argument '{name}'", value, None
+    elif isinstance(holder, type):
+        if _defined_by_user(holder, user):  # a class attribute: `history = []` in its body
+            for name, value in _attributes(holder):
+                yield f"attribute '{name}'", value, functools.partial(_attribute_line, holder, name)
     else:
-        wrapped = getattr(holder, "__wrapped__", None) if not isinstance(holder, type) else None
+        wrapped = getattr(holder, "__wrapped__", None)
         if wrapped is not None:  # jax.jit's and functools.wraps's wrappers
             yield "wrapping", wrapped, None
         for name, value in _attributes(holder):
-            yield f"attribute '{name}'", value, _attribute_line(holder, name)
+            yield f"attribute '{name}'", value, functools.partial(_attribute_line, holder, name)
+
+
+def _defined_by_user(cls: type, user: UserCode) -> bool:
+    module = sys.modules.get(cls.__module__)
+    filename = getattr(module, "__file__", None)
+    return isinstance(filename, str) and user.is_user(filename)
+
+
+def _at(line: int, filename: str) -> tuple[int, str]:
+    return line, filename
 
 
 def _attributes(holder: Any) -> list[tuple[str, Any]]:
