@@ -10,7 +10,8 @@ On the CPU unless ``JAX_PLATFORMS`` names another platform (``JAX_PLATFORMS=tpu`
   ``guarded_runs + 1`` later ones (``guarded_runs`` without the map), none in a timed run.
 - Judging a leaking region's counts (`judge_memory`: one garbage collection, then the walk
   that finds what holds the arrays), with flax, optax and equinox imported, as a real
-  project's worker has them: what a leak adds, once.
+  project's worker has them: what a leak adds, once; and the collection alone. (A worker
+  freezes what it holds after start-up, so its collections are cheaper than this process's.)
 - A whole region of the shipped MLP step (`gate.check_region`, in this process) under
   ``memory: {leaks: fail}`` against ``allow``, alternating, so load on the machine hits
   both alike: the region's wall time, median over the rounds, and the ratio.
@@ -19,6 +20,7 @@ On the CPU unless ``JAX_PLATFORMS`` names another platform (``JAX_PLATFORMS=tpu`
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -101,9 +103,11 @@ def judging(rounds: int) -> None:
         assert memory.leak is not None, memory
         assert memory.leak.holder is not None, memory
     q = statistics.quantiles(times, n=4)
+    collection = median_ms(gc.collect, rounds)
     print(
         f"judging a leak (gc + the holder's walk): {statistics.median(times):.1f} ms "
-        f"(p25-p75 {q[0]:.1f}-{q[2]:.1f}); found {memory.leak.holder}"
+        f"(p25-p75 {q[0]:.1f}-{q[2]:.1f}), of which gc.collect() alone {collection[0]:.1f} ms; "
+        f"found {memory.leak.holder}"
     )
 
 

@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from math import prod
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True)
@@ -23,9 +23,12 @@ class Count:
     nbytes: int
 
 
-@dataclass(frozen=True)
-class Born:
-    """One array the counts saw: the run after which it was first alive."""
+class Born(NamedTuple):
+    """One array the counts saw: the run after which it was first alive.
+
+    A named tuple: a count makes one for every array it has not seen (a frozen dataclass
+    costs several times as much to make).
+    """
 
     ref: weakref.ReferenceType[Any]
     run: int
@@ -55,16 +58,17 @@ class LiveArrays:
         left_out = {id(a) for a in held}
         arrays = nbytes = 0
         seen: dict[int, Born] = {}
+        # Deleted arrays (a donated input) are not listed: their buffers are gone.
         for array in jax.live_arrays():
-            if id(array) in left_out or array.is_deleted():
+            key = id(array)
+            if key in left_out:
                 continue
-            born = self._seen.get(id(array))
+            born = self._seen.get(key)
             if born is None or born.ref() is not array:
                 aval = array.aval  # its shape and dtype, read at a tenth of the array's cost
-                shape = tuple(int(d) for d in aval.shape)
-                dtype = aval.dtype
+                shape, dtype = aval.shape, aval.dtype
                 born = Born(weakref.ref(array), run, dtype, shape, prod(shape) * dtype.itemsize)
-            seen[id(array)] = born
+            seen[key] = born
             arrays += 1
             nbytes += born.nbytes
         # Only what is alive now: the registry never outgrows the live set.
