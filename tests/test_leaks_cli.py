@@ -386,6 +386,7 @@ def test_a_leak_fails_against_the_stored_baseline(tmp_path: Path) -> None:
 def test_the_leak_is_an_annotation_at_its_holder() -> None:
     leak = Leak(
         bytes_per_step=4,
+        devices=1,
         arrays=(KeptArrays("float32", (), 3, 3),),
         holder=Holder("steps.py", 5, "global 'history' (list)"),
         failing=True,
@@ -409,3 +410,49 @@ def test_the_leak_is_an_annotation_at_its_holder() -> None:
     result = replace(result, memory=StepMemory((1, 2, 3, 4), (4, 8, 12, 16), warned))
     assert result.passed
     assert region_annotations(result) == []
+
+
+MESH_STEPS = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+MESH = jax.make_mesh((8,), ("data",))
+SPLIT = NamedSharding(MESH, P("data"))
+REPLICATED = NamedSharding(MESH, P())
+kept = []
+
+
+@jax.jit
+def _step(x):
+    y = x * 2.0
+    return y, jax.lax.with_sharding_constraint(jnp.sum(y), REPLICATED)
+
+
+def setup():
+    return (jax.device_put(np.ones((16, 4), np.float32), SPLIT),)
+
+
+def step(x):
+    y, total = _step(x)
+    kept.append((y, total))
+    return total
+"""
+
+
+def test_a_leak_on_a_mesh_counts_the_bytes_on_every_device(tmp_path: Path) -> None:
+    env = "env:\n  XLA_FLAGS: --xla_force_host_platform_device_count=8\n"
+    policy = f"version: 1\n{env}{DEFAULTS}regions:\n" + region("mesh", "step")
+    repo = make_repo(tmp_path, {"steps.py": MESH_STEPS, "policies/mesh.yaml": policy})
+    run = run_gate(repo, "run", "--no-baseline", "--json", "r.json", devices=8)
+    assert run.returncode == 1, run
+    (found,) = regions_of(repo).values()
+    leak = found["memory"]["leak"]
+    # f32[16,4] split 8 ways is 256 B on the devices in all; f32[] replicated is 4 B on each.
+    assert (leak["bytes_per_step"], leak["devices"]) == (256 + 8 * 4, 8), leak
+    line = line_of(repo / "steps.py", "kept = []")
+    assert leak["text"] == (
+        f"steps.py:{line}: device memory kept every step: global 'kept' (list), "
+        "+1 float32[16,4] per step, +1 float32[] per step (288 B per step over 8 devices)"
+    )

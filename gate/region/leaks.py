@@ -18,7 +18,7 @@ from gate.policy.model import LeakRule
 from gate.results.leaks import KeptArrays, Leak, StepMemory
 from gate.user_code import UserCode
 from gate.witness.array_holders import find_holder
-from gate.witness.live_arrays import LiveArrays
+from gate.witness.live_arrays import LiveArrays, device_bytes
 
 # Runs past warm-up needed to tell a growing live set from the last result kept: the first
 # run's arrays must outlive the second.
@@ -52,11 +52,14 @@ def judge_memory(live: LiveArrays, rule: LeakRule, user: UserCode) -> StepMemory
     earliest = min(born.run for born, _ in kept)
     first = [array for born, array in kept if born.run == earliest]
     later = [array for born, array in kept if born.run != earliest]
-    total = sum(born.nbytes for born, _ in kept)
+    on_devices = [device_bytes(array, born) for born, array in kept]
+    total = sum(size for size, _ in on_devices)
+    devices = max(n for _, n in on_devices)
     del kept  # its pairs hold the arrays too: the holder search must not find them
     holder = find_holder(first, later, user)
     leak = Leak(
         bytes_per_step=total // counted,
+        devices=devices,
         arrays=tuple(KeptArrays(d, s, by_shape[(d, s)], counted) for d, s in shapes),
         holder=holder,
         failing=rule is LeakRule.FAIL,

@@ -30,7 +30,8 @@ class HolderDoc(Record, frozen=True, kw_only=True):
 
 
 class LeakDoc(Record, frozen=True, kw_only=True):
-    bytes_per_step: int
+    bytes_per_step: int  # on every device the kept arrays lie on
+    devices: int
     arrays: tuple[KeptArraysDoc, ...]
     holder: HolderDoc | None
     failing: bool
@@ -42,6 +43,7 @@ class LeakDoc(Record, frozen=True, kw_only=True):
         holder = leak.holder
         return cls(
             bytes_per_step=leak.bytes_per_step,
+            devices=leak.devices,
             arrays=tuple(
                 KeptArraysDoc(dtype=k.dtype, shape=k.shape, per_step=k.per_step, text=kept_text(k))
                 for k in leak.arrays

@@ -22,7 +22,8 @@ def leak_text(leak: Leak) -> str:
     if len(leak.arrays) > 3:
         arrays += f" (+{len(leak.arrays) - 3} more shapes)"
     held = leak.holder.what if leak.holder is not None else _UNREACHED
-    return f"{held}, {arrays} ({size_text(leak.bytes_per_step)} per step)"
+    over = f" over {leak.devices} devices" if leak.devices > 1 else ""
+    return f"{held}, {arrays} ({size_text(leak.bytes_per_step)} per step{over})"
 
 
 _UNREACHED = (

@@ -52,7 +52,8 @@ class Holder:
 class Leak:
     """Device arrays born in every counted run and all still alive after the last."""
 
-    bytes_per_step: int
+    bytes_per_step: int  # on all the devices the arrays lie on
+    devices: int  # the most devices one kept array lies on
     arrays: tuple[KeptArrays, ...]  # most bytes first
     holder: Holder | None  # None: nothing the gate could reach from the user's modules
     failing: bool  # ``memory: {leaks: fail}``

@@ -83,3 +83,19 @@ class LiveArrays:
             if array is not None and not array.is_deleted():
                 alive.append((born, array))
         return alive
+
+
+def device_bytes(array: Any, born: Born) -> tuple[int, int]:
+    """The bytes ``array`` holds on all its devices, and on how many: a copy on each device
+    it is replicated to, a part on each it is split over.
+
+    Asked only of the arrays a leak keeps. An array whose sharding cannot say (a JAX that
+    changed it) counts as one copy on one device.
+    """
+    try:
+        sharding = array.sharding
+        devices = len(sharding.device_set)
+        shard = prod(sharding.shard_shape(born.shape))
+        return shard * born.dtype_of.itemsize * devices, devices
+    except Exception:  # a figure in a report: never worth a failed region
+        return born.nbytes, 1
