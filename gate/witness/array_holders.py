@@ -115,7 +115,7 @@ def _walk(modules: list[types.ModuleType], targets: set[int], user: UserCode) ->
             continue
         visited.add(id(holder))
         walked += 1
-        for step, child, place in _children(holder, user):
+        for step, child, place in _safely(holder, user):
             if id(child) in targets:
                 return way
             if depth + 1 < _MAX_DEPTH and not isinstance(child, types.ModuleType):
@@ -131,7 +131,7 @@ def _reaches(start: Any, targets: set[int], user: UserCode, depth: int = 4) -> b
         for holder in level:
             if isinstance(holder, _ATOMS) or _is_array(holder):
                 continue
-            for _, child, _ in _children(holder, user):
+            for _, child, _ in _safely(holder, user):
                 if id(child) in targets:
                     return True
                 if id(child) not in seen and not isinstance(child, types.ModuleType):
@@ -139,6 +139,15 @@ def _reaches(start: Any, targets: set[int], user: UserCode, depth: int = 4) -> b
                     following.append(child)
         level = following[:_BUDGET]
     return False
+
+
+def _safely(holder: Any, user: UserCode) -> list[tuple[str, Any, Place | None]]:
+    """`_children`, or none where reading them raises (a container of the user's whose
+    iteration does): the walk goes on without it."""
+    try:
+        return list(_children(holder, user))
+    except Exception:
+        return []
 
 
 def _children(holder: Any, user: UserCode) -> Iterator[tuple[str, Any, Place | None]]:
@@ -185,7 +194,9 @@ def _children(holder: Any, user: UserCode) -> Iterator[tuple[str, Any, Place | N
             for name, value in _attributes(holder):
                 yield f"attribute '{name}'", value, functools.partial(_attribute_line, holder, name)
     else:
-        wrapped = getattr(holder, "__wrapped__", None)
+        # Read from the instance's own dict, as every attribute here: getattr could run a
+        # property or a __getattr__ of the user's.
+        wrapped = _own(holder).get("__wrapped__")
         if wrapped is not None:  # jax.jit's and functools.wraps's wrappers
             yield "wrapping", wrapped, None
         for name, value in _attributes(holder):
@@ -202,21 +213,26 @@ def _at(line: int, filename: str) -> tuple[int, str]:
     return line, filename
 
 
-def _attributes(holder: Any) -> list[tuple[str, Any]]:
-    """An object's (or a class's own) attributes, without calling a property."""
-    found: list[tuple[str, Any]] = []
+def _own(holder: Any) -> dict[str, Any]:
     try:
         own = vars(holder)
-    except TypeError:
-        own = {}
-    for name, value in list(own.items()):
-        if not (name.startswith("__") and name.endswith("__")):
-            found.append((name, value))
+    except TypeError:  # no __dict__
+        return {}
+    return own if isinstance(own, dict) else dict(own)
+
+
+def _attributes(holder: Any) -> list[tuple[str, Any]]:
+    """An object's (or a class's own) attributes, without calling a property."""
+    found = [
+        (name, value)
+        for name, value in list(_own(holder).items())
+        if not (name.startswith("__") and name.endswith("__"))
+    ]
     for name in getattr(type(holder), "__slots__", ()):
-        if isinstance(name, str) and hasattr(holder, name):
+        if isinstance(name, str):
             try:
                 found.append((name, object.__getattribute__(holder, name)))
-            except AttributeError:
+            except Exception:  # an empty slot (AttributeError), or a descriptor that raises
                 continue
     return found
 
