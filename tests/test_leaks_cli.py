@@ -459,3 +459,44 @@ def test_a_leak_on_a_mesh_counts_the_bytes_on_every_device(tmp_path: Path) -> No
         f"steps.py:{line}: device memory kept every step: global 'kept' (list), "
         "+1 float32[16,4] per step, +1 float32[] per step (288 B per step over 8 devices)"
     )
+
+
+kept_by_the_test: list[Any] = []
+
+
+def test_check_region_takes_leaks_as_the_policy_does() -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from gate import check_region
+
+    double = jax.jit(lambda x: x * 2.0)
+
+    def leaking(x: jax.Array) -> jax.Array:
+        y = double(x)
+        kept_by_the_test.append(y)
+        return y
+
+    def setup() -> tuple[jax.Array]:
+        return (jnp.ones(4),)
+
+    try:
+        runs = {"warmup": 1, "guarded_runs": 2, "repeats": 1}
+        failed = check_region(leaking, setup=setup, **runs)
+        assert not failed.passed
+        assert failed.memory is not None
+        assert failed.memory.leak is not None
+        line = line_of(Path(__file__), "kept_by_the_test: list[Any] = [" + "]")
+        assert str(failed.memory.leak.holder) == (
+            f"tests/test_leaks_cli.py:{line}: global 'kept_by_the_test' (list)"
+        )
+        warned = check_region(leaking, setup=setup, leaks="warn", **runs)
+        assert warned.passed
+        assert warned.memory is not None
+        assert warned.memory.leak is not None
+        assert warned.memory.leak.warning
+        assert check_region(leaking, setup=setup, leaks="allow", **runs).memory is None
+        with pytest.raises(ValueError, match="leaks is 'sometimes'; use one of fail, warn, allow"):
+            check_region(leaking, setup=setup, leaks="sometimes", **runs)
+    finally:
+        kept_by_the_test.clear()  # what the leak kept goes with the test
