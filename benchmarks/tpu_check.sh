@@ -9,7 +9,8 @@
 #      that picks its TPU at import among them;
 #   5. the gate's own cost: plain and --base against hand-written scripts (gate_vs_floor.py),
 #      a planted 1.3x slowdown caught and an unchanged tree passed (base_power.py), and reading
-#      the programs' collectives (comm_overhead.py);
+#      the programs' collectives (comm_overhead.py), and counting the live device arrays and
+#      judging a leak (leak_overhead.py);
 #   6. libtpu's start-up warning shown once per run.
 # Sections: `bash benchmarks/tpu_check.sh [checks] [figures]` (default: both). Logs go to
 # reports/tpu-check/, and as one archive to $OUT (the device tool's folder) when it is set. Needs junit-xml, msgspec, xmlschema and
@@ -99,6 +100,9 @@ if [[ " $sections " == *" figures "* ]]; then
 
     step "reading the programs' collectives"
     expect 0 comm.log env JAX_PLATFORMS=tpu python3 benchmarks/comm_overhead.py --runs 20
+
+    step "device memory a step keeps: the counts and judging a leak"
+    expect 0 leaks.log env JAX_PLATFORMS=tpu python3 benchmarks/leak_overhead.py --rounds 10
 fi
 
 step "done, status $status"

@@ -21,7 +21,16 @@ from typing import Any, TypeVar
 
 from gate.levels import Direction, GuardLevel, GuardSpec
 from gate.policy.defaults import default
-from gate.policy.model import CallableRef, Checks, DonationRule, Policy, RecompileRule, Region
+from gate.policy.model import (
+    CallableRef,
+    Checks,
+    DonationRule,
+    LeakRule,
+    MemoryRule,
+    Policy,
+    RecompileRule,
+    Region,
+)
 from gate.report.terminal import format_region_failure
 from gate.results.records import RegionResult
 
@@ -39,6 +48,7 @@ _WARMUP: int = default("warmup")
 _GUARDED_RUNS: int = default("guarded_runs")
 _RECOMPILES: str = default("recompiles")
 _DONATION: str = default("donation")
+_LEAKS: str = default("memory.leaks")
 
 
 def check_region(
@@ -53,12 +63,14 @@ def check_region(
     checks: Mapping[str, Any] | None = None,
     recompiles: str | RecompileRule = _RECOMPILES,
     donation: str | DonationRule = _DONATION,
+    leaks: str | LeakRule = _LEAKS,
 ) -> RegionResult:
     """Run ``step`` as a region in this process; its `RegionResult` (``.passed``, findings).
 
     The arguments mean what the policy keys of the same names mean (docs/policy.md), with
     callables in place of ``module:qualname``. ``checks`` takes the keys of the policy's
-    ``checks:`` (``finite``, ``reference``, ``rtol``, ``atol``, ``custom``). Files under the
+    ``checks:`` (``finite``, ``reference``, ``rtol``, ``atol``, ``custom``), and ``leaks`` the
+    policy's ``memory: {leaks: ...}``. Files under the
     working directory are the user's: findings name their ``file:line``. A wrong argument
     raises `TypeError` or `ValueError`; the step's own errors are in the result.
     """
@@ -88,6 +100,7 @@ def check_region(
         checks=_checks(checks, root, _ref(custom, "custom", root) if custom else None),
         recompiles=_choice(RecompileRule, recompiles, "recompiles"),
         donation=_choice(DonationRule, donation, "donation"),
+        memory=MemoryRule(leaks=_choice(LeakRule, leaks, "leaks")),
     )
     policy = Policy(path=file, version=1, suite=step_ref.module, python_path=(), regions=(region,))
     code = Callables(

@@ -21,6 +21,8 @@ from gate.policy.load import discover_policy_files, load_policy
 from gate.policy.model import (
     CallableRef,
     Checks,
+    LeakRule,
+    MemoryRule,
     Policy,
     RecompileRule,
     Region,
@@ -219,11 +221,30 @@ def test_full_policy_values() -> None:
                 timing=TimingRule(
                     on_regression=TimingAction.WARN, on_inconclusive=TimingAction.FAIL
                 ),
+                memory=MemoryRule(leaks=LeakRule.WARN),
             ),
         ),
     )
-    # Left out, a region fails on recompiles.
+    # Left out, a region fails on recompiles and on a leak.
     assert {r.recompiles for r in policy.regions[:2]} == {RecompileRule.FAIL}
+    assert {r.memory.leaks for r in policy.regions[:2]} == {LeakRule.FAIL}
+
+
+def test_memory_leaks_inherit_from_defaults_key_by_key(tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").write_text(
+        "version: 1\n"
+        "defaults: {memory: {leaks: allow}}\n"
+        "regions:\n"
+        "  - {name: a, step: m:f}\n"
+        "  - {name: b, step: m:f, memory: {leaks: warn}}\n"
+        "  - {name: c, step: m:f, memory: {}}\n"
+    )
+    policy = load_policy(tmp_path / "p.yaml", tmp_path)
+    assert [r.memory.leaks for r in policy.regions] == [
+        LeakRule.ALLOW,
+        LeakRule.WARN,
+        LeakRule.ALLOW,
+    ]
 
 
 def test_minimal_policy_takes_builtin_defaults() -> None:

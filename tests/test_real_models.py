@@ -439,6 +439,10 @@ def test_a_clean_real_step_passes_with_checks(
     found = json_region(compared, "clean.json", name)
     assert found["transfers"] == [], found
     assert found["notes"] == [], found
+    # Its device memory counted after each of the two runs past warm-up, and no leak: the
+    # state each run makes replaces the last.
+    assert len(found["memory"]["live_arrays"]) == 2, found
+    assert found["memory"]["leak"] is None, found
 
 
 def test_references_hold_only_the_array_leaves(

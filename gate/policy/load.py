@@ -32,6 +32,8 @@ from gate.policy.model import (
     CollectiveRule,
     CostRule,
     DonationRule,
+    LeakRule,
+    MemoryRule,
     Policy,
     RecompileRule,
     Region,
@@ -215,6 +217,7 @@ def _build(document: yaml.Node, shown: Path, file: Path, write_references: bool)
     )
     default_timing = _timing(defaults.get("timing"), TimingRule())
     default_cost = _cost(defaults.get("cost"), CostRule())
+    default_memory = _memory(defaults.get("memory"), MemoryRule())
 
     regions = []
     for region_node in top["regions"].value:
@@ -241,6 +244,7 @@ def _build(document: yaml.Node, shown: Path, file: Path, write_references: bool)
                 donation=DonationRule(value(region, "donation", inherited["donation"])),
                 timing=_timing(region.get("timing"), default_timing),
                 cost=_cost(region.get("cost"), default_cost),
+                memory=_memory(region.get("memory"), default_memory),
                 checks=Checks(
                     finite=bool(value(checks, "finite", False)),
                     reference=absolute_path(policy_dir / reference)
@@ -301,6 +305,14 @@ def _cost(node: yaml.Node | None, inherited: CostRule) -> CostRule:
     keys = {str(scalar_value(k)): scalar_value(v) for k, v in node.value}
     limit = keys.get("max_increase", inherited.max_increase)
     return CostRule(max_increase=None if limit is None else float(limit))
+
+
+def _memory(node: yaml.Node | None, inherited: MemoryRule) -> MemoryRule:
+    """A ``memory:`` setting; keys it leaves out keep ``inherited``'s (``defaults:``)."""
+    if node is None:
+        return inherited
+    keys = {str(scalar_value(k)): scalar_value(v) for k, v in node.value}
+    return MemoryRule(leaks=LeakRule(keys.get("leaks", inherited.leaks.value)))
 
 
 def _guard(node: yaml.Node | None, inherited: GuardSpec) -> GuardSpec:

@@ -82,6 +82,15 @@ class DonationRule(enum.Enum):
     ALLOW = "allow"  # not looked at
 
 
+class LeakRule(enum.Enum):
+    """What a step that keeps more device arrays alive after every run does to a region
+    (the policy's ``memory: {leaks: ...}``)."""
+
+    FAIL = "fail"
+    WARN = "warn"  # reported, not failing
+    ALLOW = "allow"  # not counted at all
+
+
 class TimingAction(enum.Enum):
     """What a timing verdict does to a region: a significant slowdown
     (``timing: {on_regression: ...}``), or one the rounds could not decide (``on_inconclusive``)."""
@@ -97,6 +106,7 @@ _ON_INCONCLUSIVE = TimingAction(default("timing.on_inconclusive"))
 _RECOMPILES = RecompileRule(default("recompiles"))
 _COLLECTIVES = CollectiveRule(default("collectives"))
 _DONATION = DonationRule(default("donation"))
+_LEAKS = LeakRule(default("memory.leaks"))
 
 
 @dataclass(frozen=True)
@@ -136,6 +146,13 @@ class CostRule:
 
 
 @dataclass(frozen=True)
+class MemoryRule:
+    """What the gate does about device memory the step keeps (the policy's ``memory:``)."""
+
+    leaks: LeakRule = _LEAKS
+
+
+@dataclass(frozen=True)
 class Region:
     """One critical code region: a step run under the guard."""
 
@@ -155,6 +172,7 @@ class Region:
     cost: CostRule = CostRule()
     collectives: CollectiveRule = _COLLECTIVES
     donation: DonationRule = _DONATION
+    memory: MemoryRule = MemoryRule()
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import yaml
 
+from gate.policy.defaults import default
 from gate.policy.load import BUILTIN_DEFAULTS
 from gate.policy.schema import policy_schema
 
@@ -87,6 +88,12 @@ def starter_policy(
     lines += [
         _line(f"  # {key}: {BUILTIN_DEFAULTS[key]}", note) for key, note in _DEFAULT_NOTES.items()
     ]
+    leaks = default("memory.leaks")
+    lines.append(
+        _line(
+            f"  # memory: {{leaks: {leaks}}}", "device arrays kept every run: fail, warn or allow"
+        )
+    )
     lines += [
         "regions:",
         _line(f"  - name: {_scalar(name)}", "unique in this file"),

@@ -1,5 +1,5 @@
 """Running one region: setup → first call (mapped) → warm-up → mapped runs → JAX's verdict
-→ timed runs → checks → cost run.
+→ device memory judged → timed runs → checks → cost run.
 
 Why this order:
 - Every run gets fresh inputs from setup (`gate.region.inputs`): a value whose host copy was
@@ -17,6 +17,9 @@ Why this order:
   the timed runs see the steady state.
 - One run under the region's real levels lets JAX itself refuse what the map might have
   missed; its refusal always fails.
+- After warm-up and after each of those runs the gate counts the device arrays alive
+  (`gate.region.leaks`): arrays every run leaves behind are a leak. Judged before the timed
+  runs, which count nothing.
 - Timed runs are not watched (entering the guard costs ~10 µs, the map far more) and block on
   the outputs, so the figure is device time, not dispatch time.
 """
@@ -40,7 +43,7 @@ from gate.jaxhooks.guard import (
 from gate.jaxhooks.programs import RegionPrograms
 from gate.machine.diagnosis import check_required
 from gate.machine.diagnosis import detect as detect_platform
-from gate.policy.model import Policy, RecompileRule, Region
+from gate.policy.model import LeakRule, Policy, RecompileRule, Region
 from gate.policy.resolve import ResolveError, python_path
 from gate.region.callables import RegionCode, import_region
 from gate.region.checks import run_checks
@@ -49,6 +52,7 @@ from gate.region.donations import judge_donations
 from gate.region.errors import RegionAbort, error_from
 from gate.region.fetch_watch import watching_reads
 from gate.region.held import HeldRegion, Keep
+from gate.region.leaks import judge_memory
 from gate.region.outputs import host_leaves
 from gate.region.region_run import RegionRun
 from gate.region.stages import Stage, announce
@@ -59,6 +63,7 @@ from gate.results.errors import ErrorKind, RegionError
 from gate.results.records import CheckOutcome, Phase, RegionResult
 from gate.user_code import UserCode
 from gate.witness.callbacks import CallbackHookMissing, count_callbacks
+from gate.witness.live_arrays import LiveArrays
 from gate.witness.transfer_map import capture_works
 
 # What JAX runs on in this process; fixed once JAX has started.
@@ -162,6 +167,9 @@ def _run_imported(
                     for _ in range(region.warmup):
                         run.unguarded_call()
                     run.compiles = compile_watch  # from here on, a compile is a recompile
+                    if region.memory.leaks is not LeakRule.ALLOW:
+                        run.live = LiveArrays()
+                        run.count_live()  # the state the guarded runs start from
                     announce(Stage.WATCHING)
                     if can_map:
                         run.mapped_calls(Phase.STEADY_STATE, region.guarded_runs)
@@ -170,11 +178,20 @@ def _run_imported(
                 # map): a transfer the map somehow missed still fails the region.
                 for _ in range(1 if can_map else region.guarded_runs):
                     run.guarded_call(Phase.STEADY_STATE)
+                    run.count_live()
                 if background is not None and user_threads_alive():
                     # Work handed to a living thread may still be on its way.
                     time.sleep(SETTLE_S)
             if background is not None:
                 run.fetches_between_runs(background, threads_before)
+            # Judged before the timed runs, which it must not slow, and before their
+            # outputs are held.
+            memory = (
+                None
+                if run.live is None
+                else judge_memory(run.live, region.memory.leaks, run.code.user)
+            )
+            run.live = None
             run.monitor.reset_costs()
             announce(Stage.TIMING)
             samples, outputs = run.timed_calls()
@@ -223,11 +240,14 @@ def _run_imported(
         boundaries=costs,
         checks=checks,
         recompiles=run.recompiles(compile_watch),
-        notes=notes(run.verdict, witnessing(), region) + _noted(donations.note),
+        notes=notes(run.verdict, witnessing(), region)
+        + _noted(donations.note)
+        + _noted(memory.note if memory is not None else None),
         coverage=judged,
         error=unchecked(region, witnessing(), judged) or donations.error,
         cost=cost,
         donations=donations.donations,
+        memory=memory,
         **base,
     )
 

@@ -42,6 +42,7 @@ from gate.results.records import Phase, Recompile
 from gate.witness.arguments import CallPlan, is_jitted, plan_call
 from gate.witness.callbacks import CallbackLog, CallbackSite
 from gate.witness.fetches import FetchLog
+from gate.witness.live_arrays import LiveArrays
 from gate.witness.observed import Observed, name_moves
 from gate.witness.recompiles import attribute
 from gate.witness.transfer_map import mapped
@@ -76,6 +77,9 @@ class RegionRun:
     monitor: BoundaryMonitor = field(default_factory=BoundaryMonitor)
     verdict: Verdict = field(default_factory=Verdict)
     memory: SightingMemory = field(default_factory=SightingMemory)
+    # Set after warm-up unless ``memory: {leaks: allow}``: the device arrays alive after each
+    # run past warm-up (`gate.region.leaks`).
+    live: LiveArrays | None = None
     watch: FetchWatch = field(init=False)
     inputs: StepInputs = field(init=False)
 
@@ -164,8 +168,16 @@ class RegionRun:
         with described(phase):
             for _ in range(runs):
                 self._mapped_run(tally, explicit)
+                if phase is Phase.STEADY_STATE:
+                    self.count_live()
         for key, sighting, count in tally.sites():
             self.verdict.transfers.append(site_transfer(self.code, key, sighting, phase, count))
+
+    def count_live(self) -> None:
+        """The device arrays alive now, after a run past warm-up whose outputs are dropped;
+        the run's inputs, which the gate keeps for the next run's checks, left out."""
+        if self.live is not None:
+            self.live.count(self.inputs.previous or ())
 
     def _mapped_run(self, tally: PhaseTally, explicit: tuple[Callable[..., Any], ...]) -> None:
         inputs = self.inputs.fresh()

@@ -125,6 +125,8 @@ def _status(region: RegionResult) -> str:
         why.append("recompiles")
     why.extend(label for label, _ in failing_comparisons(region))
     why.extend(failure_reasons(region))
+    if region.memory_failed:
+        why.append("device memory")
     return f"**FAIL**: {'; '.join(why)}"
 
 

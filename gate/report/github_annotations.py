@@ -14,10 +14,12 @@ from dataclasses import dataclass
 
 from gate.report.communication_text import acted_on
 from gate.report.comparison_text import failing_comparisons
+from gate.report.memory_text import LABEL, leak_place, leak_text
 from gate.report.terminal import RECOMPILE_FIX, one_line
 from gate.results.errors import ErrorKind
 from gate.results.findings import Finding, group
 from gate.results.hints import hint_for, hint_for_error
+from gate.results.leaks import LEAK_FIX
 from gate.results.records import RegionResult, RunResult
 from gate.text import counted
 
@@ -66,6 +68,7 @@ class AnnotationKind(enum.IntEnum):
     RECOMPILE = 3
     COMPARISON = 4  # slower than the base or the baseline, a changed result, a broken base
     COMMUNICATION = 5  # a new collective (at its line), communicated bytes, an unused donation
+    MEMORY = 6  # device memory the step keeps every run, at what holds it
 
 
 @dataclass(frozen=True)
@@ -155,6 +158,20 @@ def region_annotations(region: RegionResult) -> list[Annotation]:
         for label, text in failing_comparisons(region)
     )
     found.extend(_communication_annotations(region))
+    leak = region.memory.leak if region.memory is not None else None
+    if leak is not None and leak.failing:
+        path, line = leak_place(region, leak)
+        found.append(
+            Annotation(
+                AnnotationKind.MEMORY,
+                region.classname,
+                path,
+                line,
+                LABEL,
+                leak_text(leak),
+                fix=LEAK_FIX,
+            )
+        )
     return found
 
 

@@ -24,6 +24,7 @@ from gate.files import write_text_atomically
 from gate.levels import GuardSpec
 from gate.package import __version__
 from gate.report.json_collectives import CommComparisonDoc, CommunicationDoc, DonationDoc
+from gate.report.json_memory import MemoryDoc
 from gate.results.cause import cause_of
 from gate.results.comparison import (
     BaseComparison,
@@ -423,6 +424,8 @@ class RegionDoc(Record, frozen=True, kw_only=True, omit_defaults=True):
     cost_vs_baseline: CostComparisonDoc | None
     collectives_vs_baseline: CommComparisonDoc | None
     donations: tuple[DonationDoc, ...]
+    # Only for a region whose device arrays were counted (`gate.report.json_memory`).
+    memory: MemoryDoc | None = None
     checks: tuple[CheckOutcome, ...]
     error: ErrorDoc | None
     notes: tuple[str, ...]
@@ -466,6 +469,7 @@ class RegionDoc(Record, frozen=True, kw_only=True, omit_defaults=True):
             cost_vs_baseline=CostComparisonDoc.of(region.cost_vs_baseline),
             collectives_vs_baseline=CommComparisonDoc.of(region.comm_vs_baseline),
             donations=tuple(DonationDoc.of(d) for d in region.donations),
+            memory=MemoryDoc.of(region),
             checks=region.checks,
             error=ErrorDoc.of(region.error),
             notes=region.notes,

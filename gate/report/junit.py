@@ -33,6 +33,7 @@ from gate.levels import Direction
 from gate.report.junit_cases import Case, region_cases
 from gate.report.junit_collectives import communication_cases, communication_properties
 from gate.report.junit_comparison import comparison_cases, comparison_properties
+from gate.report.junit_memory import memory_cases
 from gate.report.terminal import one_line
 from gate.results.records import RunResult, SuiteResult
 
@@ -101,7 +102,12 @@ def render_junit(run: RunResult) -> str:
             [
                 case
                 for r in suite.regions
-                for case in (*region_cases(r), *comparison_cases(r), *communication_cases(r))
+                for case in (
+                    *region_cases(r),
+                    *comparison_cases(r),
+                    *communication_cases(r),
+                    *memory_cases(r),
+                )
             ],
         )
         for suite in run.suites

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from gate.report.communication_text import CommFinding, acted_on
 from gate.report.comparison_text import comparison_lines, failing_comparisons
+from gate.report.memory_text import leak_line, memory_column
 from gate.results.findings import Finding, group
 from gate.results.hints import hint_for, hint_for_error
+from gate.results.leaks import LEAK_FIX, Leak
 from gate.results.records import (
     BoundaryCost,
     CheckOutcome,
@@ -116,7 +118,11 @@ def format_summary(
     findings = [
         line
         for region in regions
-        if not region.passed or region.notes or region.recompiles or acted_on(region)
+        if not region.passed
+        or region.notes
+        or region.recompiles
+        or acted_on(region)
+        or _leak(region) is not None
         for line in _findings(region)
     ]
     if verbose:
@@ -217,6 +223,9 @@ def _region_line(region: RegionResult, width: int, color: bool) -> str:
     if region.cost is not None and region.cost.headline():
         columns.append(region.cost.headline())  # XLA's count: exact where the median is not
     columns.extend(_comm_columns(region))
+    leaks = memory_column(region)
+    if leaks is not None:
+        columns.append(leaks)
     if region.boundaries:
         per_step = sum(b.per_step_s for b in region.boundaries)
         columns.append(f"boundaries {duration_text(per_step)}/step")
@@ -295,8 +304,13 @@ def _failing_lines(region: RegionResult) -> list[str]:
         *(_recompile_line(r, region) for r in region.recompiles if r.failing),
         *(_check_line(c, policy) for c in region.checks if not c.passed),
         *(_comm_line(f, policy) for f in acted_on(region) if f.failing),
+        *(leak_line(region, leak) for leak in [_leak(region)] if leak and leak.failing),
         *(f"{policy}: {label}: {text}" for label, text in failing_comparisons(region)),
     ]
+
+
+def _leak(region: RegionResult) -> Leak | None:
+    return region.memory.leak if region.memory is not None else None
 
 
 def _transfer_line(finding: Finding, region: RegionResult) -> str:
@@ -337,6 +351,9 @@ def _findings(region: RegionResult, *, comparisons: bool = True) -> list[str]:
     comm = acted_on(region)
     lines.extend(f"  {_comm_line(finding, policy)}" for finding in comm)
     lines.extend(f"  fix: {fix}" for fix in dict.fromkeys(f.fix for f in comm if f.fix))
+    leak = _leak(region)
+    if leak is not None:
+        lines.extend([f"  {leak_line(region, leak)}", f"  fix: {LEAK_FIX}"])
     lines.extend(f"  note: {one_line(note)}" for note in region.notes)
     lines.extend(f"  {_check_line(c, policy)}" for c in region.checks if not c.passed)
     if comparisons:

@@ -16,6 +16,7 @@ from gate.results.comparison import BaseComparison, TimingComparison
 from gate.results.costs import CostComparison, StepCost
 from gate.results.donations import UnusedDonation
 from gate.results.errors import RegionError
+from gate.results.leaks import StepMemory
 from gate.results.machine import Machine
 from gate.results.placement import Placement
 from gate.user_code import SourceLocation
@@ -281,6 +282,9 @@ class RegionResult:
     comm_vs_baseline: CommComparison | None = None
     # Donated arguments no output reuses (`gate.results.donations`), judged by ``donation:``.
     donations: tuple[UnusedDonation, ...] = ()
+    # The device arrays alive after each run past warm-up, and a leak (`gate.results.leaks`);
+    # None: not counted (``memory: {leaks: allow}``, or the region stopped before).
+    memory: StepMemory | None = None
 
     @classmethod
     def of(cls, policy: Policy, region: Region, **fields: Any) -> RegionResult:
@@ -322,6 +326,10 @@ class RegionResult:
         return any(d.failing for d in self.donations)
 
     @property
+    def memory_failed(self) -> bool:
+        return self.memory is not None and self.memory.failing
+
+    @property
     def comparison_failed(self) -> bool:
         """Slower than the base or the baseline, a result, a cost or a collective beyond it,
         a base that broke."""
@@ -340,6 +348,7 @@ class RegionResult:
             and not self.checks_failed
             and not self.recompiles_failed
             and not self.donations_failed
+            and not self.memory_failed
             and not self.comparison_failed
         )
 

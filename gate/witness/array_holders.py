@@ -1,0 +1,313 @@
+"""What holds an array: a user module's global, a closure's variable, an object's attribute.
+
+A walk outward from the globals of the user's modules, breadth first (so the shortest way
+to the arrays is named), through what Python code can reach: containers' items, functions'
+closures (also behind ``jax.jit``'s ``__wrapped__``), objects' and classes' attributes. The
+container that holds one of the arrays is named by the way to it,
+``global 'tracker', attribute 'history' (list)``. Where the walk finds nothing (a C
+extension's cache, a thread's frame), the garbage collector's referrers still say what
+kind of container holds them. Run once per leaking region, never in a timed run.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import functools
+import gc
+import inspect
+import sys
+import types
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gate.results.leaks import Holder
+from gate.user_code import UserCode
+
+# The walk stops after this many objects: a holder is almost always a few steps from a global.
+_BUDGET = 200_000
+_MAX_DEPTH = 8
+# Values that hold nothing worth walking into.
+_ATOMS = (str, bytes, bytearray, int, float, complex, bool, type(None), range, memoryview)
+
+
+# Where a step of a way is made, worked out when asked: a line and its file, or None.
+Place = Callable[[], "tuple[int, str] | None"]
+
+
+@dataclass(frozen=True)
+class _Way:
+    """How the walk reached an object: from which global of which module, through what.
+
+    Step ``i`` reaches ``objects[i]``; ``places[i]`` says where that step is made (a line and
+    its file), asked only of the way finally named: reading a class's source for every
+    attribute walked past would cost most of the walk.
+    """
+
+    module: types.ModuleType
+    steps: tuple[str, ...]  # "global 'tracker'", "attribute 'history'", "item 3", ...
+    objects: tuple[Any, ...]
+    places: tuple[Place | None, ...]
+
+    def then(self, step: str, child: Any, place: Place | None) -> _Way:
+        return _Way(self.module, (*self.steps, step), (*self.objects, child), (*self.places, place))
+
+    def made_at(self, at: int) -> tuple[int | None, str]:
+        """The line (and file) that makes step ``at``: its own, else the nearest before it."""
+        for place in reversed(self.places[: at + 1]):
+            found = place() if place is not None else None
+            if found is not None:
+                return found
+        return None, self.module.__file__ or ""
+
+
+def find_holder(first: Sequence[Any], later: Sequence[Any], user: UserCode) -> Holder | None:
+    """The container that holds ``first`` (arrays one run kept) and ``later`` (those later
+    runs kept), reached from the user's modules; None if nothing reachable holds them.
+
+    The way to one of ``first`` ends in what holds it directly; the holder named is the
+    innermost container on that way that also reaches one of ``later``: the list a step
+    appends its parameter tree to, not the tree.
+    """
+    modules = [
+        m
+        for m in list(sys.modules.values())
+        if isinstance(m, types.ModuleType)
+        and isinstance(getattr(m, "__file__", None), str)
+        and user.is_user(m.__file__ or "")
+    ]
+    way = _walk(modules, {id(a) for a in first}, user)
+    if way is None:
+        return _referrer(first)
+    others = {id(a) for a in later}
+    at = len(way.objects) - 1
+    while at > 0 and others and not _reaches(way.objects[at], others, user):
+        at -= 1
+    if others and not _reaches(way.objects[at], others, user):
+        at = len(way.objects) - 1  # nothing holds both: name what holds the first
+    line, path = way.made_at(at)
+    return Holder(
+        user.relative(path), line, f"{', '.join(way.steps[: at + 1])} ({_kind(way.objects[at])})"
+    )
+
+
+def _walk(modules: list[types.ModuleType], targets: set[int], user: UserCode) -> _Way | None:
+    """The shortest way from a module's global to an object that holds one of ``targets``."""
+    queue: collections.deque[tuple[_Way, int]] = collections.deque()
+    visited: set[int] = {id(m) for m in modules}
+    for module in modules:
+        lines = _global_lines(module)
+        for name, value in list(vars(module).items()):
+            if name.startswith("__") or isinstance(value, types.ModuleType):
+                continue
+            line = lines.get(name)
+            at: Place | None = None
+            if line is not None:
+                at = functools.partial(_at, line, module.__file__ or "")
+            way = _Way(module, (f"global '{name}'",), (value,), (at,))
+            queue.append((way, 0))
+    walked = 0
+    while queue and walked < _BUDGET:
+        way, depth = queue.popleft()
+        holder = way.objects[-1]
+        if id(holder) in visited or isinstance(holder, _ATOMS) or _is_array(holder):
+            continue
+        visited.add(id(holder))
+        walked += 1
+        for step, child, place in _safely(holder, user):
+            if id(child) in targets:
+                return way
+            if depth + 1 < _MAX_DEPTH and not isinstance(child, types.ModuleType):
+                queue.append((way.then(step, child, place), depth + 1))
+    return None
+
+
+def _reaches(start: Any, targets: set[int], user: UserCode, depth: int = 4) -> bool:
+    """Whether ``start`` holds one of ``targets`` within ``depth`` steps."""
+    level, seen = [start], {id(start)}
+    for _ in range(depth):
+        following = []
+        for holder in level:
+            if isinstance(holder, _ATOMS) or _is_array(holder):
+                continue
+            for _, child, _ in _safely(holder, user):
+                if id(child) in targets:
+                    return True
+                if id(child) not in seen and not isinstance(child, types.ModuleType):
+                    seen.add(id(child))
+                    following.append(child)
+        level = following[:_BUDGET]
+    return False
+
+
+def _safely(holder: Any, user: UserCode) -> list[tuple[str, Any, Place | None]]:
+    """`_children`, or none where reading them raises (a container of the user's whose
+    iteration does): the walk goes on without it."""
+    try:
+        return list(_children(holder, user))
+    except Exception:
+        return []
+
+
+def _children(holder: Any, user: UserCode) -> Iterator[tuple[str, Any, Place | None]]:
+    """What ``holder`` refers to, each with how to name the step and where it is made.
+
+    A library's classes and functions are not walked into: what a step keeps, it keeps in
+    the user's code or in objects (a library's too) that the user's code holds.
+    """
+    if isinstance(holder, dict):
+        for key, value in list(holder.items()):
+            yield f"key {key!r:.40}", value, None
+    elif isinstance(holder, (list, tuple, collections.deque)):
+        for index, value in enumerate(list(holder)):
+            yield f"item {index}", value, None
+    elif isinstance(holder, (set, frozenset)):
+        for value in list(holder):
+            yield "member", value, None
+    elif isinstance(holder, types.FunctionType):
+        code = holder.__code__
+        if not user.is_user(code.co_filename):
+            return
+        place = functools.partial(_at, code.co_firstlineno, code.co_filename)
+        for name, cell in zip(code.co_freevars, holder.__closure__ or (), strict=False):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # a cell not yet filled
+                continue
+            yield f"closure variable '{name}' of {holder.__qualname__}", value, place
+        for name, value in list((holder.__kwdefaults__ or {}).items()):
+            yield f"default '{name}' of {holder.__qualname__}", value, place
+        for index, value in enumerate(holder.__defaults__ or ()):
+            yield f"default {index} of {holder.__qualname__}", value, place
+    elif isinstance(holder, types.MethodType):
+        yield "bound to", holder.__self__, None
+        yield "function", holder.__func__, None
+    elif isinstance(holder, functools.partial):
+        yield "partial's function", holder.func, None
+        for index, value in enumerate(holder.args):
+            yield f"partial's argument {index}", value, None
+        for name, value in holder.keywords.items():
+            yield f"partial's argument '{name}'", value, None
+    elif isinstance(holder, type):
+        if _defined_by_user(holder, user):  # a class attribute: `history = []` in its body
+            for name, value in _attributes(holder):
+                yield f"attribute '{name}'", value, functools.partial(_attribute_line, holder, name)
+    else:
+        # Read from the instance's own dict, as every attribute here: getattr could run a
+        # property or a __getattr__ of the user's.
+        wrapped = _own(holder).get("__wrapped__")
+        if wrapped is not None:  # jax.jit's and functools.wraps's wrappers
+            yield "wrapping", wrapped, None
+        for name, value in _attributes(holder):
+            yield f"attribute '{name}'", value, functools.partial(_attribute_line, holder, name)
+
+
+def _defined_by_user(cls: type, user: UserCode) -> bool:
+    module = sys.modules.get(cls.__module__)
+    filename = getattr(module, "__file__", None)
+    return isinstance(filename, str) and user.is_user(filename)
+
+
+def _at(line: int, filename: str) -> tuple[int, str]:
+    return line, filename
+
+
+def _own(holder: Any) -> dict[str, Any]:
+    try:
+        own = vars(holder)
+    except TypeError:  # no __dict__
+        return {}
+    return own if isinstance(own, dict) else dict(own)
+
+
+def _attributes(holder: Any) -> list[tuple[str, Any]]:
+    """An object's (or a class's own) attributes, without calling a property."""
+    found = [
+        (name, value)
+        for name, value in list(_own(holder).items())
+        if not (name.startswith("__") and name.endswith("__"))
+    ]
+    for name in getattr(type(holder), "__slots__", ()):
+        if isinstance(name, str):
+            try:
+                found.append((name, object.__getattribute__(holder, name)))
+            except Exception:  # an empty slot (AttributeError), or a descriptor that raises
+                continue
+    return found
+
+
+def _is_array(value: Any) -> bool:
+    return type(value).__module__.startswith("jaxlib") and hasattr(value, "is_deleted")
+
+
+def _kind(container: Any) -> str:
+    return type(container).__name__
+
+
+@functools.cache
+def _parsed(filename: str) -> ast.Module | None:
+    try:
+        with open(filename, encoding="utf-8") as source:
+            return ast.parse(source.read(), filename)
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _global_lines(module: types.ModuleType) -> dict[str, int]:
+    """Where each of a module's globals is first assigned (or defined), by name."""
+    tree = _parsed(module.__file__ or "")
+    lines: dict[str, int] = {}
+    if tree is None:
+        return lines
+    for node in tree.body:
+        names: list[str] = []
+        if isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
+            names = [node.target.id]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [node.name]
+        for name in names:
+            lines.setdefault(name, node.lineno)
+    return lines
+
+
+def _attribute_line(holder: Any, name: str) -> tuple[int, str] | None:
+    """Where the class of ``holder`` (or ``holder``, a class) first assigns ``name``."""
+    cls = holder if isinstance(holder, type) else type(holder)
+    try:
+        filename = inspect.getsourcefile(cls)
+    except TypeError:  # a built-in class
+        return None
+    tree = _parsed(filename) if filename else None
+    if tree is None or filename is None:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
+            for inner in ast.walk(node):
+                line = _stored_at(inner, name)
+                if line is not None:
+                    return line, filename
+    return None
+
+
+def _stored_at(node: ast.AST, name: str) -> int | None:
+    """The line of ``node`` if it assigns ``name`` (``self.name = ...``, or ``name = ...`` in
+    a class body); else None."""
+    if isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.ctx, ast.Store):
+        return node.lineno
+    if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
+        return node.lineno
+    return None
+
+
+def _referrer(arrays: Sequence[Any]) -> Holder | None:
+    """What kind of container holds the first of ``arrays``, where no walk reached it."""
+    own = {id(arrays)}
+    for referrer in gc.get_referrers(*arrays[:1]):
+        if id(referrer) in own or isinstance(referrer, types.FrameType):
+            continue
+        if isinstance(referrer, (list, dict, tuple, set, collections.deque)):
+            return Holder(None, None, f"a {_kind(referrer)} that no module of the user's reaches")
+    return None
