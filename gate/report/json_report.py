@@ -162,6 +162,10 @@ class RecompileDoc(Record, frozen=True, kw_only=True):
     line: int | None
     caller: str | None
     source: str | None
+    # In the first call and warm-up: ``count`` programs where the base compiled
+    # ``base_count`` (null without a base: it compiled again at the same shapes).
+    startup: bool = False
+    base_count: int | None = None
 
 
 class TimingDoc(Record, frozen=True, kw_only=True):
@@ -453,6 +457,8 @@ class RegionDoc(Record, frozen=True, kw_only=True, omit_defaults=True):
                     line=r.location.line if r.location else None,
                     caller=r.location.function if r.location else None,
                     source=r.source,
+                    startup=r.startup,
+                    base_count=r.base_count,
                 )
                 for r in region.recompiles
             ),

@@ -218,7 +218,7 @@ def _recompiles_case(region: RegionResult) -> Case:
     if failing:
         message = format_recompile(failing[0], region)
         if len(failing) > 1:
-            message = f"{len(failing)} functions compiled again after warm-up: {message}"
+            message = f"{len(failing)} functions compiled more than they should: {message}"
         body = f"{listing}\n{declared(region)}"
         outcome = Outcome("failure", "recompile", message, body)
     return Case(f"{region.name}: recompiles", region.classname, file, line, None, listing, outcome)

@@ -212,7 +212,7 @@ def _region_line(region: RegionResult, width: int, color: bool) -> str:
         if passing:
             columns.append("transfers: " + ", ".join(passing))
     if region.recompiles:
-        count = sum(r.count for r in region.recompiles)
+        count = sum(r.extra for r in region.recompiles)
         word = "recompiled" if region.recompiles_failed else "recompiled (warn)"
         columns.append(f"{word} {count}x")
     if region.has_checks:
