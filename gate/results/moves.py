@@ -64,4 +64,6 @@ def collective_key(group: CollectiveGroup) -> tuple[object, ...]:
     sample = group.sample
     who = ",".join(sample.axes) if sample.axes is not None else sample.groups
     where = sample.location.function if sample.location is not None else sample.op_name
-    return (sample.kind, who, sample.function, where, group.buffers)
+    # The shapes, not how many programs hold them: a pmap made per call compiles a program
+    # per call, each with its own copy of the one collective the base's single program has.
+    return (sample.kind, who, sample.function, where, tuple(sorted(set(group.buffers))))

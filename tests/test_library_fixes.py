@@ -1,0 +1,106 @@
+"""Real fixes from the libraries' own histories, judged by ``run --base`` through the real CLI.
+
+Each folder of tests/library-fixes/ is one fix (its README cites the repository, commit and
+license): ``base/`` holds the library's code after the fix, ``head/`` the code before it, and
+``train.py`` with ``policy.yaml`` a small training loop over it. The base is committed; the
+head is the working tree on top of it, as a pull request that reintroduced the bug would be.
+Each test asserts the verdict, the finding and the line a PR tool annotates.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import GateRun, line_of, run_gate
+from git_helpers import git, init
+
+FIXES = Path(__file__).parent / "library-fixes"
+
+# Each gate here runs under the accelerator's rule (tests/accelerator_rule.py).
+ON_THE_DEVICE = pytest.mark.usefixtures("one_process_on_the_device")
+
+
+def _copy(folder: Path, into: Path) -> None:
+    for path in folder.iterdir():
+        if path.is_file():
+            shutil.copy(path, into / path.name)
+
+
+def _judged(tmp_path: Path, fix: str, devices: int = 1) -> tuple[GateRun, Path]:
+    """``run --base HEAD`` on a repository whose commit is the fix and whose tree is before it."""
+    folder = FIXES / fix
+    repo = init(tmp_path / fix)
+    (repo / "policies").mkdir()
+    shutil.copy(folder / "policy.yaml", repo / "policies" / "p.yaml")
+    shutil.copy(folder / "train.py", repo / "train.py")
+    _copy(folder / "base", repo)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", f"{fix}: the fix")
+    _copy(folder / "head", repo)
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json", devices=devices)
+    return run, repo
+
+
+def _region(repo: Path) -> dict[str, Any]:
+    [region] = json.loads((repo / "r.json").read_text())["suites"][0]["regions"]
+    return region
+
+
+def test_the_fixes_are_cited_and_whole() -> None:
+    folders = sorted(p for p in FIXES.iterdir() if p.is_dir())
+    assert len(folders) >= 2
+    for folder in folders:
+        readme = (folder / "README.md").read_text()
+        assert "github.com/" in readme
+        assert folder.name.split("-")[-1] in readme
+        assert "Apache-2.0" in readme
+        assert sorted(p.name for p in (folder / "base").iterdir()) == sorted(
+            p.name for p in (folder / "head").iterdir()
+        )
+        assert (folder / "train.py").is_file()
+        assert (folder / "policy.yaml").is_file()
+
+
+@ON_THE_DEVICE
+def test_optax_47404ab6_the_annotation_is_on_momos_host_sync(tmp_path: Path) -> None:
+    run, repo = _judged(tmp_path, "optax-47404ab6")
+    assert run.returncode == 1, run
+    sync = line_of(repo / "momo.py", "if count == jnp.zeros")
+    testcase = run.testcase("momo: transfers")
+    # Python scalar uploads at the lines below it are more frequent; the sync comes first.
+    assert (testcase.get("file"), testcase.get("line")) == ("momo.py", str(sync)), run
+    failure = testcase.find("failure")
+    assert failure is not None, run
+    message = failure.get("message", "")
+    assert message.split(": ", 1)[1].startswith(
+        f"implicit device-to-host transfer bool[] at momo.py:{sync}, 1x per step"
+    ), message
+    failing = [f for f in _region(repo)["transfers"] if f["failing"]]
+    assert failing[0]["direction"] == "device-to-host", failing
+    assert failing[0]["line"] == sync, failing
+
+
+@ON_THE_DEVICE
+def test_optax_7c49fcfd_a_second_program_in_the_first_call_fails_against_the_base(
+    tmp_path: Path,
+) -> None:
+    run, repo = _judged(tmp_path, "optax-7c49fcfd")
+    assert run.returncode == 1, run
+    call = line_of(repo / "train.py", "# the loop's call")
+    testcase = run.testcase("linesearch: recompiles")
+    assert (testcase.get("file"), testcase.get("line")) == ("train.py", str(call)), run
+    failure = testcase.find("failure")
+    assert failure is not None, run
+    message = failure.get("message", "")
+    assert message.startswith(
+        f"train.py:{call}: jit(step) compiled 2 programs in the first call and warm-up "
+        "(3 calls) where the base compiled 1: "
+    ), message
+    assert "{weak_type=True} before" in message, message
+    [found] = _region(repo)["recompiles"]
+    assert (found["startup"], found["count"], found["base_count"]) == (True, 2, 1)
+    assert "FAIL  p.linesearch  1 recompile  recompiled 1x" in run.stdout, run
