@@ -293,6 +293,15 @@ def test_the_same_collective_at_another_line_of_the_function_moved_and_does_not_
         "model.py:221: all-reduce f32[1024] over 'data' moved from model.py:217, not new "
         "(same kind, shapes and groups): 4.1 kB → 4.1 kB/step/device"
     )
+    # A lambda taken out of a function body keeps its name, not its qualname.
+    nested = Collective(
+        **{**vars(there), "location": SourceLocation("t.py", 25, "sync.<locals>.<lambda>")}
+    )
+    top = Collective(**{**vars(here), "location": SourceLocation("t.py", 22, "<lambda>")})
+    (lifted,) = compare_communication(
+        Communication((nested,)), Communication((top,)), *FAIL
+    ).changes
+    assert lifted.change == MOVED
     # Other shapes, other groups or another function: new where it is, gone where it was.
     for other in (
         _collective("all-reduce", 221, 8192, "y = g(x)"),

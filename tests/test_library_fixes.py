@@ -52,7 +52,7 @@ def _region(repo: Path) -> dict[str, Any]:
 
 def test_the_fixes_are_cited_and_whole() -> None:
     folders = sorted(p for p in FIXES.iterdir() if p.is_dir())
-    assert len(folders) >= 2
+    assert len(folders) >= 3
     for folder in folders:
         readme = (folder / "README.md").read_text()
         assert "github.com/" in readme
@@ -104,3 +104,31 @@ def test_optax_7c49fcfd_a_second_program_in_the_first_call_fails_against_the_bas
     [found] = _region(repo)["recompiles"]
     assert (found["startup"], found["count"], found["base_count"]) == (True, 2, 1)
     assert "FAIL  p.linesearch  1 recompile  recompiled 1x" in run.stdout, run
+
+
+@ON_THE_DEVICE
+def test_flax_266052cb_a_pmap_per_call_recompiles_and_its_pmean_only_moved(
+    tmp_path: Path,
+) -> None:
+    run, repo = _judged(tmp_path, "flax-266052cb", devices=2)
+    assert run.returncode == 1, run
+    call = line_of(repo / "imagenet_train.py", "avg(state['batch_stats'])")
+    failure = run.testcase("sync: recompiles").find("failure")
+    assert failure is not None, run
+    message = failure.get("message", "")
+    # Every step first: the compiles after warm-up, then the extra programs of the first call.
+    assert message.startswith(f"imagenet_train.py:{call}: "), message
+    assert " compiled again 8x in 4 runs after warm-up" in message, message
+    assert message.endswith("(+1 more in this testcase's body)"), message
+    # The pmean: moved from the function body to module level, the same all-reduce.
+    region = _region(repo)
+    changes = region["base"]["collectives"]["changes"]
+    assert [c["change"] for c in changes] == ["moved"], changes
+    assert not changes[0]["failing"], changes
+    moved_to = line_of(repo / "imagenet_train.py", "avg = jax.pmap(lambda x")
+    assert changes[0]["line"] == moved_to, changes
+    assert "moved from imagenet_train.py:" in changes[0]["text"], changes
+    assert "not new" in changes[0]["text"], changes
+    collectives = run.testcase("sync: collectives")
+    assert collectives.find("failure") is None, run
+    assert "new all-reduce" not in run.stdout, run

@@ -320,7 +320,8 @@ def _startup_vs_base(head: RegionResult, base: RegionResult, region: Region) -> 
         region.warmup + 1,
         failing=region.recompiles is RecompileRule.FAIL,
     )
-    return replace(head, recompiles=(*judged, *(r for r in head.recompiles if not r.startup)))
+    after = tuple(r for r in head.recompiles if not r.startup)
+    return replace(head, recompiles=(*after, *judged))  # every step before the first call only
 
 
 def _not_compared(head: RegionResult) -> RegionResult:

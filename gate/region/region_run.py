@@ -111,7 +111,7 @@ class RegionRun:
         startup = startup_recompiles(
             self.startup_programs(watch), None, self.startup_runs, failing=fails
         )
-        return startup + after
+        return after + startup  # every step before the first call only
 
     def startup_programs(self, watch: CompileWatch | None) -> tuple[ProgramsCompiled, ...]:
         """What each function compiled in the first call and warm-up."""

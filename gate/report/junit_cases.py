@@ -216,9 +216,10 @@ def _recompiles_case(region: RegionResult) -> Case:
     file, line = (first.path, first.line) if first else (region.policy_path, region.policy_line)
     outcome = None
     if failing:
+        # The first is the most severe (after warm-up, every step), where the case points.
         message = format_recompile(failing[0], region)
         if len(failing) > 1:
-            message = f"{len(failing)} functions compiled more than they should: {message}"
+            message += f" (+{len(failing) - 1} more in this testcase's body)"
         body = f"{listing}\n{declared(region)}"
         outcome = Outcome("failure", "recompile", message, body)
     return Case(f"{region.name}: recompiles", region.classname, file, line, None, listing, outcome)

@@ -7,8 +7,8 @@ operation where it went and a gone one where it was, and a new one fails. So wha
 matching leaves over on both sides is paired here, one to one and in order, by what
 the operation is without its place:
 
-- a transfer: the same function (by name) and the same source text, direction, kind
-  and array (`transfer_key`);
+- a transfer: the same function (by its own name, wherever it is nested) and the same
+  source text, direction, kind and array (`transfer_key`);
 - a collective: the same kind, participants (axes or device groups), program and
   buffer shapes, in the same enclosing function (`collective_key`).
 
@@ -55,7 +55,13 @@ def transfer_key(
     same array the same way. None (no match) for an unnamed function or an unread line."""
     if not function or not source.strip():
         return None
-    return (direction, kind, function, " ".join(source.split()), array, destination)
+    return (direction, kind, _name(function), " ".join(source.split()), array, destination)
+
+
+def _name(function: str) -> str:
+    """A function by its own name, not where it was nested: a lambda taken from a function
+    body to module level (``sync.<locals>.<lambda>``, now ``<lambda>``) is the same lambda."""
+    return function.rsplit(".", 1)[-1]
 
 
 def collective_key(group: CollectiveGroup) -> tuple[object, ...]:
@@ -63,7 +69,7 @@ def collective_key(group: CollectiveGroup) -> tuple[object, ...]:
     the same enclosing function (JAX's op name stands in where no line of the user's is)."""
     sample = group.sample
     who = ",".join(sample.axes) if sample.axes is not None else sample.groups
-    where = sample.location.function if sample.location is not None else sample.op_name
+    where = _name(sample.location.function) if sample.location is not None else sample.op_name
     # The shapes, not how many programs hold them: a pmap made per call compiles a program
     # per call, each with its own copy of the one collective the base's single program has.
     return (sample.kind, who, sample.function, where, tuple(sorted(set(group.buffers))))
