@@ -52,7 +52,7 @@ def _region(repo: Path) -> dict[str, Any]:
 
 def test_the_fixes_are_cited_and_whole() -> None:
     folders = sorted(p for p in FIXES.iterdir() if p.is_dir())
-    assert len(folders) >= 3
+    assert len(folders) >= 4
     for folder in folders:
         readme = (folder / "README.md").read_text()
         assert "github.com/" in readme
@@ -132,3 +132,20 @@ def test_flax_266052cb_a_pmap_per_call_recompiles_and_its_pmean_only_moved(
     collectives = run.testcase("sync: collectives")
     assert collectives.find("failure") is None, run
     assert "new all-reduce" not in run.stdout, run
+
+
+@ON_THE_DEVICE
+def test_flax_f88e45b0_the_implicit_fetch_is_caught_at_its_line(tmp_path: Path) -> None:
+    run, repo = _judged(tmp_path, "flax-f88e45b0")
+    assert run.returncode == 1, run
+    fetch = line_of(repo / "ppo_main.py", "onp.exp(onp.array(log_probs))")
+    testcase = run.testcase("ppo: transfers")
+    assert (testcase.get("file"), testcase.get("line")) == ("ppo_main.py", str(fetch)), run
+    failure = testcase.find("failure")
+    assert failure is not None, run
+    assert f"implicit device-to-host transfer float32[3,4] at ppo_main.py:{fetch}" in (
+        failure.get("message", "")
+    ), run
+    # The fix's explicit device_get is gone from the head: nothing of the base's fails.
+    failing = [f for f in _region(repo)["transfers"] if f["failing"]]
+    assert all(not f["in_base"] for f in failing), failing
