@@ -20,7 +20,13 @@ from gate.jaxhooks.compiles import (
 )
 from gate.results.records import ProgramsCompiled
 from gate.user_code import SourceLocation, UserCode
-from gate.witness.recompiles import attribute, explain, startup_recompiles, weak_types_only
+from gate.witness.recompiles import (
+    attribute,
+    explain,
+    program_name,
+    startup_recompiles,
+    weak_types_only,
+)
 
 STEPS = """
 import functools
@@ -405,3 +411,18 @@ def test_only_a_weak_type_flip_counts_as_the_same_shapes() -> None:
     assert not weak_types_only([weak.replace("now f32[]", "now i32[]")])
     assert not weak_types_only([])  # JAX said nothing: not known to be the same shapes
     assert not weak_types_only([_SHAPE_LOG])
+
+
+def test_a_pmap_program_is_named_by_the_users_function_not_jaxs_wrapper() -> None:
+    import jax
+    import numpy as np
+
+    double = lambda x: x * 2.0  # noqa: E731  (the pmapped lambda)
+    line = double.__code__.co_firstlineno
+    with watching_compiles() as watch, watch.counting():
+        jax.block_until_ready(jax.pmap(double)(np.ones((1, 4), np.float32)))
+    user = UserCode(Path(__file__).parent)
+    names = {program_name(event, user) for event in watch.events}
+    assert f"pmap(<lambda> at test_recompiles.py:{line})" in names, names
+    # JAX's own programs keep JAX's names.
+    assert not any(name == "jit(_fun)" for name in names), names

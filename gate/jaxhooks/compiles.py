@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import threading
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from gate.jaxhooks.internals import traced_function
 from gate.jaxhooks.static_misses import static_values_explained
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
@@ -58,6 +60,9 @@ class CompileEvent:
     fun_name: str  # as JAX names it: "jit(step)"
     stack: tuple[traceback.FrameSummary, ...]  # outermost first, when it was compiled
     explanations: tuple[str, ...]  # JAX's cache-miss log since the thread's last compile
+    # Where JAX names the program after its own wrapper (a pmap's ``jit(_fun)``): what the
+    # user wrote, ``("pmap", "<lambda> at /repo/train.py:25")``; else None.
+    written: tuple[str, str] | None = None
 
 
 @dataclass
@@ -117,7 +122,7 @@ class CompileWatch:
             if index < len(kept) and kept[index].fun_name == UNNAMED:
                 # The same compile as the hit just counted: name it, do not count it twice.
                 event = kept[index]
-                kept[index] = CompileEvent(fun_name, event.stack, event.explanations)
+                kept[index] = CompileEvent(fun_name, event.stack, event.explanations, event.written)
                 return
         self._record(fun_name)
 
@@ -128,7 +133,7 @@ class CompileWatch:
         if kept is None:
             return False
         stack = tuple(traceback.extract_stack())
-        kept.append(CompileEvent(fun_name, stack, texts))
+        kept.append(CompileEvent(fun_name, stack, texts, traced_function(sys._getframe())))
         return True
 
 

@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 
 from gate.jaxhooks.compiles import CompileEvent
+from gate.jaxhooks.internals import PMAP_PROGRAM_NAMES
 from gate.results.records import ProgramsCompiled, Recompile
 from gate.user_code import SourceLocation, UserCode
 
@@ -108,6 +109,19 @@ def explain(texts: Sequence[str]) -> str | None:
     return None
 
 
+def program_name(event: CompileEvent, user: UserCode) -> str:
+    """The program as the user wrote it: ``pmap(<lambda> at train.py:25)`` where JAX names a
+    pmap's program after its own wrapper (``jit(_fun)``); JAX's name everywhere else."""
+    if event.written is None or event.fun_name not in PMAP_PROGRAM_NAMES:
+        return event.fun_name
+    traced_for, source = event.written
+    name, at, where = source.rpartition(" at ")
+    path, colon, line = where.rpartition(":")
+    if not at or not colon:
+        return f"{traced_for}({source})"
+    return f"{traced_for}({name} at {user.relative(path)}:{line})"
+
+
 def attribute(
     events: Sequence[CompileEvent],
     user: UserCode,
@@ -124,7 +138,7 @@ def attribute(
     grouped: dict[tuple[str, SourceLocation | None], list[CompileEvent]] = {}
     for event in events:
         location = user.locate(event.stack) or step_location
-        grouped.setdefault((event.fun_name, location), []).append(event)
+        grouped.setdefault((program_name(event, user), location), []).append(event)
     found = []
     for (function, location), members in grouped.items():
         change = next((c for c in (explain(e.explanations) for e in members) if c), None)
@@ -172,7 +186,7 @@ def programs_compiled(
     order, at the line of its last compile there (where a second program came from)."""
     grouped: dict[str, list[CompileEvent]] = {}
     for event in events:
-        grouped.setdefault(event.fun_name, []).append(event)
+        grouped.setdefault(program_name(event, user), []).append(event)
     found = []
     for function, members in grouped.items():
         location = user.locate(members[-1].stack) or step_location
