@@ -104,6 +104,12 @@ def test_optax_7c49fcfd_a_second_program_in_the_first_call_fails_against_the_bas
     [found] = _region(repo)["recompiles"]
     assert (found["startup"], found["count"], found["base_count"]) == (True, 2, 1)
     assert "FAIL  p.linesearch  1 recompile  recompiled 1x" in run.stdout, run
+    # Its memory: per program, never summed into what reads like one program's growth.
+    [count] = _region(repo)["base"]["cost"]["program_counts"]
+    assert (count["name"], count["base_programs"], count["head_programs"]) == ("jit(step)", 1, 2)
+    assert count["head_memory"][0] == count["base_memory"][0], count
+    assert count["text"].startswith("jit(step): 2 programs where the base had 1 program (each: ")
+    assert "jit(step): argument_bytes" not in run.stdout, run
 
 
 @ON_THE_DEVICE

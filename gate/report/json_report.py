@@ -259,6 +259,18 @@ class CostChangeDoc(Record, frozen=True, kw_only=True):
     failing: bool
 
 
+class ProgramCountDoc(Record, frozen=True, kw_only=True):
+    """A function with more or fewer programs than the other side's, and each one's memory."""
+
+    name: str
+    base_programs: int
+    head_programs: int
+    # Each program's memory figures, in the order they first ran (empty where not kept).
+    base_memory: tuple[dict[str, float], ...]
+    head_memory: tuple[dict[str, float], ...]
+    text: str
+
+
 class CostComparisonDoc(Record, frozen=True, kw_only=True):
     """Every figure that changed against the base (``function: null``: the step's total)."""
 
@@ -271,6 +283,7 @@ class CostComparisonDoc(Record, frozen=True, kw_only=True):
     max_increase: float | None
     headline: str
     changes: tuple[CostChangeDoc, ...]
+    program_counts: tuple[ProgramCountDoc, ...] = ()
 
     @classmethod
     def of(cls, cost: CostComparison | None) -> CostComparisonDoc | None:
@@ -285,6 +298,17 @@ class CostComparisonDoc(Record, frozen=True, kw_only=True):
             max_increase=cost.max_increase,
             headline=cost.headline(),
             changes=_records(cost.changes, CostChangeDoc),
+            program_counts=tuple(
+                ProgramCountDoc(
+                    name=count.name,
+                    base_programs=count.base.programs,
+                    head_programs=count.head.programs,
+                    base_memory=tuple(dict(p) for p in count.base.per_program),
+                    head_memory=tuple(dict(p) for p in count.head.per_program),
+                    text=count.text(cost.against),
+                )
+                for count in cost.counts
+            ),
         )
 
 
