@@ -52,7 +52,7 @@ def _region(repo: Path) -> dict[str, Any]:
 
 def test_the_fixes_are_cited_and_whole() -> None:
     folders = sorted(p for p in FIXES.iterdir() if p.is_dir())
-    assert len(folders) >= 4
+    assert len(folders) >= 5
     for folder in folders:
         readme = (folder / "README.md").read_text()
         assert "github.com/" in readme
@@ -159,3 +159,22 @@ def test_flax_f88e45b0_the_implicit_fetch_is_caught_at_its_line(tmp_path: Path) 
     # The fix's explicit device_get is gone from the head: nothing of the base's fails.
     failing = [f for f in _region(repo)["transfers"] if f["failing"]]
     assert all(not f["in_base"] for f in failing), failing
+
+
+@ON_THE_DEVICE
+def test_optax_b601cd0d_a_weak_step_count_compiles_the_step_twice(tmp_path: Path) -> None:
+    run, repo = _judged(tmp_path, "optax-b601cd0d")
+    assert run.returncode == 1, run
+    call = line_of(repo / "train.py", "# the loop's call")
+    testcase = run.testcase("ademamix: recompiles")
+    assert (testcase.get("file"), testcase.get("line")) == ("train.py", str(call)), run
+    failure = testcase.find("failure")
+    assert failure is not None, run
+    message = failure.get("message", "")
+    assert message.startswith(
+        f"train.py:{call}: jit(step) compiled 2 programs in the first call and warm-up "
+        "(3 calls) where the base compiled 1: "
+    ), message
+    assert "int32[]{weak_type=True} before, int32[]{weak_type=False} now" in message, message
+    # Nothing else of the region fails: the count alone.
+    assert "FAIL  p.ademamix  1 recompile  recompiled 1x" in run.stdout, run
