@@ -52,7 +52,7 @@ def _region(repo: Path) -> dict[str, Any]:
 
 def test_the_fixes_are_cited_and_whole() -> None:
     folders = sorted(p for p in FIXES.iterdir() if p.is_dir())
-    assert len(folders) >= 5
+    assert len(folders) >= 6
     for folder in folders:
         readme = (folder / "README.md").read_text()
         assert "github.com/" in readme
@@ -178,3 +178,19 @@ def test_optax_b601cd0d_a_weak_step_count_compiles_the_step_twice(tmp_path: Path
     assert "int32[]{weak_type=True} before, int32[]{weak_type=False} now" in message, message
     # Nothing else of the region fails: the count alone.
     assert "FAIL  p.ademamix  1 recompile  recompiled 1x" in run.stdout, run
+
+
+@ON_THE_DEVICE
+def test_flax_29d4ffdb_an_eager_one_hot_per_string_is_a_round_trip(tmp_path: Path) -> None:
+    run, repo = _judged(tmp_path, "flax-29d4ffdb")
+    assert run.returncode == 1, run
+    read = line_of(repo / "input_pipeline.py", "return np.array([encode_str(inp)")
+    upload = line_of(repo / "input_pipeline.py", "return jax.nn.one_hot(tokens")
+    testcase = run.testcase("seq2seq: transfers")
+    # The host sync first: the annotation is on the read back, not the uploads.
+    assert (testcase.get("file"), testcase.get("line")) == ("input_pipeline.py", str(read)), run
+    failing = [f for f in _region(repo)["transfers"] if f["failing"]]
+    assert failing[0]["direction"] == "device-to-host", failing
+    assert failing[0]["line"] == read, failing
+    assert any(f["direction"] == "host-to-device" and f["line"] == upload for f in failing), failing
+    assert not any(f["in_base"] for f in failing), failing
