@@ -82,6 +82,15 @@ def test_optax_47404ab6_the_annotation_is_on_momos_host_sync(tmp_path: Path) -> 
     failing = [f for f in _region(repo)["transfers"] if f["failing"]]
     assert failing[0]["direction"] == "device-to-host", failing
     assert failing[0]["line"] == sync, failing
+    # A plain run (no base) too: of the eager update's many failing lines, the sync leads.
+    plain = run_gate(repo, "run")
+    assert plain.returncode == 1, plain
+    testcase = plain.testcase("momo: transfers")
+    assert (testcase.get("file"), testcase.get("line")) == ("momo.py", str(sync)), plain
+    failure = testcase.find("failure")
+    assert failure is not None, plain
+    message = failure.get("message", "")
+    assert "more (every one in this testcase's body)" in message, message
 
 
 @ON_THE_DEVICE
