@@ -217,15 +217,13 @@ def startup_recompiles(
     before = {p.function: p.count for p in base} if base is not None else None
     found = []
     for programs in head:
+        base_count = before.get(programs.function) if before is not None else None
         if before is not None:
-            base_count: int | None = before.get(programs.function, 0)
             # A function the base never compiled is new code, not a recompile.
-            if base_count == 0 or programs.count <= (base_count or 0):
+            if base_count is None or programs.count <= base_count:
                 continue
         elif programs.count < 2 or not programs.same_shapes:
             continue
-        else:
-            base_count = None
         found.append(
             Recompile(
                 function=programs.function,
