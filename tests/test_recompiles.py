@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -392,6 +393,9 @@ def test_more_programs_than_the_base_in_the_first_call_is_a_recompile() -> None:
     assert startup_recompiles([_programs(3)], other, 4, failing=True) == ()
     (grown,) = startup_recompiles([_programs(3)], [_programs(2)], 4, failing=False)
     assert (grown.base_count, grown.extra, grown.failing) == (2, 1, False)
+    # An eager operation at a new shape: JAX explains no such compile, and it is no recompile.
+    eager = ProgramsCompiled("jit(multiply)", None, 2, None)
+    assert startup_recompiles([eager], [replace(eager, count=1)], 4, failing=True) == ()
     # Without a base, only a second program at the same shapes (a flipped weak type).
     (alone,) = startup_recompiles(head, None, 4, failing=True)
     assert alone.base_count is None

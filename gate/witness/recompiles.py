@@ -213,14 +213,18 @@ def startup_recompiles(
 ) -> tuple[Recompile, ...]:
     """The functions that compiled more programs in the first call and warm-up than they
     should: than the base's count of the same function (``run --base``), or, with no base,
-    again at the same shapes (a weak type flipping between calls, the classic)."""
+    again at the same shapes (a weak type flipping between calls, the classic).
+
+    Against the base, only where JAX explained the extra program (a jitted function's
+    tracing cache miss): an eager operation (``jit(multiply)``) compiles once per shape it
+    meets and JAX explains none of them, so new code that multiplies at a new shape is not
+    a recompile. A function the base never compiled is new code too."""
     before = {p.function: p.count for p in base} if base is not None else None
     found = []
     for programs in head:
         base_count = before.get(programs.function) if before is not None else None
         if before is not None:
-            # A function the base never compiled is new code, not a recompile.
-            if base_count is None or programs.count <= base_count:
+            if base_count is None or programs.count <= base_count or programs.change is None:
                 continue
         elif programs.count < 2 or not programs.same_shapes:
             continue
