@@ -25,6 +25,18 @@ class Hook:
 
 HOOKS = (
     Hook(
+        "a pmap's trace info (jax/_src/pmap.py's `wrapped` frame, its infer_params closure's "
+        "wrapped_fun.debug_info), so a pmap's program is named by the user's function, not "
+        "jit(_fun)",
+        ("infer_params", "wrapped_fun", "PMAP_PROGRAM_NAMES"),
+        (
+            "test_recompiles.py::test_a_pmap_program_is_named_by_the_users_function_not_jaxs_"
+            "wrapper",
+            "test_library_fixes.py::test_flax_266052cb_a_pmap_per_call_recompiles_and_its_pmean_"
+            "only_moved",
+        ),
+    ),
+    Hook(
         "jax 0.12's tracing-cache key diff (partial_eval.diff_tracing_cache_keys) and flattree's "
         "FTStatic & co., so a recompile says which static argument changed",
         (

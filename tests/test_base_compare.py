@@ -308,3 +308,70 @@ def spun_step(x):
     # the head's step; charged the spin's wait it was nearly all of it (~8 ms of ~8 ms). The
     # rounds' medians, not the timed runs' means, which a loaded machine's outliers sway.
     assert boundary["head_median_s"] < 0.5 * base["timing"]["head_median_s"], (boundary, base)
+
+
+MOVED_POLICY = """
+version: 1
+defaults: {warmup: 1, guarded_runs: 1, repeats: 2, timing: off}
+regions:
+  - {name: moved, step: "steps:moved_step", setup: "steps:make"}
+"""
+HALVE = """
+import jax.numpy as jnp
+
+
+def halve(x):
+    return x * 0.5  # the eager upload
+"""
+MOVED_STEPS = """
+import jax
+import numpy as np
+
+from pkg.{module} import halve
+
+
+def make():
+    return (jax.device_put(np.arange(16, dtype=np.float32)),)
+
+
+def moved_step(x):
+    return halve(x)
+"""
+
+
+def test_a_transfer_moved_to_another_file_is_moved_not_new(tmp_path: Path) -> None:
+    # The same function, the same line, now in pkg/util.py instead of pkg/core.py
+    # (with code above it): against the base and against a stored baseline alike.
+    repo = init(tmp_path / "repo")
+    commit(
+        repo,
+        {
+            "pkg/__init__.py": "",
+            "pkg/core.py": HALVE,
+            "steps.py": MOVED_STEPS.format(module="core"),
+            "policies/p.yaml": MOVED_POLICY,
+        },
+        "base",
+    )
+    stored = run_gate(repo, "baseline", "policies")
+    assert stored.returncode == 0, stored
+    commit(repo, {}, "the baseline")
+    (repo / "pkg" / "core.py").unlink()
+    make_repo(
+        repo,
+        {
+            "pkg/util.py": "import math\n\nHALF = math.pi / math.pi / 2\n" + HALVE,
+            "steps.py": MOVED_STEPS.format(module="util"),
+        },
+    )
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json")
+    assert run.returncode == 0, run
+    [finding] = _regions(repo / "r.json")["p.moved"]["transfers"]
+    assert (finding["path"], finding["failing"], finding["in_base"]) == ("pkg/util.py", False, True)
+    assert "moved since the base, not new: implicit host-to-device" in run.stdout, run
+    assert "(the base has it in pkg/core.py, halve: return x * 0.5" in run.stdout, run
+    # Against the stored baseline alone: accepted, and its entry is not "no longer seen".
+    alone = run_gate(repo, "run", "--json", "r.json")
+    assert alone.returncode == 0, alone
+    assert "moved since the baseline, not new:" in alone.stdout, alone
+    assert "no longer" not in alone.stdout, alone

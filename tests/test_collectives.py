@@ -16,7 +16,7 @@ import pytest
 from gate.jaxhooks.executables import Executed, StepMesh
 from gate.policy.model import CollectiveRule, DonationRule
 from gate.region.donations import judge_donations
-from gate.results.collective_changes import GONE, GROWN, NEW, compare_communication
+from gate.results.collective_changes import GONE, GROWN, MOVED, NEW, compare_communication
 from gate.results.collectives import Collective, Communication, not_read
 from gate.results.costs import FunctionCost, step_cost
 from gate.results.errors import ErrorKind
@@ -278,6 +278,45 @@ def test_a_new_collective_fails_under_fail_and_is_said_with_its_bytes_and_axis()
         "new all-reduce at this line: 2 where the base has 1 (2x all-reduce f32[1024] over "
         "'data'), 8.19 kB/step/device (base: 4.1 kB)"
     )
+
+
+def test_the_same_collective_at_another_line_of_the_function_moved_and_does_not_fail() -> None:
+    # flax 266052cb: `jax.pmap(lambda x: lax.pmean(x, 'x'), 'x')` taken from a function body
+    # to module level; another line, another line text, the same pmean.
+    there = _collective("all-reduce", 217, 4096, "avg = jax.pmap(lambda x: lax.pmean(x, 'x'))")
+    here = _collective("all-reduce", 221, 4096, "cross_replica_mean = jax.pmap(lambda x: ...)")
+    compared = compare_communication(Communication((there,)), Communication((here,)), *FAIL)
+    (moved,) = compared.changes
+    assert (moved.change, moved.failing, moved.warning) == (MOVED, False, False)
+    assert not compared.failing
+    assert moved.line("policies/p.yaml:3") == (
+        "model.py:221: all-reduce f32[1024] over 'data' moved from model.py:217, not new "
+        "(same kind, shapes and groups): 4.1 kB → 4.1 kB/step/device"
+    )
+    # A lambda taken out of a function body keeps its name, not its qualname.
+    nested = Collective(
+        **{**vars(there), "location": SourceLocation("t.py", 25, "sync.<locals>.<lambda>")}
+    )
+    top = Collective(**{**vars(here), "location": SourceLocation("t.py", 22, "<lambda>")})
+    (lifted,) = compare_communication(
+        Communication((nested,)), Communication((top,)), *FAIL
+    ).changes
+    assert lifted.change == MOVED
+    # Other shapes, other groups or another function: new where it is, gone where it was.
+    for other in (
+        _collective("all-reduce", 221, 8192, "y = g(x)"),
+        Collective(**{**vars(here), "axes": ("model",)}),
+        Collective(**{**vars(here), "location": SourceLocation("model.py", 221, "update")}),
+    ):
+        changed = compare_communication(Communication((there,)), Communication((other,)), *FAIL)
+        assert [(c.change, c.failing) for c in changed.changes] == [(NEW, True), (GONE, False)]
+    # Two moved, one left behind: paired one to one, the rest stays new.
+    two = Communication((here, _collective("all-reduce", 230, 4096, "z = h(x)")))
+    paired = compare_communication(Communication((there,)), two, *FAIL)
+    assert sorted(c.change for c in paired.changes) == [MOVED, NEW]
+
+
+FAIL = (CollectiveRule.FAIL, None)
 
 
 def test_communicated_bytes_are_bounded_by_cost_max_increase() -> None:

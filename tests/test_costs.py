@@ -464,3 +464,43 @@ def test_a_program_new_in_the_head_is_named_with_its_line_on_a_passing_region(
     assert f"\n{program}" in listing, listing
     assert "jit(isnan): flops" not in listing, listing  # said once, on the program's line
     assert "(1.00x)" not in listing, listing
+
+
+def _memory(argument: float, temp: float) -> tuple[tuple[str, float], ...]:
+    return (("argument_bytes", argument), ("output_bytes", 0.0), ("temp_bytes", temp))
+
+
+def _step_fn(programs: int) -> FunctionCost:
+    each = tuple(_memory(168.0, 864.0) for _ in range(programs))
+    return FunctionCost(
+        "jit(step)",
+        runs=2,
+        programs=programs,
+        figures=(
+            ("flops", 100.0),
+            ("argument_bytes", 168.0 * programs),
+            ("temp_bytes", 864.0 * programs),
+        ),
+        per_program=each,
+    )
+
+
+def test_a_second_program_is_said_with_each_programs_memory_never_as_one_grown() -> None:
+    # optax 7c49fcfd: jit(step) compiled twice (a weak type flipped); its memory summed over
+    # the two programs read as "argument_bytes 168 → 336 (2.00x)", one program doubled.
+    base, head = step_cost((_step_fn(1),), None), step_cost((_step_fn(2),), None)
+    comparison = compare_costs(base, head, CostRule())
+    [count] = comparison.counts
+    assert count.text("base") == (
+        "jit(step): 2 programs where the base had 1 program (each: argument 168 B, temp 864 B; "
+        "argument 168 B, temp 864 B; base: argument 168 B, temp 864 B)"
+    )
+    listing = comparison.listing()
+    assert listing[0] == count.text("base")
+    assert not any(line.startswith("jit(step): argument_bytes") for line in listing), listing
+    assert not any(line.startswith("jit(step): temp_bytes") for line in listing), listing
+    assert comparison.headline().startswith(
+        "cost changed against the base: jit(step): 2 programs where the base had 1 program"
+    )
+    # The step's totals stay totals (what all its programs need), said as such.
+    assert "total: argument_bytes 168 → 336 (2.00x)" in listing

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import fields, replace
 
 import pytest
-from result_samples import transfer
+from result_samples import region, run_of, transfer
 
 from gate.levels import Direction
-from gate.results.baseline import _SITE_PARTS
+from gate.results.baseline import _SITE_PARTS, accept_base, accepted_from, apply_baseline
 from gate.results.findings import UNDESCRIBED, Finding, group
 from gate.results.records import Phase, Site, Transfer
+from gate.user_code import SourceLocation
 
 
 def only(findings: tuple[Finding, ...]) -> Finding:
@@ -461,3 +462,36 @@ def test_threads_the_user_named_apart_stay_apart_in_name_order() -> None:
     line = [transfer(thread=t) for t in ("uploader", None, "metrics-logger")]
     for transfers in (line, line[::-1]):
         assert [f.thread for f in group(transfers)] == [None, "metrics-logger", "uploader"]
+
+
+def test_a_transfer_moved_to_another_file_is_not_new_against_the_base_or_the_baseline() -> None:
+    # The same function and line text, moved from pkg/core.py to pkg/util.py.
+    line = "return x * 0.5"
+    base = region(transfers=(transfer(path="pkg/core.py", line=12, source=line),))
+    moved = transfer(path="pkg/util.py", line=40, source=line)
+    head = region(transfers=(moved,))
+    judged, kept = accept_base(head, base)
+    assert kept == 1
+    assert judged.passed
+    assert any(
+        n.startswith("moved since the base, not new: implicit host-to-device transfer")
+        and "at pkg/util.py:40" in n
+        and n.endswith("(the base has it in pkg/core.py, train_step: return x * 0.5)")
+        for n in judged.notes
+    ), judged.notes
+    # Against the stored baseline: still accepted, and its entry is not "no longer seen".
+    entries = accepted_from(run_of(base))
+    [again] = apply_baseline(run_of(head), entries, "transfer-gate baseline").regions
+    assert again.passed
+    assert again.fixed == ()
+    assert any(n.startswith("moved since the baseline, not new:") for n in again.notes)
+    # Other text, or another function, at the new place is new.
+    for other in (
+        transfer(path="pkg/util.py", line=40, source="return x * 0.25"),
+        replace(moved, location=SourceLocation("pkg/util.py", 40, "halve")),
+    ):
+        [new] = apply_baseline(
+            run_of(region(transfers=(other,))), entries, "transfer-gate baseline"
+        ).regions
+        assert not new.passed
+        assert any(n.startswith("new since the baseline:") for n in new.notes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,14 +19,22 @@ from gate.jaxhooks.compiles import (
     compile_events_arrive,
     watching_compiles,
 )
+from gate.results.records import ProgramsCompiled
 from gate.user_code import SourceLocation, UserCode
-from gate.witness.recompiles import attribute, explain
+from gate.witness.recompiles import (
+    attribute,
+    explain,
+    program_name,
+    startup_recompiles,
+    weak_types_only,
+)
 
 STEPS = """
 import functools
 import itertools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 _rows = itertools.count(200)
@@ -64,6 +73,22 @@ def static_step(x):
 
 def clean_step(x):
     return double(x)
+
+
+@jax.jit
+def update(w, best):
+    return w * 0.5, jnp.minimum(best, jnp.sum(w))
+
+
+def weak_state():
+    # optax 7c49fcfd's shape: a weakly typed scalar in the state, strongly typed once updated.
+    return jax.device_put(np.ones(8, np.float32)), jnp.array(jnp.inf)
+
+
+def loop_step(w, best):
+    for _ in range(2):
+        w, best = update(w, best)  # the loop call
+    return w
 """
 
 
@@ -95,7 +120,7 @@ def test_a_shape_that_changes_per_call_fails_naming_the_line_and_the_change(repo
     assert ",64] before, float32[" in message, message
     assert run.testcase("shape: recompiles").get("line") == str(line)
     assert f"steps.py:{line}: jit(double) compiled again" in run.stdout, run
-    assert "FAIL  p.shape  0 failing lines  recompiled 4x" in run.stdout, run
+    assert "FAIL  p.shape  1 recompile  recompiled 4x" in run.stdout, run
     (found,) = _json(repo)["recompiles"]
     assert found["function"] == "jit(double)"
     assert found["failing"] is True
@@ -103,6 +128,27 @@ def test_a_shape_that_changes_per_call_fails_naming_the_line_and_the_change(repo
     assert found["count"] == 4
     assert found["runs"] == 4
     assert found["change"].startswith("x: float32[")
+
+
+def test_a_weak_type_that_flips_in_the_first_call_fails_without_a_base(repo: Path) -> None:
+    # The extra program falls inside the first call: no compile after warm-up to see.
+    make_repo(repo, {"policies/p.yaml": _policy("weak", "loop_step", "steps:weak_state")})
+    run = run_gate(repo, "run", "--json", "r.json")
+    assert run.returncode == 1, run
+    line = line_of(repo / "steps.py", "# the loop call")
+    testcase = run.testcase("weak: recompiles")
+    assert testcase.get("line") == str(line)
+    failure = testcase.find("failure")
+    assert failure is not None, run
+    message = failure.get("message", "")
+    assert message.startswith(
+        f"steps.py:{line}: jit(update) compiled 2 programs in the first call and warm-up "
+        "(2 calls) at the same shapes: best: float32[]{weak_type=True} before, "
+        "float32[]{weak_type=False} now"
+    ), message
+    assert "FAIL  p.weak  1 recompile  recompiled 1x" in run.stdout, run
+    (found,) = _json(repo)["recompiles"]
+    assert (found["startup"], found["base_count"], found["count"]) == (True, None, 2)
 
 
 def test_a_new_jit_per_call_fails(repo: Path, tmp_path: Path) -> None:
@@ -320,3 +366,67 @@ def test_a_new_jit_per_call_is_counted_with_the_users_compilation_cache(
     assert any(cache.iterdir()), "the user's cache folder was not used"
     [recompile] = _json(repo)["recompiles"]
     assert (recompile["function"], recompile["count"]) == ("jit(<lambda>)", 4), recompile
+
+
+def _programs(
+    count: int, *, same_shapes: bool = False, function: str = "jit(step)"
+) -> ProgramsCompiled:
+    return ProgramsCompiled(
+        function, SourceLocation("train.py", 31, "loop"), count, "best: ...", same_shapes
+    )
+
+
+def test_more_programs_than_the_base_in_the_first_call_is_a_recompile() -> None:
+    # optax 7c49fcfd: the head's weak `init` makes jit(step) compile twice in the first call.
+    head, base = [_programs(2, same_shapes=True)], [_programs(1)]
+    (found,) = startup_recompiles(head, base, 4, failing=True)
+    assert (found.startup, found.base_count, found.extra, found.failing) == (True, 1, 1, True)
+    assert found.headline() == (
+        "jit(step) compiled 2 programs in the first call and warm-up (4 calls) where the base "
+        "compiled 1 at train.py:31: best: ..."
+    )
+    # As many as the base (a function called at two shapes in both), fewer, or a function
+    # the base never compiled (new code): nothing. Against the base, shapes do not matter.
+    assert startup_recompiles([_programs(2)], [_programs(2)], 4, failing=True) == ()
+    assert startup_recompiles([_programs(1)], [_programs(2)], 4, failing=True) == ()
+    other = [_programs(1, function="jit(f)")]
+    assert startup_recompiles([_programs(3)], other, 4, failing=True) == ()
+    (grown,) = startup_recompiles([_programs(3)], [_programs(2)], 4, failing=False)
+    assert (grown.base_count, grown.extra, grown.failing) == (2, 1, False)
+    # An eager operation at a new shape: JAX explains no such compile, and it is no recompile.
+    eager = ProgramsCompiled("jit(multiply)", None, 2, None)
+    assert startup_recompiles([eager], [replace(eager, count=1)], 4, failing=True) == ()
+    # Without a base, only a second program at the same shapes (a flipped weak type).
+    (alone,) = startup_recompiles(head, None, 4, failing=True)
+    assert alone.base_count is None
+    assert "(4 calls) at the same shapes at train.py:31" in alone.headline()
+    assert startup_recompiles([_programs(2)], None, 4, failing=True) == ()
+    assert startup_recompiles([_programs(1, same_shapes=True)], None, 4, failing=True) == ()
+
+
+def test_only_a_weak_type_flip_counts_as_the_same_shapes() -> None:
+    weak = (
+        "TRACING CACHE MISS at t.py:3:4 (<module>):\n  for step defined at t.py:1\n"
+        "  * at s, now f32[]{weak_type=False} and before f32[]{weak_type=True}"
+        "https://docs.jax.dev/en/latest/type_promotion.html#weak-types"
+    )
+    assert weak_types_only([weak])
+    assert not weak_types_only([weak.replace("now f32[]", "now f32[2]")])
+    assert not weak_types_only([weak.replace("now f32[]", "now i32[]")])
+    assert not weak_types_only([])  # JAX said nothing: not known to be the same shapes
+    assert not weak_types_only([_SHAPE_LOG])
+
+
+def test_a_pmap_program_is_named_by_the_users_function_not_jaxs_wrapper() -> None:
+    import jax
+    import numpy as np
+
+    double = lambda x: x * 2.0  # noqa: E731  (the pmapped lambda)
+    line = double.__code__.co_firstlineno
+    with watching_compiles() as watch, watch.counting():
+        jax.block_until_ready(jax.pmap(double)(np.ones((1, 4), np.float32)))
+    user = UserCode(Path(__file__).parent)
+    names = {program_name(event, user) for event in watch.events}
+    assert f"pmap(<lambda> at test_recompiles.py:{line})" in names, names
+    # JAX's own programs keep JAX's names.
+    assert not any(name == "jit(_fun)" for name in names), names

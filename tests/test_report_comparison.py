@@ -445,7 +445,8 @@ def test_the_terminal_shows_each_comparison_under_its_region() -> None:
     )
     lines = format_summary(run).splitlines()
     assert lines[:6] == [
-        "FAIL  train.step   0 failing lines  median 1.23 ms  boundaries 155 µs/step",
+        "FAIL  train.step   timing vs base, results vs base  median 1.23 ms  "
+        "boundaries 155 µs/step",
         f"  timing vs base: {HEADLINE}",
         "  results vs base: 2 leaves differ: ['w'] (3 of 64 values differ, max abs diff 0.5 "
         "(rtol=1e-05, atol=1e-08)); also ['b']",

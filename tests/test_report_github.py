@@ -208,7 +208,7 @@ def test_summary_has_a_row_per_region_and_the_findings() -> None:
     assert rows == [
         "| `train.ok` | pass | none | 1.23 ms | 603 kFLOP/step | pkg.io:save: 20 calls, "
         "3.10 ms total, 155 µs per step |",
-        "| `train.leaky` | **FAIL**: transfers | host-to-device: 2 lines, device-to-host: 1 line "
+        "| `train.leaky` | **FAIL**: transfers | device-to-host: 1 line, host-to-device: 2 lines "
         "| 1.23 ms | — | pkg.io:save: 20 calls, 3.10 ms total, 155 µs per step |",
         "| `train.broken` | **ERROR**: step raised | — | — | — | — |",
         "| `train.checked` | **FAIL**: checks: reference | none | 1.23 ms | — "

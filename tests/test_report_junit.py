@@ -227,7 +227,7 @@ def test_one_failing_transfer_message_says_what_and_where(
     assert testcase.get("time") == "0.500000"
     body = failure.text or ""
     assert body.startswith(
-        "1 line with failing transfers, most frequent first:\n"
+        "1 line with failing transfers, most severe first:\n"
         "- examples/bad.py:12 in train_step: implicit host-to-device float32[8]"
         " — 1x on the first call\n"
         "  guard level: disallow (FAILS)\n"
@@ -264,7 +264,7 @@ def test_several_failing_lines_name_the_most_frequent_and_list_the_rest(
     )
     assert (testcase.get("file"), testcase.get("line")) == ("examples/bad.py", "14")
     body = failure.text or ""
-    assert body.startswith("3 lines with failing transfers, most frequent first:\n")
+    assert body.startswith("3 lines with failing transfers, most severe first:\n")
     failing_part, logged_part = body.split(
         "1 other line moving data (logged or allowed, not failing):"
     )
@@ -285,12 +285,33 @@ def test_several_failing_lines_name_the_most_frequent_and_list_the_rest(
         assert f"fix: {hint_for(transfer(direction))}" in failing_part
 
 
+THREE_MORE = "also examples/bad.py:11, examples/bad.py:12, examples/bad.py:13"
+
+
+def test_the_annotated_line_is_the_host_sync_not_the_busier_upload(
+    tmp_path: Path, schema: xmlschema.XMLSchema
+) -> None:
+    # optax 47404ab6's momo: Python scalars uploaded 3x per step at line 98, the host sync
+    # (`if count == jnp.zeros(...)`) once per step at 91. The sync is what to fix first.
+    uploads = transfer(line=98, phase=Phase.STEADY_STATE, count=3, shape=())
+    sync = transfer(Direction.DEVICE_TO_HOST, line=91, phase=Phase.STEADY_STATE, shape=())
+    once = transfer(Direction.DEVICE_TO_HOST, line=40)  # on the first call only
+    root = written(run_of(region(transfers=(uploads, once, sync))), tmp_path, schema)
+    testcase = case(root, "step: transfers")
+    assert (testcase.get("file"), testcase.get("line")) == ("examples/bad.py", "91")
+    message = only(testcase, "failure").get("message") or ""
+    assert message.startswith(
+        "3 lines move data: implicit device-to-host transfer float32[] at examples/bad.py:91"
+    )
+    assert message.endswith("also examples/bad.py:40, examples/bad.py:98")
+
+
 @pytest.mark.parametrize(
     ("lines", "tail"),
     [
         (4, "also examples/bad.py:11, examples/bad.py:12, examples/bad.py:13"),
-        (5, "also examples/bad.py:11, examples/bad.py:12, examples/bad.py:13, and 1 more"),
-        (6, "also examples/bad.py:11, examples/bad.py:12, examples/bad.py:13, and 2 more"),
+        (5, f"{THREE_MORE}, and 1 more (every one in this testcase's body)"),
+        (6, f"{THREE_MORE}, and 2 more (every one in this testcase's body)"),
     ],
 )
 def test_many_failing_lines_name_three_more_then_count(
@@ -304,7 +325,7 @@ def test_many_failing_lines_name_three_more_then_count(
         f"at examples/bad.py:10, 1x on the first call; {tail}"
     )
     body = failure.text or ""
-    assert body.startswith(f"{lines} lines with failing transfers, most frequent first:\n")
+    assert body.startswith(f"{lines} lines with failing transfers, most severe first:\n")
     for line in range(10, 10 + lines):
         assert f"- examples/bad.py:{line} in train_step:" in body
 
@@ -327,7 +348,7 @@ def test_first_call_and_steady_state_at_one_line_are_one_finding(
         " — 3x per step, 1x on the first call\n"
         "    y = x + np.ones(8)\n"
     )
-    assert body.startswith(f"1 line with failing transfers, most frequent first:\n{entry}")
+    assert body.startswith(f"1 line with failing transfers, most severe first:\n{entry}")
     assert body.count("- examples/bad.py:12") == 1
     assert body.count("fix: ") == 1
     stdout = only(testcase, "system-out").text or ""

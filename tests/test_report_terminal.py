@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
-from result_samples import FAILED_CHECK, SETUP_ERROR, region, run_of, transfer
+from result_samples import FAILED_CHECK, SETUP_ERROR, at, region, run_of, transfer
 
 from gate.levels import Direction
 from gate.report.terminal import format_summary
 from gate.results.errors import ErrorKind, RegionError
 from gate.results.hints import hint_for
-from gate.results.records import Phase, RunResult
+from gate.results.records import Phase, Recompile, RunResult
 from gate.text import duration_text
 
 COUNT_LINE = re.compile(r"\d+ passed, \d+ failed")
@@ -225,3 +226,19 @@ def test_quiet_rows_are_aligned_on_the_rows_shown_not_the_hidden_ones() -> None:
         line for line in format_summary(run, quiet=True).splitlines() if line.startswith("FAIL")
     ]
     assert row.startswith("FAIL  train.b  1 failing line"), row
+
+
+def test_a_failing_row_says_what_failed_never_0_failing_lines() -> None:
+    recompile = Recompile("jit(step)", at(20), 24, 24, None, failing=True)
+    old = replace(transfer(), failing=False, accepted=True, in_base=True)
+    failed = region("x", transfers=(old,), recompiles=(recompile,), checks=(FAILED_CHECK,))
+    row = format_summary(run_of(failed)).splitlines()[0]
+    assert row.startswith(
+        "FAIL  train.x  1 recompile, 1 result check  transfers: 1 already in the base  "
+        "recompiled 24x  "
+    ), row
+    assert "0 failing lines" not in row
+    # With a failing line too, the row names both.
+    both = replace(failed, transfers=(transfer(),))
+    row = format_summary(run_of(both)).splitlines()[0]
+    assert row.startswith("FAIL  train.x  1 failing line, 1 recompile, 1 result check  "), row

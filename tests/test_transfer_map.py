@@ -80,7 +80,7 @@ def test_every_line_with_its_count_under_any_log_level(repo: Path, log_level: st
         assert found["direction"] == "host-to-device"
         assert found["kind"] == "implicit"
         assert found["failing"] is True
-    # The JUnit failure names all three, most frequent first, and points at it.
+    # The JUnit failure names all three, most severe first, and points at it.
     case = run.testcase("many: transfers")
     failure = case.find("failure")
     assert failure is not None
@@ -385,7 +385,7 @@ def test_one_call_moving_three_arrays_is_three_findings_named_by_argument(
         f"also host-to-device argument 'y' int32[32] at train.py:{line}, "
         f"host-to-device argument 'lr' float32[] at train.py:{line}"
     )
-    assert (failure.text or "").startswith("3 failing transfers at 1 line, most frequent first:")
+    assert (failure.text or "").startswith("3 failing transfers at 1 line, most severe first:")
 
 
 def test_a_jitted_step_names_setups_outputs_by_the_steps_parameters(tmp_path: Path) -> None:

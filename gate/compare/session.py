@@ -40,7 +40,7 @@ from gate.isolation.run_loop import begin, schedulers
 from gate.isolation.scheduler import Checked, Scheduler
 from gate.isolation.watcher import RunWatcher
 from gate.plan import Plan
-from gate.policy.model import Policy, Region
+from gate.policy.model import Policy, RecompileRule, Region
 from gate.results.baseline import accept_base
 from gate.results.comparison import (
     BaseComparison,
@@ -54,6 +54,7 @@ from gate.results.comparison import (
 from gate.results.costs import CostComparison, compare_costs, not_measured
 from gate.results.errors import ErrorKind, RegionError, gate_fault
 from gate.results.records import RegionResult, RunResult
+from gate.witness.recompiles import startup_recompiles
 
 
 def run_compared(
@@ -240,6 +241,7 @@ class _Pair:
         if wrong_tree is not None:
             return replace(head_result, base=self._failed(wrong_tree))
         head_result, kept = accept_base(head_result, base_result)
+        head_result = _startup_vs_base(head_result, base_result, self.region)
         timing: TimingComparison | None = None
         boundary_timing: tuple[TimingComparison, ...] = ()
         if self.region.timing.compare and self.apart:
@@ -305,6 +307,21 @@ class _Pair:
             renamed=self.renamed,
             apart=self.apart,
         )
+
+
+def _startup_vs_base(head: RegionResult, base: RegionResult, region: Region) -> RegionResult:
+    """``head`` with its first call and warm-up judged against the base's: a function that
+    compiled more programs there than in the base (the base replaces the same-shapes rule)."""
+    if region.recompiles is RecompileRule.ALLOW:
+        return head
+    judged = startup_recompiles(
+        head.startup_programs,
+        base.startup_programs,
+        region.warmup + 1,
+        failing=region.recompiles is RecompileRule.FAIL,
+    )
+    after = tuple(r for r in head.recompiles if not r.startup)
+    return replace(head, recompiles=(*after, *judged))  # every step before the first call only
 
 
 def _not_compared(head: RegionResult) -> RegionResult:

@@ -22,19 +22,23 @@ in the same thread, before the next compile request
 
 The flag is on for the whole region (JAX can only explain a miss against keys it
 saw while the flag was on); events are kept only while `CompileWatch.counting` is
-entered, i.e. around the step's calls after warm-up.
+entered, i.e. around the step's calls after warm-up, or `CompileWatch.starting` (the
+step's first call and warm-up, kept apart: every program compiles there once, and only
+a function that compiles more programs than it should is a finding).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import sys
 import threading
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from gate.jaxhooks.internals import traced_function
 from gate.jaxhooks.static_misses import static_values_explained
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
@@ -56,6 +60,9 @@ class CompileEvent:
     fun_name: str  # as JAX names it: "jit(step)"
     stack: tuple[traceback.FrameSummary, ...]  # outermost first, when it was compiled
     explanations: tuple[str, ...]  # JAX's cache-miss log since the thread's last compile
+    # Where JAX names the program after its own wrapper (a pmap's ``jit(_fun)``): what the
+    # user wrote, ``("pmap", "<lambda> at /repo/train.py:25")``; else None.
+    written: tuple[str, str] | None = None
 
 
 @dataclass
@@ -63,7 +70,10 @@ class CompileWatch:
     """What `watching_compiles` collects; `counting` decides when events are kept."""
 
     events: list[CompileEvent] = field(default_factory=list)
+    # The compiles of the step's first call and warm-up (`starting`).
+    startup: list[CompileEvent] = field(default_factory=list)
     _counting: bool = False
+    _starting: bool = False
     _pending: threading.local = field(default_factory=threading.local)
 
     @contextmanager
@@ -73,6 +83,15 @@ class CompileWatch:
             yield
         finally:
             self._counting = False
+
+    @contextmanager
+    def starting(self) -> Iterator[None]:
+        """The block's compiles go to `startup`: the step's first call and warm-up."""
+        self._starting = True
+        try:
+            yield
+        finally:
+            self._starting = False
 
     def _explained(self, text: str) -> None:
         pending = getattr(self._pending, "texts", None)
@@ -84,27 +103,37 @@ class CompileWatch:
         """A new compile request: an earlier hit in this thread had no compile event of its own."""
         self._pending.hit = None
 
+    def _kept(self) -> list[CompileEvent] | None:
+        """Where a compile now goes: `events`, `startup`, or nowhere (None)."""
+        if self._counting:
+            return self.events
+        return self.startup if self._starting else None
+
     def _cache_hit(self) -> None:
-        if self._record(UNNAMED):
-            self._pending.hit = len(self.events) - 1
+        kept = self._kept()
+        if self._record(UNNAMED) and kept is not None:
+            self._pending.hit = (kept, len(kept) - 1)
 
     def _compiled(self, fun_name: str) -> None:
         hit = getattr(self._pending, "hit", None)
         self._pending.hit = None
-        if hit is not None and hit < len(self.events) and self.events[hit].fun_name == UNNAMED:
-            # The same compile as the hit just counted: name it, do not count it twice.
-            event = self.events[hit]
-            self.events[hit] = CompileEvent(fun_name, event.stack, event.explanations)
-            return
+        if hit is not None:
+            kept, index = hit
+            if index < len(kept) and kept[index].fun_name == UNNAMED:
+                # The same compile as the hit just counted: name it, do not count it twice.
+                event = kept[index]
+                kept[index] = CompileEvent(fun_name, event.stack, event.explanations, event.written)
+                return
         self._record(fun_name)
 
     def _record(self, fun_name: str) -> bool:
         texts = tuple(getattr(self._pending, "texts", ()))
         self._pending.texts = []
-        if not self._counting:
+        kept = self._kept()
+        if kept is None:
             return False
         stack = tuple(traceback.extract_stack())
-        self.events.append(CompileEvent(fun_name, stack, texts))
+        kept.append(CompileEvent(fun_name, stack, texts, traced_function(sys._getframe())))
         return True
 
 

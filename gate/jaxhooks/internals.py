@@ -31,6 +31,9 @@ Where each lives, in JAX 0.10.2:
 - ``jax._src.interpreters.pxla``: ``ExecuteReplicated.__call__`` (a compiled
   program run from Python) and ``MeshExecutableFastpathData`` (what hands a
   call to jaxlib's C++ fast path); ``jax._src.lib._jax.PjitFunctionCache.clear_all``.
+- ``jax/_src/pmap.py``'s ``wrapped`` frame: its ``infer_params`` closure's ``wrapped_fun``
+  carries the trace info (``traced_for``, ``func_src_info``) that names a pmap's function,
+  where its program is named after JAX's own wrapper (``jit(_fun)``); optional.
 - jax 0.12's ``jax._src.flattree`` (``FTStatic`` and the nodes around it) and
   ``partial_eval.diff_tracing_cache_keys``: looked up in `gate.jaxhooks.static_misses`,
   optional (without them a changed static argument goes unexplained).
@@ -41,6 +44,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import operator
+import os
 import types
 from collections.abc import Callable
 from typing import Any
@@ -231,6 +235,36 @@ def backend_errors() -> dict[Any, Any] | None:
 def jit_info(fn: object) -> Any | None:
     """A jitted function's ``_jit_info`` (signature, static arguments); None without one."""
     return getattr(fn, "_jit_info", None)
+
+
+# A pmap's program is a jit of JAX's own wrapper (``jit(_fun)`` in jax 0.10); the user's
+# function is in the trace info of the pmap whose call is compiling: the ``wrapped`` frame of
+# ``jax/_src/pmap.py``, through its ``infer_params`` closure's ``wrapped_fun``.
+_PMAP_FILE = os.path.join("jax", "_src", "pmap.py")
+# The names JAX gives a pmap's program: its wrapper's, whatever the user's function is.
+PMAP_PROGRAM_NAMES = frozenset({"jit(_fun)"})
+
+
+def traced_function(frame: types.FrameType | None) -> tuple[str, str] | None:
+    """``("pmap", "<lambda> at /repo/train.py:25")``: what the innermost pmap call on the stack
+    from ``frame`` outward traces, as JAX's trace info says it; None when there is none, or
+    this JAX keeps it elsewhere (the program then keeps JAX's own name)."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "wrapped" and code.co_filename.endswith(_PMAP_FILE):
+            infer = frame.f_locals.get("infer_params")
+            closure = getattr(infer, "__closure__", None) or ()
+            names = getattr(getattr(infer, "__code__", None), "co_freevars", ())
+            cells = dict(zip(names, closure, strict=False))
+            wrapped = cells["wrapped_fun"].cell_contents if "wrapped_fun" in cells else None
+            info = getattr(wrapped, "debug_info", None)
+            traced_for = getattr(info, "traced_for", None)
+            source = getattr(info, "func_src_info", None)
+            if isinstance(traced_for, str) and isinstance(source, str) and source:
+                return traced_for, source
+            return None
+        frame = frame.f_back
+    return None
 
 
 # --- executions ----------------------------------------------------------------------------------

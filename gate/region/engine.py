@@ -14,7 +14,9 @@ Why this order:
   for host callbacks; merged per site in `gate.region.sightings`); the region's own levels
   then decide which of them fail (`gate.region.verdict`).
 - Warm-up compiles whatever else the step needs, unguarded, so that the steady-state runs and
-  the timed runs see the steady state.
+  the timed runs see the steady state. What each function compiled in the first call and
+  warm-up is counted apart (`startup_programs`): more programs than the base's, or a second
+  one at the same shapes (a weak type that flips), is a recompile all the same.
 - One run under the region's real levels lets JAX itself refuse what the map might have
   missed; its refusal always fails.
 - After warm-up and after each of those runs the gate counts the device arrays alive
@@ -157,6 +159,7 @@ def _run_imported(
                     except CallbackHookMissing as exc:
                         callbacks_missing = str(exc)
                     announce(Stage.COMPILING)
+                    run.starting = compile_watch  # the first call and warm-up's own programs
                     first_call = time.perf_counter()  # compiling included: --base compares it
                     if can_map:
                         run.mapped_calls(Phase.FIRST_CALL, 1)
@@ -166,6 +169,7 @@ def _run_imported(
                     announce(Stage.WARMING_UP)
                     for _ in range(region.warmup):
                         run.unguarded_call()
+                    run.starting = None
                     run.compiles = compile_watch  # from here on, a compile is a recompile
                     if region.memory.leaks is not LeakRule.ALLOW:
                         run.live = LiveArrays()
@@ -223,6 +227,7 @@ def _run_imported(
             transfers=tuple(run.verdict.transfers),
             error=abort.error,
             recompiles=run.recompiles(run.compiles),
+            startup_programs=run.startup_programs(run.compiles or run.starting),
             notes=notes(run.verdict, witnessing(), region),
             coverage=coverage(witnessing()),
             **base,
@@ -240,6 +245,7 @@ def _run_imported(
         boundaries=costs,
         checks=checks,
         recompiles=run.recompiles(compile_watch),
+        startup_programs=run.startup_programs(compile_watch),
         notes=notes(run.verdict, witnessing(), region)
         + _noted(donations.note)
         + _noted(memory.note if memory is not None else None),

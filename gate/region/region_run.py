@@ -38,13 +38,13 @@ from gate.region.sightings import PhaseTally, between_runs
 from gate.region.threads import join_step_threads
 from gate.region.verdict import Verdict, site_transfer
 from gate.results.errors import ErrorKind
-from gate.results.records import Phase, Recompile
+from gate.results.records import Phase, ProgramsCompiled, Recompile
 from gate.witness.arguments import CallPlan, is_jitted, plan_call
 from gate.witness.callbacks import CallbackLog, CallbackSite
 from gate.witness.fetches import FetchLog
 from gate.witness.live_arrays import LiveArrays
 from gate.witness.observed import Observed, name_moves
-from gate.witness.recompiles import attribute
+from gate.witness.recompiles import attribute, programs_compiled, startup_recompiles
 from gate.witness.transfer_map import mapped
 
 
@@ -74,6 +74,9 @@ class RegionRun:
     callbacks: CallbackLog | None = None  # set while host callbacks are counted
     compiles: CompileWatch | None = None  # set after warm-up, unless `recompiles: allow`
     counted_runs: int = 0  # step calls watched for compilations
+    # Set for the first call and warm-up (unless `recompiles: allow`): their compiles apart.
+    starting: CompileWatch | None = None
+    startup_runs: int = 0
     monitor: BoundaryMonitor = field(default_factory=BoundaryMonitor)
     verdict: Verdict = field(default_factory=Verdict)
     memory: SightingMemory = field(default_factory=SightingMemory)
@@ -91,6 +94,10 @@ class RegionRun:
         """One call of the step on ``inputs``, blocking on its outputs; counted for
         recompiles once warm-up is over. The held region (`run --base`) and the cost run
         call the step through here too."""
+        if self.starting is not None:
+            self.startup_runs += 1
+            with self.starting.starting():
+                return call_step(self.code.callables.step, inputs)
         if self.compiles is None:
             return call_step(self.code.callables.step, inputs)
         # Only the step's own call: setup may build arrays of new shapes freely.
@@ -99,9 +106,21 @@ class RegionRun:
             return call_step(self.code.callables.step, inputs)
 
     def recompiles(self, watch: CompileWatch | None) -> tuple[Recompile, ...]:
+        """After warm-up, and (with no base to compare with) a function that compiled again
+        at the same shapes in the first call and warm-up; ``run --base`` judges those again
+        against the base's `startup_programs`."""
         fails, at = self.code.region.recompiles is RecompileRule.FAIL, self.code.step_location()
         events = watch.events if watch is not None else []
-        return attribute(events, self.code.user, self.counted_runs, at, failing=fails)
+        after = attribute(events, self.code.user, self.counted_runs, at, failing=fails)
+        startup = startup_recompiles(
+            self.startup_programs(watch), None, self.startup_runs, failing=fails
+        )
+        return after + startup  # every step before the first call only
+
+    def startup_programs(self, watch: CompileWatch | None) -> tuple[ProgramsCompiled, ...]:
+        """What each function compiled in the first call and warm-up."""
+        events = watch.startup if watch is not None else []
+        return programs_compiled(events, self.code.user, self.code.step_location())
 
     def _abort(self, kind: ErrorKind, exc: BaseException) -> RegionAbort:
         return RegionAbort(error_from(self.code.user, kind, exc))

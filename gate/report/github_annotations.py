@@ -136,7 +136,7 @@ def region_annotations(region: RegionResult) -> list[Annotation]:
             region.classname,
             r.location.path if r.location is not None else region.policy_path,
             r.location.line if r.location is not None else region.policy_line,
-            "compiled again after warm-up",
+            "more programs in the first call" if r.startup else "compiled again after warm-up",
             r.headline().replace(f" at {r.location}", ""),
             fix=RECOMPILE_FIX,
             source=r.source or "",

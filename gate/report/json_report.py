@@ -163,6 +163,10 @@ class RecompileDoc(Record, frozen=True, kw_only=True):
     line: int | None
     caller: str | None
     source: str | None
+    # In the first call and warm-up: ``count`` programs where the base compiled
+    # ``base_count`` (null without a base: it compiled again at the same shapes).
+    startup: bool = False
+    base_count: int | None = None
 
 
 class TimingDoc(Record, frozen=True, kw_only=True):
@@ -256,6 +260,18 @@ class CostChangeDoc(Record, frozen=True, kw_only=True):
     failing: bool
 
 
+class ProgramCountDoc(Record, frozen=True, kw_only=True):
+    """A function with more or fewer programs than the other side's, and each one's memory."""
+
+    name: str
+    base_programs: int
+    head_programs: int
+    # Each program's memory figures, in the order they first ran (empty where not kept).
+    base_memory: tuple[dict[str, float], ...]
+    head_memory: tuple[dict[str, float], ...]
+    text: str
+
+
 class CostComparisonDoc(Record, frozen=True, kw_only=True):
     """Every figure that changed against the base (``function: null``: the step's total)."""
 
@@ -268,6 +284,7 @@ class CostComparisonDoc(Record, frozen=True, kw_only=True):
     max_increase: float | None
     headline: str
     changes: tuple[CostChangeDoc, ...]
+    program_counts: tuple[ProgramCountDoc, ...] = ()
 
     @classmethod
     def of(cls, cost: CostComparison | None) -> CostComparisonDoc | None:
@@ -282,6 +299,17 @@ class CostComparisonDoc(Record, frozen=True, kw_only=True):
             max_increase=cost.max_increase,
             headline=cost.headline(),
             changes=_records(cost.changes, CostChangeDoc),
+            program_counts=tuple(
+                ProgramCountDoc(
+                    name=count.name,
+                    base_programs=count.base.programs,
+                    head_programs=count.head.programs,
+                    base_memory=tuple(dict(p) for p in count.base.per_program),
+                    head_memory=tuple(dict(p) for p in count.head.per_program),
+                    text=count.text(cost.against),
+                )
+                for count in cost.counts
+            ),
         )
 
 
@@ -456,6 +484,8 @@ class RegionDoc(Record, frozen=True, kw_only=True, omit_defaults=True):
                     line=r.location.line if r.location else None,
                     caller=r.location.function if r.location else None,
                     source=r.source,
+                    startup=r.startup,
+                    base_count=r.base_count,
                 )
                 for r in region.recompiles
             ),

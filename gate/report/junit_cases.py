@@ -216,16 +216,21 @@ def _recompiles_case(region: RegionResult) -> Case:
     file, line = (first.path, first.line) if first else (region.policy_path, region.policy_line)
     outcome = None
     if failing:
+        # The first is the most severe (after warm-up, every step), where the case points.
         message = format_recompile(failing[0], region)
         if len(failing) > 1:
-            message = f"{len(failing)} functions compiled again after warm-up: {message}"
+            message += f" (+{len(failing) - 1} more in this testcase's body)"
         body = f"{listing}\n{declared(region)}"
         outcome = Outcome("failure", "recompile", message, body)
     return Case(f"{region.name}: recompiles", region.classname, file, line, None, listing, outcome)
 
 
 def _transfers_message(failing: list[Finding]) -> str:
-    """``implicit host-to-device transfer float32[8] at a.py:12, 3x per step`` (+ the rest)."""
+    """``implicit host-to-device transfer float32[8] at a.py:12, 3x per step`` (+ the rest).
+
+    The first is the most severe (`gate.results.findings.group`'s order), the line the
+    testcase's ``file``/``line`` point at; the message names up to four, then says how many
+    more there are and where they are listed."""
     message = failing[0].headline()
     if len(failing) > 1:
         lines = {f.where() for f in failing}
@@ -237,7 +242,8 @@ def _transfers_message(failing: list[Finding]) -> str:
                 f"{finding.what()} at {finding.where()}" if same_place else finding.where()
             )
         more = len(failing) - 4
-        tail = f", and {more} more" if more > 0 else ""
+        # A PR tool shows the message alone: say where the lines it leaves out are.
+        tail = f", and {more} more (every one in this testcase's body)" if more > 0 else ""
         head = (
             f"{len(failing)} lines move data"
             if len(lines) == len(failing)
@@ -258,7 +264,7 @@ def _transfers_body(region: RegionResult) -> str:
         else f"{_count(len(failing), 'failing transfer')} at {_count(lines, 'line')}"
     )
     parts = [
-        f"{head}, most frequent first:\n" + "\n".join(_finding_entry(f, region) for f in failing)
+        f"{head}, most severe first:\n" + "\n".join(_finding_entry(f, region) for f in failing)
     ]
     others = [f for f in findings if not f.failing]
     if others:

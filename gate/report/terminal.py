@@ -196,20 +196,29 @@ def _region_line(region: RegionResult, width: int, color: bool) -> str:
     failing = sum(1 for f in findings if f.failing)
     # One line moving three arrays is three findings but one line to fix.
     lines = len({f.location for f in findings if f.failing})
-    columns = [f"{lines} failing line" + ("" if lines == 1 else "s")]
+    transfers = f"{lines} failing line" + ("" if lines == 1 else "s")
     if failing > lines:
-        columns[0] += f" ({failing} arrays)"
+        transfers += f" ({failing} arrays)"
     in_base = sum(1 for f in findings if f.sample.in_base)
     accepted = sum(1 for f in findings if f.sample.accepted and not f.sample.in_base)
     others = len(findings) - failing - accepted - in_base
-    if accepted:
-        columns[0] += f" (+{accepted} accepted by the baseline)"
-    if in_base:
-        columns[0] += f" (+{in_base} already in the base)"
-    if others:
-        columns[0] += f" (+{others} allowed)"
+    passing = [
+        *([f"{accepted} accepted by the baseline"] if accepted else []),
+        *([f"{in_base} already in the base"] if in_base else []),
+        *([f"{others} allowed"] if others else []),
+    ]
+    transfers += "".join(f" (+{part})" for part in passing)
+    failed = _what_failed(region)
+    if region.passed or lines or not failed:
+        columns = [", ".join([transfers, *failed])]
+    else:
+        # A row that fails says what failed ("1 recompile, 1 collective"), never "0 failing
+        # lines"; the transfers that pass keep a column of their own.
+        columns = [", ".join(failed)]
+        if passing:
+            columns.append("transfers: " + ", ".join(passing))
     if region.recompiles:
-        count = sum(r.count for r in region.recompiles)
+        count = sum(r.extra for r in region.recompiles)
         word = "recompiled" if region.recompiles_failed else "recompiled (warn)"
         columns.append(f"{word} {count}x")
     if region.has_checks:
@@ -230,6 +239,22 @@ def _region_line(region: RegionResult, width: int, color: bool) -> str:
         per_step = sum(b.per_step_s for b in region.boundaries)
         columns.append(f"boundaries {duration_text(per_step)}/step")
     return f"{head}  " + "  ".join(columns)
+
+
+def _what_failed(region: RegionResult) -> list[str]:
+    """``1 recompile``, ``1 collective``, ``timing vs base``: what fails ``region`` besides
+    its transfer lines, counted in the words of its findings."""
+    comm = [f for f in acted_on(region) if f.failing]
+    kinds = {
+        "recompile": sum(1 for r in region.recompiles if r.failing),
+        "collective": sum(1 for f in comm if f.what == "new collective"),
+        "communication check": sum(1 for f in comm if f.what == "collectives"),
+        "unused donation": sum(1 for f in comm if f.what == "unused donation"),
+        "donation check": sum(1 for f in comm if f.what == "donations"),
+        "result check": sum(1 for c in region.checks if not c.passed),
+    }
+    parts = [counted(n, kind) for kind, n in kinds.items() if n]
+    return parts + [label for label, _ in failing_comparisons(region)]
 
 
 def _comm_columns(region: RegionResult) -> list[str]:

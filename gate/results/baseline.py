@@ -8,7 +8,9 @@ findings of that function. Line numbers are left out on purpose: code added
 above a line must not turn an accepted transfer into a new one. The array
 counts as its dtype, rank and every dimension but the leading one: a new batch
 size is the same array, a different array (other dtype or feature dimensions)
-is a new transfer.
+is a new transfer. A finding no entry's fingerprint matches may still have only moved
+(another file, same function and text): `gate.results.moves` pairs it with the entry it
+left, and it does not fail.
 
 The file (`gate.results.baseline_file`) is JSON, sorted and indented, one entry per
 accepted line, so a reviewer sees in the PR diff when someone accepts a new transfer.
@@ -27,6 +29,7 @@ import msgspec
 
 from gate.documents import Record
 from gate.results.findings import Finding, group
+from gate.results.moves import paired, transfer_key
 from gate.results.records import RegionResult, RunResult, Site, SuiteResult, Transfer
 from gate.text import counted
 
@@ -327,10 +330,26 @@ def _forgive(
     findings = [f for f in group(region.transfers) if f.failing]
     prints = fingerprints(region.classname, findings)
     legacy = fingerprints(region.classname, findings, destinations=False)
+    matched = {
+        finding: accepted.get(print_) or accepted.get(_LEGACY + legacy[finding])
+        for finding, print_ in prints.items()
+    }
+    # What exact matching left over on both sides may have only moved (`gate.results.moves`).
+    used = {id(entry) for entry in matched.values() if entry is not None}
+    unused = [e for k, e in accepted.items() if not k.startswith(_LEGACY) and id(e) not in used]
+    unmatched = [finding for finding, entry in matched.items() if entry is None]
+    moved = dict(paired(unmatched, unused, _finding_move_key, _entry_move_key))
     notes: list[str] = []
     forgiven: set[Transfer] = set()
-    for finding, print_ in prints.items():
-        entry = accepted.get(print_) or accepted.get(_LEGACY + legacy[finding])
+    for finding in prints:
+        entry = matched[finding]
+        if entry is None and finding in moved:
+            entry = moved[finding]
+            prints[finding] = entry.fingerprint  # the entry is current: not "no longer happens"
+            notes.append(
+                f"moved since {other}, not new: {finding.headline()} ({other} has it in "
+                f"{entry.path}, {entry.function}: {entry.source})"
+            )
         if entry is None:
             notes.append(f"new since {other}: {finding.headline()}")
             continue
@@ -342,6 +361,29 @@ def _forgive(
             continue
         forgiven.update(finding.members)
     return prints, forgiven, notes
+
+
+def _finding_move_key(finding: Finding) -> tuple[str, ...] | None:
+    where = finding.location
+    return transfer_key(
+        finding.direction.label,
+        finding.kind,
+        function=where.function if where else "",
+        source=finding.source or "",
+        array=_array_label(finding),
+        destination=finding.destination.spec if finding.destination else "",
+    )
+
+
+def _entry_move_key(entry: Accepted) -> tuple[str, ...] | None:
+    return transfer_key(
+        entry.direction,
+        entry.kind,
+        function=entry.function,
+        source=entry.source,
+        array=entry.array,
+        destination=entry.destination or "",
+    )
 
 
 def default_path(paths: Sequence[str], repo_root: Path, default_folder: str) -> Path:

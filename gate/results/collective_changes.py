@@ -3,7 +3,9 @@
 Collectives are matched by `Collective.identity` (kind, axes, program, the line's file and
 text); each side's collectives of one identity are taken together. A collective the other
 side does not run is new (what ``collectives:`` judges), one whose executions or bytes per
-step rose grew, one the head no longer runs is gone. ``cost.max_increase`` bounds the
+step rose grew, one the head no longer runs is gone; a new one that is a gone one at
+another line of the same function (same kind, shapes and groups: `gate.results.moves`)
+moved, and does not fail. ``cost.max_increase`` bounds the
 step's communicated bytes as it bounds its other cost totals. Nothing here is noisy: the
 figures come from the compiled programs, so every difference is real. The unused donations
 of the same programs travel with the comparison (`CommComparison.donations`), judged apart.
@@ -16,10 +18,11 @@ from dataclasses import dataclass
 from gate.policy.model import CollectiveRule
 from gate.results.collectives import CollectiveGroup, Communication, grouped
 from gate.results.donation_changes import DonationComparison
+from gate.results.moves import collective_key, paired
 from gate.text import bytes_text
 from gate.user_code import SourceLocation
 
-NEW, GROWN, SHRUNK, CHANGED, GONE = "new", "grown", "shrunk", "changed", "gone"
+NEW, GROWN, SHRUNK, CHANGED, MOVED, GONE = "new", "grown", "shrunk", "changed", "moved", "gone"
 
 
 @dataclass(frozen=True)
@@ -27,7 +30,8 @@ class CollectiveChange:
     """One identity whose collectives differ between the two sides."""
 
     # NEW (none on the other side, or more of them there), GROWN, SHRUNK, CHANGED (same
-    # bytes and runs, another buffer) or GONE
+    # bytes and runs, another buffer), MOVED (the same ones at another line: not new,
+    # `gate.results.moves`) or GONE
     change: str
     base: CollectiveGroup | None  # None: NEW where the other side has none
     head: CollectiveGroup | None  # None: GONE
@@ -63,6 +67,14 @@ class CollectiveChange:
         if self.change == GONE:
             assert base is not None
             return f"{base.text()} no longer runs ({other}: {_per_step(base)}/step/device)"
+        if self.change == MOVED:
+            assert head is not None
+            assert base is not None
+            return (
+                f"{head.text()} moved from {_place(base)}, not new (same kind, shapes and "
+                f"groups): {_per_step(base)} → {_per_step(head)}/step/device"
+                f"{_runs_change(base, head)}"
+            )
         assert head is not None
         assert base is not None
         return (
@@ -75,6 +87,11 @@ class CollectiveChange:
         where = str(self.location) if self.location is not None else fallback
         prefix = "warning (collectives: warn): " if self.warning else ""
         return f"{where}: {prefix}{self.text()}"
+
+
+def _place(group: CollectiveGroup) -> str:
+    where = group.sample.location
+    return str(where) if where is not None else group.sample.op_name or "an unknown line"
 
 
 def _per_step(group: CollectiveGroup) -> str:
@@ -177,7 +194,7 @@ class CommComparison:
         return "; ".join(parts)
 
 
-_ORDER = {NEW: 0, GROWN: 1, CHANGED: 2, SHRUNK: 3, GONE: 4}
+_ORDER = {NEW: 0, GROWN: 1, CHANGED: 2, SHRUNK: 3, MOVED: 4, GONE: 5}
 
 
 def compare_communication(
@@ -225,7 +242,19 @@ def compare_communication(
         change = _change(was, group)
         if change is not None:
             changes.append(CollectiveChange(change, was, group, against))
-    changes.extend(CollectiveChange(GONE, g, None, against) for k, g in old.items() if k not in new)
+    gone = [group for key, group in old.items() if key not in new]
+    # A new one (none of its identity there) that is a gone one at another line only moved.
+    fresh = [c.head for c in changes if c.change == NEW and c.base is None and c.head]
+    moved = paired(fresh, gone, collective_key, collective_key)
+    arrived = {id(head): was for head, was in moved}
+    left = {id(was) for _, was in moved}
+    changes = [
+        CollectiveChange(MOVED, arrived[id(c.head)], c.head, against)
+        if c.change == NEW and c.base is None and id(c.head) in arrived
+        else c
+        for c in changes
+    ]
+    changes.extend(CollectiveChange(GONE, g, None, against) for g in gone if id(g) not in left)
     changes.sort(key=lambda c: _ORDER[c.change])
     return CommComparison(
         against,

@@ -11,7 +11,10 @@ together, e.g. an eager ``jit(add)`` at two shapes):
 - the work figures (`WORK`) are what the step does: each program's figure
   times how often the step ran it;
 - the memory figures (`MEMORY`) are what the step's programs need, each
-  program once (running it twice needs no more code or scratch space).
+  program once (running it twice needs no more code or scratch space); each
+  program's own are kept too (`FunctionCost.per_program`): against the base, a
+  function with more programs says "2 programs where the base had 1" with each
+  one's memory, never a summed growth.
 
 A figure XLA did not give for a program is absent (None), never 0; a total
 sums the figures that were given and is absent when none was.
@@ -42,9 +45,22 @@ class FunctionCost:
     figures: tuple[tuple[str, float], ...]
     unknown: str = ""  # why a figure is absent ("cost_analysis() raised ..."), if one is
     where: str | None = None  # the user's line that first ran it ("train.py:44"), if known
+    # Each program's own `MEMORY` figures, in the order they first ran: `figures` sums them,
+    # which reads like one program's growth where a function gained a program. Empty where
+    # not kept (a stored baseline).
+    per_program: tuple[tuple[tuple[str, float], ...], ...] = ()
 
     def figure(self, metric: str) -> float | None:
         return dict(self.figures).get(metric)
+
+    def programs_memory(self) -> str:
+        """``argument 168 B, temp 864 B; argument 168 B, temp 864 B``: each program's memory
+        (its figures that are not 0), programs apart; "" where not kept."""
+        return "; ".join(
+            ", ".join(f"{m.removesuffix('_bytes')} {size_text(v)}" for m, v in program if v)
+            or "no memory"
+            for program in self.per_program
+        )
 
 
 @dataclass(frozen=True)
@@ -177,6 +193,29 @@ class ProgramChange:
 
 
 @dataclass(frozen=True)
+class ProgramCount:
+    """A function that compiled more (or fewer) programs than the other side's: its memory
+    figures are sums over its programs, so they are said per program, never as growth."""
+
+    name: str  # "jit(step)"
+    base: FunctionCost
+    head: FunctionCost
+
+    def text(self, against: str) -> str:
+        """``jit(step): 2 programs where the base had 1 (each: argument 168 B, temp 864 B;
+        argument 168 B, temp 864 B; base: argument 168 B, temp 864 B)``."""
+        head, base = self.head, self.base
+        had = f"{base.programs} program" + ("" if base.programs == 1 else "s")
+        memory = [
+            f"{p}: {fn.programs_memory()}"
+            for p, fn in (("each", head), (against, base))
+            if fn.programs_memory()
+        ]
+        each = f" ({'; '.join(memory)})" if memory else ""
+        return f"{self.name}: {head.programs} programs where the {against} had {had}{each}"
+
+
+@dataclass(frozen=True)
 class CostComparison:
     """Head's step cost against the base's (or the stored baseline's): every figure that changed."""
 
@@ -186,23 +225,34 @@ class CostComparison:
     compared: bool = True  # False: a side was not measured; ``note`` says why
     note: str = ""
     programs: tuple[ProgramChange, ...] = ()  # new ones, then gone ones, each by name
+    # Functions whose count of programs differs: their memory is said per program.
+    counts: tuple[ProgramCount, ...] = ()
 
     @property
     def changed(self) -> bool:
         """A program came or went, or a figure changed by more than rounds to 1.00x."""
-        return bool(self.programs) or any(c.notable for c in self.changes)
+        return bool(self.programs or self.counts) or any(c.notable for c in self.changes)
+
+    def _shown(self, change: CostChange) -> bool:
+        """A notable figure of its own: not a new or gone function's, nor the summed memory of
+        a function whose programs were counted apart (`ProgramCount`)."""
+        if change.function in {p.name for p in self.programs}:
+            return False
+        counted = change.function in {c.name for c in self.counts}
+        return change.notable and not (counted and change.metric in MEMORY)
 
     def listing(self) -> list[str]:
         """Every change a reader is shown, one per line: programs first, each with its figures
-        (those not 0), then the figures that changed."""
+        (those not 0), then functions with more or fewer programs, then the figures that
+        changed."""
         lines = []
         for program in self.programs:
             own = [c for c in self.changes if c.function == program.name]
             values = [(c.metric, c.head if program.new else c.base) for c in own]
             shown = ", ".join(f"{m} {number_text(v)}" for m, v in values if v)
             lines.append(program.text(self.against) + (f": {shown}" if shown else ""))
-        whole = {p.name for p in self.programs}
-        lines += [c.text() for c in self.changes if c.notable and c.function not in whole]
+        lines += [count.text(self.against) for count in self.counts]
+        lines += [c.text() for c in self.changes if self._shown(c)]
         quiet = sum(1 for c in self.changes if not c.notable)
         if quiet:
             lines.append(f"({_figures(quiet)} within 0.5%, not listed)")
@@ -244,11 +294,12 @@ class CostComparison:
         if not self.changed:
             return f"cost unchanged against the {self.against}, to within 0.5%"
         failed = {c.metric for c in self.changes if c.failing}
-        # A new or gone program leads, by name and line; its own figures say no more.
-        whole = {p.name for p in self.programs}
-        figures = [c for c in self.changes if c.notable and c.function not in whole]
+        # A new or gone program leads, by name and line; its own figures say no more. A
+        # function with more programs says so, its memory per program, not summed.
+        figures = [c for c in self.changes if self._shown(c) or c.failing]
         shown = [
             *(p.text(self.against) for p in self.programs),
+            *(c.text(self.against) for c in self.counts),
             *(c.text() for c in figures if c.metric in failed or not failed),
         ]
         more = len(shown) - most
@@ -301,7 +352,14 @@ def compare_costs(
         for name, fn in sorted(old_fns.items())
         if name not in new_fns
     ]
-    return CostComparison(against, tuple(changes), rule.max_increase, programs=tuple(programs))
+    counts = tuple(
+        ProgramCount(name, old_fns[name], new_fns[name])
+        for name in sorted(old_fns.keys() & new_fns.keys())
+        if old_fns[name].programs != new_fns[name].programs
+    )
+    return CostComparison(
+        against, tuple(changes), rule.max_increase, programs=tuple(programs), counts=counts
+    )
 
 
 def _figure(fn: FunctionCost | None, metric: str) -> float | None:

@@ -4,8 +4,9 @@ The runner records transfers per phase (first call, steady state); a reader
 asks per array moved at a line: which line moved which array, which way, how
 often per step. One call that moves three arrays is three findings, each with
 its own dtype, shape, count and bytes. Every reporter shows findings in the
-same order (`group`): failing first, then what moves every step (most per
-step first), then what moves on the first call only, each by file and line.
+same order (`group`): failing first, then host syncs (device-to-host reads), then
+what moves every step (most per step first), then what moves on the first call only, each
+by file and line.
 """
 
 from __future__ import annotations
@@ -238,12 +239,17 @@ def group(transfers: Iterable[Transfer]) -> tuple[Finding, ...]:
 
 
 def _order(f: Finding) -> tuple[object, ...]:
-    """Failing first; then what moves every step, most per step first; then first-call-only
-    lines (initialisers); ties by file and line, then direction, then thread (a thread's
-    finding after the step's own), then the order JAX moved the arrays in."""
+    """The most severe first, as a PR annotation needs it (the first finding is the line the
+    JUnit testcase points at): failing first (what the base or the baseline already has does
+    not fail, so new comes before old); then a device-to-host read (the host waits for the
+    device: a sync) before an upload or a move between devices; then what moves every step,
+    most per step first, before first-call-only lines (initialisers); ties by file and line,
+    then direction, then thread (a thread's finding after the step's own), then the order JAX
+    moved the arrays in."""
     where = f.location
     return (
         not f.failing,
+        f.direction is not Direction.DEVICE_TO_HOST,
         not f.every_step,
         -f.per_step,
         where.path if where else "~",

@@ -177,15 +177,53 @@ class Recompile:
     change: str | None  # what changed, in JAX's words where it said; None when it did not
     failing: bool  # ``recompiles: fail``; False under ``warn``
     source: str | None = None  # the text of the call line
+    # A function that compiled more programs in the step's first call and warm-up than it
+    # should (`gate.witness.recompiles.startup_recompiles`): ``count`` is its programs there,
+    # ``runs`` those calls; ``base_count`` the base's programs (None: no base, and it compiled
+    # again at the same shapes).
+    startup: bool = False
+    base_count: int | None = None
+
+    @property
+    def extra(self) -> int:
+        """Compilations more than there should have been: every one after warm-up; in the
+        first call and warm-up, those beyond the base's count (or beyond one)."""
+        return self.count - (self.base_count or 1) if self.startup else self.count
 
     def headline(self) -> str:
-        """``jit(step) compiled again 22x in 23 runs after warm-up at a.py:12: x: ...``."""
+        """``jit(step) compiled again 22x in 23 runs after warm-up at a.py:12: x: ...``;
+        ``jit(step) compiled 2 programs in the first call and warm-up where the base
+        compiled 1 at a.py:12: ...`` for a startup one."""
         where = f" at {self.location}" if self.location is not None else ""
         what = f": {self.change}" if self.change else " (JAX did not say what changed)"
+        if self.startup:
+            than = (
+                f"where the base compiled {self.base_count}"
+                if self.base_count is not None
+                else "at the same shapes"
+            )
+            return (
+                f"{self.function} compiled {self.count} programs in the first call and "
+                f"warm-up ({self.runs} calls) {than}{where}{what}"
+            )
         return (
             f"{self.function} compiled again {self.count}x in {self.runs} runs after "
             f"warm-up{where}{what}"
         )
+
+
+@dataclass(frozen=True)
+class ProgramsCompiled:
+    """The programs one function compiled in the step's first call and warm-up (each
+    compiles there once; more than once is what a base compares or a weak type explains)."""
+
+    function: str  # as JAX names it, e.g. "jit(train_step)"
+    location: SourceLocation | None  # the user's line of its last compile there
+    count: int
+    change: str | None  # why the last of them compiled, in JAX's words; None: not said
+    # Every difference JAX named is a weak type flipping, the shapes and dtypes alike.
+    same_shapes: bool = False
+    source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -264,8 +302,11 @@ class RegionResult:
     machine: Machine | None = None
     # Per direction (label), what judged it.
     coverage: tuple[tuple[str, CoverageJudge], ...] = ()
-    # Compilations after warm-up (`recompiles: fail` or `warn`; none under `allow`).
+    # Compilations after warm-up (`recompiles: fail` or `warn`; none under `allow`), and
+    # functions that compiled more programs than they should in the first call and warm-up.
     recompiles: tuple[Recompile, ...] = ()
+    # Programs compiled in the first call and warm-up, per function (what ``--base`` compares).
+    startup_programs: tuple[ProgramsCompiled, ...] = ()
     # Every timed run's step time, in seconds, in the order they ran (`timing` summarises them).
     timing_samples: tuple[float, ...] = ()
     # The first call's wall time: compiling (or loading from the run's cache) and the mapped run.

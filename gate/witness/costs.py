@@ -101,6 +101,7 @@ def _caller(user: UserCode) -> str | None:
 def _function_cost(name: str, programs: list[Executed]) -> FunctionCost:
     sums: dict[str, float] = {}
     unknown: list[str] = []
+    each: list[tuple[tuple[str, float], ...]] = []
     for program in programs:
         work = cost_analysis(program.executable)
         if isinstance(work, str):
@@ -115,6 +116,7 @@ def _function_cost(name: str, programs: list[Executed]) -> FunctionCost:
         else:
             for key, metric in _MEMORY_KEYS:
                 sums[metric] = sums.get(metric, 0.0) + memory[key]
+            each.append(tuple((metric, float(memory[key])) for key, metric in _MEMORY_KEYS))
     order = [metric for _, metric in _WORK_KEYS + _MEMORY_KEYS]
     return FunctionCost(
         name=name,
@@ -123,6 +125,7 @@ def _function_cost(name: str, programs: list[Executed]) -> FunctionCost:
         figures=tuple((m, sums[m]) for m in order if m in sums),
         unknown="; ".join(dict.fromkeys(unknown)),
         where=next((p.where for p in programs if p.where is not None), None),
+        per_program=tuple(each),
     )
 
 

@@ -1,5 +1,9 @@
 """Which function compiled again after warm-up, at which of the user's lines, and why.
 
+Also what each function compiled in the step's first call and warm-up
+(`programs_compiled`), and which of them compiled more programs there than they should
+(`startup_recompiles`): more than the base's, or again at the same shapes.
+
 `gate.jaxhooks.compiles` hands over raw compile events (JAX's name for the
 function, the stack, JAX's cache-miss log); this turns them into
 `Recompile` records, one per function and call line, with what changed in
@@ -13,7 +17,8 @@ import re
 from collections.abc import Sequence
 
 from gate.jaxhooks.compiles import CompileEvent
-from gate.results.records import Recompile
+from gate.jaxhooks.internals import PMAP_PROGRAM_NAMES
+from gate.results.records import ProgramsCompiled, Recompile
 from gate.user_code import SourceLocation, UserCode
 
 # JAX's short dtype names in its cache-miss log, as the rest of the report writes them.
@@ -42,6 +47,7 @@ _TYPE_CHANGE = re.compile(
 _STATIC = re.compile(r"Static\(val=(?P<val>.*?)\)(?:,|$)")
 # Any other pytree node whose static fields changed (a TrainState with a new optax object).
 _NODE = re.compile(r"<class '(?:[\w.]+\.)?(?P<cls>\w+)'> with pytree metadata")
+_WEAK = re.compile(r"\{weak_type=(?:True|False)\}")
 _METADATA = "pytree node metadata does not match"
 _NEW_FUNCTION = "never seen function"
 _NO_EXPLANATION = "explanation unavailable"
@@ -103,6 +109,19 @@ def explain(texts: Sequence[str]) -> str | None:
     return None
 
 
+def program_name(event: CompileEvent, user: UserCode) -> str:
+    """The program as the user wrote it: ``pmap(<lambda> at train.py:25)`` where JAX names a
+    pmap's program after its own wrapper (``jit(_fun)``); JAX's name everywhere else."""
+    if event.written is None or event.fun_name not in PMAP_PROGRAM_NAMES:
+        return event.fun_name
+    traced_for, source = event.written
+    name, at, where = source.rpartition(" at ")
+    path, colon, line = where.rpartition(":")
+    if not at or not colon:
+        return f"{traced_for}({source})"
+    return f"{traced_for}({name} at {user.relative(path)}:{line})"
+
+
 def attribute(
     events: Sequence[CompileEvent],
     user: UserCode,
@@ -119,15 +138,10 @@ def attribute(
     grouped: dict[tuple[str, SourceLocation | None], list[CompileEvent]] = {}
     for event in events:
         location = user.locate(event.stack) or step_location
-        grouped.setdefault((event.fun_name, location), []).append(event)
+        grouped.setdefault((program_name(event, user), location), []).append(event)
     found = []
     for (function, location), members in grouped.items():
         change = next((c for c in (explain(e.explanations) for e in members) if c), None)
-        source = None
-        if location is not None:
-            path = location.path
-            absolute = path if path.startswith("/") else str(user.repo_root / path)
-            source = linecache.getline(absolute, location.line).strip() or None
         found.append(
             Recompile(
                 function=function,
@@ -136,7 +150,95 @@ def attribute(
                 runs=runs,
                 change=change,
                 failing=failing,
-                source=source,
+                source=_source(user, location),
+            )
+        )
+    return tuple(found)
+
+
+def _source(user: UserCode, location: SourceLocation | None) -> str | None:
+    if location is None:
+        return None
+    path = location.path
+    absolute = path if path.startswith("/") else str(user.repo_root / path)
+    return linecache.getline(absolute, location.line).strip() or None
+
+
+def weak_types_only(texts: Sequence[str]) -> bool:
+    """Whether JAX's cache-miss log names type changes, and each is a weak type flipping at
+    the same dtype and shape (``f32[]{weak_type=True}`` before, ``f32[]`` now)."""
+    changes = [
+        match
+        for text in texts
+        for line in text.splitlines()
+        if (match := _TYPE_CHANGE.match(line.strip())) is not None
+    ]
+    return bool(changes) and all(
+        _WEAK.sub("", _dtype_names(m["was"])) == _WEAK.sub("", _dtype_names(m["now"]))
+        for m in changes
+    )
+
+
+def programs_compiled(
+    events: Sequence[CompileEvent], user: UserCode, step_location: SourceLocation | None
+) -> tuple[ProgramsCompiled, ...]:
+    """The programs each function compiled in the first call and warm-up, in first-compile
+    order, at the line of its last compile there (where a second program came from)."""
+    grouped: dict[str, list[CompileEvent]] = {}
+    for event in events:
+        grouped.setdefault(program_name(event, user), []).append(event)
+    found = []
+    for function, members in grouped.items():
+        location = user.locate(members[-1].stack) or step_location
+        later = [e.explanations for e in members[1:]]
+        found.append(
+            ProgramsCompiled(
+                function=function,
+                location=location,
+                count=len(members),
+                change=next((c for c in map(explain, later) if c), None),
+                same_shapes=bool(later) and all(weak_types_only(texts) for texts in later),
+                source=_source(user, location),
+            )
+        )
+    return tuple(found)
+
+
+def startup_recompiles(
+    head: Sequence[ProgramsCompiled],
+    base: Sequence[ProgramsCompiled] | None,
+    runs: int,
+    *,
+    failing: bool,
+) -> tuple[Recompile, ...]:
+    """The functions that compiled more programs in the first call and warm-up than they
+    should: than the base's count of the same function (``run --base``), or, with no base,
+    again at the same shapes (a weak type flipping between calls, the classic).
+
+    Against the base, only where JAX explained the extra program (a jitted function's
+    tracing cache miss): an eager operation (``jit(multiply)``) compiles once per shape it
+    meets and JAX explains none of them, so new code that multiplies at a new shape is not
+    a recompile. A function the base never compiled is new code too."""
+    before = {p.function: p.count for p in base} if base is not None else None
+    found = []
+    for programs in head:
+        base_count = before.get(programs.function) if before is not None else None
+        if before is not None:
+            if base_count is None or programs.count <= base_count or programs.change is None:
+                continue
+        elif programs.count < 2 or not programs.same_shapes:
+            continue
+        found.append(
+            Recompile(
+                function=programs.function,
+                location=programs.location,
+                count=programs.count,
+                runs=runs,
+                change=programs.change,
+                failing=failing,
+                source=programs.source,
+                startup=True,
+                base_count=base_count,
             )
         )
     return tuple(found)

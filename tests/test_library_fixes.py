@@ -1,0 +1,205 @@
+"""Real fixes from the libraries' own histories, judged by ``run --base`` through the real CLI.
+
+Each folder of tests/library-fixes/ is one fix (its README cites the repository, commit and
+license): ``base/`` holds the library's code after the fix, ``head/`` the code before it, and
+``train.py`` with ``policy.yaml`` a small training loop over it. The base is committed; the
+head is the working tree on top of it, as a pull request that reintroduced the bug would be.
+Each test asserts the verdict, the finding and the line a PR tool annotates.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import GateRun, line_of, run_gate
+from git_helpers import git, init
+
+FIXES = Path(__file__).parent / "library-fixes"
+
+# Each gate here runs under the accelerator's rule (tests/accelerator_rule.py).
+ON_THE_DEVICE = pytest.mark.usefixtures("one_process_on_the_device")
+
+
+def _copy(folder: Path, into: Path) -> None:
+    for path in folder.iterdir():
+        if path.is_file():
+            shutil.copy(path, into / path.name)
+
+
+def _judged(tmp_path: Path, fix: str, devices: int = 1) -> tuple[GateRun, Path]:
+    """``run --base HEAD`` on a repository whose commit is the fix and whose tree is before it."""
+    folder = FIXES / fix
+    repo = init(tmp_path / fix)
+    (repo / "policies").mkdir()
+    shutil.copy(folder / "policy.yaml", repo / "policies" / "p.yaml")
+    shutil.copy(folder / "train.py", repo / "train.py")
+    _copy(folder / "base", repo)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", f"{fix}: the fix")
+    _copy(folder / "head", repo)
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json", devices=devices)
+    return run, repo
+
+
+def _region(repo: Path) -> dict[str, Any]:
+    [region] = json.loads((repo / "r.json").read_text())["suites"][0]["regions"]
+    return region
+
+
+def test_the_fixes_are_cited_and_whole() -> None:
+    folders = sorted(p for p in FIXES.iterdir() if p.is_dir())
+    assert len(folders) >= 6
+    for folder in folders:
+        readme = (folder / "README.md").read_text()
+        assert "github.com/" in readme
+        assert folder.name.split("-")[-1] in readme
+        assert "Apache-2.0" in readme
+        assert sorted(p.name for p in (folder / "base").iterdir()) == sorted(
+            p.name for p in (folder / "head").iterdir()
+        )
+        assert (folder / "train.py").is_file()
+        assert (folder / "policy.yaml").is_file()
+
+
+@ON_THE_DEVICE
+def test_optax_47404ab6_the_annotation_is_on_momos_host_sync(tmp_path: Path) -> None:
+    run, repo = _judged(tmp_path, "optax-47404ab6")
+    assert run.returncode == 1, run
+    sync = line_of(repo / "momo.py", "if count == jnp.zeros")
+    testcase = run.testcase("momo: transfers")
+    # Python scalar uploads at the lines below it are more frequent; the sync comes first.
+    assert (testcase.get("file"), testcase.get("line")) == ("momo.py", str(sync)), run
+    failure = testcase.find("failure")
+    assert failure is not None, run
+    message = failure.get("message", "")
+    assert message.split(": ", 1)[1].startswith(
+        f"implicit device-to-host transfer bool[] at momo.py:{sync}, 1x per step"
+    ), message
+    failing = [f for f in _region(repo)["transfers"] if f["failing"]]
+    assert failing[0]["direction"] == "device-to-host", failing
+    assert failing[0]["line"] == sync, failing
+    # A plain run (no base) too: of the eager update's many failing lines, the sync leads.
+    plain = run_gate(repo, "run")
+    assert plain.returncode == 1, plain
+    testcase = plain.testcase("momo: transfers")
+    assert (testcase.get("file"), testcase.get("line")) == ("momo.py", str(sync)), plain
+    failure = testcase.find("failure")
+    assert failure is not None, plain
+    message = failure.get("message", "")
+    assert "more (every one in this testcase's body)" in message, message
+
+
+@ON_THE_DEVICE
+def test_optax_7c49fcfd_a_second_program_in_the_first_call_fails_against_the_base(
+    tmp_path: Path,
+) -> None:
+    run, repo = _judged(tmp_path, "optax-7c49fcfd")
+    assert run.returncode == 1, run
+    call = line_of(repo / "train.py", "# the loop's call")
+    testcase = run.testcase("linesearch: recompiles")
+    assert (testcase.get("file"), testcase.get("line")) == ("train.py", str(call)), run
+    failure = testcase.find("failure")
+    assert failure is not None, run
+    message = failure.get("message", "")
+    assert message.startswith(
+        f"train.py:{call}: jit(step) compiled 2 programs in the first call and warm-up "
+        "(3 calls) where the base compiled 1: "
+    ), message
+    assert "{weak_type=True} before" in message, message
+    [found] = _region(repo)["recompiles"]
+    assert (found["startup"], found["count"], found["base_count"]) == (True, 2, 1)
+    assert "FAIL  p.linesearch  1 recompile  recompiled 1x" in run.stdout, run
+    # Its memory: per program, never summed into what reads like one program's growth.
+    [count] = _region(repo)["base"]["cost"]["program_counts"]
+    assert (count["name"], count["base_programs"], count["head_programs"]) == ("jit(step)", 1, 2)
+    assert count["head_memory"][0] == count["base_memory"][0], count
+    assert count["text"].startswith("jit(step): 2 programs where the base had 1 program (each: ")
+    assert "jit(step): argument_bytes" not in run.stdout, run
+
+
+@ON_THE_DEVICE
+def test_flax_266052cb_a_pmap_per_call_recompiles_and_its_pmean_only_moved(
+    tmp_path: Path,
+) -> None:
+    run, repo = _judged(tmp_path, "flax-266052cb", devices=2)
+    assert run.returncode == 1, run
+    call = line_of(repo / "imagenet_train.py", "avg(state['batch_stats'])")
+    failure = run.testcase("sync: recompiles").find("failure")
+    assert failure is not None, run
+    message = failure.get("message", "")
+    # Every step first: the compiles after warm-up, then the extra programs of the first call.
+    assert message.startswith(f"imagenet_train.py:{call}: "), message
+    # Named as written, not after JAX's wrapper (jit(_fun)).
+    lambda_line = line_of(repo / "imagenet_train.py", "avg = jax.pmap(lambda x")
+    assert message.split(": ", 1)[1].startswith(
+        f"pmap(<lambda> at imagenet_train.py:{lambda_line}) compiled again 8x in 4 runs after "
+        "warm-up"
+    ), message
+    # The pmean: moved from the function body to module level, the same all-reduce.
+    region = _region(repo)
+    changes = region["base"]["collectives"]["changes"]
+    assert [c["change"] for c in changes] == ["moved"], changes
+    assert not changes[0]["failing"], changes
+    moved_to = line_of(repo / "imagenet_train.py", "avg = jax.pmap(lambda x")
+    assert changes[0]["line"] == moved_to, changes
+    assert "moved from imagenet_train.py:" in changes[0]["text"], changes
+    assert "not new" in changes[0]["text"], changes
+    collectives = run.testcase("sync: collectives")
+    assert collectives.find("failure") is None, run
+    assert "new all-reduce" not in run.stdout, run
+
+
+@ON_THE_DEVICE
+def test_flax_f88e45b0_the_implicit_fetch_is_caught_at_its_line(tmp_path: Path) -> None:
+    run, repo = _judged(tmp_path, "flax-f88e45b0")
+    assert run.returncode == 1, run
+    fetch = line_of(repo / "ppo_main.py", "onp.exp(onp.array(log_probs))")
+    testcase = run.testcase("ppo: transfers")
+    assert (testcase.get("file"), testcase.get("line")) == ("ppo_main.py", str(fetch)), run
+    failure = testcase.find("failure")
+    assert failure is not None, run
+    assert f"implicit device-to-host transfer float32[3,4] at ppo_main.py:{fetch}" in (
+        failure.get("message", "")
+    ), run
+    # The fix's explicit device_get is gone from the head: nothing of the base's fails.
+    failing = [f for f in _region(repo)["transfers"] if f["failing"]]
+    assert all(not f["in_base"] for f in failing), failing
+
+
+@ON_THE_DEVICE
+def test_optax_b601cd0d_a_weak_step_count_compiles_the_step_twice(tmp_path: Path) -> None:
+    run, repo = _judged(tmp_path, "optax-b601cd0d")
+    assert run.returncode == 1, run
+    call = line_of(repo / "train.py", "# the loop's call")
+    testcase = run.testcase("ademamix: recompiles")
+    assert (testcase.get("file"), testcase.get("line")) == ("train.py", str(call)), run
+    failure = testcase.find("failure")
+    assert failure is not None, run
+    message = failure.get("message", "")
+    assert message.startswith(
+        f"train.py:{call}: jit(step) compiled 2 programs in the first call and warm-up "
+        "(3 calls) where the base compiled 1: "
+    ), message
+    assert "int32[]{weak_type=True} before, int32[]{weak_type=False} now" in message, message
+    # Nothing else of the region fails: the count alone.
+    assert "FAIL  p.ademamix  1 recompile  recompiled 1x" in run.stdout, run
+
+
+@ON_THE_DEVICE
+def test_flax_29d4ffdb_an_eager_one_hot_per_string_is_a_round_trip(tmp_path: Path) -> None:
+    run, repo = _judged(tmp_path, "flax-29d4ffdb")
+    assert run.returncode == 1, run
+    read = line_of(repo / "input_pipeline.py", "return np.array([encode_str(inp)")
+    upload = line_of(repo / "input_pipeline.py", "return jax.nn.one_hot(tokens")
+    testcase = run.testcase("seq2seq: transfers")
+    # The host sync first: the annotation is on the read back, not the uploads.
+    assert (testcase.get("file"), testcase.get("line")) == ("input_pipeline.py", str(read)), run
+    failing = [f for f in _region(repo)["transfers"] if f["failing"]]
+    assert failing[0]["direction"] == "device-to-host", failing
+    assert failing[0]["line"] == read, failing
+    assert any(f["direction"] == "host-to-device" and f["line"] == upload for f in failing), failing
+    assert not any(f["in_base"] for f in failing), failing
