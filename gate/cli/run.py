@@ -28,6 +28,7 @@ from gate.report.write import Reports, write_reports
 from gate.results.baseline import accept_command, apply_baseline, fingerprints_of
 from gate.results.baseline_file import BaselineError, StoredBaseline, load_baseline
 from gate.results.errors import ErrorKind
+from gate.results.provenance import Provenance, read_provenance
 from gate.results.records import CheckName, RegionResult, RunResult, SuiteResult
 from gate.results.refusals import unusable_base, unusable_baseline
 
@@ -42,20 +43,22 @@ def run_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
         return _run_and_report(args, repo_root, cancel)
 
 
-def _write(run: RunResult, reports: Reports) -> None:
-    write_reports(run, reports, fingerprints_of(run))
+def _write(run: RunResult, reports: Reports, provenance: Provenance) -> None:
+    write_reports(run, reports, fingerprints_of(run), provenance)
 
 
 def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellation) -> ExitCode:
     reports = Reports(Path(args.junit), Path(args.json) if args.json else None)
     reports.check_writable()
+    # Read as the run starts: its time is the run's, and HEAD is what the work tree runs.
+    provenance = read_provenance(repo_root, os.environ)
     base_ref: BaseRef | None = None
     if args.base is not None:
         try:
             # Before anything runs: a bad --base is the user's, like an unusable baseline.
             base_ref = check_base(repo_root, args.base)
         except BaseRefError as exc:
-            _write(unusable_base(str(exc)), reports)
+            _write(unusable_base(str(exc)), reports, provenance)
             raise
     stored: StoredBaseline | None = None
     baseline_path, named = baseline_for(args.baseline, args.paths, repo_root)
@@ -65,7 +68,7 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
             stored = load_baseline(baseline_path, baseline_shown)
         except BaselineError as exc:
             # Like an invalid policy: nothing runs, but the report says why.
-            _write(unusable_baseline(str(exc), baseline_shown), reports)
+            _write(unusable_baseline(str(exc), baseline_shown), reports, provenance)
             raise
     rules: dict[str, Region] = {}
     command = accept_command(args.paths, baseline_shown)
@@ -116,7 +119,7 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
         result = execute(
             Selection.from_args(args),
             repo_root,
-            lambda refused: _write(refused, reports),
+            lambda refused: _write(refused, reports, provenance),
             cancel=cancel,
             planned=planned,
             base=base,
@@ -142,7 +145,7 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     for line in _written_references(result, rules, repo_root):
         print(line)
     print(reports.describe())
-    _write(result, reports)
+    _write(result, reports, provenance)
     return _verdict(result, cancel)
 
 
