@@ -16,6 +16,7 @@ from gate.compare.worktree import BaseRefError
 from gate.machine.requirements import RequirementsError
 from gate.plan import UnknownRegionError
 from gate.policy.problems import PolicyError
+from gate.report.history_series import HistoryError
 from gate.report.junit import ReportWriteError
 from gate.report.merge import MergeError
 from gate.results.baseline_file import BaselineError
@@ -32,6 +33,7 @@ _USAGE_ERRORS = (
     ReportWriteError,
     BaselineError,
     MergeError,
+    HistoryError,
     BaseRefError,
     RequirementsError,
 )
