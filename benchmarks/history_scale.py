@@ -62,11 +62,11 @@ var out={load_ms:performance.now()},svg=document.querySelectorAll("svg.chart")[0
 svg.focus();var t0=performance.now();
 for(var i=0;i<100;i++){svg.dispatchEvent(new KeyboardEvent("keydown",{key:"ArrowLeft"}));}
 out.move_ms=(performance.now()-t0)/100;
-var details=document.querySelector("details[data-region]");var t1=performance.now();
-details.open=true;
-setTimeout(function(){out.table_ms=performance.now()-t1;
+var details=document.querySelector("details[data-region]");
+details.addEventListener("toggle",function(){out.table_ms=performance.now()-t1;
 out.rows=details.querySelectorAll("tbody tr").length;
-document.getElementById("probe").textContent=JSON.stringify(out);},0);
+document.getElementById("probe").textContent=JSON.stringify(out);});
+var t1=performance.now();details.open=true;
 });</script>"""
 
 

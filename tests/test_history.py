@@ -7,7 +7,6 @@ run on that commit would have measured it.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import random
@@ -21,6 +20,7 @@ import msgspec
 import pytest
 from cli_helpers import ROOT, make_repo, run_gate
 from git_helpers import commit, git, init
+from history_reports import stepped, write_reports
 from processes import run
 from result_samples import policy_yaml, region_yaml
 
@@ -129,46 +129,6 @@ def test_history_lines_the_reports_up_by_commit_with_their_figures(
 
 
 # --- one real report, stepped ---------------------------------------------------------------------
-
-
-def stepped(
-    template: dict,
-    index: int,
-    *,
-    median: float,
-    flops: float | None = None,
-    cores: int | None = None,
-    status: str | None = None,
-) -> dict:
-    """``template`` as run ``index`` of main would have written it: its commit a day later, each
-    region's step times scaled to ``median``, and the FLOPs, machine and status given."""
-    report = copy.deepcopy(template)
-    report["run"]["commit"] = f"{index:02d}" + "c" * 38
-    report["run"]["commit_date"] = f"2026-04-{index + 1:02d}T12:00:00+00:00"
-    report["run"]["run_at"] = f"2026-04-{index + 1:02d}T12:30:00+00:00"
-    for suite in report["suites"]:
-        for region in suite["regions"]:
-            scale = median / region["timing"]["median_s"]
-            region["timing_samples"] = [s * scale for s in region["timing_samples"]]
-            region["timing"] = {
-                k: (v * scale if k.endswith("_s") else v) for k, v in region["timing"].items()
-            }
-            if flops is not None:
-                region["cost"]["totals"]["flops"] = flops
-            if cores is not None:
-                region["machine"]["cores"] = cores
-            if status is not None:
-                region["status"] = status
-    if status is not None:
-        report["passed"] = status == "passed"
-    return report
-
-
-def write_reports(folder: Path, reports: list[dict]) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for i, report in enumerate(reports):
-        (folder / f"run-{i:03d}.json").write_text(json.dumps(report))
-    return folder
 
 
 @pytest.fixture
@@ -397,7 +357,8 @@ window.addEventListener("error",function(e){window.__errors.push(String(e.messag
 var __error=console.error;console.error=function(){
 window.__errors.push(Array.prototype.join.call(arguments," "));__error.apply(console,arguments);};
 </script>"""
-# Put last in the page: a keyboard user's moves, and what the page showed, into #probe.
+# Put last in the page: a keyboard user's moves, and what the page showed, into #probe. Its toggle
+# listener comes after the page's own, so it reads the table the page has just built.
 PROBE = """<pre id="probe"></pre><script>
 window.addEventListener("load",function(){
 var out={},tip=document.getElementById("tip"),svg=document.querySelector("svg.chart");
@@ -406,9 +367,11 @@ svg.dispatchEvent(new KeyboardEvent("keydown",{key:"ArrowLeft",bubbles:true}));
 out.afterLeft=tip.textContent;
 svg.dispatchEvent(new KeyboardEvent("keydown",{key:"Home",bubbles:true}));
 out.atHome=tip.textContent;
-var details=document.querySelector("details[data-region]");details.open=true;
-setTimeout(function(){out.tableRows=details.querySelectorAll("tbody tr").length;
-out.errors=window.__errors;document.getElementById("probe").textContent=JSON.stringify(out);},200);
+var details=document.querySelector("details[data-region]");
+details.addEventListener("toggle",function(){
+out.tableRows=details.querySelectorAll("tbody tr").length;
+out.errors=window.__errors;document.getElementById("probe").textContent=JSON.stringify(out);});
+details.open=true;
 });</script>"""
 
 
