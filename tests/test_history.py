@@ -499,3 +499,22 @@ def test_the_page_in_chromium_shows_every_commit_with_the_reports_figures(
             assert value == pytest.approx(figure(point), abs=(hi - lo) * 0.06 / height), chart_id
             checked += 1
     assert checked == 2 * 5 * 3  # two regions, five lines (memory is not measured on a CPU)
+
+
+def test_a_newest_run_that_errored_hides_neither_drift_nor_the_machine(
+    template: dict, tmp_path: Path
+) -> None:
+    repo = drift_repo(tmp_path)
+    reports = [stepped(template, i, median=1e-3 * 1.1**i) for i in range(10)]
+    # The newest run errored before a worker said where it ran: no machine, no timing.
+    errored = stepped(template, 10, median=1e-3, status="error")
+    for region in errored["suites"][0]["regions"]:
+        del region["machine"]
+        region["timing"], region["timing_samples"], region["cost"] = None, [], None
+    write_reports(repo / "main", [*reports, errored])
+    done = run_gate(repo, "history", "main", "--out", "site", "--check")
+    assert done.returncode == ExitCode.REGION_FAILED, done
+    assert "drift: p.clean: step time grew" in done.stdout
+    page = (repo / "site/index.html").read_text()
+    assert 'class="machine"' not in page  # one machine: no change is marked
+    assert "the machine changed" not in page

@@ -43,15 +43,16 @@ def run_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
         return _run_and_report(args, repo_root, cancel)
 
 
-def _write(run: RunResult, reports: Reports, provenance: Provenance) -> None:
+def _write(run: RunResult, reports: Reports, provenance: Provenance | None) -> None:
     write_reports(run, reports, fingerprints_of(run), provenance)
 
 
 def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellation) -> ExitCode:
     reports = Reports(Path(args.junit), Path(args.json) if args.json else None)
     reports.check_writable()
-    # Read as the run starts: its time is the run's, and HEAD is what the work tree runs.
-    provenance = read_provenance(repo_root, os.environ)
+    # Read as the run starts: its time is the run's, and HEAD is what the work tree runs. Only
+    # the JSON report holds it: without one, git is not asked.
+    provenance = read_provenance(repo_root, os.environ) if reports.json is not None else None
     base_ref: BaseRef | None = None
     if args.base is not None:
         try:

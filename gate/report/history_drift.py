@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from gate.compare.stats import mann_whitney_p
 from gate.policy.model import DriftRule
-from gate.report.history_series import History, Point, RegionSeries
+from gate.report.history_series import History, Point, RegionSeries, newest_machine
 from gate.text import counted
 
 # The rank test's level. Its null hypothesis is already shifted by the bound (the newest runs
@@ -118,7 +118,7 @@ def check_drift(history: History, rules: Mapping[str, DriftRule]) -> DriftResult
 def _window(region: RegionSeries, rule: DriftRule) -> list[Point]:
     """The region's newest ``window`` points, those of its newest machine."""
     newest = region.points[-rule.window :]
-    machine = newest[-1].machine
+    machine = newest_machine(newest)
     return [p for p in newest if p.machine == machine]
 
 

@@ -24,7 +24,7 @@ from functools import cache
 from importlib import resources
 
 from gate.package import __version__
-from gate.report.history_series import History, Point, RegionSeries
+from gate.report.history_series import History, Point, RegionSeries, newest_machine
 from gate.text import counted, duration_text, number_text, si_text, size_text
 
 # The plot area inside each chart's SVG, in its own units (the SVG scales to the page).
@@ -195,7 +195,8 @@ def _summary(history: History) -> str:
 def _window_change(region: RegionSeries) -> str:
     """``x1.23 over 12 runs``: the newest median over the first of the newest machine's."""
     latest = region.points[-1]
-    same = [p for p in region.points if p.machine == latest.machine and p.median_s is not None]
+    machine = newest_machine(region.points)
+    same = [p for p in region.points if p.machine == machine and p.median_s is not None]
     if latest.median_s is None or len(same) < 2:
         return "not measured" if latest.median_s is None else "one run on this machine"
     first = same[0].median_s
@@ -368,11 +369,16 @@ def _ranges(runs: Sequence[int]) -> str:
 def _stretches(points: Sequence[Point]) -> list[list[Point]]:
     """The points cut where the machine changes: each stretch is drawn on its own."""
     stretches: list[list[Point]] = []
+    machine: int | None = None
     for point in points:
-        if stretches and stretches[-1][-1].machine == point.machine:
+        # A run that names no machine (it errored before a worker said) measured nothing to
+        # draw: it stays in the stretch it falls in, and the first machine named is its.
+        if stretches and (point.machine is None or machine is None or point.machine == machine):
             stretches[-1].append(point)
+            machine = point.machine if machine is None else machine
         else:
             stretches.append([point])
+            machine = point.machine
     return stretches
 
 

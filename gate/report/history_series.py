@@ -176,6 +176,12 @@ def build_history(reports: Sequence[tuple[Path, Report]]) -> History:
     )
 
 
+def newest_machine(points: Sequence[Point]) -> int | None:
+    """The machine of the newest of ``points`` that names one: a run that errored before a
+    worker said where it ran names none, and must not hide the machine the others ran on."""
+    return next((p.machine for p in reversed(points) if p.machine is not None), None)
+
+
 def newest_regions(history: History) -> set[str]:
     """The regions the newest report holds: those a check or a summary is about (a region
     removed from the policy keeps its old points, but nothing to guard)."""

@@ -8,7 +8,7 @@ to the region's charts on the published page when ``--page-url`` names it.
 
 from __future__ import annotations
 
-from gate.report.history_series import History, RegionSeries
+from gate.report.history_series import History, RegionSeries, newest_machine
 from gate.text import duration_text
 
 # The newest runs a sparkline draws: enough for a trend, short enough for one table cell.
@@ -45,7 +45,7 @@ def render_markdown(history: History, page_url: str | None, current: set[str]) -
 
 
 def _row(index: int, region: RegionSeries, page_url: str | None) -> str:
-    machine = region.points[-1].machine
+    machine = newest_machine(region.points)
     medians = [
         p.median_s for p in region.points if p.machine == machine and p.median_s is not None
     ][-SPARK_RUNS:]
