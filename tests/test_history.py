@@ -362,6 +362,14 @@ window.__errors.push(Array.prototype.join.call(arguments," "));__error.apply(con
 PROBE = """<pre id="probe"></pre><script>
 window.addEventListener("load",function(){
 var out={},tip=document.getElementById("tip"),svg=document.querySelector("svg.chart");
+function style(selector,property){var found=document.querySelector(selector);
+return found?getComputedStyle(found)[property]:null;}
+out.colors={text:style("body","color"),link:style("a","color"),
+caption:style("figcaption","color"),tick:style(".tick","fill"),axis:style(".axis","stroke"),
+line:style("path.line.s0","stroke"),second:style("path.line.s1","stroke"),
+failed:style("path.failed","stroke"),failedText:style("td.failed","color"),
+tip:style("#tip","color"),tipBackground:style("#tip","backgroundColor"),
+background:style("body","backgroundColor")};
 svg.focus();out.focused=document.activeElement===svg;out.onFocus=tip.hidden?null:tip.textContent;
 svg.dispatchEvent(new KeyboardEvent("keydown",{key:"ArrowLeft",bubbles:true}));
 out.afterLeft=tip.textContent;
@@ -397,6 +405,18 @@ def rendered(page: Path, profile: Path) -> str:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def contrast(first: str, second: str) -> float:
+    """WCAG's contrast ratio of two CSS ``rgb(r, g, b)`` colours, 1 to 21."""
+
+    def luminance(color: str) -> float:
+        channels = [int(c) / 255 for c in re.findall(r"\d+", color)[:3]]
+        linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+    high, low = sorted((luminance(first), luminance(second)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
 
 
 def expand(ranges: str) -> list[int]:
@@ -467,6 +487,15 @@ def test_the_page_in_chromium_shows_every_commit_with_the_reports_figures(
     assert f"median: {duration_text(first['points'][0]['median_s'])}" in probe["atHome"]
     assert "machine 1: " in probe["atHome"]
     assert probe["tableRows"] == 3
+    # WCAG AA against the page's white: text 4.5:1, the charts' lines and marks 3:1; the tip's
+    # text against its own background.
+    colors = probe["colors"]
+    white = colors["background"]
+    for key in ("text", "link", "caption", "tick", "failedText"):
+        assert contrast(colors[key], white) >= 4.5, (key, colors[key])
+    for key in ("axis", "line", "second", "failed"):
+        assert contrast(colors[key], white) >= 3, (key, colors[key])
+    assert contrast(colors["tip"], colors["tipBackground"]) >= 4.5
     # The charts' points are the reports' figures: each line's points, read back through the axis.
     figures = {
         "median_s": lambda p: p["median_s"],
