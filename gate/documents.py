@@ -83,7 +83,16 @@ def read_document(
     (as the user sees it, relative to the repository), by default ``path``.
     """
     name = str(path) if shown is None else shown
-    data, document = _parsed(path, name, what, fix)
+    try:
+        data = read_within(path, DOCUMENT_BYTES)
+    except OSError as exc:
+        raise DocumentError(f"{name}: cannot read the {what} ({exc.strerror or exc})") from exc
+    except TooLarge as exc:
+        raise DocumentError(f"{name}: the file is {exc} for a {what}; {fix}") from None
+    whole = _decoded_at_once(data, formats, versions)
+    if whole is not None:
+        return whole
+    document = _parsed(data, name, what, fix)
     if not isinstance(document, dict) or document.get("format") not in formats:
         found = "a JSON list" if isinstance(document, list) else "no `format` of one"
         raise DocumentError(f"{name}: not a {what} ({found}); {fix}")
@@ -107,14 +116,41 @@ def read_document(
         raise DocumentError(f"{name}: {at}{problem}; correct that key, or {fix}") from exc
 
 
-def _parsed(path: Path, name: str, what: str, fix: str) -> tuple[bytes, object]:
-    """The file's bytes and their JSON, checked to be UTF-8, whole, valid and finite."""
+class _Head(msgspec.Struct):
+    """What says which schema reads a document; every other key is left to that schema."""
+
+    format: object = None
+    version: object = None
+
+
+def _decoded_at_once(
+    data: bytes, formats: Collection[str], versions: Mapping[int, type[Any] | str]
+) -> Any:
+    """The document, when msgspec reads it whole with its version's schema; else None.
+
+    The common case, and a fast one: no Python objects for the JSON first, no walk over every
+    number (msgspec refuses a NaN, an infinity and a number out of range itself). Whatever it
+    refuses is read again the slow way, which names the key and the fix.
+    """
     try:
-        data = read_within(path, DOCUMENT_BYTES)
-    except OSError as exc:
-        raise DocumentError(f"{name}: cannot read the {what} ({exc.strerror or exc})") from exc
-    except TooLarge as exc:
-        raise DocumentError(f"{name}: the file is {exc} for a {what}; {fix}") from None
+        head = msgspec.json.decode(data, type=_Head)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    schema = versions.get(head.version) if isinstance(head.version, int) else None
+    if (
+        not isinstance(head.format, str)
+        or head.format not in formats
+        or not isinstance(schema, type)
+    ):
+        return None
+    try:
+        return msgspec.json.decode(data, type=schema)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _parsed(data: bytes, name: str, what: str, fix: str) -> object:
+    """The file's JSON, checked to be UTF-8, whole, valid and finite."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -148,7 +184,7 @@ def _parsed(path: Path, name: str, what: str, fix: str) -> tuple[bytes, object]:
                 f"{name}: {where}: expected a finite number, got {_shown(value)}; "
                 f"correct that key, or {fix}"
             )
-    return data, document
+    return document
 
 
 def _nesting(document: object) -> int:

@@ -510,6 +510,8 @@ def test_reusable_workflow_is_only_called(reusable: dict[str, Any]) -> None:
         "record-baseline",
         "python-version",
         "args",
+        "history",
+        "history-url",
     }
     assert inputs["policies"]["default"] == "policies/"
     assert inputs["install"]["default"] == ""
@@ -528,7 +530,9 @@ def test_reusable_workflow_is_only_called(reusable: dict[str, Any]) -> None:
     assert inputs["allow-forks"]["default"] is False
     assert inputs["timeout-minutes"]["default"] * 60 - inputs["time-budget"]["default"] >= 180
     assert all("description" in spec for spec in inputs.values())
-    assert set(reusable["jobs"]) == {"inputs", "cpu", "accelerator", "verdict"}
+    # No history unless the caller keeps one (tests/test_history_workflow.py).
+    assert (inputs["history"]["default"], inputs["history-url"]["default"]) == (False, "")
+    assert set(reusable["jobs"]) == {"inputs", "cpu", "accelerator", "history", "verdict"}
     # The caller's workflow sets `concurrency`; the same group here would cancel the caller.
     assert "concurrency" not in reusable
 

@@ -141,6 +141,8 @@ def test_the_baseline_reads_back_as_written(
 # none other) and integers within JSON's.
 _FINITE = st.floats(allow_nan=False, allow_infinity=False)
 st.register_type_strategy(float, _FINITE)
+# A region's machine keeps its constraints (cores and devices at least 1), as the baseline's.
+st.register_type_strategy(Machine, machines)
 
 
 @settings(SETTINGS, max_examples=25)

@@ -137,7 +137,7 @@ def test_schema_write_puts_the_policy_schema_where_the_modeline_points(tmp_path:
     assert written == _schema()
 
 
-@pytest.mark.parametrize("document", ["baseline", "report"])
+@pytest.mark.parametrize("document", ["baseline", "report", "history"])
 def test_the_baseline_and_report_schemas_are_printed_and_published(
     tmp_path: Path, document: str
 ) -> None:

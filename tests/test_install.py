@@ -83,6 +83,8 @@ def test_the_wheel_holds_the_package_data_and_the_command_and_nothing_else(
         (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         commands = archive.read(entry_points).decode()
     assert "gate/policy/policy.schema.json" in names
+    # The history page's style and script, inlined into every page it writes.
+    assert {"gate/report/history_page.css", "gate/report/history_page.js"} <= set(names)
     assert "gate/py.typed" in names
     assert "transfer-gate = gate.cli.main:main" in commands.splitlines()
     assert "transfer_gate = gate.pytest_plugin" in commands.splitlines()  # the pytest fixture

@@ -17,6 +17,7 @@ from gate.machine.requirements import RequirementsError
 from gate.plan import UnknownRegionError
 from gate.policy.problems import PolicyError
 from gate.printable import flat, say, write
+from gate.report.history_series import HistoryError
 from gate.report.junit import ReportWriteError
 from gate.report.merge import MergeError
 from gate.results.baseline_file import BaselineError
@@ -33,6 +34,7 @@ _USAGE_ERRORS = (
     ReportWriteError,
     BaselineError,
     MergeError,
+    HistoryError,
     BaseRefError,
     RequirementsError,
 )

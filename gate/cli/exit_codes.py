@@ -76,6 +76,15 @@ COMMAND_MEANINGS: dict[str, dict[ExitCode, str]] = {
         ExitCode.USAGE: "usage error, or an input report that cannot be read or merged",
         ExitCode.INTERNAL: _MEANINGS[ExitCode.INTERNAL],
     },
+    "history": {
+        ExitCode.OK: "the page and the data were written (with --check: and nothing drifted)",
+        ExitCode.REGION_FAILED: "--check: a region's figure grew beyond its policy's drift bound",
+        ExitCode.USAGE: (
+            "usage error, a report that cannot be read or mixed with the others, or an "
+            "invalid policy"
+        ),
+        ExitCode.INTERNAL: _MEANINGS[ExitCode.INTERNAL],
+    },
 }
 
 

@@ -1,4 +1,4 @@
-"""The command line: ``transfer-gate run|baseline|validate|doctor|merge|init|schema``.
+"""The command line: ``transfer-gate run|baseline|validate|doctor|merge|history|init|schema``.
 
 `main(argv) -> int` is the only entry point: it parses (`gate.cli.parser`),
 hands the arguments to one subcommand, and returns its exit code; exceptions
@@ -15,6 +15,7 @@ from pathlib import Path
 from gate.cli.baseline import baseline_command
 from gate.cli.doctor import main_doctor
 from gate.cli.errors import exit_code_of
+from gate.cli.history import history_command
 from gate.cli.init import init_command
 from gate.cli.parser import build_parser, command_parser
 from gate.cli.run import run_command
@@ -55,6 +56,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         return schema_command(args.document, args.write)
     if args.command == "init":
         return init_command(args, Path.cwd())
+    # Reads reports and policies; imports neither jax nor the user's code.
+    if args.command == "history":
+        return history_command(args, Path.cwd())
     # Before anything imports jax (user modules do, while policies are checked).
     prepare_environment(os.environ)
     if args.command == "merge":

@@ -1,4 +1,4 @@
-"""The command line's grammar: ``transfer-gate run|baseline|validate|doctor|merge|init|schema``.
+"""The command line's grammar: every subcommand of ``transfer-gate``, and its options.
 
 Parsing only: `gate.cli.main` hands the parsed arguments to one subcommand.
 """
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 from gate.results.baseline import DEFAULT_NAME as DEFAULT_BASELINE_NAME
 
 DEFAULT_POLICIES = "policies"
-SCHEMA_DOCUMENTS = ("policy", "baseline", "report")
+SCHEMA_DOCUMENTS = ("policy", "baseline", "report", "history")
 # Where `transfer-gate schema --write` keeps the policy schema in a repository, and so where
 # `init`'s modeline points (relative to the policy: policies/x.yaml -> ../.transfer-gate/...).
 DEFAULT_SCHEMA_FILE = ".transfer-gate/policy.schema.json"
@@ -259,6 +259,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     merge.add_argument("output", metavar="OUT")
     merge.add_argument("inputs", nargs="+", metavar="IN")
+
+    history = commands.add_parser(
+        "history",
+        allow_abbrev=False,
+        help="each region's figures across commits: a page of charts, the data, the drift check",
+        description="Read the JSON reports of many runs (files, or folders of *.json) and write\n"
+        "DIR/index.html (one self-contained page of charts) and DIR/history.json (the same\n"
+        "series as data). --check fails on a figure that grew beyond the policy's drift:\n"
+        "bounds over the window (docs/history.md).",
+        epilog=command_exit_codes_help("history"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    history.add_argument("reports", nargs="+", metavar="REPORT", help="a JSON report or a folder")
+    history.add_argument(
+        "--out", required=True, metavar="DIR", help="the folder for index.html and history.json"
+    )
+    history.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 when a region of the newest report drifted beyond its policy's drift: "
+        "bounds (the policies are read from this repository)",
+    )
+    history.add_argument(
+        "--markdown",
+        metavar="FILE",
+        help="also write each region's recent step-time trend as a Markdown table (a pull "
+        "request's job summary)",
+    )
+    history.add_argument(
+        "--page-url",
+        metavar="URL",
+        help="where the page is published (GitHub Pages): the Markdown links each region there",
+    )
 
     init = commands.add_parser(
         "init",

@@ -29,6 +29,7 @@ from gate.report.write import Reports, write_reports
 from gate.results.baseline import accept_command, apply_baseline, fingerprints_of
 from gate.results.baseline_file import BaselineError, StoredBaseline, load_baseline
 from gate.results.errors import ErrorKind
+from gate.results.provenance import Provenance, read_provenance
 from gate.results.records import CheckName, RegionResult, RunResult, SuiteResult
 from gate.results.refusals import unusable_base, unusable_baseline
 
@@ -43,8 +44,8 @@ def run_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
         return _run_and_report(args, repo_root, cancel)
 
 
-def _write(run: RunResult, reports: Reports) -> None:
-    write_reports(run, reports, fingerprints_of(run))
+def _write(run: RunResult, reports: Reports, provenance: Provenance | None) -> None:
+    write_reports(run, reports, fingerprints_of(run), provenance)
 
 
 def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellation) -> ExitCode:
@@ -53,13 +54,16 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     # The last run's reports go now: a run that breaks before it writes its own must leave
     # none, never one that reads as this run's (a stale pass).
     reports.remove()
+    # Read as the run starts: its time is the run's, and HEAD is what the work tree runs. Only
+    # the JSON report holds it: without one, git is not asked.
+    provenance = read_provenance(repo_root, os.environ) if reports.json is not None else None
     base_ref: BaseRef | None = None
     if args.base is not None:
         try:
             # Before anything runs: a bad --base is the user's, like an unusable baseline.
             base_ref = check_base(repo_root, args.base)
         except BaseRefError as exc:
-            _write(unusable_base(str(exc)), reports)
+            _write(unusable_base(str(exc)), reports, provenance)
             raise
     stored: StoredBaseline | None = None
     baseline_path, named = baseline_for(args.baseline, args.paths, repo_root)
@@ -69,7 +73,7 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
             stored = load_baseline(baseline_path, baseline_shown)
         except BaselineError as exc:
             # Like an invalid policy: nothing runs, but the report says why.
-            _write(unusable_baseline(str(exc), baseline_shown), reports)
+            _write(unusable_baseline(str(exc), baseline_shown), reports, provenance)
             raise
     rules: dict[str, Region] = {}
     command = accept_command(args.paths, baseline_shown)
@@ -120,7 +124,7 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
         result = execute(
             Selection.from_args(args),
             repo_root,
-            lambda refused: _write(refused, reports),
+            lambda refused: _write(refused, reports, provenance),
             cancel=cancel,
             planned=planned,
             base=base,
@@ -138,7 +142,7 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     # On a terminal every row was just shown live, above: the summary recaps what failed.
     recap = args.quiet or (is_terminal(sys.stdout) and is_terminal(sys.stderr))
     # The reports first: what the log shows next can fail no run's report.
-    _write(result, reports)
+    _write(result, reports, provenance)
     say(format_summary(result, color=tinted, quiet=recap, verbose=args.verbose), escapes=tinted)
     if stored is not None:
         unused = (

@@ -1,4 +1,4 @@
-"""``transfer-gate schema``: the JSON Schema of a policy, the baseline file or the JSON report.
+"""``transfer-gate schema``: the JSON Schema of a policy, the baseline, the report, the history.
 
 The policy's is the file shipped in the package (``gate/policy/policy.schema.json``), which the
 gate validates policies with; the baseline's and the report's are made from the msgspec
@@ -17,12 +17,14 @@ import msgspec
 from gate import printable
 from gate.cli.exit_codes import ExitCode
 from gate.files import write_text_atomically
+from gate.report.history_series import History
 from gate.report.json_report import Report
 from gate.results.baseline_file import Baseline
 
 _TITLES = {
     "baseline": ("transfer-gate baseline", Baseline),
     "report": ("transfer-gate JSON report", Report),
+    "history": ("transfer-gate history", History),
 }
 
 

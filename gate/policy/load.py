@@ -32,6 +32,7 @@ from gate.policy.model import (
     CollectiveRule,
     CostRule,
     DonationRule,
+    DriftRule,
     LeakRule,
     MemoryRule,
     Policy,
@@ -273,6 +274,7 @@ def _build(document: yaml.Node, shown: Path, file: Path, write_references: bool)
                 for k, v in (top["env"].value if "env" in top else [])
             )
         ),
+        drift=_drift(top.get("drift")),
     )
 
 
@@ -296,6 +298,22 @@ def _timing(node: yaml.Node | None, inherited: TimingRule) -> TimingRule:
         max_rounds=int(keys.get("max_rounds", inherited.max_rounds)),
         round_runs=int(keys.get("round_runs", inherited.round_runs)),
         boundaries=bool(keys.get("boundaries", inherited.boundaries)),
+    )
+
+
+def _drift(node: yaml.Node | None) -> DriftRule:
+    """The ``drift:`` setting; keys it leaves out keep their defaults."""
+    if node is None:
+        return DriftRule()
+    keys = {str(scalar_value(k)): scalar_value(v) for k, v in node.value}
+    rule = DriftRule()
+    return DriftRule(
+        window=int(keys.get("window", rule.window)),
+        runs=int(keys.get("runs", rule.runs)),
+        max_step_time=float(keys.get("max_step_time", rule.max_step_time)),
+        max_flops=float(keys.get("max_flops", rule.max_flops)),
+        max_bytes_accessed=float(keys.get("max_bytes_accessed", rule.max_bytes_accessed)),
+        max_peak_memory=float(keys.get("max_peak_memory", rule.max_peak_memory)),
     )
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from gate.files import way_out
+from gate.policy.defaults import default
 from gate.policy.nodes import line_of, mapping_of, string_of
 from gate.policy.problems import absolute_path, display_path
 from gate.policy.schema import Violation, json_type, scalar_value, where_key
@@ -59,6 +60,7 @@ def check_meaning(
                     )
                 )
 
+    found += _check_drift(top.get("drift"))
     defaults = mapping_of(top.get("defaults"))
     found += _check_finite(defaults, "defaults", ("timeout_s",))
     found += _check_timing(defaults.get("timing"), "defaults.timing")
@@ -127,6 +129,38 @@ def _check_timing(node: yaml.Node | None, where: str) -> list[Violation]:
                 where_key(where, "max_rounds"),
                 f"max_rounds ({most.value}) is below rounds ({rounds.value}); "
                 "raise max_rounds or lower rounds",
+            )
+        )
+    return found
+
+
+def _check_drift(node: yaml.Node | None) -> list[Violation]:
+    drift = mapping_of(node)
+    found = _check_finite(
+        drift, "drift", ("max_step_time", "max_flops", "max_bytes_accessed", "max_peak_memory")
+    )
+    window = drift.get("window")
+    runs = drift.get("runs")
+    window_value = (
+        scalar_value(window)
+        if isinstance(window, yaml.ScalarNode) and json_type(window) == "integer"
+        else default("drift.window")
+    )
+    runs_value = (
+        scalar_value(runs)
+        if isinstance(runs, yaml.ScalarNode) and json_type(runs) == "integer"
+        else default("drift.runs")
+    )
+    if (window is not None or runs is not None) and window_value < 2 * runs_value:
+        # The rank test compares `runs` at each end of the window: they must not overlap.
+        at = window if window is not None else runs
+        assert at is not None
+        found.append(
+            Violation(
+                line_of(at),
+                where_key("drift", "window" if window is not None else "runs"),
+                f"window ({window_value}) holds fewer than twice runs ({runs_value}), so the "
+                "step time's rank test could never run; raise window or lower runs",
             )
         )
     return found

@@ -176,6 +176,20 @@ class Region:
 
 
 @dataclass(frozen=True)
+class DriftRule:
+    """How much a region's figures may grow over main's runs (the policy's ``drift:``), read
+    by ``transfer-gate history --check`` (`gate.report.history_drift`)."""
+
+    window: int = default("drift.window")
+    runs: int = default("drift.runs")  # at each end of the window, for the rank test
+    max_step_time: float = default("drift.max_step_time")
+    # XLA's counts: exact, so a smaller growth than the noisy time's is told apart.
+    max_flops: float = default("drift.max_flops")
+    max_bytes_accessed: float = default("drift.max_bytes_accessed")
+    max_peak_memory: float = default("drift.max_peak_memory")
+
+
+@dataclass(frozen=True)
 class Policy:
     """One policy file, validated."""
 
@@ -187,3 +201,4 @@ class Policy:
     platform: str | None = None  # "cpu", "gpu" or "tpu": the run fails elsewhere
     # Set in the worker before jax is imported (XLA_FLAGS...), sorted by name.
     env: tuple[tuple[str, str], ...] = ()
+    drift: DriftRule = DriftRule()

@@ -39,7 +39,9 @@ from gate.results.costs import CostComparison, StepCost
 from gate.results.errors import RegionError
 from gate.results.findings import Finding, group
 from gate.results.hints import hint_for
+from gate.results.machine import Machine
 from gate.results.placement import Placement
+from gate.results.provenance import Provenance
 from gate.results.records import BoundaryCost, CheckOutcome, RegionResult, RunResult, TimingStats
 
 FORMAT: Literal["jax-transfer-gate.report"] = "jax-transfer-gate.report"
@@ -459,6 +461,8 @@ class RegionDoc(Record, frozen=True, kw_only=True, omit_defaults=True):
     notes: tuple[str, ...]
     fixed_since_baseline: tuple[str, ...]
     wall_s: float
+    # The machine it ran on, as the stored baseline names it; absent where no worker said.
+    machine: Machine | None = None
 
     @classmethod
     def of(cls, region: RegionResult, prints: Mapping[Finding, str]) -> RegionDoc:
@@ -505,6 +509,7 @@ class RegionDoc(Record, frozen=True, kw_only=True, omit_defaults=True):
             notes=region.notes,
             fixed_since_baseline=region.fixed,
             wall_s=region.wall_s,
+            machine=region.machine,
         )
 
 
@@ -521,12 +526,17 @@ class Report(Record, frozen=True, kw_only=True):
     version: Literal[1] = VERSION
     gate_version: str
     passed: bool
+    # What the run measured (`gate.results.provenance`); null in reports of gates before it.
+    run: Provenance | None = None
     suites: tuple[SuiteDoc, ...]
 
 
-def render_json(run: RunResult, fingerprints: Fingerprints) -> str:
+def render_json(
+    run: RunResult, fingerprints: Fingerprints, provenance: Provenance | None = None
+) -> str:
     report = Report(
         gate_version=__version__,
+        run=provenance,
         passed=run.passed,
         suites=tuple(
             SuiteDoc(
@@ -540,6 +550,8 @@ def render_json(run: RunResult, fingerprints: Fingerprints) -> str:
     return encode(report, ordered=False)
 
 
-def write_json(run: RunResult, path: Path, fingerprints: Fingerprints) -> None:
+def write_json(
+    run: RunResult, path: Path, fingerprints: Fingerprints, provenance: Provenance | None = None
+) -> None:
     """Write the JSON report atomically (a half-written report must never be read)."""
-    write_text_atomically(path, render_json(run, fingerprints))
+    write_text_atomically(path, render_json(run, fingerprints, provenance))

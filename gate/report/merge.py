@@ -28,6 +28,7 @@ from gate.limits import DOCUMENT_BYTES, DOCUMENT_NESTING, TooLarge, read_within
 from gate.printable import say
 from gate.report.json_report import FORMAT, VERSION, Report, SuiteDoc
 from gate.report.junit import write_report_file
+from gate.results.provenance import Provenance
 from gate.text import counted
 
 
@@ -272,6 +273,7 @@ def merge_json(output: Path, inputs: Sequence[Path]) -> MergeSummary:
     """
     suites: dict[tuple[str, str], SuiteDoc] = {}
     gate_versions = set()
+    runs: list[tuple[Path, Provenance]] = []
     for path in inputs:
         try:
             report: Report = read_document(
@@ -285,6 +287,8 @@ def merge_json(output: Path, inputs: Sequence[Path]) -> MergeSummary:
         except DocumentError as exc:
             raise MergeError(str(exc)) from exc
         gate_versions.add(report.gate_version)
+        if report.run is not None:
+            runs.append((path, report.run))
         for suite in report.suites:
             key = (suite.name, suite.policy)
             merged = suites.get(key, msgspec.structs.replace(suite, regions=()))
@@ -293,6 +297,7 @@ def merge_json(output: Path, inputs: Sequence[Path]) -> MergeSummary:
     joined = Report(
         gate_version=", ".join(sorted(gate_versions)),
         passed=all(r.status == "passed" for r in regions),
+        run=_one_run(runs),
         suites=tuple(suites.values()),
     )
     write_text_atomically(output, encode(joined, ordered=False))
@@ -305,6 +310,21 @@ def merge_json(output: Path, inputs: Sequence[Path]) -> MergeSummary:
         errors=sum(1 for r in regions if r.status == "error"),
         duplicates=tuple(dict.fromkeys(n for n in names if names.count(n) > 1)),
     )
+
+
+def _one_run(runs: Sequence[tuple[Path, Provenance]]) -> Provenance | None:
+    """The shards' one commit, started when the first shard started; MergeError if the shards
+    measured different commits (a history would draw them as one point)."""
+    if not runs:
+        return None
+    (first_path, first), *rest = runs
+    for path, run in rest:
+        if run.commit != first.commit or run.repository != first.repository:
+            raise MergeError(
+                f"{path}: measured {run.short()}, but {first_path} measured {first.short()}; "
+                "merge the shards of one run (one commit) only"
+            )
+    return msgspec.structs.replace(first, run_at=min(run.run_at for _, run in runs))
 
 
 MERGERS: dict[str, Merger] = {".xml": merge_junit, ".json": merge_json}

@@ -15,6 +15,7 @@ from gate.files import OUTSIDE_AS_WRITTEN, way_out
 from gate.report.github import report_to_github
 from gate.report.json_report import Fingerprints, write_json
 from gate.report.junit import ReportWriteError, write_junit
+from gate.results.provenance import Provenance
 from gate.results.records import RunResult
 
 
@@ -50,11 +51,17 @@ class Reports:
         return f"report: {self.junit}" + (f", {self.json}" if self.json else "")
 
 
-def write_reports(run: RunResult, reports: Reports, fingerprints: Fingerprints) -> None:
-    """Write every report of ``run``; ``fingerprints`` are its findings' baseline fingerprints."""
+def write_reports(
+    run: RunResult,
+    reports: Reports,
+    fingerprints: Fingerprints,
+    provenance: Provenance | None = None,
+) -> None:
+    """Write every report of ``run``; ``fingerprints`` are its findings' baseline fingerprints,
+    ``provenance`` what it measured (the JSON report's ``run``)."""
     write_junit(run, reports.junit)
     if reports.json is not None:
-        write_json(run, reports.json, fingerprints)
+        write_json(run, reports.json, fingerprints, provenance)
     report_to_github(run, reports.junit)
 
 
