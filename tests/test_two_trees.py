@@ -29,7 +29,7 @@ from git_helpers import commit, init
 
 from gate.package import PACKAGE_DIR
 from gate.policy.trees import Trees, config_changes
-from gate.region.other_tree_code import watching_other_trees
+from gate.region.other_tree_code import other_tree_watch, profiled
 from gate.user_code import UserCode, owning_root
 
 # -- the mechanism, in this process ------------------------------------------------
@@ -248,6 +248,7 @@ def test_which_root_owns_a_file_is_one_rule_for_trees_and_the_users_line(tmp_pat
 
 
 def test_the_other_trees_code_is_seen_once_and_the_profile_put_back(tmp_path: Path) -> None:
+    """Without a transfer map, a profile function watches; what was installed is put back."""
     head = make_repo(tmp_path / "head", {"model_h.py": "def forward():\n    return 1\n"})
     base = tmp_path / "base"
     base.mkdir()
@@ -258,17 +259,18 @@ def test_the_other_trees_code_is_seen_once_and_the_profile_put_back(tmp_path: Pa
         def mine(frame: types.FrameType, event: str, arg: object) -> None:
             return None
 
+        watch = other_tree_watch(UserCode(base, other_roots=(head,)))
+        assert watch is not None
         sys.setprofile(mine)
         try:
-            with watching_other_trees(UserCode(base, other_roots=(head,))) as watch:
-                assert watch is not None
+            with profiled(watch):
+                assert watch.found is None
                 model_h.forward()
             assert sys.getprofile() is mine
         finally:
             sys.setprofile(None)
         assert str(watch.found) == "forward() of module model_h (model_h.py:1)"
-        with watching_other_trees(UserCode(base)) as none:
-            assert none is None  # one tree: nothing to watch, nothing paid
+        assert other_tree_watch(UserCode(base)) is None  # one tree: nothing watched or paid
     finally:
         sys.path.remove(str(head))
         sys.modules.pop("model_h", None)

@@ -49,7 +49,7 @@ from gate.region.donations import judge_donations
 from gate.region.errors import RegionAbort, error_from
 from gate.region.fetch_watch import watching_reads
 from gate.region.held import HeldRegion, Keep
-from gate.region.other_tree_code import watching_other_trees
+from gate.region.other_tree_code import other_tree_watch, profiled
 from gate.region.outputs import host_leaves
 from gate.region.region_run import RegionRun
 from gate.region.stages import Stage, announce
@@ -158,13 +158,17 @@ def _run_imported(
                         callbacks_missing = str(exc)
                     announce(Stage.COMPILING)
                     first_call = time.perf_counter()  # compiling included: --base compares it
-                    with watching_other_trees(run.code.user) as crossing:
-                        if can_map:
-                            run.mapped_calls(Phase.FIRST_CALL, 1)
-                        else:
+                    # Watched for the other tree's code (``run --base``): by the map's own
+                    # trace function where there is a map, else by a profile function.
+                    run.other_trees = other_trees = other_tree_watch(run.code.user)
+                    if can_map:
+                        run.mapped_calls(Phase.FIRST_CALL, 1)
+                    else:
+                        with profiled(other_trees):
                             run.guarded_call(Phase.FIRST_CALL)
+                    run.other_trees = None
                     first_call_s = time.perf_counter() - first_call
-                    other_tree = crossing.found if crossing is not None else None
+                    other_tree = other_trees.found if other_trees is not None else None
                     announce(Stage.WARMING_UP)
                     for _ in range(region.warmup):
                         run.unguarded_call()

@@ -3,12 +3,13 @@
 ``run --base`` holds both trees' code in one worker (`gate.policy.trees`). Imports find each
 tree's own modules, but a cache outside both trees (an installed registry's
 ``functools.lru_cache``, a dict in a shared package) hands out what the tree that ran first
-put there: the base then runs the head's function, and its results "match". So while a
-region's first call runs (setup, tracing, compiling and one run of the step), a profile
-function looks once at each code object that starts and notes the first one whose file the
-other tree owns (`gate.user_code.UserCode.other_tree`, the rule that also names the user's
-line). It is installed only when another tree's code is in the process: a plain run pays
-nothing, and the comparison's first-call times carry the same cost on both sides.
+put there: the base then runs the head's function, and its results "match". So the step's
+first call (tracing, compiling and one run) is watched: each code object that starts is looked
+at once, and the first one whose file the other tree owns is kept
+(`gate.user_code.UserCode.other_tree`, the rule that also names the user's line). The transfer
+map's trace function, which sees every call already, does the looking where there is a map
+(`gate.witness.transfer_map.mapped`'s ``untraced``); a profile function where there is none.
+Nothing is watched when no other tree's code is in the process: a plain run pays nothing.
 """
 
 from __future__ import annotations
@@ -48,12 +49,10 @@ class OtherTreeWatch:
         self.found: OtherTreeCode | None = None
         self._seen: set[types.CodeType] = set()
 
-    def profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
-        # Called for every call and return in the process: most end at the first test.
-        if event != "call" or self.found is not None:
-            return
+    def look(self, frame: types.FrameType) -> None:
+        """Keep ``frame``'s function if it is the other tree's and none was kept yet."""
         code = frame.f_code
-        if code in self._seen:
+        if self.found is not None or code in self._seen:
             return
         self._seen.add(code)
         root = self.code.other_tree(code.co_filename)
@@ -64,24 +63,33 @@ class OtherTreeWatch:
                 module if isinstance(module, str) else "?", path, code.co_firstlineno, code.co_name
             )
 
+    def profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
+        # Called for every call and return in the process: most end at the first test.
+        if event == "call":
+            self.look(frame)
+
+
+def other_tree_watch(code: UserCode) -> OtherTreeWatch | None:
+    """A watch for the code of the trees in ``code.other_roots``; None when there are none."""
+    return OtherTreeWatch(code) if code.other_roots else None
+
 
 @contextmanager
-def watching_other_trees(code: UserCode) -> Iterator[OtherTreeWatch | None]:
-    """Watch the block for code of the trees in ``code.other_roots``; None when there are none.
+def profiled(watch: OtherTreeWatch | None) -> Iterator[None]:
+    """``watch`` sees every call in the block, through a profile function (threads the block
+    starts too); what the user's code had installed is put back. Nothing, for no watch.
 
-    A profile function, not a trace function: the transfer map's `sys.settrace` runs in the
-    same block, and the two do not meet. Threads the block starts are watched too; what the
-    user's code had installed is put back.
+    A profile function, not a trace function: the trace function is the transfer map's
+    elsewhere, and coverage's or a debugger's when the user runs the gate under one.
     """
-    if not code.other_roots:
-        yield None
+    if watch is None:
+        yield
         return
-    watch = OtherTreeWatch(code)
     saved, saved_threads = sys.getprofile(), threading.getprofile()
     threading.setprofile(watch.profile)
     sys.setprofile(watch.profile)
     try:
-        yield watch
+        yield
     finally:
         sys.setprofile(saved)
         threading.setprofile(saved_threads)

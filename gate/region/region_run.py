@@ -33,6 +33,7 @@ from gate.region.descriptions import SightingMemory
 from gate.region.errors import RegionAbort, error_from, first_line, refused_transfer
 from gate.region.fetch_watch import FetchWatch
 from gate.region.inputs import Inputs, StepInputs
+from gate.region.other_tree_code import OtherTreeWatch
 from gate.region.outputs import call_step, check_outputs
 from gate.region.sightings import PhaseTally, between_runs
 from gate.region.threads import join_step_threads
@@ -78,6 +79,8 @@ class RegionRun:
     memory: SightingMemory = field(default_factory=SightingMemory)
     watch: FetchWatch = field(init=False)
     inputs: StepInputs = field(init=False)
+    # Set while the first call is watched for the other tree's code (``run --base``).
+    other_trees: OtherTreeWatch | None = None
 
     def __post_init__(self) -> None:
         self.watch = FetchWatch(self.code.user, self.monitor.current)
@@ -179,6 +182,7 @@ class RegionRun:
                     self.code.user,
                     explicit=explicit,
                     boundary_codes=self.code.callables.boundary_codes,
+                    untraced=self.other_trees.look if self.other_trees is not None else None,
                 ) as log,
                 guarded(GuardSpec.uniform(GuardLevel.LOG_EXPLICIT)),
             ):
