@@ -185,6 +185,7 @@ def test_an_installed_module_the_base_displaced_is_never_imported_again_at_a_swi
     assert isinstance(timing, dict), base
     assert timing["paired"] is True, timing
     assert timing["rounds"] >= 5, timing  # enough switches to have imported it again
+    assert timing["verdict"] != "slower", timing  # the issue's false 4.34x
     # One worker held both trees: the installed file was imported once, the base's once.
     assert mathlib_log.read_text().split().count("installed") == 1, mathlib_log.read_text()
 
@@ -393,3 +394,24 @@ def test_the_readmes_venv_in_the_repository_is_no_trees_code(
     # Both trees' runs used one copy of each module: none imported a second time.
     ids = set(log.read_text().split())
     assert len(ids) == 1, log.read_text()
+
+
+def test_regions_compared_before_the_trees_parted_stand_and_the_rest_run_apart(
+    tmp_path: Path,
+) -> None:
+    """The policy's first region shares the worker; its second switches JAX to 64 bits as it
+    runs: that region, and only it, is compared with the trees run apart."""
+    repo = init(tmp_path / "repo")
+    policy = POLICY + '  - {name: x64, step: "steps:step_x64", setup: "steps:make"}\n'
+    lazy = STEP_X64.replace("def step(x):", "def step_x64(x):")
+    in_32_bits = "\n".join(line for line in lazy.splitlines() if "import precision" not in line)
+    commit(repo, {"steps.py": MAKE + STEP_PLAIN + in_32_bits, "policies/p.yaml": policy}, "base")
+    make_repo(repo, {"steps.py": MAKE + STEP_PLAIN + lazy, "precision.py": PRECISION})
+    done = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json")
+    assert done.returncode == 1, done
+    document = json.loads((repo / "r.json").read_text())
+    bases = {r["name"]: r["base"] for suite in document["suites"] for r in suite["regions"]}
+    assert bases["step"]["apart"] == "", bases["step"]
+    assert bases["step"]["results"]["status"] == "matches", bases["step"]
+    assert "jax_enable_x64: False → True, while compiling" in bases["x64"]["apart"], bases
+    assert bases["x64"]["results"]["status"] == "differs", bases["x64"]

@@ -19,6 +19,9 @@ beside the first). Each worker's `Check` of a tree's callables says both; then t
 *apart*: every region of the head in a worker, which is then stopped, then every region of
 the base in another. The device still has one process at a time; the step times are then two
 samples measured apart, compared unpaired, and every report says why (`BaseComparison.apart`).
+Two reasons show only as the trees run (`_parting`): a tree ran the other's code (a cache
+outside both trees kept it, `gate.region.other_tree_code`), or changed JAX's options as it
+ran. The region where one shows, and the policy's regions not compared yet, then run apart.
 """
 
 from __future__ import annotations
