@@ -224,34 +224,52 @@ def step(x):
 """
 
 
-@pytest.mark.parametrize("jitted", [False, True], ids=["python", "jitted"])
+SETUP_RESOLVED = """
+def make_resolved():
+    import registry
+
+    return registry.resolve("model:forward")(*make()),
+
+
+def step(x):
+    return {"y": x * 1.0}
+"""
+
+
+@pytest.mark.parametrize(
+    ("jitted", "where"),
+    [(False, "step"), (True, "step"), (False, "setup")],
+    ids=["python", "jitted", "setup"],
+)
 def test_a_tree_that_runs_the_other_trees_code_runs_apart_and_says_which(
-    tmp_path: Path, jitted: bool
+    tmp_path: Path, jitted: bool, where: str
 ) -> None:
     """An installed registry caches what it resolved: in one worker the base would run the
-    head's ``forward``, and its results would "match"."""
+    head's ``forward`` (in its step, or in its setup), and its results would "match"."""
     installed, repo = tmp_path / "installed", init(tmp_path / "repo")
     make_repo(installed, {"registry.py": REGISTRY})
     decorator = "import jax\n\n\n@jax.jit\n" if jitted else ""
     model = decorator + "def forward(x):\n    return x * {}\n"
+    steps = MAKE + (STEP_RESOLVED if where == "step" else SETUP_RESOLVED)
+    policy = POLICY if where == "step" else POLICY.replace('"steps:make"', '"steps:make_resolved"')
     commit(
         repo,
-        {
-            "model.py": model.format("2.0"),
-            "steps.py": MAKE + STEP_RESOLVED,
-            "policies/p.yaml": POLICY,
-        },
+        {"model.py": model.format("2.0"), "steps.py": steps, "policies/p.yaml": policy},
         "base",
     )
     make_repo(repo, {"model.py": model.format("3.0")})
-    assert _alone(repo, installed) != _alone(_base_tree(repo, tmp_path), installed)
+    setup = "make" if where == "step" else "make_resolved"
+    base_tree = _base_tree(repo, tmp_path)
+    assert _alone(repo, installed, setup) != _alone(base_tree, installed, setup)
     base = _compared(repo, installed)
     line = 4 if jitted else 1  # a decorated function starts at its decorator
     assert (
         f"the base's run ran the head's code, forward() of module model (model.py:{line})"
         in str(base["apart"])
     ), base
-    assert _results(base) == "differs", base
+    # Alone, the steps differ; or, where setup ran the model, setup's inputs do (and outputs
+    # of different inputs are not compared): never "matches".
+    assert _results(base) == ("differs" if where == "step" else "not compared"), base
     assert "ran apart" in str(base["_stdout"]), base
 
 

@@ -3,12 +3,13 @@
 ``run --base`` holds both trees' code in one worker (`gate.policy.trees`). Imports find each
 tree's own modules, but a cache outside both trees (an installed registry's
 ``functools.lru_cache``, a dict in a shared package) hands out what the tree that ran first
-put there: the base then runs the head's function, and its results "match". So the step's
-first call (tracing, compiling and one run) is watched: each code object that starts is looked
-at once, and the first one whose file the other tree owns is kept
+put there: the base then runs the head's function, and its results "match". So the first
+call (setup, then the step's tracing, compiling and one run) is watched: each code object that
+starts is looked at once, and the first one whose file the other tree owns is kept
 (`gate.user_code.UserCode.other_tree`, the rule that also names the user's line). The transfer
-map's trace function, which sees every call already, does the looking where there is a map
-(`gate.witness.transfer_map.mapped`'s ``untraced``); a profile function where there is none.
+map's trace function, which sees every call of the step already, does the looking where there
+is a map (`gate.witness.transfer_map.mapped`'s ``untraced``); a profile function does it for
+setup, and for the step where there is no map.
 Nothing is watched when no other tree's code is in the process: a plain run pays nothing.
 """
 

@@ -33,7 +33,7 @@ from gate.region.descriptions import SightingMemory
 from gate.region.errors import RegionAbort, error_from, first_line, refused_transfer
 from gate.region.fetch_watch import FetchWatch
 from gate.region.inputs import Inputs, StepInputs
-from gate.region.other_tree_code import OtherTreeWatch
+from gate.region.other_tree_code import OtherTreeWatch, profiled
 from gate.region.outputs import call_step, check_outputs
 from gate.region.sightings import PhaseTally, between_runs
 from gate.region.threads import join_step_threads
@@ -171,7 +171,8 @@ class RegionRun:
             self.verdict.transfers.append(site_transfer(self.code, key, sighting, phase, count))
 
     def _mapped_run(self, tally: PhaseTally, explicit: tuple[Callable[..., Any], ...]) -> None:
-        inputs = self.inputs.fresh()
+        with profiled(self.other_trees):  # setup runs outside the map: a watch of its own
+            inputs = self.inputs.fresh()
         step_plan = self._step_plan(inputs)
         callbacks_before = self.callbacks.counts() if self.callbacks else {}
         threads_before = set(threading.enumerate())
