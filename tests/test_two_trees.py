@@ -173,7 +173,12 @@ def test_an_import_of_a_name_a_tree_ships_finds_its_file_not_the_installed_modul
     switch, head, base = trees
     make_repo(base, {"mathlib/__init__.py": "WHO = 'base'\n", "mathlib/ops.py": ""})
     installed = _installed(
-        tmp_path, {"mathlib/__init__.py": "WHO = 'installed'\n", "mathlib/ops.py": ""}
+        tmp_path,
+        {
+            "mathlib/__init__.py": "WHO = 'installed'\n",
+            "mathlib/ops.py": "",
+            "mathlib/extra.py": "",
+        },
     )
     try:
         with switch.entered(head):
@@ -189,6 +194,10 @@ def test_an_import_of_a_name_a_tree_ships_finds_its_file_not_the_installed_modul
         with switch.entered(head):
             assert sys.modules["mathlib"] is shared
             assert Path(sys.modules["mathlib.ops"].__file__).parent == installed / "mathlib"
+            import mathlib.extra  # the installed package's only: never the base's
+
+        with switch.entered(base), pytest.raises(ModuleNotFoundError):
+            import mathlib.extra
     finally:
         sys.path.remove(str(installed))
 

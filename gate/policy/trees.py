@@ -156,12 +156,12 @@ class Trees:
             sys.modules.update(current.displaced)
             current.displaced = {}
         self._current = tree
+        for name in self._shadowed(tree):
+            tree.displaced[name] = sys.modules.pop(name)
         for name, module in tree.saved.items():
             present = sys.modules.get(name)
             if present is not None and present is not module:
                 tree.displaced[name] = present
-        for name in self._shadowed(tree):
-            tree.displaced[name] = sys.modules.pop(name)
         # Anything of this tree's still in sys.modules from before it was first entered (a
         # module the gate's process imported from it) is its own too.
         sys.modules.update(tree.saved)
@@ -177,7 +177,6 @@ class Trees:
             module = sys.modules.get(name)
             if (
                 module is None
-                or name in tree.saved
                 or name in self._before_trees
                 or any(is_process_wide(f) for f in module_files(module))
                 or self._owner(module) is not None
