@@ -4,6 +4,12 @@ A transfer happens deep inside jax; the line a person must change is the
 innermost frame in their own code. Their code is what lives under the repo
 root (or a policy's python_path) outside virtual environments; jax, jaxlib,
 numpy, the gate and the standard library never are.
+
+The same rule decides which of two trees a module belongs to in one process
+(`gate.policy.trees`, ``run --base``): `owning_root` is the one answer to both
+questions, so a frame is never the user's line while its module is shared, or
+the reverse. A virtual environment is found by its ``pyvenv.cfg`` wherever it
+lies under a root: the README's own install puts ``.venv`` in the repository.
 """
 
 from __future__ import annotations
@@ -28,11 +34,64 @@ _STDLIB_DIRS = tuple(
 _ENV_MARKERS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 
 
+def _root_text(path: Path | str) -> str:
+    """A root as the rule compares it: resolved, with a trailing separator."""
+    return os.path.realpath(path) + os.sep
+
+
 @functools.lru_cache(maxsize=16384)
 def _real(filename: str) -> str:
     """``os.path.realpath``, remembered: every transfer's stack asks it of the same few
     files, and a region's transfer map reads thousands of frames (a stat call each)."""
     return os.path.realpath(filename)
+
+
+def is_library(filename: str) -> bool:
+    """Whether ``filename`` is code no tree owns: generated text, the gate's own package, the
+    standard library, or an installed package (site-packages, dist-packages)."""
+    return is_process_wide(filename) or any(marker in _real(filename) for marker in _ENV_MARKERS)
+
+
+def is_process_wide(filename: str) -> bool:
+    """Whether ``filename`` is generated text, the gate's own package or the standard library:
+    what every tree's code meets in a process of the gate's, never a tree's to replace."""
+    if filename.startswith("<"):  # generated code: the gate's trampolines, exec'd text
+        return True
+    resolved = _real(filename)
+    return resolved.startswith(_GATE_DIR) or resolved.startswith(_STDLIB_DIRS)
+
+
+@functools.lru_cache(maxsize=4096)
+def _holds_venv(folder: str) -> bool:
+    """Whether ``folder`` is a virtual environment (it holds ``pyvenv.cfg``)."""
+    return os.path.isfile(os.path.join(folder, "pyvenv.cfg"))
+
+
+def _in_venv_below(resolved: str, root: str) -> bool:
+    """Whether a folder between ``root`` (excluded: ``python -m venv .`` in a repository
+    still leaves its own files the user's) and the file ``resolved`` is a virtual environment."""
+    folder = os.path.dirname(resolved)
+    while len(folder) >= len(root):  # root ends with a separator: it is never reached
+        if _holds_venv(folder):
+            return True
+        folder = os.path.dirname(folder)
+    return False
+
+
+def owning_root(filename: str, roots: Iterable[str]) -> str | None:
+    """Which of ``roots`` (each resolved, ending in a separator) owns the code in ``filename``.
+
+    The longest root around the file (a base checkout may lie inside the head's folder),
+    unless the file is a library's (`is_library`) or lies in a virtual environment under
+    that root: then none does.
+    """
+    if is_library(filename):
+        return None
+    resolved = _real(filename)
+    owner = max((r for r in roots if resolved.startswith(r)), key=len, default=None)
+    if owner is None or _in_venv_below(resolved, owner):
+        return None
+    return owner
 
 
 @dataclass(frozen=True)
@@ -53,25 +112,30 @@ class UserCode:
 
     repo_root: Path
     extra_roots: tuple[Path, ...] = ()
+    # The roots of other trees whose code this process holds (``run --base``): their files
+    # are never this region's, even where one lies inside ``repo_root``.
+    other_roots: tuple[Path, ...] = ()
 
-    def _roots(self) -> tuple[str, ...]:
-        roots = (self.repo_root, *self.extra_roots)
-        return tuple(str(r.resolve()) + os.sep for r in roots)
+    @functools.cached_property
+    def _own(self) -> frozenset[str]:
+        return frozenset(_root_text(r) for r in (self.repo_root, *self.extra_roots))
+
+    @functools.cached_property
+    def _others(self) -> frozenset[str]:
+        return frozenset(_root_text(r) for r in self.other_roots) - self._own
 
     def is_library(self, filename: str) -> bool:
-        if filename.startswith("<"):  # generated code: the gate's trampolines, exec'd text
-            return True
-        resolved = _real(filename)
-        return (
-            resolved.startswith(_GATE_DIR)
-            or resolved.startswith(_STDLIB_DIRS)
-            or any(marker in resolved for marker in _ENV_MARKERS)
-        )
+        return is_library(filename)
 
     def is_user(self, filename: str) -> bool:
-        if self.is_library(filename):
-            return False
-        return _real(filename).startswith(self._roots())
+        return owning_root(filename, self._own | self._others) in self._own
+
+    def other_tree(self, filename: str) -> Path | None:
+        """The root of the other tree whose code ``filename`` is, if it is one's."""
+        if not self._others:
+            return None
+        root = owning_root(filename, self._own | self._others)
+        return Path(root) if root in self._others else None
 
     def relative(self, filename: str) -> str:
         resolved = Path(_real(filename))

@@ -27,7 +27,10 @@ import pytest
 from cli_helpers import make_repo, run_gate
 from git_helpers import commit, init
 
+from gate.package import PACKAGE_DIR
 from gate.policy.trees import Trees, config_changes
+from gate.region.other_tree_code import other_tree_watch, profiled
+from gate.user_code import UserCode, owning_root
 
 # -- the mechanism, in this process ------------------------------------------------
 
@@ -126,6 +129,160 @@ def test_a_module_outside_both_trees_is_shared_and_an_extension_of_a_trees_own_i
         assert switch.extension_modules() == ()
         assert sys.modules["json"] is json  # outside both roots: one copy for both
     assert helpers.WHO == "head"
+
+
+def _installed(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A folder of installed modules on `sys.path` (as PYTHONPATH puts one), for the test."""
+    folder = make_repo(tmp_path / "installed", files)
+    sys.path.append(str(folder))
+    return folder
+
+
+def test_an_installed_module_a_trees_own_displaced_is_put_back_when_the_tree_is_left(
+    trees: tuple[Trees, Path, Path], tmp_path: Path
+) -> None:
+    switch, head, base = trees
+    make_repo(base, {"mathlib.py": "WHO = 'base'\n"})
+    installed = _installed(tmp_path, {"mathlib.py": "WHO = 'installed'\n"})
+    try:
+        with switch.entered(base):
+            import mathlib  # type: ignore[import-not-found]
+
+            assert mathlib.WHO == "base"
+        with switch.entered(head):
+            import mathlib
+
+            shared = mathlib
+            assert mathlib.WHO == "installed"
+        for _ in range(2):
+            with switch.entered(base):
+                import mathlib
+
+                assert mathlib.WHO == "base"
+            with switch.entered(head):
+                import mathlib
+
+                assert mathlib is shared  # never imported again at a switch
+    finally:
+        sys.path.remove(str(installed))
+
+
+def test_an_import_of_a_name_a_tree_ships_finds_its_file_not_the_installed_module(
+    trees: tuple[Trees, Path, Path], tmp_path: Path
+) -> None:
+    switch, head, base = trees
+    make_repo(base, {"mathlib/__init__.py": "WHO = 'base'\n", "mathlib/ops.py": ""})
+    installed = _installed(
+        tmp_path,
+        {
+            "mathlib/__init__.py": "WHO = 'installed'\n",
+            "mathlib/ops.py": "",
+            "mathlib/extra.py": "",
+        },
+    )
+    try:
+        with switch.entered(head):
+            import mathlib.ops
+
+            shared = mathlib
+            assert mathlib.WHO == "installed"
+        with switch.entered(base):
+            import mathlib.ops
+
+            assert mathlib.WHO == "base"
+            assert Path(mathlib.ops.__file__).parent == base / "mathlib"
+        with switch.entered(head):
+            assert sys.modules["mathlib"] is shared
+            assert Path(sys.modules["mathlib.ops"].__file__).parent == installed / "mathlib"
+            import mathlib.extra  # the installed package's only: never the base's
+
+        with switch.entered(base), pytest.raises(ModuleNotFoundError):
+            import mathlib.extra
+    finally:
+        sys.path.remove(str(installed))
+
+
+def test_what_the_process_held_before_any_tree_is_everyones(
+    trees: tuple[Trees, Path, Path],
+) -> None:
+    """A tree's ``json.py`` does not displace the standard library's, which any run of that
+    tree alone would meet already imported, nor a module imported before the trees."""
+    switch, head, _ = trees
+    make_repo(head, {"json.py": "WHO = 'head'\n"})
+    with switch.entered(head):
+        assert sys.modules["json"] is json
+
+
+def test_a_venv_in_the_repository_is_no_trees_code(trees: tuple[Trees, Path, Path]) -> None:
+    """The README's install: ``.venv`` in the repository root. What lies in it (installed
+    packages, a checkout pip made in its ``src``) is shared, and never named as the tree's."""
+    switch, head, base = trees
+    venv = head / ".venv"
+    make_repo(venv, {"pyvenv.cfg": "home = /usr/bin\n", "src/vcs/vcs_helpers.py": ""})
+    fake = types.ModuleType("venv_ext")
+    fake.__file__ = str(venv / "lib" / f"venv_ext{sysconfig.get_config_var('EXT_SUFFIX')}")
+    sys.path.append(str(venv / "src" / "vcs"))
+    try:
+        with switch.entered(head):
+            import vcs_helpers  # type: ignore[import-not-found]
+
+            sys.modules["venv_ext"] = fake
+            assert switch.extension_modules() == ()
+        with switch.entered(base):
+            assert sys.modules["vcs_helpers"] is vcs_helpers
+            assert sys.modules["venv_ext"] is fake
+    finally:
+        sys.path.remove(str(venv / "src" / "vcs"))
+
+
+def test_which_root_owns_a_file_is_one_rule_for_trees_and_the_users_line(tmp_path: Path) -> None:
+    head = make_repo(tmp_path / "head", {"steps.py": "", ".venv/pyvenv.cfg": "", "venv.py": ""})
+    base = make_repo(head / "base", {"steps.py": ""})  # a base checkout inside the head
+    make_repo(head, {".venv/lib/python3/site-packages/pkg.py": "", ".venv/src/x/x.py": ""})
+    roots = {str(head) + os.sep, str(base) + os.sep}
+    assert owning_root(str(head / "steps.py"), roots) == str(head) + os.sep
+    assert owning_root(str(head / "venv.py"), roots) == str(head) + os.sep
+    assert owning_root(str(base / "steps.py"), roots) == str(base) + os.sep
+    for venv_file in (".venv/lib/python3/site-packages/pkg.py", ".venv/src/x/x.py"):
+        assert owning_root(str(head / venv_file), roots) is None
+    assert owning_root(json.__file__, roots) is None
+    assert owning_root(os.path.join(PACKAGE_DIR, "cli", "main.py"), roots | {"/"}) is None
+    code = UserCode(head, other_roots=(base,))
+    assert code.is_user(str(head / "steps.py"))
+    assert not code.is_user(str(base / "steps.py"))
+    assert not code.is_user(str(head / ".venv/src/x/x.py"))
+    assert code.other_tree(str(base / "steps.py")) == base
+    assert code.other_tree(str(head / "steps.py")) is None
+    assert UserCode(head).is_user(str(base / "steps.py"))  # one tree: its folder is all its own
+
+
+def test_the_other_trees_code_is_seen_once_and_the_profile_put_back(tmp_path: Path) -> None:
+    """Without a transfer map, a profile function watches; what was installed is put back."""
+    head = make_repo(tmp_path / "head", {"model_h.py": "def forward():\n    return 1\n"})
+    base = tmp_path / "base"
+    base.mkdir()
+    sys.path.insert(0, str(head))
+    try:
+        import model_h  # type: ignore[import-not-found]
+
+        def mine(frame: types.FrameType, event: str, arg: object) -> None:
+            return None
+
+        watch = other_tree_watch(UserCode(base, other_roots=(head,)))
+        assert watch is not None
+        sys.setprofile(mine)
+        try:
+            with profiled(watch):
+                assert watch.found is None
+                model_h.forward()
+            assert sys.getprofile() is mine
+        finally:
+            sys.setprofile(None)
+        assert str(watch.found) == "forward() of module model_h (model_h.py:1)"
+        assert other_tree_watch(UserCode(base)) is None  # one tree: nothing watched or paid
+    finally:
+        sys.path.remove(str(head))
+        sys.modules.pop("model_h", None)
 
 
 def test_a_changed_option_is_named_with_both_values() -> None:

@@ -19,6 +19,9 @@ beside the first). Each worker's `Check` of a tree's callables says both; then t
 *apart*: every region of the head in a worker, which is then stopped, then every region of
 the base in another. The device still has one process at a time; the step times are then two
 samples measured apart, compared unpaired, and every report says why (`BaseComparison.apart`).
+Two reasons show only as the trees run (`_parting`): a tree ran the other's code (a cache
+outside both trees kept it, `gate.region.other_tree_code`), or changed JAX's options as it
+ran. The region where one shows, and the policy's regions not compared yet, then run apart.
 """
 
 from __future__ import annotations
@@ -95,6 +98,8 @@ class _Session:
     _apart: dict[Path, str] = field(default_factory=dict)
     # Results of regions whose trees ran apart, by policy and region name.
     _ran_apart: dict[tuple[Path, str], RegionResult] = field(default_factory=dict)
+    # Regions compared with both trees in one worker, by policy and region name.
+    _paired: set[tuple[Path, str]] = field(default_factory=set)
     _deciding: threading.Lock = field(default_factory=threading.Lock)
 
     def compared(self, scheduler: Scheduler, policy: Policy, region: Region) -> RegionResult:
@@ -111,7 +116,19 @@ class _Session:
                     self._run_apart(scheduler, policy, names)
                 return self._ran_apart.pop(key)
         pair = _Pair(region, scheduler, self._sides(policy), self.tree, self.cancel)
-        return pair.compare(self.head_root)
+        result = pair.compare(self.head_root)
+        key = (policy.path, region.name)
+        if not pair.parting:
+            self._paired.add(key)
+            return result
+        # Found only as the trees ran: this region, and the policy's others not yet compared,
+        # run apart; what was compared before the trees met stands.
+        with self._deciding:
+            self._apart[policy.path] = pair.parting
+            if key not in self._ran_apart:
+                done = {name for path, name in self._paired if path == policy.path}
+                self._run_apart(scheduler, policy, names - done)
+            return self._ran_apart.pop(key)
 
     def _sides(self, policy: Policy) -> tuple[Side, Side]:
         return (
@@ -191,6 +208,8 @@ class _Pair:
     cancel: Cancellation | None
     # Why the trees run in workers of their own ("" when one worker holds both).
     apart: str = ""
+    # Why the trees must run apart, found as they ran in one worker ("" when nothing was).
+    parting: str = ""
     renamed: tuple[Renamed, ...] = ()  # what the base ran from its own policy instead
 
     @property
@@ -240,6 +259,10 @@ class _Pair:
         wrong_tree = _outside(base_outputs, self.tree.root)
         if wrong_tree is not None:
             return replace(head_result, base=self._failed(wrong_tree))
+        if not self.apart:
+            self.parting = _parting(head_outputs, base_outputs)
+            if self.parting:  # the session runs the trees apart instead
+                return head_result
         head_result, kept = accept_base(head_result, base_result)
         head_result = _startup_vs_base(head_result, base_result, self.region)
         timing: TimingComparison | None = None
@@ -344,6 +367,29 @@ def _unpaired(region: Region, base: RegionResult, head: RegionResult) -> TimingC
         on_inconclusive=rule.on_inconclusive,
         against="base",
     )
+
+
+def _parting(head: StepOutputs, base: StepOutputs) -> str:
+    """Why two trees that ran in one worker must run apart after all; "" when they need not.
+
+    A tree ran the other's code (a cache outside the trees kept a function of the tree that
+    ran first), or changed JAX's process-wide options as it ran (an import inside the step,
+    a ``jax.config.update`` in setup): the other tree then ran, or would run, under them.
+    """
+    for tree, other, outputs in (("head", "base", head), ("base", "head", base)):
+        if outputs.other_tree:
+            return (
+                f"the {tree}'s run ran the {other}'s code, {outputs.other_tree}: a cache outside "
+                f"both trees (an installed module's functools.lru_cache, say) kept it from the "
+                f"{other}'s run"
+            )
+    for tree, outputs in (("head", head), ("base", base)):
+        if outputs.late_config:
+            return (
+                f"the {tree}'s run changed JAX's process-wide options ({outputs.late_config}), "
+                "and one process has one set of them"
+            )
+    return ""
 
 
 def _outside(outputs: StepOutputs, base_root: Path) -> RegionError | None:

@@ -39,7 +39,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
@@ -267,12 +267,13 @@ def main(argv: list[str]) -> int:
                 reply = Checked(job.number, (), fault=f"{fault.message}\n{fault.details}")
         else:
             held.release(job)
+            options = _OptionsWatch(config_values())
             with (
-                listening(functools.partial(_send_stage, results_fd, job.number)),
+                listening(functools.partial(_stage_entered, results_fd, job.number, options)),
                 held.trees.entered(job.repo_root, job.policy.python_path),
             ):
-                result = run_job(job, held.keeper(job))
-            reply = Done(job.number, result, held.take_outputs())
+                result = run_job(job, held.keeper(job), held.trees.other_roots(job.repo_root))
+            reply = Done(job.number, result, held.take_outputs(options.changed()))
         _end_output(crash_log, job.number)
         write_all(results_fd, _encoded(job, reply))
         busy.clear()
@@ -315,9 +316,12 @@ class _Held:
 
         return keep
 
-    def take_outputs(self) -> StepOutputs | None:
+    def take_outputs(self, late_config: str = "") -> StepOutputs | None:
+        """The held region's outputs, with what its run changed of JAX's options."""
         outputs, self._outputs = self._outputs, None
-        return outputs
+        if outputs is None or not late_config:
+            return outputs
+        return replace(outputs, late_config=late_config)
 
     def time(self, job: Turns) -> tuple[StepSamples, ...]:
         """Each turn's timed runs, in order, in its tree; the first that fails is the last."""
@@ -401,8 +405,37 @@ def _end_output(output: TextIO, number: int) -> None:
     write_all(output.fileno(), f"{END_OF_JOB}{number}\n".encode())
 
 
-def _send_stage(fd: int, number: int, stage: Stage) -> None:
+@dataclass
+class _OptionsWatch:
+    """JAX's process-wide options through one job (``run --base``: the other tree must not run
+    under what this one changed), looked at as each stage begins.
+
+    What differs at the job's end is what the job changed; each option is said with the stage
+    it first changed in. The gate's own changes (its region's full tracebacks, the
+    recompile watch's cache-miss log) are put back before the end, so they never show.
+    """
+
+    start: dict[str, object]
+    stage: str = Stage.IMPORTING.value
+    first_seen: dict[str, str] = field(default_factory=dict)  # option -> stage
+
+    def entered(self, stage: Stage) -> None:
+        for name in config_changes(self.start, config_values()):
+            self.first_seen.setdefault(name, self.stage)
+        self.stage = stage.value
+
+    def changed(self) -> str:
+        """What the job changed and kept: ``jax_enable_x64: False → True, while compiling``."""
+        changes = config_changes(self.start, config_values())
+        return "; ".join(
+            f"{name}: {change}, while {self.first_seen.get(name, self.stage)}"
+            for name, change in sorted(changes.items())
+        )
+
+
+def _stage_entered(fd: int, number: int, options: _OptionsWatch, stage: Stage) -> None:
     # From the thread that runs the region, the only one that writes frames while it runs.
+    options.entered(stage)
     write_frame(fd, Entered(number, stage.value))
 
 
@@ -444,13 +477,18 @@ def _kill_own_group() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def run_job(job: Job, keep: Keep | None = None) -> RegionResult:
-    """The region's result; a gate bug becomes an INTERNAL error for this region only."""
+def run_job(job: Job, keep: Keep | None = None, other_roots: tuple[Path, ...] = ()) -> RegionResult:
+    """The region's result; a gate bug becomes an INTERNAL error for this region only.
+
+    ``other_roots``: the other trees whose code this worker holds (``run --base``).
+    """
     from gate.region import engine
 
     started = time.perf_counter()
     try:
-        return engine.run_region(job.policy, job.region, repo_root=job.repo_root, keep=keep)
+        return engine.run_region(
+            job.policy, job.region, repo_root=job.repo_root, keep=keep, other_roots=other_roots
+        )
     except Exception as exc:
         # run_region turns every exception of the user's code into a RegionError.
         return _error_result(job, started, gate_fault("running this region", exc))

@@ -3,24 +3,33 @@
 ``run --base`` runs the head's regions and the base's in one worker, so that one process
 holds the accelerator (a TPU admits one; a GPU's memory is one pool). Both trees define
 modules of the same names (``steps``, ``examples.mlp``), and a process has one `sys.modules`.
-So each tree (a checkout's root) owns the modules whose files lie under its root, and while a
+So each tree (a checkout's root) owns the modules loaded from its own files, and while a
 tree's code runs (`Trees.entered`) only its own modules are in `sys.modules`, its root (and
 its policy's folders) lead `sys.path`, and the working directory is its root:
+- which tree owns a file is `gate.user_code.owning_root`, the rule that also says which frame
+  is the user's line: never site-packages or dist-packages, never a virtual environment
+  (a ``.venv`` in the repository, as the README installs the gate), the gate's own package or
+  the standard library;
 - ``import steps`` in the tree's code, at the top of a module or lazily inside a step, finds
-  that tree's copy, or imports it from that tree's files;
-- a module outside both roots (jax, flax, a folder both trees' policies name outside the
-  repository) is the same file for both trees, and is shared;
+  that tree's copy, or imports it from that tree's files, even when the other tree imported an
+  installed module of that name first: a module outside the trees whose name the tree ships
+  (``mathlib.py`` at its root, a package folder) is set aside while the tree is entered;
+- a module outside both trees (jax, flax, an installed package) is the same for both trees,
+  and is shared; one a tree's own module displaced is put back when that tree is left, so it
+  is never imported again at a switch (a new module would mean new jitted functions, which
+  compile again);
+- a module the worker imported before any tree's code is everyone's, as in a run of one tree;
 - a function keeps its own module's globals whichever tree is entered: the swap only
   decides what an ``import`` statement finds.
 
 The swap is done when the other tree is entered, not on every block: with one tree (a plain
-run) nothing ever leaves `sys.modules`. Only new names are looked at when a tree is left, so
-a switch costs tens of microseconds, not a scan of every module (``run --base`` switches
-four times a round).
+run) nothing ever leaves `sys.modules`. Only new names, and the few top-level names a tree
+ships, are looked at when a tree is entered or left, so a switch costs tens of microseconds,
+not a scan of every module (``run --base`` switches four times a round).
 
 JAX's process-wide configuration is one per process too: `config_changes` says what a
-block changed, so that trees that configure JAX differently at import are never run in the
-same process (`gate.compare.session` runs them one after the other instead).
+block changed, so that trees that configure JAX differently (at import, or later in a step)
+are never compared in the same process (`gate.compare.session` runs them apart instead).
 """
 
 from __future__ import annotations
@@ -35,12 +44,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gate.policy.resolve import python_path
+from gate.user_code import is_process_wide, owning_root
 
 _EXTENSION_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+_SOURCE_SUFFIXES = tuple(importlib.machinery.SOURCE_SUFFIXES)
 
 
-def _resolved(path: Path) -> str:
+def _resolved(path: Path | str) -> str:
     return os.path.realpath(path) + os.sep
+
+
+def _top_level_names(folder: str) -> frozenset[str]:
+    """The modules an ``import`` finds in ``folder``: its modules, extension modules and
+    regular packages (a folder without ``__init__.py`` loses to an installed package)."""
+    names = set()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:  # a python_path folder that is not there: it ships nothing
+        return frozenset()
+    for entry in entries:
+        name = entry.name
+        if entry.is_dir():
+            if name.isidentifier() and os.path.isfile(os.path.join(entry.path, "__init__.py")):
+                names.add(name)
+            continue
+        for suffix in (*_SOURCE_SUFFIXES, *_EXTENSION_SUFFIXES):
+            if name.endswith(suffix) and name[: -len(suffix)].isidentifier():
+                names.add(name[: -len(suffix)])
+    return frozenset(names)
 
 
 def module_files(module: types.ModuleType) -> list[str]:
@@ -64,6 +95,12 @@ class _Tree:
     root: str  # resolved, with a trailing separator
     saved: dict[str, types.ModuleType] = field(default_factory=dict)
     owned: set[str] = field(default_factory=set)  # names of its modules seen so far
+    # The top-level names an import finds in its own folders (its root, its policies'
+    # python_path folders under its root), and those folders.
+    ships: set[str] = field(default_factory=set)
+    folders: set[str] = field(default_factory=set)
+    # Modules outside the trees that its own modules stand in for while it is entered.
+    displaced: dict[str, types.ModuleType] = field(default_factory=dict)
 
 
 class Trees:
@@ -73,6 +110,8 @@ class Trees:
         self._trees: dict[str, _Tree] = {}
         self._current: _Tree | None = None
         self._names_when_entered: set[str] = set()
+        # What the process imported before any tree's code: everyone's, never set aside.
+        self._before_trees = frozenset(sys.modules)
 
     @contextlib.contextmanager
     def entered(self, root: Path, paths: Sequence[Path] = ()) -> Iterator[None]:
@@ -83,6 +122,7 @@ class Trees:
         modules stay in `sys.modules` until another tree is entered.
         """
         tree = self._trees.setdefault(_resolved(root), _Tree(_resolved(root)))
+        self._note_folders(tree, paths)
         self._switch_to(tree)
         before = os.getcwd()
         os.chdir(root)
@@ -91,6 +131,18 @@ class Trees:
                 yield
         finally:
             os.chdir(before)
+
+    def other_roots(self, root: Path) -> tuple[Path, ...]:
+        """The roots of the trees entered so far, but for the one at ``root``."""
+        own = _resolved(root)
+        return tuple(Path(tree.root) for tree in self._trees.values() if tree.root != own)
+
+    def _note_folders(self, tree: _Tree, paths: Sequence[Path]) -> None:
+        """The names ``tree`` ships from its root and from ``paths`` that lie under it."""
+        for folder in (*(_resolved(p) for p in paths), tree.root):
+            if folder not in tree.folders and folder.startswith(tree.root):
+                tree.folders.add(folder)
+                tree.ships.update(_top_level_names(folder))
 
     def _switch_to(self, tree: _Tree) -> None:
         current = self._current
@@ -101,13 +153,39 @@ class Trees:
             current.saved = {n: m for n in current.owned if (m := sys.modules.get(n)) is not None}
             for name in current.owned:
                 sys.modules.pop(name, None)
+            sys.modules.update(current.displaced)
+            current.displaced = {}
+        self._current = tree
+        for name in self._shadowed(tree):
+            tree.displaced[name] = sys.modules.pop(name)
+        for name, module in tree.saved.items():
+            present = sys.modules.get(name)
+            if present is not None and present is not module:
+                tree.displaced[name] = present
         # Anything of this tree's still in sys.modules from before it was first entered (a
         # module the gate's process imported from it) is its own too.
-        self._current = tree
         sys.modules.update(tree.saved)
         tree.owned.update(tree.saved)
         tree.saved = {}
         self._names_when_entered = set(sys.modules)
+
+    def _shadowed(self, tree: _Tree) -> list[str]:
+        """Modules outside the trees, with their submodules, under a name ``tree`` ships:
+        its own file must be what its ``import`` finds, as when it runs alone."""
+        found: list[str] = []
+        for name in tree.ships:
+            module = sys.modules.get(name)
+            if (
+                module is None
+                or name in self._before_trees
+                or any(is_process_wide(f) for f in module_files(module))
+                or self._owner(module) is not None
+            ):
+                continue
+            prefix = name + "."
+            found.append(name)
+            found.extend(n for n in list(sys.modules) if n.startswith(prefix))
+        return found
 
     def extension_modules(self) -> tuple[str, ...]:
         """The compiled extension modules of the tree entered last, by name."""
@@ -131,17 +209,12 @@ class Trees:
                 tree.owned.add(name)
 
     def _owner(self, module: types.ModuleType) -> _Tree | None:
-        """The tree ``module`` was loaded from: the one with the longest root around its file
-        (a base checkout may lie inside the head's folder)."""
-        owner: _Tree | None = None
+        """The tree ``module`` was loaded from (`gate.user_code.owning_root`), if any."""
         for filename in module_files(module):
-            resolved = os.path.realpath(filename)
-            for tree in self._trees.values():
-                if resolved.startswith(tree.root) and (
-                    owner is None or len(tree.root) > len(owner.root)
-                ):
-                    owner = tree
-        return owner
+            root = owning_root(filename, self._trees)
+            if root is not None:
+                return self._trees[root]
+        return None
 
 
 def config_values() -> dict[str, object]:

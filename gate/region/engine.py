@@ -55,6 +55,7 @@ from gate.region.errors import RegionAbort, error_from
 from gate.region.fetch_watch import watching_reads
 from gate.region.held import HeldRegion, Keep
 from gate.region.leaks import judge_memory
+from gate.region.other_tree_code import other_tree_watch, profiled
 from gate.region.outputs import host_leaves
 from gate.region.region_run import RegionRun
 from gate.region.stages import Stage, announce
@@ -82,6 +83,7 @@ def run_region(
     *,
     repo_root: Path | None = None,
     keep: Keep | None = None,
+    other_roots: tuple[Path, ...] = (),
 ) -> RegionResult:
     """Run one region of ``policy`` in this process and judge it. Never raises for the user's code.
 
@@ -90,9 +92,12 @@ def run_region(
     ``python_path``) count as the user's lines. By default it is the working
     directory, where the gate's workers run. ``keep`` receives the region loaded, with its
     last outputs, if it ran to the end (``run --base`` times it again, `gate.region.held`).
+    ``other_roots`` are the other trees whose code this process holds: their files are never
+    this region's, and the first call is watched for their code (`gate.region.other_tree_code`).
     """
     started = time.perf_counter()
-    user = UserCode(Path.cwd() if repo_root is None else repo_root, policy.python_path)
+    root = Path.cwd() if repo_root is None else repo_root
+    user = UserCode(root, policy.python_path, other_roots)
 
     def result(**fields: Any) -> RegionResult:
         return RegionResult.of(policy, region, wall_s=time.perf_counter() - started, **fields)
@@ -161,11 +166,17 @@ def _run_imported(
                     announce(Stage.COMPILING)
                     run.starting = compile_watch  # the first call and warm-up's own programs
                     first_call = time.perf_counter()  # compiling included: --base compares it
+                    # Watched for the other tree's code (``run --base``): by the map's own
+                    # trace function where there is a map, else by a profile function.
+                    run.other_trees = other_trees = other_tree_watch(run.code.user)
                     if can_map:
                         run.mapped_calls(Phase.FIRST_CALL, 1)
                     else:
-                        run.guarded_call(Phase.FIRST_CALL)
+                        with profiled(other_trees):
+                            run.guarded_call(Phase.FIRST_CALL)
+                    run.other_trees = None
                     first_call_s = time.perf_counter() - first_call
+                    other_tree = other_trees.found if other_trees is not None else None
                     announce(Stage.WARMING_UP)
                     for _ in range(region.warmup):
                         run.unguarded_call()
@@ -221,7 +232,10 @@ def _run_imported(
                 raise RegionAbort(error_from(run.code.user, ErrorKind.CHECK, exc)) from exc
         if keep is not None:
             # Its outputs fetched now, in this try: setup failing to repeat is the region's error.
-            keep(HeldRegion(run.code, run.inputs, run.call, run.monitor, programs), outputs)
+            held = HeldRegion(
+                run.code, run.inputs, run.call, run.monitor, programs, other_tree=other_tree
+            )
+            keep(held, outputs)
     except RegionAbort as abort:
         return result(
             transfers=tuple(run.verdict.transfers),
