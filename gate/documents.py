@@ -134,7 +134,8 @@ def _decoded_at_once(
     """
     try:
         head = msgspec.json.decode(data, type=_Head)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    # msgspec raises RecursionError past its own depth limit: the slow way names the nesting.
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
     schema = versions.get(head.version) if isinstance(head.version, int) else None
     if (
@@ -145,7 +146,7 @@ def _decoded_at_once(
         return None
     try:
         return msgspec.json.decode(data, type=schema)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
 
 
