@@ -4,7 +4,7 @@
 so a full pipe never blocks the worker, keeps the last lines for the report
 and forwards every line to the run's watcher (`gate.isolation.watcher`). `StackDump` reads the stack
 dump faulthandler prints when a worker crashes or is asked for it before
-being stopped (`gate.isolation.worker.DUMP_SIGNAL`): it says which line of the user's
+being stopped (`gate.isolation.protocol.DUMP_SIGNAL`): it says which line of the user's
 code was running. `RepeatedWarnings` keeps a platform warning that every worker prints at
 start-up (`gate.machine.platform_warnings`) to one copy per run in what the watcher shows.
 """
@@ -21,8 +21,8 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gate.isolation.protocol import END_OF_JOB
 from gate.isolation.watcher import BETWEEN_REGIONS, RunWatcher, first_in_run
-from gate.isolation.worker import END_OF_JOB
 from gate.machine.platform_warnings import known_warning
 from gate.user_code import SourceLocation, UserCode
 
