@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import faulthandler
 import functools
-import gc
 import os
 import queue
 import signal
@@ -29,6 +28,7 @@ import traceback
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from gate.isolation.held_regions import HeldRegions
+from gate.isolation.leftovers import Leftovers
 from gate.isolation.protocol import (
     DUMP_SIGNAL,
     END_OF_JOB,
@@ -98,10 +98,8 @@ def main(argv: list[str]) -> int:
     import jax
 
     jax.devices()  # backend start-up is paid once per worker, not per region
-    # What is here now (JAX's modules, the backend) lives as long as the worker: out of the
-    # collector's sight, its full collections no longer walk it after every few regions
-    # (0.66 s of collections in a 100-region run became 0.40 s).
-    gc.freeze()
+    leftovers = Leftovers()
+    leftovers.after_startup()
     write_frame(results_fd, Ready(os.getpid(), time.perf_counter() - started))
 
     jobs: queue.Queue[Request | None] = queue.Queue()
@@ -125,6 +123,8 @@ def main(argv: list[str]) -> int:
                 reply = Checked(job.number, (), fault=f"{fault.message}\n{fault.details}")
         else:
             held.release(job)
+            if not held.regions:  # never while a held region still runs its programs
+                leftovers.between_regions()
             with (
                 listening(functools.partial(_send_stage, results_fd, job.number)),
                 held.trees.entered(job.repo_root, job.policy.python_path),
