@@ -207,7 +207,8 @@ def _job_number(text: str) -> int:
 _FATAL = "Fatal Python error: "
 _THREAD = re.compile(r"^(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+")
 _FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<name>.*)$')
-_WORKER_FILE = os.path.join("gate", "worker.py")
+# Where `run_job` is: the thread that runs regions has it in its stack.
+_WORKER_FILE = os.path.join("gate", "isolation", "worker.py")
 
 
 def split_output(lines: Sequence[str]) -> tuple[list[str], list[str]]:
