@@ -43,7 +43,7 @@ prepare_environment(os.environ)
 import jax  # noqa: E402
 
 from examples.mlp import make_inputs, train_step  # noqa: E402
-from gate.isolation.worker import Entered, write_frame  # noqa: E402
+from gate.isolation.protocol import Entered, write_frame  # noqa: E402
 from gate.jaxhooks.guard import guarded  # noqa: E402
 from gate.levels import GuardLevel, GuardSpec  # noqa: E402
 from gate.user_code import UserCode  # noqa: E402

@@ -1,6 +1,7 @@
 """The gate's own cost: `transfer-gate run` against a hand-written script doing the same.
 
-    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/gate_vs_floor.py [--regions 1 5 20] [--rounds 1]
+    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/gate_vs_floor.py \
+        [--regions 20 100] [--base-at 20] [--growth 100 500] [--rounds 1]
 
 Builds a throwaway repository with N regions of distinct small jitted steps (a
 small MLP step whose depth, width and constants differ per region; setup shared:
@@ -23,17 +24,28 @@ subprocesses, alternating so that load drifts hit both alike:
   gate's first look, with the gate's turn length; the gate takes more rounds when 16 do not
   decide).
 
-Prints one row per N (and one per N with ``, --base HEAD``): the gate's seconds, the
-floor's seconds, their ratio (the medians over ``--rounds``), and the same for CPU seconds
-(user + system, the process and every process it waited for: less sensitive to what else
-the machine runs than wall time); the ``--base`` rows are against the two-tree floor
-(``--no-base`` leaves them out). The load average before and after is printed too. All run
-with JAX_COMPILATION_CACHE_DIR unset (each gets a cold start).
+Prints one row per N (and one per N of ``--base-at`` with ``, --base HEAD``): the gate's
+seconds, the floor's seconds, their ratio (the medians over ``--rounds``), and the same for
+CPU seconds (user + system, the process and every process it waited for: less sensitive to
+what else the machine runs than wall time); the ``--base`` rows are against the two-tree
+floor (``--no-base`` leaves them out). The load average before and after is printed too.
+
+Then, for each N of ``--growth``, what a region costs as the run goes on (issue 40): one
+plain run of N regions, each region's seconds by its JUnit time, the mean of regions 2-21
+against that of the last 20 (the first region starts everything); the floor's own seconds
+per region the same way; and the worker's resident memory at a quarter, half, three
+quarters and the end of its life (read from /proc every 0.2 s). Last, the issue's targets,
+met or missed: plain ``run`` at most 1.10x the floor at 20 and 100 regions, ``--base`` at
+most 2.0x the one-tree floor at 20 (what a repository without the gate pays), the last 20
+regions at most 1.10x the first 20.
+All run with JAX_COMPILATION_CACHE_DIR unset (each gets a cold start).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import resource
 import shutil
@@ -41,7 +53,11 @@ import statistics
 import sys
 import tempfile
 import textwrap
+import threading
 import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from grouped import git, load_average, run_grouped
@@ -90,7 +106,9 @@ for _i in range(N_REGIONS):
 
 FLOOR = '''
 """The floor: the gate's phases by hand, region after region, in one process."""
+import json
 import sys
+import time
 
 import jax
 import numpy as np
@@ -99,7 +117,9 @@ import bench_steps
 
 WARMUP, GUARDED, REPEATS = 2, 3, 20
 
+region_s = []
 for i in range(bench_steps.N_REGIONS):
+    started = time.perf_counter()
     step = getattr(bench_steps, f"step_{i}")
     jax.block_until_ready(step(*bench_steps.make_inputs()))  # first call
     for _ in range(WARMUP):
@@ -112,6 +132,10 @@ for i in range(bench_steps.N_REGIONS):
         out = jax.block_until_ready(step(*bench_steps.make_inputs()))
     if not all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree_util.tree_leaves(out)):
         sys.exit(f"step_{i}: not finite")
+    region_s.append(time.perf_counter() - started)
+if len(sys.argv) > 1:  # each region's seconds, for the growth rows
+    with open(sys.argv[1], "w") as f:
+        json.dump(region_s, f)
 '''
 
 
@@ -229,59 +253,39 @@ def timed(
     return wall, cpu
 
 
+# The issue's targets (#40): the gate's own cost against the floor, and per region as the
+# run goes on. Printed, met or missed, under the tables.
+PLAIN_TARGET = 1.10  # plain `run` against the floor, at 20 regions and at 100
+BASE_TARGET = 2.0  # `run --base HEAD` against the one-tree floor, at 20 regions
+GROWTH_TARGET = 1.10  # the last 20 regions against the first 20 (regions 2-21), by JUnit times
+FIRST = 20  # regions in each end of the growth rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--regions", type=int, nargs="+", default=[1, 5, 20])
+    parser.add_argument("--regions", type=int, nargs="*", default=[20, 100])
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--base-at", type=int, nargs="*", default=[20], help="N with a --base HEAD row too"
+    )
     parser.add_argument("--no-base", action="store_true", help="leave out the --base HEAD rows")
+    parser.add_argument(
+        "--growth",
+        type=int,
+        nargs="*",
+        default=[100, 500],
+        help="N for the growth rows: first 20 regions against the last 20, worker memory",
+    )
     args = parser.parse_args()
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    base_at = set() if args.no_base else set(args.base_at)
     rows = []
     load_before = load_average()
     with tempfile.TemporaryDirectory() as scratch:
         for n in args.regions:
-            repo = Path(scratch) / f"repo{n}"
-            build(repo, n)
-            # Reports outside the repository: the head is the working tree, kept as committed.
-            gate = [sys.executable, "-m", "gate", "run", "--junit", str(repo.parent / "r.xml")]
-            cases = {f"{n}": gate}
-            if not args.no_base:
-                cases[f"{n}, --base HEAD"] = [*gate, "--base", "HEAD"]
-            # The base tree of the two-tree floor: a copy beside the repository, as the
-            # gate's base is a worktree beside it (its module file under its own folder).
-            base_copy = repo.parent / f"base{n}"
-            shutil.copytree(repo, base_copy, ignore=shutil.ignore_patterns(".git"))
-            floors = {
-                "floor": [sys.executable, "floor.py"],
-                "floor, two trees": [
-                    sys.executable,
-                    "floor_both.py",
-                    str(base_copy / "bench_steps.py"),
-                ],
-            }
-            if args.no_base:
-                del floors["floor, two trees"]
-            seconds: dict[str, list[tuple[float, float]]] = {c: [] for c in [*cases, *floors]}
-            for _ in range(args.rounds):
-                for case, command in cases.items():
-                    # Exit 1 against the base: noise called the unchanged step slower (a false
-                    # alarm, counted by base_load.py); the run's time is still the run's time.
-                    ok = (0, 1) if "--base" in command else (0,)
-                    seconds[case].append(timed(command, repo, env, ok))
-                for name, command in floors.items():
-                    seconds[name].append(timed(command, repo, env))
-            for case in cases:
-                floor = "floor, two trees" if "--base" in case else "floor"
-                f = _medians(seconds[floor])
-                g = _medians(seconds[case])
-                rows.append((case, g, f))
-                print(
-                    f"N={case}: gate {g[0]:.1f} s ({g[1]:.1f} s CPU), "
-                    f"floor {f[0]:.1f} s ({f[1]:.1f} s CPU)",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            rows += _ratio_rows(Path(scratch), n, n in base_at, args.rounds, env)
+        growth = [_growth_row(Path(scratch), n, env) for n in args.growth]
     print("| N regions | gate s | floor s | ratio | gate CPU s | floor CPU s | CPU ratio |")
     print("|---|---|---|---|---|---|---|")
     for case, g, f in rows:
@@ -289,7 +293,185 @@ def main() -> None:
             f"| {case} | {g[0]:.1f} | {f[0]:.1f} | {g[0] / f[0]:.2f}x "
             f"| {g[1]:.1f} | {f[1]:.1f} | {g[1] / f[1]:.2f}x |"
         )
+    if growth:
+        print(
+            f"\n| N regions | gate: first {FIRST} | last {FIRST} | growth | floor: first {FIRST} "
+            f"| last {FIRST} | growth | worker RSS at 1/4, 1/2, 3/4, end of its life |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        for row in growth:
+            print(row.markdown())
     print(f"\nload average: {load_before} before, {load_average()} after")
+    print("\ntargets (issue 40):")
+    one_tree = {case: f for case, _, f in rows if "--base" not in case}
+    for case, g, f in rows:
+        n = case.split(",")[0]
+        if "--base" in case and n == "20":
+            ratio = g[0] / one_tree[n][0]
+            print(
+                _target(
+                    f"run --base at {n} regions, against the one-tree floor", ratio, BASE_TARGET
+                )
+            )
+        elif "--base" not in case and n in ("20", "100"):
+            print(_target(f"plain run at {n} regions", g[0] / f[0], PLAIN_TARGET))
+    for row in growth:
+        print(_target(f"last {FIRST} / first {FIRST} at {row.n} regions", row.gate, GROWTH_TARGET))
+
+
+def _target(what: str, ratio: float, most: float) -> str:
+    return f"  {what}: {ratio:.2f}x (target <= {most:.2f}x): {'met' if ratio <= most else 'MISSED'}"
+
+
+def _ratio_rows(
+    scratch: Path, n: int, with_base: bool, rounds: int, env: dict[str, str]
+) -> list[tuple[str, tuple[float, float], tuple[float, float]]]:
+    """The rows of the first table for N regions: the gate (and --base) against its floor."""
+    repo = scratch / f"repo{n}"
+    build(repo, n)
+    # Reports outside the repository: the head is the working tree, kept as committed.
+    gate = [sys.executable, "-m", "gate", "run", "--junit", str(repo.parent / "r.xml")]
+    cases = {f"{n}": gate}
+    if with_base:
+        cases[f"{n}, --base HEAD"] = [*gate, "--base", "HEAD"]
+    # The base tree of the two-tree floor: a copy beside the repository, as the
+    # gate's base is a worktree beside it (its module file under its own folder).
+    base_copy = repo.parent / f"base{n}"
+    shutil.copytree(repo, base_copy, ignore=shutil.ignore_patterns(".git"))
+    floors = {"floor": [sys.executable, "floor.py"]}
+    if with_base:
+        floors["floor, two trees"] = [
+            sys.executable,
+            "floor_both.py",
+            str(base_copy / "bench_steps.py"),
+        ]
+    seconds: dict[str, list[tuple[float, float]]] = {c: [] for c in [*cases, *floors]}
+    for _ in range(rounds):
+        for case, command in cases.items():
+            # Exit 1 against the base: noise called the unchanged step slower (a false
+            # alarm, counted by base_load.py); the run's time is still the run's time.
+            ok = (0, 1) if "--base" in command else (0,)
+            seconds[case].append(timed(command, repo, env, ok))
+        for name, command in floors.items():
+            seconds[name].append(timed(command, repo, env))
+    rows = []
+    for case in cases:
+        floor = "floor, two trees" if "--base" in case else "floor"
+        f = _medians(seconds[floor])
+        g = _medians(seconds[case])
+        rows.append((case, g, f))
+        print(
+            f"N={case}: gate {g[0]:.1f} s ({g[1]:.1f} s CPU), "
+            f"floor {f[0]:.1f} s ({f[1]:.1f} s CPU)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class Growth:
+    """What a region costs at the start of a run and at its end, and the worker's memory."""
+
+    n: int
+    gate_first_s: float
+    gate_last_s: float
+    floor_first_s: float
+    floor_last_s: float
+    rss_mb: tuple[float, ...]  # the worker's, at 1/4, 1/2, 3/4 and the end of its life
+
+    @property
+    def gate(self) -> float:
+        return self.gate_last_s / self.gate_first_s
+
+    @property
+    def floor(self) -> float:
+        return self.floor_last_s / self.floor_first_s
+
+    def markdown(self) -> str:
+        rss = ", ".join(f"{mb:.0f}" for mb in self.rss_mb)
+        return (
+            f"| {self.n} | {self.gate_first_s * 1e3:.0f} ms | {self.gate_last_s * 1e3:.0f} ms "
+            f"| {self.gate:.2f}x | {self.floor_first_s * 1e3:.0f} ms "
+            f"| {self.floor_last_s * 1e3:.0f} ms | {self.floor:.2f}x | {rss} MB |"
+        )
+
+
+def _growth_row(scratch: Path, n: int, env: dict[str, str]) -> Growth:
+    """One plain run of N regions, and the floor's: each region's seconds (the gate's by its
+    JUnit times, the floor's as it measured them), first 20 (after the first, which starts
+    everything) against the last 20; the worker's resident memory as it went."""
+    repo = scratch / f"growth{n}"
+    build(repo, n)
+    junit = scratch / f"growth{n}.xml"
+    with _worker_memory(repo) as memory:
+        timed([sys.executable, "-m", "gate", "run", "--junit", str(junit)], repo, env)
+    per_region: dict[str, float] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        name = case.get("classname", "")
+        per_region[name] = max(per_region.get(name, 0.0), float(case.get("time", "0")))
+    gate = [per_region[f"bench.step_{i}"] for i in range(n)]
+    floor_times = scratch / f"floor{n}.json"
+    timed([sys.executable, "floor.py", str(floor_times)], repo, env)
+    floor = json.loads(floor_times.read_text())
+    life = memory or [0.0]
+    quarters = [life[min(len(life) - 1, len(life) * k // 4)] for k in (1, 2, 3, 4)]
+    growth = Growth(n, *_ends(gate), *_ends(floor), rss_mb=tuple(kb / 1024 for kb in quarters))
+    print(
+        f"N={n} growth: gate {growth.gate:.2f}x, floor {growth.floor:.2f}x",
+        file=sys.stderr,
+        flush=True,
+    )
+    return growth
+
+
+def _ends(seconds: list[float]) -> tuple[float, float]:
+    """The mean of regions 2-21 and of the last 20."""
+    if len(seconds) < 2 * FIRST + 1:
+        raise SystemExit(f"--growth needs at least {2 * FIRST + 1} regions")
+    return statistics.mean(seconds[1 : FIRST + 1]), statistics.mean(seconds[-FIRST:])
+
+
+@contextlib.contextmanager
+def _worker_memory(repo: Path) -> Iterator[list[float]]:
+    """The resident memory (kB) of the gate's worker running in ``repo``, sampled every 0.2 s
+    while the block runs (a thread reading /proc)."""
+    samples: list[float] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.2):
+            for pid in _workers_in(repo):
+                try:
+                    status = Path(f"/proc/{pid}/status").read_text()
+                except OSError:
+                    continue
+                for line in status.splitlines():
+                    if line.startswith("VmRSS:"):
+                        samples.append(float(line.split()[1]))
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+def _workers_in(repo: Path) -> list[int]:
+    """The gate's worker processes whose working directory is ``repo``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+            if b"gate.isolation.worker" in command and (entry / "cwd").resolve() == repo.resolve():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
 
 
 def _medians(pairs: list[tuple[float, float]]) -> tuple[float, float]:

@@ -11,8 +11,10 @@
 #      a planted 1.3x slowdown caught and an unchanged tree passed (base_power.py), and reading
 #      the programs' collectives (comm_overhead.py), and counting the live device arrays and
 #      judging a leak (leak_overhead.py);
-#   6. libtpu's start-up warning shown once per run.
-# Sections: `bash benchmarks/tpu_check.sh [checks] [figures]` (default: both). Logs go to
+#   6. libtpu's start-up warning shown once per run;
+#   7. (section `growth`, not run by default) what a region costs at the start of a run and at
+#      its end, over 100 and 500 regions, and the worker's memory (issue 40).
+# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [growth]` (default: the first two). Logs go to
 # reports/tpu-check/, and as one archive to $OUT (the device tool's folder) when it is set. Needs junit-xml, msgspec, xmlschema and
 # pytest-timeout next to jax; carry them as wheels where the machine has no network (the device
 # tool's README), and add them to PYTHONPATH, never replace it.
@@ -87,10 +89,11 @@ fi
 
 if [[ " $sections " == *" figures "* ]]; then
     step "the gate against hand-written scripts: 20 regions, plain and --base"
-    expect 0 floor-20.log python3 benchmarks/gate_vs_floor.py --regions 20 --rounds 1
+    expect 0 floor-20.log python3 benchmarks/gate_vs_floor.py --regions 20 --rounds 1 --growth
 
     step "the gate against a hand-written script: 100 regions, plain"
-    expect 0 floor-100.log python3 benchmarks/gate_vs_floor.py --regions 100 --rounds 1 --no-base
+    expect 0 floor-100.log python3 benchmarks/gate_vs_floor.py --regions 100 --rounds 1 --no-base \
+        --growth
 
     step "run --base: a 1.3x slower step caught, an unchanged one passed"
     # 1024x1024 matmuls: a loop of small ones is the chip's loop overhead, not work that a
@@ -103,6 +106,14 @@ if [[ " $sections " == *" figures "* ]]; then
 
     step "device memory a step keeps: the counts and judging a leak"
     expect 0 leaks.log env JAX_PLATFORMS=tpu python3 benchmarks/leak_overhead.py --rounds 10
+fi
+
+if [[ " $sections " == *" growth "* ]]; then
+    # Issue 40: the last 20 regions against the first 20 by their JUnit times (target 1.10x),
+    # the worker's memory across the run, and the hand-written script's own, at 100 and 500
+    # regions. Long: each size runs twice, the gate and the script.
+    step "cost per region as a run goes on: 100 and 500 regions"
+    expect 0 growth.log python3 benchmarks/gate_vs_floor.py --regions --growth 100 500
 fi
 
 step "done, status $status"

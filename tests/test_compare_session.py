@@ -17,8 +17,10 @@ from result_samples import region
 from gate.compare.base_policy import for_base, in_tree, regions_in_base
 from gate.compare.outputs import compare_outputs
 from gate.compare.rounds import MAX_TURN_RUNS, turn_runs
+from gate.isolation.held_regions import HeldRegions
+from gate.isolation.protocol import Job
 from gate.isolation.scheduler import Scheduler, Turn, usable_cpus
-from gate.isolation.worker import Job, _Held, run_job
+from gate.isolation.worker import run_job
 from gate.policy.load import load_policy
 from gate.policy.model import Checks, Policy
 from gate.policy.trees import Trees
@@ -214,7 +216,7 @@ def test_outputs_from_different_inputs_are_not_compared() -> None:
 
 def _held_run(
     repo: Path, monkeypatch: pytest.MonkeyPatch, failure: Exception
-) -> tuple[RegionResult, _Held]:
+) -> tuple[RegionResult, HeldRegions]:
     """The held region of ``run --base``, run in this process, its outputs' fetch raising."""
     import gate.region.held
 
@@ -224,7 +226,7 @@ def _held_run(
     monkeypatch.setattr(gate.region.held, "host_leaves", fetch)
     monkeypatch.syspath_prepend(str(repo / "src"))
     policy = _policy(repo)
-    held = _Held(Trees())
+    held = HeldRegions(Trees())
     job = Job(1, policy, policy.regions[0], repo, hold=True)
     return run_job(job, held.keeper(job)), held
 
@@ -316,7 +318,7 @@ def test_a_turns_runs_share_one_setup_unless_the_step_donates(
     monkeypatch.delitem(sys.modules, "counting_steps", raising=False)
     policy = load_policy(repo / "policies/c.yaml", repo)
     region = next(r for r in policy.regions if r.name == name)
-    held = _Held(Trees())
+    held = HeldRegions(Trees())
     job = Job(1, policy, region, repo, hold=True)
     result = run_job(job, held.keeper(job))
     assert result.error is None, result.error

@@ -4,7 +4,7 @@ A module may pick its device by kind when imported (``TPU = jax.devices("tpu")[0
 its mesh from the devices it finds (``jax.make_mesh((8,), ("data",))``). Only a worker has
 that device, with the policy's ``env:``; the gate's own process never starts JAX at all (on a
 TPU it would take the chip from the workers; on a GPU, most of its memory). So `validate` and
-`run` check a policy's callables by importing them in a worker (`gate.isolation.worker.Check`),
+`run` check a policy's callables by importing them in a worker (`gate.isolation.protocol.Check`),
 the one the regions then run in. Here the accelerator's rule is planted
 (tests/accelerator_rule.py): a module that fails unless its process holds the device stands
 for ``jax.devices("tpu")``, which a CPU machine cannot give.

@@ -801,6 +801,31 @@ def test_stack_dump_names_the_user_line_and_keeps_only_user_threads(tmp_path: Pa
     assert "Extension modules" not in text
 
 
+STOPPED = """\
+Thread 0x00007f0e91abb6c0 (most recent call first):
+  File "{repo}/logger.py", line 9 in drain
+  File "/usr/lib/python3.11/threading.py", line 982 in run
+
+Current thread 0x00007f0e9262ab80 (most recent call first):
+  File "{repo}/steps.py", line 31 in spin
+  File "{root}/gate/region/engine.py", line 124 in call_step
+  File "{root}/gate/isolation/worker.py", line 211 in run_job
+"""
+
+
+def test_a_stopped_region_is_placed_in_the_thread_that_runs_it_not_a_users_other_thread(
+    tmp_path: Path,
+) -> None:
+    """A region stopped on request (timeout, cancelled run) is where the worker's region
+    thread is, the one with `run_job` in its stack, even when another thread of the user's
+    is listed first."""
+    root = Path(__file__).resolve().parent.parent
+    dump = StackDump.parse(STOPPED.format(root=root, repo=tmp_path).splitlines())
+    where = dump.location(UserCode(tmp_path), crashed=False)
+    assert where is not None
+    assert (where.path, where.line, where.function) == ("steps.py", 31, "spin")
+
+
 # -- a `gate` package of the user's ---------------------------------------------------
 
 # A user's own package that happens to be called `gate`: were the gate's processes to import

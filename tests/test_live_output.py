@@ -330,7 +330,7 @@ class Recorder:
 
 
 def test_the_end_of_job_mark_closes_the_regions_output_whatever_arrived_first() -> None:
-    from gate.isolation.worker import END_OF_JOB
+    from gate.isolation.protocol import END_OF_JOB
     from gate.isolation.worker_output import WorkerOutput
 
     read_end, write_end = os.pipe()

@@ -117,7 +117,9 @@ def test_baseline_records_each_regions_timing_and_the_machine(repo: Path) -> Non
     document = stored(repo)
     assert document["version"] == 4
     sleepy = document["timing"]["p.sleepy"]
-    assert len(sleepy["samples"]) == 15
+    # 15 timed runs; timed again (once or twice, pooled) where this machine's load spread
+    # them too wide to bound a comparison (tests/test_baseline_noise.py).
+    assert len(sleepy["samples"]) in (15, 30, 45)
     assert sleepy["p25_s"] <= sleepy["median_s"] <= sleepy["p75_s"]
     assert 0.004 <= sleepy["median_s"] < 0.05
     # Read in the worker, which knows JAX's devices; the processor from this host.
@@ -164,7 +166,8 @@ def test_a_step_made_3x_slower_fails_against_the_stored_baseline_and_says_what_a
     assert comparison.against == "baseline"
     assert comparison.max_slowdown == 1.5
     assert 2.0 < comparison.ratio < 4.0
-    assert len(comparison.base_samples) == len(comparison.head_samples) == 15
+    assert len(comparison.head_samples) == 15
+    assert len(comparison.base_samples) in (15, 30, 45)  # timed again where noisy
     # `timing: off`: not compared, and nothing said about it.
     quick = region(written, "quick")
     assert quick.timing_vs_baseline is None

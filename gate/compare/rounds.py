@@ -6,7 +6,7 @@ first's, on the next (which tree opens is a coin flip; `gate.region.cores` pins 
 worker's threads for a turn). Each tree's time in a round is the geometric mean of its two
 turns' medians; the round's log-ratio head/base is what `gate.compare.timing` judges, at
 looks further and further apart, until a look decides. The rounds up to a look are one
-request to the worker (`gate.isolation.worker.Turns`): a turn costs no message, no wake-up
+request to the worker (`gate.isolation.protocol.Turns`): a turn costs no message, no wake-up
 of another process, only the switch of the modules in `sys.modules` (`gate.policy.trees`).
 """
 

@@ -69,7 +69,6 @@ def _judged(
     current = region.machine
     if current is None:
         return region
-    record = f"record it on this machine with `{timing_command(command, region)}`"
     entry = stored.timing.get(region.classname)
     if entry is not None and entry.machine == current:
         region = _cost_judged(region, entry, rule)
@@ -78,7 +77,7 @@ def _judged(
         # XLA's figures are the platform's own: another machine's are no bound on these.
         region = _noted(region, f"cost not compared: {_elsewhere('cost', entry, current)}")
     if rule.timing.compare:
-        region = _timing_judged(region, stored, entry, rule, record)
+        region = _timing_judged(region, stored, entry, rule, command)
     if (
         (region.timing_vs_baseline is not None and region.timing_vs_baseline.failing)
         or (region.cost_vs_baseline is not None and region.cost_vs_baseline.failing)
@@ -107,9 +106,10 @@ def _timing_judged(
     stored: StoredBaseline,
     entry: StoredTiming | None,
     rule: Region,
-    record: str,
+    command: str,
 ) -> RegionResult:
     assert region.machine is not None
+    record = f"record it on this machine with `{timing_command(command, region)}`"
     if stored.no_timing is not None:
         return _noted(region, f"timing not compared: {stored.no_timing}; {record}")
     if entry is None:
@@ -126,6 +126,11 @@ def _timing_judged(
         on_inconclusive=rule.timing.on_inconclusive,
         against="baseline",
     )
+    if entry.noisy is not None:
+        where = "on a quieter machine" if entry.noisy.low is not None else "with more repeats"
+        rerecord = f"re-record it {where} with `{timing_command(command, region)}`"
+        said = f"{entry.noisy.describe()}; {rerecord}"
+        comparison = replace(comparison, noisy_baseline=said)
     return replace(region, timing_vs_baseline=comparison)
 
 

@@ -1,4 +1,4 @@
-"""Cancelling a run: by SIGINT/SIGTERM or by its time budget running out.
+"""Cancelling a run (SIGINT/SIGTERM, its time budget spent), and what a cancelled region reads.
 
 The scheduler (`gate.isolation.scheduler`) polls a `Cancellation` between
 regions and waits on it together with the worker, so a request stops the
@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 
 from gate.isolation.lost_region import seconds
+from gate.results.errors import ErrorKind, RegionError
 
 
 class Cancellation:
@@ -116,3 +117,27 @@ def cancel_after(cancel: Cancellation, budget_s: float | None) -> Iterator[None]
     finally:
         timer.cancel()
         timer.join()  # never let a late expire() write to the pipe once it is closed
+
+
+def cancel_reason(cancel: Cancellation | None) -> str:
+    """Why ``cancel`` was requested, as a report says it."""
+    found = cancel.reason if cancel is not None else None
+    return found if found is not None else "a signal arrived"
+
+
+def cancelled_running(cancel: Cancellation | None) -> RegionError:
+    """The error of a region whose worker the cancellation stopped (or never let start)."""
+    what = f"{cancel_reason(cancel)} while this region was running"
+    return RegionError(
+        ErrorKind.CANCELLED,
+        f"{what}; the worker was stopped",
+        f"The run was cancelled: {what}. Its worker was stopped.\n",
+    )
+
+
+def cancelled_before(cancel: Cancellation | None) -> RegionError:
+    """The error of a region the cancellation came before."""
+    what = f"{cancel_reason(cancel)} before this region started"
+    return RegionError(
+        ErrorKind.CANCELLED, what, f"The run was cancelled: {what}; it did not run.\n"
+    )

@@ -25,8 +25,9 @@ from pathlib import Path
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.device_pool import DevicePool
 from gate.isolation.environment import worker_environment
-from gate.isolation.scheduler import DeviceBusy, Scheduler
+from gate.isolation.scheduler import Scheduler
 from gate.isolation.watcher import RunWatcher
+from gate.isolation.worker_start import DeviceBusy
 from gate.plan import Plan
 from gate.policy.model import Policy, Region
 from gate.results.errors import gate_fault

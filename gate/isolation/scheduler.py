@@ -14,7 +14,8 @@ test started. The worker's stdout and stderr go through one pipe that a thread h
 the time (a full pipe would block the worker), keeping the last lines for error messages and
 handing every line to the run's watcher (`gate.isolation.watcher`) with the region's name, so
 what a step prints still reaches the CI log; the watcher also hears each stage a region enters,
-for the live line.
+for the live line. Starting a worker (early, on a device of the pool, again while another
+process holds the device) is `gate.isolation.worker_start`'s.
 """
 
 from __future__ import annotations
@@ -24,29 +25,32 @@ import os
 import signal
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from gate.isolation.cancellation import Cancellation
-from gate.isolation.device_pool import DevicePool
+from gate.isolation.cancellation import (
+    Cancellation,
+    cancel_reason,
+    cancelled_before,
+    cancelled_running,
+)
 from gate.isolation.environment import worker_environment
 from gate.isolation.lost_region import how_it_ended, lost_region_error, seconds
-from gate.isolation.watcher import BETWEEN_REGIONS, STARTING_A_WORKER, RunWatcher
-from gate.isolation.worker import (
+from gate.isolation.protocol import (
     Check,
     Checked,
     Done,
     Entered,
     Job,
     Message,
-    Ready,
     Request,
     Timed,
     Turn,
     Turns,
 )
+from gate.isolation.watcher import BETWEEN_REGIONS, RunWatcher
 from gate.isolation.worker_process import WaitEvent, WorkerProcess
-from gate.machine.holders import busy_device_problem, busy_platform
+from gate.isolation.worker_start import START_ATTEMPTS, WorkerStarts
 from gate.plan import region_key
 from gate.policy.load import NamedCallables
 from gate.policy.model import Policy, Region
@@ -65,20 +69,9 @@ __all__ = [
     "worker_environment",
 ]
 
-# Workers in a row that may fail to start before the rest of the regions
-# are not given one (a broken environment, e.g. no GPU for JAX_PLATFORMS=cuda).
-_START_ATTEMPTS = 2
 # After a job's reply, how long its last output lines may take to be read (they come on another
 # pipe, marked at their end): then the region's output is complete when its row is written.
 _OUTPUT_LAG_S = 1.0
-# A device held by another process: how long a worker's start is tried again (seconds, from
-# the environment's DEVICE_WAIT when set), and how often. A TPU chip can refuse the next
-# process for a few seconds after one ended (a `doctor` run just before, a worker just
-# replaced); longer, it is held.
-BUSY_WAIT_S = 30.0
-DEVICE_WAIT = "TRANSFER_GATE_DEVICE_WAIT_S"
-BUSY_RETRY_S = 2.0
-WAITING_FOR_THE_DEVICE = "waiting for the device"
 
 
 # -- the scheduler ---------------------------------------------------------------
@@ -125,13 +118,10 @@ class Scheduler:
         self.cancel = cancel
         self.watcher = watcher
         self.environ = dict(os.environ if environ is None else environ)
-        self.startups: list[Ready] = []  # every worker started, for benchmarks and tests
+        self._starts = WorkerStarts(repo_root, self.environ, watcher, cancel, self.announce)
+        self.startups = self._starts.startups  # every worker started, for benchmarks and tests
         self._worker: WorkerProcess | None = None
-        # Workers that could not start, in a row, and the last one's error:
-        # after two, the environment is broken and no region gets a worker.
-        self._failed_starts: list[tuple[dict[str, str], RegionError]] = []
         self._jobs = itertools.count(1)
-        self._early: WorkerProcess | None = None  # started by `start_early`, not yet waited on
         # What `check` found, by worker environment and tree.
         self._checked: dict[tuple[tuple[tuple[str, str], ...], Path], Checked] = {}
 
@@ -146,9 +136,7 @@ class Scheduler:
         worker, self._worker = self._worker, None
         if worker is not None:
             worker.close()
-        early, self._early = self._early, None
-        if early is not None:
-            early.stop(dump=False)
+        self._starts.stop_early()
 
     def environment(self, policy: Policy | None) -> dict[str, str]:
         """The environment a worker for ``policy``'s regions starts with (None: no policy's)."""
@@ -158,13 +146,8 @@ class Scheduler:
         """Start the worker ``policy``'s regions will run in, without waiting for it to be
         ready: the gate's own work overlaps its start-up. Not when it would have to wait for
         a device: the first request does that, saying so."""
-        if self._worker is not None or self._early is not None:
-            return
-        env = self.environment(policy)
-        pool = DevicePool.for_environment(env)
-        device = pool.take_free() if pool is not None else None
-        if pool is None or device is not None:
-            self._early = WorkerProcess(self.repo_root, env, self.watcher, device)
+        if self._worker is None:
+            self._starts.start_early(self.environment(policy))
 
     def check(
         self,
@@ -185,7 +168,7 @@ class Scheduler:
         number = next(self._jobs)
         request = Check(number, root or self.repo_root, tuple(policies), tuple(named))
         timeout = max((r.timeout_s for p in policies for r in p.regions), default=600.0)
-        for _ in range(_START_ATTEMPTS):  # a worker that could not start gets one successor
+        for _ in range(START_ATTEMPTS):  # a worker that could not start gets one successor
             reply = self._request(request, env, label, timeout)
             if not isinstance(reply, RegionError) or self._worker is not None:
                 break
@@ -238,7 +221,7 @@ class Scheduler:
     ) -> tuple[RegionResult, StepOutputs | None]:
         running = _Running(policy, region, time.monotonic(), 0)
         if self.cancel is not None and self.cancel.requested:
-            return running.result(self._cancelled_before()), None
+            return running.result(cancelled_before(self.cancel)), None
         job = Job(next(self._jobs), policy, region, root or self.repo_root, hold, outputs)
         reply = self._request(job, self.environment(policy), running.label, region.timeout_s, tree)
         if isinstance(reply, RegionError):
@@ -315,9 +298,10 @@ class Scheduler:
                     return RegionError(
                         ErrorKind.CRASH, "the worker that ran this region is gone", ""
                     )
-                failed = self._start(label, env, timeout_s, tree)
-                if failed is not None:
-                    return failed
+                started = self._starts.start(label, env, timeout_s, tree)
+                if isinstance(started, RegionError):
+                    return started
+                self._worker = started
             worker = self._worker
             assert worker is not None
             mark = worker.output.count
@@ -336,90 +320,6 @@ class Scheduler:
         worker.output.wait_ended(request.number, _OUTPUT_LAG_S)
         return event
 
-    def _start(
-        self, label: str, env: dict[str, str], timeout_s: float, tree: str | None = None
-    ) -> RegionError | None:
-        """Start a worker and wait until it is ready; the error that says why it is not.
-
-        A device that refuses the worker because another process holds it (a TPU chip may
-        refuse the next process for a few seconds after one ended) is asked again for
-        `BUSY_WAIT_S`; past that, `DeviceBusy`.
-        """
-        failed = self._failed_starts
-        if len(failed) >= _START_ATTEMPTS and all(e == env for e, _ in failed):
-            last = failed[-1][1]
-            return replace(
-                last,
-                message=f"{last.message} (not tried again: "
-                f"{_START_ATTEMPTS} workers in a row could not start)",
-            )
-        self.announce(label, STARTING_A_WORKER, tree)
-        refused_until = time.monotonic() + _device_wait_s(self.environ)
-        while True:
-            worker = self._spawn(label, env, tree)
-            if worker is None:
-                return self._cancelled_running()
-            event = worker.wait(time.monotonic() + timeout_s, self.cancel)
-            if isinstance(event, Ready):
-                self.startups.append(event)
-                self._failed_starts.clear()
-                self._worker = worker
-                return None
-            if not isinstance(event, WaitEvent):
-                worker.stop(dump=False)
-                raise RuntimeError(f"worker sent {event!r:.300} before it was ready")
-            if event is WaitEvent.CANCELLED:
-                worker.stop(dump=False)
-                return self._cancelled_running()
-            returncode = worker.stop(dump=event is WaitEvent.TIMED_OUT)
-            lines = worker.output.lines_since(0)
-            text = "\n".join(lines)
-            if event is WaitEvent.EXITED and busy_platform(text) is not None:
-                if time.monotonic() < refused_until and not self._cancel_requested():
-                    self.announce(label, WAITING_FOR_THE_DEVICE, tree)
-                    time.sleep(min(BUSY_RETRY_S, max(0.0, refused_until - time.monotonic())))
-                    continue
-                raise DeviceBusy(busy_device_problem(text) or text.strip(), text)
-            break
-        code = UserCode(self.repo_root)
-        if event is WaitEvent.TIMED_OUT:
-            kind = ErrorKind.TIMEOUT
-            message = f"the worker process did not start within {seconds(timeout_s)} (timeout_s)"
-        else:
-            kind = ErrorKind.CRASH
-            message = f"the worker process could not start: it {how_it_ended(returncode, lines)}"
-        headline = (
-            f"{message}. A worker imports jax and starts its backend before it runs a "
-            "region; its output below says why it could not."
-        )
-        error = lost_region_error(kind, message, headline, lines=lines, code=code, crashed=False)
-        self._failed_starts.append((env, error))
-        return error
-
-    def _spawn(self, label: str, env: dict[str, str], tree: str | None) -> WorkerProcess | None:
-        """A new worker for ``env`` (the one `start_early` began, if it is for ``env``), on a
-        device of the pool when it will open one; None when the run is cancelled while it
-        waits for a device."""
-        early, self._early = self._early, None
-        if early is not None and early.env == env:
-            return early
-        if early is not None:
-            early.stop(dump=False)
-        pool = DevicePool.for_environment(env)
-        device = None
-        if pool is not None:
-
-            def waiting(holders: str) -> None:
-                self.announce(label, f"{WAITING_FOR_THE_DEVICE} (held by {holders})", tree)
-
-            device = pool.take(self.cancel, waiting)
-            if device is None:
-                return None
-        return WorkerProcess(self.repo_root, env, self.watcher, device)
-
-    def _cancel_requested(self) -> bool:
-        return self.cancel is not None and self.cancel.requested
-
     def _lost(
         self, worker: WorkerProcess, mark: int, timeout_s: float, event: WaitEvent
     ) -> RegionError:
@@ -431,9 +331,9 @@ class Scheduler:
         fresh = "The regions after it run in a fresh worker."
         if event is WaitEvent.CANCELLED:
             kind = ErrorKind.CANCELLED
-            message = self._cancelled_running().message
+            message = cancelled_running(self.cancel).message
             headline = (
-                f"The run was cancelled: {self._cancel_reason()} while this region was "
+                f"The run was cancelled: {cancel_reason(self.cancel)} while this region was "
                 "running. Its worker was stopped."
             )
         elif event is WaitEvent.TIMED_OUT:
@@ -476,41 +376,6 @@ class Scheduler:
         while not self.cancel.requested and time.monotonic() < end:
             time.sleep(0.01)
         return self.cancel.requested
-
-    def _cancel_reason(self) -> str:
-        found = self.cancel.reason if self.cancel is not None else None
-        return found if found is not None else "a signal arrived"
-
-    def _cancelled_running(self) -> RegionError:
-        what = f"{self._cancel_reason()} while this region was running"
-        return RegionError(
-            ErrorKind.CANCELLED,
-            f"{what}; the worker was stopped",
-            f"The run was cancelled: {what}. Its worker was stopped.\n",
-        )
-
-    def _cancelled_before(self) -> RegionError:
-        what = f"{self._cancel_reason()} before this region started"
-        return RegionError(
-            ErrorKind.CANCELLED, what, f"The run was cancelled: {what}; it did not run.\n"
-        )
-
-
-def _device_wait_s(environ: Mapping[str, str]) -> float:
-    try:
-        return max(0.0, float(environ.get(DEVICE_WAIT, BUSY_WAIT_S)))
-    except ValueError:
-        return BUSY_WAIT_S
-
-
-class DeviceBusy(Exception):
-    """The device refused the worker, held by another process, past `BUSY_WAIT_S`: the run's
-    one error (`gate.isolation.run_loop`), not one per region."""
-
-    def __init__(self, message: str, details: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details = details
 
 
 class WorkerUnavailable(Exception):

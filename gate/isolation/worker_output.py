@@ -4,7 +4,7 @@
 so a full pipe never blocks the worker, keeps the last lines for the report
 and forwards every line to the run's watcher (`gate.isolation.watcher`). `StackDump` reads the stack
 dump faulthandler prints when a worker crashes or is asked for it before
-being stopped (`gate.isolation.worker.DUMP_SIGNAL`): it says which line of the user's
+being stopped (`gate.isolation.protocol.DUMP_SIGNAL`): it says which line of the user's
 code was running. `RepeatedWarnings` keeps a platform warning that every worker prints at
 start-up (`gate.machine.platform_warnings`) to one copy per run in what the watcher shows.
 """
@@ -21,8 +21,8 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gate.isolation.protocol import END_OF_JOB
 from gate.isolation.watcher import BETWEEN_REGIONS, RunWatcher, first_in_run
-from gate.isolation.worker import END_OF_JOB
 from gate.machine.platform_warnings import known_warning
 from gate.user_code import SourceLocation, UserCode
 
@@ -207,7 +207,8 @@ def _job_number(text: str) -> int:
 _FATAL = "Fatal Python error: "
 _THREAD = re.compile(r"^(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+")
 _FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<name>.*)$')
-_WORKER_FILE = os.path.join("gate", "worker.py")
+# Where `run_job` is: the thread that runs regions has it in its stack.
+_WORKER_FILE = os.path.join("gate", "isolation", "worker.py")
 
 
 def split_output(lines: Sequence[str]) -> tuple[list[str], list[str]]:

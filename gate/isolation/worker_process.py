@@ -20,15 +20,15 @@ from pathlib import Path
 
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.device_pool import HeldSlot
-from gate.isolation.watcher import RunWatcher
-from gate.isolation.worker import (
+from gate.isolation.protocol import (
     DUMP_SIGNAL,
     FrameBuffer,
     Message,
     Request,
-    worker_command,
     write_frame,
 )
+from gate.isolation.watcher import RunWatcher
+from gate.isolation.worker import worker_command
 from gate.isolation.worker_output import WorkerOutput
 
 # After DUMP_SIGNAL: how long the stack dump may take to arrive.

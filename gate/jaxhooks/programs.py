@@ -60,3 +60,18 @@ class RegionPrograms:
 def shared_programs() -> AbstractContextManager[None]:
     """This thread's jit calls in the block use programs shared by every region of the worker."""
     return _context()(None)  # type: ignore[no-any-return]
+
+
+def release_programs() -> None:
+    """Let go of every program JAX holds for the regions run so far in this process.
+
+    A finished region's programs are never called again: they are under its own context,
+    which no later call uses. But JAX's caches keep them (traces, lowerings, executables)
+    as long as the process lives, a worker's memory grows with every region, and its garbage
+    collector walks them. Setup's shared programs go too, and are traced again by the next
+    region that calls them: a worker does this once every many regions, between two of them,
+    never while a held region (``run --base``) still calls its own.
+    """
+    import jax
+
+    jax.clear_caches()

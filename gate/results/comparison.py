@@ -55,6 +55,9 @@ class TimingComparison:
     # ratios; False: two samples measured apart (the stored baseline).
     paired: bool = False
     level: float = 0.0  # the interval's confidence
+    # The stored baseline's samples were too noisy to bound this comparison when recorded
+    # (`gate.results.timing_baseline.TimingNoise`): said beside the verdict, with the fix.
+    noisy_baseline: str = ""
 
     @property
     def test(self) -> str:
@@ -108,9 +111,10 @@ class TimingComparison:
             # Open at one end or both: the slowdown's factor, or the speed-up's (1/factor).
             edge = factor if self.ratio_high >= self.max_slowdown else f"1/{factor}"
             lead = f"inconclusive ({self.ratio:.2f}x, {self.interval()} straddles {edge})"
+        noisy = f"; the baseline is noisy: {self.noisy_baseline}" if self.noisy_baseline else ""
         return (
             f"{lead}: median {duration_text(self.base_median_s)} → "
-            f"{duration_text(self.head_median_s)}, {self.sizes()}"
+            f"{duration_text(self.head_median_s)}, {self.sizes()}{noisy}"
         )
 
 

@@ -195,6 +195,30 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
         return step_cost(functions, None, comm=comm, donations=donations)
 
 
+class TimingNoise(Record, frozen=True, kw_only=True):
+    """Step times spread too wide to bound the comparisons a later run makes with them
+    (`gate.compare.baseline_noise`): their median's interval, as ratios to it, and the bound."""
+
+    low: Amount | None  # None: too few samples for an interval at all
+    high: Amount | None
+    bound: Amount  # the interval had to lie within 1/bound .. bound
+    max_slowdown: Amount  # the region's ``timing.baseline_max_slowdown`` when recorded
+    samples: Count
+
+    def describe(self) -> str:
+        """``their median's interval is 0.71-1.38x of it, wider than the 0.82-1.22x a 1.5x
+        bound leaves it (60 samples)``."""
+        leaves = (
+            f"the {1 / self.bound:.2f}-{self.bound:.2f}x a {self.max_slowdown:g}x bound leaves it"
+        )
+        if self.low is None or self.high is None:
+            return f"{self.samples} samples are too few to put their median within {leaves}"
+        return (
+            f"their median's interval is {self.low:.2f}-{self.high:.2f}x of it, wider than "
+            f"{leaves} ({self.samples} samples)"
+        )
+
+
 class StoredTiming(Record, frozen=True, kw_only=True, omit_defaults=True):
     """One region's step times in the baseline file, and where they were measured."""
 
@@ -205,6 +229,9 @@ class StoredTiming(Record, frozen=True, kw_only=True, omit_defaults=True):
     samples: Samples
     # XLA's figures for the step (`gate.results.costs`), compared exactly on the same machine.
     cost: StoredCost | None = None
+    # Set when the samples were too noisy to bound a later run's comparison, even after
+    # `transfer-gate baseline` timed the region again: a run against them says so.
+    noisy: TimingNoise | None = None
 
 
 def timing_of(region: RegionResult) -> StoredTiming | None:

@@ -1,0 +1,127 @@
+"""What a worker keeps between requests: its trees, the region it holds of each, their options.
+
+One worker holds the code of up to two trees (``run --base``: the head's and the base's,
+`gate.policy.trees`), and at most one held region of each, both of the same region; a held
+region's outputs wait here until they are sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gate.isolation.protocol import Check, Checked, Job, Turns
+from gate.policy.trees import Trees, config_changes, config_values
+from gate.region.cores import unpin
+
+if TYPE_CHECKING:  # the region engine is imported only when a region runs
+    from gate.region.held import HeldRegion, Keep
+from gate.results.comparison import StepOutputs, StepSamples
+from gate.results.errors import gate_fault
+from gate.user_code import UserCode
+
+
+class HeldRegions:
+    """The trees this worker runs code from, the region it holds from each (the same region),
+    and a held region's outputs until they are sent."""
+
+    def __init__(self, trees: Trees) -> None:
+        self.trees = trees
+        self.regions: dict[Path, tuple[tuple[str, str], HeldRegion]] = {}
+        self._outputs: StepOutputs | None = None
+        # JAX's options as the worker started, and what each tree's imports changed.
+        self._pristine = config_values()
+        self._config: dict[Path, dict[str, str]] = {}
+
+    def release(self, job: Job) -> None:
+        """Let go of what ``job`` replaces: the held region of its tree, and any held region
+        of another region (the gate is done with it)."""
+        key = _key(job)
+        for root, (held_key, _) in list(self.regions.items()):
+            if root == job.repo_root or held_key != key:
+                del self.regions[root]
+        if not self.regions:
+            unpin()  # its timed runs' core: the new region compiles on every core
+
+    def keeper(self, job: Job) -> Keep | None:
+        """What keeps ``job``'s region when it runs to its end, if the job asks for that."""
+        if not (job.hold or job.outputs):
+            return None
+
+        def keep(region: HeldRegion, outputs: object) -> None:
+            """Hold ``region`` with its outputs on the host. Raises what fetching them raises:
+            the user's setup failing is the region's error (`RegionAbort`), anything else a
+            gate fault (`run_job`), never a comparison quietly not made."""
+            self._outputs = region.outputs(outputs)
+            if job.hold:
+                self.regions[job.repo_root] = (_key(job), region)
+
+        return keep
+
+    def take_outputs(self, late_config: str = "") -> StepOutputs | None:
+        """The held region's outputs, with what its run changed of JAX's options."""
+        outputs, self._outputs = self._outputs, None
+        if outputs is None or not late_config:
+            return outputs
+        return replace(outputs, late_config=late_config)
+
+    def time(self, job: Turns) -> tuple[StepSamples, ...]:
+        """Each turn's timed runs, in order, in its tree; the first that fails is the last."""
+        done: list[StepSamples] = []
+        for turn in job.turns:
+            found = self.regions.get(turn.root)
+            if found is None:
+                doing = "asking for timed runs of a region this worker does not hold"
+                done.append(StepSamples((), error=gate_fault(doing)))
+                break
+            region = found[1]
+            try:
+                with self.trees.entered(turn.root, region.code.policy.python_path):
+                    samples = region.sample(turn.runs, turn.cpu)
+            except Exception as exc:  # a gate bug; the step's own error is in the samples
+                samples = StepSamples((), error=gate_fault("timing this region", exc))
+            done.append(samples)
+            if samples.error is not None:
+                break
+        return tuple(done)
+
+    def check(self, job: Check) -> Checked:
+        """Import what ``job`` names from its tree, and what that did to this process.
+
+        A tree checked after another starts from JAX's options as the worker started: its
+        own changes are then measured, not hidden by the other tree's same ones.
+        """
+        from gate.policy.resolve import check_callables, check_named
+        from gate.region.fetch_watch import watching_reads
+
+        first = job.root not in self._config
+        if first and self._config:
+            _set_config(self._pristine)
+        paths = tuple(p for policy in job.policies for p in policy.python_path)
+        # A module that reads an array when imported leaves it cached on the host: the
+        # detector must know, as when a region imports it (`gate.region.engine`).
+        with self.trees.entered(job.root), watching_reads(UserCode(job.root, paths)):
+            problems = [p for policy in job.policies for p in check_callables(policy, job.root)]
+            for named in job.named:
+                problems += check_named(named.path, named.refs, named.python_path, job.root)
+            extensions = self.trees.extension_modules()
+        changes = config_changes(self._pristine, config_values())
+        self._config[job.root] = changes
+        return Checked(job.number, tuple(problems), tuple(sorted(changes.items())), extensions)
+
+
+def _key(job: Job) -> tuple[str, str]:
+    return (job.policy.path.as_posix(), job.region.name)
+
+
+def _set_config(values: dict[str, object]) -> None:
+    """Put JAX's options back to ``values``, where an option still takes a new value."""
+    import jax
+
+    for name, value in values.items():
+        if jax.config.values.get(name, value) != value:
+            try:
+                jax.config.update(name, value)
+            except Exception:  # fixed once the backend started: the difference shows
+                continue

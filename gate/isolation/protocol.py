@@ -1,0 +1,172 @@
+"""The wire between the gate and its workers: the requests, the replies, and their frames.
+
+The parent (`gate.isolation.scheduler`) sends a worker (`gate.isolation.worker`) one request
+at a time on its jobs pipe, and the worker answers each on its results pipe:
+- `Check`: import every callable of a tree's policies, where the device is, answered with
+  `Checked`;
+- `Job`: run a region, answered with `Done` (and an `Entered` frame as it enters each
+  stage, for the gate's live line);
+- `Turns`: more timed runs of held regions, answered with `Timed`.
+Both are pipes of their own, so nothing the code under test prints to stdout or stderr can
+corrupt the protocol. A frame is an 8-byte big-endian length and a pickle; the parent and
+the worker are the same program, so pickling between them trusts nothing the code under
+test could not already do.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from gate.policy.load import NamedCallables
+from gate.policy.model import Policy, Region
+from gate.policy.problems import Problem
+from gate.results.comparison import StepOutputs, StepSamples
+from gate.results.records import RegionResult
+
+# The parent sends this to a worker it is about to kill (timeout, cancelled
+# run): faulthandler then prints where each thread is, for the report.
+DUMP_SIGNAL = signal.SIGUSR1
+
+_HEADER = 8
+
+# Written to the output pipe, with the job's number and a newline, once a job's output is
+# flushed and before its reply: the parent's reader then knows every line before it is that
+# job's (the reply comes on another pipe and can overtake them). Never forwarded.
+END_OF_JOB = "\x00transfer-gate: end of job "
+
+
+@dataclass(frozen=True)
+class Check:
+    """Import every callable of ``policies`` (and of the invalid files' ``named``) from the
+    tree at ``root``: a policy is checked where its regions will run."""
+
+    number: int
+    root: Path
+    policies: tuple[Policy, ...]
+    named: tuple[NamedCallables, ...] = ()
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What `Check` found: the problems, and what the tree's modules do to the process."""
+
+    number: int
+    problems: tuple[Problem, ...]
+    # JAX options the tree's imports changed (`gate.policy.trees.config_changes`), by name.
+    config: tuple[tuple[str, str], ...] = ()
+    # Compiled extension modules of the tree's own (not of the environment's): a second copy
+    # of one, from another tree, may not load beside it in one process.
+    extensions: tuple[str, ...] = ()
+    fault: str | None = None  # the gate's own bug while checking, with its traceback
+
+
+@dataclass(frozen=True)
+class Job:
+    """Run one region."""
+
+    number: int  # echoed in `Done`, so a reply can never be matched to the wrong job
+    policy: Policy
+    region: Region
+    repo_root: Path  # the tree the region's code comes from
+    # Keep the region loaded afterwards for `Turns`, and send its outputs (``run --base``).
+    hold: bool = False
+    # Send the region's outputs on the host, without holding it (``run --base`` when the two
+    # trees run in workers of their own).
+    outputs: bool = False
+
+
+@dataclass(frozen=True)
+class Turn:
+    """``runs`` timed runs of the region held from the tree at ``root``, on ``cpu``."""
+
+    root: Path
+    runs: int
+    cpu: int | None = None  # every thread of the worker on this CPU for the runs (`cores`)
+
+
+@dataclass(frozen=True)
+class Turns:
+    """Time ``turns`` one after the other."""
+
+    number: int
+    turns: tuple[Turn, ...]
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The worker has imported jax and initialised its devices."""
+
+    pid: int
+    startup_s: float
+
+
+@dataclass(frozen=True)
+class Entered:
+    """The running job's region has entered a stage (`gate.region.stages`), for the live line."""
+
+    number: int
+    stage: str  # a `Stage` value: the parent shows it as it is
+
+
+@dataclass(frozen=True)
+class Done:
+    """A region's result."""
+
+    number: int
+    result: RegionResult
+    outputs: StepOutputs | None = None  # a held region's outputs on the host
+
+
+@dataclass(frozen=True)
+class Timed:
+    """The step times `Turns` asked for, a `StepSamples` per turn; a turn with an error is
+    the last."""
+
+    number: int
+    samples: tuple[StepSamples, ...]
+
+
+Request = Check | Job | Turns
+Message = Request | Checked | Ready | Entered | Done | Timed
+_MESSAGES = (Check, Job, Turns, Checked, Ready, Entered, Done, Timed)
+
+
+def encode(message: Message) -> bytes:
+    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return len(payload).to_bytes(_HEADER, "big") + payload
+
+
+def write_frame(fd: int, message: Message) -> None:
+    """Write one frame to ``fd``, blocking until all of it is written."""
+    write_all(fd, encode(message))
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class FrameBuffer:
+    """Bytes read from a pipe, cut into frames as they complete."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, chunk: bytes) -> Iterator[Message]:
+        self._buffer += chunk
+        while len(self._buffer) >= _HEADER:
+            size = int.from_bytes(self._buffer[:_HEADER], "big")
+            if len(self._buffer) < _HEADER + size:
+                return
+            payload = bytes(self._buffer[_HEADER : _HEADER + size])
+            del self._buffer[: _HEADER + size]
+            message = pickle.loads(payload)
+            if not isinstance(message, _MESSAGES):
+                raise TypeError(f"unexpected message from the other side: {message!r:.200}")
+            yield message

@@ -1,0 +1,84 @@
+"""What finished regions leave in a worker (`gate.isolation.leftovers`): out of the collector's
+sight between regions, and let go of every ``RELEASE_EVERY`` regions.
+
+In a process of its own: freezing the collector's objects is for the whole process, and the
+suite's own must not be frozen.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from cli_helpers import gate_env
+from processes import run
+
+from gate.isolation.leftovers import RELEASE_EVERY
+
+# Regions as a worker runs them: each a jitted function of its own (kept, as a user's module
+# keeps it), called under the region's own programs; then what the worker does between two.
+REGIONS = """
+import gc, json, sys
+import jax, jax.numpy as jnp
+from gate.isolation.leftovers import RELEASE_EVERY, Leftovers
+from gate.jaxhooks.programs import RegionPrograms, shared_programs
+
+between = sys.argv[1] == "leftovers"
+leftovers = Leftovers()
+leftovers.after_startup()
+steps, watched, traces = [], [], []
+
+
+def region(i):
+    @jax.jit
+    def step(x):
+        traces.append(i)
+        return jnp.tanh(x * (i + 1)).sum() + jnp.mean(x)
+
+    steps.append(step)
+    with shared_programs():
+        x = jnp.ones(8) * 2  # setup's program, shared by every region
+    with RegionPrograms().entered():
+        assert float(step(x)) > 0
+
+
+for i in range(RELEASE_EVERY - 1):
+    region(i)
+    if between:
+        leftovers.between_regions()
+    watched.append(len(gc.get_objects()))
+cached = steps[0]._cache_size()
+if between:
+    leftovers.between_regions()  # the RELEASE_EVERY-th: every program let go of
+released = steps[0]._cache_size()
+region(RELEASE_EVERY)  # a region after the release runs, traced afresh
+print(json.dumps({"watched": watched, "cached": cached, "released": released,
+                  "traced_last": traces[-1]}))
+"""
+
+
+def _regions(mode: str) -> dict[str, object]:
+    done = run([sys.executable, "-c", REGIONS, mode], timeout=240, env=gate_env())
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_the_collector_watches_only_the_last_regions_objects_and_programs_are_let_go() -> None:
+    found = _regions("leftovers")
+    watched = found["watched"]
+    assert isinstance(watched, list)
+    # Frozen after each region: the collector watches the same few objects at the 49th
+    # region as at the 5th, not what every region before left.
+    assert max(watched[4:]) <= 2 * watched[4] + 500, watched
+    assert found["cached"] == 1  # a finished region's program, held by JAX until the release
+    assert found["released"] == 0
+    assert found["traced_last"] == RELEASE_EVERY
+
+
+def test_without_it_what_each_region_leaves_piles_up() -> None:
+    """The check above can fail: the same regions with nothing done between them."""
+    found = _regions("control")
+    watched = found["watched"]
+    assert isinstance(watched, list)
+    assert watched[-1] > 2 * watched[4] + 500, watched
+    assert found["released"] == 1
