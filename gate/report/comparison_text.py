@@ -28,8 +28,11 @@ from gate.results.comparison import (
     TimingVerdict,
     renamed_text,
 )
+from gate.results.costs import CostComparison
 from gate.results.records import RegionResult
 from gate.text import duration_text
+
+LINES_SHOWN = 3  # changed lines a log or summary shows under a cost change
 
 
 def one_line(text: str) -> str:
@@ -229,16 +232,24 @@ def comparison_lines(region: RegionResult) -> list[tuple[str, str]]:
             lines.append(("transfers vs base", f"{count} {noun} already in the base, not failing"))
         if base.cost is not None and (base.cost.changed or not base.cost.compared):
             lines.append(("cost vs base", base.cost.headline()))
+            lines.extend(_by_line(base.cost, "cost vs base by line"))
     if region.timing_vs_baseline is not None:
         timing = region.timing_vs_baseline
         lines.append((timing_label(timing), timing_line(timing)))
     if region.cost_vs_baseline is not None and region.cost_vs_baseline.changed:
         lines.append(("cost vs baseline", region.cost_vs_baseline.headline()))
+        lines.extend(_by_line(region.cost_vs_baseline, "cost vs baseline by line"))
     # New collectives are findings at their own lines, unused donations at the policy's
     # (`gate.report.communication_text`).
     lines.extend((comm_label(c), c.headline()) for c in comm_comparisons(region) if shown(c))
     lines.extend((donation_label(d), d.headline()) for d in donation_comparisons(region) if d.shown)
     return lines
+
+
+def _by_line(cost: CostComparison, label: str) -> list[tuple[str, str]]:
+    """The lines whose work changed most, one entry each (the JUnit case and the JSON report
+    list them all): where a reviewer looks first."""
+    return [(label, text) for text in cost.line_listing(most=LINES_SHOWN)]
 
 
 def failing_comparisons(region: RegionResult) -> list[tuple[str, str]]:

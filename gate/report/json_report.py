@@ -24,6 +24,7 @@ from gate.files import write_text_atomically
 from gate.levels import GuardSpec
 from gate.package import __version__
 from gate.report.json_collectives import CommComparisonDoc, CommunicationDoc, DonationDoc
+from gate.report.json_lines import LineComparisonDoc, LineWorkDoc, line_table_doc
 from gate.results.cause import cause_of
 from gate.results.comparison import (
     BaseComparison,
@@ -267,6 +268,10 @@ class CostComparisonDoc(Record, frozen=True, kw_only=True):
     max_increase: float | None
     headline: str
     changes: tuple[CostChangeDoc, ...]
+    # Work by source line against the same side (`gate.report.json_lines`); null where a
+    # side has no line table, and then ``lines_note`` says why when a reader should know.
+    lines: LineComparisonDoc | None = None
+    lines_note: str = ""
 
     @classmethod
     def of(cls, cost: CostComparison | None) -> CostComparisonDoc | None:
@@ -281,6 +286,8 @@ class CostComparisonDoc(Record, frozen=True, kw_only=True):
             max_increase=cost.max_increase,
             headline=cost.headline(),
             changes=_records(cost.changes, CostChangeDoc),
+            lines=LineComparisonDoc.of(cost.lines, cost.against),
+            lines_note=cost.lines_note,
         )
 
 
@@ -374,6 +381,8 @@ class CostDoc(Record, frozen=True, kw_only=True):
     peak_memory: tuple[PeakDoc, ...] | None
     # The programs' collectives (`gate.report.json_collectives`); null when not read.
     communication: CommunicationDoc | None
+    # The step's work by source line (`gate.report.json_lines`); null when not counted.
+    lines: tuple[LineWorkDoc, ...] | None = None
 
     @classmethod
     def of(cls, cost: StepCost | None) -> CostDoc | None:
@@ -400,6 +409,7 @@ class CostDoc(Record, frozen=True, kw_only=True):
             ),
             peak_memory=None if peaks is None else _records(peaks, PeakDoc),
             communication=CommunicationDoc.of(cost.comm),
+            lines=line_table_doc(cost.lines),
         )
 
 

@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from gate.policy.model import CostRule
 from gate.results.collectives import Communication
 from gate.results.donations import UnusedDonation
+from gate.results.line_work import LineComparison, LineWork, compare_lines
 from gate.text import number_text, si_text, size_text
 
 WORK = ("flops", "bytes_accessed", "transcendentals")
+LINES_LISTED = 20  # changed lines a report lists before counting the rest
 MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
 METRICS = WORK + MEMORY
 
@@ -86,6 +88,10 @@ class StepCost:
     # donated argument no output reuses. None: not read (the cost was not measured).
     comm: Communication | None = None
     donations: tuple[UnusedDonation, ...] | None = None
+    # Work by source line (`gate.results.line_work`), in file and line order. None: not
+    # counted (the cost was not measured, a program's text could not be read, or a stored
+    # baseline from before the gate kept it).
+    lines: tuple[LineWork, ...] | None = None
 
     def total(self, metric: str) -> float | None:
         return dict(self.totals).get(metric)
@@ -100,8 +106,10 @@ def step_cost(
     functions: tuple[FunctionCost, ...],
     peak_memory: tuple[DevicePeak, ...] | None,
     note: str = "",
+    *,
     comm: Communication | None = None,
     donations: tuple[UnusedDonation, ...] | None = None,
+    lines: tuple[LineWork, ...] | None = None,
 ) -> StepCost:
     """The step's record, its totals summed from its functions' figures."""
     totals = []
@@ -110,7 +118,9 @@ def step_cost(
         if given:
             totals.append((metric, float(sum(given))))
     ordered = tuple(sorted(functions, key=lambda fn: fn.name))
-    return StepCost(ordered, tuple(totals), peak_memory, note, comm=comm, donations=donations)
+    return StepCost(
+        ordered, tuple(totals), peak_memory, note, comm=comm, donations=donations, lines=lines
+    )
 
 
 def not_measured(note: str, peak_memory: tuple[DevicePeak, ...] | None = None) -> StepCost:
@@ -186,16 +196,32 @@ class CostComparison:
     compared: bool = True  # False: a side was not measured; ``note`` says why
     note: str = ""
     programs: tuple[ProgramChange, ...] = ()  # new ones, then gone ones, each by name
+    # The step's work line by line (`gate.results.line_work`); None where a side has no
+    # line table (`lines_note` says why, when a reader should know).
+    lines: LineComparison | None = None
+    lines_note: str = ""
 
     @property
     def changed(self) -> bool:
-        """A program came or went, or a figure changed by more than rounds to 1.00x."""
-        return bool(self.programs) or any(c.notable for c in self.changes)
+        """A program came or went, a line's work changed, or a figure changed by more than
+        rounds to 1.00x."""
+        moved = self.lines is not None and bool(self.lines.changes)
+        return bool(self.programs) or moved or any(c.notable for c in self.changes)
+
+    def line_listing(self, most: int | None = LINES_LISTED) -> list[str]:
+        """The lines that changed, most first, then new ones, then gone ones; or why the lines
+        were not compared; [] when there is nothing to say."""
+        if self.lines is None:
+            return [f"lines not compared: {self.lines_note}"] if self.lines_note else []
+        if not self.lines.changes:
+            return []
+        return self.lines.listing(self.against, most)
 
     def listing(self) -> list[str]:
-        """Every change a reader is shown, one per line: programs first, each with its figures
-        (those not 0), then the figures that changed."""
-        lines = []
+        """Every change a reader is shown, one per line: the lines that changed (most first,
+        new, gone), the programs that came or went, each with its figures (those not 0),
+        then the figures that changed."""
+        lines = self.line_listing()
         for program in self.programs:
             own = [c for c in self.changes if c.function == program.name]
             values = [(c.metric, c.head if program.new else c.base) for c in own]
@@ -239,7 +265,7 @@ class CostComparison:
             )
         if not self.compared:
             return f"cost not compared: {self.note}"
-        if not self.changes:
+        if not self.changes and not self.changed:
             return f"cost unchanged against the {self.against}"
         if not self.changed:
             return f"cost unchanged against the {self.against}, to within 0.5%"
@@ -247,7 +273,13 @@ class CostComparison:
         # A new or gone program leads, by name and line; its own figures say no more.
         whole = {p.name for p in self.programs}
         figures = [c for c in self.changes if c.notable and c.function not in whole]
+        # The line that changed most leads: it is where a reviewer looks first. A line that is
+        # a new or gone program's own place is said by that program's entry.
+        places = {p.where for p in self.programs}
+        changes = self.lines.changes if self.lines is not None else ()
+        top = [c for c in changes if c.shown.where not in places][:1]
         shown = [
+            *(change.text(self.against) for change in top),
             *(p.text(self.against) for p in self.programs),
             *(c.text() for c in figures if c.metric in failed or not failed),
         ]
@@ -301,7 +333,21 @@ def compare_costs(
         for name, fn in sorted(old_fns.items())
         if name not in new_fns
     ]
-    return CostComparison(against, tuple(changes), rule.max_increase, programs=tuple(programs))
+    lines, lines_note = None, ""
+    if base.lines is not None and head.lines is not None:
+        lines = compare_lines(base.lines, head.lines)
+    elif base.lines is None and head.lines is not None:
+        lines_note = f"the {against} has no line table" + (
+            "; run `transfer-gate baseline` to record it" if against == "baseline" else ""
+        )
+    return CostComparison(
+        against,
+        tuple(changes),
+        rule.max_increase,
+        programs=tuple(programs),
+        lines=lines,
+        lines_note=lines_note,
+    )
 
 
 def _figure(fn: FunctionCost | None, metric: str) -> float | None:

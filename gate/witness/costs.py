@@ -25,7 +25,8 @@ from gate.jaxhooks.internals import InternalMissing, jax_version
 from gate.results.collectives import Communication
 from gate.results.costs import DevicePeak, FunctionCost, StepCost, not_measured, step_cost
 from gate.user_code import UserCode
-from gate.witness.programs import read_programs
+from gate.witness.line_work import lines_of
+from gate.witness.programs import parsed_programs, read_programs
 
 # XLA's keys, as `cost_analysis()` and `get_compiled_memory_stats()` spell them.
 _WORK_KEYS = (
@@ -76,10 +77,17 @@ def measure_step(
     executed = log.executed()
     if not executed:
         return step_cost(
-            (), peaks, "the step ran no compiled program", comm=Communication(), donations=()
+            (),
+            peaks,
+            "the step ran no compiled program",
+            comm=Communication(),
+            donations=(),
+            lines=(),
         )
-    comm, donations = read_programs(executed, code, warned)
-    return step_cost(function_costs(executed), peaks, comm=comm, donations=donations)
+    modules = parsed_programs(executed)
+    comm, donations = read_programs(executed, code, warned, modules)
+    lines = None if isinstance(modules, str) else lines_of(modules, code)
+    return step_cost(function_costs(executed), peaks, comm=comm, donations=donations, lines=lines)
 
 
 def function_costs(executed: Sequence[Executed]) -> tuple[FunctionCost, ...]:
