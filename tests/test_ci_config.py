@@ -1847,7 +1847,11 @@ def test_action_steps_after_the_gate_wait_for_it(action: dict[str, Any]) -> None
     # always(): after a cancellation too, a partial report is still worth keeping.
     assert upload["if"].startswith(ALWAYS_AFTER_THE_GATE.removesuffix(" }}"))
     assert "inputs.artifact-name != ''" in upload["if"]
-    assert upload["with"]["path"].splitlines() == ["${{ inputs.junit }}", "${{ inputs.json }}"]
+    assert upload["with"]["path"].splitlines() == [
+        "${{ inputs.junit }}",
+        "${{ inputs.json }}",
+        "${{ steps.traces.outputs.folder }}",  # the profiler's traces, beside the JUnit report
+    ]
 
 
 # --- the sharded workflow ------------------------------------------------------------------------
@@ -1932,7 +1936,11 @@ def test_merge_job_merges_every_shard_and_publishes_one_report(sharded: dict[str
     assert merge_json["if"] == ("${{ !cancelled() && hashFiles('reports/shards/*.json') != '' }}")
     assert upload["uses"].startswith("actions/upload-artifact@")
     assert upload["if"] == "${{ !cancelled() }}"
-    assert upload["with"]["path"].splitlines() == [JUNIT_PATH, JSON_PATH]
+    assert upload["with"]["path"].splitlines() == [
+        JUNIT_PATH,
+        JSON_PATH,
+        "reports/shards/transfer-gate-traces/",  # every shard's traces, beside its reports
+    ]
 
 
 @pytest.mark.parametrize(

@@ -24,12 +24,13 @@ from gate.plan import Plan
 from gate.policy.model import Region
 from gate.report.live import LiveOutput, is_terminal, shows_escapes
 from gate.report.terminal import format_summary
-from gate.report.write import Reports, write_reports
+from gate.report.write import Reports, clear_traces, traces_folder, write_reports
 from gate.results.baseline import accept_command, apply_baseline, fingerprints_of
 from gate.results.baseline_file import BaselineError, StoredBaseline, load_baseline
 from gate.results.errors import ErrorKind
 from gate.results.records import CheckName, RegionResult, RunResult, SuiteResult
 from gate.results.refusals import unusable_base, unusable_baseline
+from gate.witness.op_times import TRACES_ENV
 
 
 def run_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
@@ -49,6 +50,7 @@ def _write(run: RunResult, reports: Reports) -> None:
 def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellation) -> ExitCode:
     reports = Reports(Path(args.junit), Path(args.json) if args.json else None)
     reports.check_writable()
+    clear_traces(reports)  # a trace of an earlier run must not pass for this run's
     base_ref: BaseRef | None = None
     if args.base is not None:
         try:
@@ -122,6 +124,7 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
             base=base,
             watcher=live,
             finished=finished,
+            environ={**os.environ, TRACES_ENV: str(traces_folder(reports))},
         )
     result = replace(
         result,

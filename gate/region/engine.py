@@ -56,7 +56,7 @@ from gate.region.step_times import summarize
 from gate.region.threads import user_threads_alive
 from gate.region.verdict import Witnessing, coverage, notes, unchecked
 from gate.results.errors import ErrorKind, RegionError
-from gate.results.records import CheckOutcome, Phase, RegionResult
+from gate.results.records import CheckOutcome, Phase, RegionResult, region_key
 from gate.user_code import UserCode
 from gate.witness.callbacks import CallbackHookMissing, count_callbacks
 from gate.witness.transfer_map import capture_works
@@ -213,7 +213,15 @@ def _run_imported(
     judged = coverage(witnessing())
     # Last: it slows dispatch (cost_phase).
     with programs.entered():
-        cost = cost_phase(run.inputs.for_timing, run.call, run.code.user, dropped.found)
+        cost = cost_phase(
+            run.inputs.for_timing,
+            run.call,
+            run.code.user,
+            dropped.found,
+            traced=region_key(run.code.policy.suite, region.name)
+            if region.timing.compare
+            else None,
+        )
     donations = judge_donations(region.donation, cost, witnessing().where)
     return result(
         transfers=tuple(run.verdict.transfers),

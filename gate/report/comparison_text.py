@@ -217,6 +217,7 @@ def comparison_lines(region: RegionResult) -> list[tuple[str, str]]:
             lines.append(("vs base", own_definition_line(base)))
         if base.timing is not None:
             lines.append((timing_label(base.timing), timing_line(base.timing)))
+            lines.extend(("slower by line", t) for t in slower_lines(base.timing, base.cost, 3))
         lines.extend((timing_label(t), timing_line(t)) for t in base.boundary_timing)
         if base.results is not None:
             lines.append(("results vs base", results_line(base.results)))
@@ -236,6 +237,8 @@ def comparison_lines(region: RegionResult) -> list[tuple[str, str]]:
     if region.timing_vs_baseline is not None:
         timing = region.timing_vs_baseline
         lines.append((timing_label(timing), timing_line(timing)))
+        by_line = slower_lines(timing, region.cost_vs_baseline, 3)
+        lines.extend(("slower by line", text) for text in by_line)
     if region.cost_vs_baseline is not None and region.cost_vs_baseline.changed:
         lines.append(("cost vs baseline", region.cost_vs_baseline.headline()))
         lines.extend(_by_line(region.cost_vs_baseline, "cost vs baseline by line"))
@@ -244,6 +247,27 @@ def comparison_lines(region: RegionResult) -> list[tuple[str, str]]:
     lines.extend((comm_label(c), c.headline()) for c in comm_comparisons(region) if shown(c))
     lines.extend((donation_label(d), d.headline()) for d in donation_comparisons(region) if d.shown)
     return lines
+
+
+def slower_lines(
+    timing: TimingComparison, cost: CostComparison | None, most: int | None = None
+) -> list[str]:
+    """Where a slower step's time went: the lines whose op time grew most, with both times
+    (`gate.results.line_times`); or why no line can be named. [] for any other verdict."""
+    if timing.verdict is not TimingVerdict.SLOWER or timing.what != "step" or cost is None:
+        return []
+    if cost.times is None:
+        return [f"op time by line not compared: {cost.times_note}"] if cost.times_note else []
+    return cost.times.grown(most) or ["no line's op time grew in the traced runs"]
+
+
+def most_grown(timing: TimingComparison, cost: CostComparison | None) -> str:
+    """``; most at model.py:42: 0.41 ms → 1.63 ms`` for a slower step whose op times were
+    compared; "" otherwise. What a one-line failure (an annotation, a JUnit message) ends with."""
+    if timing.verdict is not TimingVerdict.SLOWER or timing.what != "step":
+        return ""
+    grown = cost.times.grown(1) if cost is not None and cost.times is not None else []
+    return f"; most at {grown[0]}" if grown else ""
 
 
 def _by_line(cost: CostComparison, label: str) -> list[tuple[str, str]]:
@@ -261,7 +285,8 @@ def failing_comparisons(region: RegionResult) -> list[tuple[str, str]]:
             failing.append(("vs base", base_status_line(base)))
         for timing in (base.timing, *base.boundary_timing):
             if timing is not None and timing.failing:
-                failing.append((timing_label(timing), timing_line(timing)))
+                most = most_grown(timing, base.cost)
+                failing.append((timing_label(timing), timing_line(timing) + most))
         if base.results is not None and base.results.failing:
             text = results_line(base.results)
             if own_definition_line(base):  # where the fix is: the rename changed the result
@@ -271,7 +296,8 @@ def failing_comparisons(region: RegionResult) -> list[tuple[str, str]]:
             failing.append(("cost vs base", base.cost.headline()))
     vs_baseline = region.timing_vs_baseline
     if vs_baseline is not None and vs_baseline.failing:
-        failing.append((timing_label(vs_baseline), timing_line(vs_baseline)))
+        most = most_grown(vs_baseline, region.cost_vs_baseline)
+        failing.append((timing_label(vs_baseline), timing_line(vs_baseline) + most))
     if region.cost_vs_baseline is not None and region.cost_vs_baseline.failing:
         failing.append(("cost vs baseline", region.cost_vs_baseline.headline()))
     return failing

@@ -1,4 +1,4 @@
-"""The JSON report's work by source line: each line's figures, and how they changed.
+"""The JSON report's work and op time by source line: each line's figures, and how they changed.
 
 Documented in docs/reports.md ("Work by line"). Fields are only added, as the rest of the
 report's version 1. Records of the report's schema (`gate.report.json_report`).
@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 from gate.documents import Record
+from gate.results.line_times import LineTime, LineTimeComparison, OpTimes
 from gate.results.line_work import LineChange, LineComparison, LineWork
 
 
@@ -82,3 +83,80 @@ class LineComparisonDoc(Record, frozen=True, kw_only=True):
 def line_table_doc(lines: tuple[LineWork, ...] | None) -> tuple[LineWorkDoc, ...] | None:
     """A step's line table, in file and line order; None where it was not counted."""
     return None if lines is None else tuple(LineWorkDoc.of(w) for w in lines)
+
+
+class LineTimeDoc(Record, frozen=True, kw_only=True):
+    """One source line's op time per step, from the profiler's traced runs."""
+
+    where: str
+    path: str
+    line: int
+    function: str
+    source: str | None
+    seconds: float
+    ops: tuple[str, ...]  # the profiler's names of its longest ops
+
+    @classmethod
+    def of(cls, t: LineTime) -> LineTimeDoc:
+        return cls(
+            where=t.where,
+            path=t.path,
+            line=t.line,
+            function=t.function,
+            source=t.source,
+            seconds=t.seconds,
+            ops=t.ops,
+        )
+
+
+class OpTimesDoc(Record, frozen=True, kw_only=True):
+    """The step's op time by line (longest first), and the trace it was read from."""
+
+    runs: int
+    trace: str | None  # the folder with Perfetto's and XProf's files, beside the reports
+    note: str  # why there are no per-op times; "" when there are
+    lines: tuple[LineTimeDoc, ...]
+
+    @classmethod
+    def of(cls, times: OpTimes | None) -> OpTimesDoc | None:
+        if times is None:
+            return None
+        return cls(
+            runs=times.runs,
+            trace=times.trace,
+            note=times.note,
+            lines=tuple(LineTimeDoc.of(t) for t in times.lines),
+        )
+
+
+class LineTimeChangeDoc(Record, frozen=True, kw_only=True):
+    text: str
+    grown_s: float
+    base: LineTimeDoc | None
+    head: LineTimeDoc | None
+
+
+class LineTimeComparisonDoc(Record, frozen=True, kw_only=True):
+    """Every line's op time in both sides, the lines whose time grew most first."""
+
+    base_runs: int
+    head_runs: int
+    changes: tuple[LineTimeChangeDoc, ...]
+
+    @classmethod
+    def of(cls, times: LineTimeComparison | None, against: str) -> LineTimeComparisonDoc | None:
+        if times is None:
+            return None
+        return cls(
+            base_runs=times.base_runs,
+            head_runs=times.head_runs,
+            changes=tuple(
+                LineTimeChangeDoc(
+                    text=c.text(against),
+                    grown_s=c.grown_s,
+                    base=None if c.base is None else LineTimeDoc.of(c.base),
+                    head=None if c.head is None else LineTimeDoc.of(c.head),
+                )
+                for c in times.changes
+            ),
+        )

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from gate.policy.model import CostRule
 from gate.results.collectives import Communication
 from gate.results.donations import UnusedDonation
+from gate.results.line_times import LineTimeComparison, OpTimes, compare_line_times
 from gate.results.line_work import LineComparison, LineWork, compare_lines
 from gate.text import number_text, si_text, size_text
 
@@ -92,6 +93,9 @@ class StepCost:
     # counted (the cost was not measured, a program's text could not be read, or a stored
     # baseline from before the gate kept it).
     lines: tuple[LineWork, ...] | None = None
+    # Op time by source line, from traced runs after the cost run (`gate.results.line_times`);
+    # None: not traced (``timing: off``, or the cost was not measured).
+    times: OpTimes | None = None
 
     def total(self, metric: str) -> float | None:
         return dict(self.totals).get(metric)
@@ -200,6 +204,11 @@ class CostComparison:
     # line table (`lines_note` says why, when a reader should know).
     lines: LineComparison | None = None
     lines_note: str = ""
+    # Op time by line, base against head (`gate.results.line_times`): what a slower verdict
+    # lists; None where a side has no per-op times.
+    times: LineTimeComparison | None = None
+    times_note: str = ""  # why ``times`` is None, where the head was traced
+    base_trace: str | None = None  # the folder of the base's trace, where it was kept
 
     @property
     def changed(self) -> bool:
@@ -340,6 +349,15 @@ def compare_costs(
         lines_note = f"the {against} has no line table" + (
             "; run `transfer-gate baseline` to record it" if against == "baseline" else ""
         )
+    times, times_note = None, ""
+    if base.times is not None and head.times is not None:
+        times = compare_line_times(base.times, head.times)
+        if times is None:
+            times_note = head.times.note or base.times.note or "no op of the trace was the step's"
+    elif head.times is not None:
+        times_note = f"the {against} has no op times" + (
+            "; run `transfer-gate baseline` to record them" if against == "baseline" else ""
+        )
     return CostComparison(
         against,
         tuple(changes),
@@ -347,6 +365,9 @@ def compare_costs(
         programs=tuple(programs),
         lines=lines,
         lines_note=lines_note,
+        times=times,
+        times_note=times_note,
+        base_trace=base.times.trace if base.times is not None else None,
     )
 
 

@@ -14,8 +14,9 @@ totals stay XLA's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from gate.text import counted, number_text
 
@@ -132,7 +133,7 @@ def compare_lines(base: Sequence[LineWork], head: Sequence[LineWork]) -> LineCom
     even where an edit above it moved its number (``run --base`` compares two trees);
     then by its number where its text changed. The rest are new or gone.
     """
-    pairs, base_left, head_left = _paired(list(base), list(head))
+    pairs, base_left, head_left = paired(list(base), list(head))
     totals = {
         m: max(sum(x.figure(m) for x in base), sum(x.figure(m) for x in head), 1.0)
         for m in LINE_METRICS
@@ -166,17 +167,34 @@ def _differs(old: float, new: float) -> bool:
     return not old or not new or f"{new / old:.2f}" != "1.00"
 
 
-def _paired(
-    base: list[LineWork], head: list[LineWork]
-) -> tuple[list[tuple[LineWork, LineWork]], list[LineWork], list[LineWork]]:
-    pairs: list[tuple[LineWork, LineWork]] = []
-    keys = (
+class SourceLine(Protocol):
+    """What pairs two tables' lines: a place and its text."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def line(self) -> int: ...
+    @property
+    def function(self) -> str: ...
+    @property
+    def source(self) -> str | None: ...
+
+
+L = TypeVar("L", bound=SourceLine)
+
+
+def paired(base: list[L], head: list[L]) -> tuple[list[tuple[L, L]], list[L], list[L]]:
+    """Base and head lines paired: the same place with the same text, then the same text in
+    the same file and function (an edit above moved it), then the same place; with the base
+    lines left over (gone) and the head's (new), each in its table's order."""
+    pairs: list[tuple[L, L]] = []
+    keys: tuple[Callable[[L], object], ...] = (
         lambda x: (x.path, x.line, x.source),
         lambda x: (x.path, x.function, x.source) if x.source else None,
         lambda x: (x.path, x.line),
     )
     for key in keys:
-        waiting: dict[object, list[LineWork]] = {}
+        waiting: dict[object, list[L]] = {}
         for old in base:
             k = key(old)
             if k is not None:

@@ -14,6 +14,7 @@ value as it reads them, so a hand-edited ``median_s: -1`` is refused, not compar
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Annotated, Literal
 
 import msgspec
@@ -23,6 +24,7 @@ from gate.documents import Record
 from gate.results.collectives import Collective, CollectiveKind, Communication
 from gate.results.costs import FunctionCost, StepCost, step_cost
 from gate.results.donations import JAX, XLA, UnusedDonation
+from gate.results.line_times import LineTime, OpTimes
 from gate.results.line_work import LineWork
 from gate.results.machine import Machine
 from gate.results.records import RegionResult, RunResult
@@ -191,6 +193,39 @@ class StoredLine(Record, frozen=True, kw_only=True, omit_defaults=True):
         )
 
 
+class StoredLineTime(Record, frozen=True, kw_only=True, omit_defaults=True):
+    """One source line's op time per step from the profiler's traced runs
+    (`gate.results.line_times.LineTime`): what a later slower verdict names lines against."""
+
+    path: str
+    line: Count
+    function: str = ""
+    source: str | None = None
+    seconds: Amount
+    ops: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, t: LineTime) -> StoredLineTime:
+        return cls(
+            path=t.path,
+            line=t.line,
+            function=t.function,
+            source=t.source,
+            seconds=t.seconds,
+            ops=t.ops,
+        )
+
+    def line_time(self) -> LineTime:
+        return LineTime(self.path, self.line, self.function, self.source, self.seconds, self.ops)
+
+
+class StoredOpTimes(Record, frozen=True, kw_only=True):
+    """The op time by line of the step's traced runs; the trace itself is not kept here."""
+
+    runs: Count
+    lines: tuple[StoredLineTime, ...]
+
+
 class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
     """What the file keeps of a measured step cost: XLA's exact figures, the collectives and the
     unused donations.
@@ -205,6 +240,8 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
     collectives: tuple[StoredCollective, ...] | None = None
     donations: tuple[StoredDonation, ...] | None = None
     lines: tuple[StoredLine, ...] | None = None  # work by source line
+    # Op time by line; absent where the step was not traced or its trace had no op times.
+    times: StoredOpTimes | None = None
 
     @classmethod
     def of(cls, cost: StepCost) -> StoredCost:
@@ -226,6 +263,7 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
             collectives=None if kept is None else tuple(StoredCollective.of(c) for c in kept),
             donations=None if donations is None else tuple(StoredDonation.of(d) for d in donations),
             lines=None if cost.lines is None else tuple(StoredLine.of(w) for w in cost.lines),
+            times=_stored_times(cost.times),
         )
 
     def step_cost(self) -> StepCost:
@@ -238,7 +276,17 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
         donations = None if self.donations is None else tuple(d.donation() for d in self.donations)
         functions = tuple(fn.function_cost() for fn in self.functions)
         lines = None if self.lines is None else tuple(w.line_work() for w in self.lines)
-        return step_cost(functions, None, comm=comm, donations=donations, lines=lines)
+        cost = step_cost(functions, None, comm=comm, donations=donations, lines=lines)
+        if self.times is None:
+            return cost
+        kept = tuple(t.line_time() for t in self.times.lines)
+        return replace(cost, times=OpTimes(kept, self.times.runs))
+
+
+def _stored_times(times: OpTimes | None) -> StoredOpTimes | None:
+    if times is None or times.note or not times.lines:
+        return None
+    return StoredOpTimes(runs=times.runs, lines=tuple(StoredLineTime.of(t) for t in times.lines))
 
 
 class StoredTiming(Record, frozen=True, kw_only=True, omit_defaults=True):

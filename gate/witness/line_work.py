@@ -61,6 +61,7 @@ _DIMS = re.compile(r"\{([\d,\s]*)\}")
 class OpWork:
     """One op of a program and its work per step, charged to its line."""
 
+    module: str  # the program's module name (``jit_train_step``), as a profiler names it
     name: str  # the instruction's name
     top: str  # the name a profiler shows: the op itself, or the fusion it sits in
     location: SourceLocation | None
@@ -111,6 +112,7 @@ def program_ops(module: HloModule, runs: int, user: UserCode) -> Iterator[OpWork
                 location = user_location(module, fusion.attribute("metadata"), user)
             scale = runs * times
             yield OpWork(
+                module.name,
                 instruction.name,
                 outer.name if outer is not None else instruction.name,
                 location,
@@ -141,11 +143,12 @@ def _outermost(
     return fusion
 
 
-def lines_of(modules: Sequence[tuple[HloModule, Executed]], user: UserCode) -> tuple[LineWork, ...]:
-    """Every line's work per step over ``modules`` (each with the program it is of)."""
-    return line_table(
-        [op for module, program in modules for op in program_ops(module, program.runs, user)],
-        user,
+def program_ops_of(
+    modules: Sequence[tuple[HloModule, Executed]], user: UserCode
+) -> tuple[OpWork, ...]:
+    """Every op of ``modules`` (each with the program it is of) that does work, per step."""
+    return tuple(
+        op for module, program in modules for op in program_ops(module, program.runs, user)
     )
 
 
