@@ -45,6 +45,13 @@ class LineWork:
     def where(self) -> str:
         return f"{self.path}:{self.line}" if self.path else NO_LINE
 
+    @property
+    def kind(self) -> str:
+        """The opcode of its heaviest op (``dot``); "" for a line without ops."""
+        words = self.ops[0].split() if self.ops else [""]
+        counted_op = len(words) > 1 and words[0].endswith("x") and words[0][:-1].isdigit()
+        return words[1] if counted_op else words[0]  # ``3x add f32[8]`` is an add
+
     def figure(self, metric: str) -> float:
         value: float = getattr(self, metric)
         return value
@@ -131,9 +138,12 @@ def compare_lines(base: Sequence[LineWork], head: Sequence[LineWork]) -> LineCom
 
     A line is the same line when it has the same text in the same file and function,
     even where an edit above it moved its number (``run --base`` compares two trees);
-    then by its number where its text changed. The rest are new or gone.
+    then by its number where its text changed and its heaviest op is of the same kind.
+    The rest are new or gone (a line both edited and moved among them).
     """
-    pairs, base_left, head_left = paired(list(base), list(head))
+    # An edited line at the same number is the same line where it does the same kind of work:
+    # a sort where a dot was is a line gone and another new.
+    pairs, base_left, head_left = paired(list(base), list(head), lambda x: (x.path, x.line, x.kind))
     totals = {
         m: max(sum(x.figure(m) for x in base), sum(x.figure(m) for x in head), 1.0)
         for m in LINE_METRICS
@@ -183,15 +193,18 @@ class SourceLine(Protocol):
 L = TypeVar("L", bound=SourceLine)
 
 
-def paired(base: list[L], head: list[L]) -> tuple[list[tuple[L, L]], list[L], list[L]]:
+def paired(
+    base: list[L], head: list[L], same_place: Callable[[L], object] | None = None
+) -> tuple[list[tuple[L, L]], list[L], list[L]]:
     """Base and head lines paired: the same place with the same text, then the same text in
-    the same file and function (an edit above moved it), then the same place; with the base
-    lines left over (gone) and the head's (new), each in its table's order."""
+    the same file and function (an edit above moved it), then the same place (``same_place``
+    says what else must agree there); with the base lines left over (gone) and the head's
+    (new), each in its table's order."""
     pairs: list[tuple[L, L]] = []
     keys: tuple[Callable[[L], object], ...] = (
         lambda x: (x.path, x.line, x.source),
         lambda x: (x.path, x.function, x.source) if x.source else None,
-        lambda x: (x.path, x.line),
+        same_place or (lambda x: (x.path, x.line)),
     )
     for key in keys:
         waiting: dict[object, list[L]] = {}
