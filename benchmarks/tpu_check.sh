@@ -10,7 +10,10 @@
 #   5. the gate's own cost: plain and --base against hand-written scripts (gate_vs_floor.py),
 #      a planted 1.3x slowdown caught and an unchanged tree passed (base_power.py), and reading
 #      the programs' collectives (comm_overhead.py);
-#   6. libtpu's start-up warning shown once per run.
+#   6. libtpu's start-up warning shown once per run;
+#   7. op time by line: what the TPU's profiler trace holds, a slower verdict naming the line
+#      whose op time grew (op_times_check.py), and what the per-line tables and the traced runs
+#      add to a region (line_overhead.py).
 # Sections: `bash benchmarks/tpu_check.sh [checks] [figures]` (default: both). Logs go to
 # reports/tpu-check/, and as one archive to $OUT (the device tool's folder) when it is set. Needs junit-xml, msgspec, xmlschema and
 # pytest-timeout next to jax; carry them as wheels where the machine has no network (the device
@@ -82,6 +85,10 @@ if [[ " $sections " == *" checks "* ]]; then
     step "run --base scenarios"
     expect 0 scenarios.log python3 benchmarks/base_scenarios.py --expect tpu --size 1024 \
         --json "$out/scenarios.json"
+
+    step "op time by line: the TPU trace's XLA Ops, and a slower verdict naming its line"
+    # Its own process takes the chip first; the gate's worker after it has exited.
+    expect 0 op-times.log python3 benchmarks/op_times_check.py --size 2048
 fi
 
 if [[ " $sections " == *" figures "* ]]; then
@@ -99,6 +106,9 @@ if [[ " $sections " == *" figures "* ]]; then
 
     step "reading the programs' collectives"
     expect 0 comm.log env JAX_PLATFORMS=tpu python3 benchmarks/comm_overhead.py --runs 20
+
+    step "what work by line and op time by line add to a region"
+    expect 0 line-overhead.log env JAX_PLATFORMS=tpu python3 benchmarks/line_overhead.py --runs 10
 fi
 
 step "done, status $status"

@@ -356,3 +356,18 @@ def test_op_times_compare_by_line_the_grown_first() -> None:
     ]
     noted = OpTimes((), 3, note="the gpu profiler's trace has no per-op times")
     assert compare_line_times(noted, head) is None
+
+
+def _heavier(x: jax.Array) -> jax.Array:
+    return jnp.tanh(x @ x).sum()
+
+
+def test_check_region_counts_work_by_line_and_traces_nothing() -> None:
+    from gate.api import check_region
+
+    result = check_region(jax.jit(_heavier), setup=lambda: (jnp.ones((16, 16)),), repeats=2)
+    assert result.cost is not None
+    assert result.cost.times is None  # nothing compares its step time: no traced runs
+    (line,) = [w for w in result.cost.lines or () if w.line == _heavier.__code__.co_firstlineno + 1]
+    # The dot's 2·16³, the sum's one per element, the tanh's transcendentals.
+    assert (line.flops, line.transcendentals) == (2 * 16**3 + 16 * 16, 16 * 16)

@@ -75,6 +75,7 @@ def run_region(
     *,
     repo_root: Path | None = None,
     keep: Keep | None = None,
+    traced: bool = True,
 ) -> RegionResult:
     """Run one region of ``policy`` in this process and judge it. Never raises for the user's code.
 
@@ -83,6 +84,8 @@ def run_region(
     ``python_path``) count as the user's lines. By default it is the working
     directory, where the gate's workers run. ``keep`` receives the region loaded, with its
     last outputs, if it ran to the end (``run --base`` times it again, `gate.region.held`).
+    ``traced``: a few runs under JAX's profiler after the cost run, for a region whose step
+    time is compared (`gate.region.cost_phase`); off where nothing compares it.
     """
     started = time.perf_counter()
     user = UserCode(Path.cwd() if repo_root is None else repo_root, policy.python_path)
@@ -98,11 +101,11 @@ def run_region(
         except ResolveError as exc:
             return result(error=RegionError(ErrorKind.IMPORT, str(exc), str(exc)))
         code = RegionCode(policy, region, user, callables)
-        return _run_imported(RegionRun(code), result, keep)
+        return _run_imported(RegionRun(code), result, keep, traced=traced)
 
 
 def _run_imported(
-    run: RegionRun, result: Callable[..., RegionResult], keep: Keep | None
+    run: RegionRun, result: Callable[..., RegionResult], keep: Keep | None, *, traced: bool
 ) -> RegionResult:
     region = run.code.region
     run.platform = _platform()
@@ -212,15 +215,15 @@ def _run_imported(
         )
     judged = coverage(witnessing())
     # Last: it slows dispatch (cost_phase).
+    # Op times by line only where a slower verdict may list them.
+    key = region_key(run.code.policy.suite, region.name)
     with programs.entered():
         cost = cost_phase(
             run.inputs.for_timing,
             run.call,
             run.code.user,
             dropped.found,
-            traced=region_key(run.code.policy.suite, region.name)
-            if region.timing.compare
-            else None,
+            traced=key if traced and region.timing.compare else None,
         )
     donations = judge_donations(region.donation, cost, witnessing().where)
     return result(

@@ -22,6 +22,7 @@ collectives do (`gate.witness.collectives.multiplicities`); a reducer's body
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterator, Sequence
@@ -54,6 +55,7 @@ _CONTROL = frozenset((
     "fusion", "call", "while", "conditional", "async-start", "async-update", "async-done",
 ))  # fmt: skip
 _WINDOW_SIZE = re.compile(r"size=([\dx]+)")
+_METADATA = re.compile(r'metadata=\{((?:[^{}"]|"(?:[^"\\]|\\.)*")*)\}')
 _DIMS = re.compile(r"\{([\d,\s]*)\}")
 
 
@@ -73,13 +75,23 @@ class OpWork:
 
 def program_ops(module: HloModule, runs: int, user: UserCode) -> Iterator[OpWork]:
     """Every op of ``module`` that does work, weighed by ``runs`` and its loops' trip counts."""
+    places: dict[str, SourceLocation | None] = {}  # by metadata: a few frames, many ops
+
+    def place(instruction: Instruction) -> SourceLocation | None:
+        metadata = _metadata(instruction)
+        if metadata not in places:
+            places[metadata] = user_location(module, metadata, user)
+        return places[metadata]
+
     graph = call_graph(module, leaving_out=frozenset({"to_apply"}))
     times_of = multiplicities(module, graph)
     defined = module.defined()
     fused: dict[str, Instruction] = {}  # fused computation -> the fusion instruction calling it
-    for body in module.computations.values():
+    home: dict[str, str] = {}  # fusion instruction -> the computation it sits in
+    for computation, body in module.computations.items():
         for instruction in body:
             if instruction.opcode == "fusion":
+                home[instruction.name] = computation
                 callee = _called(instruction)
                 if callee is not None:
                     fused.setdefault(callee, instruction)
@@ -88,7 +100,7 @@ def program_ops(module: HloModule, runs: int, user: UserCode) -> Iterator[OpWork
         if not times or not body:
             continue
         fusion = fused.get(computation)
-        outer = _outermost(fusion, fused, module) if fusion is not None else None
+        outer = _outermost(fusion, fused, home) if fusion is not None else None
         written = _written(body) if fusion is not None else set()
         for instruction in body:
             if instruction.opcode in _PLUMBING or instruction.opcode in _CONTROL:
@@ -106,10 +118,9 @@ def program_ops(module: HloModule, runs: int, user: UserCode) -> Iterator[OpWork
                 moved += _bytes(instruction) if instruction.name in written else 0
             if not (flops or transcendentals or moved):
                 continue  # a broadcast of a constant inside a fusion: nothing to charge
-            metadata = instruction.attribute("metadata")
-            location = user_location(module, metadata, user)
+            location = place(instruction)
             if location is None and fusion is not None:
-                location = user_location(module, fusion.attribute("metadata"), user)
+                location = place(fusion)
             scale = runs * times
             yield OpWork(
                 module.name,
@@ -129,14 +140,13 @@ def _called(instruction: Instruction) -> str | None:
 
 
 def _outermost(
-    fusion: Instruction, fused: dict[str, Instruction], module: HloModule
+    fusion: Instruction, fused: dict[str, Instruction], home: dict[str, str]
 ) -> Instruction:
     """The fusion a profiler names: a fusion nested in another is run as the outer one."""
     seen = set()
     while fusion.name not in seen:
         seen.add(fusion.name)
-        home = next((c for c, body in module.computations.items() if fusion in body), None)
-        outer = fused.get(home) if home is not None else None
+        outer = fused.get(home.get(fusion.name, ""))
         if outer is None:
             return fusion
         fusion = outer
@@ -208,14 +218,29 @@ def _reads_input(operand: Instruction | None, defined: dict[str, Instruction]) -
     return False
 
 
+def _metadata(instruction: Instruction) -> str:
+    """An instruction's ``metadata={...}`` contents, "" without; a regex, not `attribute`'s
+    walk character by character: every op of a large program asks."""
+    if "metadata={" not in instruction.attributes:
+        return ""
+    found = _METADATA.search(instruction.attributes)
+    return found.group(1) if found else ""
+
+
+@functools.lru_cache(maxsize=8192)
+def _arrays(shape: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """`arrays`, remembered: a program repeats a few shapes over thousands of ops."""
+    return tuple(arrays(shape))
+
+
 def _bytes(instruction: Instruction | None) -> int:
     if instruction is None:
         return 0
-    return sum(array_bytes(element, dims) for element, dims in arrays(instruction.shape))
+    return sum(array_bytes(element, dims) for element, dims in _arrays(instruction.shape))
 
 
 def _elements(shape: str) -> int:
-    found = arrays(shape)
+    found = _arrays(shape)
     return math.prod(found[0][1]) if found else 0
 
 
@@ -224,7 +249,7 @@ def _arithmetic(instruction: Instruction, defined: dict[str, Instruction]) -> tu
     opcode = instruction.opcode
     out = _elements(instruction.shape)
     operands = [defined.get(o) for o in instruction.operands]
-    first = arrays(operands[0].shape) if operands and operands[0] is not None else []
+    first = _arrays(operands[0].shape) if operands and operands[0] is not None else ()
     if opcode in _TRANSCENDENTAL:
         return 0.0, float(out)
     if opcode in _ELEMENTWISE:
@@ -234,7 +259,7 @@ def _arithmetic(instruction: Instruction, defined: dict[str, Instruction]) -> tu
         size = math.prod(first[0][1][d] for d in contracted if d < len(first[0][1]))
         return 2.0 * out * size, 0.0
     if opcode == "convolution" and len(operands) > 1 and operands[1] is not None:
-        kernel = arrays(operands[1].shape)
+        kernel = _arrays(operands[1].shape)
         labels = instruction.attribute("dim_labels") or ""
         rhs = labels.split("_", 1)[1].split("->", 1)[0] if "_" in labels else ""
         if kernel and "o" in rhs and rhs.index("o") < len(kernel[0][1]):
