@@ -371,3 +371,37 @@ def test_check_region_counts_work_by_line_and_traces_nothing() -> None:
     (line,) = [w for w in result.cost.lines or () if w.line == _heavier.__code__.co_firstlineno + 1]
     # The dot's 2·16³, the sum's one per element, the tanh's transcendentals.
     assert (line.flops, line.transcendentals) == (2 * 16**3 + 16 * 16, 16 * 16)
+
+
+def test_a_step_slower_than_the_stored_baseline_names_its_lines_from_the_stored_times(
+    tmp_path: Path,
+) -> None:
+    policy = (
+        "version: 1\ndefaults: {warmup: 1, guarded_runs: 1, repeats: 20}\nregions:\n"
+        '  - {name: step, step: "steps:step", setup: "steps:batch",'
+        " timing: {baseline_max_slowdown: 1.2}}\n"
+    )
+    repo = make_repo(tmp_path / "repo", {"steps.py": BASE_TREE, "policies/p.yaml": policy})
+    recorded = run_gate(repo, "baseline")
+    assert recorded.returncode == 0, recorded
+    stored = json.loads((repo / "policies" / "transfer-gate-baseline.json").read_text())
+    (entry,) = stored["timing"].values()
+    assert entry["cost"]["times"]["runs"] == 3  # the times kept, not the trace
+    assert entry["cost"]["times"]["lines"]
+    assert not (repo / "reports" / "transfer-gate-traces").exists()
+
+    # Far slower (two thousand matmuls in a loop), so that noise cannot leave it open.
+    looped = "    h = jax.lax.fori_loop(0, 2000, lambda i, v: jnp.sin(v @ w), h)\n"
+    make_repo(repo, {"steps.py": BASE_TREE.replace("    h = x @ w\n", f"    h = x @ w\n{looped}")})
+    run = run_gate(repo, "run", "--json", "r.json")
+    assert run.returncode == 1, run.stdout
+    grown = line_of(repo / "steps.py", "fori_loop")
+    failure = run.testcase("step: timing vs baseline").find("failure")
+    assert failure is not None, run
+    assert f"; most at new at steps.py:{grown}: " in failure.get("message", ""), run
+    assert "Op time by line, baseline → head, from the profiler's traced runs:" in (
+        failure.text or ""
+    ), run
+    compared = _region(repo)["cost_vs_baseline"]["times"]
+    assert compared["base_runs"] == compared["head_runs"] == 3
+    assert compared["changes"][0]["head"]["line"] == grown
