@@ -234,7 +234,10 @@ def _run_imported(
         boundaries=costs,
         checks=checks,
         recompiles=run.recompiles(compile_watch),
-        notes=notes(run.verdict, witnessing(), region) + _noted(donations.note),
+        notes=notes(run.verdict, witnessing(), region)
+        + _noted(donations.note)
+        # A trace without op times, said once: a slower verdict names no line then.
+        + _noted(cost.times.note if cost.times is not None and cost.times.note else None),
         coverage=judged,
         error=unchecked(region, witnessing(), judged) or donations.error,
         cost=cost,
