@@ -1841,6 +1841,24 @@ def test_action_gate_step_leaves_no_gate_running_whenever_the_signal_comes(
         assert output in ("exit-code=1\n", "exit-code=143\n"), log
 
 
+@pytest.mark.parametrize(
+    ("junit", "folder"),
+    [("reports/transfer-gate.xml", "reports"), ("out.xml", "."), ("a b/c.xml", "a b")],
+)
+def test_action_uploads_the_traces_from_where_the_gate_keeps_them(
+    action: dict[str, Any], tmp_path: Path, junit: str, folder: str
+) -> None:
+    from gate.report.write import Reports, traces_folder
+
+    step = step_named(action["runs"]["steps"], "Find the traces")
+    proc, output, _ = run_step_script(step["run"], {"GATE_JUNIT": junit}, tmp_path)
+    assert proc.returncode == 0, shown(proc)
+    assert output == f"folder={folder}/transfer-gate-traces\n"
+    # The folder the gate's `run` gives its workers, for the same --junit.
+    kept = traces_folder(Reports(tmp_path / junit))
+    assert kept == (tmp_path / folder / "transfer-gate-traces").resolve()
+
+
 def test_action_steps_after_the_gate_wait_for_it(action: dict[str, Any]) -> None:
     steps = action["runs"]["steps"]
     upload = step_named(steps, "Upload report")
