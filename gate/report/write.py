@@ -39,13 +39,15 @@ class Reports:
         return f"report: {self.junit}" + (f", {self.json}" if self.json else "")
 
 
-TRACES = "transfer-gate-traces"
+TRACES = "-traces"  # after the JUnit report's name: reports/transfer-gate-traces/
 
 
 def traces_folder(reports: Reports) -> Path:
     """Where a run keeps the profiler's traces of its regions: a folder beside the JUnit
-    report, one folder per traced region (and side) in it, named in the JSON report."""
-    return (reports.junit.parent / TRACES).resolve()
+    report, named after it (two runs with their own reports in one folder, say two shards on
+    one host, keep theirs apart), one folder per traced region and side in it."""
+    junit = reports.junit
+    return junit.with_name(junit.stem + TRACES).resolve()
 
 
 def clear_traces(reports: Reports) -> None:
