@@ -406,3 +406,30 @@ def test_a_step_slower_than_the_stored_baseline_names_its_lines_from_the_stored_
     compared = _region(repo)["cost_vs_baseline"]["times"]
     assert compared["base_runs"] == compared["head_runs"] == 3
     assert compared["changes"][0]["head"]["line"] == grown
+
+
+def test_a_step_slowed_outside_its_ops_names_no_line() -> None:
+    from gate.report.comparison_text import most_grown, slower_lines
+    from gate.results.comparison import TimingComparison, TimingVerdict
+    from gate.results.costs import CostComparison
+
+    def timed(seconds: float) -> OpTimes:
+        return OpTimes((LineTime("m.py", 4, "f", "y = x @ x", seconds, ("fusion",)),), 3)
+
+    def slower(base_s: float, head_s: float) -> TimingComparison:
+        return TimingComparison(
+            "base", TimingVerdict.SLOWER, base_s, head_s, head_s / base_s, 1.9, 2.1, 1e-4, 1.1,
+            failing=True,
+        )  # fmt: skip
+
+    # A sleep made the step 3 ms slower; its one op moved by a microsecond of noise.
+    noise = CostComparison("base", (), None, times=compare_line_times(timed(4e-6), timed(5e-6)))
+    assert slower_lines(slower(3e-3, 6e-3), noise) == [
+        "no line's op time grew by a tenth of the step's 3.00 ms in the traced runs: the time "
+        "went outside the programs' ops (the host, dispatch, transfers)"
+    ]
+    assert most_grown(slower(3e-3, 6e-3), noise) == ""
+    # The op did the growing: its line is named, both times.
+    op = CostComparison("base", (), None, times=compare_line_times(timed(1e-3), timed(3.9e-3)))
+    assert slower_lines(slower(3e-3, 6e-3), op) == ["m.py:4: 1.00 ms → 3.90 ms"]
+    assert most_grown(slower(3e-3, 6e-3), op) == "; most at m.py:4: 1.00 ms → 3.90 ms"

@@ -258,7 +258,24 @@ def slower_lines(
         return []
     if cost.times is None:
         return [f"op time by line not compared: {cost.times_note}"] if cost.times_note else []
-    return cost.times.grown(most) or ["no line's op time grew in the traced runs"]
+    named = cost.times.grown(most, _floor(timing))
+    if named:
+        return named
+    # A step slowed by the host (a sleep, a transfer, dispatch) must not be pinned on an op
+    # whose time moved by noise.
+    grew = duration_text(timing.head_median_s - timing.base_median_s)
+    return [
+        f"no line's op time grew by a tenth of the step's {grew} in the traced runs: the time "
+        "went outside the programs' ops (the host, dispatch, transfers)"
+    ]
+
+
+# A line is named where its op time grew by at least this share of the step's median growth.
+_NAMED_SHARE = 0.1
+
+
+def _floor(timing: TimingComparison) -> float:
+    return _NAMED_SHARE * max(timing.head_median_s - timing.base_median_s, 0.0)
 
 
 def most_grown(timing: TimingComparison, cost: CostComparison | None) -> str:
@@ -266,7 +283,9 @@ def most_grown(timing: TimingComparison, cost: CostComparison | None) -> str:
     compared; "" otherwise. What a one-line failure (an annotation, a JUnit message) ends with."""
     if timing.verdict is not TimingVerdict.SLOWER or timing.what != "step":
         return ""
-    grown = cost.times.grown(1) if cost is not None and cost.times is not None else []
+    if cost is None or cost.times is None:
+        return ""
+    grown = cost.times.grown(1, _floor(timing))
     return f"; most at {grown[0]}" if grown else ""
 
 

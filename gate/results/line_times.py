@@ -85,9 +85,10 @@ class LineTimeComparison:
     base_runs: int
     head_runs: int
 
-    def grown(self, most: int | None = LINE_TIMES_LISTED) -> list[str]:
-        """The lines whose time grew, most first; past ``most``, a count of the rest."""
-        grew = [c for c in self.changes if c.grown_s > 0]
+    def grown(self, most: int | None = LINE_TIMES_LISTED, at_least_s: float = 0.0) -> list[str]:
+        """The lines whose time grew (by more than ``at_least_s``), most first; past ``most``,
+        a count of the rest."""
+        grew = [c for c in self.changes if c.grown_s > max(at_least_s, 0.0)]
         shown = grew if most is None else grew[:most]
         lines = [c.text() for c in shown]
         if len(grew) > len(shown):
