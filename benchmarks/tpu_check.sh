@@ -12,7 +12,10 @@
 #      the programs' collectives (comm_overhead.py), and counting the live device arrays and
 #      judging a leak (leak_overhead.py);
 #   6. libtpu's start-up warning shown once per run;
-#   7. (section `growth`, not run by default) what a region costs at the start of a run and at
+#   7. op time by line: what the TPU's profiler trace holds, a slower verdict naming the line
+#      whose op time grew (op_times_check.py), and what the per-line tables and the traced runs
+#      add to a region (line_overhead.py);
+#   8. (section `growth`, not run by default) what a region costs at the start of a run and at
 #      its end, over 100 and 500 regions, and the worker's memory (issue 40).
 # Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [growth]` (default: the first two). Logs go to
 # reports/tpu-check/, and as one archive to $OUT (the device tool's folder) when it is set. Needs junit-xml, msgspec, xmlschema and
@@ -85,6 +88,10 @@ if [[ " $sections " == *" checks "* ]]; then
     step "run --base scenarios"
     expect 0 scenarios.log python3 benchmarks/base_scenarios.py --expect tpu --size 1024 \
         --json "$out/scenarios.json"
+
+    step "op time by line: the TPU trace's XLA Ops, and a slower verdict naming its line"
+    # Its own process takes the chip first; the gate's worker after it has exited.
+    expect 0 op-times.log python3 benchmarks/op_times_check.py --size 2048
 fi
 
 if [[ " $sections " == *" figures "* ]]; then
@@ -106,6 +113,9 @@ if [[ " $sections " == *" figures "* ]]; then
 
     step "device memory a step keeps: the counts and judging a leak"
     expect 0 leaks.log env JAX_PLATFORMS=tpu python3 benchmarks/leak_overhead.py --rounds 10
+
+    step "what work by line and op time by line add to a region"
+    expect 0 line-overhead.log env JAX_PLATFORMS=tpu python3 benchmarks/line_overhead.py --runs 10
 fi
 
 if [[ " $sections " == *" growth "* ]]; then

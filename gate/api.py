@@ -111,7 +111,8 @@ def check_region(
         boundary_codes={fn.__code__: ref.spec for ref, fn in named},
     )
     with given_callables(region, code):
-        return run_region(policy, region, repo_root=root)
+        # Nothing here compares step times, so no traced runs: they would name no line.
+        return run_region(policy, region, repo_root=root, traced=False)
 
 
 def format_failure(result: RegionResult) -> str:

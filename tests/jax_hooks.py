@@ -223,9 +223,16 @@ HOOKS = (
     Hook(
         "each program's optimized HLO text (LoadedExecutable.hlo_modules(), else get_hlo_text()) "
         "and the meshes of its shardings (ExecuteReplicated.in_handler/out_handler), read for the "
-        "step's collectives, their replica groups in every printed form, and unused donations",
+        "step's collectives, their replica groups in every printed form, unused donations, and "
+        "the work and the profiler's op time of each source line",
         ("hlo_modules", "get_hlo_text", "in_handler", "out_handler"),
         (
+            "test_line_work.py::test_lines_grown_new_and_gone_are_listed_against_the_base_and_"
+            "the_unchanged_counted",
+            "test_line_work.py::test_an_op_inside_a_fusion_is_charged_to_its_own_line",
+            "test_line_work.py::test_a_scan_body_counts_its_trip_count_at_its_line",
+            "test_line_work.py::test_a_slower_step_lists_the_lines_whose_op_time_grew_and_keeps_"
+            "its_traces",
             "test_collectives_cli.py::test_each_sharded_step_lists_exactly_its_collectives",
             "test_collectives_cli.py::test_memory_is_per_device_and_shards_shrink_the_arguments",
             "test_collectives_cli.py::test_a_lost_donation_fails_at_its_argument_and_a_kept_one_"

@@ -1946,13 +1946,38 @@ def test_action_gate_step_leaves_no_gate_running_whenever_the_signal_comes(
         assert output in ("exit-code=1\n", "exit-code=143\n"), log
 
 
+@pytest.mark.parametrize(
+    ("junit", "folder"),
+    [
+        ("reports/transfer-gate.xml", "reports/transfer-gate-traces"),
+        ("out.xml", "out-traces"),
+        ("a b/shard-2.xml", "a b/shard-2-traces"),
+    ],
+)
+def test_action_uploads_the_traces_from_where_the_gate_keeps_them(
+    action: dict[str, Any], tmp_path: Path, junit: str, folder: str
+) -> None:
+    from gate.report.write import Reports, traces_folder
+
+    step = step_named(action["runs"]["steps"], "Find the traces")
+    proc, output, _ = run_step_script(step["run"], {"GATE_JUNIT": junit}, tmp_path)
+    assert proc.returncode == 0, shown(proc)
+    assert output == f"folder={folder}\n"
+    # The folder the gate's `run` gives its workers, for the same --junit.
+    assert traces_folder(Reports(tmp_path / junit)) == (tmp_path / folder).resolve()
+
+
 def test_action_steps_after_the_gate_wait_for_it(action: dict[str, Any]) -> None:
     steps = action["runs"]["steps"]
     upload = step_named(steps, "Upload report")
     # always(): after a cancellation too, a partial report is still worth keeping.
     assert upload["if"].startswith(ALWAYS_AFTER_THE_GATE.removesuffix(" }}"))
     assert "inputs.artifact-name != ''" in upload["if"]
-    assert upload["with"]["path"].splitlines() == ["${{ inputs.junit }}", "${{ inputs.json }}"]
+    assert upload["with"]["path"].splitlines() == [
+        "${{ inputs.junit }}",
+        "${{ inputs.json }}",
+        "${{ steps.traces.outputs.folder }}",  # the profiler's traces, beside the JUnit report
+    ]
 
 
 # --- the sharded workflow ------------------------------------------------------------------------
@@ -2037,7 +2062,11 @@ def test_merge_job_merges_every_shard_and_publishes_one_report(sharded: dict[str
     assert merge_json["if"] == ("${{ !cancelled() && hashFiles('reports/shards/*.json') != '' }}")
     assert upload["uses"].startswith("actions/upload-artifact@")
     assert upload["if"] == "${{ !cancelled() }}"
-    assert upload["with"]["path"].splitlines() == [JUNIT_PATH, JSON_PATH]
+    assert upload["with"]["path"].splitlines() == [
+        JUNIT_PATH,
+        JSON_PATH,
+        "reports/shards/*-traces/",  # every shard's traces, beside its reports
+    ]
 
 
 @pytest.mark.parametrize(

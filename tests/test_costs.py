@@ -146,7 +146,13 @@ def test_twice_the_matmul_work_is_exactly_twice_the_flops() -> None:
     (total_flops, step_flops) = [c for c in comparison.changes if c.metric == "flops"]
     assert total_flops.ratio == step_flops.ratio == 2.0  # exactly: no noise in these figures
     assert comparison.failing
-    assert comparison.headline().startswith("cost beyond 1.05x the base: total: flops 5.24e5")
+    # Two functions of this file: the head's line is new, the base's gone; the larger leads.
+    twice = _square_twice.__code__.co_firstlineno + 1
+    assert comparison.headline().startswith(
+        f"cost beyond 1.05x the base: new at tests/test_costs.py:{twice}: "
+        "2x dot f32[64,64]·f32[64,64]: flops 1.05e6"
+    )
+    assert "; total: flops 5.24e5 → 1.05e6 (2.00x); " in comparison.headline()
     # The same figures report only, without a threshold.
     assert not compare_costs(base, head, CostRule()).failing
     assert compare_costs(base, base, CostRule(max_increase=1.0)).changes == ()
@@ -420,9 +426,13 @@ def test_a_head_doing_twice_the_flops_fails_its_cost_against_the_base(tmp_path: 
     failure = run.testcase("grows: cost").find("failure")
     assert failure is not None, run
     assert failure.get("type") == "cost"
-    assert failure.get("message", "").startswith(
-        "cost beyond 1.05x the base: total: flops 5.24e5 → 1.05e6 (2.00x)"
+    # The line whose work grew leads, with its ops; the totals the rule failed follow.
+    message = failure.get("message", "")
+    assert message.startswith(
+        "cost beyond 1.05x the base: steps.py:7: 2x dot f32[64,64]·f32[64,64]: "
+        "flops 5.24e5 → 1.05e6 (2.00x); bytes_accessed "
     ), run
+    assert "; total: flops 5.24e5 → 1.05e6 (2.00x); " in message, run
     assert "- jit(step): flops 5.24e5 → 1.05e6 (2.00x)" in (failure.text or ""), run
     unchanged = run.testcase("same: cost")
     assert unchanged.find("failure") is None, run

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,6 +190,7 @@ def execute(
     planned: Callable[[Plan], None] | None = None,
     watcher: RunWatcher | None = None,
     finished: Callable[[RegionResult], None] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Load, check, plan and run what ``selection`` names; each region against ``base`` if given.
 
@@ -197,7 +198,8 @@ def execute(
     ``refused`` gets the result that says so (to report it) before the exception goes on.
     ``planned`` gets the plan before it runs (`run` reads each region's ``timing:`` from it).
     ``watcher`` hears the regions' stages and output (by default each output line goes to
-    stderr as ``[suite.region] line``); ``finished`` gets each region's result.
+    stderr as ``[suite.region] line``); ``finished`` gets each region's result. ``environ``:
+    the workers' environment, where it is not this process's.
     """
     watcher = PrefixedOutput(sys.stderr) if watcher is None else watcher
     try:
@@ -243,9 +245,16 @@ def execute(
                 watcher=watcher,
                 finished=finished,
                 starting=imported,
+                environ=environ,
             )
         return run_isolated(
-            plan, repo_root, cancel=cancel, watcher=watcher, finished=finished, starting=imported
+            plan,
+            repo_root,
+            cancel=cancel,
+            watcher=watcher,
+            finished=finished,
+            starting=imported,
+            environ=environ,
         )
     except PolicyError:
         raise

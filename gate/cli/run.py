@@ -25,13 +25,14 @@ from gate.policy.model import Region
 from gate.printable import say
 from gate.report.live import LiveOutput, is_terminal, shows_escapes
 from gate.report.terminal import format_summary
-from gate.report.write import Reports, write_reports
+from gate.report.write import Reports, clear_traces, traces_folder, write_reports
 from gate.results.baseline import accept_command, apply_baseline, fingerprints_of
 from gate.results.baseline_file import BaselineError, StoredBaseline, load_baseline
 from gate.results.errors import ErrorKind
 from gate.results.provenance import Provenance, read_provenance
 from gate.results.records import CheckName, RegionResult, RunResult, SuiteResult
 from gate.results.refusals import unusable_base, unusable_baseline
+from gate.witness.op_times import TRACES_ENV
 
 
 def run_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
@@ -54,6 +55,7 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     # The last run's reports go now: a run that breaks before it writes its own must leave
     # none, never one that reads as this run's (a stale pass).
     reports.remove()
+    clear_traces(reports)  # a trace of an earlier run must not pass for this run's
     # Read as the run starts: its time is the run's, and HEAD is what the work tree runs. Only
     # the JSON report holds it: without one, git is not asked.
     provenance = read_provenance(repo_root, os.environ) if reports.json is not None else None
@@ -130,6 +132,7 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
             base=base,
             watcher=live,
             finished=finished,
+            environ={**os.environ, TRACES_ENV: str(traces_folder(reports))},
         )
     result = replace(
         result,

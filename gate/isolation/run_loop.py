@@ -74,6 +74,7 @@ def run_isolated(
     watcher: RunWatcher | None = None,
     finished: Callable[[RegionResult], None] | None = None,
     starting: Callable[[Scheduler], None] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Run every region of ``plan``, each in a worker process; never loses one.
 
@@ -83,7 +84,7 @@ def run_isolated(
     output; ``finished`` gets each region's result as soon as it is known. ``starting`` gets the
     first scheduler while its worker starts (what it raises stops the workers and the run).
     """
-    with schedulers(plan, repo_root, cancel=cancel, watcher=watcher) as workers:
+    with schedulers(plan, repo_root, cancel=cancel, watcher=watcher, environ=environ) as workers:
         return begin(plan, workers, starting, lambda s, p, r: s.run(p, r), finished)
 
 

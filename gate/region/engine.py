@@ -63,7 +63,7 @@ from gate.region.step_times import summarize
 from gate.region.threads import user_threads_alive
 from gate.region.verdict import Witnessing, coverage, notes, unchecked
 from gate.results.errors import ErrorKind, RegionError
-from gate.results.records import CheckOutcome, Phase, RegionResult
+from gate.results.records import CheckOutcome, Phase, RegionResult, region_key
 from gate.user_code import UserCode
 from gate.witness.callbacks import CallbackHookMissing, count_callbacks
 from gate.witness.live_arrays import LiveArrays
@@ -84,6 +84,7 @@ def run_region(
     repo_root: Path | None = None,
     keep: Keep | None = None,
     other_roots: tuple[Path, ...] = (),
+    traced: bool = True,
 ) -> RegionResult:
     """Run one region of ``policy`` in this process and judge it. Never raises for the user's code.
 
@@ -94,6 +95,8 @@ def run_region(
     last outputs, if it ran to the end (``run --base`` times it again, `gate.region.held`).
     ``other_roots`` are the other trees whose code this process holds: their files are never
     this region's, and the first call is watched for their code (`gate.region.other_tree_code`).
+    ``traced``: a few runs under JAX's profiler after the cost run, for a region whose step
+    time is compared (`gate.region.cost_phase`); off where nothing compares it.
     """
     started = time.perf_counter()
     root = Path.cwd() if repo_root is None else repo_root
@@ -110,11 +113,11 @@ def run_region(
         except ResolveError as exc:
             return result(error=RegionError(ErrorKind.IMPORT, str(exc), str(exc)))
         code = RegionCode(policy, region, user, callables)
-        return _run_imported(RegionRun(code), result, keep)
+        return _run_imported(RegionRun(code), result, keep, traced=traced)
 
 
 def _run_imported(
-    run: RegionRun, result: Callable[..., RegionResult], keep: Keep | None
+    run: RegionRun, result: Callable[..., RegionResult], keep: Keep | None, *, traced: bool
 ) -> RegionResult:
     region = run.code.region
     run.platform = _platform()
@@ -248,8 +251,16 @@ def _run_imported(
         )
     judged = coverage(witnessing())
     # Last: it slows dispatch (cost_phase).
+    # Op times by line only where a slower verdict may list them.
+    key = region_key(run.code.policy.suite, region.name)
     with programs.entered():
-        cost = cost_phase(run.inputs.for_timing, run.call, run.code.user, dropped.found)
+        cost = cost_phase(
+            run.inputs.for_timing,
+            run.call,
+            run.code.user,
+            dropped.found,
+            traced=key if traced and region.timing.compare else None,
+        )
     donations = judge_donations(region.donation, cost, witnessing().where)
     return result(
         transfers=tuple(run.verdict.transfers),
@@ -262,7 +273,9 @@ def _run_imported(
         startup_programs=run.startup_programs(compile_watch),
         notes=notes(run.verdict, witnessing(), region)
         + _noted(donations.note)
-        + _noted(memory.note if memory is not None else None),
+        + _noted(memory.note if memory is not None else None)
+        # A trace without op times, said once: a slower verdict names no line then.
+        + _noted(cost.times.note if cost.times is not None and cost.times.note else None),
         coverage=judged,
         error=unchecked(region, witnessing(), judged) or donations.error,
         cost=cost,

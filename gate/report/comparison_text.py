@@ -28,8 +28,11 @@ from gate.results.comparison import (
     TimingVerdict,
     renamed_text,
 )
+from gate.results.costs import CostComparison
 from gate.results.records import RegionResult
 from gate.text import duration_text
+
+LINES_SHOWN = 3  # changed lines a log or summary shows under a cost change
 
 
 def one_line(text: str) -> str:
@@ -214,6 +217,7 @@ def comparison_lines(region: RegionResult) -> list[tuple[str, str]]:
             lines.append(("vs base", own_definition_line(base)))
         if base.timing is not None:
             lines.append((timing_label(base.timing), timing_line(base.timing)))
+            lines.extend(("slower by line", t) for t in slower_lines(base.timing, base.cost, 3))
         lines.extend((timing_label(t), timing_line(t)) for t in base.boundary_timing)
         if base.results is not None:
             lines.append(("results vs base", results_line(base.results)))
@@ -229,16 +233,66 @@ def comparison_lines(region: RegionResult) -> list[tuple[str, str]]:
             lines.append(("transfers vs base", f"{count} {noun} already in the base, not failing"))
         if base.cost is not None and (base.cost.changed or not base.cost.compared):
             lines.append(("cost vs base", base.cost.headline()))
+            lines.extend(_by_line(base.cost, "cost vs base by line"))
     if region.timing_vs_baseline is not None:
         timing = region.timing_vs_baseline
         lines.append((timing_label(timing), timing_line(timing)))
+        by_line = slower_lines(timing, region.cost_vs_baseline, 3)
+        lines.extend(("slower by line", text) for text in by_line)
     if region.cost_vs_baseline is not None and region.cost_vs_baseline.changed:
         lines.append(("cost vs baseline", region.cost_vs_baseline.headline()))
+        lines.extend(_by_line(region.cost_vs_baseline, "cost vs baseline by line"))
     # New collectives are findings at their own lines, unused donations at the policy's
     # (`gate.report.communication_text`).
     lines.extend((comm_label(c), c.headline()) for c in comm_comparisons(region) if shown(c))
     lines.extend((donation_label(d), d.headline()) for d in donation_comparisons(region) if d.shown)
     return lines
+
+
+def slower_lines(
+    timing: TimingComparison, cost: CostComparison | None, most: int | None = None
+) -> list[str]:
+    """Where a slower step's time went: the lines whose op time grew most, with both times
+    (`gate.results.line_times`); or why no line can be named. [] for any other verdict."""
+    if timing.verdict is not TimingVerdict.SLOWER or timing.what != "step" or cost is None:
+        return []
+    if cost.times is None:
+        return [f"op time by line not compared: {cost.times_note}"] if cost.times_note else []
+    named = cost.times.grown(most, _floor(timing))
+    if named:
+        return named
+    # A step slowed by the host (a sleep, a transfer, dispatch) must not be pinned on an op
+    # whose time moved by noise.
+    grew = duration_text(timing.head_median_s - timing.base_median_s)
+    return [
+        f"no line's op time grew by a tenth of the step's {grew} in the traced runs: the time "
+        "went outside the programs' ops (the host, dispatch, transfers)"
+    ]
+
+
+# A line is named where its op time grew by at least this share of the step's median growth.
+_NAMED_SHARE = 0.1
+
+
+def _floor(timing: TimingComparison) -> float:
+    return _NAMED_SHARE * max(timing.head_median_s - timing.base_median_s, 0.0)
+
+
+def most_grown(timing: TimingComparison, cost: CostComparison | None) -> str:
+    """``; most at model.py:42: 0.41 ms → 1.63 ms`` for a slower step whose op times were
+    compared; "" otherwise. What a one-line failure (an annotation, a JUnit message) ends with."""
+    if timing.verdict is not TimingVerdict.SLOWER or timing.what != "step":
+        return ""
+    if cost is None or cost.times is None:
+        return ""
+    grown = cost.times.grown(1, _floor(timing))
+    return f"; most at {grown[0]}" if grown else ""
+
+
+def _by_line(cost: CostComparison, label: str) -> list[tuple[str, str]]:
+    """The lines whose work changed most, one entry each (the JUnit case and the JSON report
+    list them all): where a reviewer looks first."""
+    return [(label, text) for text in cost.line_listing(most=LINES_SHOWN)]
 
 
 def failing_comparisons(region: RegionResult) -> list[tuple[str, str]]:
@@ -250,7 +304,8 @@ def failing_comparisons(region: RegionResult) -> list[tuple[str, str]]:
             failing.append(("vs base", base_status_line(base)))
         for timing in (base.timing, *base.boundary_timing):
             if timing is not None and timing.failing:
-                failing.append((timing_label(timing), timing_line(timing)))
+                most = most_grown(timing, base.cost)
+                failing.append((timing_label(timing), timing_line(timing) + most))
         if base.results is not None and base.results.failing:
             text = results_line(base.results)
             if own_definition_line(base):  # where the fix is: the rename changed the result
@@ -260,7 +315,8 @@ def failing_comparisons(region: RegionResult) -> list[tuple[str, str]]:
             failing.append(("cost vs base", base.cost.headline()))
     vs_baseline = region.timing_vs_baseline
     if vs_baseline is not None and vs_baseline.failing:
-        failing.append((timing_label(vs_baseline), timing_line(vs_baseline)))
+        most = most_grown(vs_baseline, region.cost_vs_baseline)
+        failing.append((timing_label(vs_baseline), timing_line(vs_baseline) + most))
     if region.cost_vs_baseline is not None and region.cost_vs_baseline.failing:
         failing.append(("cost vs baseline", region.cost_vs_baseline.headline()))
     return failing

@@ -24,6 +24,13 @@ from gate.files import write_text_atomically
 from gate.levels import GuardSpec
 from gate.package import __version__
 from gate.report.json_collectives import CommComparisonDoc, CommunicationDoc, DonationDoc
+from gate.report.json_lines import (
+    LineComparisonDoc,
+    LineTimeComparisonDoc,
+    LineWorkDoc,
+    OpTimesDoc,
+    line_table_doc,
+)
 from gate.report.json_memory import MemoryDoc
 from gate.results.cause import cause_of
 from gate.results.comparison import (
@@ -287,6 +294,16 @@ class CostComparisonDoc(Record, frozen=True, kw_only=True):
     headline: str
     changes: tuple[CostChangeDoc, ...]
     program_counts: tuple[ProgramCountDoc, ...] = ()
+    # Work by source line against the same side (`gate.report.json_lines`); null where a
+    # side has no line table, and then ``lines_note`` says why when a reader should know.
+    lines: LineComparisonDoc | None = None
+    lines_note: str = ""
+    # Op time by line from the profiler's traced runs, both sides; null where a side has
+    # none, and then ``times_note`` says why when the head was traced.
+    times: LineTimeComparisonDoc | None = None
+    times_note: str = ""
+    # The folder of the base's trace (``run --base``), beside the head's (``cost.times``).
+    base_trace: str | None = None
 
     @classmethod
     def of(cls, cost: CostComparison | None) -> CostComparisonDoc | None:
@@ -312,6 +329,11 @@ class CostComparisonDoc(Record, frozen=True, kw_only=True):
                 )
                 for count in cost.counts
             ),
+            lines=LineComparisonDoc.of(cost.lines, cost.against),
+            lines_note=cost.lines_note,
+            times=LineTimeComparisonDoc.of(cost.times, cost.against),
+            times_note=cost.times_note,
+            base_trace=cost.base_trace,
         )
 
 
@@ -405,6 +427,10 @@ class CostDoc(Record, frozen=True, kw_only=True):
     peak_memory: tuple[PeakDoc, ...] | None
     # The programs' collectives (`gate.report.json_collectives`); null when not read.
     communication: CommunicationDoc | None
+    # The step's work by source line (`gate.report.json_lines`); null when not counted.
+    lines: tuple[LineWorkDoc, ...] | None = None
+    # Op time by line from the traced runs (`gate.report.json_lines`); null when not traced.
+    times: OpTimesDoc | None = None
 
     @classmethod
     def of(cls, cost: StepCost | None) -> CostDoc | None:
@@ -431,6 +457,8 @@ class CostDoc(Record, frozen=True, kw_only=True):
             ),
             peak_memory=None if peaks is None else _records(peaks, PeakDoc),
             communication=CommunicationDoc.of(cost.comm),
+            lines=line_table_doc(cost.lines),
+            times=OpTimesDoc.of(cost.times),
         )
 
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 from gate.report.comparison_text import (
     base_status_line,
     boundary_time_line,
+    most_grown,
     one_line,
     own_definition_line,
     results_line,
+    slower_lines,
     timing_details,
     timing_label,
 )
@@ -65,12 +67,18 @@ def _timing_case(
     if base is not None and timing.what == "step" and base.boundaries:
         lines.append(f"Boundary time per step, base → head ({base.base}):")
         lines.extend(f"- {boundary_time_line(b)}" for b in base.boundaries)
+    cost = base.cost if base is not None else region.cost_vs_baseline
+    by_line = slower_lines(timing, cost)
+    if by_line:
+        lines.append(f"Op time by line, {timing.against} → head, from the profiler's traced runs:")
+        lines.extend(f"- {text}" for text in by_line)
     body = "\n".join(lines) + "\n\n" + declared(region)
     if timing.failing:
         body += timing_next_step(region, timing.against)
     outcome: Outcome | None = None
     if timing.failing:
-        outcome = Outcome("failure", "timing", timing.headline(), body)
+        # The line whose time grew most goes in the message: the annotation a reviewer sees.
+        outcome = Outcome("failure", "timing", timing.headline() + most_grown(timing, cost), body)
     elif timing.verdict is TimingVerdict.INCONCLUSIVE:
         outcome = Outcome("skipped", "inconclusive", timing.headline(), body)
     # Unchanged, faster, or a slowdown under `on_regression: warn`: a pass, and system-out

@@ -1,5 +1,8 @@
 """Every report of a run, written in one place: JUnit, the JSON map, GitHub Actions' annotations.
 
+Beside them, the profiler's traces of the regions' traced runs (`TRACES`): the workers
+write them there (`gate.witness.op_times`), the reports name them.
+
 A run that refused to start (an invalid policy, an unusable baseline, a bug
 in the gate) is reported the same way as one that ran, because a missing
 report reads as "0 tests, all passed".
@@ -7,6 +10,7 @@ report reads as "0 tests, all passed".
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +53,22 @@ class Reports:
     def describe(self) -> str:
         """``report: reports/transfer-gate.xml, reports/map.json``."""
         return f"report: {self.junit}" + (f", {self.json}" if self.json else "")
+
+
+TRACES = "-traces"  # after the JUnit report's name: reports/transfer-gate-traces/
+
+
+def traces_folder(reports: Reports) -> Path:
+    """Where a run keeps the profiler's traces of its regions: a folder beside the JUnit
+    report, named after it (two runs with their own reports in one folder, say two shards on
+    one host, keep theirs apart), one folder per traced region and side in it."""
+    junit = reports.junit
+    return junit.with_name(junit.stem + TRACES).resolve()
+
+
+def clear_traces(reports: Reports) -> None:
+    """Remove an earlier run's traces, so that the folder holds this run's only."""
+    shutil.rmtree(traces_folder(reports), ignore_errors=True)
 
 
 def write_reports(

@@ -27,9 +27,12 @@ from dataclasses import dataclass
 from gate.policy.model import CostRule
 from gate.results.collectives import Communication
 from gate.results.donations import UnusedDonation
+from gate.results.line_times import LineTimeComparison, OpTimes, compare_line_times
+from gate.results.line_work import LineComparison, LineWork, compare_lines
 from gate.text import number_text, si_text, size_text
 
 WORK = ("flops", "bytes_accessed", "transcendentals")
+LINES_LISTED = 20  # changed lines a report lists before counting the rest
 MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
 METRICS = WORK + MEMORY
 
@@ -102,6 +105,13 @@ class StepCost:
     # donated argument no output reuses. None: not read (the cost was not measured).
     comm: Communication | None = None
     donations: tuple[UnusedDonation, ...] | None = None
+    # Work by source line (`gate.results.line_work`), in file and line order. None: not
+    # counted (the cost was not measured, a program's text could not be read, or a stored
+    # baseline from before the gate kept it).
+    lines: tuple[LineWork, ...] | None = None
+    # Op time by source line, from traced runs after the cost run (`gate.results.line_times`);
+    # None: not traced (``timing: off``, or the cost was not measured).
+    times: OpTimes | None = None
 
     def total(self, metric: str) -> float | None:
         return dict(self.totals).get(metric)
@@ -116,8 +126,10 @@ def step_cost(
     functions: tuple[FunctionCost, ...],
     peak_memory: tuple[DevicePeak, ...] | None,
     note: str = "",
+    *,
     comm: Communication | None = None,
     donations: tuple[UnusedDonation, ...] | None = None,
+    lines: tuple[LineWork, ...] | None = None,
 ) -> StepCost:
     """The step's record, its totals summed from its functions' figures."""
     totals = []
@@ -126,7 +138,9 @@ def step_cost(
         if given:
             totals.append((metric, float(sum(given))))
     ordered = tuple(sorted(functions, key=lambda fn: fn.name))
-    return StepCost(ordered, tuple(totals), peak_memory, note, comm=comm, donations=donations)
+    return StepCost(
+        ordered, tuple(totals), peak_memory, note, comm=comm, donations=donations, lines=lines
+    )
 
 
 def not_measured(note: str, peak_memory: tuple[DevicePeak, ...] | None = None) -> StepCost:
@@ -227,11 +241,22 @@ class CostComparison:
     programs: tuple[ProgramChange, ...] = ()  # new ones, then gone ones, each by name
     # Functions whose count of programs differs: their memory is said per program.
     counts: tuple[ProgramCount, ...] = ()
+    # The step's work line by line (`gate.results.line_work`); None where a side has no
+    # line table (`lines_note` says why, when a reader should know).
+    lines: LineComparison | None = None
+    lines_note: str = ""
+    # Op time by line, base against head (`gate.results.line_times`): what a slower verdict
+    # lists; None where a side has no per-op times.
+    times: LineTimeComparison | None = None
+    times_note: str = ""  # why ``times`` is None, where the head was traced
+    base_trace: str | None = None  # the folder of the base's trace, where it was kept
 
     @property
     def changed(self) -> bool:
-        """A program came or went, or a figure changed by more than rounds to 1.00x."""
-        return bool(self.programs or self.counts) or any(c.notable for c in self.changes)
+        """A program came or went, a function's count of programs or a line's work changed,
+        or a figure changed by more than rounds to 1.00x."""
+        moved = self.lines is not None and bool(self.lines.changes)
+        return bool(self.programs or self.counts) or moved or any(c.notable for c in self.changes)
 
     def _shown(self, change: CostChange) -> bool:
         """A notable figure of its own: not a new or gone function's, nor the summed memory of
@@ -241,11 +266,20 @@ class CostComparison:
         counted = change.function in {c.name for c in self.counts}
         return change.notable and not (counted and change.metric in MEMORY)
 
+    def line_listing(self, most: int | None = LINES_LISTED) -> list[str]:
+        """The lines that changed, most first, then new ones, then gone ones; or why the lines
+        were not compared; [] when there is nothing to say."""
+        if self.lines is None:
+            return [f"lines not compared: {self.lines_note}"] if self.lines_note else []
+        if not self.lines.changes:
+            return []
+        return self.lines.listing(self.against, most)
+
     def listing(self) -> list[str]:
-        """Every change a reader is shown, one per line: programs first, each with its figures
-        (those not 0), then functions with more or fewer programs, then the figures that
-        changed."""
-        lines = []
+        """Every change a reader is shown, one per line: the lines that changed (most first,
+        new, gone), the programs that came or went, each with its figures (those not 0), then
+        functions with more or fewer programs, then the figures that changed."""
+        lines = self.line_listing()
         for program in self.programs:
             own = [c for c in self.changes if c.function == program.name]
             values = [(c.metric, c.head if program.new else c.base) for c in own]
@@ -289,7 +323,7 @@ class CostComparison:
             )
         if not self.compared:
             return f"cost not compared: {self.note}"
-        if not self.changes:
+        if not self.changes and not self.changed:
             return f"cost unchanged against the {self.against}"
         if not self.changed:
             return f"cost unchanged against the {self.against}, to within 0.5%"
@@ -297,7 +331,13 @@ class CostComparison:
         # A new or gone program leads, by name and line; its own figures say no more. A
         # function with more programs says so, its memory per program, not summed.
         figures = [c for c in self.changes if self._shown(c) or c.failing]
+        # The line that changed most leads: it is where a reviewer looks first. A line that is
+        # a new or gone program's own place is said by that program's entry.
+        places = {p.where for p in self.programs}
+        changes = self.lines.changes if self.lines is not None else ()
+        top = [c for c in changes if c.shown.where not in places][:1]
         shown = [
+            *(change.text(self.against) for change in top),
             *(p.text(self.against) for p in self.programs),
             *(c.text(self.against) for c in self.counts),
             *(c.text() for c in figures if c.metric in failed or not failed),
@@ -357,8 +397,33 @@ def compare_costs(
         for name in sorted(old_fns.keys() & new_fns.keys())
         if old_fns[name].programs != new_fns[name].programs
     )
+    lines, lines_note = None, ""
+    if base.lines is not None and head.lines is not None:
+        lines = compare_lines(base.lines, head.lines)
+    elif base.lines is None and head.lines is not None:
+        lines_note = f"the {against} has no line table" + (
+            "; run `transfer-gate baseline` to record it" if against == "baseline" else ""
+        )
+    times, times_note = None, ""
+    if base.times is not None and head.times is not None:
+        times = compare_line_times(base.times, head.times)
+        if times is None:
+            times_note = head.times.note or base.times.note or "no op of the trace was the step's"
+    elif head.times is not None:
+        times_note = f"the {against} has no op times" + (
+            "; run `transfer-gate baseline` to record them" if against == "baseline" else ""
+        )
     return CostComparison(
-        against, tuple(changes), rule.max_increase, programs=tuple(programs), counts=counts
+        against,
+        tuple(changes),
+        rule.max_increase,
+        programs=tuple(programs),
+        counts=counts,
+        lines=lines,
+        lines_note=lines_note,
+        times=times,
+        times_note=times_note,
+        base_trace=base.times.trace if base.times is not None else None,
     )
 
 

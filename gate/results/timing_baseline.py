@@ -1,11 +1,11 @@
 """The stored timing baseline: each region's step times as ``transfer-gate baseline`` measured them.
 
 Kept in the baseline file beside the accepted transfers (its ``timing`` mapping), one entry
-per region: the median, the quartiles and every raw sample, XLA's figures, collectives and
-unused donations, and the machine they were measured on (`gate.results.machine`). A later
-``run`` compares with them (`gate.compare.stored_baseline`) only on an equal machine: a
-timing from another processor, accelerator, JAX or gate says nothing about this code's
-speed here.
+per region: the median, the quartiles and every raw sample, XLA's figures, collectives,
+unused donations and work by source line, and the machine they were measured on
+(`gate.results.machine`). A later ``run`` compares with them (`gate.compare.stored_baseline`)
+only on an equal machine: a timing from another processor, accelerator, JAX or gate says
+nothing about this code's speed here.
 
 These records are the file's schema (`gate.results.baseline_file`): msgspec checks every
 value as it reads them, so a hand-edited ``median_s: -1`` is refused, not compared.
@@ -14,6 +14,7 @@ value as it reads them, so a hand-edited ``median_s: -1`` is refused, not compar
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Annotated, Literal
 
 import msgspec
@@ -23,6 +24,8 @@ from gate.documents import Record
 from gate.results.collectives import Collective, CollectiveKind, Communication
 from gate.results.costs import FunctionCost, StepCost, step_cost
 from gate.results.donations import JAX, XLA, UnusedDonation
+from gate.results.line_times import LineTime, OpTimes
+from gate.results.line_work import LineWork
 from gate.results.machine import Machine
 from gate.results.records import RegionResult, RunResult
 from gate.user_code import SourceLocation
@@ -148,19 +151,97 @@ class StoredDonation(Record, frozen=True, kw_only=True):
         )
 
 
+class StoredLine(Record, frozen=True, kw_only=True, omit_defaults=True):
+    """One source line's work per step (`gate.results.line_work.LineWork`), every field, so a
+    later run compares its lines with this baseline's exactly."""
+
+    path: str  # "" for the ops of no source line
+    line: Count
+    function: str = ""
+    source: str | None = None
+    flops: Amount = 0.0
+    bytes_accessed: Amount = 0.0
+    transcendentals: Amount = 0.0
+    ops: tuple[str, ...] = ()
+    op_count: Count = 0
+
+    @classmethod
+    def of(cls, w: LineWork) -> StoredLine:
+        return cls(
+            path=w.path,
+            line=w.line,
+            function=w.function,
+            source=w.source,
+            flops=w.flops,
+            bytes_accessed=w.bytes_accessed,
+            transcendentals=w.transcendentals,
+            ops=w.ops,
+            op_count=w.op_count,
+        )
+
+    def line_work(self) -> LineWork:
+        return LineWork(
+            self.path,
+            self.line,
+            self.function,
+            self.source,
+            self.flops,
+            self.bytes_accessed,
+            self.transcendentals,
+            self.ops,
+            self.op_count,
+        )
+
+
+class StoredLineTime(Record, frozen=True, kw_only=True, omit_defaults=True):
+    """One source line's op time per step from the profiler's traced runs
+    (`gate.results.line_times.LineTime`): what a later slower verdict names lines against."""
+
+    path: str
+    line: Count
+    function: str = ""
+    source: str | None = None
+    seconds: Amount
+    ops: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, t: LineTime) -> StoredLineTime:
+        return cls(
+            path=t.path,
+            line=t.line,
+            function=t.function,
+            source=t.source,
+            seconds=t.seconds,
+            ops=t.ops,
+        )
+
+    def line_time(self) -> LineTime:
+        return LineTime(self.path, self.line, self.function, self.source, self.seconds, self.ops)
+
+
+class StoredOpTimes(Record, frozen=True, kw_only=True):
+    """The op time by line of the step's traced runs; the trace itself is not kept here."""
+
+    runs: Count
+    lines: tuple[StoredLineTime, ...]
+
+
 class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
     """What the file keeps of a measured step cost: XLA's exact figures, the collectives and the
     unused donations.
 
     The device's memory peak depends on what ran before in the worker, so it is not kept.
-    ``collectives`` and ``donations`` are absent where they were not read (a file from before
-    they were kept, a JAX whose programs hide their text); ``donations`` is empty where every
-    donation was reused.
+    ``collectives``, ``donations`` and ``lines`` are absent where they were not read (a file
+    from before they were kept, a JAX whose programs hide their text); ``donations`` is empty
+    where every donation was reused.
     """
 
     functions: tuple[StoredFunction, ...]
     collectives: tuple[StoredCollective, ...] | None = None
     donations: tuple[StoredDonation, ...] | None = None
+    lines: tuple[StoredLine, ...] | None = None  # work by source line
+    # Op time by line; absent where the step was not traced or its trace had no op times.
+    times: StoredOpTimes | None = None
 
     @classmethod
     def of(cls, cost: StepCost) -> StoredCost:
@@ -181,6 +262,8 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
             functions=functions,
             collectives=None if kept is None else tuple(StoredCollective.of(c) for c in kept),
             donations=None if donations is None else tuple(StoredDonation.of(d) for d in donations),
+            lines=None if cost.lines is None else tuple(StoredLine.of(w) for w in cost.lines),
+            times=_stored_times(cost.times),
         )
 
     def step_cost(self) -> StepCost:
@@ -192,7 +275,18 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
         )
         donations = None if self.donations is None else tuple(d.donation() for d in self.donations)
         functions = tuple(fn.function_cost() for fn in self.functions)
-        return step_cost(functions, None, comm=comm, donations=donations)
+        lines = None if self.lines is None else tuple(w.line_work() for w in self.lines)
+        cost = step_cost(functions, None, comm=comm, donations=donations, lines=lines)
+        if self.times is None:
+            return cost
+        kept = tuple(t.line_time() for t in self.times.lines)
+        return replace(cost, times=OpTimes(kept, self.times.runs))
+
+
+def _stored_times(times: OpTimes | None) -> StoredOpTimes | None:
+    if times is None or times.note or not times.lines:
+        return None
+    return StoredOpTimes(runs=times.runs, lines=tuple(StoredLineTime.of(t) for t in times.lines))
 
 
 class TimingNoise(Record, frozen=True, kw_only=True):

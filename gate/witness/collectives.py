@@ -114,15 +114,18 @@ def multiplicities(
     return {name: times(name, frozenset()) for name in module.computations}
 
 
-def call_graph(module: HloModule) -> dict[str, list[tuple[str, int, str]]]:
-    """Each computation's callees, in instruction order: ``(callee, times per call, why)``."""
+def call_graph(
+    module: HloModule, leaving_out: frozenset[str] = frozenset()
+) -> dict[str, list[tuple[str, int, str]]]:
+    """Each computation's callees, in instruction order: ``(callee, times per call, why)``;
+    ``leaving_out`` names the attributes whose callees are not followed (``to_apply``)."""
     return {
         caller: [
             call
             for instruction in body
             # An async pair's done and update name the same wrapped computation as its start.
             if instruction.opcode not in ("async-done", "async-update")
-            for call in _callees(instruction)
+            for call in _callees(instruction, leaving_out)
         ]
         for caller, body in module.computations.items()
     }
@@ -147,11 +150,15 @@ def program_order(
     return list(order)
 
 
-def _callees(instruction: Instruction) -> list[tuple[str, int, str]]:
+def _callees(
+    instruction: Instruction, leaving_out: frozenset[str] = frozenset()
+) -> list[tuple[str, int, str]]:
     if "=%" not in instruction.attributes and "={%" not in instruction.attributes:
         return []  # calls nothing: most instructions, without a regex over their attributes
     found: list[tuple[str, int, str]] = []
     for key, value in _CALLEE.findall(instruction.attributes):
+        if key in leaving_out:
+            continue
         factor, why = 1, ""
         if key in ("true_computation", "false_computation", "branch_computations"):
             why = _BRANCH
@@ -229,7 +236,7 @@ class _Reader:
                 shapes.append(shape_text(element, full))
                 total += array_bytes(element, full)
             metadata = source.attribute("metadata") or instruction.attribute("metadata")
-            location = _location(self.module, metadata, self.user)
+            location = user_location(self.module, metadata, self.user)
             if location is None:
                 location = self._used_at(source)
             found.append(
@@ -242,7 +249,7 @@ class _Reader:
                     axes=axes,
                     groups=who,
                     location=location,
-                    source=_line_text(self.user, location),
+                    source=line_text(self.user, location),
                     op_name=op_name(metadata),
                     uncounted=uncounted,
                 )
@@ -257,7 +264,7 @@ class _Reader:
         result is used is the line whose sharding made it.
         """
         for user in self.users.get(instruction.name, []):
-            found = _location(self.module, user.attribute("metadata"), self.user)
+            found = user_location(self.module, user.attribute("metadata"), self.user)
             if found is not None:
                 return found
         return None
@@ -286,8 +293,9 @@ def _buffer_text(shapes: Sequence[str]) -> str:
     return ", ".join(shapes)
 
 
-def _location(module: HloModule, metadata: str | None, user: UserCode) -> SourceLocation | None:
-    """The innermost frame in the user's code; else the innermost outside any library."""
+def user_location(module: HloModule, metadata: str | None, user: UserCode) -> SourceLocation | None:
+    """An instruction's line: the innermost frame of its ``metadata`` in the user's code;
+    else the innermost outside any library (an installed package of the user's)."""
     frames = [f for f in stack(module, metadata) if f.path]
     for accept in (_is_user, _not_library):
         for frame in frames:
@@ -312,7 +320,7 @@ def _relative(user: UserCode, path: str) -> str:
     return user.relative(path)
 
 
-def _line_text(user: UserCode, location: SourceLocation | None) -> str | None:
+def line_text(user: UserCode, location: SourceLocation | None) -> str | None:
     if location is None:
         return None
     path = location.path if location.path.startswith("/") else str(user.repo_root / location.path)

@@ -25,7 +25,8 @@ from gate.jaxhooks.internals import InternalMissing, jax_version
 from gate.results.collectives import Communication
 from gate.results.costs import DevicePeak, FunctionCost, StepCost, not_measured, step_cost
 from gate.user_code import UserCode
-from gate.witness.programs import read_programs
+from gate.witness.line_work import OpWork, line_table, program_ops_of
+from gate.witness.programs import parsed_programs, read_programs
 
 # XLA's keys, as `cost_analysis()` and `get_compiled_memory_stats()` spell them.
 _WORK_KEYS = (
@@ -52,7 +53,21 @@ def measure_step(
     user: UserCode | None = None,
     warned: Sequence[WarnedDonation] = (),
 ) -> StepCost:
-    """Run ``run_step(prepare())`` once, every execution of the step seen, and what it cost.
+    """Run ``run_step(prepare())`` once, every execution of the step seen, and what it cost
+    (`measure_step_ops`, without the ops)."""
+    return measure_step_ops(prepare, run_step, user=user, warned=warned)[0]
+
+
+def measure_step_ops(
+    prepare: Callable[[], T],
+    run_step: Callable[[T], object],
+    *,
+    user: UserCode | None = None,
+    warned: Sequence[WarnedDonation] = (),
+) -> tuple[StepCost, tuple[OpWork, ...]]:
+    """Run ``run_step(prepare())`` once, every execution of the step seen, and what it cost;
+    with every op of its programs, charged to its line (`gate.witness.line_work`), which
+    the traced runs' op times are matched to (`gate.witness.op_times`).
 
     Only the step is seen: ``prepare`` (setup) runs before the hook is in.
     Whatever either raises propagates (the hook is put back first). The programs' text
@@ -71,15 +86,25 @@ def measure_step(
             run_step(prepared)
     except InternalMissing as exc:
         note = f"cost not measured: {exc} (jax {jax_version()})"
-        return not_measured(note, device_peaks(before, memory_marks(devices)))
+        return not_measured(note, device_peaks(before, memory_marks(devices))), ()
     peaks = device_peaks(before, memory_marks(devices))
     executed = log.executed()
     if not executed:
-        return step_cost(
-            (), peaks, "the step ran no compiled program", comm=Communication(), donations=()
+        nothing = step_cost(
+            (),
+            peaks,
+            "the step ran no compiled program",
+            comm=Communication(),
+            donations=(),
+            lines=(),
         )
-    comm, donations = read_programs(executed, code, warned)
-    return step_cost(function_costs(executed), peaks, comm=comm, donations=donations)
+        return nothing, ()
+    modules = parsed_programs(executed)
+    comm, donations = read_programs(executed, code, warned, modules)
+    ops = () if isinstance(modules, str) else program_ops_of(modules, code)
+    lines = None if isinstance(modules, str) else line_table(ops, code)
+    cost = step_cost(function_costs(executed), peaks, comm=comm, donations=donations, lines=lines)
+    return cost, ops
 
 
 def function_costs(executed: Sequence[Executed]) -> tuple[FunctionCost, ...]:

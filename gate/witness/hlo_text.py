@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([^\s=]+)\s*=\s*(.*)$")
+_INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%?([^\s=]+)\s*=\s*(.*)$")
 _COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([^\s(]+)\s*\(.*\)\s*->\s*.*\{\s*$")
 _OPCODE = re.compile(r"\s*([a-z][\w\-]*)\(")
 _TABLE_ROW = re.compile(r"^(\d+)\s+(.*)$")
@@ -56,6 +56,7 @@ class Instruction:
     opcode: str
     operands: tuple[str, ...]  # instruction names, without ``%``
     attributes: str  # everything after the operand list, unparsed
+    root: bool = False  # its computation's result (``ROOT``)
 
     def attribute(self, key: str) -> str | None:
         """The raw value of ``key=`` (a balanced ``{...}`` or one token); None when absent."""
@@ -143,7 +144,7 @@ def parse_instruction(line: str) -> Instruction | None:
     found = _INSTRUCTION.match(line)
     if found is None:
         return None
-    name, rest = found.group(1), found.group(2)
+    name, rest = found.group(2), found.group(3)
     if rest.startswith("("):
         end = _closing(rest, 0)
         if end < 0:
@@ -164,7 +165,8 @@ def parse_instruction(line: str) -> Instruction | None:
     # Most operand lists are plain names: split them at once, not character by character.
     tokens = split_top(inside) if any(c in inside for c in '([{"') else inside.split(",")
     operands = tuple(token.split()[-1].lstrip("%") for token in tokens if token.strip())
-    return Instruction(name, shape, opened.group(1), operands, rest[end + 1 :].lstrip(", "))
+    attributes = rest[end + 1 :].lstrip(", ")
+    return Instruction(name, shape, opened.group(1), operands, attributes, bool(found.group(1)))
 
 
 def _unquoted(text: str, start: int = 0) -> Iterator[tuple[int, str]]:
