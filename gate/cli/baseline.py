@@ -144,7 +144,7 @@ def _timed_until_tight(
             f"baseline: step times of {counted(len(more), 'region')} too noisy to bound a "
             f"comparison; timing {'it' if len(more) == 1 else 'them'} again "
             f"({attempt} of {MORE_TIMINGS})",
-            file=sys.stderr,
+            sys.stderr,
         )
         # Named, so a --shard's split of the whole plan does not apply again.
         only = dataclasses.replace(selection, regions=tuple(more), shard=None)
