@@ -63,8 +63,13 @@ regions:
 """
 
 
+def _regions(repo: Path, report: str = "r.json") -> list[dict[str, Any]]:
+    regions: list[dict[str, Any]] = json.loads((repo / report).read_text())["suites"][0]["regions"]
+    return regions
+
+
 def _region(repo: Path, report: str = "r.json") -> dict[str, Any]:
-    (region,) = json.loads((repo / report).read_text())["suites"][0]["regions"]
+    (region,) = _regions(repo, report)
     return region
 
 
@@ -284,9 +289,12 @@ def test_a_slower_step_lists_the_lines_whose_op_time_grew_and_keeps_its_traces(
         assert (Path(kept) / TRACE_NAME).is_file()
     assert op_seconds(Path(times["trace"]) / TRACE_NAME)  # its op events read back
 
-    again = run_gate(repo, "run", "--json", "r.json")  # an earlier run's traces are cleared
+    # An earlier run's traces are cleared; a run with nothing to compare its step time with
+    # (no base, no stored step times) traces nothing.
+    again = run_gate(repo, "run", "--json", "r.json")
     assert again.returncode == 0, again
-    assert len(list(traces.iterdir())) == 1, list(traces.iterdir())
+    assert not traces.exists(), list(traces.iterdir())
+    assert _region(repo)["cost"]["times"] is None
 
 
 def test_a_region_whose_time_is_not_compared_is_not_traced(tmp_path: Path) -> None:
@@ -295,6 +303,25 @@ def test_a_region_whose_time_is_not_compared_is_not_traced(tmp_path: Path) -> No
     assert run.returncode == 0, run
     assert _region(repo)["cost"]["times"] is None
     assert not (repo / "reports" / "transfer-gate-traces").exists()
+
+
+def test_only_the_regions_whose_time_is_compared_are_traced(tmp_path: Path) -> None:
+    """The traced runs cost a region ~0.3 s on the CPU and a trace's stop ~0.7 s on a TPU: a
+    plain run pays them only for the regions whose step times the stored baseline keeps."""
+    policy = TIMED_POLICY + TIMED_POLICY.split("regions:\n")[1].replace("name: step", "name: other")
+    repo = make_repo(tmp_path / "repo", {"steps.py": BASE_TREE, "policies/p.yaml": policy})
+    plain = run_gate(repo, "run", "--json", "r.json")
+    assert plain.returncode == 0, plain
+    assert [r["cost"]["times"] for r in _regions(repo)] == [None, None]
+    recorded = run_gate(repo, "baseline", "--region", "p.step")
+    assert recorded.returncode == 0, recorded
+    compared = run_gate(repo, "run", "--json", "r.json")
+    assert compared.returncode == 0, compared
+    traced = {r["name"]: r["cost"]["times"] is not None for r in _regions(repo)}
+    assert traced == {"step": True, "other": False}, compared
+    without = run_gate(repo, "run", "--json", "r.json", "--no-timing-baseline")
+    assert without.returncode == 0, without
+    assert [r["cost"]["times"] for r in _regions(repo)] == [None, None]
 
 
 def _trace(path: Path, events: list[dict[str, Any]]) -> Path:

@@ -32,7 +32,7 @@ from gate.results.errors import ErrorKind
 from gate.results.provenance import Provenance, read_provenance
 from gate.results.records import CheckName, RegionResult, RunResult, SuiteResult
 from gate.results.refusals import unusable_base, unusable_baseline
-from gate.witness.op_times import TRACES_ENV
+from gate.witness.op_times import ALL_REGIONS, OP_TIMES_ENV, TRACES_ENV
 
 
 def run_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
@@ -132,7 +132,11 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
             base=base,
             watcher=live,
             finished=finished,
-            environ={**os.environ, TRACES_ENV: str(traces_folder(reports))},
+            environ={
+                **os.environ,
+                TRACES_ENV: str(traces_folder(reports)),
+                OP_TIMES_ENV: _timed_against(args, stored),
+            },
         )
     result = replace(
         result,
@@ -156,6 +160,17 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
         say(line)
     say(reports.describe())
     return _verdict(result, cancel)
+
+
+def _timed_against(args: argparse.Namespace, stored: StoredBaseline | None) -> str:
+    """The regions whose step times this run compares, which get the profiler's traced runs
+    that a "slower" verdict names its lines from (`gate.witness.op_times.OP_TIMES_ENV`):
+    every one against a base, those with stored step times against the baseline, else none."""
+    if args.base is not None:
+        return ALL_REGIONS
+    if stored is None or args.no_timing_baseline:
+        return ""
+    return ",".join(sorted(stored.timing))
 
 
 def colour(choice: str, stream: TextIO, environ: Mapping[str, str] = os.environ) -> bool:

@@ -67,6 +67,7 @@ from gate.results.records import CheckOutcome, Phase, RegionResult, region_key
 from gate.user_code import UserCode
 from gate.witness.callbacks import CallbackHookMissing, count_callbacks
 from gate.witness.live_arrays import LiveArrays
+from gate.witness.op_times import op_times_wanted
 from gate.witness.transfer_map import capture_works
 
 # What JAX runs on in this process; fixed once JAX has started.
@@ -259,7 +260,7 @@ def _run_imported(
             run.call,
             run.code.user,
             dropped.found,
-            traced=key if traced and region.timing.compare else None,
+            traced=key if traced and region.timing.compare and op_times_wanted(key) else None,
         )
     donations = judge_donations(region.donation, cost, witnessing().where)
     return result(

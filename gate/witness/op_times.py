@@ -24,7 +24,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +38,21 @@ TRACE_NAME = "perfetto_trace.json.gz"
 # The folder a run keeps its traces in, beside its reports (`gate.cli.run` sets it for its
 # workers); unset (the pytest fixture, ``check_region``, ``baseline``): none is kept.
 TRACES_ENV = "TRANSFER_GATE_TRACES"
+# Which regions' step times a run compares, so which are traced (`gate.cli.run` sets it): the
+# regions' ``suite.region`` keys, comma-separated, or `ALL_REGIONS`. A plain run with no
+# stored step times compares none and traces none: on a TPU a trace costs ~0.7 s to stop.
+# Unset (``baseline``, which records the op times with the step times): every region.
+OP_TIMES_ENV = "TRANSFER_GATE_OP_TIMES"
+ALL_REGIONS = "*"
 _OPS_THREAD = "XLA Ops"  # the device's op thread on a TPU (and a GPU)
 _MOST_OPS = 4
+
+
+def op_times_wanted(key: str, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the region ``key`` (``suite.region``) gets traced runs: its step time is
+    compared in this run (`OP_TIMES_ENV`)."""
+    wanted = environ.get(OP_TIMES_ENV)
+    return wanted is None or wanted == ALL_REGIONS or key in wanted.split(",")
 
 
 def traced_runs(
