@@ -17,7 +17,8 @@
 #      add to a region (line_overhead.py);
 #   8. (section `growth`, not run by default) what a region costs at the start of a run and at
 #      its end, over 100 and 500 regions, and the worker's memory (issue 40).
-# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [growth]` (default: the first two). Logs go to
+# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [growth] [lines] [floor]` (default:
+# checks and figures; `lines` and `floor` are parts of them that fit one device call). Logs go to
 # reports/tpu-check/, and as one archive to $OUT (the device tool's folder) when it is set. Needs junit-xml, msgspec, xmlschema and
 # pytest-timeout next to jax; carry them as wheels where the machine has no network (the device
 # tool's README), and add them to PYTHONPATH, never replace it.
@@ -88,20 +89,35 @@ if [[ " $sections " == *" checks "* ]]; then
     step "run --base scenarios"
     expect 0 scenarios.log python3 benchmarks/base_scenarios.py --expect tpu --size 1024 \
         --json "$out/scenarios.json"
+fi
 
+# `lines` alone fits one device call: op time by line on the chip, and what the per-line
+# tables, the traced runs and the leak counts add to a region.
+if [[ " $sections " == *" checks "* || " $sections " == *" lines "* ]]; then
     step "op time by line: the TPU trace's XLA Ops, and a slower verdict naming its line"
     # Its own process takes the chip first; the gate's worker after it has exited.
     expect 0 op-times.log python3 benchmarks/op_times_check.py --size 2048
 fi
 
-if [[ " $sections " == *" figures "* ]]; then
+if [[ " $sections " == *" figures "* || " $sections " == *" lines "* ]]; then
+    step "device memory a step keeps: the counts and judging a leak"
+    expect 0 leaks.log env JAX_PLATFORMS=tpu python3 benchmarks/leak_overhead.py --rounds 10
+
+    step "what work by line and op time by line add to a region"
+    expect 0 line-overhead.log env JAX_PLATFORMS=tpu python3 benchmarks/line_overhead.py --runs 10
+fi
+
+# `floor` alone: the gate's own cost against hand-written scripts.
+if [[ " $sections " == *" figures "* || " $sections " == *" floor "* ]]; then
     step "the gate against hand-written scripts: 20 regions, plain and --base"
     expect 0 floor-20.log python3 benchmarks/gate_vs_floor.py --regions 20 --rounds 1 --growth
 
     step "the gate against a hand-written script: 100 regions, plain"
     expect 0 floor-100.log python3 benchmarks/gate_vs_floor.py --regions 100 --rounds 1 --no-base \
         --growth
+fi
 
+if [[ " $sections " == *" figures "* ]]; then
     step "run --base: a 1.3x slower step caught, an unchanged one passed"
     # 1024x1024 matmuls: a loop of small ones is the chip's loop overhead, not work that a
     # planted 1.3x more of shows (base_power.py's docstring).
@@ -110,12 +126,6 @@ if [[ " $sections " == *" figures "* ]]; then
 
     step "reading the programs' collectives"
     expect 0 comm.log env JAX_PLATFORMS=tpu python3 benchmarks/comm_overhead.py --runs 20
-
-    step "device memory a step keeps: the counts and judging a leak"
-    expect 0 leaks.log env JAX_PLATFORMS=tpu python3 benchmarks/leak_overhead.py --rounds 10
-
-    step "what work by line and op time by line add to a region"
-    expect 0 line-overhead.log env JAX_PLATFORMS=tpu python3 benchmarks/line_overhead.py --runs 10
 fi
 
 if [[ " $sections " == *" growth "* ]]; then
