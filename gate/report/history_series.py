@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from gate.documents import DocumentError, Record, read_document
-from gate.report.json_report import FORMAT, VERSION, RegionDoc, Report
+from gate.documents import DocumentError, Record
+from gate.report.json_report import RegionDoc, Report, read_report
 from gate.results.machine import Machine
 
 HISTORY_FORMAT: Literal["jax-transfer-gate.history"] = "jax-transfer-gate.history"
@@ -98,13 +98,7 @@ def read_reports(files: Iterable[Path]) -> list[tuple[Path, Report]]:
     read = []
     for path in files:
         try:
-            report: Report = read_document(
-                path,
-                formats=(FORMAT,),
-                versions={VERSION: Report},
-                what="transfer-gate JSON report",
-                fix=_FIX,
-            )
+            report = read_report(path, _FIX)
         except DocumentError as exc:
             raise HistoryError(str(exc)) from exc
         if report.run is None or report.run.commit is None:

@@ -19,7 +19,7 @@ from typing import Literal, TypeVar
 
 import msgspec
 
-from gate.documents import Record, encode
+from gate.documents import Record, encode, read_document
 from gate.files import write_text_atomically
 from gate.levels import GuardSpec
 from gate.package import __version__
@@ -583,3 +583,16 @@ def write_json(
 ) -> None:
     """Write the JSON report atomically (a half-written report must never be read)."""
     write_text_atomically(path, render_json(run, fingerprints, provenance))
+
+
+def read_report(path: Path, fix: str) -> Report:
+    """A JSON report the gate wrote, every value checked against its schema (``merge`` and
+    ``history`` read them back); DocumentError, ending in ``fix``, if not."""
+    report: Report = read_document(
+        path,
+        formats=(FORMAT,),
+        versions={VERSION: Report},
+        what="transfer-gate JSON report",
+        fix=fix,
+    )
+    return report

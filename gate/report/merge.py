@@ -22,11 +22,11 @@ from pathlib import Path
 
 import msgspec
 
-from gate.documents import DocumentError, encode, read_document
+from gate.documents import DocumentError, encode
 from gate.files import write_text_atomically
 from gate.limits import DOCUMENT_BYTES, DOCUMENT_NESTING, TooLarge, read_within
 from gate.printable import say
-from gate.report.json_report import FORMAT, VERSION, Report, SuiteDoc
+from gate.report.json_report import Report, SuiteDoc, read_report
 from gate.report.junit import write_report_file
 from gate.results.provenance import Provenance
 from gate.text import counted
@@ -276,12 +276,9 @@ def merge_json(output: Path, inputs: Sequence[Path]) -> MergeSummary:
     runs: list[tuple[Path, Provenance]] = []
     for path in inputs:
         try:
-            report: Report = read_document(
+            report = read_report(
                 path,
-                formats=(FORMAT,),
-                versions={VERSION: Report},
-                what="transfer-gate JSON report",
-                fix="run that shard again: merge takes the reports `transfer-gate run --json` "
+                "run that shard again: merge takes the reports `transfer-gate run --json` "
                 "wrote, of one gate version",
             )
         except DocumentError as exc:
