@@ -290,6 +290,8 @@ def test_a_changed_option_is_named_with_both_values() -> None:
     after = {"jax_enable_x64": True, "jax_debug_nans": False}
     assert config_changes(before, after) == {"jax_enable_x64": "False → True"}
     assert config_changes(before, before) == {}
+    # An option defined since, at its default (a JAX module imported late), is no change.
+    assert config_changes(before, {**before, "jax_an_option_defined_late": False}) == {}
 
 
 # -- through the CLI, one worker holding both trees -------------------------------------

@@ -225,9 +225,14 @@ def config_values() -> dict[str, object]:
 
 
 def config_changes(before: Mapping[str, object], after: Mapping[str, object]) -> dict[str, str]:
-    """The options whose value differs between two `config_values`, each as ``old → new``."""
+    """The options whose value differs between two `config_values`, each as ``old → new``.
+
+    An option missing from ``before`` was defined since, at its default, by a JAX module first
+    imported in between (JAX 0.10.1 defines ``jax_pallas_enable_debug_checks`` when Pallas is
+    imported): its registration is no configuration of the tree's, and both trees import the
+    same JAX."""
     return {
-        name: f"{before.get(name)!r} → {value!r}"
+        name: f"{before[name]!r} → {value!r}"
         for name, value in after.items()
-        if name not in before or before[name] != value
+        if name in before and before[name] != value
     }
