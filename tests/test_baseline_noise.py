@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import processes
 import pytest
 from cli_helpers import make_repo, run_gate
 
@@ -149,6 +151,30 @@ def test_the_median_interval_is_two_order_statistics_and_narrows_with_more_sampl
     many = noise(list(np.exp(spread * rng.standard_normal(200))), 1.5)
     assert few is not None
     assert many is None
+
+
+@pytest.mark.parametrize("a", [ALPHA_PASS, 0.01, 0.025, 0.1])
+def test_the_order_statistic_is_scipys_binomial_quantile(a: float) -> None:
+    """The exact sum the gate uses gives the order statistic scipy's binomial gives."""
+    from scipy.stats import binom
+
+    for n in range(1, 301):
+        k = int(binom.ppf(a, n, 0.5))
+        while k > 0 and binom.cdf(k - 1, n, 0.5) > a:
+            k -= 1
+        ordered = list(range(1, n + 1))
+        interval = median_interval(ordered, a)
+        median = float(np.median(ordered))
+        expected = None if k < 1 else (k / median, (n + 1 - k) / median)
+        assert interval == (None if expected is None else pytest.approx(expected)), n
+
+
+def test_a_run_does_not_import_scipy() -> None:
+    """scipy.stats costs ~1 s of CPU to import: a `run` without a comparison must not pay it
+    (the CLI imports every command's module at start)."""
+    code = "import sys, gate.cli.main; print('scipy' in sys.modules)"
+    done = processes.run([sys.executable, "-c", code], timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, "False"), done.stderr
 
 
 @pytest.mark.parametrize(("busy_share", "noisy"), [(0.0, False), (0.3, True), (0.5, True)])
