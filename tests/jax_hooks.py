@@ -193,7 +193,8 @@ HOOKS = (
     ),
     Hook(
         "every program a step runs: jit's C++ fast path off for the cost run and the first call "
-        "(pxla.MeshExecutableFastpathData, PjitFunctionCache.clear_all), its executions counted "
+        "(pxla.MeshExecutableFastpathData, a jit-key option of the gate's own in _jax.config), its "
+        "executions counted "
         "at pxla.ExecuteReplicated.__call__ (the first in the caller's thread, naming its line), "
         "and their cost and memory analysis",
         ("jax._src.interpreters.pxla", "jax._src.lib._jax"),

@@ -7,14 +7,18 @@ therefore makes every call take Python's path, where the compiled program is
 run through ``ExecuteReplicated.__call__``, and counts those calls per
 executable:
 
+- the block runs under a value of the gate's own in jit's C++ cache key
+  (`internals.fast_path_key`), new to every cache entry, so the fast-path entries
+  warm-up installed are not found and each call misses once; the value is in no
+  tracing cache, so Python's path finds everything traced and compiled;
 - jit and AOT calls hand jaxlib a ``MeshExecutableFastpathData`` after a miss
   to install the fast path; replaced by a function returning None, jaxlib
   keeps sending that call to Python (its documented fallback), so every call,
-  not only the first, is seen;
-- ``PjitFunctionCache.clear_all()`` before the block drops the fast-path
-  entries warm-up installed, and after it the fallback entries the block
-  left, so the next call installs its fast path again. It clears nothing
-  compiled: the executables stay in Python's caches (no compile happens).
+  not only the first, is seen. Those fallback entries are under the block's value,
+  which no later call has: once the value is put back, every call finds its own fast
+  path again. Nothing is cleared (an earlier version cleared every fast-path entry of
+  the process, before and after: each region's setup then took Python's path three
+  times, ~20 ms each on the benchmark's regions).
 
 `fast_path_off` is that without the counting: a region's first call runs under it, since
 Python's path describes every host value it moves in the guard's log, where the fast path
@@ -30,6 +34,7 @@ counted like it (checked on jax 0.10.2 and 0.12).
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -38,6 +43,8 @@ from typing import Any
 
 from gate.jaxhooks.internals import dispatch_internals
 from gate.jaxhooks.patches import attribute_replaced
+
+_blocks = itertools.count(1)  # each block's own value of the fast-path key
 
 
 @dataclass(frozen=True)
@@ -145,12 +152,11 @@ def fast_path_off() -> Iterator[None]:
     the C++ fast path logs an empty line; a region's first call runs so
     (`gate.region.region_run`), so that a program it runs at a second line (``* 100`` twice)
     is described there too. Raises `InternalMissing` before changing anything when this JAX
-    lacks a piece; puts everything back in ``finally``, and the next call outside installs
-    its fast path again.
+    lacks a piece; puts everything back in ``finally``, and every call outside finds the
+    fast path it had before.
     """
-    _, pxla, clear_all = dispatch_internals()
+    _, pxla, key = dispatch_internals()
     with ExitStack() as patched:
-        patched.callback(clear_all)  # last out: after the attribute is back
         patched.enter_context(
             attribute_replaced(
                 pxla,
@@ -159,7 +165,10 @@ def fast_path_off() -> Iterator[None]:
                 label="pxla.MeshExecutableFastpathData",
             )
         )
-        clear_all()
+        previous = key.get_global()
+        # Global, not this thread's: a thread the step starts is seen too.
+        key.set_global(("transfer-gate", next(_blocks)))
+        patched.callback(key.set_global, previous)
         yield
 
 

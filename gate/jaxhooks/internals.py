@@ -30,7 +30,8 @@ Where each lives, in JAX 0.10.2:
   path moves without describing it.
 - ``jax._src.interpreters.pxla``: ``ExecuteReplicated.__call__`` (a compiled
   program run from Python) and ``MeshExecutableFastpathData`` (what hands a
-  call to jaxlib's C++ fast path); ``jax._src.lib._jax.PjitFunctionCache.clear_all``.
+  call to jaxlib's C++ fast path); ``jax._src.lib._jax.config.Config`` (a value of the
+  gate's own in jit's C++ cache key, outside JAX's tracing caches).
 - ``jax/_src/pmap.py``'s ``wrapped`` frame: its ``infer_params`` closure's ``wrapped_fun``
   carries the trace info (``traced_for``, ``func_src_info``) that names a pmap's function,
   where its program is named after JAX's own wrapper (``jit(_fun)``); optional.
@@ -41,6 +42,7 @@ Where each lives, in JAX 0.10.2:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import operator
@@ -270,19 +272,16 @@ def traced_function(frame: types.FrameType | None) -> tuple[str, str] | None:
 # --- executions ----------------------------------------------------------------------------------
 
 
-def dispatch_internals() -> tuple[type, types.ModuleType, Callable[[], None]]:
+def dispatch_internals() -> tuple[type, types.ModuleType, Any]:
     """What `gate.jaxhooks.executables` needs to see every execution of a step's programs.
 
     ``jax._src.interpreters.pxla.ExecuteReplicated``, whose ``__call__`` runs a
     compiled program from Python (``xla_executable``, ``name``); the ``pxla``
     module, whose ``MeshExecutableFastpathData`` jit and AOT calls build to hand
-    a call to jaxlib's C++ fast path; and ``PjitFunctionCache.clear_all`` (from
-    ``jax._src.lib._jax``), which drops every fast-path entry without touching
-    the compiled executables (they live in Python's caches).
+    a call to jaxlib's C++ fast path; and the gate's fast-path key (`fast_path_key`).
     """
     try:
         from jax._src.interpreters import pxla
-        from jax._src.lib import _jax  # type: ignore[attr-defined]
     except ImportError as exc:
         raise InternalMissing(f"jax._src.interpreters.pxla ({exc})") from exc
     execute = getattr(pxla, "ExecuteReplicated", None)
@@ -294,7 +293,29 @@ def dispatch_internals() -> tuple[type, types.ModuleType, Callable[[], None]]:
     fast_path = getattr(pxla, "MeshExecutableFastpathData", None)
     if not (isinstance(fast_path, type) and issubclass(fast_path, tuple)):
         raise InternalMissing("pxla.MeshExecutableFastpathData is no longer a NamedTuple")
-    clear_all = getattr(getattr(_jax, "PjitFunctionCache", None), "clear_all", None)
-    if not callable(clear_all):
-        raise InternalMissing("jax._src.lib._jax.PjitFunctionCache.clear_all (absent)")
-    return execute, pxla, clear_all
+    return execute, pxla, fast_path_key()
+
+
+@functools.cache
+def fast_path_key() -> Any:
+    """A value of the gate's own in jaxlib's C++ jit cache key, and in no JAX tracing cache.
+
+    jaxlib's fast path finds a jitted call's executable by its arguments and the values of
+    every option "in the jit key"; JAX's Python caches (tracing, lowering, compiling) by the
+    options "in the trace context". This option is only in the first. Under a value no call
+    has seen, every jitted call and eager op misses the fast path and takes Python's path,
+    which finds everything already traced and compiled; whatever fast-path entries it leaves
+    there are under that value alone, so the entries made before (setup's programs, the
+    step's own after warm-up) are found again once the value is put back: nothing is cleared,
+    and nothing takes Python's path again to put its fast path back. Made once per process:
+    JAX says making an option is not thread-safe. Checked on jax 0.10.1, 0.10.2 and 0.12.
+    """
+    try:
+        from jax._src.lib import _jax  # type: ignore[attr-defined]
+
+        key = _jax.config.Config("transfer_gate_fast_path", None, include_in_jit_key=True)
+    except (ImportError, AttributeError, TypeError) as exc:
+        raise InternalMissing(f"jax._src.lib._jax.config.Config ({exc})") from exc
+    if not all(callable(getattr(key, name, None)) for name in ("get_global", "set_global")):
+        raise InternalMissing("jax._src.lib._jax.config.Config has no get_global and set_global")
+    return key

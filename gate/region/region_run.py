@@ -187,11 +187,10 @@ class RegionRun:
             disagreements=self.verdict.disagreements,
         )
         explicit = explicit_functions()
-        with described(phase):
-            for _ in range(runs):
-                self._mapped_run(tally, explicit)
-                if phase is Phase.STEADY_STATE:
-                    self.count_live()
+        for _ in range(runs):
+            self._mapped_run(tally, explicit, phase)
+            if phase is Phase.STEADY_STATE:
+                self.count_live()
         for key, sighting, count in tally.sites():
             self.verdict.transfers.append(site_transfer(self.code, key, sighting, phase, count))
 
@@ -201,7 +200,9 @@ class RegionRun:
         if self.live is not None:
             self.live.count(self.inputs.previous or ())
 
-    def _mapped_run(self, tally: PhaseTally, explicit: tuple[Callable[..., Any], ...]) -> None:
+    def _mapped_run(
+        self, tally: PhaseTally, explicit: tuple[Callable[..., Any], ...], phase: Phase
+    ) -> None:
         with profiled(self.other_trees):  # setup runs outside the map: a watch of its own
             inputs = self.inputs.fresh()
         step_plan = self._step_plan(inputs)
@@ -217,6 +218,7 @@ class RegionRun:
                     untraced=self.other_trees.look if self.other_trees is not None else None,
                 ) as log,
                 guarded(GuardSpec.uniform(GuardLevel.LOG_EXPLICIT)),
+                described(phase),  # the step only: setup's programs keep their fast path
             ):
                 outputs = self.call(inputs)
                 join_step_threads(threads_before, self.code.step_location)
