@@ -52,10 +52,12 @@ from gate.results.comparison import (
     Renamed,
     StepOutputs,
     TimingComparison,
+    TimingVerdict,
     renamed_text,
 )
 from gate.results.costs import CostComparison, compare_costs, not_measured
 from gate.results.errors import ErrorKind, RegionError, gate_fault
+from gate.results.line_times import OpTimes
 from gate.results.records import RegionResult, RunResult
 from gate.witness.recompiles import startup_recompiles
 
@@ -280,6 +282,8 @@ class _Pair:
                     return replace(head_result, base=self._failed(error))
                 return replace(head_result, error=error)
             timing, boundary_timing = rounds.judged()
+            if timing is not None and timing.verdict is TimingVerdict.SLOWER:
+                head_result, base_result = self._traced(head_result, base_result)
         comparison = BaseComparison(
             self.tree.describe(),
             BaseStatus.COMPARED,
@@ -296,6 +300,15 @@ class _Pair:
             apart=self.apart,
         )
         return replace(head_result, base=comparison)
+
+    def _traced(self, head: RegionResult, base: RegionResult) -> tuple[RegionResult, RegionResult]:
+        """Both with their op times by line, from traced runs of the regions the worker still
+        holds: made only for a slower step, the one verdict that lists lines (a trace costs
+        ~0.9 s a tree on a TPU, `gate.region.cost_phase`). A region with none keeps none."""
+        head_times, base_times = self.scheduler.trace_held(
+            self.head.policy, self.region, (self.head.root, self.base.root), tree="head"
+        )
+        return _with_times(head, head_times), _with_times(base, base_times)
 
     def _own_definition(self, region: Region, failed: RegionResult, head_root: Path) -> Held:
         """The base's run of its own definition of ``region``, which ``failed`` could not import.
@@ -330,6 +343,12 @@ class _Pair:
             renamed=self.renamed,
             apart=self.apart,
         )
+
+
+def _with_times(result: RegionResult, times: OpTimes | None) -> RegionResult:
+    if times is None or result.cost is None:
+        return result
+    return replace(result, cost=replace(result.cost, times=times))
 
 
 def _startup_vs_base(head: RegionResult, base: RegionResult, region: Region) -> RegionResult:

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gate.isolation.protocol import Check, Checked, Job, Turns
+from gate.isolation.protocol import Check, Checked, Job, Trace, Turns
 from gate.policy.trees import Trees, config_changes, config_values
 from gate.region.cores import unpin
 
@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # the region engine is imported only when a region runs
     from gate.region.held import HeldRegion, Keep
 from gate.results.comparison import StepOutputs, StepSamples
 from gate.results.errors import gate_fault
+from gate.results.line_times import OpTimes
 from gate.user_code import UserCode
 
 
@@ -85,6 +86,25 @@ class HeldRegions:
             if samples.error is not None:
                 break
         return tuple(done)
+
+    def trace(self, job: Trace) -> tuple[OpTimes | None, ...]:
+        """The traced runs of each root's held region, in its tree, on every core (a round
+        pinned the last turn's); None for a root whose region has none to make."""
+        unpin()
+        times: list[OpTimes | None] = []
+        for root in job.roots:
+            found = self.regions.get(root)
+            if found is None:
+                times.append(None)
+                continue
+            region = found[1]
+            try:
+                with self.trees.entered(root, region.code.policy.python_path):
+                    times.append(region.op_times())
+            except Exception as exc:  # a gate bug: said where the lines would have been
+                fault = gate_fault("tracing this region", exc)
+                times.append(OpTimes((), 0, note=f"op times not traced: {fault.message}"))
+        return tuple(times)
 
     def check(self, job: Check) -> Checked:
         """Import what ``job`` names from its tree, and what that did to this process.

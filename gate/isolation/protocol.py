@@ -6,7 +6,9 @@ at a time on its jobs pipe, and the worker answers each on its results pipe:
   `Checked`;
 - `Job`: run a region, answered with `Done` (and an `Entered` frame as it enters each
   stage, for the gate's live line);
-- `Turns`: more timed runs of held regions, answered with `Timed`.
+- `Turns`: more timed runs of held regions, answered with `Timed`;
+- `Trace`: the held regions' traced runs, which a slower verdict names its lines from,
+  answered with `Traced`.
 Both are pipes of their own, so nothing the code under test prints to stdout or stderr can
 corrupt the protocol. A frame is an 8-byte big-endian length and a pickle; the parent and
 the worker are the same program, so pickling between them trusts nothing the code under
@@ -18,6 +20,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +29,7 @@ from gate.policy.load import NamedCallables
 from gate.policy.model import Policy, Region
 from gate.policy.problems import Problem
 from gate.results.comparison import StepOutputs, StepSamples
+from gate.results.line_times import OpTimes
 from gate.results.records import RegionResult
 
 # The parent sends this to a worker it is about to kill (timeout, cancelled
@@ -98,6 +102,14 @@ class Turns:
 
 
 @dataclass(frozen=True)
+class Trace:
+    """The traced runs of the regions held from the trees at ``roots``, in order."""
+
+    number: int
+    roots: tuple[Path, ...]
+
+
+@dataclass(frozen=True)
 class Ready:
     """The worker has imported jax and initialised its devices."""
 
@@ -131,9 +143,18 @@ class Timed:
     samples: tuple[StepSamples, ...]
 
 
-Request = Check | Job | Turns
-Message = Request | Checked | Ready | Entered | Done | Timed
-_MESSAGES = (Check, Job, Turns, Checked, Ready, Entered, Done, Timed)
+@dataclass(frozen=True)
+class Traced:
+    """The op times `Trace` asked for, one per root (None: that tree's region was not traced:
+    not held, or its cost run measured nothing)."""
+
+    number: int
+    times: tuple[OpTimes | None, ...]
+
+
+Request = Check | Job | Turns | Trace
+Message = Request | Checked | Ready | Entered | Done | Timed | Traced
+_MESSAGES = typing.get_args(Message)  # what a frame may hold: every request and reply
 
 
 def encode(message: Message) -> bytes:

@@ -45,6 +45,8 @@ from gate.isolation.protocol import (
     Message,
     Request,
     Timed,
+    Trace,
+    Traced,
     Turn,
     Turns,
 )
@@ -57,6 +59,7 @@ from gate.policy.model import Policy, Region
 from gate.region.cores import usable_cpus
 from gate.results.comparison import StepOutputs, StepSamples
 from gate.results.errors import ErrorKind, RegionError
+from gate.results.line_times import OpTimes
 from gate.results.records import RegionResult
 from gate.user_code import UserCode
 
@@ -256,6 +259,26 @@ class Scheduler:
         if isinstance(reply, Timed) and reply.number == request.number:
             return reply.samples
         raise RuntimeError(f"worker answered turns {request.number} with {reply!r:.300}")
+
+    def trace_held(
+        self, policy: Policy, region: Region, roots: Sequence[Path], *, tree: str | None = None
+    ) -> tuple[OpTimes | None, ...]:
+        """The traced runs of the regions held from ``roots`` (`run_held`), one `OpTimes`
+        each (None where that region has none); a worker lost meanwhile is a note in each."""
+        request = Trace(next(self._jobs), tuple(roots))
+        label = region_key(policy, region)
+        timeout = region.timeout_s * max(1, len(roots))
+        reply: Message | RegionError
+        if self._worker is None:
+            reply = RegionError(ErrorKind.CRASH, "the worker that ran this region is gone", "")
+        else:
+            reply = self._request(request, self._worker.env, label, timeout, tree, start=False)
+        if isinstance(reply, RegionError):
+            note = f"op times not traced: {reply.message}"
+            return tuple(OpTimes((), 0, note=note) for _ in roots)
+        if isinstance(reply, Traced) and reply.number == request.number:
+            return reply.times
+        raise RuntimeError(f"worker answered trace {request.number} with {reply!r:.300}")
 
     def _request(
         self,

@@ -44,6 +44,8 @@ from gate.isolation.protocol import (
     Ready,
     Request,
     Timed,
+    Trace,
+    Traced,
     Turns,
     encode,
     write_all,
@@ -58,6 +60,7 @@ if TYPE_CHECKING:  # the region engine is imported only when a region runs
     from gate.region.held import Keep
 from gate.results.comparison import StepSamples
 from gate.results.errors import ErrorKind, RegionError, gate_fault
+from gate.results.line_times import OpTimes
 from gate.results.records import RegionResult
 from gate.user_code import UserCode, frames_of
 
@@ -117,6 +120,8 @@ def main(argv: list[str]) -> int:
         busy.set()
         if isinstance(job, Turns):
             reply: Message = Timed(job.number, held.time(job))
+        elif isinstance(job, Trace):
+            reply = Traced(job.number, held.trace(job))
         elif isinstance(job, Check):
             try:
                 reply = held.check(job)
@@ -205,6 +210,9 @@ def _encoded(request: Request, reply: Message) -> bytes:
             return encode(Done(request.number, _error_result(request, time.perf_counter(), error)))
         if isinstance(request, Turns):
             return encode(Timed(request.number, (StepSamples((), error=error),)))
+        if isinstance(request, Trace):
+            untraced = OpTimes((), 0, note=f"op times not traced: {error.message}")
+            return encode(Traced(request.number, tuple(untraced for _ in request.roots)))
         problem = Problem("", None, "", error.message)
         return encode(Checked(request.number, (problem,)))
 
@@ -214,7 +222,7 @@ def _read_jobs(fd: int, jobs: queue.Queue[Request | None], busy: threading.Event
     try:
         while chunk := os.read(fd, 1 << 16):
             for message in frames.feed(chunk):
-                if not isinstance(message, Check | Job | Turns):
+                if not isinstance(message, Check | Job | Turns | Trace):
                     raise TypeError(f"expected a request, got {type(message).__name__}")
                 jobs.put(message)
     except BaseException:
@@ -242,7 +250,12 @@ def run_job(job: Job, keep: Keep | None = None, other_roots: tuple[Path, ...] = 
     started = time.perf_counter()
     try:
         return engine.run_region(
-            job.policy, job.region, repo_root=job.repo_root, keep=keep, other_roots=other_roots
+            job.policy,
+            job.region,
+            repo_root=job.repo_root,
+            keep=keep,
+            other_roots=other_roots,
+            trace_held=job.hold,
         )
     except Exception as exc:
         # run_region turns every exception of the user's code into a RegionError.

@@ -12,8 +12,9 @@ profiler's op times by line, for a slower verdict to name its lines.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,19 @@ from gate.region.errors import RegionAbort, first_line
 from gate.region.inputs import Inputs
 from gate.region.stages import Stage, announce
 from gate.results.costs import StepCost, not_measured
+from gate.results.line_times import OpTimes
 from gate.user_code import UserCode
 from gate.witness.costs import measure_step_ops
 from gate.witness.op_times import op_times
+
+
+@dataclass(frozen=True)
+class CostRun:
+    """What the cost run gives: the step's cost, and its traced runs where they were left for
+    later (``run --base`` holds the region: traced only if the comparison says "slower")."""
+
+    cost: StepCost
+    traced_later: Callable[[], OpTimes] | None = None
 
 
 def cost_phase(
@@ -34,7 +45,8 @@ def cost_phase(
     warned: Sequence[WarnedDonation] = (),
     *,
     traced: str | None = None,
-) -> StepCost:
+    later: bool = False,
+) -> CostRun:
     """The step's cost, from one ``call`` of the step on ``fresh()`` inputs (setup not counted).
 
     Its programs' collectives and unused donations too (``warned``: those JAX dropped when
@@ -44,24 +56,36 @@ def cost_phase(
 
     ``traced`` (the region's ``suite.region``, naming its trace): then a few more runs under
     JAX's profiler give the op time by line (`gate.witness.op_times`), on the fast path
-    again, as the timed runs ran.
+    again, as the timed runs ran. With ``later``, those runs are not made now but handed
+    back (`CostRun.traced_later`): a held region makes them only when its comparison with the
+    base is "slower", the one verdict that lists lines. On a TPU a trace costs ~0.9 s a
+    region and tree; most comparisons never read it.
     """
     import jax
 
     announce(Stage.COSTING)
     try:
+        # Every call after it finds its fast path as before (`gate.jaxhooks.executables`): a
+        # held region's timed rounds (`gate.region.held`) and the traced runs come next.
         cost, ops = measure_step_ops(fresh, call, user=user, warned=warned)
-        # One more, untimed: each call's first after the cost run goes through Python to put
-        # its fast path back, and a held region's timed rounds (`gate.region.held`) come next.
-        call(fresh())
         if traced is not None and cost.measured and ops:
-            code = user or UserCode(Path.cwd())
-            backend = jax.default_backend()
-            times = op_times(fresh, call, ops, code, platform=backend, name=traced)
-            cost = replace(cost, times=times)
+            trace = functools.partial(
+                op_times,
+                fresh,
+                call,
+                ops,
+                user or UserCode(Path.cwd()),
+                platform=jax.default_backend(),
+                name=traced,
+            )
+            if later:
+                return CostRun(cost, trace)
+            cost = replace(cost, times=trace())
     except RegionAbort as abort:
-        return not_measured(f"cost not measured: the cost run raised: {abort.error.message}")
+        return CostRun(
+            not_measured(f"cost not measured: the cost run raised: {abort.error.message}")
+        )
     except Exception as exc:
         why = f"{type(exc).__name__}: {first_line(exc)}"
-        return not_measured(f"cost not measured: the step raised in the cost run: {why}")
-    return cost
+        return CostRun(not_measured(f"cost not measured: the step raised in the cost run: {why}"))
+    return CostRun(cost)

@@ -86,6 +86,7 @@ def run_region(
     keep: Keep | None = None,
     other_roots: tuple[Path, ...] = (),
     traced: bool = True,
+    trace_held: bool = False,
 ) -> RegionResult:
     """Run one region of ``policy`` in this process and judge it. Never raises for the user's code.
 
@@ -98,6 +99,8 @@ def run_region(
     this region's, and the first call is watched for their code (`gate.region.other_tree_code`).
     ``traced``: a few runs under JAX's profiler after the cost run, for a region whose step
     time is compared (`gate.region.cost_phase`); off where nothing compares it.
+    ``trace_held``: those runs are left to the region ``keep`` holds (`HeldRegion.op_times`),
+    made only if its comparison asks for them.
     """
     started = time.perf_counter()
     root = Path.cwd() if repo_root is None else repo_root
@@ -114,11 +117,16 @@ def run_region(
         except ResolveError as exc:
             return result(error=RegionError(ErrorKind.IMPORT, str(exc), str(exc)))
         code = RegionCode(policy, region, user, callables)
-        return _run_imported(RegionRun(code), result, keep, traced=traced)
+        return _run_imported(RegionRun(code), result, keep, traced=traced, trace_held=trace_held)
 
 
 def _run_imported(
-    run: RegionRun, result: Callable[..., RegionResult], keep: Keep | None, *, traced: bool
+    run: RegionRun,
+    result: Callable[..., RegionResult],
+    keep: Keep | None,
+    *,
+    traced: bool,
+    trace_held: bool,
 ) -> RegionResult:
     region = run.code.region
     run.platform = _platform()
@@ -135,6 +143,7 @@ def _run_imported(
     # move, whatever earlier regions compiled; setup's programs stay shared (`programs`).
     programs = RegionPrograms()
     checks: tuple[CheckOutcome, ...] = ()
+    held: HeldRegion | None = None
 
     def witnessing() -> Witnessing:
         return Witnessing(
@@ -255,13 +264,17 @@ def _run_imported(
     # Op times by line only where a slower verdict may list them.
     key = region_key(run.code.policy.suite, region.name)
     with programs.entered():
-        cost = cost_phase(
+        costed = cost_phase(
             run.inputs.for_timing,
             run.call,
             run.code.user,
             dropped.found,
             traced=key if traced and region.timing.compare and op_times_wanted(key) else None,
+            later=held is not None and trace_held,
         )
+    cost = costed.cost
+    if held is not None:
+        held.traced_later = costed.traced_later
     donations = judge_donations(region.donation, cost, witnessing().where)
     return result(
         transfers=tuple(run.verdict.transfers),

@@ -28,6 +28,7 @@ from gate.region.other_tree_code import OtherTreeCode
 from gate.region.outputs import host_leaves
 from gate.results.comparison import StepOutputs, StepSamples
 from gate.results.errors import ErrorKind
+from gate.results.line_times import OpTimes
 
 
 @dataclass
@@ -43,6 +44,17 @@ class HeldRegion:
     donates: bool = False
     # The other tree's code its first call ran (``run --base``, `gate.region.other_tree_code`).
     other_tree: OtherTreeCode | None = None
+    # Its traced runs, left for when the comparison asks (`gate.region.cost_phase`); None
+    # when its step time is not compared or its cost run measured nothing.
+    traced_later: Callable[[], OpTimes] | None = None
+
+    def op_times(self) -> OpTimes | None:
+        """The traced runs' op times by line, under the region's own programs, as its cost run
+        made them; None where there are none to make (`traced_later`)."""
+        if self.traced_later is None:
+            return None
+        with self.programs.entered():
+            return self.traced_later()
 
     def sample(self, runs: int, cpu: int | None = None) -> StepSamples:
         """``runs`` more timed runs on ``cpu`` (None: any); an error of the step ends the round.
