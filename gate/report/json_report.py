@@ -24,6 +24,7 @@ from gate.files import write_text_atomically
 from gate.levels import GuardSpec
 from gate.package import __version__
 from gate.report.json_collectives import CommComparisonDoc, CommunicationDoc, DonationDoc
+from gate.report.json_findings import FindingDoc, RecompileDoc
 from gate.report.json_lines import (
     LineComparisonDoc,
     LineTimeComparisonDoc,
@@ -32,7 +33,6 @@ from gate.report.json_lines import (
     line_table_doc,
 )
 from gate.report.json_memory import MemoryDoc
-from gate.results.cause import cause_of
 from gate.results.comparison import (
     BaseComparison,
     BoundaryTime,
@@ -45,9 +45,7 @@ from gate.results.comparison import (
 from gate.results.costs import CostComparison, StepCost
 from gate.results.errors import RegionError
 from gate.results.findings import Finding, group
-from gate.results.hints import hint_for
 from gate.results.machine import Machine
-from gate.results.placement import Placement
 from gate.results.provenance import Provenance
 from gate.results.records import BoundaryCost, CheckOutcome, RegionResult, RunResult, TimingStats
 
@@ -64,118 +62,6 @@ Fingerprints = Mapping[str, Mapping[Finding, str]]
 def _records(items: Iterable[object], record: type[R]) -> tuple[R, ...]:
     """Each of ``items`` as ``record``, field by field from its attributes of the same names."""
     return tuple(msgspec.convert(item, record, from_attributes=True) for item in items)
-
-
-class PlacementDoc(Record, frozen=True, kw_only=True):
-    """Where an array went (or lay) over a mesh."""
-
-    spec: str
-    mesh: str | None
-    devices: int | None
-    ways: int
-    replicated: bool
-    words: str
-
-    @classmethod
-    def of(cls, placement: Placement | None) -> PlacementDoc | None:
-        """None on one device."""
-        if placement is None:
-            return None
-        return cls(
-            spec=placement.spec,
-            mesh=placement.mesh,
-            devices=placement.devices,
-            ways=placement.ways,
-            replicated=placement.replicated,
-            words=placement.words(),
-        )
-
-
-class FindingDoc(Record, frozen=True, kw_only=True):
-    direction: Literal["host-to-device", "device-to-host", "device-to-device"]
-    kind: Literal["implicit", "explicit"]
-    failing: bool
-    # A transfer the base also has is accepted too, but not by the baseline file.
-    accepted_by_baseline: bool
-    in_base: bool
-    dtype: str | None
-    shape: tuple[int, ...] | None
-    # What reaches the devices per occurrence: on a mesh, a replicated destination
-    # receives a copy per device; "array_bytes" is the array's own size.
-    bytes: int | None
-    array_bytes: int | None
-    destination: PlacementDoc | None
-    fetched_from: PlacementDoc | None
-    undescribed: bool
-    argument: str | None
-    jitted_call: str | None
-    host_use: str | None
-    cause: str
-    fix: str
-    path: str | None
-    line: int | None
-    function: str | None
-    source: str | None
-    boundary: str | None
-    thread: str | None
-    first_call: int
-    per_step: int
-    # An uncommitted array's device-to-device copy happens every step, but JAX
-    # checks it on the first call only: per_step is then 0 though it moves each step.
-    every_step: bool
-    seen_by: str
-    fingerprint: str
-
-    @classmethod
-    def of(cls, finding: Finding, fingerprint: str) -> FindingDoc:
-        where = finding.location
-        sample = finding.sample_with_shape()
-        return cls(
-            direction=finding.direction.label,  # type: ignore[arg-type]  # a Direction's label
-            kind="explicit" if finding.explicit else "implicit",
-            failing=finding.failing,
-            accepted_by_baseline=finding.sample.accepted and not finding.sample.in_base,
-            in_base=finding.sample.in_base,
-            dtype=finding.dtype,
-            shape=finding.shape,
-            bytes=sample.landed_bytes,
-            array_bytes=sample.nbytes,
-            destination=PlacementDoc.of(finding.destination),
-            fetched_from=PlacementDoc.of(sample.fetched_from),
-            undescribed=finding.undescribed,
-            argument=finding.argument,
-            jitted_call=sample.jitted_call,
-            host_use=sample.host_use,
-            cause=cause_of(sample).name.lower(),
-            fix=hint_for(sample),
-            path=where.path if where else None,
-            line=where.line if where else None,
-            function=where.function if where else None,
-            source=finding.source,
-            boundary=finding.boundary,
-            thread=finding.thread,
-            first_call=finding.first_call,
-            per_step=finding.per_step,
-            every_step=finding.every_step,
-            seen_by=sample.message,
-            fingerprint=fingerprint,
-        )
-
-
-class RecompileDoc(Record, frozen=True, kw_only=True):
-    function: str
-    failing: bool
-    count: int
-    runs: int
-    change: str | None
-    path: str | None
-    line: int | None
-    caller: str | None
-    source: str | None
-    # In the first call and warm-up: ``count`` programs where the base compiled
-    # ``base_count`` (null without a base: it compiled again at the same shapes).
-    startup: bool = False
-    base_count: int | None = None
 
 
 class TimingDoc(Record, frozen=True, kw_only=True):
