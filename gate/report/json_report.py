@@ -9,6 +9,10 @@ The report is declared once, as the records below (`Report` and what it holds): 
 writes them, ``merge`` reads shards back with them, every value checked
 (`gate.documents`), and ``transfer-gate schema report`` prints their JSON Schema. A figure
 that is not finite (an unbounded interval, say) is written null: JSON has no infinity.
+What a region holds is declared beside it, one job a module: its transfers and recompiles
+(`gate.report.json_findings`), step times (`gate.report.json_timing`), cost
+(`gate.report.json_cost`), collectives (`gate.report.json_collectives`), work by line
+(`gate.report.json_lines`) and device memory (`gate.report.json_memory`).
 """
 
 from __future__ import annotations
