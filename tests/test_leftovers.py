@@ -1,5 +1,6 @@
 """What finished regions leave in a worker (`gate.isolation.leftovers`): out of the collector's
-sight between regions, and let go of every ``RELEASE_EVERY`` regions.
+sight between regions, and let go of once the worker's memory grew by ``RELEASE_AFTER_BYTES``
+(every ``RELEASE_EVERY`` regions where its memory cannot be read).
 
 In a process of its own: freezing the collector's objects is for the whole process, and the
 suite's own must not be frozen.
@@ -10,21 +11,26 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
 from cli_helpers import gate_env
 from processes import run
 
-from gate.isolation.leftovers import RELEASE_EVERY
+from gate.isolation.leftovers import RELEASE_EVERY, resident_bytes
 
 # Regions as a worker runs them: each a jitted function of its own (kept, as a user's module
 # keeps it), called under the region's own programs; then what the worker does between two.
 REGIONS = """
 import gc, json, sys
 import jax, jax.numpy as jnp
-from gate.isolation.leftovers import RELEASE_EVERY, Leftovers
+from gate.isolation.leftovers import RELEASE_AFTER_BYTES, RELEASE_EVERY, Leftovers
 from gate.jaxhooks.programs import RegionPrograms, shared_programs
 
-between = sys.argv[1] == "leftovers"
-leftovers = Leftovers()
+between = sys.argv[1] != "control"
+# The worker's resident memory as this test has it: unread ("unread": the count decides), or
+# grown by RELEASE_AFTER_BYTES only before the last region's turn.
+memory = [0]
+resident = (lambda: None) if sys.argv[1] == "unread" else (lambda: memory[0])
+leftovers = Leftovers(resident=resident)
 leftovers.after_startup()
 steps, watched, traces = [], [], []
 
@@ -48,8 +54,9 @@ for i in range(RELEASE_EVERY - 1):
         leftovers.between_regions()
     watched.append(len(gc.get_objects()))
 cached = steps[0]._cache_size()
+memory[0] = RELEASE_AFTER_BYTES
 if between:
-    leftovers.between_regions()  # the RELEASE_EVERY-th: every program let go of
+    leftovers.between_regions()  # grown by that much (or the RELEASE_EVERY-th): all let go of
 released = steps[0]._cache_size()
 region(RELEASE_EVERY)  # a region after the release runs, traced afresh
 print(json.dumps({"watched": watched, "cached": cached, "released": released,
@@ -63,8 +70,13 @@ def _regions(mode: str) -> dict[str, object]:
     return json.loads(done.stdout.splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def test_the_collector_watches_only_the_last_regions_objects_and_programs_are_let_go() -> None:
-    found = _regions("leftovers")
+@pytest.mark.parametrize("mode", ["leftovers", "unread"])
+def test_the_collector_watches_only_the_last_regions_objects_and_programs_are_let_go(
+    mode: str,
+) -> None:
+    """Let go of once the memory grew by RELEASE_AFTER_BYTES, not before; where the memory
+    cannot be read, after RELEASE_EVERY regions."""
+    found = _regions(mode)
     watched = found["watched"]
     assert isinstance(watched, list)
     # Frozen after each region: the collector watches the same few objects at the 49th
@@ -82,3 +94,9 @@ def test_without_it_what_each_region_leaves_piles_up() -> None:
     assert isinstance(watched, list)
     assert watched[-1] > 2 * watched[4] + 500, watched
     assert found["released"] == 1
+
+
+def test_the_resident_memory_is_read_where_there_is_a_proc() -> None:
+    found = resident_bytes()
+    assert found is not None
+    assert 10 * 2**20 < found < 64 * 2**30  # this test process: tens of MB to a few GB
