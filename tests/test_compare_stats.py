@@ -15,6 +15,7 @@ from scipy import stats
 from gate.compare.stats import (
     EXACT_MAX_PAIRS,
     EXACT_MAX_ROUNDS,
+    _signed_rank_method,
     log_ratios,
     mann_whitney_p,
     margin_p_values,
@@ -45,6 +46,32 @@ def test_signed_rank_p_of_many_runs_is_each_runs_own() -> None:
     d = np.random.default_rng(5).normal(0.0, 0.2, (6, 24))
     each = [float(signed_rank_p(row, MARGIN, "greater")) for row in d]
     np.testing.assert_allclose(signed_rank_p(d, MARGIN, "greater"), each, rtol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_signed_rank_p_is_scipys_on_zeros_ties_and_every_size(seed: int) -> None:
+    """Computed without scipy (it is asked at every look and every step of an interval's
+    search): the same p-values, exact and approximate, zeros dropped, ties averaged."""
+    rng = np.random.default_rng(seed)
+    for trial in range(400):
+        n = int(rng.integers(1, 80))
+        d = rng.normal(0.01, 0.05, size=n)
+        if trial % 3 == 0:
+            d = np.round(d, 2)  # zeros and tied magnitudes
+        shift = float(rng.normal(0.0, 0.02))
+        method = _signed_rank_method(d - shift)
+        for alternative in ("greater", "less", "two-sided"):
+            expected = stats.wilcoxon(d - shift, alternative=alternative, method=method).pvalue
+            got = float(signed_rank_p(d, shift, alternative))
+            assert got == pytest.approx(expected, rel=1e-9, abs=1e-12, nan_ok=True), (n, method)
+    # Many runs at once: with ties (run by run), and without (all at once), exact and not.
+    tied = np.round(rng.normal(0.0, 0.05, size=(50, 30)), 2)
+    for rows in (tied, rng.normal(0.0, 0.05, size=(50, 16)), rng.normal(0.0, 0.05, (50, 60))):
+        method = _signed_rank_method(rows)
+        for alternative in ("greater", "less", "two-sided"):
+            expected = stats.wilcoxon(rows, alternative=alternative, method=method, axis=-1)
+            got = signed_rank_p(rows, 0.0, alternative)
+            np.testing.assert_allclose(got, expected.pvalue, rtol=1e-9, atol=1e-15)
 
 
 def test_the_estimate_is_the_median_of_the_walsh_averages() -> None:

@@ -21,14 +21,16 @@ drifting from round to round. `margin_p_values` gives the one-sided p-values the
 (`gate.compare.timing`) rests on; it is vectorised so that the tests can simulate the
 sequential rule's error rates on many seeded runs at once, with the very code the gate runs.
 
-Each scipy call names its ``method``: exact null distributions while they are cheap and
-valid (no zeros, no ties), the normal approximation beyond. ``scipy.stats`` is imported
-where it is called: it takes ~0.5 s to import, which a run without a comparison (and every
-``validate``) must not pay.
+Each test names its ``method``: exact null distributions while they are cheap and valid
+(no zeros, no ties), the normal approximation beyond. The signed-rank test is computed here,
+as ``scipy.stats.wilcoxon`` computes it (the tests check that they agree); Mann-Whitney
+calls scipy, whose ``scipy.stats`` is imported where it is called: it takes ~1 s to import,
+which a run without an unpaired comparison (and every ``validate``) must not pay.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -97,14 +99,96 @@ def signed_rank_p(d: Floats, shift: float, alternative: str) -> Floats:
     """P-value(s) of the signed-rank test that the rounds' median ``d`` is ``shift``.
 
     ``d`` is one run's rounds (1-D) or many runs' (2-D, one per row): the p-values come
-    back in the same shape less the last axis.
-    """
-    from scipy import stats
+    back in the same shape less the last axis. ``alternative``: ``greater`` (small when the
+    median is above ``shift``), ``less``, or ``two-sided``.
 
+    What ``scipy.stats.wilcoxon(d - shift, alternative=..., method=_signed_rank_method(...))``
+    gives (zeros dropped, no continuity correction; `tests/test_compare_stats.py` checks that
+    they are equal), computed here: a comparison asks for it at every look of every region
+    and at each step of its interval's search, and scipy's call costs ~1 ms there (its import
+    ~1 s once), all of it while the worker waits for the next turn.
+    """
     shifted = np.asarray(d, dtype=np.float64) - shift
-    method = _signed_rank_method(shifted)
-    result = stats.wilcoxon(shifted, alternative=alternative, method=method, axis=-1)
-    return np.asarray(result.pvalue, dtype=np.float64)
+    if alternative not in ("greater", "less", "two-sided"):
+        raise ValueError(f"alternative must be greater, less or two-sided, not {alternative!r}")
+    exact = _signed_rank_method(shifted) == "exact"
+    magnitudes = np.sort(np.abs(shifted), axis=-1)
+    if np.all(magnitudes > 0) and not np.any(np.diff(magnitudes, axis=-1) == 0):
+        # No zeros, no ties (always so for measured times): every run at once.
+        return _signed_rank_untied(shifted, alternative, exact=exact)
+    rows = shifted.reshape(-1, shifted.shape[-1])
+    p = np.array([_signed_rank_row(row, alternative, exact=exact) for row in rows])
+    return np.asarray(p.reshape(shifted.shape[:-1]), dtype=np.float64)
+
+
+def _signed_rank_untied(d: Floats, alternative: str, *, exact: bool) -> Floats:
+    """`signed_rank_p` of rows without zeros or tied magnitudes, all rows at once."""
+    n = d.shape[-1]
+    ranks = np.argsort(np.argsort(np.abs(d), axis=-1), axis=-1) + 1
+    r_plus = np.sum(np.where(d > 0, ranks, 0), axis=-1)
+    if exact:
+        cumulative = _signed_rank_cdf(n)
+        at_least = np.where(r_plus > 0, 1.0 - cumulative[np.maximum(r_plus - 1, 0)], 1.0)
+        at_most = cumulative[r_plus]
+        if alternative == "two-sided":
+            return np.asarray(np.minimum(1.0, 2.0 * np.minimum(at_least, at_most)))
+        return np.asarray(at_least if alternative == "greater" else at_most)
+    z = (r_plus - n * (n + 1) / 4.0) / math.sqrt(n * (n + 1) * (2 * n + 1) / 24.0)
+    if alternative == "two-sided":
+        return _erfc(np.abs(z) / math.sqrt(2.0))
+    return 0.5 * _erfc((z if alternative == "greater" else -z) / math.sqrt(2.0))
+
+
+def _erfc(x: Floats) -> Floats:
+    return np.asarray(np.frompyfunc(math.erfc, 1, 1)(x), dtype=np.float64)
+
+
+def _signed_rank_row(d: Floats, alternative: str, *, exact: bool) -> float:
+    nonzero = d[d != 0]
+    n = nonzero.size
+    if n == 0:  # nothing but zeros: no test (scipy says nan too; no rule rejects on it)
+        return math.nan
+    magnitudes = np.abs(nonzero)
+    order = np.argsort(magnitudes, kind="stable")
+    ranks = np.empty(n, dtype=np.float64)
+    ranks[order] = np.arange(1, n + 1, dtype=np.float64)
+    ties = 0.0
+    if np.unique(magnitudes).size < n:  # average ranks over ties, as scipy's rankdata does
+        _, inverse, counts = np.unique(magnitudes, return_inverse=True, return_counts=True)
+        sums = np.bincount(inverse, weights=ranks)
+        ranks = (sums / counts)[inverse]
+        ties = float(np.sum(counts.astype(np.float64) ** 3 - counts))
+    r_plus = float(np.sum(ranks[nonzero > 0]))
+    if exact:
+        cumulative = _signed_rank_cdf(n)  # P(W+ <= k), k = 0 .. n(n+1)/2
+        k = round(r_plus)
+        at_least = float(1.0 - cumulative[k - 1]) if k > 0 else 1.0  # P(W+ >= k)
+        at_most = float(cumulative[k])  # P(W+ <= k)
+        if alternative == "two-sided":
+            return min(1.0, 2.0 * min(at_least, at_most))
+        return at_least if alternative == "greater" else at_most
+    mean = n * (n + 1) / 4.0
+    variance = n * (n + 1) * (2 * n + 1) / 24.0 - ties / 48.0
+    if variance <= 0:
+        return math.nan
+    z = (r_plus - mean) / math.sqrt(variance)
+    if alternative == "two-sided":
+        return math.erfc(abs(z) / math.sqrt(2.0))
+    if alternative == "greater":
+        return 0.5 * math.erfc(z / math.sqrt(2.0))
+    return 0.5 * math.erfc(-z / math.sqrt(2.0))
+
+
+@functools.cache
+def _signed_rank_cdf(n: int) -> Floats:
+    """P(W+ <= k) for n rounds without zeros or ties: how many subsets of ranks 1..n sum to
+    each k, over 2^n."""
+    top = n * (n + 1) // 2
+    counts = np.zeros(top + 1, dtype=np.float64)
+    counts[0] = 1.0
+    for rank in range(1, n + 1):
+        counts[rank:] = counts[rank:] + counts[:-rank].copy()
+    return np.asarray(np.cumsum(counts) / 2.0**n, dtype=np.float64)
 
 
 @dataclass(frozen=True)
