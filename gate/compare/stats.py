@@ -1,4 +1,4 @@
-"""Step times compared, distribution-free, with scipy: paired rounds and unpaired samples.
+"""Step times compared, distribution-free: paired rounds and unpaired samples.
 
 Two designs, two tests:
 
