@@ -7,14 +7,17 @@ over the definition, on draws from a seeded generator.
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
+import processes
 import pytest
 from scipy import stats
 
 from gate.compare.stats import (
     EXACT_MAX_PAIRS,
     EXACT_MAX_ROUNDS,
+    _mann_whitney_method,
     _signed_rank_method,
     log_ratios,
     mann_whitney_p,
@@ -138,6 +141,25 @@ def test_mann_whitney_p_is_scipys_with_the_method_named(n1: int, n2: int, altern
     assert mann_whitney_p(list(x), list(y), alternative) == pytest.approx(expected, rel=1e-12)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_mann_whitney_p_is_scipys_on_ties_and_every_size(seed: int) -> None:
+    """Computed without scipy (asked at each step of an interval's search): the same
+    p-values, exact and asymptotic (continuity- and tie-corrected), every alternative."""
+    rng = np.random.default_rng(seed)
+    for trial in range(300):
+        x = rng.normal(0.0, 1.0, int(rng.integers(1, 40)))
+        y = rng.normal(0.3, 1.0, int(rng.integers(1, 40)))
+        if trial % 3 == 0:
+            x, y = np.round(x, 1), np.round(y, 1)  # ties
+        if np.all(x == x[0]) and np.all(y == x[0]):
+            continue
+        method = _mann_whitney_method(x, y)
+        for alternative in ("greater", "less", "two-sided"):
+            expected = stats.mannwhitneyu(x, y, alternative=alternative, method=method).pvalue
+            got = mann_whitney_p(x, y, alternative)
+            assert got == pytest.approx(expected, rel=1e-9, abs=1e-12), (x.size, y.size, method)
+
+
 def test_mann_whitney_with_ties_uses_the_tie_corrected_approximation() -> None:
     x, y = [1, 2, 2, 3, 4, 4, 4, 5], [3, 4, 5, 5, 6, 6, 7, 8]
     expected = stats.mannwhitneyu(x, y, method="asymptotic").pvalue
@@ -179,3 +201,20 @@ def test_bad_samples_are_refused() -> None:
         unpaired_interval([0.0, 1.0], [1.0, 2.0], 0.01)
     with pytest.raises(ValueError, match="3 base times but 2 head times"):
         log_ratios([1.0, 2.0, 3.0], [1.0, 2.0])
+
+
+def test_comparing_step_times_imports_no_scipy() -> None:
+    """scipy.stats costs ~1 s to import: every test the comparisons make is computed here."""
+    code = (
+        "import sys\n"
+        "from gate.compare.stats import mann_whitney_p, margin_p_values, paired_interval\n"
+        "from gate.compare.stats import unpaired_interval\n"
+        "d = [0.01 * (i % 7 - 3) + 0.001 * i for i in range(40)]\n"
+        "margin_p_values(d, 0.1); paired_interval(d, 0.05)\n"
+        "b = [1.0 + 0.01 * i for i in range(20)]\n"
+        "unpaired_interval(b, [t + 0.1 for t in b], 0.05)\n"
+        "mann_whitney_p([1.0, 2.0, 3.0], [1.5, 2.5], 'two-sided')\n"
+        "print('scipy' in sys.modules)\n"
+    )
+    done = processes.run([sys.executable, "-c", code], timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, "False"), done.stderr

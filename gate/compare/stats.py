@@ -22,10 +22,10 @@ drifting from round to round. `margin_p_values` gives the one-sided p-values the
 sequential rule's error rates on many seeded runs at once, with the very code the gate runs.
 
 Each test names its ``method``: exact null distributions while they are cheap and valid
-(no zeros, no ties), the normal approximation beyond. The signed-rank test is computed here,
-as ``scipy.stats.wilcoxon`` computes it (the tests check that they agree); Mann-Whitney
-calls scipy, whose ``scipy.stats`` is imported where it is called: it takes ~1 s to import,
-which a run without an unpaired comparison (and every ``validate``) must not pay.
+(no zeros, no ties), the normal approximation beyond. Both tests are computed here, as
+``scipy.stats.wilcoxon`` and ``scipy.stats.mannwhitneyu`` compute them (the tests check that
+they agree): scipy's calls cost ~1 ms each where a comparison asks for hundreds, and
+``scipy.stats`` ~1 s to import.
 """
 
 from __future__ import annotations
@@ -285,15 +285,60 @@ def _mann_whitney_method(x: Floats, y: Floats) -> str:
 
 
 def mann_whitney_p(first: Values, second: Values, alternative: str) -> float:
-    """P-value of the Mann-Whitney U test that ``first`` and ``second`` share a distribution."""
-    from scipy import stats
+    """P-value of the Mann-Whitney U test that ``first`` and ``second`` share a distribution.
 
+    ``greater``: small when ``first`` tends to be larger; ``less``; ``two-sided``. What
+    ``scipy.stats.mannwhitneyu(first, second, alternative=..., method=_mann_whitney_method(...))``
+    gives (continuity-corrected, tie-corrected; `tests/test_compare_stats.py` checks that they
+    are equal), computed here: a comparison with the stored baseline asks for it at each step
+    of its interval's search, and importing ``scipy.stats`` costs ~1 s.
+    """
     x, y = _as_array(first, "first"), _as_array(second, "second")
     if np.all(x == x[0]) and np.all(y == x[0]):  # every value the same: nothing to tell apart
         return 1.0
-    method = _mann_whitney_method(x, y)
-    result = stats.mannwhitneyu(x, y, alternative=alternative, method=method)
-    return float(result.pvalue)
+    if alternative not in ("greater", "less", "two-sided"):
+        raise ValueError(f"alternative must be greater, less or two-sided, not {alternative!r}")
+    n1, n2 = x.size, y.size
+    pooled = np.concatenate([x, y])
+    _, inverse, counts = np.unique(pooled, return_inverse=True, return_counts=True)
+    order = np.argsort(pooled, kind="stable")
+    ranks = np.empty(pooled.size, dtype=np.float64)
+    ranks[order] = np.arange(1, pooled.size + 1, dtype=np.float64)
+    ranks = (np.bincount(inverse, weights=ranks) / counts)[inverse]  # ties: average ranks
+    u1 = float(np.sum(ranks[:n1])) - n1 * (n1 + 1) / 2.0
+    u2 = n1 * n2 - u1
+    u, sides = {"greater": (u1, 1), "less": (u2, 1)}.get(alternative, (max(u1, u2), 2))
+    if _mann_whitney_method(x, y) == "exact":
+        cumulative = _mann_whitney_cdf(min(n1, n2), max(n1, n2))  # P(U <= k)
+        k = round(u)
+        p = 1.0 - float(cumulative[k - 1]) if k > 0 else 1.0  # P(U >= u)
+    else:
+        n = n1 + n2
+        ties = float(np.sum(counts.astype(np.float64) ** 3 - counts))
+        spread = math.sqrt(n1 * n2 / 12.0 * ((n + 1) - ties / (n * (n - 1))))
+        z = (u - n1 * n2 / 2.0 - 0.5) / spread
+        p = 0.5 * math.erfc(z / math.sqrt(2.0))
+    return min(max(p * sides, 0.0), 1.0)
+
+
+@functools.cache
+def _mann_whitney_cdf(m: int, n: int) -> Floats:
+    """P(U <= k) for samples of m and n values without ties: how many of the C(m+n, m)
+    orderings give each U, by U's recurrence over the largest value's sample."""
+    table: dict[tuple[int, int], Floats] = {}
+    for i in range(m + 1):
+        for j in range(n + 1):
+            if i == 0 or j == 0:
+                table[i, j] = np.ones(1, dtype=np.float64)
+                continue
+            # The largest value is the first sample's (U grows by j) or the second's.
+            counts = np.zeros(i * j + 1, dtype=np.float64)
+            first, second = table[i - 1, j], table[i, j - 1]
+            counts[j : j + first.size] += first
+            counts[: second.size] += second
+            table[i, j] = counts
+    counts = table[m, n]
+    return np.asarray(np.cumsum(counts) / counts.sum(), dtype=np.float64)
 
 
 def unpaired_interval(base: Values, head: Values, a: float) -> RatioInterval:
