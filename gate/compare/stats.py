@@ -85,14 +85,24 @@ def log_ratios(base: Values, head: Values) -> Floats:
 # -- paired rounds: the signed-rank test -------------------------------------------------
 
 
+_ALTERNATIVES = ("greater", "less", "two-sided")
+
+
+def _check_alternative(alternative: str) -> None:
+    if alternative not in _ALTERNATIVES:
+        raise ValueError(f"alternative must be greater, less or two-sided, not {alternative!r}")
+
+
+def _untied(shifted: Floats) -> bool:
+    """No zero and no tied magnitude in any run."""
+    magnitudes = np.sort(np.abs(shifted), axis=-1)
+    return bool(np.all(magnitudes > 0) and not np.any(np.diff(magnitudes, axis=-1) == 0))
+
+
 def _signed_rank_method(shifted: Floats) -> str:
     """``exact`` for few rounds without zeros or tied magnitudes, else ``approx``."""
-    if shifted.shape[-1] > EXACT_MAX_ROUNDS:
-        return "approx"
-    magnitudes = np.sort(np.abs(shifted), axis=-1)
-    if np.any(magnitudes == 0) or np.any(np.diff(magnitudes, axis=-1) == 0):
-        return "approx"
-    return "exact"
+    exact = shifted.shape[-1] <= EXACT_MAX_ROUNDS and _untied(shifted)
+    return "exact" if exact else "approx"
 
 
 def signed_rank_p(d: Floats, shift: float, alternative: str) -> Floats:
@@ -108,75 +118,71 @@ def signed_rank_p(d: Floats, shift: float, alternative: str) -> Floats:
     and at each step of its interval's search, and scipy's call costs ~1 ms there (its import
     ~1 s once), all of it while the worker waits for the next turn.
     """
+    _check_alternative(alternative)
     shifted = np.asarray(d, dtype=np.float64) - shift
-    if alternative not in ("greater", "less", "two-sided"):
-        raise ValueError(f"alternative must be greater, less or two-sided, not {alternative!r}")
-    exact = _signed_rank_method(shifted) == "exact"
-    magnitudes = np.sort(np.abs(shifted), axis=-1)
-    if np.all(magnitudes > 0) and not np.any(np.diff(magnitudes, axis=-1) == 0):
-        # No zeros, no ties (always so for measured times): every run at once.
-        return _signed_rank_untied(shifted, alternative, exact=exact)
-    rows = shifted.reshape(-1, shifted.shape[-1])
-    p = np.array([_signed_rank_row(row, alternative, exact=exact) for row in rows])
+    n = shifted.shape[-1]
+    if _untied(shifted):  # always so for measured times: every run at once
+        ranks = np.argsort(np.argsort(np.abs(shifted), axis=-1), axis=-1) + 1
+        r_plus = np.sum(np.where(shifted > 0, ranks, 0), axis=-1)
+        return _signed_rank_p_of(r_plus, n, 0.0, alternative, exact=n <= EXACT_MAX_ROUNDS)
+    rows = shifted.reshape(-1, n)
+    p = np.array([_signed_rank_tied(row, alternative) for row in rows])
     return np.asarray(p.reshape(shifted.shape[:-1]), dtype=np.float64)
 
 
-def _signed_rank_untied(d: Floats, alternative: str, *, exact: bool) -> Floats:
-    """`signed_rank_p` of rows without zeros or tied magnitudes, all rows at once."""
-    n = d.shape[-1]
-    ranks = np.argsort(np.argsort(np.abs(d), axis=-1), axis=-1) + 1
-    r_plus = np.sum(np.where(d > 0, ranks, 0), axis=-1)
-    if exact:
-        cumulative = _signed_rank_cdf(n)
-        at_least = np.where(r_plus > 0, 1.0 - cumulative[np.maximum(r_plus - 1, 0)], 1.0)
-        at_most = cumulative[r_plus]
-        if alternative == "two-sided":
-            return np.asarray(np.minimum(1.0, 2.0 * np.minimum(at_least, at_most)))
-        return np.asarray(at_least if alternative == "greater" else at_most)
-    z = (r_plus - n * (n + 1) / 4.0) / math.sqrt(n * (n + 1) * (2 * n + 1) / 24.0)
-    if alternative == "two-sided":
-        return _erfc(np.abs(z) / math.sqrt(2.0))
-    return 0.5 * _erfc((z if alternative == "greater" else -z) / math.sqrt(2.0))
-
-
-def _erfc(x: Floats) -> Floats:
-    return np.asarray(np.frompyfunc(math.erfc, 1, 1)(x), dtype=np.float64)
-
-
-def _signed_rank_row(d: Floats, alternative: str, *, exact: bool) -> float:
+def _signed_rank_tied(d: Floats, alternative: str) -> float:
+    """`signed_rank_p` of one run with zeros (dropped) or tied magnitudes (ranks averaged)."""
     nonzero = d[d != 0]
-    n = nonzero.size
-    if n == 0:  # nothing but zeros: no test (scipy says nan too; no rule rejects on it)
+    if nonzero.size == 0:  # nothing but zeros: no test (scipy says nan too; no rule rejects on it)
         return math.nan
-    magnitudes = np.abs(nonzero)
-    order = np.argsort(magnitudes, kind="stable")
-    ranks = np.empty(n, dtype=np.float64)
-    ranks[order] = np.arange(1, n + 1, dtype=np.float64)
-    ties = 0.0
-    if np.unique(magnitudes).size < n:  # average ranks over ties, as scipy's rankdata does
-        _, inverse, counts = np.unique(magnitudes, return_inverse=True, return_counts=True)
-        sums = np.bincount(inverse, weights=ranks)
-        ranks = (sums / counts)[inverse]
-        ties = float(np.sum(counts.astype(np.float64) ** 3 - counts))
-    r_plus = float(np.sum(ranks[nonzero > 0]))
+    ranks, ties = _average_ranks(np.abs(nonzero))
+    r_plus = np.sum(ranks[nonzero > 0])
+    return float(_signed_rank_p_of(r_plus, nonzero.size, ties, alternative, exact=False))
+
+
+def _signed_rank_p_of(
+    r_plus: Floats, n: int, ties: float, alternative: str, *, exact: bool
+) -> Floats:
+    """The p-values of signed-rank statistics ``r_plus`` of ``n`` nonzero rounds: exact (no
+    ties), or the normal approximation with ``ties``' term (`_average_ranks`)."""
     if exact:
         cumulative = _signed_rank_cdf(n)  # P(W+ <= k), k = 0 .. n(n+1)/2
-        k = round(r_plus)
-        at_least = float(1.0 - cumulative[k - 1]) if k > 0 else 1.0  # P(W+ >= k)
-        at_most = float(cumulative[k])  # P(W+ <= k)
-        if alternative == "two-sided":
-            return min(1.0, 2.0 * min(at_least, at_most))
-        return at_least if alternative == "greater" else at_most
-    mean = n * (n + 1) / 4.0
+        return _exact_p(cumulative, r_plus, alternative)
     variance = n * (n + 1) * (2 * n + 1) / 24.0 - ties / 48.0
     if variance <= 0:
-        return math.nan
-    z = (r_plus - mean) / math.sqrt(variance)
+        return np.full(np.shape(r_plus), math.nan)
+    z = (r_plus - n * (n + 1) / 4.0) / math.sqrt(variance)
     if alternative == "two-sided":
-        return math.erfc(abs(z) / math.sqrt(2.0))
-    if alternative == "greater":
-        return 0.5 * math.erfc(z / math.sqrt(2.0))
-    return 0.5 * math.erfc(-z / math.sqrt(2.0))
+        return 2.0 * _normal_sf(np.abs(z))
+    return _normal_sf(z if alternative == "greater" else -z)
+
+
+def _exact_p(cumulative: Floats, statistic: Floats | float, alternative: str) -> Floats:
+    """From an integer statistic's exact distribution (``cumulative``: P(S <= i)): P(S >= k)
+    for ``greater``, P(S <= k) for ``less``, twice the smaller (at most 1) for ``two-sided``."""
+    k = np.asarray(np.rint(statistic), dtype=np.int64)
+    at_most = cumulative[k]
+    at_least = np.where(k > 0, 1.0 - cumulative[np.maximum(k - 1, 0)], 1.0)
+    if alternative == "two-sided":
+        return np.asarray(np.minimum(1.0, 2.0 * np.minimum(at_least, at_most)))
+    return np.asarray(at_least if alternative == "greater" else at_most)
+
+
+def _normal_sf(z: Floats | float) -> Floats:
+    """P(Z > z) for a standard normal Z, elementwise."""
+    erfc = np.frompyfunc(math.erfc, 1, 1)
+    return np.asarray(0.5 * erfc(np.asarray(z) / math.sqrt(2.0)), dtype=np.float64)
+
+
+def _average_ranks(values: Floats) -> tuple[Floats, float]:
+    """Ranks 1..n of ``values``, tied ones averaged (as scipy's ``rankdata``), and the ties'
+    term of the normal approximations' variance: the sum of t³ - t over groups of t tied."""
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(values.size, dtype=np.float64)
+    ranks[order] = np.arange(1, values.size + 1, dtype=np.float64)
+    averaged = (np.bincount(inverse, weights=ranks) / counts)[inverse]
+    return averaged, float(np.sum(counts.astype(np.float64) ** 3 - counts))
 
 
 @functools.cache
@@ -296,28 +302,19 @@ def mann_whitney_p(first: Values, second: Values, alternative: str) -> float:
     x, y = _as_array(first, "first"), _as_array(second, "second")
     if np.all(x == x[0]) and np.all(y == x[0]):  # every value the same: nothing to tell apart
         return 1.0
-    if alternative not in ("greater", "less", "two-sided"):
-        raise ValueError(f"alternative must be greater, less or two-sided, not {alternative!r}")
+    _check_alternative(alternative)
     n1, n2 = x.size, y.size
-    pooled = np.concatenate([x, y])
-    _, inverse, counts = np.unique(pooled, return_inverse=True, return_counts=True)
-    order = np.argsort(pooled, kind="stable")
-    ranks = np.empty(pooled.size, dtype=np.float64)
-    ranks[order] = np.arange(1, pooled.size + 1, dtype=np.float64)
-    ranks = (np.bincount(inverse, weights=ranks) / counts)[inverse]  # ties: average ranks
+    ranks, ties = _average_ranks(np.concatenate([x, y]))
     u1 = float(np.sum(ranks[:n1])) - n1 * (n1 + 1) / 2.0
     u2 = n1 * n2 - u1
     u, sides = {"greater": (u1, 1), "less": (u2, 1)}.get(alternative, (max(u1, u2), 2))
     if _mann_whitney_method(x, y) == "exact":
         cumulative = _mann_whitney_cdf(min(n1, n2), max(n1, n2))  # P(U <= k)
-        k = round(u)
-        p = 1.0 - float(cumulative[k - 1]) if k > 0 else 1.0  # P(U >= u)
+        p = float(_exact_p(cumulative, u, "greater"))  # P(U >= u)
     else:
         n = n1 + n2
-        ties = float(np.sum(counts.astype(np.float64) ** 3 - counts))
         spread = math.sqrt(n1 * n2 / 12.0 * ((n + 1) - ties / (n * (n - 1))))
-        z = (u - n1 * n2 / 2.0 - 0.5) / spread
-        p = 0.5 * math.erfc(z / math.sqrt(2.0))
+        p = float(_normal_sf((u - n1 * n2 / 2.0 - 0.5) / spread))
     return min(max(p * sides, 0.0), 1.0)
 
 
