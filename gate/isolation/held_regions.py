@@ -103,7 +103,7 @@ class HeldRegions:
                     times.append(region.op_times())
             except Exception as exc:  # a gate bug: said where the lines would have been
                 fault = gate_fault("tracing this region", exc)
-                times.append(OpTimes((), 0, note=f"op times not traced: {fault.message}"))
+                times.append(OpTimes.not_traced(fault.message))
         return tuple(times)
 
     def check(self, job: Check) -> Checked:

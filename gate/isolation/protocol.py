@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import pickle
 import signal
-import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,7 +153,6 @@ class Traced:
 
 Request = Check | Job | Turns | Trace
 Message = Request | Checked | Ready | Entered | Done | Timed | Traced
-_MESSAGES = typing.get_args(Message)  # what a frame may hold: every request and reply
 
 
 def encode(message: Message) -> bytes:
@@ -188,6 +186,6 @@ class FrameBuffer:
             payload = bytes(self._buffer[_HEADER : _HEADER + size])
             del self._buffer[: _HEADER + size]
             message = pickle.loads(payload)
-            if not isinstance(message, _MESSAGES):
+            if not isinstance(message, Message):
                 raise TypeError(f"unexpected message from the other side: {message!r:.200}")
             yield message

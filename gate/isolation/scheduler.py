@@ -274,8 +274,7 @@ class Scheduler:
         else:
             reply = self._request(request, self._worker.env, label, timeout, tree, start=False)
         if isinstance(reply, RegionError):
-            note = f"op times not traced: {reply.message}"
-            return tuple(OpTimes((), 0, note=note) for _ in roots)
+            return tuple(OpTimes.not_traced(reply.message) for _ in roots)
         if isinstance(reply, Traced) and reply.number == request.number:
             return reply.times
         raise RuntimeError(f"worker answered trace {request.number} with {reply!r:.300}")

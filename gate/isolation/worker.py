@@ -211,7 +211,7 @@ def _encoded(request: Request, reply: Message) -> bytes:
         if isinstance(request, Turns):
             return encode(Timed(request.number, (StepSamples((), error=error),)))
         if isinstance(request, Trace):
-            untraced = OpTimes((), 0, note=f"op times not traced: {error.message}")
+            untraced = OpTimes.not_traced(error.message)
             return encode(Traced(request.number, tuple(untraced for _ in request.roots)))
         problem = Problem("", None, "", error.message)
         return encode(Checked(request.number, (problem,)))
@@ -222,7 +222,7 @@ def _read_jobs(fd: int, jobs: queue.Queue[Request | None], busy: threading.Event
     try:
         while chunk := os.read(fd, 1 << 16):
             for message in frames.feed(chunk):
-                if not isinstance(message, Check | Job | Turns | Trace):
+                if not isinstance(message, Request):
                     raise TypeError(f"expected a request, got {type(message).__name__}")
                 jobs.put(message)
     except BaseException:

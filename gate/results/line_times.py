@@ -49,6 +49,11 @@ class OpTimes:
     # there are. A reader is told in one line; work by line still stands.
     note: str = ""
 
+    @classmethod
+    def not_traced(cls, why: str, runs: int = 0) -> OpTimes:
+        """No op times: the traced runs did not happen or failed, ``why`` in one line."""
+        return cls((), runs, note=f"op times not traced: {why}")
+
     @property
     def total_s(self) -> float:
         return sum(t.seconds for t in self.lines)

@@ -172,7 +172,7 @@ def op_times(
     except Exception as exc:
         shutil.rmtree(root, ignore_errors=True)
         why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        return OpTimes((), runs, note=f"op times not traced: {why}")
+        return OpTimes.not_traced(why, runs)
     trace = str(folder) if kept else None
     try:
         seconds = op_seconds(folder / TRACE_NAME)
