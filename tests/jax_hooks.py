@@ -192,6 +192,20 @@ HOOKS = (
         ),
     ),
     Hook(
+        "JAX's own functions nested in a step traced once per worker: pjit._infer_params "
+        "wrapped while a region's programs are entered, core.Tracer telling a call inside a trace",
+        ("jax._src.pjit", "jax._src.core"),
+        (
+            "test_programs.py::test_jaxs_own_nested_functions_are_traced_once_the_users_in_every_"
+            "region",
+            "test_programs.py::test_a_jax_function_handed_the_users_functions_is_traced_in_every_"
+            "region",
+            "test_programs.py::test_only_plain_data_lets_a_call_share_its_trace",
+            "test_programs.py::test_a_jax_without_the_hook_traces_its_own_functions_in_every_region",
+            "test_programs.py::test_verdicts_do_not_depend_on_what_ran_before_in_the_worker",
+        ),
+    ),
+    Hook(
         "every program a step runs: jit's C++ fast path off for the cost run and the first call "
         "(pxla.MeshExecutableFastpathData, a jit-key option of the gate's own in _jax.config), its "
         "executions counted "

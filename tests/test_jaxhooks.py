@@ -430,6 +430,9 @@ def test_the_internals_the_gate_needs_are_there_in_this_jax() -> None:
     assert info is not None
     assert tuple(info.static_argnames) == ("by",)
     assert internals.jit_info(_double) is None
+    pjit, tracer = internals.jit_tracing()
+    assert callable(pjit._infer_params)
+    assert not isinstance(jax.numpy.ones(2), tracer)  # a concrete array is not inside a trace
 
 
 @pytest.mark.jaxhooks

@@ -8,12 +8,18 @@ order, in one worker, give the same verdicts.
 from __future__ import annotations
 
 import json
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from cli_helpers import FAST_DEFAULTS, make_repo, run_gate
 
+from gate.jaxhooks import programs
 from gate.jaxhooks.programs import RegionPrograms, _context, shared_programs
 
 
@@ -65,6 +71,121 @@ def test_the_context_is_put_back_also_on_an_exception() -> None:
         step()
     assert seen != [before]
     assert _context().get_global() == before
+
+
+def _traces_by_name(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """How often JAX traces each jitted function (nested calls inside a trace included)."""
+    from jax._src import pjit
+
+    traced: Counter[str] = Counter()
+    original = pjit._trace_for_jit
+
+    def counting(fun: Any, *args: Any, **kwargs: Any) -> Any:
+        traced[getattr(fun, "__name__", "?")] += 1
+        return original(fun, *args, **kwargs)
+
+    monkeypatch.setattr(pjit, "_trace_for_jit", counting)
+    return traced
+
+
+@jax.jit
+def users_helper(x: jax.Array) -> jax.Array:
+    return x * 3.0
+
+
+def _regions(step: Callable[[jax.Array], Any], regions: int = 3) -> None:
+    x = jnp.linspace(-1.0, 1.0, 8)
+    for _ in range(regions):
+        with RegionPrograms().entered():
+            jax.block_until_ready(step(x))
+
+
+def test_jaxs_own_nested_functions_are_traced_once_the_users_in_every_region(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    traced = _traces_by_name(monkeypatch)
+
+    @jax.jit
+    def step(x: jax.Array) -> jax.Array:
+        # jnp.sin, jnp.mean, `* 2` and `.sum()` call jitted functions of JAX's own.
+        return jnp.mean(jnp.sin(x) * 2) + users_helper(x).sum()
+
+    _regions(step, 1)
+    assert {"step", "users_helper", "sin", "_mean", "multiply"} <= set(traced)
+    traced.clear()
+    _regions(step, 2)
+    # Later regions trace the step and the user's helper again, and nothing of JAX's.
+    assert traced == {"step": 2, "users_helper": 2}
+
+
+def test_a_jax_function_handed_the_users_functions_is_traced_in_every_region(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    traced = _traces_by_name(monkeypatch)
+    calls: list[int] = []
+
+    def doubled(v: jax.Array) -> jax.Array:
+        calls.append(1)  # runs only while traced: where a host callback would be placed
+        return v * 2
+
+    def negated(v: jax.Array) -> jax.Array:
+        return -v
+
+    @jax.jit
+    def step(x: jax.Array) -> jax.Array:
+        # jnp.piecewise hands the functions to a jitted helper of JAX's, inside a frozenset.
+        return jnp.piecewise(x, [x > 0], [doubled, negated])
+
+    _regions(step)
+    assert traced["_piecewise"] == 3
+    assert len(calls) == 3
+
+
+def test_only_plain_data_lets_a_call_share_its_trace() -> None:
+    from jax._src.core import Tracer
+
+    class UsersInt(int):
+        pass
+
+    seen: list[bool] = []
+
+    @jax.jit
+    def step(x: jax.Array) -> jax.Array:
+        own = jnp.sin.__wrapped__ if hasattr(jnp.sin, "__wrapped__") else None
+        assert own is not None
+        for extra in (2.0, np.float32(2), np.dtype("float32"), jnp.float32, None, "same"):
+            seen.append(programs._jax_own(own, (x, extra), {}, Tracer))
+        for extra in (UsersInt(2), frozenset({(0, abs)}), abs, type("Mine", (), {})):
+            seen.append(not programs._jax_own(own, (x, extra), {}, Tracer))
+        seen.append(not programs._jax_own(own, (1.0, 2.0), {}, Tracer))  # not inside a trace
+        seen.append(not programs._jax_own(users_helper.__wrapped__, (x,), {}, Tracer))
+        return x
+
+    step(jnp.ones(2))
+    assert seen == [True] * 12
+
+
+def test_a_jax_without_the_hook_traces_its_own_functions_in_every_region(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from jax._src import pjit
+
+    original = pjit._infer_params
+
+    def moved(fun: Any, info: Any, *args: Any) -> Any:  # another signature: refused
+        return original(fun, info, *args)
+
+    monkeypatch.setattr(pjit, "_infer_params", moved)
+    traced = _traces_by_name(monkeypatch)
+
+    @jax.jit
+    def step(x: jax.Array) -> jax.Array:
+        return jnp.sin(x) + 1
+
+    _regions(step)
+    assert traced["step"] == 3
+    assert traced["sin"] == 3  # slower, as correct
+    assert pjit._infer_params is moved
 
 
 # The same jitted `add` in two regions: `allows` moves an uncommitted array to device 1 under

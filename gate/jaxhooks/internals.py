@@ -35,6 +35,10 @@ Where each lives, in JAX 0.10.2:
 - ``jax/_src/pmap.py``'s ``wrapped`` frame: its ``infer_params`` closure's ``wrapped_fun``
   carries the trace info (``traced_for``, ``func_src_info``) that names a pmap's function,
   where its program is named after JAX's own wrapper (``jit(_fun)``); optional.
+- ``jax._src.pjit._infer_params(fun, ji, args, kwargs)``: what every jitted call on Python's
+  path runs to find or make its function's trace (a call inside a trace among them), and
+  ``jax._src.core.Tracer``; `gate.jaxhooks.programs` wraps the first so that JAX's own
+  functions nested in a step are traced once per worker; optional.
 - jax 0.12's ``jax._src.flattree`` (``FTStatic`` and the nodes around it) and
   ``partial_eval.diff_tracing_cache_keys``: looked up in `gate.jaxhooks.static_misses`,
   optional (without them a changed static argument goes unexplained).
@@ -267,6 +271,29 @@ def traced_function(frame: types.FrameType | None) -> tuple[str, str] | None:
             return None
         frame = frame.f_back
     return None
+
+
+def jit_tracing() -> tuple[types.ModuleType, type]:
+    """``jax._src.pjit``, whose ``_infer_params(fun, ji, args, kwargs)`` every jitted call
+    on Python's path runs to find or make the function's trace (a call nested in a trace
+    among them, with tracers for arguments), and ``jax._src.core.Tracer``.
+
+    Optional: without them each region traces JAX's own nested functions again
+    (`gate.jaxhooks.programs`), slower and as correct.
+    """
+    try:
+        from jax._src import core, pjit
+    except ImportError as exc:
+        raise InternalMissing(f"jax._src.pjit ({exc})") from exc
+    infer = pjit.__dict__.get("_infer_params")
+    if not isinstance(infer, types.FunctionType):
+        raise InternalMissing("jax._src.pjit._infer_params (absent)")
+    if list(inspect.signature(infer).parameters) != ["fun", "ji", "args", "kwargs"]:
+        raise InternalMissing("jax._src.pjit._infer_params no longer takes (fun, ji, args, kwargs)")
+    tracer = getattr(core, "Tracer", None)
+    if not isinstance(tracer, type):
+        raise InternalMissing("jax._src.core.Tracer (absent)")
+    return pjit, tracer
 
 
 # --- executions ----------------------------------------------------------------------------------

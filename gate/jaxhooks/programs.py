@@ -17,16 +17,33 @@ value instead (`shared_programs`, a thread-local override), so their programs ar
 once per worker. Where the user keeps JAX's persistent compilation cache
 (`gate.isolation.compile_cache`), executables still come from it: its key is the program,
 not the context.
+
+Inside a step's trace, every jitted function of JAX's own the step calls (``jnp.multiply``
+behind ``x * 2``, ``jnp.mean``, ``jax.random``'s helpers: a dozen in the benchmark's small
+steps) would be traced again in every region too: ~12 ms a region on the CPU, a tenth of a
+small region's cost (docs/performance.md). They run no code of the user's, place no host
+callback, move nothing while traced and compile nothing of their own (a nested call is
+inlined into the step's program), so nothing a verdict reads depends on whether their trace
+is new. While a region's programs are entered, such a call (`_jax_own`: a function defined
+in JAX's ``_src``, with no closure, called inside a trace and handed no callable) is traced
+under the shared value instead, once per worker. The step's own programs, the user's
+helpers, and anything that could reach the user's code stay the region's own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import itertools
-from collections.abc import Iterator
-from contextlib import AbstractContextManager
+import os
+import types
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack
 from typing import Any
+
+from gate.jaxhooks.internals import InternalMissing, jit_tracing
+from gate.jaxhooks.patches import SharedPatches, attribute_replaced
 
 _numbers = itertools.count(1)
 
@@ -52,7 +69,12 @@ class RegionPrograms:
         previous = context.get_global()
         context.set_global(self._value)
         try:
-            yield
+            with ExitStack() as stack:
+                # Where this JAX lacks the hook its nested functions are traced in every
+                # region, slower and as correct.
+                with contextlib.suppress(InternalMissing):
+                    stack.enter_context(_jax_own_shared.active(lambda _: None))
+                yield
         finally:
             context.set_global(previous)
 
@@ -60,6 +82,73 @@ class RegionPrograms:
 def shared_programs() -> AbstractContextManager[None]:
     """This thread's jit calls in the block use programs shared by every region of the worker."""
     return _context()(None)  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _jax_source() -> str:
+    """The folder of JAX's own code (``jax/_src/``), as code objects name their files."""
+    import jax
+
+    return os.path.join(os.path.dirname(jax.__file__), "_src") + os.sep
+
+
+def _jax_own(fun: object, args: tuple[Any, ...], kwargs: dict[str, Any], tracer: type) -> bool:
+    """Whether a jitted call can share its trace with every region: a plain function of JAX's
+    own (defined in ``jax/_src``, no closure: no user function can hide in it), called inside a
+    trace (a tracer among its arguments), every other argument plain data (`_inert`): not
+    ``jnp.piecewise``'s functions (in a frozenset), a ufunc object, a class of the user's."""
+    if not (
+        isinstance(fun, types.FunctionType)
+        and fun.__closure__ is None
+        and fun.__code__.co_filename.startswith(_jax_source())
+    ):
+        return False
+    import jax
+
+    traced = False
+    for leaf in jax.tree_util.tree_leaves((args, kwargs)):
+        if isinstance(leaf, tracer):
+            traced = True
+        elif not _inert(leaf):
+            return False
+    return traced
+
+
+_PLAIN = frozenset({int, float, complex, bool, str, bytes, type(None)})
+_LIBRARIES = ("jax", "jaxlib", "numpy", "ml_dtypes", "builtins")
+
+
+def _inert(leaf: object) -> bool:
+    """Data that runs no code of the user's when JAX reads it: a builtin scalar or string
+    (exactly: a subclass could be the user's), an array, a NumPy scalar or dtype, and a
+    class or enum member of JAX's, NumPy's or Python's own (``jnp.float32``, a precision)."""
+    import jax
+    import numpy as np
+
+    if type(leaf) in _PLAIN or isinstance(leaf, jax.Array | np.ndarray | np.generic | np.dtype):
+        return True
+    kind = leaf if isinstance(leaf, type) else type(leaf) if isinstance(leaf, enum.Enum) else None
+    return kind is not None and kind.__module__.split(".")[0] in _LIBRARIES
+
+
+def _sharing(found: tuple[types.ModuleType, type]) -> AbstractContextManager[None]:
+    """``pjit._infer_params`` tracing JAX's own nested functions under the shared value."""
+    pjit, tracer = found
+    original: Callable[..., Any] = pjit._infer_params
+
+    def infer_params(fun: Any, ji: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if _jax_own(fun, args, kwargs, tracer):
+            with shared_programs():
+                return original(fun, ji, args, kwargs)
+        return original(fun, ji, args, kwargs)
+
+    return attribute_replaced(pjit, "_infer_params", infer_params, label="pjit._infer_params")
+
+
+# Installed while any region's programs are entered (a held region's may overlap a new one's).
+_jax_own_shared: SharedPatches[tuple[types.ModuleType, type], None] = SharedPatches(
+    jit_tracing, _sharing
+)
 
 
 def release_programs() -> None:
