@@ -16,8 +16,10 @@
 #      whose op time grew (op_times_check.py), and what the per-line tables and the traced runs
 #      add to a region (line_overhead.py);
 #   8. (section `growth`, not run by default) what a region costs at the start of a run and at
-#      its end, over 100 and 500 regions, and the worker's memory (issue 40).
-# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [growth] [lines] [floor]` (default:
+#      its end, over 100 and 500 regions, and the worker's memory (issue 40);
+#   9. (section `phases`, not run by default) where inside a region the gate's time goes,
+#      stage by stage, against the floor's phases (region_phases.py).
+# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [growth] [lines] [floor] [phases]` (default:
 # checks and figures; `lines` and `floor` are parts of them that fit one device call). Logs go to
 # reports/tpu-check/, and as one archive to $OUT (the device tool's folder) when it is set. Needs junit-xml, msgspec, xmlschema and
 # pytest-timeout next to jax; carry them as wheels where the machine has no network (the device
@@ -126,6 +128,11 @@ if [[ " $sections " == *" figures "* ]]; then
 
     step "reading the programs' collectives"
     expect 0 comm.log env JAX_PLATFORMS=tpu python3 benchmarks/comm_overhead.py --runs 20
+fi
+
+if [[ " $sections " == *" phases "* ]]; then
+    step "a region's stages against the floor's phases (region_phases.py)"
+    expect 0 phases.log python3 benchmarks/region_phases.py --regions 20 --rounds 2
 fi
 
 if [[ " $sections " == *" growth "* ]]; then

@@ -1,0 +1,171 @@
+"""Where a region's time goes: the gate's stages against the floor's phases, region by region.
+
+    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/region_phases.py [--regions 20] [--rounds 2]
+
+Builds gate_vs_floor.py's repository of N distinct small steps and runs, each in a process of
+its own (alternating, ``--rounds`` times each):
+
+- the gate: `gate.region.engine.run_region` on every region, as a worker runs them (the
+  environment prepared before JAX starts, what regions leave released between them, no traced
+  runs: a plain run), each stage timed from the engine's own announcements
+  (`gate.region.stages`), and what is left of the region after its last stage;
+- the floor: gate_vs_floor.py's hand-written phases for the same steps (first call, 2
+  warm-ups, 3 guarded runs, 20 timed runs, the finite check), each timed.
+
+Prints milliseconds per region for each (the medians over the rounds of the mean over regions
+2..N: the first starts everything, JAX's and the gate's once-per-process costs), and the
+difference of the totals: the gate's own cost per region, by stage. The whole-run figures,
+start-up included, are gate_vs_floor.py's; this says where inside a region the difference is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from gate_vs_floor import build
+from grouped import run_grouped
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+TIMEOUT_S = 900
+FIRST_CALL, WARMUP, GUARDED, REPEATS = "first call", "warm-up", "guarded runs", "timed runs"
+
+
+def _gate(repo: Path) -> tuple[Counter[str], int]:
+    """Each stage's seconds over regions 2..N, run as a worker runs them, and N - 1."""
+    from gate.isolation.environment import prepare_environment
+
+    prepare_environment(os.environ)
+    os.environ["TRANSFER_GATE_OP_TIMES"] = ""  # a plain run: no region's time is compared
+    from gate.isolation.leftovers import Leftovers
+    from gate.policy.load import load_policy
+    from gate.region.engine import run_region
+    from gate.region.stages import Stage, listening
+
+    policy = load_policy(repo / "policies" / "bench.yaml", repo)
+    import jax
+
+    jax.devices()  # as a worker starts: its memory from here on is what regions leave
+    leftovers = Leftovers()
+    leftovers.after_startup()
+    spent: Counter[str] = Counter()
+    for index, region in enumerate(policy.regions):
+        if index:
+            leftovers.between_regions()
+        marks: list[tuple[str, float]] = [("starting", time.perf_counter())]
+
+        def entered(stage: Stage, marks: list[tuple[str, float]] = marks) -> None:
+            marks.append((stage.value, time.perf_counter()))
+
+        with listening(entered):
+            run_region(policy, region, repo_root=repo)
+        marks.append(("", time.perf_counter()))
+        if index:  # the first region starts JAX's and the gate's machinery
+            for (stage, start), (_, end) in itertools.pairwise(marks):
+                spent[stage] += end - start
+    return spent, len(policy.regions) - 1
+
+
+def _floor(repo: Path) -> tuple[Counter[str], int]:
+    """The floor's phases over regions 2..N, and N - 1."""
+    import jax
+    import numpy as np
+
+    sys.path.insert(0, str(repo))
+    import bench_steps  # type: ignore[import-not-found]
+
+    spent: Counter[str] = Counter()
+
+    def timed(phase: str, index: int, run: object) -> object:
+        start = time.perf_counter()
+        out = run()  # type: ignore[operator]
+        if index:
+            spent[phase] += time.perf_counter() - start
+        return out
+
+    for index in range(bench_steps.N_REGIONS):
+        step = getattr(bench_steps, f"step_{index}")
+
+        def once(step: object = step) -> object:
+            return jax.block_until_ready(step(*bench_steps.make_inputs()))  # type: ignore[operator]
+
+        def guarded(step: object = step) -> object:
+            inputs = bench_steps.make_inputs()
+            with jax.transfer_guard("disallow"):
+                return jax.block_until_ready(step(*inputs))  # type: ignore[operator]
+
+        timed(FIRST_CALL, index, once)
+        for _ in range(2):
+            timed(WARMUP, index, once)
+        for _ in range(3):
+            timed(GUARDED, index, guarded)
+        out = None
+        for _ in range(20):
+            out = timed(REPEATS, index, once)
+
+        def finite(out: object = out) -> bool:
+            leaves = jax.tree_util.tree_leaves(out)
+            return all(np.isfinite(np.asarray(leaf)).all() for leaf in leaves)
+
+        if not timed("finite check", index, finite):
+            raise SystemExit(f"step_{index}: not finite")
+    return spent, bench_steps.N_REGIONS - 1
+
+
+def _child(which: str, repo: Path) -> None:
+    os.chdir(repo)
+    spent, regions = (_gate if which == "gate" else _floor)(repo)
+    print(json.dumps({stage: seconds / regions for stage, seconds in spent.items()}))
+
+
+def _measured(which: str, repo: Path) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), str(HERE)]))}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", which, str(repo)]
+    done = run_grouped(command, repo, env, TIMEOUT_S)
+    if done.returncode != 0:
+        raise SystemExit(f"{which} exited {done.returncode}:\n{done.stdout[-3000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--regions", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--child", nargs=2, metavar=("WHICH", "REPO"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(args.child[0], Path(args.child[1]))
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        repo = Path(scratch) / "repo"
+        build(repo, args.regions)
+        rounds: dict[str, list[dict[str, float]]] = {"gate": [], "floor": []}
+        for _ in range(args.rounds):
+            for which, measured in rounds.items():
+                measured.append(_measured(which, repo))
+    print(f"ms per region, regions 2-{args.regions}, medians of {args.rounds} rounds:\n")
+    totals = {}
+    for which, measured in rounds.items():
+        print(f"| {which} | ms |\n|---|---|")
+        stages = dict.fromkeys(stage for one in measured for stage in one)
+        for stage in stages:
+            ms = statistics.median(one.get(stage, 0.0) for one in measured) * 1e3
+            print(f"| {stage or '(after the last stage)'} | {ms:.1f} |")
+        totals[which] = statistics.median(sum(one.values()) for one in measured) * 1e3
+        print(f"| total | {totals[which]:.1f} |\n")
+    gate, floor = totals["gate"], totals["floor"]
+    print(f"gate {gate:.1f} ms, floor {floor:.1f} ms a region: {gate / floor:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
