@@ -128,12 +128,15 @@ def _child(which: str, repo: Path) -> None:
 
 
 def _measured(which: str, repo: Path) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), str(HERE)]))}
+    # Before what the caller's PYTHONPATH holds (a device's JAX and the gate's wheels), not instead.
+    path = [str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     command = [sys.executable, str(Path(__file__).resolve()), "--child", which, str(repo)]
     done = run_grouped(command, repo, env, TIMEOUT_S)
     if done.returncode != 0:
-        raise SystemExit(f"{which} exited {done.returncode}:\n{done.stdout[-3000:]}")
+        said = done.stdout + (done.stderr or "")
+        raise SystemExit(f"{which} exited {done.returncode}:\n{said[-3000:]}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 

@@ -12,7 +12,7 @@ So between two regions (with nothing held from the last: ``run --base`` times a 
 again, under its own programs) the worker collects what the last region left, the only
 objects its collector still watches (a walk of one region's objects), and freezes what
 survives out of its sight, as it froze JAX's modules after start-up. Once its resident memory
-has grown by `RELEASE_AFTER_BYTES` since start-up or the last release, it lets go of every
+has grown by `RELEASE_AFTER_BYTES` since its first region or the last release, it lets go of every
 program JAX holds (`release_programs`) and collects everything once, frozen objects included:
 the worker's memory stays bounded (what a release frees is not handed back to the system, but
 the next regions reuse it: 670 MB at the 500th small region, against 1.2 GB without this and
@@ -68,7 +68,6 @@ class Leftovers:
         """What is here now (JAX's modules, the backend) lives as long as the worker: out of
         the collector's sight."""
         gc.freeze()
-        self._since = self._resident()
 
     def between_regions(self) -> None:
         """Before a region, with nothing held from the last: collect what the last region
@@ -76,8 +75,13 @@ class Leftovers:
         `RELEASE_AFTER_BYTES`, let go of it all."""
         self._regions += 1
         now = self._resident()
-        if now is None or self._since is None:
+        if now is None:
             due = self._regions >= RELEASE_EVERY
+        elif self._since is None:
+            # The first region started what a process starts once: XLA's compiler threads, a
+            # TPU runtime's buffers (~275 MB on a v5e, so a release came right after it and
+            # setup's programs were compiled again, ~2.6 s). What regions leave counts from here.
+            self._since, due = now, False
         else:
             due = now - self._since >= self._release_after
         if due:
