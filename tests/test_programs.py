@@ -188,6 +188,28 @@ def test_a_jax_without_the_hook_traces_its_own_functions_in_every_region(
     assert pjit._infer_params is moved
 
 
+def test_letting_go_clears_a_jitted_steps_programs_and_leaves_anything_else() -> None:
+    _, double = _traced_counter()
+    programs = RegionPrograms()
+    x = jax.numpy.ones(3)
+    with programs.entered():
+        double(x)  # type: ignore[operator]
+    assert double._cache_size() == 1  # type: ignore[attr-defined]
+    programs.let_go(double)
+    assert double._cache_size() == 0  # type: ignore[attr-defined]
+
+    class NotJax:
+        cleared = False
+
+        def clear_cache(self) -> None:  # a user's object with the same method name
+            self.cleared = True
+
+    mine = NotJax()
+    programs.let_go(mine)
+    programs.let_go(len)
+    assert not mine.cleared
+
+
 # The same jitted `add` in two regions: `allows` moves an uncommitted array to device 1 under
 # a guard that allows it (recorded, not failing); `refuses` makes the same move under
 # `disallow`. JAX checks the move only on a call's slow path, so if `allows` left the fast

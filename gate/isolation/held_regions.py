@@ -39,9 +39,10 @@ class HeldRegions:
         """Let go of what ``job`` replaces: the held region of its tree, and any held region
         of another region (the gate is done with it)."""
         key = _key(job)
-        for root, (held_key, _) in list(self.regions.items()):
+        for root, (held_key, region) in list(self.regions.items()):
             if root == job.repo_root or held_key != key:
                 del self.regions[root]
+                region.programs.let_go(region.code.callables.step)
         if not self.regions:
             unpin()  # its timed runs' core: the new region compiles on every core
 

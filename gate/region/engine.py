@@ -250,6 +250,7 @@ def _run_imported(
             )
             keep(held, outputs)
     except RegionAbort as abort:
+        programs.let_go(run.code.callables.step)  # nothing holds a region that stopped
         return result(
             transfers=tuple(run.verdict.transfers),
             error=abort.error,
@@ -275,6 +276,8 @@ def _run_imported(
     cost = costed.cost
     if held is not None:
         held.traced_later = costed.traced_later
+    else:  # a held region's programs run again (`gate.isolation.held_regions` lets go of them)
+        programs.let_go(run.code.callables.step)
     donations = judge_donations(region.donation, cost, witnessing().where)
     return result(
         transfers=tuple(run.verdict.transfers),
