@@ -113,6 +113,7 @@ def main(argv: list[str]) -> int:
         target=_read_jobs, args=(jobs_fd, jobs, busy), name="gate-jobs", daemon=True
     ).start()
     held = HeldRegions(Trees())
+    regions_run = 0
     while True:
         job = jobs.get()
         if job is None:
@@ -130,8 +131,11 @@ def main(argv: list[str]) -> int:
                 reply = Checked(job.number, (), fault=f"{fault.message}\n{fault.details}")
         else:
             held.release(job)
-            if not held.regions:  # never while a held region still runs its programs
+            # After a region, never while a held one still runs its programs: the first
+            # region starts what the process starts once, which is no region's leftover.
+            if regions_run and not held.regions:
                 leftovers.between_regions()
+            regions_run += 1
             options = _OptionsWatch(config_values())
             with (
                 listening(functools.partial(_stage_entered, results_fd, job.number, options)),
