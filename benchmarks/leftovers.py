@@ -5,12 +5,13 @@
 Runs N regions in this process as a worker runs them (gate.isolation.leftovers): each a
 distinct small jitted training step (gate_vs_floor.py's), called 6 times under the region's
 own jit context with fresh inputs from a shared setup. Twice, each in a process of its own:
-with nothing done between regions (``none``: what the worker did before issue 40) and with
-`Leftovers.between_regions` before each (``leftovers``). Prints per mode: the process's
-resident memory at region 20, N/4, N/2, 3N/4 and N; the objects the garbage collector
-watches at 20, N/2 and N; the collector's seconds over all regions (``gc.callbacks``); the
-mean CPU seconds of regions 2-21 and of the last 20. Memory and object counts do not depend
-on the machine's load; the seconds do.
+with nothing done between regions (``none``: what the worker did before issue 40) and as the
+worker does now (``leftovers``): each region's jitted step lets go of its programs when the
+region ends (`RegionPrograms.let_go`), and `Leftovers.between_regions` runs after each.
+Prints per mode: the process's resident memory at region 20, N/4, N/2, 3N/4 and N; the
+objects the garbage collector watches at 20, N/2 and N; the collector's seconds over all
+regions (``gc.callbacks``); the mean CPU seconds of regions 2-21 and of the last 20. Memory
+and object counts do not depend on the machine's load; the seconds do.
 """
 
 from __future__ import annotations
@@ -78,16 +79,19 @@ def regions(mode: str, n: int) -> dict[str, object]:
 
     kept, cpu, collected, watched, memory = [], [], [], [], []
     for i in range(n):
-        if mode == "leftovers":
+        if mode == "leftovers" and i:  # as the worker: after a region
             leftovers.between_regions()
         started, before = time.process_time(), collecting[0]
         step = make_step(i)
         kept.append(step)  # as the user's module keeps it
-        with RegionPrograms().entered():
+        programs = RegionPrograms()
+        with programs.entered():
             for _ in range(6):
                 with shared_programs():
                     inputs = make_inputs()
                 jax.block_until_ready(step(*inputs))  # type: ignore[operator]
+        if mode == "leftovers":
+            programs.let_go(step)  # as the engine, once the region is done with it
         cpu.append(time.process_time() - started)
         collected.append(collecting[0] - before)
         watched.append(len(gc.get_objects()))
