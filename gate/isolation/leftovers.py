@@ -14,10 +14,9 @@ objects its collector still watches (a walk of one region's objects), and freeze
 survives out of its sight, as it froze JAX's modules after start-up. Once its resident memory
 has grown by `RELEASE_AFTER_BYTES` since its first region or the last release, it lets go of every
 program JAX holds (`release_programs`) and collects everything once, frozen objects included:
-the worker's memory stays bounded (what a release frees is not handed back to the system, but
-the next regions reuse it: 670 MB at the 500th small region, against 1.2 GB without this and
-360 MB releasing every 50 regions, `benchmarks/leftovers.py`), and a frozen object that
-became garbage in a reference cycle is collected after all.
+the worker's memory stays bounded (279 MB at the 500th small region, against 1.2 GB without
+this, `benchmarks/leftovers.py`), and a frozen object that became garbage in a reference cycle
+is collected after all.
 
 A release costs the region it lands on: setup's programs are traced and compiled again and
 the full collection walks everything, ~0.7 s on the 2-core CPU machine and ~2.6 s on a TPU
@@ -73,8 +72,8 @@ class Leftovers:
         gc.freeze()
 
     def between_regions(self) -> None:
-        """Before a region, with nothing held from the last: collect what the last region
-        left and freeze the rest; once the regions so far have grown the worker's memory by
+        """After a region, with nothing held from it: collect what it left and freeze the
+        rest; once the regions since the first have grown the worker's memory by
         `RELEASE_AFTER_BYTES`, let go of it all."""
         self._regions += 1
         now = self._resident()

@@ -85,7 +85,7 @@ class RegionPrograms:
         JAX keeps them as long as the step function lives (a user's module keeps it): ~1.8 MB
         a small region on the CPU, which until now waited for `release_programs` and the
         recompiling of setup's programs that comes with it. ``clear_cache`` (public, on a
-        ``jax.jit`` function) lets go of the step's alone: 0.08 MB a region left
+        ``jax.jit`` function) lets go of the step's alone: under 0.1 MB a region left
         (docs/performance.md). A step that is no jitted function leaves its programs to the
         release.
         """
