@@ -50,7 +50,7 @@ def _own_module(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "engine_steps", raising=False)
 
 
-def run_step(repo: Path, step: str) -> RegionResult:
+def run_step(repo: Path, step: str, *, let_go: bool = False) -> RegionResult:
     (repo / "engine_steps.py").write_text(textwrap.dedent(STEPS))
     policy = one_region_policy(
         callable_ref(f"engine_steps:{step}"),
@@ -58,7 +58,7 @@ def run_step(repo: Path, step: str) -> RegionResult:
         python_path=(repo,),
     )
     [region] = policy.regions
-    return run_region(policy, region, repo_root=repo)
+    return run_region(policy, region, repo_root=repo, let_go=let_go)
 
 
 def test_a_clean_step_passes(tmp_path: Path) -> None:
@@ -98,15 +98,23 @@ def test_a_step_that_does_not_import_is_an_error_not_an_exception(tmp_path: Path
 def test_a_finished_regions_jitted_step_lets_go_of_its_programs(tmp_path: Path) -> None:
     """Nothing calls them again (a later region has programs of its own): JAX would keep them
     while the user's module keeps the step, ~1.8 MB a small region."""
-    result = run_step(tmp_path, "jitted")
+    result = run_step(tmp_path, "jitted", let_go=True)
     assert result.error is None, result.error
     assert result.passed
     step = sys.modules["engine_steps"].jitted
     assert step._cache_size() == 0
     # The user's own jitted helper, called by a step that is no jitted function, keeps its
     # programs: the gate cannot tell the region's from others' there (the release does).
-    run_step(tmp_path, "clean")
+    run_step(tmp_path, "clean", let_go=True)
     assert sys.modules["engine_steps"].double._cache_size() > 0
+
+
+def test_in_the_users_own_process_the_step_keeps_its_programs(tmp_path: Path) -> None:
+    """`gate.check_region` runs the engine in the user's process: ``clear_cache`` there would
+    drop the user's own compilations of the step too."""
+    result = run_step(tmp_path, "jitted")
+    assert result.error is None, result.error
+    assert sys.modules["engine_steps"].jitted._cache_size() > 0
 
 
 def test_a_held_regions_programs_stay_until_the_worker_lets_go_of_it(tmp_path: Path) -> None:

@@ -260,6 +260,7 @@ def run_job(job: Job, keep: Keep | None = None, other_roots: tuple[Path, ...] = 
             keep=keep,
             other_roots=other_roots,
             trace_held=job.hold,
+            let_go=not job.hold,  # a held one's go when it is let go of (`HeldRegions`)
         )
     except Exception as exc:
         # run_region turns every exception of the user's code into a RegionError.

@@ -87,6 +87,7 @@ def run_region(
     other_roots: tuple[Path, ...] = (),
     traced: bool = True,
     trace_held: bool = False,
+    let_go: bool = False,
 ) -> RegionResult:
     """Run one region of ``policy`` in this process and judge it. Never raises for the user's code.
 
@@ -101,6 +102,9 @@ def run_region(
     time is compared (`gate.region.cost_phase`); off where nothing compares it.
     ``trace_held``: those runs are left to the region ``keep`` holds (`HeldRegion.op_times`),
     made only if its comparison asks for them.
+    ``let_go``: a worker's, for a region it will not hold: the step's compiled programs go once
+    the region is done (`RegionPrograms.let_go`). In the user's own process (`gate.api`) they
+    stay: ``clear_cache`` would drop the user's own compilations of the step too.
     """
     started = time.perf_counter()
     root = Path.cwd() if repo_root is None else repo_root
@@ -117,11 +121,21 @@ def run_region(
         except ResolveError as exc:
             return result(error=RegionError(ErrorKind.IMPORT, str(exc), str(exc)))
         code = RegionCode(policy, region, user, callables)
-        return _run_imported(RegionRun(code), result, keep, traced=traced, trace_held=trace_held)
+        # Programs of the region's own: its first call takes JAX's slow path, which checks
+        # every move, whatever earlier regions compiled; setup's programs stay shared.
+        programs = RegionPrograms()
+        try:
+            return _run_imported(
+                RegionRun(code), programs, result, keep, traced=traced, trace_held=trace_held
+            )
+        finally:
+            if let_go:
+                programs.let_go(callables.step)
 
 
 def _run_imported(
     run: RegionRun,
+    programs: RegionPrograms,
     result: Callable[..., RegionResult],
     keep: Keep | None,
     *,
@@ -139,9 +153,6 @@ def _run_imported(
     unkept: list[str] = []  # guard setters this JAX put out of the gate's reach
     watched = region.recompiles is not RecompileRule.ALLOW
     compiles_unseen = compile_events_arrive() if watched else None
-    # Programs of the region's own: its first call takes JAX's slow path, which checks every
-    # move, whatever earlier regions compiled; setup's programs stay shared (`programs`).
-    programs = RegionPrograms()
     checks: tuple[CheckOutcome, ...] = ()
     held: HeldRegion | None = None
 
@@ -250,7 +261,6 @@ def _run_imported(
             )
             keep(held, outputs)
     except RegionAbort as abort:
-        programs.let_go(run.code.callables.step)  # nothing holds a region that stopped
         return result(
             transfers=tuple(run.verdict.transfers),
             error=abort.error,
@@ -276,8 +286,6 @@ def _run_imported(
     cost = costed.cost
     if held is not None:
         held.traced_later = costed.traced_later
-    else:  # a held region's programs run again (`gate.isolation.held_regions` lets go of them)
-        programs.let_go(run.code.callables.step)
     donations = judge_donations(region.donation, cost, witnessing().where)
     return result(
         transfers=tuple(run.verdict.transfers),
