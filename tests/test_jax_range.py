@@ -46,7 +46,18 @@ def test_ci_runs_the_marked_tests_on_both_ends_after_the_readme_command() -> Non
     hook_runs = [i for i, line in enumerate(lines) if line.startswith("jax_hook_tests ")]
     assert len(hook_runs) == 2
     assert min(hook_runs) > readme_run
-    assert "-m pytest -m jaxhooks" in CI
+    assert '-m pytest -m "$markers"' in CI
+    oldest, newest = (lines[i] for i in sorted(hook_runs))
+    assert " python3 jaxhooks " in oldest
+    # The newest Python also runs what the gate does differently there (sys.monitoring).
+    assert newest.endswith('"$newest" "jaxhooks or pythons"')
+
+
+def test_the_pythons_marker_is_registered_and_marks_the_transfer_maps_tests() -> None:
+    markers = PYPROJECT["tool"]["pytest"]["ini_options"]["markers"]
+    assert any(marker.startswith("pythons:") for marker in markers)
+    for name in ("test_code_events.py", "test_transfer_map.py"):
+        assert "pytestmark = pytest.mark.pythons" in (ROOT / "tests" / name).read_text()
 
 
 def test_the_jaxhooks_marker_is_registered() -> None:

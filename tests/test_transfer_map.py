@@ -12,6 +12,9 @@ MANY = """
 import jax
 import numpy as np
 
+# The map listens through sys.monitoring on Python 3.12+ (gate.witness.code_events).
+pytestmark = pytest.mark.pythons
+
 
 @jax.jit
 def double(x):

@@ -4,9 +4,10 @@ JAX's guard in ``log`` mode writes one C++ warning per transfer to file
 descriptor 2 and names no source line; ``disallow`` names the line but stops
 at the first offender. So for the map the gate runs the step under the
 logging levels with fd 2 pointed at a temporary file (a file, not a pipe: a
-full pipe would block the writer) and traces the user's code: at every
-call, line and return event in the user's files it reads what the guard
-appended and charges it to the line that was executing.
+full pipe would block the writer) and listens to the user's code
+(`gate.witness.code_events`: ``sys.monitoring`` on Python 3.12+, ``sys.settrace``
+on 3.11): at every call, line and return event in the user's files it reads what
+the guard appended and charges it to the line that was executing.
 
 Each guard line carries the native id of the thread that wrote it, so a
 transfer made by a thread the step started is charged to that thread's line.
@@ -46,8 +47,9 @@ from typing import Any
 
 from gate.levels import Direction
 from gate.package import PACKAGE_DIR
-from gate.user_code import SourceLocation, UserCode
+from gate.user_code import SourceLocation, UserCode, is_library
 from gate.witness.arguments import CallPlan
+from gate.witness.code_events import Watch, listening
 from gate.witness.guard_log import parse_guard_line, warnings_level
 from gate.witness.line_calls import LineCall, call_plan, line_calls
 from gate.witness.observed import Observed, describe_operands, name_moves
@@ -271,21 +273,23 @@ class _Mapper:
         except Exception:  # naming is a nicety: never let it break the map
             self.calls[frame] = None
 
-    def global_trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+    # -- what the map hears (`gate.witness.code_events`) ---------------------
+
+    def started(self, frame: types.FrameType) -> Watch:
         # Only frames of the user's code and the explicit transfer functions
         # are traced; jax calling jax never changes the user's line, so it
-        # costs no read of the log. Python calls this for every function call in the
+        # costs no read of the log. Under sys.settrace this runs for every call in the
         # process (JAX tracing a step makes thousands): one dict lookup decides most.
         if self.finished:
-            return None
+            return Watch.NOT_THIS_CALL  # a thread that outlived the block
         code = frame.f_code
         if code in self.untraced:
-            return None
+            return Watch.UNTRACED
         if self._is_user(code.co_filename):
             self.flush()
             self.segments_of[frame] = self._new_segment()
             self._enter(frame, frame)
-            return self._local_trace
+            return Watch.LINES
         if code in self.explicit_codes:
             # Whoever calls it, JAX counts a transfer inside jax.device_put /
             # device_get as explicit (config.explicit_device_put_scope), so
@@ -295,61 +299,52 @@ class _Mapper:
             state = self._state()
             state.explicit_depth += 1
             state.fetch_depth += code in self.fetch_codes
-            return self._explicit_trace
+            return Watch.RETURN
         if code in self.operators.codes:
             return self._operator_call(frame)
         if self.on_untraced is not None:
             self.on_untraced(frame)
         self.untraced.add(code)
-        return None
+        return Watch.UNTRACED
 
-    def _operator_call(self, frame: types.FrameType) -> Any:
+    def _operator_call(self, frame: types.FrameType) -> Watch:
         """An eager operator (``ArrayImpl.__mul__``) on a device array and a host value, from
         the user's line or a library it calls: what the call moves is that host operand."""
         operand = self.operators.host_operand(frame)
         if operand is None:
-            return None
+            return Watch.NOT_THIS_CALL
         self.flush()  # what the line moved before the call is not the call's
         state = self._state()
         if state.operation:
             # One inside another: which move is whose is not knowable, so neither is named.
             state.operand = None
-            return None
+            return Watch.NOT_THIS_CALL
         state.operand, state.operation = operand, self._new_segment()
-        frame.f_trace_lines = False  # only its return matters
-        return self._operator_trace
+        return Watch.RETURN  # only its return matters
 
-    def _operator_trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
-        if event == "return":
-            self.flush()
-            state = self._state()
-            state.operand, state.operation = None, 0
-            return None
-        return self._operator_trace
-
-    def _local_trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+    def line(self, frame: types.FrameType) -> None:
         if self.finished:
-            return None
-        if event == "line":
-            self.flush()
-            self._plan_line(frame)
-            self.segments_of[frame] = self._new_segment()
-            self._enter(frame, frame)
-        elif event == "return":
-            self.flush()
+            return
+        self.flush()
+        self._plan_line(frame)
+        self.segments_of[frame] = self._new_segment()
+        self._enter(frame, frame)
+
+    def returned(self, frame: types.FrameType, watch: Watch) -> None:
+        if self.finished:
+            return
+        self.flush()
+        if watch is Watch.LINES:
             self.calls.pop(frame, None)
             self.segments_of.pop(frame, None)
             self._enter(frame.f_back, self._innermost_user(frame.f_back))
-        return self._local_trace
-
-    def _explicit_trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
-        if event == "return":
-            self.flush()
-            state = self._state()
+            return
+        state = self._state()
+        if frame.f_code in self.explicit_codes:
             state.explicit_depth -= 1
             state.fetch_depth -= frame.f_code in self.fetch_codes
-            return None
-        return self._explicit_trace
+        else:  # an operator's call
+            state.operand, state.operation = None, 0
 
 
 @contextmanager
@@ -395,16 +390,12 @@ def mapped(
         operators=Operators.of_this_jax(),
         untraced=untraced,
     )
-    saved_trace = sys.gettrace()
-    saved_thread_trace = threading.gettrace()
     os.dup2(writer, 2)
     try:
-        threading.settrace(mapper.global_trace)
-        sys.settrace(mapper.global_trace)
-        yield mapper.log
+        # A library's code is never a region's: a monitor may stop asking about it for good.
+        with listening(mapper, _is_library_code, explicit_codes | mapper.operators.codes):
+            yield mapper.log
     finally:
-        sys.settrace(saved_trace)
-        threading.settrace(saved_thread_trace)
         sys.stderr.flush()
         mapper.finish()
         describe_operands(mapper.log.observed)
@@ -416,6 +407,10 @@ def mapped(
         if mapper.log.passthrough:
             sys.stderr.write("\n".join(mapper.log.passthrough) + "\n")
             sys.stderr.flush()
+
+
+def _is_library_code(code: types.CodeType) -> bool:
+    return is_library(code.co_filename)
 
 
 def capture_works() -> bool:

@@ -1,0 +1,227 @@
+"""gate.witness.code_events: the two ways the transfer map hears code run say the same.
+
+Python 3.11 has only ``sys.settrace``; 3.12+ (the container's Python) listens through
+``sys.monitoring``, where a library's code object is turned off after its first call. The
+monitor's tests skip on 3.11; .ci/run runs them (marked `pythons`) on its newest Python too.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import types
+from collections.abc import Iterator
+
+import pytest
+
+from gate.witness import code_events
+from gate.witness.code_events import Watch, listening
+
+pytestmark = pytest.mark.pythons
+needs_monitoring = pytest.mark.skipif(
+    sys.version_info < (3, 12), reason="sys.monitoring is Python 3.12+"
+)
+
+
+def library() -> int:  # stands for JAX: never watched
+    return 1
+
+
+def explicit() -> int:  # stands for jax.device_get: only its return is watched
+    return library() + 1
+
+
+def numbers() -> Iterator[int]:
+    yield 1
+    yield 2
+
+
+def failing() -> None:
+    raise KeyError("unwinds")
+
+
+def user() -> int:
+    a = library()
+    b = explicit()
+    try:  # noqa: SIM105  the lines a try statement runs, which the expected events count
+        failing()
+    except KeyError:
+        pass
+    return a + b + sum(numbers())
+
+
+USER = {user.__code__, numbers.__code__, failing.__code__}
+Event = tuple[str, ...]
+
+
+class Recorder:
+    """A listener that watches this module's user functions' lines, `explicit`'s return,
+    and nothing else; records what it hears of this module's functions."""
+
+    def __init__(self, *, returns: frozenset[types.CodeType] = frozenset()) -> None:
+        self.returns = returns or frozenset({explicit.__code__})
+        self.events: list[Event] = []
+        self.asked: list[str] = []  # every start it was asked about, of this module's code
+
+    def started(self, frame: types.FrameType) -> Watch:
+        code = frame.f_code
+        if code.co_filename == __file__:
+            self.asked.append(code.co_name)
+        if code in USER:
+            self.events.append(("start", code.co_name))
+            return Watch.LINES
+        if code in self.returns:
+            self.events.append(("start", code.co_name))
+            return Watch.RETURN
+        return Watch.UNTRACED
+
+    def line(self, frame: types.FrameType) -> None:
+        line = frame.f_lineno - frame.f_code.co_firstlineno
+        self.events.append(("line", frame.f_code.co_name, str(line)))
+
+    def returned(self, frame: types.FrameType, watch: Watch) -> None:
+        self.events.append(("return", frame.f_code.co_name, watch.value))
+
+
+def _is_library(code: types.CodeType) -> bool:
+    return code.co_name == "library"
+
+
+def _fresh_library() -> types.FunctionType:
+    """`library` with a code object of its own: what the monitor turned off stays off for the
+    process, so a test that counts what it is asked needs code no earlier test ran."""
+    return types.FunctionType(library.__code__.replace(), globals())
+
+
+def _heard(*, monitor: bool, monkeypatch: pytest.MonkeyPatch) -> list[Event]:
+    recorder = Recorder()
+    with monkeypatch.context() as patched:
+        if not monitor:
+            patched.setattr(code_events, "_monitoring_tool", lambda: None)
+        with listening(recorder, _is_library, frozenset({explicit.__code__})):
+            assert user() == 6
+    return recorder.events
+
+
+EXPECTED: list[Event] = [
+    ("start", "user"),
+    ("line", "user", "1"),
+    ("line", "user", "2"),
+    ("start", "explicit"),
+    ("return", "explicit", "return"),
+    ("line", "user", "3"),
+    ("line", "user", "4"),
+    ("start", "failing"),
+    ("line", "failing", "1"),
+    ("return", "failing", "lines"),  # unwinding: a return all the same
+    ("line", "user", "5"),
+    ("line", "user", "6"),
+    ("line", "user", "7"),
+    ("start", "numbers"),
+    ("line", "numbers", "1"),
+    ("return", "numbers", "lines"),  # each yield returns, each resume starts again
+    ("start", "numbers"),
+    ("line", "numbers", "2"),
+    ("return", "numbers", "lines"),
+    ("start", "numbers"),
+    ("return", "numbers", "lines"),
+    ("return", "user", "lines"),
+]
+
+
+def test_the_trace_function_hears_lines_returns_unwinding_and_generators(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _heard(monitor=False, monkeypatch=monkeypatch) == EXPECTED
+
+
+@needs_monitoring
+def test_the_monitor_hears_exactly_what_the_trace_function_hears(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _heard(monitor=True, monkeypatch=monkeypatch) == EXPECTED
+
+
+@needs_monitoring
+def test_a_library_function_is_asked_about_once_per_process_then_costs_nothing() -> None:
+    fresh = _fresh_library()
+    first, second = Recorder(), Recorder()
+    with listening(first, _is_library, frozenset()):
+        user()
+        fresh()
+    with listening(second, _is_library, frozenset()):
+        user()
+        fresh()
+    assert "library" in first.asked
+    assert "library" not in second.asked  # turned off for good: JAX's code after region 1
+    assert second.events == first.events  # the user's code is heard in every block
+
+
+@needs_monitoring
+def test_a_function_an_earlier_block_turned_off_is_heard_again_once_watched() -> None:
+    fresh = _fresh_library()
+    with listening(Recorder(), _is_library, frozenset()):
+        fresh()  # turned off here: this block does not watch it
+    watching = Recorder(returns=frozenset({fresh.__code__}))
+    with listening(watching, _is_library, frozenset({fresh.__code__})):
+        fresh()
+    assert watching.events == [("start", "library"), ("return", "library", "return")]
+
+
+def test_nothing_is_heard_after_the_block() -> None:
+    recorder = Recorder()
+    with listening(recorder, _is_library, frozenset()):
+        pass
+    user()
+    assert recorder.events == []
+
+
+@needs_monitoring
+def test_a_block_inside_another_is_traced_and_both_hear_the_users_code() -> None:
+    outer, inner = Recorder(), Recorder()
+    with listening(outer, _is_library, frozenset()):
+        with listening(inner, _is_library, frozenset()):
+            user()
+        user()
+    assert inner.events == EXPECTED
+    assert outer.events == EXPECTED + EXPECTED
+
+
+@needs_monitoring
+def test_another_tool_on_every_free_id_leaves_the_trace_function(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monitoring = sys.monitoring  # type: ignore[attr-defined,unused-ignore]
+    ours = [i for i in code_events._FREE_TOOL_IDS if monitoring.get_tool(i) is not None]
+    for tool in ours:
+        monitoring.free_tool_id(tool)
+    for tool in code_events._FREE_TOOL_IDS:
+        monitoring.use_tool_id(tool, "someone else's profiler")
+    try:
+        recorder = Recorder()
+        with listening(recorder, _is_library, frozenset()):
+            user()
+        assert recorder.events == EXPECTED
+        assert sys.gettrace() is None  # put back
+    finally:
+        for tool in code_events._FREE_TOOL_IDS:
+            monitoring.free_tool_id(tool)
+
+
+@needs_monitoring
+def test_the_monitor_hears_a_thread_that_was_running_before_the_block() -> None:
+    go, done = threading.Event(), threading.Event()
+
+    def waiting() -> None:
+        go.wait(10)
+        user()
+        done.set()
+
+    thread = threading.Thread(target=waiting, daemon=True)
+    thread.start()
+    recorder = Recorder()
+    with listening(recorder, _is_library, frozenset()):
+        go.set()
+        assert done.wait(10)
+    thread.join(10)
+    assert recorder.events == EXPECTED
