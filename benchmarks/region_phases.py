@@ -1,6 +1,7 @@
 """Where a region's time goes: the gate's stages against the floor's phases, region by region.
 
-    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/region_phases.py [--regions 20] [--rounds 2]
+    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/region_phases.py [--regions 20] [--rounds 2] \
+        [--profile]
 
 Builds gate_vs_floor.py's repository of N distinct small steps and runs, each in a process of
 its own (alternating, ``--rounds`` times each):
@@ -21,9 +22,11 @@ start-up included, are gate_vs_floor.py's; this says where inside a region the d
 from __future__ import annotations
 
 import argparse
+import cProfile
 import itertools
 import json
 import os
+import pstats
 import statistics
 import sys
 import tempfile
@@ -40,8 +43,9 @@ TIMEOUT_S = 900
 FIRST_CALL, WARMUP, GUARDED, REPEATS = "first call", "warm-up", "guarded runs", "timed runs"
 
 
-def _gate(repo: Path) -> tuple[Counter[str], int]:
-    """Each stage's seconds over regions 2..N, run as a worker runs them, and N - 1."""
+def _gate(repo: Path, profile: bool = False) -> tuple[Counter[str], int]:
+    """Each stage's seconds over regions 2..N, run as a worker runs them, and N - 1; with
+    ``profile``, regions 2..N under cProfile, its top functions printed."""
     from gate.isolation.environment import prepare_environment
 
     prepare_environment(os.environ)
@@ -58,7 +62,10 @@ def _gate(repo: Path) -> tuple[Counter[str], int]:
     leftovers = Leftovers()
     leftovers.after_startup()
     spent: Counter[str] = Counter()
+    profiler = cProfile.Profile() if profile else None
     for index, region in enumerate(policy.regions):
+        if index == 1 and profiler is not None:
+            profiler.enable()
         if index:
             leftovers.between_regions()
         marks: list[tuple[str, float]] = [("starting", time.perf_counter())]
@@ -72,6 +79,10 @@ def _gate(repo: Path) -> tuple[Counter[str], int]:
         if index:  # the first region starts JAX's and the gate's machinery
             for (stage, start), (_, end) in itertools.pairwise(marks):
                 spent[stage] += end - start
+    if profiler is not None:
+        profiler.disable()
+        for order in ("tottime", "cumulative"):
+            pstats.Stats(profiler, stream=sys.stdout).sort_stats(order).print_stats(40)
     return spent, len(policy.regions) - 1
 
 
@@ -123,7 +134,10 @@ def _floor(repo: Path) -> tuple[Counter[str], int]:
 
 def _child(which: str, repo: Path) -> None:
     os.chdir(repo)
-    spent, regions = (_gate if which == "gate" else _floor)(repo)
+    if which == "gate-profiled":
+        spent, regions = _gate(repo, profile=True)
+    else:
+        spent, regions = (_gate if which == "gate" else _floor)(repo)
     print(json.dumps({stage: seconds / regions for stage, seconds in spent.items()}))
 
 
@@ -137,6 +151,8 @@ def _measured(which: str, repo: Path) -> dict[str, float]:
     if done.returncode != 0:
         said = done.stdout + (done.stderr or "")
         raise SystemExit(f"{which} exited {done.returncode}:\n{said[-3000:]}")
+    if which == "gate-profiled":
+        print(done.stdout)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
@@ -144,6 +160,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--regions", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="then one more gate run, regions 2..N under cProfile: its top functions",
+    )
     parser.add_argument("--child", nargs=2, metavar=("WHICH", "REPO"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -156,6 +177,8 @@ def main() -> None:
         for _ in range(args.rounds):
             for which, measured in rounds.items():
                 measured.append(_measured(which, repo))
+        if args.profile:
+            _measured("gate-profiled", repo)
     print(f"ms per region, regions 2-{args.regions}, medians of {args.rounds} rounds:\n")
     totals = {}
     for which, measured in rounds.items():

@@ -18,8 +18,11 @@
 #   8. (section `growth`, not run by default) what a region costs at the start of a run and at
 #      its end, over 100 and 500 regions, and the worker's memory (issue 40);
 #   9. (section `phases`, not run by default) where inside a region the gate's time goes,
-#      stage by stage, against the floor's phases (region_phases.py).
-# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [growth] [lines] [floor] [phases]` (default:
+#      stage by stage, against the floor's phases, and the functions a profile finds there
+#      (region_phases.py --profile);
+#  10. (section `start`, not run by default) what a run costs before its first worker starts
+#      (parent_start.py).
+# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [growth] [lines] [floor] [phases] [start]` (default:
 # checks and figures; `lines` and `floor` are parts of them that fit one device call). Logs go to
 # reports/tpu-check/, and as one archive to $OUT (the device tool's folder) when it is set. Needs junit-xml, msgspec, xmlschema and
 # pytest-timeout next to jax; carry them as wheels where the machine has no network (the device
@@ -132,7 +135,12 @@ fi
 
 if [[ " $sections " == *" phases "* ]]; then
     step "a region's stages against the floor's phases (region_phases.py)"
-    expect 0 phases.log python3 benchmarks/region_phases.py --regions 20 --rounds 2
+    expect 0 phases.log python3 benchmarks/region_phases.py --regions 20 --rounds 2 --profile
+fi
+
+if [[ " $sections " == *" start "* ]]; then
+    step "what a run costs before its first worker starts (parent_start.py)"
+    expect 0 start.log python3 benchmarks/parent_start.py --rounds 5
 fi
 
 if [[ " $sections " == *" growth "* ]]; then
