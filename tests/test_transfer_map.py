@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from cli_helpers import FAST_DEFAULTS, GateRun, line_of, make_repo, run_gate
 
+# The map listens through sys.monitoring on Python 3.12+ (gate.witness.code_events).
+pytestmark = pytest.mark.pythons
+
 MANY = """
 import jax
 import numpy as np
-
-# The map listens through sys.monitoring on Python 3.12+ (gate.witness.code_events).
-pytestmark = pytest.mark.pythons
 
 
 @jax.jit
