@@ -4,15 +4,18 @@
 
 Builds gate_vs_floor.py's repository of N small regions and runs ``transfer-gate run`` of it
 ``--rounds`` times, each in a process of its own that marks (seconds since this script started
-it): the gate's modules imported, the first worker process started (`WorkerProcess`), its
-``Ready`` (JAX imported, the backend up), and the run's end. A hand-written script starts JAX
-at once; everything before the gate's first worker starts is the gate's alone, and adds to
-every run whatever its regions. Prints the medians, and a bare interpreter's start beside them.
+it): what the CLI imports before it starts a worker loaded, the first worker process started
+(`gate.isolation.spawn`), its ``Ready`` (JAX imported, the backend up), and the run's end. A
+hand-written script starts JAX at once; everything before the gate's first worker starts is the
+gate's alone, and adds to every run whatever its regions. Prints the medians, and a bare
+interpreter's start beside them.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.abc
+import importlib.util
 import json
 import os
 import statistics
@@ -20,7 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from gate_vs_floor import build
 from grouped import run_grouped
@@ -37,28 +42,19 @@ def _child(started: float, repo: Path) -> None:
     def mark(name: str) -> None:
         marks.setdefault(name, time.time() - started)
 
-    from gate.isolation import worker_process, worker_start
+    from gate.isolation import spawn  # what the CLI imports before it starts a worker
 
     mark("gate's process up")
-    spawn = worker_process.WorkerProcess.__init__
+    start = spawn.spawn
 
-    def spawning(self: worker_process.WorkerProcess, *args: object, **kwargs: object) -> None:
+    def spawning(*args: Any, **kwargs: Any) -> spawn.Spawned:
         mark("first worker started")
-        spawn(self, *args, **kwargs)  # type: ignore[arg-type]
+        return start(*args, **kwargs)
 
-    worker_process.WorkerProcess.__init__ = spawning  # type: ignore[method-assign]
-    wait = worker_process.WorkerProcess.wait
-
-    def waiting(self: worker_process.WorkerProcess, *args: object, **kwargs: object) -> object:
-        event = wait(self, *args, **kwargs)  # type: ignore[arg-type]
-        if isinstance(event, worker_start.Ready):
-            mark("first worker ready")
-        return event
-
-    worker_process.WorkerProcess.wait = waiting  # type: ignore[method-assign]
+    spawn.spawn = spawning  # type: ignore[assignment]
+    sys.meta_path.insert(0, _ReadyWatch(lambda: mark("first worker ready")))
     from gate.cli.main import main
 
-    mark("gate's modules imported")
     os.chdir(repo)
     code = main(["run", "--junit", str(repo.parent / "r.xml"), "-q"])
     mark("run done")
@@ -67,13 +63,47 @@ def _child(started: float, repo: Path) -> None:
     print(json.dumps(marks))
 
 
+class _ReadyWatch(importlib.abc.MetaPathFinder):
+    """Calls ``ready`` when a worker's ``Ready`` reaches the gate: `WorkerProcess.wait` wrapped
+    as its module loads, which the CLI imports only after it started the first worker."""
+
+    def __init__(self, ready: Callable[[], None]) -> None:
+        self.ready = ready
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != "gate.isolation.worker_process":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        assert spec is not None
+        assert spec.loader is not None
+        load, ready = spec.loader.exec_module, self.ready
+
+        def exec_module(module: Any) -> None:
+            load(module)
+            wait = module.WorkerProcess.wait
+
+            def waiting(self: Any, *args: Any, **kwargs: Any) -> object:
+                event = wait(self, *args, **kwargs)
+                if type(event).__name__ == "Ready":
+                    ready()
+                return event
+
+            module.WorkerProcess.wait = waiting
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
 def _measured(repo: Path) -> dict[str, float]:
     path = [str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))}
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", str(time.time()), str(repo)]
+    here = str(Path(__file__).resolve())
+    command = [sys.executable, here, "--child", str(time.time()), str(repo)]
     done = run_grouped(command, repo, env, TIMEOUT_S)
     if done.returncode != 0:
-        raise SystemExit(f"the gate's run exited {done.returncode}:\n{(done.stdout + (done.stderr or ''))[-3000:]}")
+        said = done.stdout + (done.stderr or "")
+        raise SystemExit(f"the gate's run exited {done.returncode}:\n{said[-3000:]}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 

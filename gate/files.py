@@ -10,6 +10,9 @@ import os
 import secrets
 from pathlib import Path
 
+# Where a repository keeps its policies, unless a command names other files or folders.
+DEFAULT_POLICIES = "policies"
+
 
 def write_text_atomically(path: Path, text: str) -> None:
     """`write_bytes_atomically` of ``text`` in UTF-8."""

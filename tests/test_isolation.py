@@ -491,7 +491,7 @@ def test_a_worker_that_does_not_start_in_time_is_a_timeout(repo: Path) -> None:
         {
             "policies/p.yaml": policy(region("slow", "first", "    timeout_s: 1\n")),
             # Workers run as `python -c BOOTSTRAP JOBS_FD RESULTS_FD`
-            # (gate.isolation.worker.worker_command).
+            # (gate.isolation.spawn.worker_command).
             "inject/sitecustomize.py": """
                 import sys
                 import time

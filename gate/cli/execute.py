@@ -14,9 +14,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from gate.cli.parser import DEFAULT_POLICIES
 from gate.compare.session import run_compared
 from gate.compare.worktree import BaseTree
+from gate.files import DEFAULT_POLICIES
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.run_loop import run_isolated
 from gate.isolation.scheduler import Scheduler, WorkerUnavailable

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from gate.cli.errors import UsageError
 from gate.cli.exit_codes import ExitCode
-from gate.cli.parser import DEFAULT_POLICIES, DEFAULT_SCHEMA_FILE
+from gate.cli.parser import DEFAULT_SCHEMA_FILE
 from gate.cli.schema import schema_text
-from gate.files import write_text_atomically
+from gate.files import DEFAULT_POLICIES, write_text_atomically
 from gate.policy.problems import display_path
 from gate.policy.starter import is_callable_spec, setup_stub, starter_policy
 from gate.policy.step_source import read_step

@@ -15,6 +15,7 @@ from gate.cli.exit_codes import (
     command_exit_codes_help,
     exit_codes_help,
 )
+from gate.files import DEFAULT_POLICIES
 from gate.machine.diagnosis import Platform
 from gate.package import __version__
 from gate.plan import parse_shard
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 from gate.results.baseline import DEFAULT_NAME as DEFAULT_BASELINE_NAME
 
-DEFAULT_POLICIES = "policies"
 SCHEMA_DOCUMENTS = ("policy", "baseline", "report", "history")
 # Where `transfer-gate schema --write` keeps the policy schema in a repository, and so where
 # `init`'s modeline points (relative to the policy: policies/x.yaml -> ../.transfer-gate/...).

@@ -28,10 +28,13 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from gate.isolation.cancellation import Cancellation
 from gate.machine.chips import host_chips
 from gate.machine.devices import gpu_files
+
+if TYPE_CHECKING:  # imported before the rest of the gate (gate.isolation.spawn)
+    from gate.isolation.cancellation import Cancellation
 
 # Where the lock files are: the system's temporary folder, shared by the gate's processes
 # on the host; an environment variable moves it (tests: a folder of their own).

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from gate.isolation.compile_cache import use_compile_cache
-from gate.policy.model import Policy
+
+if TYPE_CHECKING:  # imported before the rest of the gate (gate.isolation.spawn)
+    from gate.policy.model import Policy
 
 
 def worker_environment(parent: Mapping[str, str], policy: Policy | None) -> dict[str, str]:

@@ -37,6 +37,7 @@ from gate.isolation.cancellation import (
 from gate.isolation.environment import worker_environment
 from gate.isolation.lost_region import how_it_ended, lost_region_error, seconds
 from gate.isolation.protocol import (
+    RUN_SETTINGS,
     Check,
     Checked,
     Done,
@@ -120,7 +121,11 @@ class Scheduler:
         self.repo_root = repo_root
         self.cancel = cancel
         self.watcher = watcher
-        self.environ = dict(os.environ if environ is None else environ)
+        environ = dict(os.environ if environ is None else environ)
+        # The run's own settings go with each job (`Job.settings`), not in the worker's
+        # environment: the worker the CLI started first has none (`gate.isolation.spawn`).
+        self._settings = tuple((k, environ.pop(k)) for k in RUN_SETTINGS if k in environ)
+        self.environ = environ
         self._starts = WorkerStarts(repo_root, self.environ, watcher, cancel, self.announce)
         self.startups = self._starts.startups  # every worker started, for benchmarks and tests
         self._worker: WorkerProcess | None = None
@@ -225,7 +230,15 @@ class Scheduler:
         running = _Running(policy, region, time.monotonic(), 0)
         if self.cancel is not None and self.cancel.requested:
             return running.result(cancelled_before(self.cancel)), None
-        job = Job(next(self._jobs), policy, region, root or self.repo_root, hold, outputs)
+        job = Job(
+            next(self._jobs),
+            policy,
+            region,
+            root or self.repo_root,
+            hold,
+            outputs,
+            self._settings,
+        )
         reply = self._request(job, self.environment(policy), running.label, region.timeout_s, tree)
         if isinstance(reply, RegionError):
             return running.result(reply), None

@@ -1,4 +1,4 @@
-"""The child side of isolation: a worker process, started as `worker_command` says.
+"""The child side of isolation: a worker process, as `gate.isolation.spawn` starts it.
 
 A worker imports jax once, then works for the parent (`gate.isolation.scheduler`) one
 request at a time: it reads frames from ``JOBS_FD`` and answers each on ``RESULTS_FD``
@@ -34,6 +34,7 @@ from gate.isolation.leftovers import Leftovers
 from gate.isolation.protocol import (
     DUMP_SIGNAL,
     END_OF_JOB,
+    RUN_SETTINGS,
     Check,
     Checked,
     Done,
@@ -51,7 +52,6 @@ from gate.isolation.protocol import (
     write_all,
     write_frame,
 )
-from gate.package import PACKAGE_DIR
 from gate.policy.problems import Problem
 from gate.policy.trees import Trees, config_changes, config_values
 from gate.region.stages import Stage, listening
@@ -63,27 +63,6 @@ from gate.results.errors import ErrorKind, RegionError, gate_fault
 from gate.results.line_times import OpTimes
 from gate.results.records import RegionResult
 from gate.user_code import UserCode, frames_of
-
-# The folder that holds this `gate` package (site-packages, or a source checkout).
-_GATE_HOME = os.path.dirname(PACKAGE_DIR)
-
-
-def worker_command(jobs_fd: int, results_fd: int) -> list[str]:
-    """The command line that starts a worker: this gate's own package, whatever the cwd holds.
-
-    Workers run in the user's repo root, and ``python -m gate.isolation.worker`` would put it
-    first on `sys.path`: a ``gate`` package of the user's (a common name) would be imported
-    instead of this one. ``-c`` puts ``""`` there instead, which the bootstrap replaces with the
-    folder that holds this package (``-P`` would do as well, but only from Python 3.11). The
-    user's code still imports as before: `gate.policy.resolve.python_path` puts the policy's
-    python_path and the repo root first while a region's code is imported and run.
-    """
-    bootstrap = (
-        f"import sys; sys.path[0] = {_GATE_HOME!r}; "
-        "from gate.isolation.worker import main; raise SystemExit(main(sys.argv[1:]))"
-    )
-    return [sys.executable, "-u", "-c", bootstrap, str(jobs_fd), str(results_fd)]
-
 
 # -- the worker process --------------------------------------------------------
 
@@ -136,6 +115,7 @@ def main(argv: list[str]) -> int:
             if regions_run and not held.regions:
                 leftovers.between_regions()
             regions_run += 1
+            _apply_settings(job.settings)
             options = _OptionsWatch(config_values())
             with (
                 listening(functools.partial(_stage_entered, results_fd, job.number, options)),
@@ -146,6 +126,16 @@ def main(argv: list[str]) -> int:
         _end_output(crash_log, job.number)
         write_all(results_fd, _encoded(job, reply))
         busy.clear()
+
+
+def _apply_settings(settings: tuple[tuple[str, str], ...]) -> None:
+    """The run's settings for this job (`Job.settings`), where the gate's modules read them."""
+    given = dict(settings)
+    for name in RUN_SETTINGS:
+        if name in given:
+            os.environ[name] = given[name]
+        else:
+            os.environ.pop(name, None)
 
 
 def _exit_now() -> NoReturn:

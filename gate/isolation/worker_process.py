@@ -27,8 +27,8 @@ from gate.isolation.protocol import (
     Request,
     write_frame,
 )
+from gate.isolation.spawn import Spawned, spawn
 from gate.isolation.watcher import RunWatcher
-from gate.isolation.worker import worker_command
 from gate.isolation.worker_output import WorkerOutput
 
 # After DUMP_SIGNAL: how long the stack dump may take to arrive.
@@ -52,46 +52,29 @@ class WaitEvent(enum.Enum):
 class WorkerProcess:
     """A worker process and the pipes to it."""
 
-    def __init__(
-        self,
+    def __init__(self, spawned: Spawned, watcher: RunWatcher | None) -> None:
+        """The worker `gate.isolation.spawn.spawn` started, which holds its device until
+        `stop` has seen the process gone."""
+        self.process = spawned.process
+        self.env = spawned.env  # as asked for, without the device's variables
+        self.device = spawned.device
+        self.output = WorkerOutput(spawned.output, watcher)
+        self._jobs: int | None = spawned.jobs
+        self._results: int | None = spawned.results
+        self._frames = FrameBuffer()
+        self._pending: collections.deque[Message] = collections.deque()
+        self.returncode: int | None = None
+
+    @classmethod
+    def start(
+        cls,
         repo_root: Path,
         env: dict[str, str],
         watcher: RunWatcher | None,
         device: HeldSlot | None = None,
-    ) -> None:
-        """Start the worker with ``env``, on ``device`` (its variables over ``env``), which it
-        holds until `stop` has seen the process gone."""
-        jobs_read, jobs_write = os.pipe()
-        results_read, results_write = os.pipe()
-        output_read, output_write = os.pipe()
-        try:
-            self.process = subprocess.Popen(
-                worker_command(jobs_read, results_write),
-                cwd=repo_root,
-                env={**env, **(device.slot.env if device is not None else {})},
-                stdin=subprocess.DEVNULL,
-                stdout=output_write,
-                stderr=subprocess.STDOUT,
-                pass_fds=(jobs_read, results_write),
-                start_new_session=True,
-            )
-        except BaseException:
-            for fd in (jobs_write, results_read, output_read):
-                os.close(fd)
-            if device is not None:
-                device.release()
-            raise
-        finally:
-            for fd in (jobs_read, results_write, output_write):
-                os.close(fd)
-        self.env = env  # as asked for, without the device's variables
-        self.device = device
-        self.output = WorkerOutput(output_read, watcher)
-        self._jobs: int | None = jobs_write
-        self._results: int | None = results_read
-        self._frames = FrameBuffer()
-        self._pending: collections.deque[Message] = collections.deque()
-        self.returncode: int | None = None
+    ) -> WorkerProcess:
+        """Start the worker with ``env``, on ``device`` (its variables over ``env``)."""
+        return cls(spawn(repo_root, env, device), watcher)
 
     @property
     def pid(self) -> int:

@@ -18,6 +18,7 @@ from gate.isolation.cancellation import Cancellation, cancelled_running
 from gate.isolation.device_pool import DevicePool
 from gate.isolation.lost_region import how_it_ended, lost_region_error, seconds
 from gate.isolation.protocol import Ready
+from gate.isolation.spawn import take_first_worker
 from gate.isolation.watcher import STARTING_A_WORKER, RunWatcher
 from gate.isolation.worker_process import WaitEvent, WorkerProcess
 from gate.machine.holders import busy_device_problem, busy_platform
@@ -65,10 +66,14 @@ class WorkerStarts:
         have to wait for a device (the first request does that, saying so)."""
         if self._early is not None:
             return
+        first = take_first_worker(self.repo_root, env)
+        if first is not None:  # the CLI started it for this environment as the run began
+            self._early = WorkerProcess(first, self.watcher)
+            return
         pool = DevicePool.for_environment(env)
         device = pool.take_free() if pool is not None else None
         if pool is None or device is not None:
-            self._early = WorkerProcess(self.repo_root, env, self.watcher, device)
+            self._early = WorkerProcess.start(self.repo_root, env, self.watcher, device)
 
     def stop_early(self) -> None:
         """Stop the worker `start_early` began, if nobody took it."""
@@ -144,6 +149,9 @@ class WorkerStarts:
             return early
         if early is not None:
             early.stop(dump=False)
+        first = take_first_worker(self.repo_root, env)
+        if first is not None:
+            return WorkerProcess(first, self.watcher)
         pool = DevicePool.for_environment(env)
         device = None
         if pool is not None:
@@ -154,7 +162,7 @@ class WorkerStarts:
             device = pool.take(self.cancel, waiting)
             if device is None:
                 return None
-        return WorkerProcess(self.repo_root, env, self.watcher, device)
+        return WorkerProcess.start(self.repo_root, env, self.watcher, device)
 
 
 def _device_wait_s(environ: Mapping[str, str]) -> float:

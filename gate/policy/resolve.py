@@ -188,7 +188,7 @@ def _import_error(
 
 # -- a `gate` package of the user's -------------------------------------------------
 #
-# The gate's processes import the gate's own package (gate.isolation.worker.worker_command), and a
+# The gate's processes import the gate's own package (gate.isolation.spawn.worker_command), and a
 # process holds one module per name: a user's own top-level `gate` cannot be imported next to
 # it. When the user's code needs theirs, the region gets one line that says so, not the
 # confusing error of the user's code meeting the gate's modules.
