@@ -1,7 +1,7 @@
 """Where a region's time goes: the gate's stages against the floor's phases, region by region.
 
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/region_phases.py [--regions 20] [--rounds 2] \
-        [--profile]
+        [--profile] [--settrace]
 
 Builds gate_vs_floor.py's repository of N distinct small steps and runs, each in a process of
 its own (alternating, ``--rounds`` times each):
@@ -11,7 +11,10 @@ its own (alternating, ``--rounds`` times each):
   runs: a plain run), each stage timed from the engine's own announcements
   (`gate.region.stages`), and what is left of the region after its last stage;
 - the floor: gate_vs_floor.py's hand-written phases for the same steps (first call, 2
-  warm-ups, 3 guarded runs, 20 timed runs, the finite check), each timed.
+  warm-ups, 3 guarded runs, 20 timed runs, the finite check), each timed;
+- with ``--settrace`` (Python 3.12+), the gate again with its transfer map hearing the code
+  through ``sys.settrace``, as on Python 3.11, instead of ``sys.monitoring``
+  (`gate.witness.code_events`).
 
 Prints milliseconds per region for each (the medians over the rounds of the mean over regions
 2..N: the first starts everything, JAX's and the gate's once-per-process costs), and the
@@ -41,6 +44,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 TIMEOUT_S = 900
 FIRST_CALL, WARMUP, GUARDED, REPEATS = "first call", "warm-up", "guarded runs", "timed runs"
+SETTRACE = "gate, map on sys.settrace"
 
 
 def _gate(repo: Path, profile: bool = False) -> tuple[Counter[str], int]:
@@ -134,10 +138,15 @@ def _floor(repo: Path) -> tuple[Counter[str], int]:
 
 def _child(which: str, repo: Path) -> None:
     os.chdir(repo)
+    if which == SETTRACE:
+        # The transfer map as on Python 3.11, on a Python that has sys.monitoring.
+        from gate.witness import code_events
+
+        code_events._monitoring_tool = lambda: None  # type: ignore[assignment]
     if which == "gate-profiled":
         spent, regions = _gate(repo, profile=True)
     else:
-        spent, regions = (_gate if which == "gate" else _floor)(repo)
+        spent, regions = (_floor if which == "floor" else _gate)(repo)
     print(json.dumps({stage: seconds / regions for stage, seconds in spent.items()}))
 
 
@@ -165,6 +174,11 @@ def main() -> None:
         action="store_true",
         help="then one more gate run, regions 2..N under cProfile: its top functions",
     )
+    parser.add_argument(
+        "--settrace",
+        action="store_true",
+        help="also the gate with the transfer map on sys.settrace, as on Python 3.11 (3.12+)",
+    )
     parser.add_argument("--child", nargs=2, metavar=("WHICH", "REPO"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -174,6 +188,8 @@ def main() -> None:
         repo = Path(scratch) / "repo"
         build(repo, args.regions)
         rounds: dict[str, list[dict[str, float]]] = {"gate": [], "floor": []}
+        if args.settrace:
+            rounds[SETTRACE] = []
         for _ in range(args.rounds):
             for which, measured in rounds.items():
                 measured.append(_measured(which, repo))
@@ -191,6 +207,9 @@ def main() -> None:
         print(f"| total | {totals[which]:.1f} |\n")
     gate, floor = totals["gate"], totals["floor"]
     print(f"gate {gate:.1f} ms, floor {floor:.1f} ms a region: {gate / floor:.2f}x")
+    if SETTRACE in totals:
+        traced = totals[SETTRACE]
+        print(f"{SETTRACE} {traced:.1f} ms a region: {traced / floor:.2f}x the floor")
 
 
 if __name__ == "__main__":
