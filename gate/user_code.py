@@ -137,10 +137,15 @@ class UserCode:
         root = owning_root(filename, self._own | self._others)
         return Path(root) if root in self._others else None
 
+    @functools.cached_property
+    def _resolved_root(self) -> Path:
+        # Resolved once: every line the map names asks (a stat call per part of the path).
+        return self.repo_root.resolve()
+
     def relative(self, filename: str) -> str:
         resolved = Path(_real(filename))
         try:
-            return resolved.relative_to(self.repo_root.resolve()).as_posix()
+            return resolved.relative_to(self._resolved_root).as_posix()
         except ValueError:
             return str(resolved)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import linecache
 import traceback
@@ -79,6 +80,11 @@ class RegionCode:
 
     def step_location(self) -> SourceLocation | None:
         """Where the step is defined (through ``jax.jit``'s ``__wrapped__``), if it is Python."""
+        return self._step_location
+
+    @functools.cached_property
+    def _step_location(self) -> SourceLocation | None:
+        # Asked by every mapped run and error of the region: read from the source once.
         return self.definition(self.callables.step)
 
     def definition(self, fn: Callable[..., Any]) -> SourceLocation | None:

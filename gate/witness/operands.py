@@ -11,6 +11,7 @@ transfer map reads the operand from the operator's frame as it is called
 
 from __future__ import annotations
 
+import functools
 import types
 from dataclasses import dataclass
 
@@ -29,6 +30,7 @@ class Operators:
     array: type | None = None  # ArrayImpl: a concrete array, not a tracer
 
     @classmethod
+    @functools.cache  # one JAX a process: looked up once, not at every mapped run
     def of_this_jax(cls) -> Operators:
         """The operators of the JAX imported here (`internals.array_operator_codes`)."""
         try:
