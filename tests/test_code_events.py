@@ -149,6 +149,7 @@ def test_a_library_function_is_asked_about_once_per_process_then_costs_nothing()
     with listening(first, _is_library, frozenset()):
         user()
         fresh()
+    fresh()  # between blocks, as the timed runs call JAX: it must stay off all the same
     with listening(second, _is_library, frozenset()):
         user()
         fresh()
@@ -208,8 +209,12 @@ def test_another_tool_on_every_free_id_leaves_the_trace_function(
             monitoring.free_tool_id(tool)
 
 
-@needs_monitoring
-def test_the_monitor_hears_a_thread_that_was_running_before_the_block() -> None:
+@pytest.mark.parametrize("monitor", [False, pytest.param(True, marks=needs_monitoring)])
+def test_a_thread_running_before_the_block_is_not_heard_and_one_it_starts_is(
+    monkeypatch: pytest.MonkeyPatch, monitor: bool
+) -> None:
+    if not monitor:
+        monkeypatch.setattr(code_events, "_monitoring_tool", lambda: None)
     go, done = threading.Event(), threading.Event()
 
     def waiting() -> None:
@@ -217,11 +222,49 @@ def test_the_monitor_hears_a_thread_that_was_running_before_the_block() -> None:
         user()
         done.set()
 
-    thread = threading.Thread(target=waiting, daemon=True)
-    thread.start()
+    early = threading.Thread(target=waiting, daemon=True)
+    early.start()
     recorder = Recorder()
     with listening(recorder, _is_library, frozenset()):
         go.set()
         assert done.wait(10)
-    thread.join(10)
+        # Its frames from before the block would never have their lines heard: a move would be
+        # charged to a line it has left. Under both drivers it is not heard at all.
+        assert recorder.events == []
+        late = threading.Thread(target=user, daemon=True)
+        late.start()
+        late.join(10)
+    early.join(10)
     assert recorder.events == EXPECTED
+
+
+# fmt: off
+def loops() -> int:  # each loop on one line: its turns never change the line
+    total = 0
+    for x in range(3): total += library() + x  # noqa: E701
+    squares = [library() * y for y in range(2)]
+    while total < 12: total += 1  # noqa: E701
+    return total + sum(squares)
+# fmt: on
+
+
+@needs_monitoring
+def test_each_turn_of_a_loop_on_one_line_is_a_line_event_for_both(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    heard = {}
+    for monitor in (True, False):
+        recorder = Recorder()
+        with monkeypatch.context() as patched:
+            if not monitor:
+                patched.setattr(code_events, "_monitoring_tool", lambda: None)
+            USER.add(loops.__code__)
+            try:
+                with listening(recorder, _is_library, frozenset()):
+                    loops()
+            finally:
+                USER.discard(loops.__code__)
+        heard[monitor] = recorder.events
+    assert heard[True] == heard[False]
+    # A line event at each turn: the map's line, and so each move's index, is per turn.
+    assert heard[True].count(("line", "loops", "2")) >= 3

@@ -10,22 +10,30 @@ once it knows that object is a library's: JAX's functions then cost nothing afte
 call in a worker, in every later region too. The two drivers call one `Listener` alike, so the
 map's rules live once, in `gate.witness.transfer_map`.
 
-Differences the drivers keep from the map:
+What the two drivers hear alike:
 
-- ``sys.settrace`` reaches only the threads the block starts (``threading.settrace``);
-  ``sys.monitoring`` reaches every thread, including one the step's module started before the
-  run (its lines then have their place too).
-- A call already running when the block begins is heard by neither: ``sys.settrace`` never
-  gave it a local trace function; the monitor answers only frames it saw start.
-- A code object turned off stays off for this process's monitor (a library's file is never a
-  region's, whatever the policy); what the map watches for its returns (``jax.device_put``, an
-  operator) is a library's too, so a map that watches one an earlier map turned off turns the
-  events back on first (``sys.monitoring.restart_events``, once per such object).
+- only the threads the block starts, and the one it runs in: ``sys.settrace`` reaches the new
+  ones through ``threading.settrace``; the monitor, which hears every thread, leaves out those
+  already running (their frames from before the block would never have their lines heard);
+- no call already running when the block begins: ``sys.settrace`` never gave it a local trace
+  function; the monitor answers only frames it saw start;
+- a line event at each new line and at each jump back to the line it is on (the next turn of
+  a loop written on one line): the monitor's LINE comes only when the line changes, so it
+  also listens to the user's code's jumps, as ``sys.settrace`` on 3.12 itself does.
+
+A code object the monitor turned off stays off for the process (a library's file is never a
+region's, whatever the policy), and so the monitor's events stay on between blocks, with no
+callback registered: turning them off would re-instrument every code object that ran in
+between and forget. What the map watches for its returns (``jax.device_put``, an operator) is
+a library's too, so a map that watches one an earlier map turned off turns the events back on
+first (``sys.monitoring.restart_events``, once per such object).
 """
 
 from __future__ import annotations
 
+import bisect
 import enum
+import functools
 import sys
 import threading
 import types
@@ -165,6 +173,11 @@ def _monitored(
     disable = monitoring.DISABLE
     frames: dict[types.FrameType, Watch] = {}  # the calls whose lines or return are wanted
     local: dict[types.CodeType, int] = {}  # the events turned on for one code object
+    # Threads already running are not heard, as ``sys.settrace`` does not hear them: their
+    # frames that started before the block would never have their lines heard, and a move
+    # would be charged to a line they have left.
+    this = threading.get_ident()
+    before = {t.ident: t for t in threading.enumerate() if t.ident is not None and t.ident != this}
 
     if any(code in _Monitor.off for code in watched):
         # An earlier block, which did not watch it, turned it off for good: every event back on.
@@ -172,6 +185,9 @@ def _monitored(
         _Monitor.off.clear()
 
     def heard(frame: types.FrameType, code: types.CodeType) -> Any:
+        running = before.get(threading.get_ident())
+        if running is not None and running is threading.current_thread():
+            return None  # (a thread started since may have an ended one's number)
         watch = listener.started(frame)
         if watch is Watch.UNTRACED:
             if code in watched or not quiet(code):
@@ -201,6 +217,19 @@ def _monitored(
             listener.line(frame)
         return None
 
+    def jumped(code: types.CodeType, offset: int, destination: int) -> Any:
+        # sys.settrace's rule: a jump back to the line it is on (the next turn of a loop or a
+        # comprehension written on one line) is a line event too; LINE, which comes only when
+        # the line changes, misses it.
+        if destination > offset:
+            return disable
+        frame = sys._getframe(1)
+        if frames.get(frame) is Watch.LINES and _line_at(code, destination) == _line_at(
+            code, offset
+        ):
+            listener.line(frame)
+        return None
+
     def returned(code: types.CodeType, offset: int, value: object) -> Any:
         frame = sys._getframe(1)
         watch = frames.pop(frame, None)
@@ -213,6 +242,7 @@ def _monitored(
         events.PY_RESUME: start,
         events.PY_THROW: thrown,
         events.LINE: line,
+        events.JUMP: jumped,
         events.PY_RETURN: returned,
         events.PY_YIELD: returned,
         events.PY_UNWIND: returned,
@@ -221,17 +251,35 @@ def _monitored(
         monitoring.register_callback(tool, event, callback)
     _Monitor.active = True
     try:
-        monitoring.set_events(
-            tool, events.PY_START | events.PY_RESUME | events.PY_THROW | events.PY_UNWIND
-        )
+        # On from the first block for the process's life: turning them off would re-instrument
+        # every code object that ran before the next block, which forgets what was turned off
+        # (JAX's functions, heard again in every region). Between blocks no callback is
+        # registered: a call of code still on costs ~10 ns.
+        if monitoring.get_events(tool) != _GLOBAL_EVENTS:
+            monitoring.set_events(tool, _GLOBAL_EVENTS)
         yield
     finally:
-        monitoring.set_events(tool, 0)
         for code in local:
             monitoring.set_local_events(tool, code, 0)
         for event in callbacks:
             monitoring.register_callback(tool, event, None)
         _Monitor.active = False
+
+
+@functools.lru_cache(maxsize=1024)
+def _lines_of(code: types.CodeType) -> tuple[list[int], list[int | None]]:
+    """Where each of ``code``'s instruction ranges starts, in bytes, and its line."""
+    starts, lines = [], []
+    for start, _end, line in code.co_lines():
+        starts.append(start)
+        lines.append(line)
+    return starts, lines
+
+
+def _line_at(code: types.CodeType, offset: int) -> int | None:
+    starts, lines = _lines_of(code)
+    index = bisect.bisect_right(starts, offset) - 1
+    return lines[index] if index >= 0 else None
 
 
 def _events(*names: str) -> int:
@@ -245,4 +293,5 @@ def _events(*names: str) -> int:
 
 
 _RETURN_EVENTS = _events("PY_RETURN", "PY_YIELD")
-_LINE_EVENTS = _RETURN_EVENTS | _events("LINE")
+_LINE_EVENTS = _RETURN_EVENTS | _events("LINE", "JUMP")
+_GLOBAL_EVENTS = _events("PY_START", "PY_RESUME", "PY_THROW", "PY_UNWIND")
