@@ -41,8 +41,9 @@ from examples.mlp import make_inputs, train_step  # noqa: E402
 from gate.jaxhooks.executables import every_execution_seen  # noqa: E402
 from gate.user_code import UserCode  # noqa: E402
 from gate.witness.line_work import line_table, program_ops_of  # noqa: E402
-from gate.witness.op_times import TRACES_ENV, op_times  # noqa: E402
+from gate.witness.op_times import op_times  # noqa: E402
 from gate.witness.programs import parsed_programs  # noqa: E402
+from gate.witness.run_settings import TRACES_ENV  # noqa: E402
 
 Step = tuple[str, Callable[[], Any], Callable[[Any], Any], UserCode]
 

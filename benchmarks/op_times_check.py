@@ -56,7 +56,8 @@ def in_process(size: int) -> bool:
 
     from gate.user_code import UserCode
     from gate.witness.costs import measure_step_ops
-    from gate.witness.op_times import TRACE_NAME, TRACES_ENV, op_times
+    from gate.witness.op_times import TRACE_NAME, op_times
+    from gate.witness.run_settings import TRACES_ENV
 
     folder = Path(tempfile.mkdtemp(prefix="op-times-check-"))
     (folder / "steps.py").write_text(STEP.format(size=size))

@@ -15,7 +15,7 @@ from processes import process_gone
 from gate.cli.exit_codes import ExitCode
 from gate.isolation import spawn, worker_process
 from gate.isolation.environment import worker_environment
-from gate.witness.op_times import OP_TIMES_ENV, TRACES_ENV
+from gate.witness.run_settings import OP_TIMES_ENV, TRACES_ENV
 
 STEPS = """
 import json
@@ -193,3 +193,26 @@ def test_policies_are_read_for_an_env_line_without_the_policy_reader(tmp_path: P
     assert spawn._may_ask_for_env(repo, ["other/p.yaml"])
     many = make_repo(tmp_path / "many", {f"p{i}.yaml": "version: 1\n" for i in range(201)})
     assert spawn._may_ask_for_env(many, ["."])  # past what is worth reading: not started
+
+
+def test_a_run_setting_exported_in_the_shell_does_not_cost_a_second_worker(
+    tmp_path: Path, spawns: list[spawn.Spawned]
+) -> None:
+    repo = make_repo(tmp_path, {"steps.py": STEPS, "policies/p.yaml": _policy("a")})
+    run = run_gate(repo, "run", env={OP_TIMES_ENV: "p.a", TRACES_ENV: str(tmp_path / "t")})
+    assert run.returncode == ExitCode.OK, run
+    # The run's own values win, sent with the job; the worker started first is the one used.
+    [worker] = spawns
+    assert OP_TIMES_ENV not in worker.env
+    assert _ran(repo)[0][OP_TIMES_ENV] == ""
+
+
+def test_a_path_that_cannot_be_looked_at_is_the_command_lines_to_refuse(
+    tmp_path: Path, spawns: list[spawn.Spawned]
+) -> None:
+    repo = make_repo(tmp_path, {"steps.py": STEPS, "policies/p.yaml": _policy("a")})
+    assert spawn._may_ask_for_env(repo, ["x" * 300])  # too long a name: not started
+    run = run_gate(repo, "run", "x" * 300)
+    assert run.returncode == ExitCode.USAGE, run
+    assert "Traceback" not in run.stderr, run
+    assert spawns == []

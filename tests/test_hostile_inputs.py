@@ -229,6 +229,17 @@ def test_a_policy_whose_name_is_not_utf8_is_refused_and_reported(repo: Path) -> 
     assert json.loads((repo / "reports" / "map.json").read_text(encoding="utf-8"))
 
 
+def test_a_policy_path_too_long_to_look_at_is_one_error_line_and_a_report(repo: Path) -> None:
+    # os.stat raises ENAMETOOLONG, which pathlib's is_dir/is_file pass on: the run exited 3.
+    name = "x" * 300
+    done = run_gate(repo, "run", name, "--json", "reports/map.json")
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines() == [
+        f"error: {name}: cannot be read (File name too long); pass a policy file or a folder"
+    ]
+    assert done.junit().get("errors") == "1"
+
+
 def test_a_policy_over_the_limit_is_refused_before_it_is_parsed(repo: Path) -> None:
     # 50 MB took 248 s and 6.9 GB before issue 36; now the size alone refuses it.
     _too_large(POLICY_BYTES)(repo / "policies" / "big.yaml")

@@ -32,7 +32,7 @@ from gate.results.errors import ErrorKind
 from gate.results.provenance import Provenance, read_provenance
 from gate.results.records import CheckName, RegionResult, RunResult, SuiteResult
 from gate.results.refusals import unusable_base, unusable_baseline
-from gate.witness.op_times import ALL_REGIONS, OP_TIMES_ENV, TRACES_ENV
+from gate.witness.run_settings import ALL_REGIONS, OP_TIMES_ENV, TRACES_ENV
 
 
 def run_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:

@@ -30,11 +30,6 @@ from gate.policy.problems import Problem
 from gate.results.comparison import StepOutputs, StepSamples
 from gate.results.line_times import OpTimes
 from gate.results.records import RegionResult
-from gate.witness.op_times import OP_TIMES_ENV, TRACES_ENV
-
-# The run's settings that travel with each `Job` instead of in a worker's environment: where
-# it keeps its traces, and which regions' step times it compares (so traces).
-RUN_SETTINGS = (TRACES_ENV, OP_TIMES_ENV)
 
 # The parent sends this to a worker it is about to kill (timeout, cancelled
 # run): faulthandler then prints where each thread is, for the report.
@@ -86,9 +81,8 @@ class Job:
     # Send the region's outputs on the host, without holding it (``run --base`` when the two
     # trees run in workers of their own).
     outputs: bool = False
-    # The run's settings for the gate in the worker (`RUN_SETTINGS`), by name; one not named is
-    # unset there. Sent with each job, not in the worker's environment, so that the first
-    # worker can start before the run has worked them out (`gate.isolation.spawn`).
+    # The run's settings for the gate in the worker (`gate.witness.run_settings`), by name; one
+    # not named is unset there. Sent with each job, not in the worker's environment.
     settings: tuple[tuple[str, str], ...] = ()
 
 

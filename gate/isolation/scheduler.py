@@ -37,7 +37,6 @@ from gate.isolation.cancellation import (
 from gate.isolation.environment import worker_environment
 from gate.isolation.lost_region import how_it_ended, lost_region_error, seconds
 from gate.isolation.protocol import (
-    RUN_SETTINGS,
     Check,
     Checked,
     Done,
@@ -63,6 +62,7 @@ from gate.results.errors import ErrorKind, RegionError
 from gate.results.line_times import OpTimes
 from gate.results.records import RegionResult
 from gate.user_code import UserCode
+from gate.witness.run_settings import RUN_SETTINGS
 
 # Re-exported for other subsystems: mypy's strict mode accepts a re-export only when listed.
 __all__ = [

@@ -29,6 +29,7 @@ from pathlib import Path
 from gate.isolation.device_pool import DevicePool, HeldSlot
 from gate.isolation.environment import worker_environment
 from gate.package import PACKAGE_DIR
+from gate.witness.run_settings import RUN_SETTINGS
 
 # The folder that holds this `gate` package (site-packages, or a source checkout).
 _GATE_HOME = os.path.dirname(PACKAGE_DIR)
@@ -138,7 +139,8 @@ def start_first_worker(
     """
     if _First.spawned is not None or _may_ask_for_env(repo_root, policy_paths):
         return
-    env = worker_environment(environ, None)
+    # As a scheduler computes it: the run's own settings go with each job, never in here.
+    env = worker_environment({k: v for k, v in environ.items() if k not in RUN_SETTINGS}, None)
     try:
         pool = DevicePool.for_environment(env)
         device = pool.take_free() if pool is not None else None
@@ -151,23 +153,24 @@ def start_first_worker(
 
 def _may_ask_for_env(repo_root: Path, paths: Sequence[str]) -> bool:
     """Whether a policy file under ``paths`` has a line that starts ``env:`` (at any depth),
-    or more files than are worth reading to know."""
+    or more files than are worth reading to know, or a path that cannot be looked at (an
+    option's value too long for a file name: the command line's own check says what is
+    wrong)."""
     files: list[Path] = []
-    for given in paths:
-        target = repo_root / given
-        if target.is_dir():
-            files.extend(p for p in target.rglob("*") if p.suffix in _POLICY_SUFFIXES)
-        elif target.suffix in _POLICY_SUFFIXES:
-            files.append(target)
-        if len(files) > _MOST_FILES_READ:
-            return True
-    for file in files:
-        try:
-            if _ENV_LINE.search(file.read_text(encoding="utf-8", errors="replace")):
+    try:
+        for given in paths:
+            target = repo_root / given
+            if target.is_dir():
+                files.extend(p for p in target.rglob("*") if p.suffix in _POLICY_SUFFIXES)
+            elif target.suffix in _POLICY_SUFFIXES and target.is_file():
+                files.append(target)
+            if len(files) > _MOST_FILES_READ:
                 return True
-        except OSError:
-            continue  # not readable here: the policy reader says so
-    return False
+        return any(
+            _ENV_LINE.search(file.read_text(encoding="utf-8", errors="replace")) for file in files
+        )
+    except (OSError, ValueError):
+        return True
 
 
 def take_first_worker(repo_root: Path, env: Mapping[str, str]) -> Spawned | None:

@@ -34,7 +34,6 @@ from gate.isolation.leftovers import Leftovers
 from gate.isolation.protocol import (
     DUMP_SIGNAL,
     END_OF_JOB,
-    RUN_SETTINGS,
     Check,
     Checked,
     Done,
@@ -63,6 +62,7 @@ from gate.results.errors import ErrorKind, RegionError, gate_fault
 from gate.results.line_times import OpTimes
 from gate.results.records import RegionResult
 from gate.user_code import UserCode, frames_of
+from gate.witness.run_settings import RUN_SETTINGS
 
 # -- the worker process --------------------------------------------------------
 

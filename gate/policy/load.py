@@ -100,6 +100,20 @@ def discover_policy_files(paths: Sequence[str], repo_root: Path) -> list[Path]:
     problems: list[Problem] = []
     for given in paths:
         target = absolute_path(root / given)
+        try:
+            target.stat()
+        except FileNotFoundError:
+            pass  # said below, with the other missing paths
+        except OSError as exc:  # a name too long for the file system, a folder not ours to read
+            problems.append(
+                Problem(
+                    given,
+                    None,
+                    "",
+                    f"cannot be read ({exc.strerror}); pass a policy file or a folder",
+                )
+            )
+            continue
         if target.is_dir():
             files = [
                 p

@@ -391,5 +391,9 @@ def default_path(paths: Sequence[str], repo_root: Path, default_folder: str) -> 
     first = Path(paths[0]) if paths else Path(default_folder)
     if not first.is_absolute():
         first = repo_root / first
-    folder = first if first.is_dir() or not first.suffix else first.parent
+    try:
+        folder_given = first.is_dir()
+    except OSError:  # a name too long to look at: the policy reader says so, in one line
+        first, folder_given = repo_root / default_folder, True
+    folder = first if folder_given or not first.suffix else first.parent
     return folder / DEFAULT_NAME

@@ -32,18 +32,10 @@ from gate.results.line_times import LineTime, OpTimes
 from gate.user_code import SourceLocation, UserCode
 from gate.witness.collectives import line_text
 from gate.witness.line_work import OpWork
+from gate.witness.run_settings import ALL_REGIONS, OP_TIMES_ENV, TRACES_ENV
 
 TRACED_RUNS = 3
 TRACE_NAME = "perfetto_trace.json.gz"
-# The folder a run keeps its traces in, beside its reports (`gate.cli.run` sets it for its
-# workers); unset (the pytest fixture, ``check_region``, ``baseline``): none is kept.
-TRACES_ENV = "TRANSFER_GATE_TRACES"
-# Which regions' step times a run compares, so which are traced (`gate.cli.run` sets it): the
-# regions' ``suite.region`` keys, comma-separated, or `ALL_REGIONS`. A plain run with no
-# stored step times compares none and traces none: on a TPU a trace costs ~0.7 s to stop.
-# Unset (``baseline``, which records the op times with the step times): every region.
-OP_TIMES_ENV = "TRANSFER_GATE_OP_TIMES"
-ALL_REGIONS = "*"
 _OPS_THREAD = "XLA Ops"  # the device's op thread on a TPU (and a GPU)
 _MOST_OPS = 4
 
