@@ -186,6 +186,8 @@ def test_policies_are_read_for_an_env_line_without_the_policy_reader(tmp_path: P
             "policies/plain.yaml": _policy("a"),
             "policies/deep/with_env.yml": "version: 1\n# env: a comment is no env\nregions: []\n",
             "other/p.yaml": "version: 1\nenv:\n  A: '1'\nregions: []\n",
+            # A package's file in a virtual environment is no policy: the reader skips it too.
+            "policies/.venv/lib/site.yaml": "env: {A: 1}\n",
         },
     )
     assert not spawn._may_ask_for_env(repo, ["policies", "reports", "--junit"])

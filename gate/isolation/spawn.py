@@ -17,6 +17,7 @@ is imported.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import signal
@@ -161,7 +162,14 @@ def _may_ask_for_env(repo_root: Path, paths: Sequence[str]) -> bool:
         for given in paths:
             target = repo_root / given
             if target.is_dir():
-                files.extend(p for p in target.rglob("*") if p.suffix in _POLICY_SUFFIXES)
+                # As the policy reader finds them: hidden folders (a .venv's packages) left out.
+                found = (
+                    p
+                    for p in target.rglob("*")
+                    if p.suffix in _POLICY_SUFFIXES
+                    and not any(part.startswith(".") for part in p.relative_to(target).parts)
+                )
+                files.extend(itertools.islice(found, _MOST_FILES_READ + 1 - len(files)))
             elif target.suffix in _POLICY_SUFFIXES and target.is_file():
                 files.append(target)
             if len(files) > _MOST_FILES_READ:
