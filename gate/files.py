@@ -1,4 +1,5 @@
-"""The gate's own files: written atomically, and kept inside the repository.
+"""The gate's own files: written atomically, and kept inside the repository; and where a
+repository's policy files are.
 
 Atomically: a reader sees the old file or the whole new one.
 """
@@ -8,10 +9,24 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 # Where a repository keeps its policies, unless a command names other files or folders.
 DEFAULT_POLICIES = "policies"
+POLICY_SUFFIXES = (".yaml", ".yml")
+
+
+def policy_files_in(folder: Path) -> Iterator[Path]:
+    """The policy files under ``folder``, at any depth: its ``*.yaml`` and ``*.yml`` files,
+    hidden folders (``.git``, a ``.venv``'s packages) left out. In the order found."""
+    for path in folder.rglob("*"):
+        if (
+            path.suffix in POLICY_SUFFIXES
+            and not any(part.startswith(".") for part in path.relative_to(folder).parts)
+            and path.is_file()
+        ):
+            yield path
 
 
 def write_text_atomically(path: Path, text: str) -> None:

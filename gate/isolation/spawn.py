@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gate.files import POLICY_SUFFIXES, policy_files_in
 from gate.isolation.device_pool import DevicePool, HeldSlot
 from gate.isolation.environment import worker_environment
 from gate.package import PACKAGE_DIR
@@ -34,8 +35,8 @@ from gate.witness.run_settings import RUN_SETTINGS
 
 # The folder that holds this `gate` package (site-packages, or a source checkout).
 _GATE_HOME = os.path.dirname(PACKAGE_DIR)
-_STOP_WAIT_S = 5.0
-_POLICY_SUFFIXES = (".yaml", ".yml")
+# How long a killed worker may take to be gone before it is given up on (keeping its device).
+KILLED_WAIT_S = 5.0
 _ENV_LINE = re.compile(r"^[ \t-]*['\"]?env['\"]?[ \t]*:", re.MULTILINE)
 _MOST_FILES_READ = 200
 
@@ -72,17 +73,22 @@ class Spawned:
     def stop(self) -> None:
         """Kill it and its process group, close the pipes, and give the device back once it is
         gone (one that would not die keeps it, so that none starts beside it)."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        gone = True
-        try:
-            self.process.wait(_STOP_WAIT_S)
-        except subprocess.TimeoutExpired:
-            gone = False
+        gone = kill_group(self.process) is not None
         for fd in (self.jobs, self.results, self.output):
             os.close(fd)
         if gone and self.device is not None:
             self.device.release()
+
+
+def kill_group(process: subprocess.Popen[bytes]) -> int | None:
+    """SIGKILL to the worker's process group (what the code under test started dies with it);
+    its exit status once reaped, or None when it is still there after `KILLED_WAIT_S`."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    try:
+        return process.wait(KILLED_WAIT_S)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def spawn(repo_root: Path, env: dict[str, str], device: HeldSlot | None) -> Spawned:
@@ -161,16 +167,10 @@ def _may_ask_for_env(repo_root: Path, paths: Sequence[str]) -> bool:
     try:
         for given in paths:
             target = repo_root / given
-            if target.is_dir():
-                # As the policy reader finds them: hidden folders (a .venv's packages) left out.
-                found = (
-                    p
-                    for p in target.rglob("*")
-                    if p.suffix in _POLICY_SUFFIXES
-                    and not any(part.startswith(".") for part in p.relative_to(target).parts)
-                )
+            if target.is_dir():  # as the policy reader finds them
+                found = policy_files_in(target)
                 files.extend(itertools.islice(found, _MOST_FILES_READ + 1 - len(files)))
-            elif target.suffix in _POLICY_SUFFIXES and target.is_file():
+            elif target.suffix in POLICY_SUFFIXES and target.is_file():
                 files.append(target)
             if len(files) > _MOST_FILES_READ:
                 return True

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from gate.files import way_out
+from gate.files import policy_files_in, way_out
 from gate.levels import Direction, GuardLevel, GuardSpec
 from gate.limits import POLICY_BYTES, TooLarge, read_within
 from gate.policy.defaults import default
@@ -115,13 +115,7 @@ def discover_policy_files(paths: Sequence[str], repo_root: Path) -> list[Path]:
             )
             continue
         if target.is_dir():
-            files = [
-                p
-                for p in target.rglob("*")
-                if p.suffix in (".yaml", ".yml")
-                and p.is_file()
-                and not any(part.startswith(".") for part in p.relative_to(target).parts)
-            ]
+            files = list(policy_files_in(target))
             if not files:
                 problems.append(
                     Problem(
