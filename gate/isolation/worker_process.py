@@ -13,8 +13,6 @@ import contextlib
 import enum
 import os
 import selectors
-import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -27,7 +25,7 @@ from gate.isolation.protocol import (
     Request,
     write_frame,
 )
-from gate.isolation.spawn import Spawned, spawn
+from gate.isolation.spawn import Spawned, kill_group, spawn
 from gate.isolation.watcher import RunWatcher
 from gate.isolation.worker_output import WorkerOutput
 
@@ -141,10 +139,7 @@ class WorkerProcess:
                 os.kill(self.pid, DUMP_SIGNAL)
             self.output.wait_quiet(mark, _DUMP_QUIET_S, _DUMP_LIMIT_S, gone=self.exited)
         if self.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.returncode = self.process.wait(_EXIT_GRACE_S)
+            self.returncode = kill_group(self.process)
         self._close_jobs()
         self._close_results()
         self.output.finish(_DUMP_LIMIT_S)

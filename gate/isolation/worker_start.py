@@ -66,14 +66,19 @@ class WorkerStarts:
         have to wait for a device (the first request does that, saying so)."""
         if self._early is not None:
             return
-        first = take_first_worker(self.repo_root, env)
-        if first is not None:  # the CLI started it for this environment as the run began
-            self._early = WorkerProcess(first, self.watcher)
+        self._early = self._first(env)
+        if self._early is not None:
             return
         pool = DevicePool.for_environment(env)
         device = pool.take_free() if pool is not None else None
         if pool is None or device is not None:
             self._early = WorkerProcess.start(self.repo_root, env, self.watcher, device)
+
+    def _first(self, env: dict[str, str]) -> WorkerProcess | None:
+        """The worker the CLI started for ``env`` as the run began (`gate.isolation.spawn`);
+        one it started for another environment is stopped."""
+        first = take_first_worker(self.repo_root, env)
+        return WorkerProcess(first, self.watcher) if first is not None else None
 
     def stop_early(self) -> None:
         """Stop the worker `start_early` began, if nobody took it."""
@@ -149,9 +154,9 @@ class WorkerStarts:
             return early
         if early is not None:
             early.stop(dump=False)
-        first = take_first_worker(self.repo_root, env)
+        first = self._first(env)
         if first is not None:
-            return WorkerProcess(first, self.watcher)
+            return first
         pool = DevicePool.for_environment(env)
         device = None
         if pool is not None:
