@@ -7,7 +7,9 @@ compiling a small step makes 15-20 thousand Python calls: ~15 ms of a region's f
 Python 3.11, ~25 ms on 3.12, where ``sys.settrace`` itself runs on ``sys.monitoring``
 (docs/performance.md). ``sys.monitoring`` lets the map turn the event off for a code object
 once it knows that object is a library's: JAX's functions then cost nothing after their first
-call in a worker, in every later region too. The two drivers call one `Listener` alike, so the
+call in a worker, in every later region too. ``sys.settrace`` cannot stop asking, but its trace
+function answers a library's code it already knows with one lookup, without calling the
+listener: about half of what each call cost. The two drivers call one `Listener` alike, so the
 map's rules live once, in `gate.witness.transfer_map`.
 
 What the two drivers hear alike:
@@ -87,7 +89,7 @@ def listening(
     """
     tool = _monitoring_tool()
     if tool is None:
-        with _traced(listener):
+        with _traced(listener, quiet, watched):
             yield
         return
     with _monitored(listener, tool, quiet, watched):
@@ -97,16 +99,42 @@ def listening(
 # -- sys.settrace (Python 3.11) -------------------------------------------------
 
 
+class _Traced:
+    """This process's use of ``sys.settrace``: the library code it stopped asking about."""
+
+    # Held, so that no later code object takes a freed one's place; a library's code objects
+    # live as long as their modules. Emptied should it ever grow this large (code made anew
+    # at run time).
+    off: ClassVar[set[types.CodeType]] = set()
+    MOST = 100_000
+
+
 @contextmanager
-def _traced(listener: Listener) -> Iterator[None]:
+def _traced(
+    listener: Listener,
+    quiet: Callable[[types.CodeType], bool],
+    watched: frozenset[types.CodeType],
+) -> Iterator[None]:
+    off = _Traced.off
+    if len(off) > _Traced.MOST:
+        off.clear()
+
     def global_trace(frame: types.FrameType, event: str, arg: Any) -> Any:
-        # Called for every call in the threads the block runs: one answer decides most.
+        # Called for every call in the threads the block runs (JAX tracing a step makes
+        # thousands): a library's code, once known, is answered here with a lookup, no call
+        # of the listener's, as the monitor turns it off. What this block watches is asked
+        # of the listener, whichever block put it here.
+        code = frame.f_code
+        if code in off and code not in watched:
+            return None
         watch = listener.started(frame)
         if watch is Watch.LINES:
             return lines
         if watch is Watch.RETURN:
             frame.f_trace_lines = False
             return returns
+        if watch is Watch.UNTRACED and code not in watched and quiet(code):
+            off.add(code)
         return None
 
     def lines(frame: types.FrameType, event: str, arg: Any) -> Any:
