@@ -160,6 +160,41 @@ def test_a_run_that_ends_before_any_region_stops_its_first_worker(
     assert not (repo / "ran.jsonl").exists()
 
 
+# Sends the gate SIGTERM once its first worker has started, before the run's own handlers.
+TERM_EARLY = """
+import os
+import signal
+
+from gate.cli import main
+
+_main = main._main
+
+
+def terminated(argv):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return _main(argv)
+
+
+main._main = terminated
+"""
+
+
+def test_sigterm_before_the_runs_handlers_stops_the_first_worker_too(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"steps.py": STEPS, "policies/p.yaml": _policy("a")})
+    log = tmp_path / "spawns.jsonl"
+    site = make_repo(
+        tmp_path / "site",
+        {"sitecustomize.py": SPAWN_LOG.format(log=str(log)) + TERM_EARLY},
+    )
+    run = run_gate(repo, "run", env={"PYTHONPATH": str(site)})
+    # Ended through its finally blocks (the status a shell gives SIGTERM), not by the signal,
+    # which would leave the worker, in a session of its own, starting up on its own.
+    assert run.returncode == 128 + 15, run
+    [spawned] = [json.loads(line) for line in log.read_text().splitlines()]
+    assert process_gone(spawned["pid"], limit_s=0)  # stopped before the gate exited
+    assert not (repo / "ran.jsonl").exists()
+
+
 def test_a_first_worker_for_another_environment_is_stopped_and_one_for_this_one_taken(
     tmp_path: Path,
 ) -> None:
@@ -186,6 +221,10 @@ def test_policies_are_read_for_an_env_line_without_the_policy_reader(tmp_path: P
             "policies/plain.yaml": _policy("a"),
             "policies/deep/with_env.yml": "version: 1\n# env: a comment is no env\nregions: []\n",
             "other/p.yaml": "version: 1\nenv:\n  A: '1'\nregions: []\n",
+            # Flow style, the whole file or one region: an env all the same.
+            "flow/top.yaml": "{version: 1, env: {A: '1'}, regions: []}  # env: here too\n",
+            "flow/region.yaml": "version: 1\nregions:\n  - {name: a, step: 's:f', env: {A: '1'}}\n",
+            "flow/none.yaml": "{version: 1, regions: [{name: environment, step: 's:env'}]}\n",
             # A package's file in a virtual environment is no policy: the reader skips it too.
             "policies/.venv/lib/site.yaml": "env: {A: 1}\n",
         },
@@ -193,6 +232,9 @@ def test_policies_are_read_for_an_env_line_without_the_policy_reader(tmp_path: P
     assert not spawn._may_ask_for_env(repo, ["policies", "reports", "--junit"])
     assert spawn._may_ask_for_env(repo, ["policies", "other"])
     assert spawn._may_ask_for_env(repo, ["other/p.yaml"])
+    assert spawn._may_ask_for_env(repo, ["flow/top.yaml"])
+    assert spawn._may_ask_for_env(repo, ["flow/region.yaml"])
+    assert not spawn._may_ask_for_env(repo, ["flow/none.yaml"])
     many = make_repo(tmp_path / "many", {f"p{i}.yaml": "version: 1\n" for i in range(201)})
     assert spawn._may_ask_for_env(many, ["."])  # past what is worth reading: not started
 

@@ -7,10 +7,14 @@ become exit codes in one place (`gate.cli.errors`).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from gate.files import DEFAULT_POLICIES
@@ -30,15 +34,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     # machine, ~0.7 s on a TPU host): a worker spends that and more importing jax and starting
     # its backend. A region that wants another environment, a usage error, or a run that ends
     # before any region lets it go.
-    if given[:1] and given[0] in _RUNS_REGIONS and not {"-h", "--help"} & set(given):
+    if not (given[:1] and given[0] in _RUNS_REGIONS and not {"-h", "--help"} & set(given)):
+        return _main(given)
+    with _terminated_as_exit():
         # The policies it may read: the default folder and whatever else it was given (an
         # option's value among them does no harm).
         named = [arg for arg in given[1:] if not arg.startswith("-")]
         start_first_worker(Path.cwd(), os.environ, [DEFAULT_POLICIES, *named])
+        try:
+            return _main(given)
+        finally:
+            stop_first_worker()
+
+
+@contextlib.contextmanager
+def _terminated_as_exit() -> Iterator[None]:
+    """SIGTERM ends the gate through its ``finally`` blocks, which stop the first worker.
+
+    The worker runs in a session of its own (so that stopping it stops its children), so no
+    signal sent to the gate's group reaches it; until the run's own handlers are in
+    (`gate.isolation.cancellation.cancel_on_signals`, which cancel the run and write its
+    report), SIGTERM's default action would end the gate alone and leave the worker starting
+    up, holding a TPU chip for seconds. Only where nothing else handles SIGTERM.
+    """
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+
+    def terminated(signum: int, frame: FrameType | None) -> None:
+        del frame
+        raise SystemExit(128 + signum)  # the status a shell reports for the signal
+
+    signal.signal(signal.SIGTERM, terminated)
     try:
-        return _main(given)
+        yield
     finally:
-        stop_first_worker()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _main(argv: list[str]) -> int:

@@ -37,7 +37,11 @@ from gate.witness.run_settings import RUN_SETTINGS
 _GATE_HOME = os.path.dirname(PACKAGE_DIR)
 # How long a killed worker may take to be gone before it is given up on (keeping its device).
 KILLED_WAIT_S = 5.0
-_ENV_LINE = re.compile(r"^[ \t-]*['\"]?env['\"]?[ \t]*:", re.MULTILINE)
+# An ``env`` key wherever YAML may put one: a block line (``env:``, ``- env:``) or inside a
+# flow mapping (``{version: 1, env: {...}}``); a comment's is none. What else it matches (a
+# ``my-env:`` key, a quoted "env:") only costs the early start.
+_ENV_KEY = re.compile(r"(?:^|[{,\s-])['\"]?env['\"]?[ \t]*:")
+_COMMENT = re.compile(r"(?:^|[ \t])#.*$", re.MULTILINE)
 _MOST_FILES_READ = 200
 
 
@@ -159,9 +163,9 @@ def start_first_worker(
 
 
 def _may_ask_for_env(repo_root: Path, paths: Sequence[str]) -> bool:
-    """Whether a policy file under ``paths`` has a line that starts ``env:`` (at any depth),
-    or more files than are worth reading to know, or a path that cannot be looked at (an
-    option's value too long for a file name: the command line's own check says what is
+    """Whether a policy file under ``paths`` has an ``env`` key (at any depth, in block or
+    flow style), or more files than are worth reading to know, or a path that cannot be looked
+    at (an option's value too long for a file name: the command line's own check says what is
     wrong)."""
     files: list[Path] = []
     try:
@@ -175,7 +179,8 @@ def _may_ask_for_env(repo_root: Path, paths: Sequence[str]) -> bool:
             if len(files) > _MOST_FILES_READ:
                 return True
         return any(
-            _ENV_LINE.search(file.read_text(encoding="utf-8", errors="replace")) for file in files
+            _ENV_KEY.search(_COMMENT.sub("", file.read_text(encoding="utf-8", errors="replace")))
+            for file in files
         )
     except (OSError, ValueError):
         return True
