@@ -3,7 +3,10 @@
 A transfer happens deep inside jax; the line a person must change is the
 innermost frame in their own code. Their code is what lives under the repo
 root (or a policy's python_path) outside virtual environments; jax, jaxlib,
-numpy, the gate and the standard library never are.
+numpy, the gate and the standard library never are, wherever pip put them: in
+site-packages, or in a folder of their own on ``PYTHONPATH`` (``pip install
+--target``, as a TPU VM image may ship JAX), known by the ``*.dist-info`` pip
+leaves beside the packages.
 
 The same rule decides which of two trees a module belongs to in one process
 (`gate.policy.trees`, ``run --base``): `owning_root` is the one answer to both
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import sysconfig
 import traceback
 from collections.abc import Iterable, Sequence
@@ -48,8 +52,41 @@ def _real(filename: str) -> str:
 
 def is_library(filename: str) -> bool:
     """Whether ``filename`` is code no tree owns: generated text, the gate's own package, the
-    standard library, or an installed package (site-packages, dist-packages)."""
-    return is_process_wide(filename) or any(marker in _real(filename) for marker in _ENV_MARKERS)
+    standard library, or an installed package (site-packages, dist-packages, or a folder on
+    ``sys.path`` that pip installed into, `_install_folders`)."""
+    if is_process_wide(filename):
+        return True
+    resolved = _real(filename)
+    return any(marker in resolved for marker in _ENV_MARKERS) or resolved.startswith(
+        _install_folders(tuple(sys.path), os.getcwd())
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _install_folders(path: tuple[str, ...], cwd: str) -> tuple[str, ...]:
+    """The folders of ``path`` (``sys.path``) that pip installed packages into: each holds a
+    ``*.dist-info``. Never a repository's (it holds ``.git``: a tree the gate runs, or the
+    user's own checkout on ``PYTHONPATH``) or one around or inside the working directory,
+    where the gate runs the user's code."""
+    here = _root_text(cwd)
+    found = []
+    for entry in path:
+        root = _root_text(os.path.join(cwd, entry))
+        if here.startswith(root) or root.startswith(here) or not _holds_distribution(root):
+            continue
+        found.append(root)
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=256)
+def _holds_distribution(folder: str) -> bool:
+    """Whether ``folder`` holds an installed distribution's ``*.dist-info`` and no ``.git``."""
+    try:
+        with os.scandir(folder) as entries:
+            names = [entry.name for entry in entries]
+    except OSError:
+        return False
+    return ".git" not in names and any(name.endswith(".dist-info") for name in names)
 
 
 def is_process_wide(filename: str) -> bool:

@@ -12,7 +12,6 @@ import importlib
 import os
 import pkgutil
 import sys
-import sysconfig
 import traceback
 import types
 from collections.abc import Callable, Iterator, Sequence
@@ -26,7 +25,7 @@ from gate.policy.model import CallableRef, Policy
 from gate.policy.problems import Problem, display_path
 from gate.policy.schema import did_you_mean
 from gate.policy.signature import call_problem
-from gate.user_code import UserCode
+from gate.user_code import UserCode, is_library
 
 
 class ResolveError(Exception):
@@ -307,27 +306,12 @@ def _user_frame(exc: BaseException, repo_root: Path) -> str | None:
     frames = traceback.extract_tb(exc.__traceback__)
     for frame in reversed(frames):
         filename = frame.filename
-        if filename.startswith("<") or _is_library(filename):
+        # The standard library and installed packages: a json.loads that raised inside the
+        # user's module should be reported at the user's line.
+        if is_library(filename):
             continue
         return f"{display_path(Path(filename), repo_root)}:{frame.lineno}"
     return None
-
-
-def _is_library(filename: str) -> bool:
-    # The standard library and installed packages: a json.loads that raised
-    # inside the user's module should be reported at the user's line.
-    return any(filename.startswith(prefix + os.sep) for prefix in _LIBRARY_PATHS)
-
-
-_LIBRARY_PATHS = tuple(
-    {
-        *(
-            os.path.abspath(sysconfig.get_paths()[key])
-            for key in ("stdlib", "platstdlib", "purelib", "platlib")
-        ),
-        PACKAGE_DIR,  # the gate itself
-    }
-)
 
 
 def _lookup(module: types.ModuleType, ref: CallableRef) -> Callable[..., Any]:
