@@ -148,17 +148,19 @@ def test_the_monitor_hears_exactly_what_the_trace_function_hears(
     assert _heard(monitor=True, monkeypatch=monkeypatch) == EXPECTED
 
 
-BOTH = pytest.mark.parametrize("monitor", [False, pytest.param(True, marks=needs_monitoring)])
+@pytest.fixture(
+    params=[False, pytest.param(True, marks=needs_monitoring)], ids=["settrace", "monitor"]
+)
+def either_driver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test that uses it runs under both drivers: ``sys.settrace``, then the monitor."""
+    if not request.param:
+        monkeypatch.setattr(code_events, "_monitoring_tool", lambda: None)
 
 
-@BOTH
-def test_a_library_function_is_asked_about_once_per_process_then_costs_nothing(
-    monkeypatch: pytest.MonkeyPatch, monitor: bool
-) -> None:
+@pytest.mark.usefixtures("either_driver")
+def test_a_library_function_is_asked_about_once_per_process_then_costs_nothing() -> None:
     # Under sys.settrace too: the trace function answers it without the listener's call
     # (half the cost of each of JAX's calls while it traces a step, on Python 3.11).
-    if not monitor:
-        monkeypatch.setattr(code_events, "_monitoring_tool", lambda: None)
     fresh = _fresh_library()
     first, second = Recorder(), Recorder()
     with listening(first, _is_library, frozenset()):
@@ -173,12 +175,8 @@ def test_a_library_function_is_asked_about_once_per_process_then_costs_nothing(
     assert second.events == first.events  # the user's code is heard in every block
 
 
-@BOTH
-def test_a_function_an_earlier_block_turned_off_is_heard_again_once_watched(
-    monkeypatch: pytest.MonkeyPatch, monitor: bool
-) -> None:
-    if not monitor:
-        monkeypatch.setattr(code_events, "_monitoring_tool", lambda: None)
+@pytest.mark.usefixtures("either_driver")
+def test_a_function_an_earlier_block_turned_off_is_heard_again_once_watched() -> None:
     fresh = _fresh_library()
     with listening(Recorder(), _is_library, frozenset()):
         fresh()  # turned off here: this block does not watch it
@@ -207,12 +205,8 @@ def test_a_block_inside_another_is_traced_and_both_hear_the_users_code() -> None
     assert outer.events == EXPECTED + EXPECTED
 
 
-@BOTH
-def test_what_an_inner_block_turns_off_the_outer_block_still_hears_if_it_watches_it(
-    monkeypatch: pytest.MonkeyPatch, monitor: bool
-) -> None:
-    if not monitor:
-        monkeypatch.setattr(code_events, "_monitoring_tool", lambda: None)
+@pytest.mark.usefixtures("either_driver")
+def test_what_an_inner_block_turns_off_the_outer_block_still_hears_if_it_watches_it() -> None:
     fresh = _fresh_library()
     watched = frozenset({explicit.__code__, fresh.__code__})
     outer, inner = Recorder(returns=watched), Recorder()
@@ -245,12 +239,8 @@ def test_another_tool_on_every_free_id_leaves_the_trace_function(
             monitoring.free_tool_id(tool)
 
 
-@pytest.mark.parametrize("monitor", [False, pytest.param(True, marks=needs_monitoring)])
-def test_a_thread_running_before_the_block_is_not_heard_and_one_it_starts_is(
-    monkeypatch: pytest.MonkeyPatch, monitor: bool
-) -> None:
-    if not monitor:
-        monkeypatch.setattr(code_events, "_monitoring_tool", lambda: None)
+@pytest.mark.usefixtures("either_driver")
+def test_a_thread_running_before_the_block_is_not_heard_and_one_it_starts_is() -> None:
     go, done = threading.Event(), threading.Event()
 
     def waiting() -> None:
