@@ -57,9 +57,13 @@ def is_library(filename: str) -> bool:
     if is_process_wide(filename):
         return True
     resolved = _real(filename)
-    return any(marker in resolved for marker in _ENV_MARKERS) or resolved.startswith(
-        _install_folders(tuple(sys.path), os.getcwd())
-    )
+    if any(marker in resolved for marker in _ENV_MARKERS):
+        return True
+    try:
+        cwd = os.getcwd()
+    except OSError:  # the working directory was removed: no folder is told from it
+        return False
+    return resolved.startswith(_install_folders(tuple(sys.path), cwd))
 
 
 @functools.lru_cache(maxsize=64)
@@ -71,6 +75,8 @@ def _install_folders(path: tuple[str, ...], cwd: str) -> tuple[str, ...]:
     here = _root_text(cwd)
     found = []
     for entry in path:
+        if not isinstance(entry, str):  # the import system skips them too
+            continue
         root = _root_text(os.path.join(cwd, entry))
         if here.startswith(root) or root.startswith(here) or not _holds_distribution(root):
             continue

@@ -49,9 +49,23 @@ def test_a_package_pip_installed_into_a_folder_on_the_path_is_a_library(
     assert not is_library(str(plain / "helper.py"))
     assert not is_library(str(checkout / "x.py"))
     assert not is_library(str(repo / "steps.py"))
+    # What the import system skips, the rule skips: no error.
+    monkeypatch.setattr(sys, "path", [*sys.path, b"/bytes/entry", Path("/a/path")])
+    assert is_library(str(target / "helperlib" / "__init__.py"))
     # Off the path, the same folder is nobody's install.
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(target)])
     assert not is_library(str(target / "helperlib" / "__init__.py"))
+
+
+def test_a_removed_working_directory_is_no_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = make_repo(tmp_path / "gone", {"steps.py": ""})
+    monkeypatch.chdir(gone)
+    gone.joinpath("steps.py").unlink()
+    gone.rmdir()
+    assert not is_library(str(tmp_path / "elsewhere" / "helper.py"))
+    assert is_library(sys.modules["json"].__file__ or "")
 
 
 def test_an_error_raised_inside_such_a_library_names_the_users_line(tmp_path: Path) -> None:
