@@ -67,7 +67,7 @@ def is_library(filename: str) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _install_folders(path: tuple[str, ...], cwd: str) -> tuple[str, ...]:
+def _install_folders(path: tuple[object, ...], cwd: str) -> tuple[str, ...]:
     """The folders of ``path`` (``sys.path``) that pip installed packages into: each holds a
     ``*.dist-info``. Never a repository's (it holds ``.git``: a tree the gate runs, or the
     user's own checkout on ``PYTHONPATH``) or one around or inside the working directory,
