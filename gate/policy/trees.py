@@ -109,6 +109,7 @@ class Trees:
 
     def __init__(self) -> None:
         self._trees: dict[str, _Tree] = {}
+        self._entries: dict[tuple[Path, tuple[Path, ...]], _Tree] = {}  # as `entered` was asked
         self._current: _Tree | None = None
         self._names_when_entered: set[str] = set()
         # What the process imported before any tree's code: everyone's, never set aside.
@@ -122,8 +123,13 @@ class Trees:
         working directory is ``root``. All three are put back on leaving; the tree's
         modules stay in `sys.modules` until another tree is entered.
         """
-        tree = self._trees.setdefault(_resolved(root), _Tree(_resolved(root)))
-        self._note_folders(tree, paths)
+        # Entered at each turn of a held region's timed rounds: resolved the first time only.
+        tree = self._entries.get((root, tuple(paths)))
+        if tree is None:
+            resolved = _resolved(root)
+            tree = self._trees.setdefault(resolved, _Tree(resolved))
+            self._note_folders(tree, paths)
+            self._entries[(root, tuple(paths))] = tree
         self._switch_to(tree)
         before = os.getcwd()
         os.chdir(root)

@@ -78,7 +78,8 @@ class HeldRegion:
                 for run in range(runs):
                     if inputs is None or self.donates:
                         inputs = self.inputs.for_timing()
-                    self.monitor.reset_costs()
+                    if names:  # a boundary's own times, run by run; none to reset else
+                        self.monitor.reset_costs()
                     start = time.perf_counter()
                     try:
                         self.call(inputs)
@@ -87,7 +88,7 @@ class HeldRegion:
                     step_s.append(time.perf_counter() - start)
                     if run == 0 and not self.donates:  # the later runs reuse these inputs
                         self.donates = _deleted(inputs)
-                    for cost in self.monitor.costs(1):
+                    for cost in self.monitor.costs(1) if names else ():
                         boundary_s.setdefault(cost.name, []).append(cost.total_s)
         except RegionAbort as abort:
             return StepSamples(tuple(step_s), error=abort.error)
