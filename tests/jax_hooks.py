@@ -206,6 +206,19 @@ HOOKS = (
         ),
     ),
     Hook(
+        "a first call's lowering and compiling (pjit._resolve_and_lower, "
+        "pxla.MeshComputation.compile) run with the transfer map's sys.settrace function off",
+        ("_resolve_and_lower", "MeshComputation"),
+        (
+            "test_unheard.py::test_jax_lowers_and_compiles_without_the_maps_trace_function",
+            "test_unheard.py::test_another_tools_trace_function_stays_on_while_jax_lowers",
+            "test_unheard.py::test_a_jax_without_the_hook_lowers_and_compiles_traced_as_before",
+            "test_unheard.py::test_under_the_monitor_nothing_is_set_aside",
+            "test_unheard.py::test_what_jax_moves_while_lowering_is_charged_to_the_line_that_"
+            "called_the_step",
+        ),
+    ),
+    Hook(
         "every program a step runs: jit's C++ fast path off for the cost run and the first call "
         "(pxla.MeshExecutableFastpathData, a jit-key option of the gate's own in _jax.config), its "
         "executions counted "

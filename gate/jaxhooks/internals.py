@@ -39,6 +39,9 @@ Where each lives, in JAX 0.10.2:
   path runs to find or make its function's trace (a call inside a trace among them), and
   ``jax._src.core.Tracer``; `gate.jaxhooks.programs` wraps the first so that JAX's own
   functions nested in a step are traced once per worker; optional.
+- ``jax._src.pjit._resolve_and_lower`` and ``pxla.MeshComputation.compile``: a first call's
+  lowering and compiling, which `gate.jaxhooks.unheard` runs without the map's trace
+  function (Python 3.11); optional.
 - jax 0.12's ``jax._src.flattree`` (``FTStatic`` and the nodes around it) and
   ``partial_eval.diff_tracing_cache_keys``: looked up in `gate.jaxhooks.static_misses`,
   optional (without them a changed static argument goes unexplained).
@@ -294,6 +297,29 @@ def jit_tracing() -> tuple[types.ModuleType, type]:
     if not isinstance(tracer, type):
         raise InternalMissing("jax._src.core.Tracer (absent)")
     return pjit, tracer
+
+
+def lowering_and_compiling() -> tuple[types.ModuleType, type]:
+    """``jax._src.pjit``, whose ``_resolve_and_lower`` lowers a jitted call's trace to the
+    program XLA compiles, and ``pxla.MeshComputation``, whose ``compile`` compiles it: what a
+    first call runs after tracing, with no line of the user's in it.
+
+    Optional: without them the transfer map's ``sys.settrace`` stays on while they run
+    (`gate.jaxhooks.unheard`), slower and as correct.
+    """
+    try:
+        from jax._src import pjit
+        from jax._src.interpreters import pxla
+    except ImportError as exc:
+        raise InternalMissing(f"jax._src.pjit or jax._src.interpreters.pxla ({exc})") from exc
+    if not isinstance(pjit.__dict__.get("_resolve_and_lower"), types.FunctionType):
+        raise InternalMissing("jax._src.pjit._resolve_and_lower (absent)")
+    computation = getattr(pxla, "MeshComputation", None)
+    if not isinstance(computation, type) or not isinstance(
+        computation.__dict__.get("compile"), types.FunctionType
+    ):
+        raise InternalMissing("pxla.MeshComputation.compile (absent)")
+    return pjit, computation
 
 
 # --- executions ----------------------------------------------------------------------------------

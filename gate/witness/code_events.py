@@ -9,8 +9,10 @@ Python 3.11, ~25 ms on 3.12, where ``sys.settrace`` itself runs on ``sys.monitor
 once it knows that object is a library's: JAX's functions then cost nothing after their first
 call in a worker, in every later region too. ``sys.settrace`` cannot stop asking, but its trace
 function answers a library's code it already knows with one lookup, without calling the
-listener: about half of what each call cost. The two drivers call one `Listener` alike, so the
-map's rules live once, in `gate.witness.transfer_map`.
+listener: about half of what each call cost; and JAX lowers and compiles a traced step with it
+off (`gate.jaxhooks.unheard`): no user line runs there, and under a trace function every line
+of Python is slower. The two drivers call one `Listener` alike, so the map's rules live once, in
+`gate.witness.transfer_map`.
 
 What the two drivers hear alike:
 
@@ -43,6 +45,8 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar, Protocol
+
+from gate.jaxhooks.unheard import lowering_unheard
 
 _TOOL_NAME = "jax-transfer-gate"
 # The ids PEP 669 leaves free for any tool (0-2 and 5 are named for debuggers, coverage,
@@ -155,7 +159,10 @@ def _traced(
     try:
         threading.settrace(global_trace)
         sys.settrace(global_trace)
-        yield
+        # No line of the user's runs while JAX lowers and compiles a traced step; under a
+        # trace function every line of Python there runs slower (`gate.jaxhooks.unheard`).
+        with lowering_unheard(global_trace):
+            yield
     finally:
         sys.settrace(saved_trace)
         threading.settrace(saved_thread_trace)
