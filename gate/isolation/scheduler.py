@@ -62,7 +62,7 @@ from gate.results.errors import ErrorKind, RegionError
 from gate.results.line_times import OpTimes
 from gate.results.records import RegionResult
 from gate.user_code import UserCode
-from gate.witness.run_settings import RUN_SETTINGS
+from gate.witness.run_settings import split_run_settings
 
 # Re-exported for other subsystems: mypy's strict mode accepts a re-export only when listed.
 __all__ = [
@@ -121,11 +121,11 @@ class Scheduler:
         self.repo_root = repo_root
         self.cancel = cancel
         self.watcher = watcher
-        environ = dict(os.environ if environ is None else environ)
         # The run's own settings go with each job (`Job.settings`), not in the worker's
         # environment: the worker the CLI started first has none (`gate.isolation.spawn`).
-        self._settings = tuple((k, environ.pop(k)) for k in RUN_SETTINGS if k in environ)
-        self.environ = environ
+        self._settings, self.environ = split_run_settings(
+            os.environ if environ is None else environ
+        )
         self._starts = WorkerStarts(repo_root, self.environ, watcher, cancel, self.announce)
         self.startups = self._starts.startups  # every worker started, for benchmarks and tests
         self._worker: WorkerProcess | None = None

@@ -10,6 +10,8 @@ value exported in the shell does not make the gate's workers differ from the one
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 # The folder a run keeps its traces in, beside its reports (`gate.cli.run` sets it for its
 # workers); unset (the pytest fixture, ``check_region``, ``baseline``): none is kept.
 TRACES_ENV = "TRANSFER_GATE_TRACES"
@@ -20,3 +22,13 @@ TRACES_ENV = "TRANSFER_GATE_TRACES"
 OP_TIMES_ENV = "TRANSFER_GATE_OP_TIMES"
 ALL_REGIONS = "*"
 RUN_SETTINGS = (TRACES_ENV, OP_TIMES_ENV)
+
+
+def split_run_settings(
+    environ: Mapping[str, str],
+) -> tuple[tuple[tuple[str, str], ...], dict[str, str]]:
+    """The run's settings in ``environ`` (for `Job.settings`), and the rest: what a worker's
+    environment is made from, the first worker's (`gate.isolation.spawn`) and every other."""
+    settings = tuple((name, environ[name]) for name in RUN_SETTINGS if name in environ)
+    rest = {name: value for name, value in environ.items() if name not in RUN_SETTINGS}
+    return settings, rest
