@@ -153,13 +153,19 @@ def start_first_worker(
     # As a scheduler computes it: the run's own settings go with each job, never in here.
     env = worker_environment(split_run_settings(environ)[1], None)
     try:
-        pool = DevicePool.for_environment(env)
-        device = pool.take_free() if pool is not None else None
-        if pool is not None and device is None:
-            return
-        _First.spawned = spawn(repo_root, env, device)
+        _First.spawned = spawn_if_device_free(repo_root, env)
     except Exception:  # the run's own start of a worker reports what is wrong
         return
+
+
+def spawn_if_device_free(repo_root: Path, env: dict[str, str]) -> Spawned | None:
+    """A worker started now for ``env``, on a free device of its pool; None when it would have
+    to wait for one (the first request does that, saying so)."""
+    pool = DevicePool.for_environment(env)
+    device = pool.take_free() if pool is not None else None
+    if pool is not None and device is None:
+        return None
+    return spawn(repo_root, env, device)
 
 
 def _may_ask_for_env(repo_root: Path, paths: Sequence[str]) -> bool:

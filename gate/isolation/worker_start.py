@@ -18,7 +18,7 @@ from gate.isolation.cancellation import Cancellation, cancelled_running
 from gate.isolation.device_pool import DevicePool
 from gate.isolation.lost_region import how_it_ended, lost_region_error, seconds
 from gate.isolation.protocol import Ready
-from gate.isolation.spawn import take_first_worker
+from gate.isolation.spawn import spawn_if_device_free, take_first_worker
 from gate.isolation.watcher import STARTING_A_WORKER, RunWatcher
 from gate.isolation.worker_process import WaitEvent, WorkerProcess
 from gate.machine.holders import busy_device_problem, busy_platform
@@ -67,12 +67,9 @@ class WorkerStarts:
         if self._early is not None:
             return
         self._early = self._first(env)
-        if self._early is not None:
-            return
-        pool = DevicePool.for_environment(env)
-        device = pool.take_free() if pool is not None else None
-        if pool is None or device is not None:
-            self._early = WorkerProcess.start(self.repo_root, env, self.watcher, device)
+        if self._early is None:
+            spawned = spawn_if_device_free(self.repo_root, env)
+            self._early = WorkerProcess(spawned, self.watcher) if spawned is not None else None
 
     def _first(self, env: dict[str, str]) -> WorkerProcess | None:
         """The worker the CLI started for ``env`` as the run began (`gate.isolation.spawn`);
