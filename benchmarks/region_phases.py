@@ -1,7 +1,7 @@
 """Where a region's time goes: the gate's stages against the floor's phases, region by region.
 
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/region_phases.py [--regions 20] [--rounds 2] \
-        [--profile] [--settrace]
+        [--profile] [--settrace] [--parts]
 
 Builds gate_vs_floor.py's repository of N distinct small steps and runs, each in a process of
 its own (alternating, ``--rounds`` times each):
@@ -12,6 +12,8 @@ its own (alternating, ``--rounds`` times each):
   (`gate.region.stages`), and what is left of the region after its last stage;
 - the floor: gate_vs_floor.py's hand-written phases for the same steps (first call, 2
   warm-ups, 3 guarded runs, 20 timed runs, the finite check), each timed;
+- with ``--parts``, the gate once more with each part of a region timed (`region_parts`:
+  what the engine calls and enters, the mapped runs' parts by phase), ms a region by part;
 - with ``--settrace`` (Python 3.12+), the gate again with its transfer map hearing the code
   through ``sys.settrace``, as on Python 3.11, instead of ``sys.monitoring``
   (`gate.witness.code_events`).
@@ -39,17 +41,22 @@ from pathlib import Path
 
 from gate_vs_floor import build
 from grouped import run_grouped
+from region_parts import Parts, wrap_parts
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 TIMEOUT_S = 900
 FIRST_CALL, WARMUP, GUARDED, REPEATS = "first call", "warm-up", "guarded runs", "timed runs"
 SETTRACE = "gate, map on sys.settrace"
+PARTS = "gate, by part"
 
 
-def _gate(repo: Path, profile: bool = False) -> tuple[Counter[str], int]:
+def _gate(
+    repo: Path, profile: bool = False, parts: Parts | None = None
+) -> tuple[Counter[str], int]:
     """Each stage's seconds over regions 2..N, run as a worker runs them, and N - 1; with
-    ``profile``, regions 2..N under cProfile, its top functions printed."""
+    ``profile``, regions 2..N under cProfile, its top functions printed; with ``parts``, every
+    part of a region timed into it (`region_parts.wrap_parts`)."""
     from gate.isolation.environment import prepare_environment
 
     prepare_environment(os.environ)
@@ -63,6 +70,8 @@ def _gate(repo: Path, profile: bool = False) -> tuple[Counter[str], int]:
     import jax
 
     jax.devices()  # as a worker starts: its memory from here on is what regions leave
+    if parts is not None:
+        wrap_parts(parts)
     leftovers = Leftovers()
     leftovers.after_startup()
     spent: Counter[str] = Counter()
@@ -70,6 +79,8 @@ def _gate(repo: Path, profile: bool = False) -> tuple[Counter[str], int]:
     for index, region in enumerate(policy.regions):
         if index == 1 and profiler is not None:
             profiler.enable()
+        if parts is not None:
+            parts.counting = index > 0
         if index:
             leftovers.between_regions()
         marks: list[tuple[str, float]] = [("starting", time.perf_counter())]
@@ -145,6 +156,10 @@ def _child(which: str, repo: Path) -> None:
         code_events._monitoring_tool = lambda: None  # type: ignore[assignment]
     if which == "gate-profiled":
         spent, regions = _gate(repo, profile=True)
+    elif which == PARTS:
+        parts = Parts()
+        _, regions = _gate(repo, parts=parts)
+        spent = parts.spent
     else:
         spent, regions = (_floor if which == "floor" else _gate)(repo)
     print(json.dumps({stage: seconds / regions for stage, seconds in spent.items()}))
@@ -179,6 +194,11 @@ def main() -> None:
         action="store_true",
         help="also the gate with the transfer map on sys.settrace, as on Python 3.11 (3.12+)",
     )
+    parser.add_argument(
+        "--parts",
+        action="store_true",
+        help="then one more gate run with every part of a region timed (region_parts.py)",
+    )
     parser.add_argument("--child", nargs=2, metavar=("WHICH", "REPO"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -195,6 +215,7 @@ def main() -> None:
                 measured.append(_measured(which, repo))
         if args.profile:
             _measured("gate-profiled", repo)
+        by_part = _measured(PARTS, repo) if args.parts else {}
     print(f"ms per region, regions 2-{args.regions}, medians of {args.rounds} rounds:\n")
     totals = {}
     for which, measured in rounds.items():
@@ -210,6 +231,11 @@ def main() -> None:
     if SETTRACE in totals:
         traced = totals[SETTRACE]
         print(f"{SETTRACE} {traced:.1f} ms a region: {traced / floor:.2f}x the floor")
+    if by_part:
+        print("\nthe gate by part, one more run (parts nest; each timed while wrapped):\n")
+        print("| part | ms |\n|---|---|")
+        for part, seconds in sorted(by_part.items(), key=lambda item: -item[1]):
+            print(f"| {part} | {seconds * 1e3:.2f} |")
 
 
 if __name__ == "__main__":

@@ -18,11 +18,12 @@
 #   8. (section `growth`, not run by default) what a region costs at the start of a run and at
 #      its end, over 100 and 500 regions, and the worker's memory (issue 40);
 #   9. (section `phases`, not run by default) where inside a region the gate's time goes,
-#      stage by stage, against the floor's phases, and the functions a profile finds there
-#      (region_phases.py --profile);
+#      stage by stage, against the floor's phases, and part by part (region_phases.py --parts);
 #  10. (section `start`, not run by default) what a run costs before its first worker starts
-#      (parent_start.py).
-# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [growth] [lines] [floor] [phases] [start]` (default:
+#      (parent_start.py);
+#  11. (section `turns`, not run by default) where a `run --base` worker's time goes: both
+#      trees' phases against a plain run's, and the paired rounds' turns (base_turns.py).
+# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [growth] [lines] [floor] [phases] [start] [turns]` (default:
 # checks and figures; `lines` and `floor` are parts of them that fit one device call). Logs go to
 # reports/tpu-check/, and as one archive to $OUT (the device tool's folder) when it is set. Needs junit-xml, msgspec, xmlschema and
 # pytest-timeout next to jax; carry them as wheels where the machine has no network (the device
@@ -137,12 +138,17 @@ fi
 
 if [[ " $sections " == *" phases "* ]]; then
     step "a region's stages against the floor's phases (region_phases.py)"
-    expect 0 phases.log python3 benchmarks/region_phases.py --regions 20 --rounds 2 --profile
+    expect 0 phases.log python3 benchmarks/region_phases.py --regions 20 --rounds 2 --parts
 fi
 
 if [[ " $sections " == *" start "* ]]; then
     step "what a run costs before its first worker starts (parent_start.py)"
     expect 0 start.log python3 benchmarks/parent_start.py --rounds 5
+fi
+
+if [[ " $sections " == *" turns "* ]]; then
+    step "where a run --base worker's time goes (base_turns.py)"
+    expect 0 turns.log python3 benchmarks/base_turns.py --regions 20
 fi
 
 if [[ " $sections " == *" growth "* ]]; then
