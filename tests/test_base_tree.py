@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,7 @@ def test_head_minus_one_is_checked_out_and_gone_afterwards(repo: Path) -> None:
         assert first.startswith(base.short_sha)
         assert base.describe() == f"HEAD~1 ({base.short_sha})"
         assert (base.root / "step.txt").read_text() == "base\n"
-        assert base.root.name.startswith(TEMP_PREFIX)
+        assert base.root.name.startswith("base-")
         assert worktrees(repo) == [str(base.root)]
         # Detached: no branch of the user's is checked out (or locked) by the gate.
         on_branch = run(["git", "symbolic-ref", "-q", "HEAD"], cwd=base.root, timeout=TIMEOUT_S)
@@ -122,9 +123,82 @@ def test_a_subfolder_of_the_git_top_level_maps_to_the_same_subfolder(repo: Path)
     with checked_out(repo / "sub", "old") as base:
         assert base.root.name == "sub"
         assert (base.root / "here.txt").read_text() == "base\n"
-        assert base.root.parent.name.startswith(TEMP_PREFIX)
+        assert base.root.parent.name.startswith("base-")
     assert not base.root.parent.exists()
     assert worktrees(repo) == []
+
+
+def test_the_base_lies_in_the_same_folder_every_run_of_a_checkout(
+    repo: Path, tmp_path: Path
+) -> None:
+    """JAX's compilation cache keys a program by its files' paths: the base checked out where
+    it was last time finds its unchanged programs there (`tests/test_compile_cache.py`)."""
+    with checked_out(repo, "old") as first:
+        pass
+    with checked_out(repo, "HEAD") as second:
+        assert (second.root / "step.txt").read_text() == "head\n"
+    assert first.root == second.root
+    assert first.root.parent.name == f"transfer-gate-{os.getuid()}"
+    assert first.root.parent.stat().st_mode & 0o777 == 0o700
+    other = tmp_path / "other"
+    shutil.copytree(repo, other)
+    with checked_out(other, "old") as elsewhere:
+        assert elsewhere.root != first.root
+    assert not first.root.exists()
+    assert not elsewhere.root.exists()
+    assert worktrees(repo) == []
+    assert worktrees(other) == []
+
+
+def test_a_second_run_of_the_checkout_at_the_same_time_gets_a_folder_of_its_own(
+    repo: Path,
+) -> None:
+    with checked_out(repo, "old") as first, checked_out(repo, "HEAD") as second:
+        assert second.root != first.root
+        assert second.root.name.startswith(TEMP_PREFIX)
+        assert (first.root / "step.txt").read_text() == "base\n"
+        assert (second.root / "step.txt").read_text() == "head\n"
+        assert sorted(worktrees(repo)) == sorted([str(first.root), str(second.root)])
+    assert not first.root.exists()
+    assert not second.root.exists()
+    assert worktrees(repo) == []
+
+
+def test_a_folder_a_killed_gate_left_in_the_stable_place_is_replaced(repo: Path) -> None:
+    with checked_out(repo, "old") as killed:
+        pass
+    # As if SIGKILLed mid-run: the folder, with the base's files, and git's entry for it.
+    git(repo, "worktree", "add", "--detach", "--quiet", str(killed.root), "old")
+    (killed.root / "left.txt").write_text("from the killed run\n")
+    with checked_out(repo, "HEAD") as base:
+        assert base.root == killed.root
+        assert not (base.root / "left.txt").exists()
+        assert (base.root / "step.txt").read_text() == "head\n"
+    assert worktrees(repo) == []
+
+
+@pytest.mark.parametrize("made_by", ["another user's mode", "a link"])
+def test_a_stable_place_that_is_not_private_is_never_used(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made_by: str
+) -> None:
+    """A shared temporary folder: whoever made ``transfer-gate-<uid>`` first could point it
+    anywhere. Only this user's own private folder is reused; else a fresh one, as before."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    place = temp / f"transfer-gate-{os.getuid()}"
+    if made_by == "a link":
+        (tmp_path / "elsewhere").mkdir()
+        place.symlink_to(tmp_path / "elsewhere")
+    else:
+        place.mkdir(mode=0o777)
+        place.chmod(0o777)
+    with checked_out(repo, "old") as base:
+        assert base.root.parent == temp
+        assert base.root.name.startswith(TEMP_PREFIX)
+    assert not base.root.exists()
+    target = tmp_path / "elsewhere" if made_by == "a link" else place
+    assert list(target.iterdir()) == []
 
 
 def test_uncommitted_head_changes_do_not_reach_the_base(repo: Path) -> None:

@@ -114,3 +114,44 @@ def test_the_base_reads_its_own_collectives_lines_whatever_the_cache_holds(
     assert "new all-reduce" not in run.stdout, run
     assert "no longer runs" not in run.stdout, run
     assert run.returncode == 0, run
+
+
+SMALL_STEPS = """
+import jax
+import jax.numpy as jnp
+
+
+def batch():
+    return (jnp.arange(8.0),)
+
+
+@jax.jit
+def step(x):
+    return jnp.tanh(x * 2.0).sum()
+"""
+
+SMALL_POLICY = """
+version: 1
+defaults: {warmup: 1, guarded_runs: 1, repeats: 2}
+regions:
+  - {name: r, step: steps:step, setup: steps:batch}
+"""
+
+
+def test_a_second_run_base_reads_the_bases_programs_back_from_the_users_cache(
+    tmp_path: Path,
+) -> None:
+    """The cache keys each program by its files' paths. The base is checked out in the same
+    folder every run of the checkout (`gate.compare.worktree`), so a second run compiles
+    nothing new: its base's programs are read back, as the head's are. Checked out in a fresh
+    folder each run, the base's programs were keyed anew and compiled again every time."""
+    repo = init(tmp_path / "repo")
+    commit(repo, {"steps.py": SMALL_STEPS, "policies/p.yaml": SMALL_POLICY}, "base")
+    cache = tmp_path / "cache"
+    kept: list[set[str]] = []
+    for _ in range(2):
+        run = run_gate(repo, "run", "--base", "HEAD", env={CACHE_DIR: str(cache)})
+        assert run.returncode == 0, run
+        kept.append({p.name for p in cache.rglob("*") if p.is_file()})
+    assert kept[0], "the first run kept no program: is the cache on?"
+    assert kept[1] == kept[0]

@@ -1,17 +1,27 @@
 """The base tree of ``run --base REF``: REF resolved, checked out in a temporary git worktree.
 
 The head is the working tree as it is, committed or not: nothing here touches it. The
-base is a detached `git worktree` in a fresh temporary folder, removed on every way out
+base is a detached `git worktree` in a temporary folder, removed on every way out
 of `checked_out` (a normal return, an exception, KeyboardInterrupt; a cancelled run
 returns normally, see `gate.isolation.cancellation`). A gate killed outright leaves its
 entry behind; the next `checked_out` prunes it once its folder is gone.
+
+The folder is the same one for every run of the same checkout (`_stable_folder`): JAX's
+persistent compilation cache, where the user keeps one, keys each program by its files' paths
+and lines (`gate.isolation.compile_cache`), so a base checked out where it was last time has
+its unchanged programs read back from the cache, as the head's are, instead of compiled again
+on every run. It lies in a folder of the user's own in the system's temporary folder, and is
+taken under a lock: a second run of the same checkout at the same time, or a place that is
+not safe to reuse, gets a fresh folder, as before.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -78,14 +88,70 @@ def checked_out(repo_root: Path, ref: str, resolved: BaseRef | None = None) -> I
     (``resolved``: `check_base`'s answer for it, so that the ref is resolved once)."""
     resolved = _resolve(repo_root, ref) if resolved is None else resolved
     top = resolved.top
-    # Entries whose folders are gone, as a killed gate leaves them.
-    _git(["worktree", "prune"], top, check=False)
-    folder = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
+    with _base_folder(top) as folder:
+        # Entries whose folders are gone, as a killed gate leaves them.
+        _git(["worktree", "prune"], top, check=False)
+        try:
+            _add_worktree(top, folder, ref, resolved.sha)
+            yield BaseTree(ref, resolved.sha, resolved.short_sha, folder / resolved.prefix)
+        finally:
+            _remove_worktree(top, folder)
+
+
+@contextlib.contextmanager
+def _base_folder(top: Path) -> Iterator[Path]:
+    """An empty folder for the base's checkout: `_stable_folder`'s where it can be had, held
+    for the ``with`` block, else a fresh temporary one."""
+    stable = _stable_folder(top)
+    if stable is None:
+        yield Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
+        return
+    folder, lock = stable
     try:
-        _add_worktree(top, folder, ref, resolved.sha)
-        yield BaseTree(ref, resolved.sha, resolved.short_sha, folder / resolved.prefix)
+        yield folder
     finally:
-        _remove_worktree(top, folder)
+        os.close(lock)  # the lock goes with it
+
+
+def _stable_folder(top: Path) -> tuple[Path, int] | None:
+    """``<temp>/transfer-gate-<uid>/base-<hash of top>``, empty, and its lock's descriptor.
+
+    None where it cannot be had safely: no ``fcntl`` (not a POSIX system), a parent folder
+    that is not this user's own and private (another user could have made it, or a link in
+    its place), or a lock another run of this checkout holds. A folder left there by a gate
+    killed mid-run is stale once its lock is free, and is removed.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    uid = os.getuid()
+    home = Path(tempfile.gettempdir()) / f"transfer-gate-{uid}"
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(home, 0o700)
+        mine = os.lstat(home)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(mine.st_mode) or mine.st_uid != uid or mine.st_mode & 0o077:
+        return None
+    name = "base-" + hashlib.sha256(os.fsencode(top.resolve())).hexdigest()[:16]
+    try:
+        lock = os.open(home / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        folder = home / name
+        if folder.is_symlink() or folder.is_file():
+            folder.unlink()
+        elif folder.exists():
+            shutil.rmtree(folder)
+        os.mkdir(folder, 0o700)
+    except OSError:
+        os.close(lock)
+        return None
+    return folder, lock
 
 
 def _add_worktree(top: Path, folder: Path, ref: str, sha: str) -> None:

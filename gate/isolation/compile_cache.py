@@ -13,7 +13,8 @@ unless set:
   the programs' source locations, so an executable read back carries the file names and line
   numbers of whichever program wrote it. The gate reads them (a collective's line, a cost's
   function): ``run --base``'s base, whose files lie in another checkout, would get the head's
-  lines, and a moved line its old number.
+  lines, and a moved line its old number. That checkout lies in the same folder every run
+  (`gate.compare.worktree`), so the base's own entries are found again next run.
 
 Without one, the gate makes none: each program of a run is compiled once anyway (a region's
 step is its own, `gate.jaxhooks.programs`; the base's programs are the base's files), and
