@@ -106,11 +106,16 @@ def listening(
 class _Traced:
     """This process's use of ``sys.settrace``: the library code it stopped asking about."""
 
-    # Held, so that no later code object takes a freed one's place; a library's code objects
-    # live as long as their modules. Emptied should it ever grow this large (code made anew
-    # at run time).
-    off: ClassVar[set[types.CodeType]] = set()
+    # By ``id``: a code object's hash is worked out from its names and constants at every
+    # lookup (~80 ns, ~600 ns for one with many constants), and this lookup runs at every call
+    # (~527,000 in a flax transformer's first call); an int's is itself. The code objects are
+    # held, so that no later one takes a freed one's id; a library's live as long as their
+    # modules. Emptied should it ever grow this large (code made anew at run time).
+    off: ClassVar[dict[int, types.CodeType]] = {}
     MOST = 100_000
+    # What any block watched (`listening`'s ``watched``), by id and held alike: never put in
+    # `off`, so that every block that watches one asks its listener about it.
+    watched: ClassVar[dict[int, types.CodeType]] = {}
 
 
 @contextmanager
@@ -122,14 +127,19 @@ def _traced(
     off = _Traced.off
     if len(off) > _Traced.MOST:
         off.clear()
+    ever_watched = _Traced.watched
+    for code in watched:  # an earlier block that did not watch it may have put it there
+        ever_watched[id(code)] = code
+        off.pop(id(code), None)
+    ident = id  # a closure's cell: no lookup of the builtins at each call
 
     def global_trace(frame: types.FrameType, event: str, arg: Any) -> Any:
         # Called for every call in the threads the block runs (JAX tracing a step makes
-        # thousands): a library's code, once known, is answered here with a lookup, no call
-        # of the listener's, as the monitor turns it off. What this block watches is asked
-        # of the listener, whichever block put it here.
+        # thousands): a library's code, once known, is answered here with one lookup, no call
+        # of the listener's, as the monitor turns it off.
         code = frame.f_code
-        if code in off and code not in watched:
+        key = ident(code)
+        if key in off:
             return None
         watch = listener.started(frame)
         if watch is Watch.LINES:
@@ -137,8 +147,8 @@ def _traced(
         if watch is Watch.RETURN:
             frame.f_trace_lines = False
             return returns
-        if watch is Watch.UNTRACED and code not in watched and quiet(code):
-            off.add(code)
+        if watch is Watch.UNTRACED and key not in ever_watched and quiet(code):
+            off[key] = code
         return None
 
     def lines(frame: types.FrameType, event: str, arg: Any) -> Any:
