@@ -89,9 +89,10 @@ def checked_out(repo_root: Path, ref: str, resolved: BaseRef | None = None) -> I
     resolved = _resolve(repo_root, ref) if resolved is None else resolved
     top = resolved.top
     with _base_folder(top) as folder:
-        # Entries whose folders are gone, as a killed gate leaves them.
-        _git(["worktree", "prune"], top, check=False)
         try:
+            # Entries whose folders are gone, as a killed gate leaves them (a stale folder in
+            # the stable place was removed just now).
+            _git(["worktree", "prune"], top, check=False)
             _add_worktree(top, folder, ref, resolved.sha)
             yield BaseTree(ref, resolved.sha, resolved.short_sha, folder / resolved.prefix)
         finally:
