@@ -27,8 +27,12 @@ from gate.isolation.cancellation import cancel_on_signals
 
 
 @pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A repository of two commits on main, and a branch `old` at the first."""
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A repository of two commits on main, and a branch `old` at the first; the base's
+    folders (`checked_out` in this process) in a temporary folder of the test's own."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     root = tmp_path / "repo"
     root.mkdir()
     git(root, "init", "-q", "-b", "main")
@@ -140,6 +144,7 @@ def test_the_base_lies_in_the_same_folder_every_run_of_a_checkout(
     assert first.root == second.root
     assert first.root.parent.name == f"transfer-gate-{os.getuid()}"
     assert first.root.parent.stat().st_mode & 0o777 == 0o700
+    assert list(first.root.parent.iterdir()) == []  # the lock file went with the run
     other = tmp_path / "other"
     shutil.copytree(repo, other)
     with checked_out(other, "old") as elsewhere:
@@ -177,15 +182,53 @@ def test_a_folder_a_killed_gate_left_in_the_stable_place_is_replaced(repo: Path)
     assert worktrees(repo) == []
 
 
+def test_a_run_killed_while_git_checked_the_base_out_does_not_stop_the_next(repo: Path) -> None:
+    """git locks a worktree's entry ("initializing") while it checks it out: killed then, the
+    gate leaves an entry that is locked and missing, which prune keeps and a plain add refuses,
+    in the place every later run of the checkout uses."""
+    with checked_out(repo, "old") as killed:
+        pass
+    git(repo, "worktree", "add", "--detach", "--quiet", str(killed.root), "old")
+    (entry,) = (repo / ".git" / "worktrees").iterdir()
+    (entry / "locked").write_text("initializing\n")
+    shutil.rmtree(killed.root)
+    git(repo, "worktree", "prune")
+    assert worktrees(repo) == [str(killed.root)]  # kept: it is locked
+    for _ in range(2):
+        with checked_out(repo, "HEAD") as base:
+            assert base.root == killed.root
+            assert (base.root / "step.txt").read_text() == "head\n"
+        assert worktrees(repo) == []
+
+
+def test_a_lock_file_let_go_of_while_another_run_opened_it_is_not_taken(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run removes its lock file as it lets go: a run that opened the file just before then
+    holds a lock on a file no path names, and a third run, making the file anew, would take
+    the same folder. The second run sees the path names another file, and takes a fresh one."""
+    held = worktree._stable_folder(repo)
+    assert held is not None
+    folder, lock = held
+    path = folder.with_name(folder.name + ".lock")
+    early = os.open(path, os.O_RDWR)  # the second run's open, before the first lets go
+    path.unlink()  # the first run lets go, as `checked_out` does
+    os.close(lock)
+    path.touch()  # a third run makes the file anew
+    monkeypatch.setattr(worktree.os, "open", lambda *args, **kwargs: early)
+    assert worktree._stable_folder(repo) is None
+    monkeypatch.undo()
+    with pytest.raises(OSError, match="Bad file descriptor"):  # closed by the second run
+        os.fstat(early)
+
+
 @pytest.mark.parametrize("made_by", ["another user's mode", "a link"])
 def test_a_stable_place_that_is_not_private_is_never_used(
-    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made_by: str
+    repo: Path, tmp_path: Path, made_by: str
 ) -> None:
     """A shared temporary folder: whoever made ``transfer-gate-<uid>`` first could point it
     anywhere. Only this user's own private folder is reused; else a fresh one, as before."""
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    temp = Path(tempfile.gettempdir())  # the repo fixture's, in tmp_path
     place = temp / f"transfer-gate-{os.getuid()}"
     if made_by == "a link":
         (tmp_path / "elsewhere").mkdir()

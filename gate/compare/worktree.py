@@ -111,7 +111,12 @@ def _base_folder(top: Path) -> Iterator[Path]:
     try:
         yield folder
     finally:
-        os.close(lock)  # the lock goes with it
+        # The lock file goes too, while still held: a run that opened it meanwhile finds, once
+        # it holds it, that the path no longer names it (`_stable_folder`), and takes a fresh
+        # folder. Nothing is left in the temporary folder but this user's own.
+        with contextlib.suppress(OSError):
+            os.unlink(_lock_path(folder))
+        os.close(lock)
 
 
 def _stable_folder(top: Path) -> tuple[Path, int] | None:
@@ -119,8 +124,10 @@ def _stable_folder(top: Path) -> tuple[Path, int] | None:
 
     None where it cannot be had safely: no ``fcntl`` (not a POSIX system), a parent folder
     that is not this user's own and private (another user could have made it, or a link in
-    its place), or a lock another run of this checkout holds. A folder left there by a gate
-    killed mid-run is stale once its lock is free, and is removed.
+    its place), or a lock another run of this checkout holds (or held and let go of while
+    this one opened it). A folder left there by a gate killed mid-run is stale once its lock
+    is free, and is removed; git's entry for it, locked if the gate was killed while git
+    checked it out, is taken over by `_add_worktree`.
     """
     try:
         import fcntl
@@ -136,14 +143,17 @@ def _stable_folder(top: Path) -> tuple[Path, int] | None:
         return None
     if not stat.S_ISDIR(mine.st_mode) or mine.st_uid != uid or mine.st_mode & 0o077:
         return None
-    name = "base-" + hashlib.sha256(os.fsencode(top.resolve())).hexdigest()[:16]
+    folder = home / ("base-" + hashlib.sha256(os.fsencode(top.resolve())).hexdigest()[:16])
     try:
-        lock = os.open(home / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        lock = os.open(_lock_path(folder), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except OSError:
         return None
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        folder = home / name
+        held, named = os.fstat(lock), os.stat(_lock_path(folder), follow_symlinks=False)
+        if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
+            os.close(lock)  # let go of and removed by the run that held it
+            return None
         if folder.is_symlink() or folder.is_file():
             folder.unlink()
         elif folder.exists():
@@ -152,14 +162,34 @@ def _stable_folder(top: Path) -> tuple[Path, int] | None:
     except OSError:
         os.close(lock)
         return None
+    except BaseException:  # KeyboardInterrupt while a large leftover is removed
+        os.close(lock)
+        raise
     return folder, lock
+
+
+def _lock_path(folder: Path) -> Path:
+    return folder.with_name(folder.name + ".lock")
 
 
 def _add_worktree(top: Path, folder: Path, ref: str, sha: str) -> None:
     # No hooks: a post-checkout hook of the user's has no business running in the gate.
     no_hooks = ["-c", "core.hooksPath=/dev/null"]
+    # Forced twice: the stable folder's entry may outlive a gate killed while git checked it
+    # out, missing and locked ("initializing"), which prune keeps and a plain add refuses.
+    # The folder is empty and this run's alone (`_stable_folder`'s lock); the commit detached.
     done = _git(
-        [*no_hooks, "worktree", "add", "--detach", "--quiet", str(folder), sha],
+        [
+            *no_hooks,
+            "worktree",
+            "add",
+            "--force",
+            "--force",
+            "--detach",
+            "--quiet",
+            str(folder),
+            sha,
+        ],
         top,
         timeout_s=CHECKOUT_TIMEOUT_S,
         check=False,
