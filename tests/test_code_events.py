@@ -218,6 +218,43 @@ def test_what_an_inner_block_turns_off_the_outer_block_still_hears_if_it_watches
     assert outer.events[-2:] == [("start", "library"), ("return", "library", "return")]
 
 
+def test_a_block_in_another_thread_hears_what_it_watches_though_one_turns_it_off_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under ``sys.settrace`` the table of code turned off is the process's: block A, in a
+    thread of its own, decides a function is a quiet library's while block B, starting in
+    this thread, begins to watch it. A must not put it in the table after B began."""
+    monkeypatch.setattr(code_events, "_monitoring_tool", lambda: None)
+    fresh = _fresh_library()
+    asking, watching_now = threading.Event(), threading.Event()
+
+    def slow_quiet(code: types.CodeType) -> bool:
+        if code is fresh.__code__:  # A between its check and its insert: B starts now
+            asking.set()
+            assert watching_now.wait(timeout=10)
+        return _is_library(code)
+
+    def block_a() -> None:
+        with listening(Recorder(), slow_quiet, frozenset()):
+            fresh()
+
+    watching = Recorder(returns=frozenset({fresh.__code__}))
+    other = threading.Thread(target=block_a)
+    try:
+        other.start()
+        assert asking.wait(timeout=10)
+        with listening(watching, _is_library, frozenset({fresh.__code__})):
+            watching_now.set()
+            other.join(timeout=10)
+            assert not other.is_alive()
+            fresh()
+    finally:
+        watching_now.set()
+        other.join(timeout=10)
+        threading.settrace(None)  # the blocks overlapped: neither put back what was there
+    assert watching.events == [("start", "library"), ("return", "library", "return")]
+
+
 @needs_monitoring
 def test_another_tool_on_every_free_id_leaves_the_trace_function(
     monkeypatch: pytest.MonkeyPatch,

@@ -116,6 +116,9 @@ class _Traced:
     # What any block watched (`listening`'s ``watched``), by id and held alike: never put in
     # `off`, so that every block that watches one asks its listener about it.
     watched: ClassVar[dict[int, types.CodeType]] = {}
+    # Taken to put a code object in `off` and to start a block: a block in another thread
+    # that starts watching it between the check and the insert would never hear it.
+    lock: ClassVar[threading.Lock] = threading.Lock()
 
 
 @contextmanager
@@ -128,9 +131,11 @@ def _traced(
     if len(off) > _Traced.MOST:
         off.clear()
     ever_watched = _Traced.watched
-    for code in watched:  # an earlier block that did not watch it may have put it there
-        ever_watched[id(code)] = code
-        off.pop(id(code), None)
+    lock = _Traced.lock
+    with lock:
+        for code in watched:  # an earlier block that did not watch it may have put it there
+            ever_watched[id(code)] = code
+            off.pop(id(code), None)
     ident = id  # a closure's cell: no lookup of the builtins at each call
 
     def global_trace(frame: types.FrameType, event: str, arg: Any) -> Any:
@@ -148,7 +153,9 @@ def _traced(
             frame.f_trace_lines = False
             return returns
         if watch is Watch.UNTRACED and key not in ever_watched and quiet(code):
-            off[key] = code
+            with lock:  # once per code object: after this, the lookup above answers it
+                if key not in ever_watched:
+                    off[key] = code
         return None
 
     def lines(frame: types.FrameType, event: str, arg: Any) -> Any:
