@@ -24,6 +24,7 @@ from gate.cli.exit_codes import ExitCode
 from gate.compare import worktree
 from gate.compare.worktree import TEMP_PREFIX, BaseRefError, BaseTree, check_base, checked_out
 from gate.isolation.cancellation import cancel_on_signals
+from gate.isolation.compile_cache import CACHE_DIR
 
 
 @pytest.fixture
@@ -161,6 +162,10 @@ def test_a_second_run_of_the_checkout_at_the_same_time_gets_a_folder_of_its_own(
     with checked_out(repo, "old") as first, checked_out(repo, "HEAD") as second:
         assert second.root != first.root
         assert second.root.name.startswith(TEMP_PREFIX)
+        assert first.fresh_because == ""
+        assert second.fresh_because == (
+            f"another run of this checkout is using {first.root}; run one --base at a time"
+        )
         assert (first.root / "step.txt").read_text() == "base\n"
         assert (second.root / "step.txt").read_text() == "head\n"
         assert sorted(worktrees(repo)) == sorted([str(first.root), str(second.root)])
@@ -208,7 +213,7 @@ def test_a_lock_file_let_go_of_while_another_run_opened_it_is_not_taken(
     holds a lock on a file no path names, and a third run, making the file anew, would take
     the same folder. The second run sees the path names another file, and takes a fresh one."""
     held = worktree._stable_folder(repo)
-    assert held is not None
+    assert not isinstance(held, str), held
     folder, lock = held
     path = folder.with_name(folder.name + ".lock")
     early = os.open(path, os.O_RDWR)  # the second run's open, before the first lets go
@@ -216,7 +221,9 @@ def test_a_lock_file_let_go_of_while_another_run_opened_it_is_not_taken(
     os.close(lock)
     path.touch()  # a third run makes the file anew
     monkeypatch.setattr(worktree.os, "open", lambda *args, **kwargs: early)
-    assert worktree._stable_folder(repo) is None
+    assert worktree._stable_folder(repo) == (
+        f"another run of this checkout is using {folder}; run one --base at a time"
+    )
     monkeypatch.undo()
     with pytest.raises(OSError, match="Bad file descriptor"):  # closed by the second run
         os.fstat(early)
@@ -239,6 +246,9 @@ def test_a_stable_place_that_is_not_private_is_never_used(
     with checked_out(repo, "old") as base:
         assert base.root.parent == temp
         assert base.root.name.startswith(TEMP_PREFIX)
+        assert base.fresh_because == (
+            f"{place} is not a folder of this user's alone (mode 0700); remove it"
+        )
     assert not base.root.exists()
     target = tmp_path / "elsewhere" if made_by == "a link" else place
     assert list(target.iterdir()) == []
@@ -356,6 +366,29 @@ def test_run_with_a_good_base_goes_on_to_run(repo: Path) -> None:
     run = run_gate(repo, "run", "--base", "HEAD~1")
     assert run.returncode == ExitCode.OK, run
     assert (repo / "step-ran").exists()
+
+
+def test_a_base_in_a_fresh_folder_says_the_compilation_cache_cannot_serve_it(
+    repo: Path, tmp_path: Path
+) -> None:
+    make_repo(repo, {"mod.py": STEPS + TOUCH, "policies/p.yaml": policy("touch_and_step")})
+    cache = {CACHE_DIR: str(tmp_path / "cache")}
+    held = worktree._stable_folder(repo)  # another run of this checkout holds its folder
+    assert not isinstance(held, str), held
+    try:
+        busy = run_gate(repo, "run", "--base", "HEAD~1", env=cache)
+    finally:
+        os.close(held[1])
+    assert busy.returncode == ExitCode.OK, busy
+    said = "note: the base is checked out in a fresh folder, so JAX_COMPILATION_CACHE_DIR"
+    (note,) = [line for line in busy.stdout.splitlines() if line.startswith(said)]
+    assert note.endswith(
+        f"cannot serve its programs this run: another run of this checkout is using "
+        f"{held[0]}; run one --base at a time"
+    ), note
+    free = run_gate(repo, "run", "--base", "HEAD~1", env=cache)
+    assert free.returncode == ExitCode.OK, free
+    assert said not in free.stdout, free
 
 
 TOUCH = """

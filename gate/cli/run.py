@@ -20,6 +20,7 @@ from gate.cli.exit_codes import ExitCode
 from gate.compare.stored_baseline import compare_with_baseline, planned_regions
 from gate.compare.worktree import BaseRef, BaseRefError, check_base, checked_out
 from gate.isolation.cancellation import Cancellation, cancel_after, cancel_on_signals
+from gate.isolation.compile_cache import CACHE_DIR
 from gate.plan import Plan
 from gate.policy.model import Region
 from gate.printable import say
@@ -123,6 +124,11 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
         )
         if base is not None:
             say(f"comparing with the base: {base.describe()}")
+            if base.fresh_because and os.environ.get(CACHE_DIR):
+                say(
+                    f"note: the base is checked out in a fresh folder, so {CACHE_DIR} cannot "
+                    f"serve its programs this run: {base.fresh_because}"
+                )
         result = execute(
             Selection.from_args(args),
             repo_root,

@@ -56,6 +56,9 @@ class BaseTree:
     # The folder in the base checkout that corresponds to the head's repo_root (the
     # same subfolder of the git top level); it may not exist in the base.
     root: Path
+    # Why the base lies in a fresh folder, not the checkout's usual one (`_stable_folder`):
+    # a kept compilation cache then cannot serve its programs. "" where it lies there.
+    fresh_because: str = ""
 
     def describe(self) -> str:
         """``HEAD~1 (1a2b3c4)``; the SHA alone when the ref is one."""
@@ -88,28 +91,29 @@ def checked_out(repo_root: Path, ref: str, resolved: BaseRef | None = None) -> I
     (``resolved``: `check_base`'s answer for it, so that the ref is resolved once)."""
     resolved = _resolve(repo_root, ref) if resolved is None else resolved
     top = resolved.top
-    with _base_folder(top) as folder:
+    with _base_folder(top) as (folder, fresh_because):
         try:
             # Entries whose folders are gone, as a killed gate leaves them (a stale folder in
             # the stable place was removed just now).
             _git(["worktree", "prune"], top, check=False)
             _add_worktree(top, folder, ref, resolved.sha)
-            yield BaseTree(ref, resolved.sha, resolved.short_sha, folder / resolved.prefix)
+            root = folder / resolved.prefix
+            yield BaseTree(ref, resolved.sha, resolved.short_sha, root, fresh_because)
         finally:
             _remove_worktree(top, folder)
 
 
 @contextlib.contextmanager
-def _base_folder(top: Path) -> Iterator[Path]:
+def _base_folder(top: Path) -> Iterator[tuple[Path, str]]:
     """An empty folder for the base's checkout: `_stable_folder`'s where it can be had, held
-    for the ``with`` block, else a fresh temporary one."""
+    for the ``with`` block, else a fresh temporary one, with why."""
     stable = _stable_folder(top)
-    if stable is None:
-        yield Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
+    if isinstance(stable, str):
+        yield Path(tempfile.mkdtemp(prefix=TEMP_PREFIX)), stable
         return
     folder, lock = stable
     try:
-        yield folder
+        yield folder, ""
     finally:
         # The lock file goes too, while still held: a run that opened it meanwhile finds, once
         # it holds it, that the path no longer names it (`_stable_folder`), and takes a fresh
@@ -119,10 +123,10 @@ def _base_folder(top: Path) -> Iterator[Path]:
         os.close(lock)
 
 
-def _stable_folder(top: Path) -> tuple[Path, int] | None:
+def _stable_folder(top: Path) -> tuple[Path, int] | str:
     """``<temp>/transfer-gate-<uid>/base-<hash of top>``, empty, and its lock's descriptor.
 
-    None where it cannot be had safely: no ``fcntl`` (not a POSIX system), a parent folder
+    Why not, where it cannot be had safely: no ``fcntl`` (not a POSIX system), a parent folder
     that is not this user's own and private (another user could have made it, or a link in
     its place), or a lock another run of this checkout holds (or held and let go of while
     this one opened it). A folder left there by a gate killed mid-run is stale once its lock
@@ -132,36 +136,42 @@ def _stable_folder(top: Path) -> tuple[Path, int] | None:
     try:
         import fcntl
     except ImportError:
-        return None
+        return "this system has no fcntl to lock it with"
     uid = os.getuid()
     home = Path(tempfile.gettempdir()) / f"transfer-gate-{uid}"
     try:
         with contextlib.suppress(FileExistsError):
             os.mkdir(home, 0o700)
         mine = os.lstat(home)
-    except OSError:
-        return None
+    except OSError as exc:
+        return f"{home} cannot be made ({exc.strerror}); set TMPDIR to a folder you can write"
     if not stat.S_ISDIR(mine.st_mode) or mine.st_uid != uid or mine.st_mode & 0o077:
-        return None
+        return f"{home} is not a folder of this user's alone (mode 0700); remove it"
     folder = home / ("base-" + hashlib.sha256(os.fsencode(top.resolve())).hexdigest()[:16])
+    busy = f"another run of this checkout is using {folder}; run one --base at a time"
     try:
         lock = os.open(_lock_path(folder), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    except OSError:
-        return None
+    except OSError as exc:
+        return f"{_lock_path(folder)} cannot be opened ({exc.strerror}); remove it"
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        held, named = os.fstat(lock), os.stat(_lock_path(folder), follow_symlinks=False)
-        if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
+        held, named = os.fstat(lock), None
+        with contextlib.suppress(FileNotFoundError):
+            named = os.stat(_lock_path(folder), follow_symlinks=False)
+        if named is None or (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
             os.close(lock)  # let go of and removed by the run that held it
-            return None
+            return busy
         if folder.is_symlink() or folder.is_file():
             folder.unlink()
         elif folder.exists():
             shutil.rmtree(folder)
         os.mkdir(folder, 0o700)
-    except OSError:
+    except BlockingIOError:
         os.close(lock)
-        return None
+        return busy
+    except OSError as exc:
+        os.close(lock)
+        return f"{folder} cannot be cleared ({exc.strerror}); remove it"
     except BaseException:  # KeyboardInterrupt while a large leftover is removed
         os.close(lock)
         raise
