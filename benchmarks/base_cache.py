@@ -20,14 +20,11 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from gate_vs_floor import build
-from grouped import run_grouped
+from gate_vs_floor import build, timed
 
 ROOT = Path(__file__).resolve().parent.parent
-TIMEOUT_S = 1800
 
 
 def _entries(cache: Path) -> int:
@@ -39,12 +36,7 @@ def _run(gate: Path, repo: Path, cache: Path) -> float:
     env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(cache)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(gate), os.environ.get("PYTHONPATH")]))
     command = [sys.executable, "-m", "gate", "run", "--base", "HEAD", "--junit", "r.xml"]
-    start = time.perf_counter()
-    done = run_grouped(command, repo, env, TIMEOUT_S, merge_stderr=True)
-    seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"{gate}: run --base exited {done.returncode}:\n{done.stdout[-3000:]}")
-    return seconds
+    return timed(command, repo, env)[0]
 
 
 def main() -> None:

@@ -26,21 +26,19 @@ import os
 import sys
 import tempfile
 import textwrap
-import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from gate_vs_floor import build
-from grouped import run_grouped
+from gate_vs_floor import build, timed
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-TIMEOUT_S = 1800
 
 # Loaded by every process of the run (the gate's and its workers'); only a worker runs regions
 # and looks, so only a worker writes a file. Written to the folder in BASE_TURNS_OUT.
 PROBE = '''
-import contextlib, importlib.util, json, os, sys, time
+import importlib.util, json, os, sys, time
 
 _STARTED = time.perf_counter()
 _OUT = os.environ.get("BASE_TURNS_OUT")
@@ -65,73 +63,45 @@ def _install():
     import gate.region.engine as engine
     import gate.region.held as held
     import gate.region.inputs as inputs
-    from region_parts import Parts, wrap_parts
+    from region_parts import Parts, timed_block, timed_call, wrap_parts
 
-    parts = Parts()
+    parts, worker = Parts(), Parts()  # a region's parts; the worker's regions and looks
     wrap_parts(parts)
+    worker.counting = True
     # Parts are counted inside a region's phases only, from the second region on (the first
     # starts what a process starts once): the turns' runs call some of the same functions.
     skip = int(os.environ.get("BASE_TURNS_SKIP", "1"))
-
-    keys = "held outputs", "release", "regions", "looks", "enter", "leave", "turns", "runs"
-    spent = dict.fromkeys((*keys, "inputs", "pin"), 0.0)
-    counts = {"regions": 0, "looks": 0, "turns": 0, "moves": 0, "threads": 0}
+    moves = {"moves": 0, "threads": 0}
     in_turn = [False]  # inputs made inside a turn, not the regions' own timed runs
 
     def dump():
-        spent["life"] = time.perf_counter() - _STARTED
+        worker.spent["life"] = time.perf_counter() - _STARTED
         with open(os.path.join(_OUT, f"worker-{os.getpid()}.json"), "w") as f:
-            json.dump({"s": spent, "n": counts, "parts": parts.spent}, f)
+            json.dump({"s": worker.spent, "n": {**worker.calls, **moves}, "parts": parts.spent}, f)
 
-    def timing(key, fn, count=None):
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
+    def dumped_after(fn, before=lambda: None):
+        def and_dump(*args, **kwargs):
+            before()
             try:
                 return fn(*args, **kwargs)
             finally:
-                spent[key] += time.perf_counter() - start
-                if count:
-                    counts[count] += 1
-        return timed
+                parts.counting = False
+                dump()
+        return and_dump
 
-    regions = timing("regions", engine.run_region, "regions")
+    def count_parts():
+        parts.counting = worker.calls["regions"] >= skip
 
-    def run_region_and_dump(*args, **kwargs):
-        parts.counting = counts["regions"] >= skip
-        try:
-            return regions(*args, **kwargs)
-        finally:
-            parts.counting = False
-            dump()
-
-    engine.run_region = run_region_and_dump
-    held.HeldRegion.outputs = timing("held outputs", held.HeldRegion.outputs)
-    held_regions.HeldRegions.release = timing("release", held_regions.HeldRegions.release)
-    look = timing("looks", held_regions.HeldRegions.time, "looks")
-
-    def time_and_dump(self, job):
-        try:
-            return look(self, job)
-        finally:
-            dump()
-
-    held_regions.HeldRegions.time = time_and_dump
-    original_entered = trees.Trees.entered
-
-    @contextlib.contextmanager
-    def entered(self, *args, **kwargs):
-        start = time.perf_counter()
-        block = original_entered(self, *args, **kwargs)
-        block.__enter__()
-        spent["enter"] += time.perf_counter() - start
-        try:
-            yield
-        finally:
-            start = time.perf_counter()
-            block.__exit__(None, None, None)
-            spent["leave"] += time.perf_counter() - start
-
-    trees.Trees.entered = entered
+    regions = timed_call(worker, "regions", engine.run_region)
+    engine.run_region = dumped_after(regions, count_parts)
+    held.HeldRegion.outputs = timed_call(worker, "held outputs", held.HeldRegion.outputs)
+    held_regions.HeldRegions.release = timed_call(
+        worker, "release", held_regions.HeldRegions.release
+    )
+    held_regions.HeldRegions.time = dumped_after(
+        timed_call(worker, "looks", held_regions.HeldRegions.time)
+    )
+    trees.Trees.entered = timed_block(worker, "tree", trees.Trees.entered)
     original_sample = held.HeldRegion.sample
 
     def sample(self, runs, cpu=None):
@@ -141,9 +111,8 @@ def _install():
             samples = original_sample(self, runs, cpu)
         finally:
             in_turn[0] = False
-        spent["turns"] += time.perf_counter() - start
-        spent["runs"] += sum(samples.step_s)
-        counts["turns"] += 1
+        worker.add("turns", time.perf_counter() - start)
+        worker.spent["runs"] += sum(samples.step_s)
         return samples
 
     held.HeldRegion.sample = sample
@@ -155,7 +124,7 @@ def _install():
             return original_for_timing(self)
         finally:
             if in_turn[0]:
-                spent["inputs"] += time.perf_counter() - start
+                worker.add("inputs", time.perf_counter() - start)
 
     inputs.StepInputs.for_timing = for_timing
     original_pin = cores.pin
@@ -164,10 +133,10 @@ def _install():
         moved = cpu is not None and cpu != cores._pinning.cpu
         start = time.perf_counter()
         original_pin(cpu)
-        spent["pin"] += time.perf_counter() - start
+        worker.add("pin", time.perf_counter() - start)
         if moved:
-            counts["moves"] += 1
-            counts["threads"] = max(counts["threads"], len(cores._threads()))
+            moves["moves"] += 1
+            moves["threads"] = max(moves["threads"], len(cores._threads()))
 
     cores.pin = pin
     held.pin = pin
@@ -189,11 +158,7 @@ def _worker(repo: Path, probe: Path, out: Path, base: bool) -> tuple[float, dict
     env["BASE_TURNS_SKIP"] = "2" if base else "1"  # the first region, in each tree
     command = [sys.executable, "-m", "gate", "run", "--junit", "r.xml"]
     command += ["--base", "HEAD"] if base else []
-    start = time.perf_counter()
-    done = run_grouped(command, repo, env, TIMEOUT_S, merge_stderr=True)
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-3000:]}")
+    wall, _ = timed(command, repo, env)
     found = [json.loads(p.read_text()) for p in sorted(out.glob("worker-*.json"))]
     if len(found) != 1:
         raise SystemExit(f"{len(found)} workers wrote figures, not one: was the probe loaded?")
@@ -213,7 +178,7 @@ def main() -> None:
         plain_wall, plain = _worker(repo, probe, folder / "plain", base=False)
         wall, worker = _worker(repo, probe, folder / "base", base=True)
     n = args.regions
-    s, c = worker["s"], worker["n"]
+    s, c = Counter(worker["s"]), Counter(worker["n"])  # what never ran is not there
     turns = max(c["turns"], 1)
     around = s["turns"] - s["runs"] - s["inputs"] - s["pin"]
     print(f"`run --base HEAD`, {n} regions: {wall:.1f} s; its worker:\n")
@@ -224,8 +189,8 @@ def main() -> None:
         ("  holding a region: its outputs, setup twice", s["held outputs"], ""),
         ("letting go of held regions", s["release"], ""),
         ("looks (a request each)", s["looks"], c["looks"]),
-        ("  entering a tree", s["enter"], ""),
-        ("  leaving a tree", s["leave"], ""),
+        ("  entering a tree", s["tree (enter)"], ""),
+        ("  leaving a tree", s["tree (leave)"], ""),
         ("  turns", s["turns"], c["turns"]),
         ("    the step's timed runs", s["runs"], ""),
         ("    making their inputs", s["inputs"], ""),

@@ -60,19 +60,21 @@ MAPPED_CALLS = ("join_step_threads", "check_outputs", "name_moves")
 
 
 class Parts:
-    """The seconds of each part, counted only while `counting` is on."""
+    """The seconds of each part, and how often it ran, counted only while `counting` is on."""
 
     def __init__(self) -> None:
         self.spent: Counter[str] = Counter()
+        self.calls: Counter[str] = Counter()
         self.counting = False
         self.phase = ""  # "first " or "steady " inside the mapped runs
 
     def add(self, label: str, seconds: float) -> None:
         if self.counting:
             self.spent[self.phase + label] += seconds
+            self.calls[self.phase + label] += 1
 
 
-def _timed_call(parts: Parts, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def timed_call(parts: Parts, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def timed(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
@@ -84,7 +86,7 @@ def _timed_call(parts: Parts, label: str, fn: Callable[..., Any]) -> Callable[..
     return timed
 
 
-def _timed_block(parts: Parts, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def timed_block(parts: Parts, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     @contextlib.contextmanager
     def timed(*args: Any, **kwargs: Any) -> Iterator[Any]:
@@ -121,21 +123,21 @@ def wrap_parts(parts: Parts) -> None:
     from gate.region.inputs import StepInputs
 
     for name in ENGINE_CALLS:
-        _replace(engine, name, functools.partial(_timed_call, parts, name))
+        _replace(engine, name, functools.partial(timed_call, parts, name))
     for name in ENGINE_BLOCKS:
-        _replace(engine, name, functools.partial(_timed_block, parts, name))
+        _replace(engine, name, functools.partial(timed_block, parts, name))
     for name in RUN_METHODS:
-        _replace(region_run.RegionRun, name, functools.partial(_timed_call, parts, name))
+        _replace(region_run.RegionRun, name, functools.partial(timed_call, parts, name))
     for name in MAPPED_BLOCKS:
-        _replace(region_run, name, functools.partial(_timed_block, parts, name))
+        _replace(region_run, name, functools.partial(timed_block, parts, name))
     for name in MAPPED_CALLS:
-        _replace(region_run, name, functools.partial(_timed_call, parts, name))
-    _replace(StepInputs, "fresh", functools.partial(_timed_call, parts, "inputs (watched)"))
-    _replace(StepInputs, "for_timing", functools.partial(_timed_call, parts, "inputs (timed)"))
-    _replace(RegionPrograms, "entered", functools.partial(_timed_block, parts, "programs"))
-    _replace(RegionPrograms, "let_go", functools.partial(_timed_call, parts, "let_go"))
-    _replace(FetchWatch, "detector", functools.partial(_timed_block, parts, "detector"))
-    _replace(Leftovers, "between_regions", functools.partial(_timed_call, parts, "between"))
+        _replace(region_run, name, functools.partial(timed_call, parts, name))
+    _replace(StepInputs, "fresh", functools.partial(timed_call, parts, "inputs (watched)"))
+    _replace(StepInputs, "for_timing", functools.partial(timed_call, parts, "inputs (timed)"))
+    _replace(RegionPrograms, "entered", functools.partial(timed_block, parts, "programs"))
+    _replace(RegionPrograms, "let_go", functools.partial(timed_call, parts, "let_go"))
+    _replace(FetchWatch, "detector", functools.partial(timed_block, parts, "detector"))
+    _replace(Leftovers, "between_regions", functools.partial(timed_call, parts, "between"))
 
     def mapped_calls(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
