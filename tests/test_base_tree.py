@@ -215,7 +215,7 @@ def test_a_lock_file_let_go_of_while_another_run_opened_it_is_not_taken(
     held = worktree._stable_folder(repo)
     assert not isinstance(held, str), held
     folder, lock = held
-    path = folder.with_name(folder.name + ".lock")
+    path = worktree._lock_path(folder)
     early = os.open(path, os.O_RDWR)  # the second run's open, before the first lets go
     path.unlink()  # the first run lets go, as `checked_out` does
     os.close(lock)

@@ -149,15 +149,16 @@ def _stable_folder(top: Path) -> tuple[Path, int] | str:
         return f"{home} is not a folder of this user's alone (mode 0700); remove it"
     folder = home / ("base-" + hashlib.sha256(os.fsencode(top.resolve())).hexdigest()[:16])
     busy = f"another run of this checkout is using {folder}; run one --base at a time"
+    lock_path = _lock_path(folder)
     try:
-        lock = os.open(_lock_path(folder), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        lock = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except OSError as exc:
-        return f"{_lock_path(folder)} cannot be opened ({exc.strerror}); remove it"
+        return f"{lock_path} cannot be opened ({exc.strerror}); remove it"
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         held, named = os.fstat(lock), None
         with contextlib.suppress(FileNotFoundError):
-            named = os.stat(_lock_path(folder), follow_symlinks=False)
+            named = os.stat(lock_path, follow_symlinks=False)
         if named is None or (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
             os.close(lock)  # let go of and removed by the run that held it
             return busy
