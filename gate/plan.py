@@ -23,9 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gate.policy.model import Policy, Region
-from gate.policy.schema import did_you_mean
 from gate.results import records
-from gate.text import counted
+from gate.text import counted, did_you_mean
 
 _SHARD = re.compile(r"(?P<index>[0-9]+)/(?P<count>[0-9]+)")
 

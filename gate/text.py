@@ -1,10 +1,14 @@
 """How quantities read in everything the gate prints: counts, durations, sizes, figures.
 
 One place for each, so that a step time, a byte count or "1 region" reads the same in the
-terminal, JUnit, the job summary and the JSON's headlines.
+terminal, JUnit, the job summary and the JSON's headlines; and the one "did you mean" every
+message about a misspelt name ends with.
 """
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
 
 
 def counted(n: int, one: str, many: str | None = None) -> str:
@@ -66,3 +70,9 @@ def number_text(value: float | None) -> str:
         return str(int(value))
     mantissa, exponent = f"{value:.2e}".split("e")
     return f"{mantissa}e{int(exponent)}"
+
+
+def did_you_mean(word: str, choices: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices``, or an empty string."""
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -23,12 +23,11 @@ from gate.isolation.scheduler import Scheduler, WorkerUnavailable
 from gate.isolation.watcher import PrefixedOutput, RunWatcher
 from gate.plan import Plan, Shard, UnknownRegionError, region_key
 from gate.policy.load import (
-    NamedCallables,
     callables_of_invalid,
     discover_policy_files,
     load_policy,
 )
-from gate.policy.model import Policy
+from gate.policy.model import NamedCallables, Policy
 from gate.policy.problems import PolicyError, Problem, display_path
 from gate.printable import say
 from gate.results.baseline import default_path

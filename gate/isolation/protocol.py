@@ -24,8 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gate.policy.load import NamedCallables
-from gate.policy.model import Policy, Region
+from gate.policy.model import NamedCallables, Policy, Region
 from gate.policy.problems import Problem
 from gate.results.comparison import StepOutputs, StepSamples
 from gate.results.line_times import OpTimes

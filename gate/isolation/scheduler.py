@@ -54,8 +54,7 @@ from gate.isolation.watcher import BETWEEN_REGIONS, RunWatcher
 from gate.isolation.worker_process import WaitEvent, WorkerProcess
 from gate.isolation.worker_start import START_ATTEMPTS, WorkerStarts
 from gate.plan import region_key
-from gate.policy.load import NamedCallables
-from gate.policy.model import Policy, Region
+from gate.policy.model import NamedCallables, Policy, Region
 from gate.region.cores import usable_cpus
 from gate.results.comparison import StepOutputs, StepSamples
 from gate.results.errors import ErrorKind, RegionError

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,6 @@ from gate.limits import POLICY_BYTES, TooLarge, read_within
 from gate.policy.defaults import default
 from gate.policy.meaning import check_meaning
 from gate.policy.model import (
-    CallableRef,
     Checks,
     CollectiveRule,
     CostRule,
@@ -35,6 +34,8 @@ from gate.policy.model import (
     DriftRule,
     LeakRule,
     MemoryRule,
+    NamedCallable,
+    NamedCallables,
     Policy,
     RecompileRule,
     Region,
@@ -53,8 +54,6 @@ __all__ = [
     "BUILTIN_DEFAULTS",
     "DEFAULT_ATOL",
     "DEFAULT_RTOL",
-    "NamedCallable",
-    "NamedCallables",
     "callables_of_invalid",
     "discover_policy_files",
     "load_policy",
@@ -361,18 +360,6 @@ def _guard(node: yaml.Node | None, inherited: GuardSpec) -> GuardSpec:
 _SPEC = re.compile(
     r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
 )
-
-# (where, ref, must be a plain function): one callable a policy names.
-NamedCallable = tuple[str, CallableRef, bool]
-
-
-@dataclass(frozen=True)
-class NamedCallables:
-    """The callables an invalid policy still names recognisably, and where to import from."""
-
-    path: str  # as problems show it
-    python_path: tuple[Path, ...]
-    refs: tuple[NamedCallable, ...]
 
 
 def callables_of_invalid(path: Path, repo_root: Path) -> NamedCallables | None:

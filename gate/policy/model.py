@@ -202,3 +202,21 @@ class Policy:
     # Set in the worker before jax is imported (XLA_FLAGS...), sorted by name.
     env: tuple[tuple[str, str], ...] = ()
     drift: DriftRule = DriftRule()
+
+
+# (where, ref, must be a plain function): one callable a policy names.
+NamedCallable = tuple[str, CallableRef, bool]
+
+
+@dataclass(frozen=True)
+class NamedCallables:
+    """The callables an invalid policy still names recognisably, and where to import from.
+
+    Here with the model, not with the loader that finds them: a worker receives them to import,
+    and a worker never reads YAML (importing the loader, yaml and the schema cost ~33 ms of
+    every worker's start).
+    """
+
+    path: str  # as problems show it
+    python_path: tuple[Path, ...]
+    refs: tuple[NamedCallable, ...]

@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from gate.package import PACKAGE_DIR
-from gate.policy.load import NamedCallable
-from gate.policy.model import CallableRef, Policy
+from gate.policy.model import CallableRef, NamedCallable, Policy
 from gate.policy.problems import Problem, display_path
-from gate.policy.schema import did_you_mean
 from gate.policy.signature import call_problem
+from gate.text import did_you_mean
 from gate.user_code import UserCode, is_library
 
 

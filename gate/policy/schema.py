@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from gate.policy.defaults import shipped_schema
+from gate.text import did_you_mean
 
 Schema = Mapping[str, Any]
 
@@ -108,12 +109,6 @@ def validate(node: yaml.Node, schema: Schema | None = None) -> list[Violation]:
 def where_key(where: str, key: str) -> str:
     """The location of ``key`` inside the mapping at ``where``."""
     return f"{where}.{key}" if where else key
-
-
-def did_you_mean(word: str, choices: Sequence[str]) -> str:
-    """`` (did you mean 'x'?)`` for the closest of ``choices``, or an empty string."""
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _line(node: yaml.Node) -> int:
