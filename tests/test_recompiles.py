@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import threading
 import traceback
 from dataclasses import replace
 from pathlib import Path
@@ -321,22 +323,57 @@ def test_the_watch_counts_only_while_counting_and_puts_everything_back() -> None
     assert len(watch.events) == 1
 
 
+def _unheard(monkeypatch: pytest.MonkeyPatch, probes: list[int] | None = None) -> None:
+    """As in a process where no watch has heard a compile yet and nothing was probed; each
+    probe made is counted in ``probes``."""
+    from gate.jaxhooks import compiles
+
+    body = compiles._probed.__wrapped__  # the probe itself, without its once-per-process cache
+
+    def probe() -> str | None:
+        if probes is not None:
+            probes.append(1)
+        return body()
+
+    monkeypatch.setattr(compiles, "_heard", threading.Event())
+    monkeypatch.setattr(compiles, "_probed", functools.cache(probe))
+
+
 def test_a_probe_compile_proves_the_watch_live_and_a_renamed_event_is_said(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from gate.jaxhooks import compiles
 
-    compiles.compile_events_arrive.cache_clear()
+    _unheard(monkeypatch)
     assert compile_events_arrive() is None  # this JAX sends the events the watch listens for
-    compiles.compile_events_arrive.cache_clear()
+    monkeypatch.undo()
+    _unheard(monkeypatch)
     monkeypatch.setattr(compiles, "COMPILE_EVENT", "/jax/core/compile/renamed")
     monkeypatch.setattr(compiles, "CACHE_HIT_EVENT", "/jax/compilation_cache/renamed")
-    try:
-        why = compile_events_arrive()
-    finally:
-        compiles.compile_events_arrive.cache_clear()
+    why = compile_events_arrive()
     assert why is not None
     assert "sent neither /jax/core/compile/renamed nor /jax/compilation_cache/renamed" in why
+
+
+def test_a_compile_a_watch_heard_answers_without_the_probe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A region asks after its first call, whose compile the watch heard: no probe program
+    is compiled then (it cost every worker ~25 ms)."""
+    import jax
+    import jax.numpy as jnp
+
+    probes: list[int] = []
+    _unheard(monkeypatch, probes)
+    with watching_compiles() as watch, watch.counting():
+        jax.jit(lambda x: x * 3.0)(jnp.ones(2))  # a new function: it compiles
+    assert compile_events_arrive() is None
+    assert probes == []
+    monkeypatch.undo()
+    _unheard(monkeypatch, probes)  # nothing heard: the probe decides, once
+    assert compile_events_arrive() is None
+    assert compile_events_arrive() is None
+    assert probes == [1]
 
 
 def test_a_recompile_served_from_the_persistent_cache_is_counted_once() -> None:

@@ -169,12 +169,14 @@ def watching_compiles() -> Iterator[CompileWatch]:
 
     def listener(event: str, duration_secs: float, **kwargs: str | int) -> None:
         if event == COMPILE_EVENT:
+            _heard.set()
             watch._compiled(str(kwargs.get("fun_name", UNNAMED)))
 
     def cache_listener(event: str, **kwargs: str | int) -> None:
         if event == CACHE_REQUEST_EVENT:
             watch._requested()
         elif event == CACHE_HIT_EVENT:
+            _heard.set()
             watch._cache_hit()
 
     logger = logging.getLogger("jax")
@@ -200,16 +202,26 @@ def watching_compiles() -> Iterator[CompileWatch]:
         jax.monitoring.unregister_event_duration_listener(listener)
 
 
-@functools.cache
+# Set once a compile (or a persistent-cache hit) reached a watch in this process.
+_heard = threading.Event()
+
+
 def compile_events_arrive() -> str | None:
     """None when a compilation reaches `watching_compiles` in this process; else why not.
 
     The recompile check hears of a compile only through JAX's monitoring events: a JAX
-    that renamed them would deliver none, and every step would look compiled once. So one
-    probe program is compiled under the watch, once per process (the gate's workers each
-    ask before their first region that watches), the way `capture_works` proves the
-    guard's log. A hit in the persistent cache counts: the watch counts those too.
+    that renamed them would deliver none, and every step would look compiled once. A
+    region asks after its first call and warm-up, which it watched: their compile (a
+    region's first call always compiles its step) answers it. Only where no watch has heard
+    one yet is a probe program compiled under the watch, once per process, the way
+    `capture_works` proves the guard's log (that probe cost every worker's first region
+    ~25 ms on the CPU). A hit in the persistent cache counts: the watch counts those too.
     """
+    return None if _heard.is_set() else _probed()
+
+
+@functools.cache
+def _probed() -> str | None:
     import jax
     import numpy as np
 

@@ -152,7 +152,9 @@ def _run_imported(
     callbacks_missing: str | None = None
     unkept: list[str] = []  # guard setters this JAX put out of the gate's reach
     watched = region.recompiles is not RecompileRule.ALLOW
-    compiles_unseen = compile_events_arrive() if watched else None
+    # Asked once the first call and warm-up were watched: a compile they delivered answers
+    # it, where a probe would compile a program of its own (`compile_events_arrive`).
+    compiles_unseen: str | None = None
     checks: tuple[CheckOutcome, ...] = ()
     held: HeldRegion | None = None
 
@@ -206,6 +208,7 @@ def _run_imported(
                         run.unguarded_call()
                     run.starting = None
                     run.compiles = compile_watch  # from here on, a compile is a recompile
+                    compiles_unseen = compile_events_arrive() if watched else None
                     if region.memory.leaks is not LeakRule.ALLOW:
                         run.live = LiveArrays()
                         run.count_live()  # the state the guarded runs start from
@@ -261,6 +264,8 @@ def _run_imported(
             )
             keep(held, outputs)
     except RegionAbort as abort:
+        if watched and run.compiles is None:  # stopped before warm-up was done
+            compiles_unseen = compile_events_arrive()
         return result(
             transfers=tuple(run.verdict.transfers),
             error=abort.error,
