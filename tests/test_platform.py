@@ -50,6 +50,23 @@ def test_this_machine_runs_jax_on_the_cpu(tmp_path: Path) -> None:
     assert result["nothing"] is None
 
 
+@pytest.mark.parametrize("device_files", [False, True])
+def test_the_driver_is_looked_for_only_beside_nvidia_device_files(
+    monkeypatch: pytest.MonkeyPatch, device_files: bool
+) -> None:
+    """Finding libcuda runs ldconfig (~11 ms of every worker's start); a missing driver is a
+    cause only where /dev/nvidia* exist, so elsewhere it is not looked for."""
+    from gate.machine import diagnosis
+
+    looked: list[int] = []
+    monkeypatch.setattr(diagnosis, "nvidia_device_files", lambda: device_files)
+    monkeypatch.setattr(diagnosis, "libcuda_found", lambda: bool(looked.append(1)))
+    info = diagnosis.detect()
+    assert looked == ([1] if device_files else [])
+    assert info.nvidia_device_files is device_files
+    assert info.libcuda is False
+
+
 def test_requiring_a_gpu_here_names_the_cpu_and_a_cpu_only_jaxlib(tmp_path: Path) -> None:
     result = _detect(tmp_path)
     if result["info"]["gpu_plugins"]:

@@ -178,6 +178,7 @@ def detect() -> PlatformInfo:
         backend_version = None
     versions = dict(installed_plugins())
     plugins = tuple(versions)
+    nvidia = nvidia_device_files()
     return PlatformInfo(
         platform=str(jax.default_backend()),
         device_kind=", ".join(kinds),
@@ -189,8 +190,10 @@ def detect() -> PlatformInfo:
         jax_platforms=getattr(jax.config, "jax_platforms", None) or None,
         gpu_plugins=tuple(p for p in plugins if p.startswith(_GPU_PLUGIN_PREFIXES)),
         tpu_plugins=tuple(p for p in plugins if p in _TPU_PLUGINS),
-        nvidia_device_files=nvidia_device_files(),
-        libcuda=libcuda_found(),
+        nvidia_device_files=nvidia,
+        # Looked for only beside /dev/nvidia*, the one place a missing driver is a cause
+        # (`_gpu_causes`): finding the library runs ldconfig, ~11 ms of every worker's start.
+        libcuda=nvidia and libcuda_found(),
         backend_errors=failed_backends(),
         tpu_device_files=tpu_device_files(),
         driver_capabilities=os.environ.get("NVIDIA_DRIVER_CAPABILITIES"),
