@@ -23,8 +23,9 @@
 #      (parent_start.py);
 #  11. (section `turns`, not run by default) where a `run --base` worker's time goes: both
 #      trees' phases against a plain run's, and the paired rounds' turns (base_turns.py).
-# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [growth] [lines] [floor] [phases] [start] [turns]` (default:
-# checks and figures; `lines` and `floor` are parts of them that fit one device call). Logs go to
+# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [growth] [lines] [map] [floor] [phases] [start] [turns]` (default:
+# checks and figures; `lines`, `map` (the example policies: the transfer map works on the chip)
+# and `floor` are parts of them that fit one device call). Logs go to
 # reports/tpu-check/, and as one archive to $OUT (the device tool's folder) when it is set. Needs junit-xml, msgspec, xmlschema and
 # pytest-timeout next to jax; carry them as wheels where the machine has no network (the device
 # tool's README), and add them to PYTHONPATH, never replace it.
@@ -85,9 +86,6 @@ if [[ " $sections " == *" checks "* ]]; then
     echo "libtpu's start-up warning in the run's log: $(grep -c 'Transparent hugepages' \
         "$out/shipped.log") line(s)"
 
-    step "the example policies (they must fail, at their lines)"
-    expect 1 examples.log python3 -m gate run examples/policies --junit "$out/examples.xml"
-
     step "tests marked tpu"
     expect 0 tpu-tests.log python3 -m pytest -q -m tpu -p no:cacheprovider \
         tests/test_doctor.py tests/test_detector.py tests/test_on_the_accelerator.py
@@ -95,6 +93,13 @@ if [[ " $sections " == *" checks "* ]]; then
     step "run --base scenarios"
     expect 0 scenarios.log python3 benchmarks/base_scenarios.py --expect tpu --size 1024 \
         --json "$out/scenarios.json"
+fi
+
+# `map` alone: the transfer map on the chip (its capture probe first), by the example policies.
+if [[ " $sections " == *" checks "* || " $sections " == *" map "* ]]; then
+    step "the example policies (they must fail, at their lines)"
+    expect 1 examples.log python3 -m gate run examples/policies --junit "$out/examples.xml"
+    grep -o "leaky\.py:[0-9]*[^|]*" "$out/examples.log" | head -4
 fi
 
 # `lines` alone fits one device call: op time by line on the chip, and what the per-line
