@@ -264,8 +264,8 @@ def _run_imported(
             )
             keep(held, outputs)
     except RegionAbort as abort:
-        if watched and run.compiles is None:  # stopped before warm-up was done
-            compiles_unseen = compile_events_arrive()
+        if watched and compiles_unseen is None:  # stopped before warm-up asked, perhaps
+            compiles_unseen = compile_events_arrive()  # answered at once when it had
         return result(
             transfers=tuple(run.verdict.transfers),
             error=abort.error,

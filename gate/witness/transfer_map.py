@@ -423,9 +423,9 @@ def capture_works() -> bool:
 
     The transfer is ``jnp.asarray`` of a NumPy scalar: JAX's guard calls it implicit (jax
     0.10.1-0.12), and it compiles nothing. An earlier probe, ``jnp.zeros(()) +
-    np.float32(1)``, compiled two programs in every worker's first region: 50-70 ms on the
-    CPU that nothing else used. From the second call on the guard's line names no value
-    (JAX's fast path), but it still names the direction, which is all the probe reads.
+    np.float32(1)``, compiled two programs in every worker's first region that nothing else
+    used. From the second call on the guard's line names no value (JAX's fast path), but it
+    still names the direction, which is all the probe reads.
     """
     warnings_level()
     import jax
