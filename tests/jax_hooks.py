@@ -206,6 +206,21 @@ HOOKS = (
         ),
     ),
     Hook(
+        "the transforms of JAX's own nested traces made once per worker: ad.linearize_jaxpr, "
+        "pjit._transpose_jaxpr_fancy and partial_eval._cached_abstract_eval wrapped while a "
+        "region's programs are entered, core.Primitive and Jaxpr telling what they are handed",
+        ("jax._src.interpreters.ad", "jax._src.interpreters.partial_eval", "jax._src.core"),
+        (
+            "test_programs.py::test_jaxs_own_traces_are_differentiated_once_the_users_in_every_"
+            "region",
+            "test_programs.py::test_a_jax_without_the_transforms_hook_differentiates_its_own_in_"
+            "every_region",
+            "test_programs.py::test_only_a_primitive_whose_rules_are_all_jaxs_shares_its_output_"
+            "shapes",
+            "test_programs.py::test_verdicts_do_not_depend_on_what_ran_before_in_the_worker",
+        ),
+    ),
+    Hook(
         "a first call's lowering and compiling (pjit._resolve_and_lower, "
         "pxla.MeshComputation.compile) run with the transfer map's sys.settrace function off",
         ("_resolve_and_lower", "MeshComputation"),

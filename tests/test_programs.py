@@ -7,6 +7,7 @@ order, in one worker, give the same verdicts.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from collections.abc import Callable
@@ -193,6 +194,74 @@ def test_a_jax_without_the_hook_traces_its_own_functions_in_every_region(
     assert traced["step"] == 3
     assert traced["sin"] == 3  # slower, as correct
     assert pjit._infer_params is moved
+
+
+def _transforms_by_region(regions: int = 3) -> list[tuple[int, int]]:
+    """Each region's new differentiations and backward passes of nested traces (cache misses),
+    for a step that differentiates JAX's own nested functions and one of the user's."""
+    from jax._src import pjit
+    from jax._src.interpreters import ad
+
+    # The cached functions themselves: while a region is entered the gate's stand in for them.
+    linearized, transposed = ad._linearize_jaxpr, pjit._transpose_jaxpr_fancy
+
+    def loss(x: jax.Array) -> jax.Array:
+        return jnp.mean(jnp.sin(x) * 2) + users_helper(x).sum()
+
+    @jax.jit
+    def step(x: jax.Array) -> jax.Array:
+        return jax.grad(loss)(x)
+
+    jax.clear_caches()
+    made = []
+    for _ in range(regions):
+        before = linearized.cache_info().misses, transposed.cache_info().misses
+        with RegionPrograms().entered():
+            jax.block_until_ready(step(_INPUT))
+        after = linearized.cache_info().misses, transposed.cache_info().misses
+        made.append((after[0] - before[0], after[1] - before[1]))
+    return made
+
+
+def test_jaxs_own_traces_are_differentiated_once_the_users_in_every_region() -> None:
+    first, *later = _transforms_by_region()
+    assert first[0] > 1  # jnp.mean, jnp.sin, `* 2` and the user's helper
+    # Later regions differentiate and transpose the user's helper again, and nothing of JAX's.
+    assert later == [(1, 1), (1, 1)]
+
+
+def test_a_jax_without_the_transforms_hook_differentiates_its_own_in_every_region(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from jax._src.interpreters import ad
+
+    original = ad.linearize_jaxpr
+
+    def moved(closed: Any, *args: Any, **kwargs: Any) -> Any:  # another signature: refused
+        return original(closed, *args, **kwargs)
+
+    monkeypatch.setattr(ad, "linearize_jaxpr", moved)
+    first, *later = _transforms_by_region()
+    assert [made[0] for made in later] == [first[0]] * 2  # slower, as correct
+    assert ad.linearize_jaxpr is moved
+
+
+def test_only_a_primitive_whose_rules_are_all_jaxs_shares_its_output_shapes() -> None:
+    from jax._src import core
+    from jax._src.lax import lax
+
+    assert programs._jax_rule(lax.sin_p)
+    assert programs._jax_rule(lax.dot_general_p)
+    users = core.Primitive("users")
+    users.def_abstract_eval(lambda x: x)  # wrapped in a closure of JAX's: still the user's
+    assert not programs._jax_rule(users)
+
+    def users_shape(*avals: Any, **params: Any) -> Any:
+        return avals[0].shape
+
+    bound = core.Primitive("bound")  # JAX's standard rule, bound to a shape rule of the user's
+    bound.def_abstract_eval(functools.partial(lax.standard_abstract_eval, bound, users_shape))
+    assert not programs._jax_rule(bound)
 
 
 def test_letting_go_clears_a_jitted_steps_programs_and_leaves_anything_else() -> None:

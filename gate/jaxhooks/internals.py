@@ -42,6 +42,9 @@ Where each lives, in JAX 0.10.2:
 - ``jax._src.pjit._resolve_and_lower`` and ``pxla.MeshComputation.compile``: a first call's
   lowering and compiling, which `gate.jaxhooks.unheard` runs without the map's trace
   function (Python 3.11); optional.
+- ``jax._src.interpreters.ad.linearize_jaxpr``, ``jax._src.pjit._transpose_jaxpr_fancy`` and
+  ``jax._src.interpreters.partial_eval._cached_abstract_eval``: cached transforms of a nested
+  call's trace, which `gate.jaxhooks.programs` makes once per worker for JAX's own; optional.
 - jax 0.12's ``jax._src.flattree`` (``FTStatic`` and the nodes around it) and
   ``partial_eval.diff_tracing_cache_keys``: looked up in `gate.jaxhooks.static_misses`,
   optional (without them a changed static argument goes unexplained).
@@ -56,6 +59,7 @@ import operator
 import os
 import types
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -320,6 +324,52 @@ def lowering_and_compiling() -> tuple[types.ModuleType, type]:
     ):
         raise InternalMissing("pxla.MeshComputation.compile (absent)")
     return pjit, computation
+
+
+@dataclass(frozen=True)
+class TraceTransforms:
+    """What `trace_transforms` found: JAX's cached transforms of a trace, and its types."""
+
+    ad: types.ModuleType  # ``linearize_jaxpr(jaxpr, ...)``
+    pjit: types.ModuleType  # ``_transpose_jaxpr_fancy(jaxpr, ...)``
+    partial_eval: types.ModuleType  # ``_cached_abstract_eval(primitive, *avals, **params)``
+    primitive: type  # ``jax._src.core.Primitive``
+    jaxprs: tuple[type, ...]  # ``Jaxpr`` (and ``ClosedJaxpr`` before jax 0.12 merged them)
+
+
+def trace_transforms() -> TraceTransforms:
+    """The cached transforms JAX applies, inside a step's trace, to the trace of a jitted call
+    nested in it: ``ad.linearize_jaxpr`` (differentiating it), ``pjit._transpose_jaxpr_fancy``
+    (its backward pass) and ``partial_eval._cached_abstract_eval`` (every primitive's output
+    shapes, a nested call's among them). Each is cached by its arguments and the trace
+    context, which holds a region's jit context.
+
+    Optional: without them a region transforms JAX's own nested traces again
+    (`gate.jaxhooks.programs`), slower and as correct.
+    """
+    try:
+        from jax._src import core, pjit
+        from jax._src.interpreters import ad
+        from jax._src.interpreters import partial_eval as pe
+    except ImportError as exc:
+        raise InternalMissing(f"jax._src.interpreters.ad or partial_eval ({exc})") from exc
+    linearize = ad.__dict__.get("linearize_jaxpr")
+    if not isinstance(linearize, types.FunctionType):
+        raise InternalMissing("jax._src.interpreters.ad.linearize_jaxpr (absent)")
+    if next(iter(inspect.signature(linearize).parameters), None) != "jaxpr":
+        raise InternalMissing("jax._src.interpreters.ad.linearize_jaxpr takes no jaxpr first")
+    for module, name in ((pjit, "_transpose_jaxpr_fancy"), (pe, "_cached_abstract_eval")):
+        if not callable(module.__dict__.get(name)):
+            raise InternalMissing(f"{module.__name__}.{name} (absent)")
+    primitive = getattr(core, "Primitive", None)
+    jaxprs = tuple(
+        kind
+        for kind in (getattr(core, "Jaxpr", None), getattr(core, "ClosedJaxpr", None))
+        if isinstance(kind, type)
+    )
+    if not isinstance(primitive, type) or not jaxprs:
+        raise InternalMissing("jax._src.core.Primitive or Jaxpr (absent)")
+    return TraceTransforms(ad, pjit, pe, primitive, jaxprs)
 
 
 # --- executions ----------------------------------------------------------------------------------
