@@ -41,6 +41,15 @@ jitted = jax.jit(clean)
 
 def uploads(x):
     return double(x) + double(np.ones(4, np.float32))  # the implicit upload
+
+
+CALLS = []
+
+
+def counted(x):
+    CALLS.append(1)
+    return double(x)
+
 """
 
 
@@ -50,7 +59,9 @@ def _own_module(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "engine_steps", raising=False)
 
 
-def run_step(repo: Path, step: str, *, let_go: bool = False) -> RegionResult:
+def run_step(
+    repo: Path, step: str, *, let_go: bool = False, warmup: int = 0, traced: bool = True
+) -> RegionResult:
     (repo / "engine_steps.py").write_text(textwrap.dedent(STEPS))
     policy = one_region_policy(
         callable_ref(f"engine_steps:{step}"),
@@ -58,7 +69,8 @@ def run_step(repo: Path, step: str, *, let_go: bool = False) -> RegionResult:
         python_path=(repo,),
     )
     [region] = policy.regions
-    return run_region(policy, region, repo_root=repo, let_go=let_go)
+    region = replace(region, warmup=warmup)
+    return run_region(policy, region, repo_root=repo, let_go=let_go, traced=traced)
 
 
 def test_a_clean_step_passes(tmp_path: Path) -> None:
@@ -85,6 +97,20 @@ def test_an_implicit_upload_fails_at_its_line(tmp_path: Path) -> None:
     assert failing.source is not None
     assert failing.source.endswith("# the implicit upload")
     assert all(t.location == failing.location for t in result.failing_transfers)
+
+
+@pytest.mark.parametrize(("warmup", "calls"), [(2, 6), (1, 6), (0, 5)])
+def test_the_first_of_two_warm_up_runs_is_the_cost_run_too(
+    tmp_path: Path, warmup: int, calls: int
+) -> None:
+    result = run_step(tmp_path, "counted", warmup=warmup, traced=False)
+    assert result.passed, result.failing_transfers
+    assert result.cost is not None
+    assert result.cost.measured, result.cost
+    assert [f.name for f in result.cost.functions] == ["jit(double)"]
+    # The first call, the warm-up runs, one mapped run, JAX's verdict and one timed run; with
+    # fewer than two warm-up runs, a cost run of its own after them (no traced runs here).
+    assert len(sys.modules["engine_steps"].CALLS) == calls
 
 
 def test_a_step_that_does_not_import_is_an_error_not_an_exception(tmp_path: Path) -> None:

@@ -1,13 +1,18 @@
-"""The cost run: one more run of the step, after every judged and timed run, that sees its programs.
+"""The cost run: a run of the step that sees its programs, and what they cost.
 
-Why a run of its own, last: to see every program the step runs, the gate
-sends every jitted call through Python's slower dispatch for that run
-(`gate.jaxhooks.executables`), so it must never be one of the timed runs, and
-nothing judged depends on it. It is not guarded (as warm-up is not): what it
-moves was judged in the runs before. It runs for every region, whatever
-``timing:`` says: the compiler's figures cost one step and no noise. Where the step's
-time is compared, a few traced runs follow it (never among the timed runs): the
-profiler's op times by line, for a slower verdict to name its lines.
+To see every program the step runs, the gate sends every jitted call through
+Python's slower dispatch for that run (`gate.jaxhooks.executables`), so it must
+never be one of the timed runs, and nothing judged depends on it. The first of a
+region's warm-up runs is that run where there are two or more (`costed`): it costs no run
+of its own, ~3.5 ms a region on a TPU, where making setup's inputs is most of a run. It
+is unguarded and unwatched, as every warm-up run is, and the next warm-up run leaves jit's
+C++ fast path as the mapped and timed runs will find it. Never a guarded run: on Python's
+path JAX checks moves it checks only in a first call, and a steady-state run would report
+them differently. With fewer warm-up runs a run of its own comes after the checks
+(`cost_phase`), unguarded: what it moves was judged in the runs before. Every region has
+its cost, whatever ``timing:`` says: the compiler's figures cost no noise. Where the step's
+time is compared, a few traced runs follow (never among the timed runs): the profiler's op
+times by line, for a slower verdict to name its lines.
 """
 
 from __future__ import annotations
@@ -26,7 +31,29 @@ from gate.results.costs import StepCost, not_measured
 from gate.results.line_times import OpTimes
 from gate.user_code import UserCode
 from gate.witness.costs import measure_step_ops
+from gate.witness.line_work import OpWork
 from gate.witness.op_times import op_times
+
+
+@dataclass(frozen=True)
+class Costed:
+    """What a run that saw the step's programs measured (`costed`): its cost, and its ops by
+    line, which the traced runs' op times are matched to."""
+
+    cost: StepCost
+    ops: tuple[OpWork, ...]
+
+
+def costed(
+    fresh: Callable[[], Inputs],
+    run: Callable[[Inputs], Any],
+    user: UserCode,
+    warned: Sequence[WarnedDonation] = (),
+) -> Costed:
+    """``run(fresh())``, every program it runs seen (setup is not), and what they cost: the
+    step's cost, its collectives and unused donations, its ops by line (`measure_step_ops`).
+    Whatever ``fresh`` or ``run`` raises propagates."""
+    return Costed(*measure_step_ops(fresh, run, user=user, warned=warned))
 
 
 @dataclass(frozen=True)
@@ -46,8 +73,10 @@ def cost_phase(
     *,
     traced: str | None = None,
     later: bool = False,
+    measured: Costed | None = None,
 ) -> CostRun:
-    """The step's cost, from one ``call`` of the step on ``fresh()`` inputs (setup not counted).
+    """The step's cost, from one ``call`` of the step on ``fresh()`` inputs (setup not counted);
+    ``measured``, what a warm-up run already measured (`costed`), makes that run unneeded.
 
     Its programs' collectives and unused donations too (``warned``: those JAX dropped when
     it lowered them), with lines named after ``user``'s files. A step (or setup) that raises
@@ -67,7 +96,9 @@ def cost_phase(
     try:
         # Every call after it finds its fast path as before (`gate.jaxhooks.executables`): a
         # held region's timed rounds (`gate.region.held`) and the traced runs come next.
-        cost, ops = measure_step_ops(fresh, call, user=user, warned=warned)
+        if measured is None:
+            measured = costed(fresh, call, user or UserCode(Path.cwd()), warned)
+        cost, ops = measured.cost, measured.ops
         if traced is not None and cost.measured and ops:
             trace = functools.partial(
                 op_times,

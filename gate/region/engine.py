@@ -1,5 +1,5 @@
-"""Running one region: setup → first call (mapped) → warm-up → mapped runs → JAX's verdict
-→ device memory judged → timed runs → checks → cost run.
+"""Running one region: setup → first call (mapped) → warm-up (the cost run too) → mapped runs
+→ JAX's verdict → device memory judged → timed runs → checks → traced runs.
 
 Why this order:
 - Every run gets fresh inputs from setup (`gate.region.inputs`): a value whose host copy was
@@ -24,6 +24,10 @@ Why this order:
   runs, which count nothing.
 - Timed runs are not watched (entering the guard costs ~10 µs, the map far more) and block on
   the outputs, so the figure is device time, not dispatch time.
+- The first of two or more warm-up runs also sees every program the step runs, for its cost
+  (`gate.region.cost_phase`); the next leaves the fast path as the mapped runs will find it.
+  With fewer, a cost run of its own comes after the checks. Traced runs for op times by line,
+  where a slower verdict may list them, come last: never among the timed runs.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from gate.policy.model import LeakRule, Policy, RecompileRule, Region
 from gate.policy.resolve import ResolveError, python_path
 from gate.region.callables import RegionCode, import_region
 from gate.region.checks import run_checks
-from gate.region.cost_phase import cost_phase
+from gate.region.cost_phase import Costed, cost_phase
 from gate.region.donations import judge_donations
 from gate.region.errors import RegionAbort, error_from
 from gate.region.fetch_watch import watching_reads
@@ -157,6 +161,7 @@ def _run_imported(
     compiles_unseen: str | None = None
     checks: tuple[CheckOutcome, ...] = ()
     held: HeldRegion | None = None
+    measured: Costed | None = None  # the step's cost, from its first warm-up run
 
     def witnessing() -> Witnessing:
         return Witnessing(
@@ -204,8 +209,12 @@ def _run_imported(
                     first_call_s = time.perf_counter() - first_call
                     other_tree = other_trees.found if other_trees is not None else None
                     announce(Stage.WARMING_UP)
-                    for _ in range(region.warmup):
-                        run.unguarded_call()
+                    for turn in range(region.warmup):
+                        # The first of two or more is the cost run too: it takes Python's
+                        # path, and the next one leaves the C++ fast path as it will be.
+                        costs_here = turn == 0 and region.warmup >= 2
+                        found = run.unguarded_call(cost_for=dropped.found if costs_here else None)
+                        measured = found or measured
                     run.starting = None
                     run.compiles = compile_watch  # from here on, a compile is a recompile
                     compiles_unseen = compile_events_arrive() if watched else None
@@ -276,7 +285,7 @@ def _run_imported(
             **base,
         )
     judged = coverage(witnessing())
-    # Last: it slows dispatch (cost_phase).
+    # A cost run of its own only where warm-up did not measure the cost (fewer than two).
     # Op times by line only where a slower verdict may list them.
     key = region_key(run.code.policy.suite, region.name)
     with programs.entered():
@@ -287,6 +296,7 @@ def _run_imported(
             dropped.found,
             traced=key if traced and region.timing.compare and op_times_wanted(key) else None,
             later=held is not None and trace_held,
+            measured=measured,
         )
     cost = costed.cost
     if held is not None:

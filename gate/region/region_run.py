@@ -11,12 +11,13 @@ from __future__ import annotations
 import threading
 import time
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gate.jaxhooks.compiles import CompileWatch
+from gate.jaxhooks.donation_warnings import WarnedDonation
 from gate.jaxhooks.executables import fast_path_off
 from gate.jaxhooks.guard import (
     explicit_functions,
@@ -29,6 +30,7 @@ from gate.machine.diagnosis import PlatformInfo
 from gate.policy.model import RecompileRule
 from gate.region.boundary import BoundaryMonitor
 from gate.region.callables import RegionCode
+from gate.region.cost_phase import Costed, costed
 from gate.region.descriptions import SightingMemory
 from gate.region.errors import RegionAbort, error_from, first_line, refused_transfer
 from gate.region.fetch_watch import FetchWatch
@@ -136,10 +138,22 @@ class RegionRun:
         except Exception as exc:
             raise self._abort(ErrorKind.STEP, exc) from exc
 
-    def unguarded_call(self) -> Any:
-        outputs = self._step(self.inputs.fresh())
-        check_outputs(self.code.region.step.spec, outputs)
-        return outputs
+    def unguarded_call(self, *, cost_for: Sequence[WarnedDonation] | None = None) -> Costed | None:
+        """One run, unguarded (warm-up). With ``cost_for`` (the donations JAX dropped when it
+        lowered the step), it also sees every program the step runs and gives what they cost
+        (`gate.region.cost_phase.costed`); None without."""
+        ran: list[Any] = []
+
+        def run(inputs: Inputs) -> None:
+            ran.append(self._step(inputs))
+
+        measured = None
+        if cost_for is not None:
+            measured = costed(self.inputs.fresh, run, self.code.user, cost_for)
+        if not ran:  # not costed, or this JAX lacks the hook that sees the programs
+            run(self.inputs.fresh())
+        check_outputs(self.code.region.step.spec, ran[-1])
+        return measured
 
     def guarded_call(self, phase: Phase) -> None:
         """One run under the region's guard; a disallowed transfer is recorded.
