@@ -22,8 +22,10 @@
 #  10. (section `start`, not run by default) what a run costs before its first worker starts
 #      (parent_start.py);
 #  11. (section `turns`, not run by default) where a `run --base` worker's time goes: both
-#      trees' phases against a plain run's, and the paired rounds' turns (base_turns.py).
-# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [growth] [lines] [map] [floor] [phases] [start] [turns]` (default:
+#      trees' phases against a plain run's, and the paired rounds' turns (base_turns.py);
+#  12. (section `probe`, not run by default) what the transfer map's capture probe costs, part
+#      by part (probe_cost.py).
+# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [growth] [lines] [map] [floor] [phases] [probe] [start] [turns]` (default:
 # checks and figures; `lines`, `map` (the example policies: the transfer map works on the chip)
 # and `floor` are parts of them that fit one device call). Logs go to
 # reports/tpu-check/, and as one archive to $OUT (the device tool's folder) when it is set. Needs junit-xml, msgspec, xmlschema and
@@ -144,6 +146,11 @@ fi
 if [[ " $sections " == *" phases "* ]]; then
     step "a region's stages against the floor's phases (region_phases.py)"
     expect 0 phases.log python3 benchmarks/region_phases.py --regions 20 --rounds 2 --parts
+fi
+
+if [[ " $sections " == *" probe "* ]]; then
+    step "what the transfer map's capture probe costs, part by part (probe_cost.py)"
+    expect 0 probe.log python3 benchmarks/probe_cost.py --runs 200
 fi
 
 if [[ " $sections " == *" start "* ]]; then
