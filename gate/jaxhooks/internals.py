@@ -347,18 +347,15 @@ def trace_transforms() -> TraceTransforms:
     Optional: without them a region transforms JAX's own nested traces again
     (`gate.jaxhooks.programs`), slower and as correct.
     """
-    try:
-        from jax._src import core, pjit
-        from jax._src.interpreters import ad
-        from jax._src.interpreters import partial_eval as pe
-    except ImportError as exc:
-        raise InternalMissing(f"jax._src.interpreters.ad or partial_eval ({exc})") from exc
-    linearize = ad.__dict__.get("linearize_jaxpr")
-    if not isinstance(linearize, types.FunctionType):
-        raise InternalMissing("jax._src.interpreters.ad.linearize_jaxpr (absent)")
+    linearize = module_function("jax._src.interpreters.ad", "linearize_jaxpr")
     if next(iter(inspect.signature(linearize).parameters), None) != "jaxpr":
         raise InternalMissing("jax._src.interpreters.ad.linearize_jaxpr takes no jaxpr first")
+    from jax._src import core, pjit
+    from jax._src.interpreters import ad
+    from jax._src.interpreters import partial_eval as pe
+
     for module, name in ((pjit, "_transpose_jaxpr_fancy"), (pe, "_cached_abstract_eval")):
+        # Cached functions: jaxlib's cache objects, not Python functions.
         if not callable(module.__dict__.get(name)):
             raise InternalMissing(f"{module.__name__}.{name} (absent)")
     primitive = getattr(core, "Primitive", None)
