@@ -422,12 +422,13 @@ def capture_works() -> bool:
     one deliberate implicit transfer before every region.
 
     The transfer is ``jnp.asarray`` of a NumPy scalar: JAX's guard calls it implicit (jax
-    0.10.1-0.12), and it compiles nothing. An earlier probe, ``jnp.zeros(()) +
-    np.float32(1)``, compiled two programs in every worker's first region that nothing else
-    used. From the second call on the guard's line names no value (JAX's fast path), but it
-    still names the direction, which is all the probe reads. Not waited for: the guard writes
-    its line in the calling thread before the copy starts (``disallow`` raises there), and
-    on a TPU waiting for the copy was most of the probe's ~6 ms a region.
+    0.10.1-0.12). It compiles one small program (``jit(stage)``) once per worker, and again
+    after each release of JAX's programs (`gate.jaxhooks.programs.release_programs`); an
+    earlier probe, ``jnp.zeros(()) + np.float32(1)``, compiled two. From the second call on
+    the guard's line names no value (JAX's fast path), but it still names the direction,
+    which is all the probe reads. Not waited for: the guard writes its line in the calling
+    thread before the copy starts (``disallow`` raises there); on the TPU v5e the wait was
+    ~0.8 ms of the probe (`benchmarks/probe_cost.py`).
     """
     warnings_level()
     import jax
