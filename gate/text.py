@@ -72,7 +72,13 @@ def number_text(value: float | None) -> str:
     return f"{mantissa}e{int(exponent)}"
 
 
+def closest(word: str, choices: Sequence[str]) -> str | None:
+    """The one of ``choices`` that ``word`` most likely misspells, or None."""
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def did_you_mean(word: str, choices: Sequence[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``choices``, or an empty string."""
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    close = closest(word, choices)
+    return f" (did you mean {close!r}?)" if close is not None else ""

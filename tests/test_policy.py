@@ -247,6 +247,17 @@ def test_memory_leaks_inherit_from_defaults_key_by_key(tmp_path: Path) -> None:
     ]
 
 
+def test_a_misspelt_required_key_is_said_once_as_did_you_mean(tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").write_text("version: 1\nregions:\n  - {name: a, stpe: m:f}\n")
+    said = _errors(tmp_path / "p.yaml", tmp_path)
+    assert "regions[0]: unknown key 'stpe' (did you mean 'step'?)" in said, said
+    assert "missing required key 'step'" not in said, said
+    (tmp_path / "q.yaml").write_text("version: 1\nregions:\n  - {name: a, zzzz: m:f}\n")
+    said = _errors(tmp_path / "q.yaml", tmp_path)
+    assert "unknown key 'zzzz' (valid keys: " in said, said
+    assert "missing required key 'step'" in said, said
+
+
 def test_minimal_policy_takes_builtin_defaults() -> None:
     policy = load_policy(EXAMPLES / "good" / "minimal.yaml", REPO)
     assert policy.suite == "minimal"  # the file's stem

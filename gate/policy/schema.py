@@ -10,7 +10,6 @@ The test suite checks that this walker and `jsonschema` agree.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from typing import Any
 import yaml
 
 from gate.policy.defaults import shipped_schema
-from gate.text import did_you_mean
+from gate.text import closest, did_you_mean
 
 Schema = Mapping[str, Any]
 
@@ -311,10 +310,10 @@ class _Walker:
             elif isinstance(extra, dict):
                 found += self.check(value_node, extra, where_key(where, key))
             elif extra is False:
-                close = difflib.get_close_matches(key, list(props), n=1, cutoff=0.6)
-                fix = f" (did you mean {close[0]!r}?)" if close else ""
-                suggested.update(close)
-                fix = fix or f" (valid keys: {', '.join(props)})"
+                close = closest(key, list(props))
+                if close is not None:
+                    suggested.add(close)
+                fix = did_you_mean(key, list(props)) or f" (valid keys: {', '.join(props)})"
                 found.append(Violation(_line(key_node), where, f"unknown key {key!r}{fix}"))
         for key in schema.get("required", ()):
             # A misspelt required key is already reported as "did you mean".
