@@ -80,5 +80,9 @@ def closest(word: str, choices: Sequence[str]) -> str | None:
 
 def did_you_mean(word: str, choices: Sequence[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``choices``, or an empty string."""
-    close = closest(word, choices)
+    return suggesting(closest(word, choices))
+
+
+def suggesting(close: str | None) -> str:
+    """`` (did you mean 'x'?)`` for a match `closest` found, or an empty string."""
     return f" (did you mean {close!r}?)" if close is not None else ""

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from gate.policy.defaults import shipped_schema
-from gate.text import closest, did_you_mean
+from gate.text import closest, did_you_mean, suggesting
 
 Schema = Mapping[str, Any]
 
@@ -313,7 +313,7 @@ class _Walker:
                 close = closest(key, list(props))
                 if close is not None:
                     suggested.add(close)
-                fix = did_you_mean(key, list(props)) or f" (valid keys: {', '.join(props)})"
+                fix = suggesting(close) or f" (valid keys: {', '.join(props)})"
                 found.append(Violation(_line(key_node), where, f"unknown key {key!r}{fix}"))
         for key in schema.get("required", ()):
             # A misspelt required key is already reported as "did you mean".

@@ -212,9 +212,10 @@ def _run_imported(
                     for turn in range(region.warmup):
                         # The first of two or more is the cost run too: it takes Python's
                         # path, and the next one leaves the C++ fast path as it will be.
-                        costs_here = turn == 0 and region.warmup >= 2
-                        found = run.unguarded_call(cost_for=dropped.found if costs_here else None)
-                        measured = found or measured
+                        if turn == 0 and region.warmup >= 2:
+                            measured = run.unguarded_call(cost_for=dropped.found)
+                        else:
+                            run.unguarded_call()
                     run.starting = None
                     run.compiles = compile_watch  # from here on, a compile is a recompile
                     compiles_unseen = compile_events_arrive() if watched else None

@@ -36,12 +36,14 @@ class StepInputs:
     # what it holds now, the same on both sides.
     previous: list[Any] | None = None
 
-    def fresh(self) -> Inputs:
+    def fresh(self, *, settled: bool = False) -> Inputs:
         """Setup's outputs for a watched run (or one whose outputs are judged): made under
         the detector, so that what setup reads counts as host-cached (as on a GPU) and is
-        not taken for the step's fetch, and checked against the step."""
+        not taken for the step's fetch, and checked against the step. ``settled``: waited
+        for, as `for_timing` waits (the cost run reads the devices' memory marks after)."""
         made = self._made(watched=True)
-        return made if self.code.callables.setup is None else self._checked(made)
+        checked = made if self.code.callables.setup is None else self._checked(made)
+        return _settled(checked) if settled else checked
 
     def for_timing(self) -> Inputs:
         """Setup's outputs for a timed run, made and checked as `fresh` made them before.
@@ -52,11 +54,7 @@ class StepInputs:
         Waited for: setup's device work (a GPU runs it asynchronously) must be done before
         the step's clock starts, or the step is charged for it.
         """
-        import jax
-
-        made = self._made(watched=False)
-        jax.block_until_ready(made)
-        return made
+        return _settled(self._made(watched=False))
 
     def _made(self, *, watched: bool) -> Inputs:
         setup = self.code.callables.setup
@@ -111,3 +109,12 @@ class StepInputs:
             pass  # this JAX keeps no visible host copy; nothing to warn about
         self.previous = array_leaves(inputs)
         return inputs
+
+
+def _settled(inputs: Inputs) -> Inputs:
+    """``inputs`` once setup's device work on them is done: no later clock or memory mark
+    charges it to the step."""
+    import jax
+
+    jax.block_until_ready(inputs)
+    return inputs

@@ -8,6 +8,7 @@ line, the timed calls, and the fetches other threads made between the runs.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import types
@@ -147,17 +148,11 @@ class RegionRun:
         def run(inputs: Inputs) -> None:
             ran.append(self._step(inputs))
 
-        def settled() -> Inputs:
-            # Setup's device work done before the devices' memory marks are read: its
-            # temporaries are never the step's peak (the cost run used to wait so too).
-            import jax
-
-            made = self.inputs.fresh()
-            jax.block_until_ready(made)
-            return made
-
         measured = None
         if cost_for is not None:
+            # Setup's device work done before the devices' memory marks are read: its
+            # temporaries are never the step's peak.
+            settled = functools.partial(self.inputs.fresh, settled=True)
             measured = costed(settled, run, self.code.user, cost_for)
         if not ran:  # not costed, or this JAX lacks the hook that sees the programs
             run(self.inputs.fresh())
