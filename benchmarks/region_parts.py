@@ -107,6 +107,27 @@ def timed_block(parts: Parts, label: str, fn: Callable[..., Any]) -> Callable[..
     return timed
 
 
+def timed_items(
+    parts: Parts, label: str, fn: Callable[..., Iterator[Any]]
+) -> Callable[..., Iterator[Any]]:
+    """``fn``, a generator, with the time it takes to hand over each item added to ``label``."""
+
+    @functools.wraps(fn)
+    def timed(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        items = fn(*args, **kwargs)
+        while True:
+            start = time.perf_counter()
+            try:
+                item = next(items)
+            except StopIteration:
+                return
+            finally:
+                parts.add(label, time.perf_counter() - start)
+            yield item
+
+    return timed
+
+
 def _replace(owner: object, name: str, wrap: Callable[[Callable[..., Any]], Any]) -> None:
     fn = getattr(owner, name, None)
     if fn is None:
@@ -133,7 +154,7 @@ def wrap_parts(parts: Parts) -> None:
     for name in MAPPED_CALLS:
         _replace(region_run, name, functools.partial(timed_call, parts, name))
     _replace(StepInputs, "fresh", functools.partial(timed_call, parts, "inputs (watched)"))
-    _replace(StepInputs, "for_timing", functools.partial(timed_call, parts, "inputs (timed)"))
+    _replace(StepInputs, "timed", functools.partial(timed_items, parts, "inputs (timed)"))
     _replace(RegionPrograms, "entered", functools.partial(timed_block, parts, "programs"))
     _replace(RegionPrograms, "let_go", functools.partial(timed_call, parts, "let_go"))
     _replace(FetchWatch, "detector", functools.partial(timed_block, parts, "detector"))

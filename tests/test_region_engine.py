@@ -50,6 +50,20 @@ def counted(x):
     CALLS.append(1)
     return double(x)
 
+
+EVENTS = []
+
+
+def logged_fresh():
+    x = jnp.arange(4, dtype=jnp.float32)
+    EVENTS.append(("setup", id(x)))
+    return (x,)
+
+
+def logged(x):
+    EVENTS.append(("step", id(x)))
+    return double(x)
+
 """
 
 
@@ -60,16 +74,23 @@ def _own_module(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def run_step(
-    repo: Path, step: str, *, let_go: bool = False, warmup: int = 0, traced: bool = True
+    repo: Path,
+    step: str,
+    *,
+    let_go: bool = False,
+    warmup: int = 0,
+    traced: bool = True,
+    setup: str = "fresh",
+    repeats: int = 1,
 ) -> RegionResult:
     (repo / "engine_steps.py").write_text(textwrap.dedent(STEPS))
     policy = one_region_policy(
         callable_ref(f"engine_steps:{step}"),
-        callable_ref("engine_steps:fresh"),
+        callable_ref(f"engine_steps:{setup}"),
         python_path=(repo,),
     )
     [region] = policy.regions
-    region = replace(region, warmup=warmup)
+    region = replace(region, warmup=warmup, repeats=repeats)
     return run_region(policy, region, repo_root=repo, let_go=let_go, traced=traced)
 
 
@@ -111,6 +132,25 @@ def test_the_first_of_two_warm_up_runs_is_the_cost_run_too(
     # The first call, the warm-up runs, one mapped run, JAX's verdict and one timed run; with
     # fewer than two warm-up runs, a cost run of its own after them (no traced runs here).
     assert len(sys.modules["engine_steps"].CALLS) == calls
+
+
+@pytest.mark.parametrize(("batch_bytes", "order"), [(None, "SSSSSTTTTT"), (1, "STSTSTSTST")])
+def test_the_timed_runs_inputs_are_made_a_batch_at_a_time_and_each_run_gets_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_bytes: int | None, order: str
+) -> None:
+    """One wait for a batch of setup's outputs, not one a run (a round trip to the device
+    each); inputs bigger than the batch's bytes are made one run at a time, as before."""
+    if batch_bytes is not None:
+        monkeypatch.setattr("gate.region.inputs.TIMED_BATCH_BYTES", batch_bytes)
+    result = run_step(tmp_path, "logged", setup="logged_fresh", warmup=2, traced=False, repeats=5)
+    assert result.passed, result.failing_transfers
+    assert result.timing is not None
+    assert result.timing.repeats == 5
+    timed = sys.modules["engine_steps"].EVENTS[-10:]  # nothing runs the step after them
+    assert "".join("S" if kind == "setup" else "T" for kind, _ in timed) == order
+    made = [x for kind, x in timed if kind == "setup"]
+    taken = [x for kind, x in timed if kind == "step"]
+    assert taken == made, "each timed run takes its own inputs, in the order setup made them"
 
 
 def test_a_step_that_does_not_import_is_an_error_not_an_exception(tmp_path: Path) -> None:

@@ -6,9 +6,10 @@ the next transfer of it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from gate.jaxhooks.programs import shared_programs
 from gate.policy.signature import misfit_text
@@ -21,6 +22,10 @@ from gate.witness.fetches import DetectorUnavailable
 from gate.witness.host_copies import array_leaves, host_copy_cached, reused_leaves
 
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
+
+# The most bytes of setup's arrays the timed runs make ahead of their clocks (`timed`): one wait
+# for a batch instead of one a run, and no more device memory held than this beside the step's.
+TIMED_BATCH_BYTES = 64 * 2**20
 
 
 @dataclass
@@ -55,6 +60,29 @@ class StepInputs:
         the step's clock starts, or the step is charged for it.
         """
         return _settled(self._made(watched=False))
+
+    def timed(self, runs: int) -> Iterator[Inputs]:
+        """Setup's outputs for ``runs`` timed runs, one each, as `for_timing` makes them, but
+        made a batch at a time and waited for once a batch.
+
+        Waiting costs a round trip to the device for each wait (~0.5 ms a run on a TPU v5e,
+        half the gate's extra time in the timed runs), and a wait a run also keeps setup's
+        device work from overlapping setup's own next call. A batch holds at most
+        `TIMED_BATCH_BYTES` of arrays (at least one run's inputs), so inputs that are large
+        (a model's parameters made by setup) are still made one run at a time. Each run's
+        inputs are let go of as that run takes them.
+        """
+        left = runs
+        while left > 0:
+            batch = [self._made(watched=False)]
+            each = max(1, _array_bytes(batch[0]))
+            while len(batch) < min(left, TIMED_BATCH_BYTES // each):
+                batch.append(self._made(watched=False))
+            _settled(batch)
+            left -= len(batch)
+            batch.reverse()
+            while batch:
+                yield batch.pop()
 
     def _made(self, *, watched: bool) -> Inputs:
         setup = self.code.callables.setup
@@ -111,7 +139,21 @@ class StepInputs:
         return inputs
 
 
-def _settled(inputs: Inputs) -> Inputs:
+def _array_bytes(inputs: Inputs) -> int:
+    """The bytes of the arrays among ``inputs``' leaves (JAX's and NumPy's)."""
+    import jax
+
+    return sum(
+        int(getattr(leaf, "nbytes", 0))
+        for leaf in jax.tree_util.tree_leaves(inputs)
+        if isinstance(leaf, jax.Array) or hasattr(leaf, "__array_interface__")
+    )
+
+
+_Made = TypeVar("_Made")
+
+
+def _settled(inputs: _Made) -> _Made:
     """``inputs`` once setup's device work on them is done: no later clock or memory mark
     charges it to the step."""
     import jax

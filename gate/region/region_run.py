@@ -289,8 +289,7 @@ class RegionRun:
     def timed_calls(self) -> tuple[list[float], Any]:
         """Step times over ``repeats`` runs, and the last run's outputs."""
         samples, outputs = [], None
-        for _ in range(self.code.region.repeats):
-            inputs = self.inputs.for_timing()
+        for inputs in self.inputs.timed(self.code.region.repeats):
             start = time.perf_counter()
             outputs = self._step(inputs)
             samples.append(time.perf_counter() - start)
