@@ -6,7 +6,9 @@
 In one process, as a worker runs it (the environment prepared before JAX starts), each part
 timed alone, medians over ``--runs`` (after 5 unmeasured): the whole probe; the map's block
 with nothing in it; the guard's logging level entered and left; the probe's transfer
-(``jnp.asarray`` of a NumPy scalar) alone, under the guard, and waited for; a zero-size
+(``jnp.asarray`` of a NumPy scalar) alone, under the guard, and waited for; what a new log
+file for a block costs (made, opened, unlinked, closed: each block did that before it kept
+one, `transfer_map._LogFiles`), and ``jax.device_count()``; a zero-size
 transfer; and the probe's transfer to the CPU device (where the default device is not one).
 On the TPU v5e the probe cost ~5 ms a region (docs/performance.md): this says which part.
 """
@@ -81,6 +83,8 @@ def main() -> None:
         "capture_works()": capture_works,
         "the map's block, empty": under(lambda: mapped(probe), nothing),
         "the guard at `log`, entered and left": under(lambda: guarded(log), nothing),
+        "a new log file made, opened and let go (each block did, before it kept one)": _new_file,
+        "jax.device_count()": jax.device_count,
         "jnp.asarray(np.float32(1)), unguarded": transfer,
         "the same, waited for": lambda: jax.block_until_ready(transfer()),
         "the same under `log`, in the map's block": logged(transfer),
@@ -95,6 +99,18 @@ def main() -> None:
     print("| part | ms |\n|---|---|")
     for name, part in parts.items():
         print(f"| {name} | {_median_ms(part, runs):.3f} |", flush=True)
+
+
+def _new_file() -> None:
+    import tempfile
+
+    handle, path = tempfile.mkstemp(prefix="transfer-gate-", suffix=".log")
+    os.close(handle)
+    writer = os.open(path, os.O_WRONLY | os.O_APPEND)
+    reader = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
+    os.unlink(path)
+    os.close(writer)
+    reader.close()
 
 
 def _on(device: object, body: Callable[[], object]) -> object:

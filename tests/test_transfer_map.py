@@ -114,6 +114,33 @@ def test_the_steps_own_stderr_is_passed_through(tmp_path: Path) -> None:
     assert "guard_lib" not in run.stderr  # the guard's own lines are consumed
 
 
+def test_each_block_reads_only_what_was_written_in_it(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The map's log file is kept from one block to the next (`transfer_map._LogFiles`):
+    emptied between them, and a block inside another writes to a file of its own."""
+    import os
+
+    from gate.user_code import UserCode
+    from gate.witness.transfer_map import mapped
+
+    code = UserCode(repo_root=tmp_path)
+    with mapped(code) as first:
+        os.write(2, b"first\n")
+    with mapped(code) as outer:
+        os.write(2, b"outer\n")
+        with mapped(code) as inner:
+            os.write(2, b"inner\n")
+        os.write(2, b"outer again\n")
+    with mapped(code) as last:
+        pass
+    assert first.passthrough == ["first"]
+    assert inner.passthrough == ["inner"]
+    assert outer.passthrough == ["outer", "outer again"]
+    assert last.passthrough == []
+    assert capfd.readouterr().err.split() == ["first", "inner", "outer", "outer", "again"]
+
+
 def test_baseline_accepts_then_tolerates_shifts_and_catches_new(repo: Path) -> None:
     made = run_gate(repo, "baseline")
     assert made.returncode == 0, made

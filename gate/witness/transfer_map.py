@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from gate.levels import Direction
 from gate.package import PACKAGE_DIR
@@ -370,13 +370,7 @@ def mapped(
     explicit_codes = frozenset(fn.__code__ for fn in functions)
     fetch_codes = frozenset(fn.__code__ for fn in functions if fn.__name__ == "device_get")
     sys.stderr.flush()
-    # Two file descriptions on one temporary file: the guard appends through
-    # fd 2 while the mapper reads from its own offset.
-    handle, path = tempfile.mkstemp(prefix="transfer-gate-", suffix=".log")
-    os.close(handle)
-    writer = os.open(path, os.O_WRONLY | os.O_APPEND)
-    reader = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
-    os.unlink(path)
+    writer, reader = _LOG_FILES.take()
     saved_fd = os.dup(2)
     # A GSPMD sharding printed "{replicated}" names no devices: the mesh in context,
     # which on the setups the gate meets is every device (docs/limits.md).
@@ -402,11 +396,52 @@ def mapped(
         name_moves(mapper.log.observed, lambda seen: mapper.plans.get(seen.segment))
         os.dup2(saved_fd, 2)
         os.close(saved_fd)
-        os.close(writer)
-        reader.close()
+        _LOG_FILES.give_back(writer, reader)
         if mapper.log.passthrough:
             sys.stderr.write("\n".join(mapper.log.passthrough) + "\n")
             sys.stderr.flush()
+
+
+class _LogFiles:
+    """The temporary files the guard's lines go to, each kept for the next map's block.
+
+    A file is two file descriptions: the guard appends through fd 2 while the mapper reads
+    from its own offset. Made, opened and unlinked for every block, it cost a region ~0.1 ms
+    a block on the CPU machine and more on a TPU host's file system, five blocks a region
+    (the capture probe's among them); a block now takes a kept one, emptied, and empties it
+    again as it gives it back (what a step printed is not kept beyond its block). A block
+    inside another, or in another thread, takes a file of its own; a forked child makes its
+    own rather than share its parent's offsets.
+    """
+
+    def __init__(self) -> None:
+        self._free: list[tuple[int, TextIO]] = []
+        self._pid = os.getpid()
+
+    def take(self) -> tuple[int, TextIO]:
+        if os.getpid() != self._pid:
+            self._free, self._pid = [], os.getpid()
+        try:
+            return self._free.pop()  # atomic: two threads never take the same one
+        except IndexError:
+            handle, path = tempfile.mkstemp(prefix="transfer-gate-", suffix=".log")
+            os.close(handle)
+            writer = os.open(path, os.O_WRONLY | os.O_APPEND)
+            reader = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
+            os.unlink(path)
+            return writer, reader
+
+    def give_back(self, writer: int, reader: TextIO) -> None:
+        if os.getpid() != self._pid:  # a child forked inside the block: the file is its parent's
+            os.close(writer)
+            reader.close()
+            return
+        os.ftruncate(writer, 0)
+        reader.seek(0)
+        self._free.append((writer, reader))
+
+
+_LOG_FILES = _LogFiles()
 
 
 def _is_library_code(code: types.CodeType) -> bool:
