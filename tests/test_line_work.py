@@ -238,6 +238,23 @@ metadata={op_name="jit(f)/dot_general" source_file="REPO/m.py" source_line=12}
 """
 
 
+def test_brackets_and_commas_inside_quotes_or_escaped_there_split_nothing() -> None:
+    from gate.witness.hlo_text import parse_instruction, split_top
+
+    assert split_top('a, f(b, c), "x, (y", d') == ["a", "f(b, c)", '"x, (y"', "d"]
+    # An escaped quote stays inside its string; an escaped backslash ends before the quote.
+    assert split_top(r'"a\", b", c') == [r'"a\", b"', "c"]
+    assert split_top(r'"a\\", b') == [r'"a\\"', "b"]
+    line = (
+        "add.1 = f32[2]{0} add(f32[2]{0} p.0, f32[2]{0} p.1), "
+        'metadata={op_name="jit(f)/add(\\"x)\\"" source_file="f.py"}'
+    )
+    parsed = parse_instruction(line)
+    assert parsed is not None
+    assert (parsed.opcode, parsed.operands) == ("add", ("p.0", "p.1"))
+    assert parsed.attributes.startswith("metadata={")
+
+
 def test_the_source_file_and_line_form_of_newer_jax_is_read(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text("\n" * 20)
     module = parse_module(NEWER_FORM.replace("REPO", str(tmp_path)))

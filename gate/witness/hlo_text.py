@@ -169,23 +169,31 @@ def parse_instruction(line: str) -> Instruction | None:
     return Instruction(name, shape, opened.group(1), operands, attributes, bool(found.group(1)))
 
 
+# The characters a scan stops at: brackets, the comma, and what quotes and escapes. Everything
+# else is skipped by the regex engine, not a Python loop: an instruction's line is mostly
+# names, shapes and metadata, and the cost run parses every line of the step's programs.
+_SPECIAL = re.compile(r'[()\[\]{},"\\]')
+
+
 def _unquoted(text: str, start: int = 0) -> Iterator[tuple[int, str]]:
-    """Each character of ``text`` from ``start`` that is outside a double-quoted string (HLO
-    quotes metadata, where brackets and commas mean nothing), with its index."""
+    """Each bracket and comma of ``text`` from ``start`` that is outside a double-quoted string
+    (HLO quotes metadata, where brackets and commas mean nothing), with its index."""
     quoted = False
-    i = start
-    while i < len(text):
+    escaped_at = -1  # the index of the character a backslash inside quotes escapes
+    for found in _SPECIAL.finditer(text, start):
+        i = found.start()
+        if i == escaped_at:
+            continue
         char = text[i]
         if quoted:
             if char == "\\":
-                i += 1  # an escaped character, a quote included
+                escaped_at = i + 1  # an escaped character, a quote included
             elif char == '"':
                 quoted = False
         elif char == '"':
             quoted = True
-        else:
+        elif char != "\\":
             yield i, char
-        i += 1
 
 
 def _closing(text: str, start: int) -> int:
