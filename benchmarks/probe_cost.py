@@ -50,11 +50,13 @@ def main() -> None:
     import numpy as np
 
     from gate.jaxhooks.guard import guarded
+    from gate.jaxhooks.programs import made_at_startup
     from gate.levels import GuardLevel, GuardSpec
     from gate.package import PACKAGE_DIR
     from gate.user_code import UserCode
     from gate.witness.transfer_map import capture_works, mapped
 
+    made_at_startup()  # as a worker does, before anything is traced
     log = GuardSpec.uniform(GuardLevel.LOG)
     probe = UserCode(repo_root=Path(PACKAGE_DIR).resolve())
     scalar = np.float32(1)

@@ -69,7 +69,10 @@ def _gate(
     policy = load_policy(repo / "policies" / "bench.yaml", repo)
     import jax
 
+    from gate.jaxhooks.programs import made_at_startup
+
     jax.devices()  # as a worker starts: its memory from here on is what regions leave
+    made_at_startup()
     if parts is not None:
         wrap_parts(parts)
     leftovers = Leftovers()

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from cli_helpers import FAST_DEFAULTS, make_repo, run_gate
+from jax_scripts import run_script
 
 from gate.jaxhooks import programs
 from gate.jaxhooks.programs import RegionPrograms, _context, shared_programs
@@ -262,6 +263,42 @@ def test_only_a_primitive_whose_rules_are_all_jaxs_shares_its_output_shapes() ->
     bound = core.Primitive("bound")  # JAX's standard rule, bound to a shape rule of the user's
     bound.def_abstract_eval(functools.partial(lax.standard_abstract_eval, bound, users_shape))
     assert not programs._jax_rule(bound)
+
+
+def test_a_program_traced_before_the_first_region_is_not_compiled_again_after_it(
+    tmp_path: Path,
+) -> None:
+    """Making the gate's context adds a value to JAX's trace context: made at the worker's
+    start-up (`made_at_startup`), a program traced before the first region (the capture
+    probe's, a module's at import) keeps its cache entries. In a process of its own: this
+    one made the context long ago."""
+    compiled_again = run_script(
+        tmp_path,
+        {},
+        """
+        import jax
+        import numpy as np
+
+        from gate.jaxhooks.programs import RegionPrograms, made_at_startup
+
+        compiles = []
+        jax.monitoring.register_event_duration_secs_listener(
+            lambda event, seconds, **_: compiles.append(event)
+            if event == "/jax/core/compile/backend_compile_duration"
+            else None
+        )
+        made_at_startup()
+        probe = jax.jit(lambda x: x + 1)
+        probe(np.float32(1)).block_until_ready()
+        with RegionPrograms().entered():
+            jax.jit(lambda x: x * 3)(np.float32(2)).block_until_ready()
+        before = len(compiles)
+        probe(np.float32(1)).block_until_ready()
+        emit(len(compiles) - before)
+        """,
+        env={"JAX_PLATFORMS": "cpu"},
+    )
+    assert compiled_again == 0, "the probe's program was compiled again after a region"
 
 
 def test_letting_go_clears_a_jitted_steps_programs_and_leaves_anything_else() -> None:

@@ -51,6 +51,7 @@ from gate.isolation.protocol import (
     write_all,
     write_frame,
 )
+from gate.jaxhooks.programs import made_at_startup
 from gate.policy.problems import Problem
 from gate.policy.trees import Trees, config_changes, config_values
 from gate.region.stages import Stage, listening
@@ -82,6 +83,7 @@ def main(argv: list[str]) -> int:
     import jax
 
     jax.devices()  # backend start-up is paid once per worker, not per region
+    made_at_startup()  # before anything is traced: no program is traced twice for it
     leftovers = Leftovers()
     leftovers.after_startup()
     write_frame(results_fd, Ready(os.getpid(), time.perf_counter() - started))
