@@ -7,7 +7,8 @@ call's seconds, for regions 2..N, to a counter. A context manager is timed enter
 leaving, apart (its body is other parts). The mapped runs' parts are told apart by their
 phase: the first call's (``first``) and the steady state's (``steady``). Parts nest: the
 step's call (``call``) is inside the mapped run it belongs to, and `cost_phase` holds the
-cost run's step call. A part missing from this version of the gate is an error: a
+cost run's step call. XLA's compiles are also charged to the innermost call they happen in
+(``XLA compiling, in ...``). A part missing from this version of the gate is an error: a
 benchmark that silently times less would read as a faster gate.
 """
 
@@ -67,6 +68,11 @@ class Parts:
         self.calls: Counter[str] = Counter()
         self.counting = False
         self.phase = ""  # "first " or "steady " inside the mapped runs
+        self.inside: list[str] = []  # the calls being timed now, innermost last
+
+    def compiled(self, seconds: float) -> None:
+        """An XLA compile of ``seconds``, charged to the innermost call being timed."""
+        self.add(f"XLA compiling, in {self.inside[-1] if self.inside else 'no part'}", seconds)
 
     def add(self, label: str, seconds: float) -> None:
         if self.counting:
@@ -78,9 +84,11 @@ def timed_call(parts: Parts, label: str, fn: Callable[..., Any]) -> Callable[...
     @functools.wraps(fn)
     def timed(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
+        parts.inside.append(label)
         try:
             return fn(*args, **kwargs)
         finally:
+            parts.inside.pop()
             parts.add(label, time.perf_counter() - start)
 
     return timed
@@ -136,8 +144,12 @@ def _replace(owner: object, name: str, wrap: Callable[[Callable[..., Any]], Any]
 
 
 def wrap_parts(parts: Parts) -> None:
-    """Time every part of a region from now on (in this process, for good)."""
+    """Time every part of a region from now on (in this process, for good), and XLA's compiles
+    by the part they happen in (a part that compiles in every region costs the compile)."""
+    import jax
+
     from gate.isolation.leftovers import Leftovers
+    from gate.jaxhooks.compiles import COMPILE_EVENT
     from gate.jaxhooks.programs import RegionPrograms
     from gate.region import engine, region_run
     from gate.region.fetch_watch import FetchWatch
@@ -159,6 +171,12 @@ def wrap_parts(parts: Parts) -> None:
     _replace(RegionPrograms, "let_go", functools.partial(timed_call, parts, "let_go"))
     _replace(FetchWatch, "detector", functools.partial(timed_block, parts, "detector"))
     _replace(Leftovers, "between_regions", functools.partial(timed_call, parts, "between"))
+
+    def compiled(event: str, seconds: float, **_: Any) -> None:
+        if event == COMPILE_EVENT:
+            parts.compiled(seconds)
+
+    jax.monitoring.register_event_duration_secs_listener(compiled)
 
     def mapped_calls(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)

@@ -24,8 +24,10 @@
 #  11. (section `turns`, not run by default) where a `run --base` worker's time goes: both
 #      trees' phases against a plain run's, and the paired rounds' turns (base_turns.py);
 #  12. (section `probe`, not run by default) what the transfer map's capture probe costs, part
-#      by part (probe_cost.py).
-# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [growth] [lines] [map] [floor] [phases] [probe] [start] [turns]` (default:
+#      by part (probe_cost.py);
+#  13. (section `costrun`, not run by default) what the cost run adds to a run of the step, part
+#      by part (cost_run_parts.py).
+# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [growth] [lines] [map] [floor] [phases] [probe] [costrun] [start] [turns]` (default:
 # checks and figures; `lines`, `map` (the example policies: the transfer map works on the chip)
 # and `floor` are parts of them that fit one device call). Logs go to
 # reports/tpu-check/, and as one archive to $OUT (the device tool's folder) when it is set. Needs junit-xml, msgspec, xmlschema and
@@ -151,6 +153,11 @@ fi
 if [[ " $sections " == *" probe "* ]]; then
     step "what the transfer map's capture probe costs, part by part (probe_cost.py)"
     expect 0 probe.log python3 benchmarks/probe_cost.py --runs 200
+fi
+
+if [[ " $sections " == *" costrun "* ]]; then
+    step "what the cost run adds to a run of the step, part by part (cost_run_parts.py)"
+    expect 0 costrun.log python3 benchmarks/cost_run_parts.py --steps 30
 fi
 
 if [[ " $sections " == *" start "* ]]; then
