@@ -15,7 +15,8 @@ first call and one warm-up run, setup's inputs made and waited for before each c
 - on odd steps, before either, that run with every execution seen and nothing read (Python's
   dispatch path) and, on the programs it saw, each part of the reading alone, while nothing
   has read them yet (jaxlib keeps some answers): the devices' memory marks (read twice a
-  cost run), the programs' text, parsing it, XLA's cost and memory analyses, the collectives
+  cost run), naming the user's line (each execution does), the programs' text, parsing it,
+  XLA's cost and memory analyses, the cost by function (the analyses again), the collectives
   and donations, the ops by line and their table.
 
 Prints the medians in milliseconds. What the parts leave of the whole is the rest of
@@ -84,7 +85,7 @@ def _reading(run: Callable[[Any], object], inputs: Any, user: Any) -> dict[str, 
         memory_analysis,
         program_texts,
     )
-    from gate.witness.costs import memory_marks
+    from gate.witness.costs import _caller, function_costs, memory_marks
     from gate.witness.hlo_text import parse_module
     from gate.witness.line_work import line_table, program_ops_of
     from gate.witness.programs import parsed_programs, read_programs
@@ -95,6 +96,7 @@ def _reading(run: Callable[[Any], object], inputs: Any, user: Any) -> dict[str, 
         run(inputs)
     spent["the run with every execution seen, nothing read"] = (time.perf_counter() - started) * 1e3
     executed = log.executed()
+    spent["naming the user's line, once (each execution does)"] = _ms(_caller, user)
     spent["memory marks of the devices, once"] = _ms(memory_marks, jax.local_devices())
     started = time.perf_counter()
     texts = [program_texts(one.executable) for one in executed]
@@ -112,6 +114,7 @@ def _reading(run: Callable[[Any], object], inputs: Any, user: Any) -> dict[str, 
     for one in executed:
         memory_analysis(one.executable)
     spent["XLA's memory analysis"] = (time.perf_counter() - started) * 1e3
+    spent["the cost by function (both analyses again)"] = _ms(function_costs, executed)
     modules = parsed_programs(executed)
     spent["collectives and donations"] = _ms(read_programs, executed, user, (), modules)
     if not isinstance(modules, str):
