@@ -69,7 +69,8 @@ def _parts_of_one(
     if odd:
         spent.update(_reading(run, settled(), user))
     spent["the step's run, plain"] = _ms(run, settled())
-    whole = _ms(measure_step_ops, settled, run)
+    inputs = settled()  # made before the clock starts, as for the plain run
+    whole = _ms(measure_step_ops, lambda: inputs, run)
     if not odd:
         spent["the same run as the cost run (all of it)"] = whole
     return spent
