@@ -54,6 +54,11 @@ CONSTRAINED = Placement("{devices=[8,1]<=[8]}", 8, 8)
 
 CASES: list[tuple[str, Transfer, Cause]] = [
     (
+        "a device array a jitted function closes over, read by JAX while compiling",
+        sighting(D2H, None, host_use="_array_mlir_constant_handler"),
+        Cause.CLOSED_OVER_ARRAY,
+    ),
+    (
         "numpy batch into a jitted call",
         sighting(source="state = train_step(state, x, y)", jitted_call="train_step"),
         Cause.JIT_ARGUMENT,
@@ -350,6 +355,14 @@ def host_callback(x):
     return noisy(x)
 
 
+OFFSET = jnp.arange(8.0)  # made at import, a device array
+
+
+@jax.jit
+def closed_over(x):
+    return x + OFFSET
+
+
 def explicit_outside(x):
     host = jax.device_get(x)
     return x
@@ -385,6 +398,7 @@ KIND_REGIONS = {
     "async_copy": ("on_device", Cause.ASYNC_COPY),
     "uncommitted": ("two_devices", Cause.UNCOMMITTED),
     "host_callback": ("on_device", Cause.HOST_CALLBACK),
+    "closed_over": ("on_device", Cause.CLOSED_OVER_ARRAY),
     "explicit_outside": ("on_device", Cause.EXPLICIT_OUTSIDE_BOUNDARY),
     "explicit_upload": ("on_device", Cause.EXPLICIT_UPLOAD_OUTSIDE_BOUNDARY),
     "made_at_the_call": ("on_device", Cause.ARRAY_FROM_HOST),

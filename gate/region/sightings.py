@@ -297,6 +297,7 @@ _HOST_USES = {
     "item": "converted with .item()",
     "device_get": "fetched with jax.device_get",
     "copy_to_host_async": "copied to the host with copy_to_host_async()",
+    "_array_mlir_constant_handler": "read by JAX to compile it into a jitted function",
 }
 
 

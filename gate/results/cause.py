@@ -44,6 +44,8 @@ class Cause(enum.Enum):
     CONSTRAINT_ON_HOST_ARRAY = "with_sharding_constraint outside jit on a host array"
     RESHARD_OF_HOST_ARRAY = "jax.sharding.reshard of a host array"
     HOST_CALLBACK = "a host callback inside compiled code"
+    # Read by JAX itself, while compiling: no line of the user's runs then.
+    CLOSED_OVER_ARRAY = "a jitted function closing over a device array (read to compile it in)"
     EXPLICIT_OUTSIDE_BOUNDARY = "an explicit transfer outside a declared boundary"
     # jax.device_put in the step: explicit, so a boundary would allow it, but it still
     # uploads on every call what may not change from one call to the next.
@@ -74,6 +76,9 @@ _CONVERTING_USES = frozenset(
     }
 )
 _NUMPY_USES = frozenset({"__array__"})
+# JAX's lowering reading a device array a jitted function closes over, to compile it in as a
+# constant (jax 0.10.1-0.12 name the handler so); the detector names the read by it.
+_EMBEDDING_USES = frozenset({"_array_mlir_constant_handler"})
 # Every array method the detector names a read by (`gate.witness.fetches`): one list, so a
 # read it reports is always one this module can classify.
 HOST_READS = (
@@ -100,8 +105,14 @@ _NUMPY_MODULES = frozenset({"np", "numpy", "onp"})
 
 # Kinds a reader would take for something else, named in the finding itself: two idioms
 # read as "the explicit way to shard", and an explicit call whose host read is implicit.
+# A read JAX makes while compiling is named too: it has no line of the user's to show.
 NAMED_IN_THE_FINDING = frozenset(
-    {Cause.RESHARD_THROUGH_HOST, Cause.CONSTRAINT_ON_HOST_ARRAY, Cause.RESHARD_OF_HOST_ARRAY}
+    {
+        Cause.RESHARD_THROUGH_HOST,
+        Cause.CONSTRAINT_ON_HOST_ARRAY,
+        Cause.RESHARD_OF_HOST_ARRAY,
+        Cause.CLOSED_OVER_ARRAY,
+    }
 )
 
 
@@ -164,6 +175,8 @@ def _mesh_upload_cause(transfer: Transfer, line: _LineSyntax, cause: Cause) -> C
 
 
 def _fetch_cause(host_use: str | None, line: _LineSyntax) -> Cause:
+    if host_use in _EMBEDDING_USES:
+        return Cause.CLOSED_OVER_ARRAY
     if host_use == "copy_to_host_async":
         return Cause.ASYNC_COPY
     if host_use in _PRINTING_USES:

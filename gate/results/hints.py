@@ -95,6 +95,11 @@ _FIXES: dict[Cause, str] = {
         "sends its operands to the host every step: remove it from the gated step, or return "
         "the values and fetch them at a declared boundary"
     ),
+    Cause.CLOSED_OVER_ARRAY: (
+        "JAX reads a device array that a jitted function closes over (one made at import, "
+        "say) to the host, to compile it in as a constant, each time the function is compiled: "
+        "pass the array to the function as an argument, or close over a NumPy array"
+    ),
     Cause.EXPLICIT_OUTSIDE_BOUNDARY: (
         "move it into a function declared under `boundaries:` in the policy, where explicit "
         "transfers are expected"
