@@ -21,7 +21,7 @@ from typing import NamedTuple
 from gate.levels import Direction
 from gate.region.descriptions import SightingMemory, line_runs
 from gate.region.thread_names import thread_label
-from gate.results.cause import HOST_CALLBACK_USE
+from gate.results.cause import CLOSED_OVER_USE, HOST_CALLBACK_USE
 from gate.results.placement import Placement
 from gate.results.records import Site
 from gate.user_code import SourceLocation
@@ -297,7 +297,7 @@ _HOST_USES = {
     "item": "converted with .item()",
     "device_get": "fetched with jax.device_get",
     "copy_to_host_async": "copied to the host with copy_to_host_async()",
-    "_array_mlir_constant_handler": "read by JAX to compile it into a jitted function",
+    CLOSED_OVER_USE: "read by JAX to compile it into a jitted function",
 }
 
 

@@ -59,6 +59,9 @@ class Cause(enum.Enum):
 # ``Transfer.host_use`` values: how host code read the array (the detector's
 # ``Fetch.what``), or that a host callback in compiled code moved it.
 HOST_CALLBACK_USE = "host_callback"
+# JAX's lowering reading a device array a jitted function closes over, to compile it in as a
+# constant (jax 0.10.1-0.12 name the handler so); the detector names the read by it.
+CLOSED_OVER_USE = "_array_mlir_constant_handler"
 _PRINTING_USES = frozenset({"__str__", "__repr__", "__format__"})
 _CONVERTING_USES = frozenset(
     {
@@ -76,9 +79,6 @@ _CONVERTING_USES = frozenset(
     }
 )
 _NUMPY_USES = frozenset({"__array__"})
-# JAX's lowering reading a device array a jitted function closes over, to compile it in as a
-# constant (jax 0.10.1-0.12 name the handler so); the detector names the read by it.
-_EMBEDDING_USES = frozenset({"_array_mlir_constant_handler"})
 # Every array method the detector names a read by (`gate.witness.fetches`): one list, so a
 # read it reports is always one this module can classify.
 HOST_READS = (
@@ -175,7 +175,7 @@ def _mesh_upload_cause(transfer: Transfer, line: _LineSyntax, cause: Cause) -> C
 
 
 def _fetch_cause(host_use: str | None, line: _LineSyntax) -> Cause:
-    if host_use in _EMBEDDING_USES:
+    if host_use == CLOSED_OVER_USE:
         return Cause.CLOSED_OVER_ARRAY
     if host_use == "copy_to_host_async":
         return Cause.ASYNC_COPY
