@@ -93,11 +93,12 @@ def cost_phase(
     import jax
 
     announce(Stage.COSTING)
+    code = user or UserCode(Path.cwd())
     try:
         # Every call after it finds its fast path as before (`gate.jaxhooks.executables`): a
         # held region's timed rounds (`gate.region.held`) and the traced runs come next.
         if measured is None:
-            measured = costed(fresh, call, user or UserCode(Path.cwd()), warned)
+            measured = costed(fresh, call, code, warned)
         cost, ops = measured.cost, measured.ops
         if traced is not None and cost.measured and ops:
             trace = functools.partial(
@@ -105,7 +106,7 @@ def cost_phase(
                 fresh,
                 call,
                 ops,
-                user or UserCode(Path.cwd()),
+                code,
                 platform=jax.default_backend(),
                 name=traced,
             )
