@@ -146,30 +146,25 @@ if [[ " $sections " == *" figures "* ]]; then
     expect 0 comm.log env JAX_PLATFORMS=tpu python3 benchmarks/comm_overhead.py --runs 20
 fi
 
-if [[ " $sections " == *" phases "* ]]; then
-    step "a region's stages against the floor's phases (region_phases.py)"
-    expect 0 phases.log python3 benchmarks/region_phases.py --regions 20 --rounds 2 --parts
-fi
-
-if [[ " $sections " == *" probe "* ]]; then
-    step "what the transfer map's capture probe costs, part by part (probe_cost.py)"
-    expect 0 probe.log python3 benchmarks/probe_cost.py --runs 200
-fi
-
-if [[ " $sections " == *" costrun "* ]]; then
-    step "what the cost run adds to a run of the step, part by part (cost_run_parts.py)"
-    expect 0 costrun.log python3 benchmarks/cost_run_parts.py --steps 30
-fi
-
-if [[ " $sections " == *" start "* ]]; then
-    step "what a run costs before its first worker starts (parent_start.py)"
-    expect 0 start.log python3 benchmarks/parent_start.py --rounds 5
-fi
-
-if [[ " $sections " == *" turns "* ]]; then
-    step "where a run --base worker's time goes (base_turns.py)"
-    expect 0 turns.log python3 benchmarks/base_turns.py --regions 20
-fi
+# The sections of one benchmark each, not run by default: its log is NAME.log.
+only() {  # only NAME HEADING COMMAND...: COMMAND under HEADING, where section NAME was asked for
+    local name=$1 heading=$2
+    shift 2
+    if [[ " $sections " == *" $name "* ]]; then
+        step "$heading"
+        expect 0 "$name.log" "$@"
+    fi
+}
+only phases "a region's stages against the floor's phases (region_phases.py)" \
+    python3 benchmarks/region_phases.py --regions 20 --rounds 2 --parts
+only probe "what the transfer map's capture probe costs, part by part (probe_cost.py)" \
+    python3 benchmarks/probe_cost.py --runs 200
+only costrun "what the cost run adds to a run of the step, part by part (cost_run_parts.py)" \
+    python3 benchmarks/cost_run_parts.py --steps 30
+only start "what a run costs before its first worker starts (parent_start.py)" \
+    python3 benchmarks/parent_start.py --rounds 5
+only turns "where a run --base worker's time goes (base_turns.py)" \
+    python3 benchmarks/base_turns.py --regions 20
 
 if [[ " $sections " == *" growth "* ]]; then
     # Issue 40: the last 20 regions against the first 20 by their JUnit times (target 1.10x),
