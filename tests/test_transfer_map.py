@@ -141,6 +141,32 @@ def test_each_block_reads_only_what_was_written_in_it(
     assert capfd.readouterr().err.split() == ["first", "inner", "outer", "outer", "again"]
 
 
+def test_the_kept_log_files_are_closed_when_the_process_exits(tmp_path: Path) -> None:
+    """A user's own process keeps the map's files between blocks; the exit closes them rather
+    than leave them to Python's shutdown (a ResourceWarning, where warnings are shown)."""
+    from jax_scripts import run_script
+
+    closed = run_script(
+        tmp_path,
+        {},
+        """
+        import atexit
+        from pathlib import Path
+
+        from gate.user_code import UserCode
+        from gate.witness import transfer_map
+
+        with transfer_map.mapped(UserCode(repo_root=Path.cwd())):
+            pass
+        [(writer, reader)] = transfer_map._LOG_FILES._free
+        atexit._run_exitfuncs()
+        emit(reader.closed)
+        """,
+        env={"JAX_PLATFORMS": "cpu"},
+    )
+    assert closed is True
+
+
 def test_baseline_accepts_then_tolerates_shifts_and_catches_new(repo: Path) -> None:
     made = run_gate(repo, "baseline")
     assert made.returncode == 0, made
