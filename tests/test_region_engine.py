@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -91,7 +92,9 @@ def run_step(
     )
     [region] = policy.regions
     region = replace(region, warmup=warmup, repeats=repeats)
-    return run_region(policy, region, repo_root=repo, let_go=let_go, traced=traced)
+    # As a worker: what lets go of the region's programs is handed back, called at once here.
+    let_go_now = (lambda release: release()) if let_go else None
+    return run_region(policy, region, repo_root=repo, let_go=let_go_now, traced=traced)
 
 
 def test_a_clean_step_passes(tmp_path: Path) -> None:
@@ -175,6 +178,25 @@ def test_a_finished_regions_jitted_step_lets_go_of_its_programs(tmp_path: Path) 
     assert sys.modules["engine_steps"].double._cache_size() > 0
 
 
+def test_a_workers_region_hands_back_its_letting_go_for_after_the_reply(tmp_path: Path) -> None:
+    """A worker lets go of the programs once the reply is sent, while the parent reads it
+    (`gate.isolation.worker`): the region hands that over once, and has let go of nothing."""
+    (tmp_path / "engine_steps.py").write_text(textwrap.dedent(STEPS))
+    policy = one_region_policy(
+        callable_ref("engine_steps:jitted"),
+        callable_ref("engine_steps:fresh"),
+        python_path=(tmp_path,),
+    )
+    handed: list[Callable[[], None]] = []
+    result = run_region(policy, policy.regions[0], repo_root=tmp_path, let_go=handed.append)
+    assert result.error is None, result.error
+    step = sys.modules["engine_steps"].jitted
+    assert step._cache_size() > 0
+    [release] = handed
+    release()
+    assert step._cache_size() == 0
+
+
 def test_in_the_users_own_process_the_step_keeps_its_programs(tmp_path: Path) -> None:
     """`gate.check_region` runs the engine in the user's process: ``clear_cache`` there would
     drop the user's own compilations of the step too."""
@@ -197,9 +219,11 @@ def test_a_held_regions_programs_stay_until_the_worker_lets_go_of_it(tmp_path: P
     )
     held = HeldRegions(Trees())
     job = Job(1, policy, policy.regions[0], tmp_path, hold=True)
-    result = run_job(job, held.keeper(job))
+    handed: list[object] = []
+    result = run_job(job, held.keeper(job), let_go=handed.append)
     assert result.error is None, result.error
     assert held.regions
+    assert not handed  # a held region's programs are the held region's to let go of
     step = sys.modules["engine_steps"].jitted
     assert step._cache_size() > 0  # `run --base` times it again
     other = replace(policy.regions[0], name="next")

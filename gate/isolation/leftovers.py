@@ -22,7 +22,9 @@ A release costs the region it lands on: setup's programs are traced and compiled
 the full collection walks everything, ~0.7 s on the 2-core CPU machine and ~2.6 s on a TPU
 v5e (setup's programs compile slowly there). Releasing every 50 regions, as this module first
 did, always landed on a run's 50th, 100th and 500th region. A jitted step now lets go of its
-own programs as its region ends (`RegionPrograms.let_go`): a small region leaves ~0.05 MB
+own programs as its region ends (`RegionPrograms.let_go`; the worker does both once the
+region's reply is sent, while the parent reads it and sends the next job, the ~2 ms it
+otherwise waited idle): a small region leaves ~0.05 MB
 instead of ~1.8 MB, so a release comes only for what that cannot reach (a step that is no
 jitted function, whose helpers keep their programs; JAX's bounded caches of traces), as
 often as those regions' memory needs it. Where the resident memory cannot be read (no

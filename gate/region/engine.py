@@ -91,7 +91,7 @@ def run_region(
     other_roots: tuple[Path, ...] = (),
     traced: bool = True,
     trace_held: bool = False,
-    let_go: bool = False,
+    let_go: Callable[[Callable[[], None]], None] | None = None,
 ) -> RegionResult:
     """Run one region of ``policy`` in this process and judge it. Never raises for the user's code.
 
@@ -106,9 +106,11 @@ def run_region(
     time is compared (`gate.region.cost_phase`); off where nothing compares it.
     ``trace_held``: those runs are left to the region ``keep`` holds (`HeldRegion.op_times`),
     made only if its comparison asks for them.
-    ``let_go``: a worker's, for a region it will not hold: the step's compiled programs go once
-    the region is done (`RegionPrograms.let_go`). In the user's own process (`gate.api`) they
-    stay: ``clear_cache`` would drop the user's own compilations of the step too.
+    ``let_go``: a worker's, for a region it will not hold: handed, once the region is done, what
+    lets go of the step's compiled programs (`RegionPrograms.let_go`), for the worker to call
+    when the region's reply is on its way (`gate.isolation.worker`). In the user's own process
+    (`gate.api`) they stay: ``clear_cache`` would drop the user's own compilations of the step
+    too.
     """
     started = time.perf_counter()
     root = Path.cwd() if repo_root is None else repo_root
@@ -133,8 +135,8 @@ def run_region(
                 RegionRun(code), programs, result, keep, traced=traced, trace_held=trace_held
             )
         finally:
-            if let_go:
-                programs.let_go(callables.step)
+            if let_go is not None:
+                let_go(functools.partial(programs.let_go, callables.step))
 
 
 def _run_imported(
