@@ -26,8 +26,12 @@
 #  12. (section `probe`, not run by default) what the transfer map's capture probe costs, part
 #      by part (probe_cost.py);
 #  13. (section `costrun`, not run by default) what the cost run adds to a run of the step, part
-#      by part (cost_run_parts.py).
-# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [growth] [lines] [map] [floor] [phases] [probe] [costrun] [start] [turns]` (default:
+#      by part (cost_run_parts.py);
+#  14. (section `textopts`, not run by default) the programs' text with and without XLA's
+#      backend configs, and the gate's readings of both (program_text_options.py);
+#  15. (section `wait`, not run by default) what a timed run's clock holds: the step alone from
+#      an idle device against the step queued behind setup (timed_run_wait.py).
+# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [growth] [lines] [map] [floor] [phases] [probe] [costrun] [textopts] [wait] [start] [turns]` (default:
 # checks and figures; `lines`, `map` (the example policies: the transfer map works on the chip)
 # and `floor` are parts of them that fit one device call). Logs go to
 # reports/tpu-check/, and as one archive to $OUT (the device tool's folder) when it is set. Needs junit-xml, msgspec, xmlschema and
@@ -161,6 +165,10 @@ only probe "what the transfer map's capture probe costs, part by part (probe_cos
     python3 benchmarks/probe_cost.py --runs 200
 only costrun "what the cost run adds to a run of the step, part by part (cost_run_parts.py)" \
     python3 benchmarks/cost_run_parts.py --steps 30
+only textopts "the programs' text with and without backend configs (program_text_options.py)" \
+    python3 benchmarks/program_text_options.py --steps 10
+only wait "what a timed run's clock holds (timed_run_wait.py)" \
+    python3 benchmarks/timed_run_wait.py --rounds 8
 only start "what a run costs before its first worker starts (parent_start.py)" \
     python3 benchmarks/parent_start.py --rounds 5
 only turns "where a run --base worker's time goes (base_turns.py)" \
