@@ -26,10 +26,8 @@ Prints the medians in milliseconds. What the parts leave of the whole is the res
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -129,20 +127,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
     steps = parser.parse_args().steps
-    from gate.isolation.environment import prepare_environment
+    from gate_vs_floor import steps_in_a_worker
 
-    prepare_environment(os.environ)
-    import jax
-    from gate_vs_floor import STEPS
-
-    from gate.jaxhooks.programs import made_at_startup
-    from gate.user_code import UserCode
-
-    made_at_startup()  # as a worker does
-    folder = Path(tempfile.mkdtemp(prefix="cost-run-parts-"))
-    (folder / "bench_steps.py").write_text(f"N_REGIONS = {steps}\n" + STEPS)
-    sys.path.insert(0, str(folder))
+    folder = steps_in_a_worker(steps, "cost-run-parts-")
     import bench_steps  # type: ignore[import-not-found]
+    import jax
+
+    from gate.user_code import UserCode
 
     user = UserCode(repo_root=folder)
     spent: dict[str, list[float]] = {}

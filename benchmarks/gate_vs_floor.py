@@ -210,6 +210,23 @@ for i in range(head.N_REGIONS):
 '''
 
 
+def steps_in_a_worker(count: int, prefix: str) -> Path:
+    """For a benchmark that runs steps in its own process as a worker runs them: the
+    environment prepared before JAX starts and the gate's jit context made (as
+    `gate.isolation.worker` does), and ``count`` of the steps written to a new folder on
+    ``sys.path`` as ``bench_steps.py``; the folder. Import ``bench_steps`` after."""
+    from gate.isolation.environment import prepare_environment
+
+    prepare_environment(os.environ)
+    from gate.jaxhooks.programs import made_at_startup
+
+    made_at_startup()  # before anything is traced
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    (folder / "bench_steps.py").write_text(f"N_REGIONS = {count}\n" + STEPS)
+    sys.path.insert(0, str(folder))
+    return folder
+
+
 def build(repo: Path, regions: int) -> None:
     (repo / "policies").mkdir(parents=True)
     (repo / "bench_steps.py").write_text(f"N_REGIONS = {regions}\n" + STEPS)

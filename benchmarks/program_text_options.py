@@ -23,10 +23,8 @@ Prints the medians in milliseconds and the readings that differ (none expected).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -129,22 +127,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10)
     steps = parser.parse_args().steps
-    from gate.isolation.environment import prepare_environment
+    from gate_vs_floor import steps_in_a_worker
 
-    prepare_environment(os.environ)
-    import jax
-    from gate_vs_floor import STEPS
-
-    from gate.jaxhooks.programs import made_at_startup
-    from gate.user_code import UserCode
-
-    made_at_startup()  # as a worker does
-    folder = Path(tempfile.mkdtemp(prefix="program-text-options-"))
-    (folder / "bench_steps.py").write_text(f"N_REGIONS = {steps}\n" + STEPS)
+    folder = steps_in_a_worker(steps, "program-text-options-")
     (folder / "bench_block.py").write_text(BLOCK)
-    sys.path.insert(0, str(folder))
     import bench_block  # type: ignore[import-not-found]
     import bench_steps  # type: ignore[import-not-found]
+    import jax
+
+    from gate.user_code import UserCode
 
     user = UserCode(repo_root=folder)
     rows: dict[str, dict[str, list[float]]] = {"small steps": {}, "attention block": {}}

@@ -25,10 +25,8 @@ Prints the medians. On the CPU the ways agree within noise: nothing runs asynchr
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -43,17 +41,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--runs", type=int, default=20)
     args = parser.parse_args()
-    from gate.isolation.environment import prepare_environment
+    from gate_vs_floor import steps_in_a_worker
 
-    prepare_environment(os.environ)
+    steps_in_a_worker(1, "timed-run-wait-")
+    import bench_steps  # type: ignore[import-not-found]
     import jax
     import jax.numpy as jnp
-    from gate_vs_floor import STEPS
-
-    folder = Path(tempfile.mkdtemp(prefix="timed-run-wait-"))
-    (folder / "bench_steps.py").write_text("N_REGIONS = 1\n" + STEPS)
-    sys.path.insert(0, str(folder))
-    import bench_steps  # type: ignore[import-not-found]
 
     step, setup = bench_steps.step_0, bench_steps.make_inputs
     tiny = jax.jit(lambda x: x + 1)
