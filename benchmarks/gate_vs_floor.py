@@ -336,6 +336,9 @@ def main() -> None:
                     f"run --base at {n} regions, against the one-tree floor", ratio, BASE_TARGET
                 )
             )
+            # What bounds it: the same runs and rounds for two trees, by hand, against one.
+            floors = f[0] / one_tree[n][0]
+            print(f"    (the two-tree floor itself: {floors:.2f}x the one-tree floor)")
         elif "--base" not in case and n in ("20", "100"):
             print(_target(f"plain run at {n} regions", g[0] / f[0], PLAIN_TARGET))
     for row in growth:
