@@ -44,13 +44,29 @@ def test_ci_runs_the_marked_tests_on_both_ends_after_the_readme_command() -> Non
     lines = CI.splitlines()
     readme_run = next(i for i, line in enumerate(lines) if line.startswith("python3 -m venv .venv"))
     hook_runs = [i for i, line in enumerate(lines) if line.startswith("jax_hook_tests ")]
-    assert len(hook_runs) == 2
+    assert len(hook_runs) == 3
     assert min(hook_runs) > readme_run
     assert '-m pytest -m "$markers"' in CI
-    oldest, newest = (lines[i] for i in sorted(hook_runs))
+    oldest, *newest = (lines[i] for i in sorted(hook_runs))
     assert " python3 jaxhooks " in oldest
-    # The newest Python also runs what the gate does differently there (sys.monitoring).
-    assert newest.endswith('"$newest" "jaxhooks or pythons"')
+    # The newer Pythons also run what the gate does differently there (sys.monitoring).
+    assert [line.split()[2] for line in newest] == ['"$newest"', '"$newest313"']
+    assert all(line.endswith('"jaxhooks or pythons"') for line in newest)
+
+
+def test_ci_runs_the_newest_jax_on_every_newer_python_pyproject_claims() -> None:
+    # A classifier is a promise to the user: each Python past the one the README command runs
+    # on (Debian's 3.11) gets the newest JAX's run, and the script stops where it has none.
+    claimed = sorted(
+        c.rsplit(" :: ", 1)[1]
+        for c in PYPROJECT["project"]["classifiers"]
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    )
+    assert claimed[0] == "3.11", claimed
+    found = dict(re.findall(r"^(\w+)=\$\(python_at (\S+)\)", CI, flags=re.MULTILINE))
+    assert sorted(found.values()) == claimed[1:]
+    for name in found:
+        assert re.search(rf'^jax_hook_tests \S+ "\${name}" ', CI, flags=re.MULTILINE), name
 
 
 def test_the_pythons_marker_is_registered_and_marks_the_transfer_maps_tests() -> None:
