@@ -8,6 +8,11 @@ with itself passes, three times of three.
 
 The steps sleep: a sleep's duration is steady on a busy machine where a microsecond jitted step
 is not, so the timing verdicts these tests assert are not at the mercy of the CI runner.
+
+On the CPU each tree's worker runs beside the other's, and their turns are paired. The last
+tests plant the accelerator's rule (tests/accelerator_rule.py): on a TPU host the trees' workers
+hold the chip one after the other, and a device the gate does not know to admit one process
+refuses the base's worker beside the head's, and the trees run in turn after all.
 """
 
 from __future__ import annotations
@@ -17,12 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from accelerator_rule import AcceleratorRule
 from cli_helpers import make_repo, run_gate
 from git_helpers import commit, init
-
-# Every gate here runs under the accelerator's rule (tests/accelerator_rule.py): a second
-# process that opened the device would fail as on a TPU, and only workers may open it.
-pytestmark = pytest.mark.usefixtures("one_process_on_the_device")
 
 BASE_STEPS = """
 import time
@@ -375,3 +377,45 @@ def test_a_transfer_moved_to_another_file_is_moved_not_new(tmp_path: Path) -> No
     assert alone.returncode == 0, alone
     assert "moved since the baseline, not new:" in alone.stdout, alone
     assert "no longer" not in alone.stdout, alone
+
+
+def _judged_in_turn(run: Any, repo: Path) -> dict[str, dict[str, Any]]:
+    """The change's verdicts, made by each tree's workers in turn; by region."""
+    assert run.returncode == 1, run
+    regions = _regions(repo / "reports" / "r.json")
+    assert regions["p.result"]["base"]["results"]["status"] == "differs", regions["p.result"]
+    assert regions["p.same"]["base"]["results"]["status"] == "matches", regions["p.same"]
+    transfers = regions["p.transfer"]["transfers"]
+    assert [f["failing"] for f in transfers].count(True) == 1, transfers
+    for name, region in regions.items():
+        timing = region["base"]["timing"]
+        assert timing["paired"] is False, (name, timing)  # two samples, measured apart
+    assert "ran apart" in run.stdout, run
+    return regions
+
+
+@pytest.mark.chips(1)
+@pytest.mark.usefixtures("one_process_on_the_device")
+def test_on_a_tpu_each_trees_worker_holds_the_chip_in_turn(
+    repo: Path, accelerator_rule: AcceleratorRule
+) -> None:
+    make_repo(repo, {"steps.py": _changed(BASE_STEPS)})
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "reports/r.json")
+    regions = _judged_in_turn(run, repo)
+    for region in regions.values():
+        assert "admits one process at a time" in region["base"]["apart"], region["base"]
+    # The head's worker, then the base's: each imported one tree, and neither met the other.
+    workers = [s for s in accelerator_rule.starts() if s.is_worker]
+    assert len(workers) >= 2, workers
+
+
+@pytest.mark.usefixtures("one_process_on_the_device")
+def test_a_device_that_refuses_the_second_worker_runs_the_trees_in_turn(repo: Path) -> None:
+    """No TPU the gate knows of, and a device that admits one process (the planted rule
+    without chips): the base's worker is refused beside the head's, and the trees run apart."""
+    make_repo(repo, {"steps.py": _changed(BASE_STEPS)})
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "reports/r.json")
+    regions = _judged_in_turn(run, repo)
+    for region in regions.values():
+        apart = region["base"]["apart"]
+        assert "the device refused the base's worker beside the head's" in apart, apart

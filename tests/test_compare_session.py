@@ -135,6 +135,67 @@ def test_the_base_runs_the_heads_policy_from_its_own_folders_without_checks(
     assert in_tree(Path("/usr/lib"), repo, base_root) == Path("/usr/lib")
 
 
+def test_the_base_runs_under_its_own_copys_env_and_python_path(repo: Path, tmp_path: Path) -> None:
+    """How the base's code runs is the base's: its policy file's env: and python_path, not
+    the head's (a changed JAX_ENABLE_X64 is then a change the comparison sees)."""
+    policy = _policy(repo)
+    base_root = tmp_path / "base"
+    make_repo(
+        base_root,
+        {
+            "policies/p.yaml": "version: 1\npython_path: [../lib]\n"
+            "env: {JAX_ENABLE_X64: true, N: 3}\nregions:\n  - name: step\n"
+        },
+    )
+    based = for_base(policy, repo, base_root)
+    assert based.python_path == (base_root / "lib",)
+    assert based.env == (("JAX_ENABLE_X64", "True"), ("N", "3"))
+    assert [r.name for r in based.regions] == ["step", "dies"]  # the head's inputs
+    make_repo(base_root, {"policies/p.yaml": "version: 1\nregions:\n  - name: step\n"})
+    alone = for_base(policy, repo, base_root)
+    assert alone.python_path == () and alone.env == ()
+
+
+def test_the_bases_worker_takes_the_heads_folders_in_its_own_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An editable install's path entry and setuptools' editable finder, pointing into the
+    head's checkout, point into the base's; a folder outside the repository stays."""
+    import types
+
+    from gate.isolation.own_tree import take_from_own_tree
+
+    head, base = tmp_path / "head", tmp_path / "base"
+    (head / "src").mkdir(parents=True)
+    finder_module = types.ModuleType("__editable___pkg_finder")
+    finder_module.MAPPING = {"pkg": str(head / "src" / "pkg")}  # type: ignore[attr-defined]
+    finder_module.NAMESPACES = {"ns": [str(head / "ns")]}  # type: ignore[attr-defined]
+    finder = type("_EditableFinder", (), {"__module__": finder_module.__name__})
+    monkeypatch.setitem(sys.modules, finder_module.__name__, finder_module)
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, finder])
+    monkeypatch.setattr(sys, "path", [str(head / "src"), "/usr/lib/python3", ""])
+    take_from_own_tree(((head, base),))
+    real = base.resolve()
+    assert sys.path == [str(real / "src"), "/usr/lib/python3", ""]
+    assert finder_module.MAPPING == {"pkg": str(real / "src" / "pkg")}  # type: ignore[attr-defined]
+    assert finder_module.NAMESPACES == {"ns": [str(real / "ns")]}  # type: ignore[attr-defined]
+    take_from_own_tree(((head, base),))  # again: nothing more moves
+    assert sys.path == [str(real / "src"), "/usr/lib/python3", ""]
+
+
+def test_two_workers_share_a_gpu_only_as_the_user_left_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """JAX preallocates 75% of a GPU in each process: side by side, each tree's worker takes
+    its share, unless the user said how much a process takes."""
+    from gate.compare import session
+    from gate.isolation import device_pool
+
+    monkeypatch.setattr(device_pool, "gpu_files", lambda: ["/dev/nvidia0"])
+    assert session._memory_for_two({})["XLA_PYTHON_CLIENT_MEM_FRACTION"] == session.GPU_SHARE
+    mine = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    assert session._memory_for_two(dict(mine)) == mine
+    assert session._memory_for_two({"JAX_PLATFORMS": "cpu"}) == {"JAX_PLATFORMS": "cpu"}
+
+
 def test_which_regions_the_base_has(repo: Path, tmp_path: Path) -> None:
     policy = _policy(repo)
     base_root = tmp_path / "base"

@@ -121,7 +121,10 @@ def test_a_host_of_four_chips_runs_regions_side_by_side_one_worker_per_chip(
     chips = {start.chips for start in accelerator_rule.starts()}
     # Each worker on a chip of its own (a worker on every chip would have met the others').
     assert "all" not in chips, chips
-    assert len(chips) >= 2, chips
+    if not base:
+        assert len(chips) >= 2, chips
+    # Under --base a policy's regions run from the head's tree on one chip, then from the
+    # base's: the trees hold a chip in turn (docs/compare.md, "One process on the device").
 
 
 @pytest.mark.usefixtures("one_process_on_the_device")

@@ -1,12 +1,15 @@
 """The head's policy as the base tree runs it, and which of its regions the base has at all.
 
-"Same policy (the head's)": the base runs each region exactly as the head's
+"Same inputs (the head's)": the base runs each region exactly as the head's
 policy file says (guard levels, runs, setup, boundaries), from the base's
-code. Only what points into the tree moves: the policy's ``python_path``
-folders are taken in the base checkout. The base's result checks are off
-(they are the head's to pass), and so is its comparison with anything. A
-callable the base cannot import, renamed in the change, is taken from the
-base's own copy of the policy instead (`gate.compare.own_definition`).
+code. How the base's code runs is the base's own: its worker starts with the
+``env:`` of the base's copy of the policy file, and imports from that copy's
+``python_path`` folders, as the base would run alone (a change to ``env:``,
+``JAX_ENABLE_X64`` say, is then a change the comparison sees). The base's
+result checks are off (they are the head's to pass), and so is its comparison
+with anything. A callable the base cannot import, renamed in the change, is
+taken from the base's own copy of the policy instead
+(`gate.compare.own_definition`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from gate.policy.model import Checks, Policy, Region
+from gate.policy.problems import absolute_path
 
 
 def in_tree(path: Path, head_root: Path, base_root: Path) -> Path:
@@ -29,19 +33,27 @@ def in_tree(path: Path, head_root: Path, base_root: Path) -> Path:
     return base_root / relative
 
 
-def base_document(policy: Policy, head_root: Path, base_root: Path) -> list[object] | None:
-    """The base's copy of this policy file's ``regions:`` as plain YAML; None when it has no file.
-
-    Read leniently (plain YAML, nothing validated): the base's file may be of an
-    older shape the head's gate would refuse, and its regions still count as there.
-    A file without a list of regions gives [].
-    """
+def _base_file(policy: Policy, head_root: Path, base_root: Path) -> dict[object, object] | None:
+    """The base's copy of this policy file as plain YAML; None when it has none, or none that
+    reads. Read leniently (nothing validated): the base's file may be of an older shape the
+    head's gate would refuse, and its regions and settings still count."""
     file = in_tree(policy.path, head_root, base_root)
     try:
         document = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
         return None
-    regions = document.get("regions") if isinstance(document, dict) else None
+    return document if isinstance(document, dict) else {}
+
+
+def base_document(policy: Policy, head_root: Path, base_root: Path) -> list[object] | None:
+    """The base's copy of this policy file's ``regions:`` as plain YAML; None when it has no file.
+
+    A file without a list of regions gives [].
+    """
+    document = _base_file(policy, head_root, base_root)
+    if document is None:
+        return None
+    regions = document.get("regions")
     return list(regions) if isinstance(regions, list) else []
 
 
@@ -56,10 +68,27 @@ def regions_in_base(policy: Policy, head_root: Path, base_root: Path) -> frozens
 
 
 def for_base(policy: Policy, head_root: Path, base_root: Path) -> Policy:
-    """``policy`` with its folders in the base checkout and no result checks."""
+    """``policy``'s regions without result checks, under the base's own ``env:`` and
+    ``python_path`` (its copy of the file's; the head's folders taken in the base checkout
+    where it has no readable copy)."""
+    document = _base_file(policy, head_root, base_root)
+    if document is None:
+        return dataclasses.replace(
+            policy,
+            python_path=tuple(in_tree(p, head_root, base_root) for p in policy.python_path),
+            regions=tuple(base_region(r) for r in policy.regions),
+        )
+    folder = in_tree(policy.path, head_root, base_root).parent
+    paths = document.get("python_path")
+    env = document.get("env")
     return dataclasses.replace(
         policy,
-        python_path=tuple(in_tree(p, head_root, base_root) for p in policy.python_path),
+        python_path=tuple(absolute_path(folder / str(p)) for p in paths if isinstance(p, str | int))
+        if isinstance(paths, list)
+        else (),
+        env=tuple(sorted((str(k), str(v)) for k, v in env.items()))
+        if isinstance(env, dict)
+        else (),
         regions=tuple(base_region(r) for r in policy.regions),
     )
 

@@ -1,13 +1,14 @@
-"""Paired rounds of a region held from both trees in one worker: who runs when, on which core,
-judged.
+"""Paired rounds of a region held from both trees, each in its own worker: who runs when, on
+which core, judged.
 
 A round is four turns: one tree's, then the other's, on one core; the other's, then the
-first's, on the next (which tree opens is a coin flip; `gate.region.cores` pins the
+first's, on the next (which tree opens is a coin flip; `gate.region.cores` pins the running
 worker's threads for a turn). Each tree's time in a round is the geometric mean of its two
 turns' medians; the round's log-ratio head/base is what `gate.compare.timing` judges, at
-looks further and further apart, until a look decides. The rounds up to a look are one
-request to the worker (`gate.isolation.protocol.Turns`): a turn costs no message, no wake-up
-of another process, only the switch of the modules in `sys.modules` (`gate.policy.trees`).
+looks further and further apart, until a look decides. Each tree's worker times its own
+turns (`gate.isolation.protocol.Turns`); the two workers take turns, one waiting on its
+pipe while the other runs, and a tree's consecutive turns (the middle two of a round) are
+one request.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class Side:
     name: str  # "head" or "base"
     root: Path
     policy: Policy
+    scheduler: Scheduler  # the tree's own worker
     # One per round: the geometric mean of the tree's two turns in it (each turn's median).
     step_s: list[float] = field(default_factory=list)
     boundary_s: dict[str, list[float]] = field(default_factory=dict)
@@ -72,10 +74,9 @@ def _append_round(to: list[float], turns: list[tuple[float, ...]]) -> None:
 
 @dataclass
 class PairedRounds:
-    """One region's rounds, held from both trees in one worker, and the verdict they give."""
+    """One region's rounds, held from both trees in their workers, and the verdict they give."""
 
     region: Region
-    scheduler: Scheduler
     head: Side
     base: Side
     cancel: Cancellation | None
@@ -92,7 +93,7 @@ class PairedRounds:
     def run(self) -> tuple[Side, RegionError] | None:
         """Paired rounds until a look decides the verdict or the most rounds ran."""
         rule = self.region.timing
-        self.scheduler.announce(region_key(self.head.policy, self.region), TIMING_BOTH)
+        self.head.scheduler.announce(region_key(self.head.policy, self.region), TIMING_BOTH)
         for look in looks(rule.rounds, rule.max_rounds):
             failed = self._paired_rounds(look)
             if failed is not None:
@@ -127,9 +128,12 @@ class PairedRounds:
                 schedule.append((side, Turn(side.root, self.turn_runs, cpu)))
         if not schedule:
             return None
-        timed = self.scheduler.time_turns(
-            self.head.policy, self.region, [turn for _, turn in schedule]
-        )
+        timed: list[StepSamples] = []
+        for side, turns in _runs_of_one_side(schedule):
+            piece = side.scheduler.time_turns(side.policy, self.region, turns, tree=side.name)
+            timed.extend(piece)
+            if len(piece) < len(turns) or any(s.error is not None for s in piece):
+                break
         for index, ((side, _), samples) in enumerate(zip(schedule, timed, strict=False)):
             if samples.error is not None:
                 return side, samples.error
@@ -170,6 +174,17 @@ class PairedRounds:
             if len(self.base.boundary_s.get(name, ())) == len(values) > 0
         )
         return step, boundaries
+
+
+def _runs_of_one_side(schedule: list[tuple[Side, Turn]]) -> list[tuple[Side, list[Turn]]]:
+    """``schedule`` cut where the tree changes: each piece one request to that tree's worker."""
+    pieces: list[tuple[Side, list[Turn]]] = []
+    for side, turn in schedule:
+        if pieces and pieces[-1][0] is side:
+            pieces[-1][1].append(turn)
+        else:
+            pieces.append((side, [turn]))
+    return pieces
 
 
 def turn_runs(round_runs: int, *results: RegionResult) -> int:

@@ -1,31 +1,34 @@
-"""Running each region from the head and from the base, in one worker, and comparing them.
+"""Running each region from the head and from the base, each tree in a worker of its own, and
+comparing them.
 
-One process holds the device: a TPU chip admits one, and two processes on one GPU would
-split its memory. So one worker imports both trees' code side by side, each tree's modules
-kept apart (`gate.policy.trees`), and for each region runs the head, then the base (each
-under the head's policy, `gate.compare.base_policy`). It then holds both, loaded and warmed
-up, and times them in paired rounds: one base run, then one head run, both on the same core
-(`gate.region.cores`), the core rotating from round to round. Drift, bursts of load and a
-busy core then hit both runs of a round alike, and each round's ratio head/base cancels
-them. The rounds are judged after ``timing.rounds`` of them and then at looks further apart
-(`gate.compare.timing.looks`), and the timing stops at the first look that decides; after
-``timing.max_rounds`` an open verdict is reported as inconclusive. A look's rounds are one
-request to the worker (`gate.compare.rounds`).
+Each tree's verdicts come from a process that imported only that tree: the head's regions run
+in the head's workers, the base's in workers started in the base checkout, under the base's
+own copy of the policy for how its code runs (``env:``, ``python_path``, `for_base`) and with
+the head's inputs. Whatever a tree does at import or while it runs (an RNG seeded, a warnings
+filter, logging, a registry or cache in an installed package, ``sys.settrace``, JAX's options)
+stays in its own process: the boundary is the process, not a list of things put back.
 
-Two trees cannot share a process when their modules set JAX's process-wide options
-differently at import (``jax.config.update("jax_enable_x64", True)`` in one tree only), or
-when a tree has compiled extension modules of its own (a second copy of one may not load
-beside the first). Each worker's `Check` of a tree's callables says both; then the trees run
-*apart*: every region of the head in a worker, which is then stopped, then every region of
-the base in another. The device still has one process at a time; the step times are then two
-samples measured apart, compared unpaired, and every report says why (`BaseComparison.apart`).
-Two reasons show only as the trees run (`_parting`): a tree ran the other's code (a cache
-outside both trees kept it, `gate.region.other_tree_code`), or changed JAX's options as it
-ran. The region where one shows, and the policy's regions not compared yet, then run apart.
+Where the device admits two processes (the CPU; a GPU, its memory shared out,
+`gate.isolation.device_pool`), both trees' workers stay up side by side, each holding its
+tree's region loaded and warmed up, and time it in paired rounds: a base turn and a head turn
+on the same core (`gate.region.cores`), the core rotating from round to round, one worker
+waiting on its pipe while the other runs (`gate.compare.rounds`). Drift, bursts of load and a
+busy core then hit both trees' turns of a round alike, and each round's ratio head/base
+cancels them. The rounds are judged after ``timing.rounds`` of them and then at looks further
+apart (`gate.compare.timing.looks`); after ``timing.max_rounds`` an open verdict is reported as
+inconclusive.
+
+Where it admits one (a TPU chip), the trees run *apart*: every region of a policy from the
+head in its worker, which is then stopped, then every region from the base in a worker of the
+base's. The device has one process at a time; the step times are two samples measured apart,
+compared unpaired, and every report says so (`BaseComparison.apart`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -39,9 +42,11 @@ from gate.compare.rounds import PairedRounds, Side, turn_runs
 from gate.compare.timing import compare_unpaired
 from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
+from gate.isolation.device_pool import DevicePool
 from gate.isolation.run_loop import begin, schedulers
-from gate.isolation.scheduler import Checked, Scheduler
+from gate.isolation.scheduler import Scheduler, worker_environment
 from gate.isolation.watcher import RunWatcher
+from gate.isolation.worker_start import DeviceBusy
 from gate.plan import Plan
 from gate.policy.model import Policy, RecompileRule, Region
 from gate.results.baseline import accept_base
@@ -61,6 +66,16 @@ from gate.results.line_times import OpTimes
 from gate.results.records import RegionResult, RunResult
 from gate.witness.recompiles import startup_recompiles
 
+# Why the trees of a device that admits one process run apart (`BaseComparison.apart`).
+ONE_PROCESS = (
+    "the device admits one process at a time (a TPU chip), so each tree's worker held it in turn"
+)
+REFUSED_BESIDE = (
+    "the device refused the base's worker beside the head's, so each tree's worker held it in turn"
+)
+# A base whose module raised as it was imported (a SyntaxError, say): not a renamed step.
+_RAISED_ON_IMPORT = re.compile(r"importing '[^']+' raised ")
+
 
 def run_compared(
     plan: Plan,
@@ -79,29 +94,57 @@ def run_compared(
     ``starting`` gets the scheduler while the first worker starts, to check the head's
     policies in it (what it raises stops the run).
     """
-    with schedulers(plan, repo_root, cancel=cancel, watcher=watcher, environ=environ) as workers:
-        session = _Session(plan, repo_root, base, cancel)
+    env = _memory_for_two(dict(os.environ if environ is None else environ))
+    with (
+        schedulers(plan, repo_root, cancel=cancel, watcher=watcher, environ=env) as workers,
+        contextlib.ExitStack() as bases,
+    ):
+        session = _Session(plan, repo_root, base, cancel, watcher, env, bases)
         return begin(plan, workers, starting, session.compared, finished)
+
+
+# JAX's settings of how much of a GPU a process takes: one the user set is left as it is.
+GPU_MEMORY_SETTINGS = (
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
+)
+# Each tree's worker's share of a GPU when the user set none: JAX's default preallocates 75%
+# in every process, so a second worker would find a quarter of the memory left.
+GPU_SHARE = "0.45"
+
+
+def _memory_for_two(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with each worker's share of a GPU set for two workers side by side."""
+    pool = DevicePool.for_environment(env)
+    if pool is not None and pool.admits_two and not any(k in env for k in GPU_MEMORY_SETTINGS):
+        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = GPU_SHARE
+    return env
 
 
 @dataclass
 class _Session:
-    """The trees of one ``run --base``, and what is known of running them together.
+    """The trees of one ``run --base``: the base's scheduler beside each of the head's.
 
-    On a host with a worker per TPU chip, regions are compared side by side, each wholly in
-    one worker (`gate.isolation.run_loop`); what is decided per policy is decided once.
+    On a host with a worker per TPU chip, regions are compared side by side, each wholly on
+    one chip (`gate.isolation.run_loop`); what is decided per policy is decided once.
     """
 
     plan: Plan
     head_root: Path
     tree: BaseTree
     cancel: Cancellation | None
-    # Per policy: why its trees run apart ("" when they share a worker), once decided.
-    _apart: dict[Path, str] = field(default_factory=dict)
+    watcher: RunWatcher | None
+    environ: dict[str, str]
+    stack: contextlib.ExitStack  # stops the base's schedulers as the run ends
+    # The base's schedulers for each of the head's, by the head's (its identity) and whether
+    # the base's worker runs beside the head's.
+    _bases: dict[tuple[int, bool], Scheduler] = field(default_factory=dict)
+    # Policies whose device refused the base's worker beside the head's: why, as the device
+    # said it (their regions run apart).
+    _refused: dict[Path, str] = field(default_factory=dict)
     # Results of regions whose trees ran apart, by policy and region name.
     _ran_apart: dict[tuple[Path, str], RegionResult] = field(default_factory=dict)
-    # Regions compared with both trees in one worker, by policy and region name.
-    _paired: set[tuple[Path, str]] = field(default_factory=set)
     _deciding: threading.Lock = field(default_factory=threading.Lock)
 
     def compared(self, scheduler: Scheduler, policy: Policy, region: Region) -> RegionResult:
@@ -109,89 +152,73 @@ class _Session:
         if names is None or region.name not in names:
             result = scheduler.run(policy, region, tree="head")
             return replace(result, base=BaseComparison(self.tree.describe(), BaseStatus.NEW_REGION))
-        with self._deciding:
-            if policy.path not in self._apart:
-                self._apart[policy.path] = self._why_apart(scheduler, policy)
-            if self._apart[policy.path]:
-                key = (policy.path, region.name)
-                if key not in self._ran_apart:
-                    self._run_apart(scheduler, policy, names)
-                return self._ran_apart.pop(key)
-        pair = _Pair(region, scheduler, self._sides(policy), self.tree, self.cancel)
-        result = pair.compare(self.head_root)
+        if self._admits_two(policy):
+            pair = _Pair(
+                region, self._sides(policy, scheduler, beside=True), self.tree, self.cancel
+            )
+            try:
+                return pair.compare(self.head_root)
+            except _NoRoomBeside as refused:
+                with self._deciding:  # this region, and the policy's others, run apart
+                    self._refused.setdefault(policy.path, refused.why)
         key = (policy.path, region.name)
-        if not pair.parting:
-            self._paired.add(key)
-            return result
-        # Found only as the trees ran: this region, and the policy's others not yet compared,
-        # run apart; what was compared before the trees met stands.
         with self._deciding:
-            self._apart[policy.path] = pair.parting
             if key not in self._ran_apart:
-                done = {name for path, name in self._paired if path == policy.path}
-                self._run_apart(scheduler, policy, names - done)
+                self._run_apart(self._sides(policy, scheduler, beside=False), policy, names)
             return self._ran_apart.pop(key)
 
-    def _sides(self, policy: Policy) -> tuple[Side, Side]:
+    def _admits_two(self, policy: Policy) -> bool:
+        """Whether ``policy``'s workers, one per tree, may hold the device at once: on the CPU
+        and a GPU, unless the device refused the second (an accelerator the gate did not
+        recognise as one that admits a single process)."""
+        if policy.path in self._refused:
+            return False
+        pool = DevicePool.for_environment(worker_environment(self.environ, policy))
+        return pool is None or pool.admits_two
+
+    def _sides(self, policy: Policy, scheduler: Scheduler, *, beside: bool) -> tuple[Side, Side]:
+        base_policy = for_base(policy, self.head_root, self.tree.root)
+        base = self._base_scheduler(scheduler, beside=beside)
         return (
-            Side("head", self.head_root, policy),
-            Side("base", self.tree.root, for_base(policy, self.head_root, self.tree.root)),
+            Side("head", self.head_root, policy, scheduler),
+            Side("base", self.tree.root, base_policy, base),
         )
 
-    def _why_apart(self, scheduler: Scheduler, policy: Policy) -> str:
-        """Why ``policy``'s regions cannot run from both trees in one worker; "" when they can.
-
-        The head's check ran before anything (`gate.cli.execute`); the base's runs now, in the
-        worker that will hold both.
-        """
-        head = scheduler.checked(policy)
-        if head.extensions:
-            return _extensions_text("the head", head)
-        base_policy = for_base(policy, self.head_root, self.tree.root)
-        base = scheduler.check([base_policy], root=self.tree.root)
-        if base.extensions:
-            return _extensions_text("the base", base)
-        if head.config != base.config:
-            return _config_text(dict(head.config), dict(base.config))
-        return ""
-
-    def _run_apart(self, scheduler: Scheduler, policy: Policy, names: frozenset[str]) -> None:
-        """Every region of ``policy`` the base has, from the head's tree in a worker, then
-        from the base's in another: one process on the device at a time."""
-        why = self._apart[policy.path]
-        regions = [r for p, rs in self.plan.steps if p is policy for r in rs if r.name in names]
-        scheduler.close()  # it imported both trees' modules; they must not meet
-        heads = {r.name: scheduler.run_for_outputs(policy, r, tree="head") for r in regions}
-        scheduler.close()
-        head_side, base_side = self._sides(policy)
-        for region in regions:
-            head_result, head_outputs = heads[region.name]
-            pair = _Pair(region, scheduler, (head_side, base_side), self.tree, self.cancel)
-            self._ran_apart[(policy.path, region.name)] = pair.compare_apart(
-                (head_result, head_outputs), self.head_root, why
+    def _base_scheduler(self, head: Scheduler, *, beside: bool) -> Scheduler:
+        """The scheduler of the base's workers for ``head``'s: ``beside`` it (both hold the
+        device at once), or after it (the head's is stopped first); each made once."""
+        key = (id(head), beside)
+        found = self._bases.get(key)
+        if found is None:
+            found = Scheduler(
+                self.tree.root,
+                cancel=self.cancel,
+                watcher=self.watcher,
+                environ=self.environ,
+                beside=beside,
+                moved_paths=self.tree.moved_paths,
             )
-        scheduler.close()
+            self._bases[key] = self.stack.enter_context(found)
+        if not beside:
+            self._bases.get((id(head), True), found).close()  # one process on the device
+        return found
 
-
-def _extensions_text(tree: str, checked: Checked) -> str:
-    names = ", ".join(checked.extensions[:3]) + (", ..." if len(checked.extensions) > 3 else "")
-    return (
-        f"{tree} has compiled extension modules of its own ({names}), and a second copy of one "
-        "may not load beside the first in one process"
-    )
-
-
-def _config_text(head: dict[str, str], base: dict[str, str]) -> str:
-    differ = sorted(name for name in {*head, *base} if head.get(name) != base.get(name))
-    shown = "; ".join(
-        f"{name}: {head.get(name, 'unchanged')} in the head, {base.get(name, 'unchanged')} in "
-        "the base"
-        for name in differ[:3]
-    )
-    return (
-        "the trees set JAX's process-wide options differently when imported "
-        f"({shown}), and one process has one set of them"
-    )
+    def _run_apart(self, sides: tuple[Side, Side], policy: Policy, names: frozenset[str]) -> None:
+        """Every region of ``policy`` the base has, from the head's tree in its worker, then
+        from the base's in a worker of its own: one process on the device at a time."""
+        head, base = sides
+        refused = self._refused.get(policy.path)
+        why = ONE_PROCESS if refused is None else f"{REFUSED_BESIDE} ({refused})"
+        regions = [r for p, rs in self.plan.steps if p is policy for r in rs if r.name in names]
+        base.scheduler.close()
+        heads = {r.name: head.scheduler.run_for_outputs(policy, r, tree="head") for r in regions}
+        head.scheduler.close()
+        for region in regions:
+            pair = _Pair(region, sides, self.tree, self.cancel, apart=why)
+            self._ran_apart[(policy.path, region.name)] = pair.compare_apart(
+                heads[region.name], self.head_root
+            )
+        base.scheduler.close()
 
 
 # A region held in a tree's worker: its result, and its outputs on the host (None: it did not
@@ -201,17 +228,14 @@ Held = tuple[RegionResult, StepOutputs | None]
 
 @dataclass
 class _Pair:
-    """One region from both trees."""
+    """One region from both trees, each in its own worker (`Side.scheduler`)."""
 
     region: Region
-    scheduler: Scheduler
     sides: tuple[Side, Side]  # the head's, the base's
     tree: BaseTree
     cancel: Cancellation | None
-    # Why the trees run in workers of their own ("" when one worker holds both).
+    # Why the trees' workers held the device one after the other ("" when side by side).
     apart: str = ""
-    # Why the trees must run apart, found as they ran in one worker ("" when nothing was).
-    parting: str = ""
     renamed: tuple[Renamed, ...] = ()  # what the base ran from its own policy instead
 
     @property
@@ -223,29 +247,41 @@ class _Pair:
         return self.sides[1]
 
     def compare(self, head_root: Path) -> RegionResult:
-        """Both trees' runs in the worker, which then holds both for the paired rounds (only
-        when the step's time is compared: otherwise each run is let go as it ends)."""
+        """Both trees' runs, each in its worker, which then holds it for the paired rounds
+        (only when the step's time is compared: otherwise each run is let go as it ends)."""
         head = self._run(self.head, self.region)
         if head[0].error is not None:
             return _not_compared(head[0])
         return self._judged(head, self._base_run(head_root))
 
-    def compare_apart(self, head: Held, head_root: Path, why: str) -> RegionResult:
-        """The head's run, made earlier in a worker of its own, against the base's, run now."""
-        self.apart = why
+    def compare_apart(self, head: Held, head_root: Path) -> RegionResult:
+        """The head's run, made earlier in its worker, against the base's, run now."""
         if head[0].error is not None:
             return _not_compared(head[0])
         return self._judged(head, self._base_run(head_root))
 
     def _run(self, side: Side, region: Region) -> Held:
         held = self.region.timing.compare and not self.apart
-        run = self.scheduler.run_held if held else self.scheduler.run_for_outputs
+        run = side.scheduler.run_held if held else side.scheduler.run_for_outputs
         return run(side.policy, region, side.root, side.name)
 
     def _base_run(self, head_root: Path) -> Held:
         base_region = next(r for r in self.base.policy.regions if r.name == self.region.name)
-        base_result, base_outputs = self._run(self.base, base_region)
-        if base_result.error is not None and base_result.error.kind is ErrorKind.IMPORT:
+        try:
+            base_result, base_outputs = self._run(self.base, base_region)
+        except DeviceBusy as busy:
+            if self.apart:  # the head's worker is gone: another process holds the device
+                raise
+            raise _NoRoomBeside(busy.message) from busy
+        error = base_result.error
+        if error is not None and error.kind is ErrorKind.IMPORT:
+            if _RAISED_ON_IMPORT.search(error.message):
+                message = (
+                    f"the base's own code failed as it was imported, in the base's worker: "
+                    f"{error.message}. The base does not run on its own, so nothing of this "
+                    "change is compared; fix the base (or compare with another --base)"
+                )
+                return replace(base_result, error=replace(error, message=message)), None
             return self._own_definition(base_region, base_result, head_root)
         return base_result, base_outputs
 
@@ -261,10 +297,6 @@ class _Pair:
         wrong_tree = _outside(base_outputs, self.tree.root)
         if wrong_tree is not None:
             return replace(head_result, base=self._failed(wrong_tree))
-        if not self.apart:
-            self.parting = _parting(head_outputs, base_outputs)
-            if self.parting:  # the session runs the trees apart instead
-                return head_result
         head_result, kept = accept_base(head_result, base_result)
         head_result = _startup_vs_base(head_result, base_result, self.region)
         timing: TimingComparison | None = None
@@ -273,7 +305,7 @@ class _Pair:
             timing = _unpaired(self.region, base_result, head_result)
         elif self.region.timing.compare:
             runs = turn_runs(self.region.timing.round_runs, head_result, base_result)
-            rounds = PairedRounds(self.region, self.scheduler, self.head, self.base, self.cancel)
+            rounds = PairedRounds(self.region, self.head, self.base, self.cancel)
             rounds.turn_runs = runs
             failed = rounds.run()
             if failed is not None:
@@ -305,8 +337,11 @@ class _Pair:
         """Both with their op times by line, from traced runs of the regions the worker still
         holds: made only for a slower step, the one verdict that lists lines (a trace costs
         ~0.9 s a tree on a TPU, `gate.region.cost_phase`). A region with none keeps none."""
-        head_times, base_times = self.scheduler.trace_held(
-            self.head.policy, self.region, (self.head.root, self.base.root), tree="head"
+        (head_times,) = self.head.scheduler.trace_held(
+            self.head.policy, self.region, (self.head.root,), tree="head"
+        )
+        (base_times,) = self.base.scheduler.trace_held(
+            self.base.policy, self.region, (self.base.root,), tree="base"
         )
         return _with_times(head, head_times), _with_times(base, base_times)
 
@@ -343,6 +378,14 @@ class _Pair:
             renamed=self.renamed,
             apart=self.apart,
         )
+
+
+class _NoRoomBeside(Exception):
+    """The device refused the base's worker beside the head's: it admits one process."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
 
 
 def _with_times(result: RegionResult, times: OpTimes | None) -> RegionResult:
@@ -386,29 +429,6 @@ def _unpaired(region: Region, base: RegionResult, head: RegionResult) -> TimingC
         on_inconclusive=rule.on_inconclusive,
         against="base",
     )
-
-
-def _parting(head: StepOutputs, base: StepOutputs) -> str:
-    """Why two trees that ran in one worker must run apart after all; "" when they need not.
-
-    A tree ran the other's code (a cache outside the trees kept a function of the tree that
-    ran first), or changed JAX's process-wide options as it ran (an import inside the step,
-    a ``jax.config.update`` in setup): the other tree then ran, or would run, under them.
-    """
-    for tree, other, outputs in (("head", "base", head), ("base", "head", base)):
-        if outputs.other_tree:
-            return (
-                f"the {tree}'s run ran the {other}'s code, {outputs.other_tree}: a cache outside "
-                f"both trees (an installed module's functools.lru_cache, say) kept it from the "
-                f"{other}'s run"
-            )
-    for tree, outputs in (("head", head), ("base", base)):
-        if outputs.late_config:
-            return (
-                f"the {tree}'s run changed JAX's process-wide options ({outputs.late_config}), "
-                "and one process has one set of them"
-            )
-    return ""
 
 
 def _outside(outputs: StepOutputs, base_root: Path) -> RegionError | None:

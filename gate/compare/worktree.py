@@ -59,6 +59,29 @@ class BaseTree:
     # Why the base lies in a fresh folder, not the checkout's usual one (`_stable_folder`):
     # a kept compilation cache then cannot serve its programs. "" where it lies there.
     fresh_because: str = ""
+    # The git top levels: the head's checkout, and the base's worktree. A folder of the
+    # head's repository that the base's code imports from (an editable install's, a
+    # monorepo's shared folder) is taken at the same place in the base (`moved_paths`).
+    head_top: Path | None = None
+    top: Path | None = None
+
+    @property
+    def moved_paths(self) -> tuple[tuple[Path, Path], ...]:
+        """``(head's top level, base's top level)``, for the base's worker: the folders a
+        sys.path entry is taken from in the base instead; () when the tops are not known."""
+        if self.head_top is None or self.top is None:
+            return ()
+        return ((self.head_top, self.top),)
+
+    def in_base(self, path: Path) -> Path:
+        """``path`` (absolute) at the same place in the base; a path outside the head's
+        repository is the same for both trees."""
+        for head, base in self.moved_paths:
+            try:
+                return base / path.resolve().relative_to(head.resolve())
+            except ValueError:
+                continue
+        return path
 
     def describe(self) -> str:
         """``HEAD~1 (1a2b3c4)``; the SHA alone when the ref is one."""
@@ -98,7 +121,7 @@ def checked_out(repo_root: Path, ref: str, resolved: BaseRef | None = None) -> I
             _git(["worktree", "prune"], top, check=False)
             _add_worktree(top, folder, ref, resolved.sha)
             root = folder / resolved.prefix
-            yield BaseTree(ref, resolved.sha, resolved.short_sha, root, fresh_because)
+            yield BaseTree(ref, resolved.sha, resolved.short_sha, root, fresh_because, top, folder)
         finally:
             _remove_worktree(top, folder)
 

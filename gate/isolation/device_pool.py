@@ -49,6 +49,9 @@ class Slot:
     name: str  # "TPU chip 2", "the GPUs"
     lock: str  # its lock file's name
     env: Mapping[str, str] = field(default_factory=dict)
+    # Two of the gate's workers may hold it at once (``run --base``'s two trees): a GPU, its
+    # memory shared out between them; never a TPU chip, which admits one process.
+    shared: bool = False
 
 
 class HeldSlot:
@@ -95,8 +98,13 @@ class DevicePool:
             )
         platforms = {p.strip() for p in env.get("JAX_PLATFORMS", "").split(",") if p.strip()}
         if gpu_files() and (not platforms or platforms & {"cuda", "gpu", "rocm"}):
-            return cls((Slot("the GPUs", "gpus"),), folder)
+            return cls((Slot("the GPUs", "gpus", shared=True),), folder)
         return None
+
+    @property
+    def admits_two(self) -> bool:
+        """Whether two of the gate's workers may hold a slot at once (`Slot.shared`)."""
+        return all(slot.shared for slot in self.slots)
 
     def take(
         self,

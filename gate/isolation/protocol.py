@@ -83,6 +83,9 @@ class Job:
     # The run's settings for the gate in the worker (`gate.witness.run_settings`), by name; one
     # not named is unset there. Sent with each job, not in the worker's environment.
     settings: tuple[tuple[str, str], ...] = ()
+    # (the head's top level, this tree's): folders of the head's checkout on `sys.path` that a
+    # base tree's worker takes in its own checkout instead (`gate.isolation.own_tree`).
+    moved_paths: tuple[tuple[Path, Path], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -116,8 +116,14 @@ class Scheduler:
         cancel: Cancellation | None = None,
         watcher: RunWatcher | None = None,
         environ: Mapping[str, str] | None = None,
+        beside: bool = False,
+        moved_paths: tuple[tuple[Path, Path], ...] = (),
     ) -> None:
+        """``beside``: its worker runs beside another scheduler's, which holds the device
+        (``run --base``'s base tree, `WorkerStarts.beside`); ``moved_paths``: folders of the
+        head's checkout its worker takes in its own tree (`Job.moved_paths`)."""
         self.repo_root = repo_root
+        self.moved_paths = moved_paths
         self.cancel = cancel
         self.watcher = watcher
         # The run's own settings go with each job (`Job.settings`), not in the worker's
@@ -125,7 +131,9 @@ class Scheduler:
         self._settings, self.environ = split_run_settings(
             os.environ if environ is None else environ
         )
-        self._starts = WorkerStarts(repo_root, self.environ, watcher, cancel, self.announce)
+        self._starts = WorkerStarts(
+            repo_root, self.environ, watcher, cancel, self.announce, beside=beside
+        )
         self.startups = self._starts.startups  # every worker started, for benchmarks and tests
         self._worker: WorkerProcess | None = None
         self._jobs = itertools.count(1)
@@ -237,6 +245,7 @@ class Scheduler:
             hold,
             outputs,
             self._settings,
+            self.moved_paths,
         )
         reply = self._request(job, self.environment(policy), running.label, region.timeout_s, tree)
         if isinstance(reply, RegionError):

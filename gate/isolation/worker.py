@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from gate.isolation.held_regions import HeldRegions
 from gate.isolation.leftovers import Leftovers
+from gate.isolation.own_tree import take_from_own_tree
 from gate.isolation.protocol import (
     DUMP_SIGNAL,
     END_OF_JOB,
@@ -121,6 +122,7 @@ def main(argv: list[str]) -> int:
                 leftovers.between_regions()
             left_over = True
             _apply_settings(job.settings)
+            take_from_own_tree(job.moved_paths)
             options = _OptionsWatch(config_values())
             with (
                 listening(functools.partial(_stage_entered, results_fd, job.number, options)),

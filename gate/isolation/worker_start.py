@@ -49,8 +49,13 @@ class WorkerStarts:
         watcher: RunWatcher | None,
         cancel: Cancellation | None,
         announce: Announce,
+        *,
+        beside: bool = False,
     ) -> None:
         self.repo_root = repo_root
+        # Its workers run beside another scheduler's, which holds the device's slot
+        # (``run --base``'s base tree on a device that admits two, `Slot.shared`).
+        self.beside = beside
         self.environ = environ
         self.watcher = watcher
         self.cancel = cancel
@@ -100,7 +105,10 @@ class WorkerStarts:
                 f"{START_ATTEMPTS} workers in a row could not start)",
             )
         self.announce(label, STARTING_A_WORKER, tree)
-        refused_until = time.monotonic() + _device_wait_s(self.environ)
+        # Beside another of the gate's workers, a refusal is the device's answer that it
+        # admits one process: asking again would only wait for the other to end.
+        wait_s = 0.0 if self.beside else _device_wait_s(self.environ)
+        refused_until = time.monotonic() + wait_s
         while True:
             worker = self._spawn(label, env, tree)
             if worker is None:
@@ -156,7 +164,7 @@ class WorkerStarts:
             return first
         pool = DevicePool.for_environment(env)
         device = None
-        if pool is not None:
+        if pool is not None and not (self.beside and pool.admits_two):
 
             def waiting(holders: str) -> None:
                 self.announce(label, f"{WAITING_FOR_THE_DEVICE} (held by {holders})", tree)
