@@ -15,9 +15,10 @@ subprocesses, alternating so that load drifts hit both alike:
   timed runs blocking on the outputs, ``np.isfinite`` on the last outputs).
 
 - the gate against a base: ``python -m gate run --base HEAD`` of the same regions, the
-  repository committed so that base and head are the same tree (one worker runs each
-  region from both trees, then times both in paired rounds until the timing verdict is
-  decided, `gate.compare.timing`);
+  repository committed so that base and head are the same tree (each tree's worker runs
+  each region, then the two time it in paired rounds until the timing verdict is decided,
+  `gate.compare.timing`; on a TPU chip, which admits one process, each tree's worker in
+  turn, compared unpaired);
 - the floor for two trees: one script doing the same by hand for a copy of the tree beside
   the repository (its module imported under another name): each region's phases for both
   trees, then 16 rounds of base, head, head, base turns of as many runs as fill 2 ms (the

@@ -31,7 +31,7 @@
 #      backend configs, and the gate's readings of both (program_text_options.py);
 #  15. (section `wait`, not run by default) what a timed run's clock holds: the step alone from
 #      an idle device against the step queued behind setup (timed_run_wait.py).
-# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [growth] [lines] [map] [floor] [phases] [probe] [costrun] [textopts] [wait] [start] [turns]` (default:
+# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [trees] [growth] [lines] [map] [floor] [phases] [probe] [costrun] [textopts] [wait] [start] [turns]` (default:
 # checks and figures; `lines`, `map` (the example policies: the transfer map works on the chip)
 # and `floor` are parts of them that fit one device call). Logs go to
 # reports/tpu-check/, and as one archive to $OUT (the device tool's folder) when it is set. Needs junit-xml, msgspec, xmlschema and
@@ -148,6 +148,14 @@ if [[ " $sections " == *" figures "* ]]; then
 
     step "reading the programs' collectives"
     expect 0 comm.log env JAX_PLATFORMS=tpu python3 benchmarks/comm_overhead.py --runs 20
+fi
+
+# `trees`: run --base with each tree in a worker of its own, which on a chip hold it in turn
+# (issue 53): power and false alarms, and the cost against the two-tree floor.
+if [[ " $sections " == *" trees "* ]]; then
+    step "run --base, each tree's worker in turn: a 1.3x slower step caught, an unchanged one passed"
+    expect 0 trees-power.log python3 benchmarks/base_power.py --factors 1.0 1.3 --size 1024 \
+        --trials "${POWER_TRIALS:-5}" --json "$out/trees-power.json"
 fi
 
 # The sections of one benchmark each, not run by default: its log is NAME.log.
