@@ -390,6 +390,9 @@ def _judged_in_turn(run: Any, repo: Path) -> dict[str, dict[str, Any]]:
     for name, region in regions.items():
         timing = region["base"]["timing"]
         assert timing["paired"] is False, (name, timing)  # two samples, measured apart
+    # Each tree's block of turns: the 2x slower step is caught, the unchanged one is not.
+    assert regions["p.slow"]["base"]["timing"]["verdict"] == "slower", regions["p.slow"]
+    assert regions["p.same"]["base"]["timing"]["verdict"] != "slower", regions["p.same"]
     assert "ran apart" in run.stdout, run
     return regions
 

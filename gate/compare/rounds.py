@@ -176,6 +176,25 @@ class PairedRounds:
         return step, boundaries
 
 
+def timed_block(side: Side, region: Region, runs: int) -> tuple[float, ...] | RegionError:
+    """A tree's block of turns, for trees whose workers hold the device one after the other:
+    as many turns as the tree has in the paired rounds' first look (two a round), each of
+    ``runs`` timed runs of the region ``side``'s worker holds, the cores rotating; each turn's
+    median. Turns, not the region's own timed runs: both trees' samples are then what paired
+    rounds compare, runs back to back on held inputs, where a timed run with fresh inputs also
+    holds the wait for them (on a TPU a 1.3x slower step read 1.1x so)."""
+    cpus = usable_cpus()
+    count = 2 * region.timing.rounds
+    turns = [Turn(side.root, runs, cpus[i % len(cpus)] if cpus else None) for i in range(count)]
+    timed = side.scheduler.time_turns(side.policy, region, turns, tree=side.name)
+    for samples in timed:
+        if samples.error is not None:
+            return samples.error
+    if len(timed) < count:
+        return gate_fault("timing this region: the worker timed fewer turns")
+    return tuple(max(statistics.median(t.step_s), _SMALLEST_S) for t in timed if t.step_s)
+
+
 def _runs_of_one_side(schedule: list[tuple[Side, Turn]]) -> list[tuple[Side, list[Turn]]]:
     """``schedule`` cut where the tree changes: each piece one request to that tree's worker."""
     pieces: list[tuple[Side, list[Turn]]] = []

@@ -38,7 +38,7 @@ from gate.compare.base_policy import for_base, regions_in_base
 from gate.compare.communication import compare_sides, program_names
 from gate.compare.outputs import compare_outputs
 from gate.compare.own_definition import own_definition
-from gate.compare.rounds import PairedRounds, Side, turn_runs
+from gate.compare.rounds import PairedRounds, Side, timed_block, turn_runs
 from gate.compare.timing import compare_unpaired
 from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
@@ -211,13 +211,14 @@ class _Session:
         why = ONE_PROCESS if refused is None else f"{REFUSED_BESIDE} ({refused})"
         regions = [r for p, rs in self.plan.steps if p is policy for r in rs if r.name in names]
         base.scheduler.close()
-        heads = {r.name: head.scheduler.run_for_outputs(policy, r, tree="head") for r in regions}
-        head.scheduler.close()
+        heads = {}
         for region in regions:
             pair = _Pair(region, sides, self.tree, self.cancel, apart=why)
-            self._ran_apart[(policy.path, region.name)] = pair.compare_apart(
-                heads[region.name], self.head_root
-            )
+            heads[region.name] = (pair, pair.head_alone())
+        head.scheduler.close()
+        for region in regions:
+            pair, held = heads[region.name]
+            self._ran_apart[(policy.path, region.name)] = pair.compare_apart(held, self.head_root)
         base.scheduler.close()
 
 
@@ -237,6 +238,10 @@ class _Pair:
     # Why the trees' workers held the device one after the other ("" when side by side).
     apart: str = ""
     renamed: tuple[Renamed, ...] = ()  # what the base ran from its own policy instead
+    # Trees apart: each tree's block of turns' medians, and the timed runs in a turn.
+    head_block: tuple[float, ...] = ()
+    base_block: tuple[float, ...] = ()
+    turn_runs: int = 1
 
     @property
     def head(self) -> Side:
@@ -254,15 +259,37 @@ class _Pair:
             return _not_compared(head[0])
         return self._judged(head, self._base_run(head_root))
 
+    def head_alone(self) -> Held:
+        """The head's run, and its block of timed turns (`timed_block`), while its worker
+        holds the device alone."""
+        head = self._run(self.head, self.region)
+        if head[0].error is None and self.region.timing.compare:
+            self.turn_runs = turn_runs(self.region.timing.round_runs, head[0])
+            block = timed_block(self.head, self.region, self.turn_runs)
+            if isinstance(block, RegionError):
+                return replace(head[0], error=block), None
+            self.head_block = block
+        return head
+
     def compare_apart(self, head: Held, head_root: Path) -> RegionResult:
-        """The head's run, made earlier in its worker, against the base's, run now."""
+        """The head's run, made earlier in its worker (`head_alone`), against the base's, run
+        now; each tree's block of turns compared unpaired."""
         if head[0].error is not None:
             return _not_compared(head[0])
-        return self._judged(head, self._base_run(head_root))
+        base = self._base_run(head_root)
+        if base[0].error is None and self.region.timing.compare:
+            block = timed_block(self.base, self.region, self.turn_runs)
+            if isinstance(block, RegionError):
+                return replace(head[0], base=self._failed(block))
+            self.base_block = block
+        return self._judged(head, base)
 
     def _run(self, side: Side, region: Region) -> Held:
-        held = self.region.timing.compare and not self.apart
-        run = side.scheduler.run_held if held else side.scheduler.run_for_outputs
+        run = (
+            side.scheduler.run_held
+            if self.region.timing.compare
+            else side.scheduler.run_for_outputs
+        )
         return run(side.policy, region, side.root, side.name)
 
     def _base_run(self, head_root: Path) -> Held:
@@ -302,7 +329,7 @@ class _Pair:
         timing: TimingComparison | None = None
         boundary_timing: tuple[TimingComparison, ...] = ()
         if self.region.timing.compare and self.apart:
-            timing = _unpaired(self.region, base_result, head_result)
+            timing = _unpaired(self.region, self.base_block, self.head_block)
         elif self.region.timing.compare:
             runs = turn_runs(self.region.timing.round_runs, head_result, base_result)
             rounds = PairedRounds(self.region, self.head, self.base, self.cancel)
@@ -416,14 +443,16 @@ def _not_compared(head: RegionResult) -> RegionResult:
     return replace(head, notes=(*head.notes, note))
 
 
-def _unpaired(region: Region, base: RegionResult, head: RegionResult) -> TimingComparison | None:
-    """The step times of trees run apart: each tree's own timed runs, compared unpaired."""
-    if not base.timing_samples or not head.timing_samples:
+def _unpaired(
+    region: Region, base: tuple[float, ...], head: tuple[float, ...]
+) -> TimingComparison | None:
+    """The step times of trees run apart: each tree's block of turns, compared unpaired."""
+    if not base or not head:
         return None
     rule = region.timing
     return compare_unpaired(
-        base.timing_samples,
-        head.timing_samples,
+        base,
+        head,
         max_slowdown=rule.max_slowdown,
         on_regression=rule.on_regression,
         on_inconclusive=rule.on_inconclusive,
