@@ -153,7 +153,8 @@ def test_the_base_runs_under_its_own_copys_env_and_python_path(repo: Path, tmp_p
     assert [r.name for r in based.regions] == ["step", "dies"]  # the head's inputs
     make_repo(base_root, {"policies/p.yaml": "version: 1\nregions:\n  - name: step\n"})
     alone = for_base(policy, repo, base_root)
-    assert alone.python_path == () and alone.env == ()
+    assert alone.python_path == ()
+    assert alone.env == ()
 
 
 def test_the_bases_worker_takes_the_heads_folders_in_its_own_tree(
@@ -173,14 +174,20 @@ def test_the_bases_worker_takes_the_heads_folders_in_its_own_tree(
     finder = type("_EditableFinder", (), {"__module__": finder_module.__name__})
     monkeypatch.setitem(sys.modules, finder_module.__name__, finder_module)
     monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, finder])
-    monkeypatch.setattr(sys, "path", [str(head / "src"), "/usr/lib/python3", ""])
+    # The README's .venv in the repository: installed, git-ignored, the same for both trees.
+    venv = head / ".venv"
+    (venv / "lib" / "site-packages").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    site = str(venv / "lib" / "site-packages")
+    monkeypatch.setattr(sys, "path", [str(head / "src"), "/usr/lib/python3", "", site])
     take_from_own_tree(((head, base),))
     real = base.resolve()
-    assert sys.path == [str(real / "src"), "/usr/lib/python3", ""]
-    assert finder_module.MAPPING == {"pkg": str(real / "src" / "pkg")}  # type: ignore[attr-defined]
-    assert finder_module.NAMESPACES == {"ns": [str(real / "ns")]}  # type: ignore[attr-defined]
+    assert sys.path == [str(real / "src"), "/usr/lib/python3", "", site]
+    mapping, namespaces = vars(finder_module)["MAPPING"], vars(finder_module)["NAMESPACES"]
+    assert mapping == {"pkg": str(real / "src" / "pkg")}
+    assert namespaces == {"ns": [str(real / "ns")]}
     take_from_own_tree(((head, base),))  # again: nothing more moves
-    assert sys.path == [str(real / "src"), "/usr/lib/python3", ""]
+    assert sys.path == [str(real / "src"), "/usr/lib/python3", "", site]
 
 
 def test_two_workers_share_a_gpu_only_as_the_user_left_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -436,4 +436,5 @@ def test_a_tree_with_an_extension_module_of_its_own_is_compared(tmp_path: Path) 
     assert run.returncode == 0, run
     base = _base(repo)["at-top"]
     assert base["apart"] == "", base
-    assert isinstance(base["results"], dict) and base["results"]["status"] == "matches", base
+    assert isinstance(base["results"], dict), base
+    assert base["results"]["status"] == "matches", base

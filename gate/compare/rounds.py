@@ -182,7 +182,9 @@ def timed_block(side: Side, region: Region, runs: int) -> tuple[float, ...] | Re
     ``runs`` timed runs of the region ``side``'s worker holds, the cores rotating; each turn's
     median. Turns, not the region's own timed runs: both trees' samples are then what paired
     rounds compare, runs back to back on held inputs, where a timed run with fresh inputs also
-    holds the wait for them (on a TPU a 1.3x slower step read 1.1x so)."""
+    holds the wait for them (on a TPU a 1.3x slower step read 1.1x so). Twice the turns did
+    not decide more: two processes' offsets (0.96-1.02x between unchanged trees on a TPU v5e)
+    bound an unpaired comparison, not the samples' number (docs/performance.md)."""
     cpus = usable_cpus()
     count = 2 * region.timing.rounds
     turns = [Turn(side.root, runs, cpus[i % len(cpus)] if cpus else None) for i in range(count)]

@@ -23,6 +23,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from gate.user_code import owning_root
+
 
 def take_from_own_tree(moved: Sequence[tuple[Path, Path]]) -> None:
     """Point `sys.path` and editable finders' folders under each ``(head, base)`` pair's
@@ -48,12 +50,17 @@ def take_from_own_tree(moved: Sequence[tuple[Path, Path]]) -> None:
 
 
 def _moved(entry: str, moved: Sequence[tuple[Path, Path]]) -> str:
-    """``entry`` at the same place under the base, when it lies under the head's top level."""
+    """``entry`` at the same place under the base, when it is a folder of the head's code:
+    under the head's top level, and not an installed one (a virtual environment in the
+    repository, as the README makes ``.venv``, is git-ignored and installed: the base has
+    none, and both trees' workers import the same packages from it)."""
     if not entry:
         return entry
     real = os.path.realpath(entry)
     for head, base in moved:
         top = os.path.realpath(head)
-        if real == top or real.startswith(top + os.sep):
+        inside = real == top or real.startswith(top + os.sep)
+        # A stand-in file in the folder: the rule that says whose a file's code is.
+        if inside and owning_root(os.path.join(real, "__init__.py"), [top + os.sep]):
             return os.path.join(os.path.realpath(base), os.path.relpath(real, top))
     return entry
