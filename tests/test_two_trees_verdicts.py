@@ -1,14 +1,15 @@
-"""``run --base`` against each tree run alone, on ordinary repositories that meet in one worker.
+"""``run --base`` against each tree run alone, on ordinary repositories where the trees meet.
 
 Each scenario is a repository a new user could have: a module of the same name as an installed
 one, a registry that caches what it resolved, a step that switches JAX to 64 bits lazily, the
 README's own install (``.venv`` in the repository, the gate installed in it). Each test runs
 each tree alone (its step in a Python of its own, as the user would), then ``run --base`` through
-the real CLI, and holds the verdict to what the trees do alone: sharing a worker may cost a run
-apart, never a verdict.
+the real CLI, and holds the verdict to what the trees do alone.
 
-The gates run under the accelerator's planted rule (tests/accelerator_rule.py): a second process
-that opened the device would fail as on a TPU.
+Each tree's regions run in a worker process of its own, started in that tree's root: on the
+plain CPU both workers live side by side (``base.apart`` is ""). A few scenarios run again under
+the accelerator's planted one-process rule (tests/accelerator_rule.py), where the trees' workers
+hold the device in turn: the verdict is the same.
 """
 
 from __future__ import annotations
@@ -27,8 +28,6 @@ from processes import run
 from test_two_trees import _compile_extension
 
 from gate.package import PACKAGE_DIR
-
-pytestmark = pytest.mark.usefixtures("one_process_on_the_device")
 
 MAKE = """
 import jax
@@ -56,8 +55,14 @@ out = steps.step(*getattr(steps, sys.argv[1])())["y"]
 print(out.dtype, np.asarray(out).tolist())
 """
 
+# Why the trees ran in turn, as ``base.apart`` says it under the planted one-process rule.
+REFUSED_BESIDE = "the device refused the base's worker beside the head's"
+ONE_CHIP = "the device admits one process at a time"
 
-def _alone(root: Path, installed: Path | None = None, setup: str = "make") -> str:
+
+def _alone(
+    root: Path, installed: Path | None = None, setup: str = "make", python: Path | None = None
+) -> str:
     """The tree at ``root`` run alone, as its user runs it (no gate, no planted device): its
     step's output, dtype first."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
@@ -65,7 +70,8 @@ def _alone(root: Path, installed: Path | None = None, setup: str = "make") -> st
     env.pop("PYTHONPATH", None)
     if installed is not None:
         env["PYTHONPATH"] = str(installed)
-    done = run([sys.executable, "-c", ALONE, setup], cwd=root, env=env, timeout=120)
+    argv = [str(python or sys.executable), "-c", ALONE, setup]
+    done = run(argv, cwd=root, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().splitlines()[-1]
 
@@ -79,11 +85,14 @@ def _base_tree(repo: Path, tmp_path: Path) -> Path:
 
 def _compared(repo: Path, installed: Path | None = None) -> dict[str, object]:
     """``run --base HEAD`` of ``repo``: its region's comparison with the base, as the JSON
-    report has it, and the gate's terminal report under ``_stdout``."""
+    report has it, and the gate's terminal report under ``_stdout``. With ``installed``, the
+    gate is a process of its own with that folder on its ``PYTHONPATH``, as the user's."""
     with pytest.MonkeyPatch.context() as patch:
         if installed is not None:  # inherited: the planted rule's sitecustomize goes first
             patch.setenv("PYTHONPATH", str(installed))
-        done = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json")
+        done = run_gate(
+            repo, "run", "--base", "HEAD", "--json", "r.json", process=installed is not None
+        )
     assert done.returncode in (0, 1), done
     document = json.loads((repo / "r.json").read_text())
     (region,) = (r for suite in document["suites"] for r in suite["regions"])
@@ -99,6 +108,30 @@ def _results(base: dict[str, object]) -> str:
     return str(results["status"])
 
 
+def _side_by_side(base: dict[str, object]) -> None:
+    """Both trees' workers were up at once, each in its own tree: nothing ran apart."""
+    assert base["apart"] == "", base
+    assert "ran apart" not in str(base["_stdout"]), base["_stdout"]
+
+
+def _in_turn(request: pytest.FixtureRequest, how: str) -> str:
+    """Under the planted one-process rule for ``how`` "in-turn" (with the test's ``chips``
+    mark, if any): what ``base.apart`` must say; "" for "side-by-side" (the plain CPU)."""
+    if how == "side-by-side":
+        return ""
+    request.getfixturevalue("one_process_on_the_device")
+    return ONE_CHIP if request.node.get_closest_marker("chips") else REFUSED_BESIDE
+
+
+def _as_run(base: dict[str, object], apart: str) -> None:
+    """The trees ran as the device lets them: side by side, or (``apart``) in turn, said so."""
+    if not apart:
+        _side_by_side(base)
+        return
+    assert apart in str(base["apart"]), base
+    assert "ran apart" in str(base["_stdout"]), base["_stdout"]
+
+
 # -- a module of the same name as an installed one --------------------------------------
 
 MATHLIB = """
@@ -106,8 +139,8 @@ import os
 
 import jax
 
-with open(os.environ["MATHLIB_LOG"], "a") as log:  # each import of this file, once a line
-    log.write({who!r} + "\\n")
+with open(os.environ["MATHLIB_LOG"], "a") as log:  # each import of this file: whose, where
+    log.write({who!r} + " " + str(os.getpid()) + "\\n")
 
 
 @jax.jit
@@ -166,12 +199,21 @@ def mathlib_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "mathlib.log"
 
 
+def _imported_once_per_tree(log: Path) -> None:
+    """Since ``log`` was emptied: the head's worker imported the installed ``mathlib`` once,
+    the base's worker its own copy once, each in a process of its own, neither the other's."""
+    imports = [tuple(line.split()) for line in log.read_text().splitlines()]
+    assert sorted(who for who, _ in imports) == ["base", "installed"], imports
+    assert len({pid for _, pid in imports}) == 2, imports
+
+
 @pytest.mark.parametrize("package", [False, True], ids=["module", "package"])
-def test_an_installed_module_the_base_displaced_is_never_imported_again_at_a_switch(
+def test_an_installed_module_in_place_of_the_bases_is_imported_once_in_the_heads_worker(
     tmp_path: Path, mathlib_log: Path, package: bool
 ) -> None:
-    """Were it popped with the base's copy at every switch, the head would import it again
-    (and compile its jitted function again) in every round: a false "slower"."""
+    """The head imports the installed ``mathlib`` where the base shipped its own: imported
+    again in every round, it would compile its jitted function again in every round, a false
+    "slower" (the issue's 4.34x). Each tree's worker imports the copy it finds alone, once."""
     repo, installed = _mathlib_repo(tmp_path, "2.0", package)
     head_alone = _alone(repo, installed)
     base_alone = _alone(_base_tree(repo, tmp_path), installed)
@@ -179,28 +221,41 @@ def test_an_installed_module_the_base_displaced_is_never_imported_again_at_a_swi
     mathlib_log.write_text("")
     (repo / "policies/p.yaml").write_text(POLICY.replace("timing: off", "repeats: 20"))
     base = _compared(repo, installed)
-    assert base["apart"] == "", base
+    _side_by_side(base)
     assert _results(base) == "matches", base
     timing = base["timing"]
     assert isinstance(timing, dict), base
     assert timing["paired"] is True, timing
-    assert timing["rounds"] >= 5, timing  # enough switches to have imported it again
     assert timing["verdict"] != "slower", timing  # the issue's false 4.34x
-    # One worker held both trees: the installed file was imported once, the base's once.
-    assert mathlib_log.read_text().split().count("installed") == 1, mathlib_log.read_text()
+    _imported_once_per_tree(mathlib_log)
 
 
-@pytest.mark.parametrize("package", [False, True], ids=["module", "package"])
+@pytest.mark.parametrize(
+    ("package", "how"),
+    [
+        (False, "side-by-side"),
+        (True, "side-by-side"),
+        pytest.param(False, "in-turn", marks=pytest.mark.chips(1)),
+    ],
+    ids=["module", "package", "module-on-one-chip"],
+)
 def test_an_import_of_a_name_the_base_ships_finds_the_bases_file(
-    tmp_path: Path, mathlib_log: Path, package: bool
+    tmp_path: Path, mathlib_log: Path, request: pytest.FixtureRequest, package: bool, how: str
 ) -> None:
-    """The head's tree was imported first, and with it the installed ``mathlib``; the base's
-    own copy scales by 4, so the results differ, as they do alone."""
+    """The head imports the installed ``mathlib`` at the top; the base's own copy scales by 4,
+    so the results differ, as they do alone. On a TPU chip the trees' workers hold it in
+    turn, and the verdict is the same."""
+    apart = _in_turn(request, how)
     repo, installed = _mathlib_repo(tmp_path, "4.0", package, head_step=STEP_AT_TOP)
-    assert _alone(repo, installed) != _alone(_base_tree(repo, tmp_path), installed)
+    head_alone = _alone(repo, installed)
+    base_alone = _alone(_base_tree(repo, tmp_path), installed)
+    assert head_alone == "float32 [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0]"
+    assert base_alone == "float32 [0.0, 4.0, 8.0, 12.0, 16.0, 20.0, 24.0, 28.0]"
+    mathlib_log.write_text("")
     base = _compared(repo, installed)
-    assert base["apart"] == "", base
+    _as_run(base, apart)
     assert _results(base) == "differs", base
+    _imported_once_per_tree(mathlib_log)
 
 
 # -- a cache outside both trees ---------------------------------------------------------
@@ -241,11 +296,12 @@ def step(x):
     [(False, "step"), (True, "step"), (False, "setup")],
     ids=["python", "jitted", "setup"],
 )
-def test_a_tree_that_runs_the_other_trees_code_runs_apart_and_says_which(
+def test_a_registry_that_caches_what_it_resolved_resolves_each_trees_own_code(
     tmp_path: Path, jitted: bool, where: str
 ) -> None:
-    """An installed registry caches what it resolved: in one worker the base would run the
-    head's ``forward`` (in its step, or in its setup), and its results would "match"."""
+    """An installed registry caches what it resolved: had the base met the head's cache, it
+    would run the head's ``forward`` (in its step, or in its setup), and its results would
+    "match". Each tree's worker resolves its own."""
     installed, repo = tmp_path / "installed", init(tmp_path / "repo")
     make_repo(installed, {"registry.py": REGISTRY})
     decorator = "import jax\n\n\n@jax.jit\n" if jitted else ""
@@ -262,15 +318,10 @@ def test_a_tree_that_runs_the_other_trees_code_runs_apart_and_says_which(
     base_tree = _base_tree(repo, tmp_path)
     assert _alone(repo, installed, setup) != _alone(base_tree, installed, setup)
     base = _compared(repo, installed)
-    line = 4 if jitted else 1  # a decorated function starts at its decorator
-    assert (
-        f"the base's run ran the head's code, forward() of module model (model.py:{line})"
-        in str(base["apart"])
-    ), base
+    _side_by_side(base)
     # Alone, the steps differ; or, where setup ran the model, setup's inputs do (and outputs
     # of different inputs are not compared): never "matches".
     assert _results(base) == ("differs" if where == "step" else "not compared"), base
-    assert "ran apart" in str(base["_stdout"]), base
 
 
 # -- configuration set late --------------------------------------------------------------
@@ -313,15 +364,21 @@ def step(x):
 """
 
 
-@pytest.mark.parametrize("where", ["step", "setup"])
-def test_options_a_tree_sets_as_it_runs_make_the_trees_run_apart(
-    tmp_path: Path, where: str
+@pytest.mark.parametrize(
+    ("where", "how"),
+    [("step", "side-by-side"), ("setup", "side-by-side"), ("step", "in-turn")],
+    ids=["step", "setup", "step-in-turn"],
+)
+def test_options_a_tree_sets_as_it_runs_stay_in_its_own_worker(
+    tmp_path: Path, request: pytest.FixtureRequest, where: str, how: str
 ) -> None:
-    """The head's step (or setup) switches JAX to 64 bits; in one worker the base would then
-    run in 64 bits too, and its float32 results would "match"."""
+    """The head's step (or setup) switches JAX to 64 bits; had the base run in that process,
+    it would run in 64 bits too, and its float32 results would "match". Where the device
+    refuses the base's worker beside the head's, the trees run in turn: the verdict is the
+    same."""
+    apart = _in_turn(request, how)
     repo = init(tmp_path / "repo")
-    plain = STEP_PLAIN
-    commit(repo, {"steps.py": MAKE + plain, "policies/p.yaml": POLICY}, "base")
+    commit(repo, {"steps.py": MAKE + STEP_PLAIN, "policies/p.yaml": POLICY}, "base")
     if where == "step":
         make_repo(repo, {"steps.py": MAKE + STEP_X64, "precision.py": PRECISION})
     else:
@@ -333,22 +390,18 @@ def test_options_a_tree_sets_as_it_runs_make_the_trees_run_apart(
     assert head_alone.startswith("float64")
     assert base_alone.startswith("float32")
     base = _compared(repo)
-    apart = str(base["apart"])
-    assert "the head's run changed JAX's process-wide options (jax_enable_x64: False → True" in (
-        apart
-    ), base
-    assert "while compiling), and one process has one set of them" in apart, base
+    _as_run(base, apart)
     assert _results(base) == "differs", base
     assert "float64" in json.dumps(base["results"]), base
 
 
-def test_options_both_trees_leave_alone_share_a_worker(tmp_path: Path) -> None:
-    """The gate's own runs change nothing a late-configuration check would see."""
+def test_trees_that_leave_options_alone_match_side_by_side(tmp_path: Path) -> None:
+    """The gate's own runs change nothing in either tree's worker: unchanged trees match."""
     repo = init(tmp_path / "repo")
-    plain = STEP_PLAIN
-    commit(repo, {"steps.py": MAKE + plain, "policies/p.yaml": POLICY}, "base")
+    commit(repo, {"steps.py": MAKE + STEP_PLAIN, "policies/p.yaml": POLICY}, "base")
+    assert _alone(repo) == _alone(_base_tree(repo, tmp_path))
     base = _compared(repo)
-    assert base["apart"] == "", base
+    _side_by_side(base)
     assert _results(base) == "matches", base
 
 
@@ -363,8 +416,10 @@ def step(x):
     import native_ops  # an extension module installed in that .venv
     import vcs_helpers  # a package pip checked out into the .venv's src folder
 
-    with open(os.environ["SPECIAL_LOG"], "a") as log:
-        log.write(f"{id(jax.scipy.special)},{id(native_ops)},{id(vcs_helpers)}\\n")
+    if "SPECIAL_LOG" in os.environ:  # the gate's runs: where each module came from
+        files = [m.__file__ for m in (jax.scipy.special, native_ops, vcs_helpers)]
+        with open(os.environ["SPECIAL_LOG"], "a") as log:
+            log.write(" ".join([str(os.getpid()), *files]) + "\\n")
     return {"y": jax.scipy.special.erf(x) * native_ops.SCALE * vcs_helpers.ONE}
 """
 
@@ -390,15 +445,17 @@ def _readme_venv(repo: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def test_the_readmes_venv_in_the_repository_is_no_trees_code(
+def test_the_readmes_venv_in_the_repository_serves_both_trees_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """jax, an extension module and a source checkout, all in the repository's ``.venv``: none
-    is the head's own code, so the trees share a worker and one copy of each module."""
+    """jax, an extension module and a source checkout, all in the repository's ``.venv`` (which
+    git ignores: the base's checkout has none): none is the head's own code, so each tree's
+    worker imports them from that ``.venv``, as each tree run alone with its Python does."""
     repo = init(tmp_path / "repo")
     (repo / ".gitignore").write_text(".venv/\n")
     commit(repo, {"steps.py": MAKE + STEP_VENV, "policies/p.yaml": POLICY}, "base")
     python = _readme_venv(repo)
+    assert _alone(repo, python=python) == _alone(_base_tree(repo, tmp_path), python=python)
     log = tmp_path / "special.log"
     monkeypatch.setenv("SPECIAL_LOG", str(log))
     gate = [python, "-m", "gate", "run", "--base", "HEAD", "--json", "r.json"]
@@ -406,30 +463,13 @@ def test_the_readmes_venv_in_the_repository_is_no_trees_code(
     assert done.returncode == 0, (done.stdout, done.stderr)
     document = json.loads((repo / "r.json").read_text())
     (region,) = (r for suite in document["suites"] for r in suite["regions"])
-    base = region["base"]
-    assert base["apart"] == "", base
+    base = {**region["base"], "_stdout": done.stdout}
+    _side_by_side(base)
     assert base["results"]["status"] == "matches", base
-    # Both trees' runs used one copy of each module: none imported a second time.
-    ids = set(log.read_text().split())
-    assert len(ids) == 1, log.read_text()
-
-
-def test_regions_compared_before_the_trees_parted_stand_and_the_rest_run_apart(
-    tmp_path: Path,
-) -> None:
-    """The policy's first region shares the worker; its second switches JAX to 64 bits as it
-    runs: that region, and only it, is compared with the trees run apart."""
-    repo = init(tmp_path / "repo")
-    policy = POLICY + '  - {name: x64, step: "steps:step_x64", setup: "steps:make"}\n'
-    lazy = STEP_X64.replace("def step(x):", "def step_x64(x):")
-    in_32_bits = "\n".join(line for line in lazy.splitlines() if "import precision" not in line)
-    commit(repo, {"steps.py": MAKE + STEP_PLAIN + in_32_bits, "policies/p.yaml": policy}, "base")
-    make_repo(repo, {"steps.py": MAKE + STEP_PLAIN + lazy, "precision.py": PRECISION})
-    done = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json")
-    assert done.returncode == 1, done
-    document = json.loads((repo / "r.json").read_text())
-    bases = {r["name"]: r["base"] for suite in document["suites"] for r in suite["regions"]}
-    assert bases["step"]["apart"] == "", bases["step"]
-    assert bases["step"]["results"]["status"] == "matches", bases["step"]
-    assert "jax_enable_x64: False → True, while compiling" in bases["x64"]["apart"], bases
-    assert bases["x64"]["results"]["status"] == "differs", bases["x64"]
+    # Two processes ran the step, each tree's worker, and every run's modules came from the
+    # .venv (none from the base's checkout, which has none).
+    runs = [line.split() for line in log.read_text().splitlines()]
+    assert len({pid for pid, *_ in runs}) == 2, log.read_text()
+    venv = str((repo / ".venv").resolve()) + os.sep
+    files = {file for _, *found in runs for file in found}
+    assert all(os.path.realpath(f).startswith(venv) for f in files), log.read_text()
