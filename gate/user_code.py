@@ -8,10 +8,8 @@ site-packages, or in a folder of their own on ``PYTHONPATH`` (``pip install
 --target``, as a TPU VM image may ship JAX), known by the ``*.dist-info`` pip
 leaves beside the packages.
 
-The same rule decides which of two trees a module belongs to in one process
-(`gate.policy.trees`, ``run --base``): `owning_root` is the one answer to both
-questions, so a frame is never the user's line while its module is shared, or
-the reverse. A virtual environment is found by its ``pyvenv.cfg`` wherever it
+Which of the roots (the repo root, a policy's python_path folders) owns a file is
+`owning_root`. A virtual environment is found by its ``pyvenv.cfg`` wherever it
 lies under a root: the README's own install puts ``.venv`` in the repository.
 """
 
@@ -124,7 +122,7 @@ def _in_venv_below(resolved: str, root: str) -> bool:
 def owning_root(filename: str, roots: Iterable[str]) -> str | None:
     """Which of ``roots`` (each resolved, ending in a separator) owns the code in ``filename``.
 
-    The longest root around the file (a base checkout may lie inside the head's folder),
+    The longest root around the file (a policy's python_path folder may lie in the repo root),
     unless the file is a library's (`is_library`) or lies in a virtual environment under
     that root: then none does.
     """
@@ -155,30 +153,16 @@ class UserCode:
 
     repo_root: Path
     extra_roots: tuple[Path, ...] = ()
-    # The roots of other trees whose code this process holds (``run --base``): their files
-    # are never this region's, even where one lies inside ``repo_root``.
-    other_roots: tuple[Path, ...] = ()
 
     @functools.cached_property
     def _own(self) -> frozenset[str]:
         return frozenset(_root_text(r) for r in (self.repo_root, *self.extra_roots))
 
-    @functools.cached_property
-    def _others(self) -> frozenset[str]:
-        return frozenset(_root_text(r) for r in self.other_roots) - self._own
-
     def is_library(self, filename: str) -> bool:
         return is_library(filename)
 
     def is_user(self, filename: str) -> bool:
-        return owning_root(filename, self._own | self._others) in self._own
-
-    def other_tree(self, filename: str) -> Path | None:
-        """The root of the other tree whose code ``filename`` is, if it is one's."""
-        if not self._others:
-            return None
-        root = owning_root(filename, self._own | self._others)
-        return Path(root) if root in self._others else None
+        return owning_root(filename, self._own) is not None
 
     @functools.cached_property
     def _resolved_root(self) -> Path:

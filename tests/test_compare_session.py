@@ -153,7 +153,8 @@ def test_the_base_runs_under_its_own_copys_env_and_python_path(repo: Path, tmp_p
     assert [r.name for r in based.regions] == ["step", "dies"]  # the head's inputs
     make_repo(base_root, {"policies/p.yaml": "version: 1\nregions:\n  - name: step\n"})
     alone = for_base(policy, repo, base_root)
-    assert alone.python_path == () and alone.env == ()
+    assert alone.python_path == ()
+    assert alone.env == ()
 
 
 def test_the_bases_worker_takes_the_heads_folders_in_its_own_tree(
@@ -177,8 +178,9 @@ def test_the_bases_worker_takes_the_heads_folders_in_its_own_tree(
     take_from_own_tree(((head, base),))
     real = base.resolve()
     assert sys.path == [str(real / "src"), "/usr/lib/python3", ""]
-    assert finder_module.MAPPING == {"pkg": str(real / "src" / "pkg")}  # type: ignore[attr-defined]
-    assert finder_module.NAMESPACES == {"ns": [str(real / "ns")]}  # type: ignore[attr-defined]
+    mapping, namespaces = finder_module.MAPPING, finder_module.NAMESPACES  # type: ignore[attr-defined]
+    assert mapping == {"pkg": str(real / "src" / "pkg")}
+    assert namespaces == {"ns": [str(real / "ns")]}
     take_from_own_tree(((head, base),))  # again: nothing more moves
     assert sys.path == [str(real / "src"), "/usr/lib/python3", ""]
 

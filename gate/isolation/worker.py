@@ -27,7 +27,6 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from gate.isolation.held_regions import HeldRegions
@@ -128,12 +127,7 @@ def main(argv: list[str]) -> int:
                 listening(functools.partial(_stage_entered, results_fd, job.number, options)),
                 held.trees.entered(job.repo_root, job.policy.python_path),
             ):
-                result = run_job(
-                    job,
-                    held.keeper(job),
-                    held.trees.other_roots(job.repo_root),
-                    let_go=done_with.append,
-                )
+                result = run_job(job, held.keeper(job), let_go=done_with.append)
             reply = Done(job.number, result, held.take_outputs(options.changed()))
         _end_output(crash_log, job.number)
         write_all(results_fd, _encoded(job, reply))
@@ -260,13 +254,11 @@ def _kill_own_group() -> None:
 def run_job(
     job: Job,
     keep: Keep | None = None,
-    other_roots: tuple[Path, ...] = (),
     *,
     let_go: Callable[[Callable[[], None]], None] | None = None,
 ) -> RegionResult:
     """The region's result; a gate bug becomes an INTERNAL error for this region only.
 
-    ``other_roots``: the other trees whose code this worker holds (``run --base``).
     ``let_go``: handed what lets go of the region's programs, unless the job holds the region
     (`gate.region.engine.run_region`).
     """
@@ -279,7 +271,6 @@ def run_job(
             job.region,
             repo_root=job.repo_root,
             keep=keep,
-            other_roots=other_roots,
             trace_held=job.hold,
             # A held one's go when it is let go of (`HeldRegions.release`).
             let_go=None if job.hold else let_go,

@@ -248,9 +248,6 @@ class StepOutputs:
     # Where the step's module was imported from: a base run must import the base's code, not
     # the head's (installed into site-packages, say).
     step_file: str | None = None
-    # The other tree's code the run's first call ran, in words ("" when none): a cache outside
-    # the trees handed it over (`gate.region.other_tree_code`).
-    other_tree: str = ""
     # JAX's process-wide options the run changed, and while doing what ("" when none): the
     # other tree would run under them in the same process.
     late_config: str = ""
