@@ -7,12 +7,11 @@ region's outputs wait here until they are sent.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gate.isolation.protocol import Check, Checked, Job, Trace, Turns
-from gate.policy.trees import Trees, config_changes, config_values
+from gate.policy.trees import Trees
 from gate.region.cores import unpin
 
 if TYPE_CHECKING:  # the region engine is imported only when a region runs
@@ -31,9 +30,6 @@ class HeldRegions:
         self.trees = trees
         self.regions: dict[Path, tuple[tuple[str, str], HeldRegion]] = {}
         self._outputs: StepOutputs | None = None
-        # JAX's options as the worker started, and what each tree's imports changed.
-        self._pristine = config_values()
-        self._config: dict[Path, dict[str, str]] = {}
 
     def release(self, job: Job) -> None:
         """Let go of what ``job`` replaces: the held region of its tree, and any held region
@@ -61,12 +57,10 @@ class HeldRegions:
 
         return keep
 
-    def take_outputs(self, late_config: str = "") -> StepOutputs | None:
-        """The held region's outputs, with what its run changed of JAX's options."""
+    def take_outputs(self) -> StepOutputs | None:
+        """The held region's outputs, until they are sent."""
         outputs, self._outputs = self._outputs, None
-        if outputs is None or not late_config:
-            return outputs
-        return replace(outputs, late_config=late_config)
+        return outputs
 
     def time(self, job: Turns) -> tuple[StepSamples, ...]:
         """Each turn's timed runs, in order, in its tree; the first that fails is the last."""
@@ -108,17 +102,10 @@ class HeldRegions:
         return tuple(times)
 
     def check(self, job: Check) -> Checked:
-        """Import what ``job`` names from its tree, and what that did to this process.
-
-        A tree checked after another starts from JAX's options as the worker started: its
-        own changes are then measured, not hidden by the other tree's same ones.
-        """
+        """Import what ``job`` names from its tree: the problems found."""
         from gate.policy.resolve import check_callables, check_named
         from gate.region.fetch_watch import watching_reads
 
-        first = job.root not in self._config
-        if first and self._config:
-            _set_config(self._pristine)
         paths = tuple(p for policy in job.policies for p in policy.python_path)
         # A module that reads an array when imported leaves it cached on the host: the
         # detector must know, as when a region imports it (`gate.region.engine`).
@@ -126,23 +113,8 @@ class HeldRegions:
             problems = [p for policy in job.policies for p in check_callables(policy, job.root)]
             for named in job.named:
                 problems += check_named(named.path, named.refs, named.python_path, job.root)
-            extensions = self.trees.extension_modules()
-        changes = config_changes(self._pristine, config_values())
-        self._config[job.root] = changes
-        return Checked(job.number, tuple(problems), tuple(sorted(changes.items())), extensions)
+        return Checked(job.number, tuple(problems))
 
 
 def _key(job: Job) -> tuple[str, str]:
     return (job.policy.path.as_posix(), job.region.name)
-
-
-def _set_config(values: dict[str, object]) -> None:
-    """Put JAX's options back to ``values``, where an option still takes a new value."""
-    import jax
-
-    for name, value in values.items():
-        if jax.config.values.get(name, value) != value:
-            try:
-                jax.config.update(name, value)
-            except Exception:  # fixed once the backend started: the difference shows
-                continue

@@ -55,15 +55,10 @@ class Check:
 
 @dataclass(frozen=True)
 class Checked:
-    """What `Check` found: the problems, and what the tree's modules do to the process."""
+    """What `Check` found: the problems."""
 
     number: int
     problems: tuple[Problem, ...]
-    # JAX options the tree's imports changed (`gate.policy.trees.config_changes`), by name.
-    config: tuple[tuple[str, str], ...] = ()
-    # Compiled extension modules of the tree's own (not of the environment's): a second copy
-    # of one, from another tree, may not load beside it in one process.
-    extensions: tuple[str, ...] = ()
     fault: str | None = None  # the gate's own bug while checking, with its traceback
 
 

@@ -137,8 +137,6 @@ class Scheduler:
         self.startups = self._starts.startups  # every worker started, for benchmarks and tests
         self._worker: WorkerProcess | None = None
         self._jobs = itertools.count(1)
-        # What `check` found, by worker environment and tree.
-        self._checked: dict[tuple[tuple[tuple[str, str], ...], Path], Checked] = {}
 
     def __enter__(self) -> Scheduler:
         return self
@@ -164,14 +162,9 @@ class Scheduler:
         if self._worker is None:
             self._starts.start_early(self.environment(policy))
 
-    def check(
-        self,
-        policies: Sequence[Policy],
-        root: Path | None = None,
-        named: Sequence[NamedCallables] = (),
-    ) -> Checked:
-        """Import every callable of ``policies`` (one ``env:``) and of ``named`` from the tree
-        at ``root`` (the head's by default), in the worker their regions will run in.
+    def check(self, policies: Sequence[Policy], named: Sequence[NamedCallables] = ()) -> Checked:
+        """Import every callable of ``policies`` (one ``env:``) and of ``named`` from this
+        scheduler's tree, in the worker their regions will run in.
 
         Raises `WorkerUnavailable` when no worker could take the request, and RuntimeError
         for a gate bug in the worker (its traceback in the message).
@@ -181,7 +174,7 @@ class Scheduler:
         label = firsts[0] if firsts else BETWEEN_REGIONS
         env = self.environment(policies[0] if policies else None)
         number = next(self._jobs)
-        request = Check(number, root or self.repo_root, tuple(policies), tuple(named))
+        request = Check(number, self.repo_root, tuple(policies), tuple(named))
         timeout = max((r.timeout_s for p in policies for r in p.regions), default=600.0)
         for _ in range(START_ATTEMPTS):  # a worker that could not start gets one successor
             reply = self._request(request, env, label, timeout)
@@ -193,15 +186,7 @@ class Scheduler:
             raise RuntimeError(f"worker answered check {number} with {reply!r:.300}")
         if reply.fault is not None:
             raise RuntimeError(reply.fault)
-        self._checked[(tuple(sorted(env.items())), request.root)] = reply
         return reply
-
-    def checked(self, policy: Policy, root: Path | None = None) -> Checked:
-        """What `check` found for ``policy``'s worker environment and the tree at ``root``
-        (the head's by default); checked now if it was not yet."""
-        key = (tuple(sorted(self.environment(policy).items())), root or self.repo_root)
-        found = self._checked.get(key)
-        return found if found is not None else self.check([policy], root)
 
     def run(
         self, policy: Policy, region: Region, root: Path | None = None, tree: str | None = None

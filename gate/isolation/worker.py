@@ -26,7 +26,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from gate.isolation.held_regions import HeldRegions
@@ -54,7 +53,7 @@ from gate.isolation.protocol import (
 )
 from gate.jaxhooks.programs import made_at_startup
 from gate.policy.problems import Problem
-from gate.policy.trees import Trees, config_changes, config_values
+from gate.policy.trees import Trees
 from gate.region.stages import Stage, listening
 
 if TYPE_CHECKING:  # the region engine is imported only when a region runs
@@ -122,13 +121,12 @@ def main(argv: list[str]) -> int:
             left_over = True
             _apply_settings(job.settings)
             take_from_own_tree(job.moved_paths)
-            options = _OptionsWatch(config_values())
             with (
-                listening(functools.partial(_stage_entered, results_fd, job.number, options)),
+                listening(functools.partial(_stage_entered, results_fd, job.number)),
                 held.trees.entered(job.repo_root, job.policy.python_path),
             ):
                 result = run_job(job, held.keeper(job), let_go=done_with.append)
-            reply = Done(job.number, result, held.take_outputs(options.changed()))
+            reply = Done(job.number, result, held.take_outputs())
         _end_output(crash_log, job.number)
         write_all(results_fd, _encoded(job, reply))
         busy.clear()
@@ -176,37 +174,8 @@ def _end_output(output: TextIO, number: int) -> None:
     write_all(output.fileno(), f"{END_OF_JOB}{number}\n".encode())
 
 
-@dataclass
-class _OptionsWatch:
-    """JAX's process-wide options through one job (``run --base``: the other tree must not run
-    under what this one changed), looked at as each stage begins.
-
-    What differs at the job's end is what the job changed; each option is said with the stage
-    it first changed in. The gate's own changes (its region's full tracebacks, the
-    recompile watch's cache-miss log) are put back before the end, so they never show.
-    """
-
-    start: dict[str, object]
-    stage: str = Stage.IMPORTING.value
-    first_seen: dict[str, str] = field(default_factory=dict)  # option -> stage
-
-    def entered(self, stage: Stage) -> None:
-        for name in config_changes(self.start, config_values()):
-            self.first_seen.setdefault(name, self.stage)
-        self.stage = stage.value
-
-    def changed(self) -> str:
-        """What the job changed and kept: ``jax_enable_x64: False → True, while compiling``."""
-        changes = config_changes(self.start, config_values())
-        return "; ".join(
-            f"{name}: {change}, while {self.first_seen.get(name, self.stage)}"
-            for name, change in sorted(changes.items())
-        )
-
-
-def _stage_entered(fd: int, number: int, options: _OptionsWatch, stage: Stage) -> None:
+def _stage_entered(fd: int, number: int, stage: Stage) -> None:
     # From the thread that runs the region, the only one that writes frames while it runs.
-    options.entered(stage)
     write_frame(fd, Entered(number, stage.value))
 
 

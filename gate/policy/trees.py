@@ -40,7 +40,7 @@ import importlib.machinery
 import os
 import sys
 import types
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -194,20 +194,6 @@ class Trees:
             found.extend(n for n in list(sys.modules) if n.startswith(prefix))
         return found
 
-    def extension_modules(self) -> tuple[str, ...]:
-        """The compiled extension modules of the tree entered last, by name."""
-        tree = self._current
-        if tree is None:
-            return ()
-        self._note_new_modules(tree)
-        return tuple(
-            sorted(
-                name
-                for name in tree.owned
-                if any(f.endswith(_EXTENSION_SUFFIXES) for f in module_files(sys.modules[name]))
-            )
-        )
-
     def _note_new_modules(self, tree: _Tree) -> None:
         """Add to ``tree`` the modules imported since it was entered whose files are its."""
         for name in set(sys.modules) - self._names_when_entered:
@@ -222,24 +208,3 @@ class Trees:
             if root is not None:
                 return self._trees[root]
         return None
-
-
-def config_values() -> dict[str, object]:
-    """JAX's process-wide configuration now: every option's value, by name."""
-    import jax
-
-    return dict(jax.config.values)
-
-
-def config_changes(before: Mapping[str, object], after: Mapping[str, object]) -> dict[str, str]:
-    """The options whose value differs between two `config_values`, each as ``old → new``.
-
-    An option missing from ``before`` was defined since, at its default, by a JAX module first
-    imported in between (JAX 0.10.1 defines ``jax_pallas_enable_debug_checks`` when Pallas is
-    imported): its registration is no configuration of the tree's, and both trees import the
-    same JAX."""
-    return {
-        name: f"{before[name]!r} → {value!r}"
-        for name, value in after.items()
-        if name in before and before[name] != value
-    }

@@ -248,9 +248,6 @@ class StepOutputs:
     # Where the step's module was imported from: a base run must import the base's code, not
     # the head's (installed into site-packages, say).
     step_file: str | None = None
-    # JAX's process-wide options the run changed, and while doing what ("" when none): the
-    # other tree would run under them in the same process.
-    late_config: str = ""
 
 
 @dataclass(frozen=True)
