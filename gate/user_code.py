@@ -33,6 +33,7 @@ _STDLIB_DIRS = tuple(
     for p in {sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")}
     if p
 )
+_GATE_AND_STDLIB = (_GATE_DIR, *_STDLIB_DIRS)
 _ENV_MARKERS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 
 
@@ -49,12 +50,14 @@ def _real(filename: str) -> str:
 
 
 def is_library(filename: str) -> bool:
-    """Whether ``filename`` is code no tree owns: generated text, the gate's own package, the
+    """Whether ``filename`` is never the user's code: generated text, the gate's own package, the
     standard library, or an installed package (site-packages, dist-packages, or a folder on
     ``sys.path`` that pip installed into, `_install_folders`)."""
-    if is_process_wide(filename):
+    if filename.startswith("<"):  # generated code: the gate's trampolines, exec'd text
         return True
     resolved = _real(filename)
+    if resolved.startswith(_GATE_AND_STDLIB):
+        return True
     if any(marker in resolved for marker in _ENV_MARKERS):
         return True
     try:
@@ -91,15 +94,6 @@ def _holds_distribution(folder: str) -> bool:
     except OSError:
         return False
     return ".git" not in names and any(name.endswith(".dist-info") for name in names)
-
-
-def is_process_wide(filename: str) -> bool:
-    """Whether ``filename`` is generated text, the gate's own package or the standard library:
-    what every tree's code meets in a process of the gate's, never a tree's to replace."""
-    if filename.startswith("<"):  # generated code: the gate's trampolines, exec'd text
-        return True
-    resolved = _real(filename)
-    return resolved.startswith(_GATE_DIR) or resolved.startswith(_STDLIB_DIRS)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -23,7 +23,6 @@ from gate.isolation.scheduler import Scheduler, Turn, usable_cpus
 from gate.isolation.worker import run_job
 from gate.policy.load import load_policy
 from gate.policy.model import Checks, Policy
-from gate.policy.trees import Trees
 from gate.region.errors import RegionAbort
 from gate.results.comparison import ResultStatus, StepOutputs
 from gate.results.errors import ErrorKind, RegionError
@@ -290,7 +289,7 @@ def _held_run(
     monkeypatch.setattr(gate.region.held, "host_leaves", fetch)
     monkeypatch.syspath_prepend(str(repo / "src"))
     policy = _policy(repo)
-    held = HeldRegions(Trees())
+    held = HeldRegions()
     job = Job(1, policy, policy.regions[0], repo, hold=True)
     return run_job(job, held.keeper(job)), held
 
@@ -382,7 +381,7 @@ def test_a_turns_runs_share_one_setup_unless_the_step_donates(
     monkeypatch.delitem(sys.modules, "counting_steps", raising=False)
     policy = load_policy(repo / "policies/c.yaml", repo)
     region = next(r for r in policy.regions if r.name == name)
-    held = HeldRegions(Trees())
+    held = HeldRegions()
     job = Job(1, policy, region, repo, hold=True)
     result = run_job(job, held.keeper(job))
     assert result.error is None, result.error

@@ -209,7 +209,6 @@ def test_a_held_regions_programs_stay_until_the_worker_lets_go_of_it(tmp_path: P
     from gate.isolation.held_regions import HeldRegions
     from gate.isolation.protocol import Job
     from gate.isolation.worker import run_job
-    from gate.policy.trees import Trees
 
     (tmp_path / "engine_steps.py").write_text(textwrap.dedent(STEPS))
     policy = one_region_policy(
@@ -217,7 +216,7 @@ def test_a_held_regions_programs_stay_until_the_worker_lets_go_of_it(tmp_path: P
         callable_ref("engine_steps:fresh"),
         python_path=(tmp_path,),
     )
-    held = HeldRegions(Trees())
+    held = HeldRegions()
     job = Job(1, policy, policy.regions[0], tmp_path, hold=True)
     handed: list[object] = []
     result = run_job(job, held.keeper(job), let_go=handed.append)

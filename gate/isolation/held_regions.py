@@ -1,8 +1,9 @@
-"""What a worker keeps between requests: its trees, the region it holds of each, their options.
+"""What a worker keeps between requests: the region it holds, and its outputs until they are sent.
 
-One worker holds the code of up to two trees (``run --base``: the head's and the base's,
-`gate.policy.trees`), and at most one held region of each, both of the same region; a held
-region's outputs wait here until they are sent.
+A worker runs one tree's code (``run --base`` starts the base's regions in workers of their own,
+`gate.compare.session`), each request with the tree's root and its policy's python_path first
+on `sys.path` (`gate.policy.resolve.running_from`). It holds at most one region, loaded for
+more timed runs (`gate.region.held`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gate.isolation.protocol import Check, Checked, Job, Trace, Turns
-from gate.policy.trees import Trees
+from gate.policy.resolve import running_from
 from gate.region.cores import unpin
 
 if TYPE_CHECKING:  # the region engine is imported only when a region runs
@@ -23,11 +24,9 @@ from gate.user_code import UserCode
 
 
 class HeldRegions:
-    """The trees this worker runs code from, the region it holds from each (the same region),
-    and a held region's outputs until they are sent."""
+    """The region this worker holds, and a held region's outputs until they are sent."""
 
-    def __init__(self, trees: Trees) -> None:
-        self.trees = trees
+    def __init__(self) -> None:
         self.regions: dict[Path, tuple[tuple[str, str], HeldRegion]] = {}
         self._outputs: StepOutputs | None = None
 
@@ -73,7 +72,7 @@ class HeldRegions:
                 break
             region = found[1]
             try:
-                with self.trees.entered(turn.root, region.code.policy.python_path):
+                with running_from(turn.root, region.code.policy.python_path):
                     samples = region.sample(turn.runs, turn.cpu)
             except Exception as exc:  # a gate bug; the step's own error is in the samples
                 samples = StepSamples((), error=gate_fault("timing this region", exc))
@@ -94,7 +93,7 @@ class HeldRegions:
                 continue
             region = found[1]
             try:
-                with self.trees.entered(root, region.code.policy.python_path):
+                with running_from(root, region.code.policy.python_path):
                     times.append(region.op_times())
             except Exception as exc:  # a gate bug: said where the lines would have been
                 fault = gate_fault("tracing this region", exc)
@@ -109,7 +108,7 @@ class HeldRegions:
         paths = tuple(p for policy in job.policies for p in policy.python_path)
         # A module that reads an array when imported leaves it cached on the host: the
         # detector must know, as when a region imports it (`gate.region.engine`).
-        with self.trees.entered(job.root), watching_reads(UserCode(job.root, paths)):
+        with running_from(job.root), watching_reads(UserCode(job.root, paths)):
             problems = [p for policy in job.policies for p in check_callables(policy, job.root)]
             for named in job.named:
                 problems += check_named(named.path, named.refs, named.python_path, job.root)

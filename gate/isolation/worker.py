@@ -53,7 +53,7 @@ from gate.isolation.protocol import (
 )
 from gate.jaxhooks.programs import made_at_startup
 from gate.policy.problems import Problem
-from gate.policy.trees import Trees
+from gate.policy.resolve import running_from
 from gate.region.stages import Stage, listening
 
 if TYPE_CHECKING:  # the region engine is imported only when a region runs
@@ -93,7 +93,7 @@ def main(argv: list[str]) -> int:
     threading.Thread(
         target=_read_jobs, args=(jobs_fd, jobs, busy), name="gate-jobs", daemon=True
     ).start()
-    held = HeldRegions(Trees())
+    held = HeldRegions()
     # A region ran since what regions leave was last collected (`Leftovers.between_regions`).
     left_over = False
     while True:
@@ -123,7 +123,7 @@ def main(argv: list[str]) -> int:
             take_from_own_tree(job.moved_paths)
             with (
                 listening(functools.partial(_stage_entered, results_fd, job.number)),
-                held.trees.entered(job.repo_root, job.policy.python_path),
+                running_from(job.repo_root, job.policy.python_path),
             ):
                 result = run_job(job, held.keeper(job), let_go=done_with.append)
             reply = Done(job.number, result, held.take_outputs())
