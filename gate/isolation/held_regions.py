@@ -3,15 +3,15 @@
 A worker runs one tree's code (``run --base`` starts the base's regions in workers of their own,
 `gate.compare.session`), each request with the tree's root and its policy's python_path first
 on `sys.path` (`gate.policy.resolve.running_from`). It holds at most one region, loaded for
-more timed runs (`gate.region.held`).
+more timed runs (`gate.region.held`), and lets go of it when the next job comes.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
-from gate.isolation.protocol import Check, Checked, Job, Trace, Turns
+from gate.isolation.protocol import Check, Checked, Job, Turns
 from gate.policy.resolve import running_from
 from gate.region.cores import unpin
 
@@ -27,19 +27,15 @@ class HeldRegions:
     """The region this worker holds, and a held region's outputs until they are sent."""
 
     def __init__(self) -> None:
-        self.regions: dict[Path, tuple[tuple[str, str], HeldRegion]] = {}
+        self.region: HeldRegion | None = None
         self._outputs: StepOutputs | None = None
 
-    def release(self, job: Job) -> None:
-        """Let go of what ``job`` replaces: the held region of its tree, and any held region
-        of another region (the gate is done with it)."""
-        key = _key(job)
-        for root, (held_key, region) in list(self.regions.items()):
-            if root == job.repo_root or held_key != key:
-                del self.regions[root]
-                region.programs.let_go(region.code.callables.step)
-        if not self.regions:
-            unpin()  # its timed runs' core: the new region compiles on every core
+    def release(self) -> None:
+        """Let go of the held region, if any: a new job replaces it (the gate is done with it)."""
+        region, self.region = self.region, None
+        if region is not None:
+            region.programs.let_go(region.code.callables.step)
+        unpin()  # its timed runs' core: the new region compiles on every core
 
     def keeper(self, job: Job) -> Keep | None:
         """What keeps ``job``'s region when it runs to its end, if the job asks for that."""
@@ -52,7 +48,7 @@ class HeldRegions:
             gate fault (`run_job`), never a comparison quietly not made."""
             self._outputs = region.outputs(outputs)
             if job.hold:
-                self.regions[job.repo_root] = (_key(job), region)
+                self.region = region
 
         return keep
 
@@ -62,17 +58,15 @@ class HeldRegions:
         return outputs
 
     def time(self, job: Turns) -> tuple[StepSamples, ...]:
-        """Each turn's timed runs, in order, in its tree; the first that fails is the last."""
+        """Each turn's timed runs, in order; the first that fails is the last."""
+        region = self.region
+        if region is None:
+            doing = "asking for timed runs of a region this worker does not hold"
+            return (StepSamples((), error=gate_fault(doing)),)
         done: list[StepSamples] = []
         for turn in job.turns:
-            found = self.regions.get(turn.root)
-            if found is None:
-                doing = "asking for timed runs of a region this worker does not hold"
-                done.append(StepSamples((), error=gate_fault(doing)))
-                break
-            region = found[1]
             try:
-                with running_from(turn.root, region.code.policy.python_path):
+                with _running(region):
                     samples = region.sample(turn.runs, turn.cpu)
             except Exception as exc:  # a gate bug; the step's own error is in the samples
                 samples = StepSamples((), error=gate_fault("timing this region", exc))
@@ -81,24 +75,19 @@ class HeldRegions:
                 break
         return tuple(done)
 
-    def trace(self, job: Trace) -> tuple[OpTimes | None, ...]:
-        """The traced runs of each root's held region, in its tree, on every core (a round
-        pinned the last turn's); None for a root whose region has none to make."""
+    def trace(self) -> OpTimes | None:
+        """The held region's traced runs, on every core (a round pinned the last turn's); None
+        when no region is held or it has none to make."""
         unpin()
-        times: list[OpTimes | None] = []
-        for root in job.roots:
-            found = self.regions.get(root)
-            if found is None:
-                times.append(None)
-                continue
-            region = found[1]
-            try:
-                with running_from(root, region.code.policy.python_path):
-                    times.append(region.op_times())
-            except Exception as exc:  # a gate bug: said where the lines would have been
-                fault = gate_fault("tracing this region", exc)
-                times.append(OpTimes.not_traced(fault.message))
-        return tuple(times)
+        region = self.region
+        if region is None:
+            return None
+        try:
+            with _running(region):
+                return region.op_times()
+        except Exception as exc:  # a gate bug: said where the lines would have been
+            fault = gate_fault("tracing this region", exc)
+            return OpTimes.not_traced(fault.message)
 
     def check(self, job: Check) -> Checked:
         """Import what ``job`` names from its tree: the problems found."""
@@ -115,5 +104,6 @@ class HeldRegions:
         return Checked(job.number, tuple(problems))
 
 
-def _key(job: Job) -> tuple[str, str]:
-    return (job.policy.path.as_posix(), job.region.name)
+def _running(region: HeldRegion) -> AbstractContextManager[None]:
+    """``region``'s tree is where its code runs from, as in its run."""
+    return running_from(region.code.user.repo_root, region.code.policy.python_path)

@@ -105,7 +105,7 @@ def main(argv: list[str]) -> int:
         if isinstance(job, Turns):
             reply: Message = Timed(job.number, held.time(job))
         elif isinstance(job, Trace):
-            reply = Traced(job.number, held.trace(job))
+            reply = Traced(job.number, held.trace())
         elif isinstance(job, Check):
             try:
                 reply = held.check(job)
@@ -113,10 +113,10 @@ def main(argv: list[str]) -> int:
                 fault = gate_fault("checking the policies", exc)
                 reply = Checked(job.number, (), fault=f"{fault.message}\n{fault.details}")
         else:
-            held.release(job)
+            held.release()
             # After a region, never while a held one still runs its programs: the first
             # region starts what the process starts once, which is no region's leftover.
-            if left_over and not held.regions:
+            if left_over:
                 leftovers.between_regions()
             left_over = True
             _apply_settings(job.settings)
@@ -138,7 +138,7 @@ def main(argv: list[str]) -> int:
                 let_go()
             except Exception:  # the programs stay until the next release; the worker goes on
                 traceback.print_exc()
-        if left_over and not held.regions:
+        if left_over and held.region is None:
             leftovers.between_regions()
             left_over = False
 
@@ -191,8 +191,7 @@ def _encoded(request: Request, reply: Message) -> bytes:
         if isinstance(request, Turns):
             return encode(Timed(request.number, (StepSamples((), error=error),)))
         if isinstance(request, Trace):
-            untraced = OpTimes.not_traced(error.message)
-            return encode(Traced(request.number, tuple(untraced for _ in request.roots)))
+            return encode(Traced(request.number, OpTimes.not_traced(error.message)))
         problem = Problem("", None, "", error.message)
         return encode(Checked(request.number, (problem,)))
 
