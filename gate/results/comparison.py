@@ -214,9 +214,9 @@ class BaseComparison:
     # What the base ran from its own policy instead of the head's names (a rename); () when
     # it ran the head's policy as it is.
     renamed: tuple[Renamed, ...] = ()
-    # Why the two trees ran in workers of their own, one after the other, and their step
-    # times were compared unpaired ("the trees set JAX's process-wide options differently
-    # ..."); "" when one worker held both and timed them in paired rounds.
+    # Why the two trees' workers held the device one after the other, and their step times
+    # were compared unpaired ("the device admits one process at a time ..."); "" when the
+    # workers ran side by side and timed them in paired rounds.
     apart: str = ""
 
     @property
