@@ -8,7 +8,7 @@ Builds gate_vs_floor.py's repository of N distinct small steps, committed, and r
 
 - each region's phases, in both trees (`gate.region.engine.run_region`);
 - each look of the paired rounds (`HeldRegions.time`: one request, a round's four turns), and
-  inside it: entering and leaving a tree (`Trees.entered`), each turn (`HeldRegion.sample`),
+  inside it: entering and leaving its tree (`running_from`), each turn (`HeldRegion.sample`),
   the step's timed runs themselves, making their inputs (`StepInputs.for_timing`), and moving
   the worker's threads to the round's core (`gate.region.cores.pin`: how often, how many);
 - the worker's life, from its interpreter's start to its last look.
@@ -58,7 +58,7 @@ def _chain():
 
 def _install():
     import gate.isolation.held_regions as held_regions
-    import gate.policy.trees as trees
+    import gate.isolation.worker as worker_process
     import gate.region.cores as cores
     import gate.region.engine as engine
     import gate.region.held as held
@@ -101,7 +101,8 @@ def _install():
     held_regions.HeldRegions.time = dumped_after(
         timed_call(worker, "looks", held_regions.HeldRegions.time)
     )
-    trees.Trees.entered = timed_block(worker, "tree", trees.Trees.entered)
+    entering = timed_block(worker, "tree", held_regions.running_from)
+    held_regions.running_from = worker_process.running_from = entering
     original_sample = held.HeldRegion.sample
 
     def sample(self, runs, cpu=None):

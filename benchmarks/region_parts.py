@@ -56,7 +56,7 @@ RUN_METHODS = (
     "_step_plan",
 )
 # What a mapped run enters around the step's call, in `gate.region.region_run`.
-MAPPED_BLOCKS = ("profiled", "mapped", "guarded", "described")
+MAPPED_BLOCKS = ("mapped", "guarded", "described")
 MAPPED_CALLS = ("join_step_threads", "check_outputs", "name_moves")
 
 

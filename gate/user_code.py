@@ -8,10 +8,8 @@ site-packages, or in a folder of their own on ``PYTHONPATH`` (``pip install
 --target``, as a TPU VM image may ship JAX), known by the ``*.dist-info`` pip
 leaves beside the packages.
 
-The same rule decides which of two trees a module belongs to in one process
-(`gate.policy.trees`, ``run --base``): `owning_root` is the one answer to both
-questions, so a frame is never the user's line while its module is shared, or
-the reverse. A virtual environment is found by its ``pyvenv.cfg`` wherever it
+Which of the roots (the repo root, a policy's python_path folders) owns a file is
+`owning_root`. A virtual environment is found by its ``pyvenv.cfg`` wherever it
 lies under a root: the README's own install puts ``.venv`` in the repository.
 """
 
@@ -35,6 +33,7 @@ _STDLIB_DIRS = tuple(
     for p in {sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")}
     if p
 )
+_GATE_AND_STDLIB = (_GATE_DIR, *_STDLIB_DIRS)
 _ENV_MARKERS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 
 
@@ -51,12 +50,14 @@ def _real(filename: str) -> str:
 
 
 def is_library(filename: str) -> bool:
-    """Whether ``filename`` is code no tree owns: generated text, the gate's own package, the
+    """Whether ``filename`` is never the user's code: generated text, the gate's own package, the
     standard library, or an installed package (site-packages, dist-packages, or a folder on
     ``sys.path`` that pip installed into, `_install_folders`)."""
-    if is_process_wide(filename):
+    if filename.startswith("<"):  # generated code: the gate's trampolines, exec'd text
         return True
     resolved = _real(filename)
+    if resolved.startswith(_GATE_AND_STDLIB):
+        return True
     if any(marker in resolved for marker in _ENV_MARKERS):
         return True
     try:
@@ -95,15 +96,6 @@ def _holds_distribution(folder: str) -> bool:
     return ".git" not in names and any(name.endswith(".dist-info") for name in names)
 
 
-def is_process_wide(filename: str) -> bool:
-    """Whether ``filename`` is generated text, the gate's own package or the standard library:
-    what every tree's code meets in a process of the gate's, never a tree's to replace."""
-    if filename.startswith("<"):  # generated code: the gate's trampolines, exec'd text
-        return True
-    resolved = _real(filename)
-    return resolved.startswith(_GATE_DIR) or resolved.startswith(_STDLIB_DIRS)
-
-
 @functools.lru_cache(maxsize=4096)
 def _holds_venv(folder: str) -> bool:
     """Whether ``folder`` is a virtual environment (it holds ``pyvenv.cfg``)."""
@@ -124,7 +116,7 @@ def _in_venv_below(resolved: str, root: str) -> bool:
 def owning_root(filename: str, roots: Iterable[str]) -> str | None:
     """Which of ``roots`` (each resolved, ending in a separator) owns the code in ``filename``.
 
-    The longest root around the file (a base checkout may lie inside the head's folder),
+    The longest root around the file (a policy's python_path folder may lie in the repo root),
     unless the file is a library's (`is_library`) or lies in a virtual environment under
     that root: then none does.
     """
@@ -155,30 +147,16 @@ class UserCode:
 
     repo_root: Path
     extra_roots: tuple[Path, ...] = ()
-    # The roots of other trees whose code this process holds (``run --base``): their files
-    # are never this region's, even where one lies inside ``repo_root``.
-    other_roots: tuple[Path, ...] = ()
 
     @functools.cached_property
     def _own(self) -> frozenset[str]:
         return frozenset(_root_text(r) for r in (self.repo_root, *self.extra_roots))
 
-    @functools.cached_property
-    def _others(self) -> frozenset[str]:
-        return frozenset(_root_text(r) for r in self.other_roots) - self._own
-
     def is_library(self, filename: str) -> bool:
         return is_library(filename)
 
     def is_user(self, filename: str) -> bool:
-        return owning_root(filename, self._own | self._others) in self._own
-
-    def other_tree(self, filename: str) -> Path | None:
-        """The root of the other tree whose code ``filename`` is, if it is one's."""
-        if not self._others:
-            return None
-        root = owning_root(filename, self._own | self._others)
-        return Path(root) if root in self._others else None
+        return owning_root(filename, self._own) is not None
 
     @functools.cached_property
     def _resolved_root(self) -> Path:

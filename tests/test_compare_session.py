@@ -23,7 +23,6 @@ from gate.isolation.scheduler import Scheduler, Turn, usable_cpus
 from gate.isolation.worker import run_job
 from gate.policy.load import load_policy
 from gate.policy.model import Checks, Policy
-from gate.policy.trees import Trees
 from gate.region.errors import RegionAbort
 from gate.results.comparison import ResultStatus, StepOutputs
 from gate.results.errors import ErrorKind, RegionError
@@ -89,7 +88,7 @@ def test_a_held_region_times_more_runs_and_hands_over_its_outputs(repo: Path) ->
         assert outputs.setup_leaves == 1
         assert outputs.step_file == str(repo / "src" / "steps.py")
         cpu = usable_cpus()[-1] if usable_cpus() else None
-        turns = [Turn(repo, 3, cpu), Turn(repo, 5, None)]
+        turns = [Turn(3, cpu), Turn(5, None)]
         timed = scheduler.time_turns(policy, policy.regions[0], turns)
         assert [len(samples.step_s) for samples in timed] == [3, 5]
         for samples in timed:
@@ -97,7 +96,7 @@ def test_a_held_region_times_more_runs_and_hands_over_its_outputs(repo: Path) ->
             assert all(s > 0 for s in samples.step_s)
         # A region run without hold lets the held one go: nothing is left to time.
         scheduler.run(policy, policy.regions[0])
-        (let_go,) = scheduler.time_turns(policy, policy.regions[0], [Turn(repo, 1)])
+        (let_go,) = scheduler.time_turns(policy, policy.regions[0], [Turn(1)])
         assert let_go.error is not None
         assert "does not hold" in let_go.error.message
 
@@ -110,14 +109,14 @@ def test_a_worker_lost_during_a_round_is_that_rounds_error(repo: Path) -> None:
         result, _ = scheduler.run_held(policy, region)
         assert result.error is None, result
         # The turn that dies is the last: the one after it is never asked of a dead worker.
-        timed = scheduler.time_turns(policy, region, [Turn(repo, 10), Turn(repo, 1)])
+        timed = scheduler.time_turns(policy, region, [Turn(10), Turn(1)])
         assert len(timed) == 1, timed
         (samples,) = timed
         assert samples.error is not None
         assert samples.error.kind is ErrorKind.CRASH, samples.error
         assert "exit" in samples.error.message, samples.error
         assert samples.step_s == (), samples  # the round's runs died with the worker
-        (gone,) = scheduler.time_turns(policy, region, [Turn(repo, 1)])
+        (gone,) = scheduler.time_turns(policy, region, [Turn(1)])
         assert gone.error is not None
         assert gone.error.kind is ErrorKind.CRASH
 
@@ -295,7 +294,7 @@ def _held_run(
     monkeypatch.setattr(gate.region.held, "host_leaves", fetch)
     monkeypatch.syspath_prepend(str(repo / "src"))
     policy = _policy(repo)
-    held = HeldRegions(Trees())
+    held = HeldRegions()
     job = Job(1, policy, policy.regions[0], repo, hold=True)
     return run_job(job, held.keeper(job)), held
 
@@ -308,7 +307,7 @@ def test_outputs_the_gate_cannot_fetch_are_its_own_fault_not_a_comparison_not_ma
     assert error is not None
     assert error.kind is ErrorKind.INTERNAL  # exit 3
     assert "RuntimeError: the fetch broke" in error.message
-    assert held.regions == {}
+    assert held.region is None
     assert held.take_outputs() is None
 
 
@@ -318,7 +317,7 @@ def test_setup_failing_while_the_outputs_are_fetched_is_the_regions_error(
     user_error = RegionError(ErrorKind.SETUP, "ValueError: setup broke", "")
     result, held = _held_run(repo, monkeypatch, RegionAbort(user_error))
     assert result.error == user_error
-    assert held.regions == {}
+    assert held.region is None
 
 
 def _timed(median_s: float) -> RegionResult:
@@ -387,11 +386,12 @@ def test_a_turns_runs_share_one_setup_unless_the_step_donates(
     monkeypatch.delitem(sys.modules, "counting_steps", raising=False)
     policy = load_policy(repo / "policies/c.yaml", repo)
     region = next(r for r in policy.regions if r.name == name)
-    held = HeldRegions(Trees())
+    held = HeldRegions()
     job = Job(1, policy, region, repo, hold=True)
     result = run_job(job, held.keeper(job))
     assert result.error is None, result.error
-    _, kept = held.regions[repo]
+    kept = held.region
+    assert kept is not None
     made = sys.modules["counting_steps"].made
     before = made[0]
     samples = kept.sample(5)

@@ -7,6 +7,7 @@ gives (``# error: ...``), as check-jsonschema's tests/example-files do.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -36,6 +37,7 @@ from gate.policy.resolve import (
     import_boundary,
     import_callable,
     python_path,
+    running_from,
 )
 from gate.policy.schema import policy_schema, validate
 
@@ -452,6 +454,21 @@ def test_python_path_puts_folders_first_and_restores_sys_path(tmp_path: Path) ->
         mutate_then_fail()
     assert sys.path == before
     assert sys.path is same_list  # restored in place: others may hold the list
+
+
+def test_running_from_a_tree_puts_the_path_and_the_working_directory_back(
+    tmp_path: Path,
+) -> None:
+    """A worker's request runs from its tree: its python_path, then its root, first on
+    `sys.path`, its root the working directory; both put back, whatever the code did."""
+    before, cwd = list(sys.path), os.getcwd()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with running_from(tmp_path, [PKG]):
+        assert sys.path[:2] == [str(PKG), str(tmp_path)]
+        assert Path.cwd() == tmp_path
+        os.chdir(elsewhere)  # the code under test moves
+    assert (sys.path, os.getcwd()) == (before, cwd)
 
 
 def test_import_callable_and_boundary() -> None:

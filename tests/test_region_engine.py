@@ -209,7 +209,6 @@ def test_a_held_regions_programs_stay_until_the_worker_lets_go_of_it(tmp_path: P
     from gate.isolation.held_regions import HeldRegions
     from gate.isolation.protocol import Job
     from gate.isolation.worker import run_job
-    from gate.policy.trees import Trees
 
     (tmp_path / "engine_steps.py").write_text(textwrap.dedent(STEPS))
     policy = one_region_policy(
@@ -217,16 +216,15 @@ def test_a_held_regions_programs_stay_until_the_worker_lets_go_of_it(tmp_path: P
         callable_ref("engine_steps:fresh"),
         python_path=(tmp_path,),
     )
-    held = HeldRegions(Trees())
+    held = HeldRegions()
     job = Job(1, policy, policy.regions[0], tmp_path, hold=True)
     handed: list[object] = []
     result = run_job(job, held.keeper(job), let_go=handed.append)
     assert result.error is None, result.error
-    assert held.regions
+    assert held.region is not None
     assert not handed  # a held region's programs are the held region's to let go of
     step = sys.modules["engine_steps"].jitted
     assert step._cache_size() > 0  # `run --base` times it again
-    other = replace(policy.regions[0], name="next")
-    held.release(Job(2, policy, other, tmp_path))  # the next region: this one is done
-    assert not held.regions
+    held.release()  # the next job: this region is done
+    assert held.region is None
     assert step._cache_size() == 0

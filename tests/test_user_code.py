@@ -8,6 +8,8 @@ their first call.
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -15,7 +17,8 @@ import pytest
 from cli_helpers import make_repo, run_gate
 
 from gate.cli.exit_codes import ExitCode
-from gate.user_code import is_library
+from gate.package import PACKAGE_DIR
+from gate.user_code import UserCode, is_library, owning_root
 
 HELPER = "def configure():\n    raise ValueError('no accelerator configured')\n"
 
@@ -81,3 +84,27 @@ def test_an_error_raised_inside_such_a_library_names_the_users_line(tmp_path: Pa
     assert run.returncode == ExitCode.USAGE, run
     assert "importing 'steps' raised ValueError: no accelerator configured" in run.stderr, run
     assert "(at steps.py:3)" in run.stderr, run  # not helperlib/__init__.py:2
+
+
+def test_the_longest_root_around_a_file_owns_it_never_a_venvs_or_a_librarys(
+    tmp_path: Path,
+) -> None:
+    """A policy's python_path folder inside the repository owns its files; what lies in a
+    virtual environment under a root (the README's ``.venv``), the standard library and the
+    gate's own package are no root's."""
+    repo = make_repo(tmp_path / "repo", {"steps.py": "", ".venv/pyvenv.cfg": "", "venv.py": ""})
+    lib = make_repo(repo / "lib", {"helpers.py": ""})  # a policy's python_path folder
+    make_repo(repo, {".venv/lib/python3/site-packages/pkg.py": "", ".venv/src/x/x.py": ""})
+    roots = {str(repo) + os.sep, str(lib) + os.sep}
+    assert owning_root(str(repo / "steps.py"), roots) == str(repo) + os.sep
+    assert owning_root(str(repo / "venv.py"), roots) == str(repo) + os.sep
+    assert owning_root(str(lib / "helpers.py"), roots) == str(lib) + os.sep
+    for venv_file in (".venv/lib/python3/site-packages/pkg.py", ".venv/src/x/x.py"):
+        assert owning_root(str(repo / venv_file), roots) is None
+    assert owning_root(json.__file__, roots) is None
+    assert owning_root(os.path.join(PACKAGE_DIR, "cli", "main.py"), roots | {"/"}) is None
+    code = UserCode(repo, (lib,))
+    assert code.is_user(str(repo / "steps.py"))
+    assert code.is_user(str(lib / "helpers.py"))
+    assert not code.is_user(str(repo / ".venv/src/x/x.py"))
+    assert not code.is_user(json.__file__)

@@ -17,7 +17,6 @@ import math
 import random
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from gate.compare.stats import log_ratios
 from gate.compare.timing import compare_paired, look_levels, looks, paired_verdict
@@ -42,10 +41,9 @@ TIMING_BOTH = "timing against the base"
 
 @dataclass
 class Side:
-    """One tree: its root, the policy it runs regions under, and its times by round."""
+    """One tree: the policy it runs regions under, its worker, and its times by round."""
 
     name: str  # "head" or "base"
-    root: Path
     policy: Policy
     scheduler: Scheduler  # the tree's own worker
     # One per round: the geometric mean of the tree's two turns in it (each turn's median).
@@ -125,7 +123,7 @@ class PairedRounds:
             first, second = self._core(number), self._core(number + 1)
             a, b = (self.base, self.head) if self._coin.random() < 0.5 else (self.head, self.base)
             for side, cpu in ((a, first), (b, first), (b, second), (a, second)):
-                schedule.append((side, Turn(side.root, self.turn_runs, cpu)))
+                schedule.append((side, Turn(self.turn_runs, cpu)))
         if not schedule:
             return None
         timed: list[StepSamples] = []
@@ -187,7 +185,7 @@ def timed_block(side: Side, region: Region, runs: int) -> tuple[float, ...] | Re
     bound an unpaired comparison, not the samples' number (docs/performance.md)."""
     cpus = usable_cpus()
     count = 2 * region.timing.rounds
-    turns = [Turn(side.root, runs, cpus[i % len(cpus)] if cpus else None) for i in range(count)]
+    turns = [Turn(runs, cpus[i % len(cpus)] if cpus else None) for i in range(count)]
     timed = side.scheduler.time_turns(side.policy, region, turns, tree=side.name)
     for samples in timed:
         if samples.error is not None:

@@ -180,8 +180,8 @@ class _Session:
         base_policy = for_base(policy, self.head_root, self.tree.root)
         base = self._base_scheduler(scheduler, beside=beside)
         return (
-            Side("head", self.head_root, policy, scheduler),
-            Side("base", self.tree.root, base_policy, base),
+            Side("head", policy, scheduler),
+            Side("base", base_policy, base),
         )
 
     def _base_scheduler(self, head: Scheduler, *, beside: bool) -> Scheduler:
@@ -285,12 +285,9 @@ class _Pair:
         return self._judged(head, base)
 
     def _run(self, side: Side, region: Region) -> Held:
-        run = (
-            side.scheduler.run_held
-            if self.region.timing.compare
-            else side.scheduler.run_for_outputs
-        )
-        return run(side.policy, region, side.root, side.name)
+        scheduler = side.scheduler
+        run = scheduler.run_held if self.region.timing.compare else scheduler.run_for_outputs
+        return run(side.policy, region, side.name)
 
     def _base_run(self, head_root: Path) -> Held:
         base_region = next(r for r in self.base.policy.regions if r.name == self.region.name)
@@ -361,15 +358,11 @@ class _Pair:
         return replace(head_result, base=comparison)
 
     def _traced(self, head: RegionResult, base: RegionResult) -> tuple[RegionResult, RegionResult]:
-        """Both with their op times by line, from traced runs of the regions the worker still
-        holds: made only for a slower step, the one verdict that lists lines (a trace costs
+        """Both with their op times by line, from traced runs of the regions the workers still
+        hold: made only for a slower step, the one verdict that lists lines (a trace costs
         ~0.9 s a tree on a TPU, `gate.region.cost_phase`). A region with none keeps none."""
-        (head_times,) = self.head.scheduler.trace_held(
-            self.head.policy, self.region, (self.head.root,), tree="head"
-        )
-        (base_times,) = self.base.scheduler.trace_held(
-            self.base.policy, self.region, (self.base.root,), tree="base"
-        )
+        head_times = self.head.scheduler.trace_held(self.head.policy, self.region, tree="head")
+        base_times = self.base.scheduler.trace_held(self.base.policy, self.region, tree="base")
         return _with_times(head, head_times), _with_times(base, base_times)
 
     def _own_definition(self, region: Region, failed: RegionResult, head_root: Path) -> Held:

@@ -1,18 +1,18 @@
-"""What a worker keeps between requests: its trees, the region it holds of each, their options.
+"""What a worker keeps between requests: the region it holds, and its outputs until they are sent.
 
-One worker holds the code of up to two trees (``run --base``: the head's and the base's,
-`gate.policy.trees`), and at most one held region of each, both of the same region; a held
-region's outputs wait here until they are sent.
+A worker runs one tree's code (``run --base`` starts the base's regions in workers of their own,
+`gate.compare.session`), each request with the tree's root and its policy's python_path first
+on `sys.path` (`gate.policy.resolve.running_from`). It holds at most one region, loaded for
+more timed runs (`gate.region.held`), and lets go of it when the next job comes.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from pathlib import Path
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
-from gate.isolation.protocol import Check, Checked, Job, Trace, Turns
-from gate.policy.trees import Trees, config_changes, config_values
+from gate.isolation.protocol import Check, Checked, Job, Turns
+from gate.policy.resolve import running_from
 from gate.region.cores import unpin
 
 if TYPE_CHECKING:  # the region engine is imported only when a region runs
@@ -24,27 +24,18 @@ from gate.user_code import UserCode
 
 
 class HeldRegions:
-    """The trees this worker runs code from, the region it holds from each (the same region),
-    and a held region's outputs until they are sent."""
+    """The region this worker holds, and a held region's outputs until they are sent."""
 
-    def __init__(self, trees: Trees) -> None:
-        self.trees = trees
-        self.regions: dict[Path, tuple[tuple[str, str], HeldRegion]] = {}
+    def __init__(self) -> None:
+        self.region: HeldRegion | None = None
         self._outputs: StepOutputs | None = None
-        # JAX's options as the worker started, and what each tree's imports changed.
-        self._pristine = config_values()
-        self._config: dict[Path, dict[str, str]] = {}
 
-    def release(self, job: Job) -> None:
-        """Let go of what ``job`` replaces: the held region of its tree, and any held region
-        of another region (the gate is done with it)."""
-        key = _key(job)
-        for root, (held_key, region) in list(self.regions.items()):
-            if root == job.repo_root or held_key != key:
-                del self.regions[root]
-                region.programs.let_go(region.code.callables.step)
-        if not self.regions:
-            unpin()  # its timed runs' core: the new region compiles on every core
+    def release(self) -> None:
+        """Let go of the held region, if any: a new job replaces it (the gate is done with it)."""
+        region, self.region = self.region, None
+        if region is not None:
+            region.programs.let_go(region.code.callables.step)
+        unpin()  # its timed runs' core: the new region compiles on every core
 
     def keeper(self, job: Job) -> Keep | None:
         """What keeps ``job``'s region when it runs to its end, if the job asks for that."""
@@ -57,29 +48,25 @@ class HeldRegions:
             gate fault (`run_job`), never a comparison quietly not made."""
             self._outputs = region.outputs(outputs)
             if job.hold:
-                self.regions[job.repo_root] = (_key(job), region)
+                self.region = region
 
         return keep
 
-    def take_outputs(self, late_config: str = "") -> StepOutputs | None:
-        """The held region's outputs, with what its run changed of JAX's options."""
+    def take_outputs(self) -> StepOutputs | None:
+        """The held region's outputs, until they are sent."""
         outputs, self._outputs = self._outputs, None
-        if outputs is None or not late_config:
-            return outputs
-        return replace(outputs, late_config=late_config)
+        return outputs
 
     def time(self, job: Turns) -> tuple[StepSamples, ...]:
-        """Each turn's timed runs, in order, in its tree; the first that fails is the last."""
+        """Each turn's timed runs, in order; the first that fails is the last."""
+        region = self.region
+        if region is None:
+            doing = "asking for timed runs of a region this worker does not hold"
+            return (StepSamples((), error=gate_fault(doing)),)
         done: list[StepSamples] = []
         for turn in job.turns:
-            found = self.regions.get(turn.root)
-            if found is None:
-                doing = "asking for timed runs of a region this worker does not hold"
-                done.append(StepSamples((), error=gate_fault(doing)))
-                break
-            region = found[1]
             try:
-                with self.trees.entered(turn.root, region.code.policy.python_path):
+                with _running(region):
                     samples = region.sample(turn.runs, turn.cpu)
             except Exception as exc:  # a gate bug; the step's own error is in the samples
                 samples = StepSamples((), error=gate_fault("timing this region", exc))
@@ -88,61 +75,35 @@ class HeldRegions:
                 break
         return tuple(done)
 
-    def trace(self, job: Trace) -> tuple[OpTimes | None, ...]:
-        """The traced runs of each root's held region, in its tree, on every core (a round
-        pinned the last turn's); None for a root whose region has none to make."""
+    def trace(self) -> OpTimes | None:
+        """The held region's traced runs, on every core (a round pinned the last turn's); None
+        when no region is held or it has none to make."""
         unpin()
-        times: list[OpTimes | None] = []
-        for root in job.roots:
-            found = self.regions.get(root)
-            if found is None:
-                times.append(None)
-                continue
-            region = found[1]
-            try:
-                with self.trees.entered(root, region.code.policy.python_path):
-                    times.append(region.op_times())
-            except Exception as exc:  # a gate bug: said where the lines would have been
-                fault = gate_fault("tracing this region", exc)
-                times.append(OpTimes.not_traced(fault.message))
-        return tuple(times)
+        region = self.region
+        if region is None:
+            return None
+        try:
+            with _running(region):
+                return region.op_times()
+        except Exception as exc:  # a gate bug: said where the lines would have been
+            fault = gate_fault("tracing this region", exc)
+            return OpTimes.not_traced(fault.message)
 
     def check(self, job: Check) -> Checked:
-        """Import what ``job`` names from its tree, and what that did to this process.
-
-        A tree checked after another starts from JAX's options as the worker started: its
-        own changes are then measured, not hidden by the other tree's same ones.
-        """
+        """Import what ``job`` names from its tree: the problems found."""
         from gate.policy.resolve import check_callables, check_named
         from gate.region.fetch_watch import watching_reads
 
-        first = job.root not in self._config
-        if first and self._config:
-            _set_config(self._pristine)
         paths = tuple(p for policy in job.policies for p in policy.python_path)
         # A module that reads an array when imported leaves it cached on the host: the
         # detector must know, as when a region imports it (`gate.region.engine`).
-        with self.trees.entered(job.root), watching_reads(UserCode(job.root, paths)):
+        with running_from(job.root), watching_reads(UserCode(job.root, paths)):
             problems = [p for policy in job.policies for p in check_callables(policy, job.root)]
             for named in job.named:
                 problems += check_named(named.path, named.refs, named.python_path, job.root)
-            extensions = self.trees.extension_modules()
-        changes = config_changes(self._pristine, config_values())
-        self._config[job.root] = changes
-        return Checked(job.number, tuple(problems), tuple(sorted(changes.items())), extensions)
+        return Checked(job.number, tuple(problems))
 
 
-def _key(job: Job) -> tuple[str, str]:
-    return (job.policy.path.as_posix(), job.region.name)
-
-
-def _set_config(values: dict[str, object]) -> None:
-    """Put JAX's options back to ``values``, where an option still takes a new value."""
-    import jax
-
-    for name, value in values.items():
-        if jax.config.values.get(name, value) != value:
-            try:
-                jax.config.update(name, value)
-            except Exception:  # fixed once the backend started: the difference shows
-                continue
+def _running(region: HeldRegion) -> AbstractContextManager[None]:
+    """``region``'s tree is where its code runs from, as in its run."""
+    return running_from(region.code.user.repo_root, region.code.policy.python_path)

@@ -6,8 +6,8 @@ at a time on its jobs pipe, and the worker answers each on its results pipe:
   `Checked`;
 - `Job`: run a region, answered with `Done` (and an `Entered` frame as it enters each
   stage, for the gate's live line);
-- `Turns`: more timed runs of held regions, answered with `Timed`;
-- `Trace`: the held regions' traced runs, which a slower verdict names its lines from,
+- `Turns`: more timed runs of the held region, answered with `Timed`;
+- `Trace`: the held region's traced runs, which a slower verdict names its lines from,
   answered with `Traced`.
 Both are pipes of their own, so nothing the code under test prints to stdout or stderr can
 corrupt the protocol. A frame is an 8-byte big-endian length and a pickle; the parent and
@@ -55,15 +55,10 @@ class Check:
 
 @dataclass(frozen=True)
 class Checked:
-    """What `Check` found: the problems, and what the tree's modules do to the process."""
+    """What `Check` found: the problems."""
 
     number: int
     problems: tuple[Problem, ...]
-    # JAX options the tree's imports changed (`gate.policy.trees.config_changes`), by name.
-    config: tuple[tuple[str, str], ...] = ()
-    # Compiled extension modules of the tree's own (not of the environment's): a second copy
-    # of one, from another tree, may not load beside it in one process.
-    extensions: tuple[str, ...] = ()
     fault: str | None = None  # the gate's own bug while checking, with its traceback
 
 
@@ -90,9 +85,8 @@ class Job:
 
 @dataclass(frozen=True)
 class Turn:
-    """``runs`` timed runs of the region held from the tree at ``root``, on ``cpu``."""
+    """``runs`` timed runs of the region the worker holds, on ``cpu``."""
 
-    root: Path
     runs: int
     cpu: int | None = None  # every thread of the worker on this CPU for the runs (`cores`)
 
@@ -107,10 +101,9 @@ class Turns:
 
 @dataclass(frozen=True)
 class Trace:
-    """The traced runs of the regions held from the trees at ``roots``, in order."""
+    """The traced runs of the region the worker holds."""
 
     number: int
-    roots: tuple[Path, ...]
 
 
 @dataclass(frozen=True)
@@ -149,11 +142,11 @@ class Timed:
 
 @dataclass(frozen=True)
 class Traced:
-    """The op times `Trace` asked for, one per root (None: that tree's region was not traced:
-    not held, or its cost run measured nothing)."""
+    """The op times `Trace` asked for (None: no region was traced: none held, or its cost run
+    measured nothing)."""
 
     number: int
-    times: tuple[OpTimes | None, ...]
+    times: OpTimes | None
 
 
 Request = Check | Job | Turns | Trace

@@ -104,9 +104,10 @@ class Scheduler:
 
     At most one worker is alive at any moment: a GPU or TPU is held by one process (a TPU
     chip admits one; a GPU's memory is one pool), so a worker is gone, reaped, before the
-    next one starts, whatever ended it. ``run --base`` runs both trees' regions in the same
-    worker (each job names its tree's root); a region's policy with another ``env:`` gets a
-    fresh worker. Use as a context manager: leaving it stops the worker.
+    next one starts, whatever ended it. Its workers run the code of the tree at ``repo_root``
+    (``run --base`` runs the base's regions from a scheduler of its own, `gate.compare.session`);
+    a region's policy with another ``env:`` gets a fresh worker. Use as a context manager:
+    leaving it stops the worker.
     """
 
     def __init__(
@@ -137,8 +138,6 @@ class Scheduler:
         self.startups = self._starts.startups  # every worker started, for benchmarks and tests
         self._worker: WorkerProcess | None = None
         self._jobs = itertools.count(1)
-        # What `check` found, by worker environment and tree.
-        self._checked: dict[tuple[tuple[tuple[str, str], ...], Path], Checked] = {}
 
     def __enter__(self) -> Scheduler:
         return self
@@ -164,14 +163,9 @@ class Scheduler:
         if self._worker is None:
             self._starts.start_early(self.environment(policy))
 
-    def check(
-        self,
-        policies: Sequence[Policy],
-        root: Path | None = None,
-        named: Sequence[NamedCallables] = (),
-    ) -> Checked:
-        """Import every callable of ``policies`` (one ``env:``) and of ``named`` from the tree
-        at ``root`` (the head's by default), in the worker their regions will run in.
+    def check(self, policies: Sequence[Policy], named: Sequence[NamedCallables] = ()) -> Checked:
+        """Import every callable of ``policies`` (one ``env:``) and of ``named`` from this
+        scheduler's tree, in the worker their regions will run in.
 
         Raises `WorkerUnavailable` when no worker could take the request, and RuntimeError
         for a gate bug in the worker (its traceback in the message).
@@ -181,7 +175,7 @@ class Scheduler:
         label = firsts[0] if firsts else BETWEEN_REGIONS
         env = self.environment(policies[0] if policies else None)
         number = next(self._jobs)
-        request = Check(number, root or self.repo_root, tuple(policies), tuple(named))
+        request = Check(number, self.repo_root, tuple(policies), tuple(named))
         timeout = max((r.timeout_s for p in policies for r in p.regions), default=600.0)
         for _ in range(START_ATTEMPTS):  # a worker that could not start gets one successor
             reply = self._request(request, env, label, timeout)
@@ -193,42 +187,31 @@ class Scheduler:
             raise RuntimeError(f"worker answered check {number} with {reply!r:.300}")
         if reply.fault is not None:
             raise RuntimeError(reply.fault)
-        self._checked[(tuple(sorted(env.items())), request.root)] = reply
         return reply
 
-    def checked(self, policy: Policy, root: Path | None = None) -> Checked:
-        """What `check` found for ``policy``'s worker environment and the tree at ``root``
-        (the head's by default); checked now if it was not yet."""
-        key = (tuple(sorted(self.environment(policy).items())), root or self.repo_root)
-        found = self._checked.get(key)
-        return found if found is not None else self.check([policy], root)
-
-    def run(
-        self, policy: Policy, region: Region, root: Path | None = None, tree: str | None = None
-    ) -> RegionResult:
+    def run(self, policy: Policy, region: Region, tree: str | None = None) -> RegionResult:
         """Run ``region`` in the worker; a lost worker makes it an error, never an exception."""
-        result, _ = self._dispatch(policy, region, root, tree, hold=False, outputs=False)
+        result, _ = self._dispatch(policy, region, tree, hold=False, outputs=False)
         return result
 
     def run_held(
-        self, policy: Policy, region: Region, root: Path | None = None, tree: str | None = None
+        self, policy: Policy, region: Region, tree: str | None = None
     ) -> tuple[RegionResult, StepOutputs | None]:
         """`run`, and the worker keeps the region loaded for `time_turns`; with the result,
         its outputs on the host (None when it did not run to its end). The worker holds one
-        region of each tree, and only of one region: a new region lets the last one go."""
-        return self._dispatch(policy, region, root, tree, hold=True, outputs=True)
+        region: the next job lets it go."""
+        return self._dispatch(policy, region, tree, hold=True, outputs=True)
 
     def run_for_outputs(
-        self, policy: Policy, region: Region, root: Path | None = None, tree: str | None = None
+        self, policy: Policy, region: Region, tree: str | None = None
     ) -> tuple[RegionResult, StepOutputs | None]:
         """`run`, with the region's outputs on the host (None when it did not run to its end)."""
-        return self._dispatch(policy, region, root, tree, hold=False, outputs=True)
+        return self._dispatch(policy, region, tree, hold=False, outputs=True)
 
     def _dispatch(
         self,
         policy: Policy,
         region: Region,
-        root: Path | None,
         tree: str | None,
         *,
         hold: bool,
@@ -241,7 +224,7 @@ class Scheduler:
             next(self._jobs),
             policy,
             region,
-            root or self.repo_root,
+            self.repo_root,
             hold,
             outputs,
             self._settings,
@@ -282,20 +265,20 @@ class Scheduler:
         raise RuntimeError(f"worker answered turns {request.number} with {reply!r:.300}")
 
     def trace_held(
-        self, policy: Policy, region: Region, roots: Sequence[Path], *, tree: str | None = None
-    ) -> tuple[OpTimes | None, ...]:
-        """The traced runs of the regions held from ``roots`` (`run_held`), one `OpTimes`
-        each (None where that region has none); a worker lost meanwhile is a note in each."""
-        request = Trace(next(self._jobs), tuple(roots))
+        self, policy: Policy, region: Region, *, tree: str | None = None
+    ) -> OpTimes | None:
+        """The traced runs of the region the worker holds (`run_held`): its `OpTimes`, None
+        where it has none; a worker lost meanwhile is a note in them."""
+        request = Trace(next(self._jobs))
         label = region_key(policy, region)
-        timeout = region.timeout_s * max(1, len(roots))
+        timeout = region.timeout_s
         reply: Message | RegionError
         if self._worker is None:
             reply = RegionError(ErrorKind.CRASH, "the worker that ran this region is gone", "")
         else:
             reply = self._request(request, self._worker.env, label, timeout, tree, start=False)
         if isinstance(reply, RegionError):
-            return tuple(OpTimes.not_traced(reply.message) for _ in roots)
+            return OpTimes.not_traced(reply.message)
         if isinstance(reply, Traced) and reply.number == request.number:
             return reply.times
         raise RuntimeError(f"worker answered trace {request.number} with {reply!r:.300}")

@@ -26,8 +26,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from gate.isolation.held_regions import HeldRegions
@@ -55,7 +53,7 @@ from gate.isolation.protocol import (
 )
 from gate.jaxhooks.programs import made_at_startup
 from gate.policy.problems import Problem
-from gate.policy.trees import Trees, config_changes, config_values
+from gate.policy.resolve import running_from
 from gate.region.stages import Stage, listening
 
 if TYPE_CHECKING:  # the region engine is imported only when a region runs
@@ -95,7 +93,7 @@ def main(argv: list[str]) -> int:
     threading.Thread(
         target=_read_jobs, args=(jobs_fd, jobs, busy), name="gate-jobs", daemon=True
     ).start()
-    held = HeldRegions(Trees())
+    held = HeldRegions()
     # A region ran since what regions leave was last collected (`Leftovers.between_regions`).
     left_over = False
     while True:
@@ -107,7 +105,7 @@ def main(argv: list[str]) -> int:
         if isinstance(job, Turns):
             reply: Message = Timed(job.number, held.time(job))
         elif isinstance(job, Trace):
-            reply = Traced(job.number, held.trace(job))
+            reply = Traced(job.number, held.trace())
         elif isinstance(job, Check):
             try:
                 reply = held.check(job)
@@ -115,26 +113,20 @@ def main(argv: list[str]) -> int:
                 fault = gate_fault("checking the policies", exc)
                 reply = Checked(job.number, (), fault=f"{fault.message}\n{fault.details}")
         else:
-            held.release(job)
+            held.release()
             # After a region, never while a held one still runs its programs: the first
             # region starts what the process starts once, which is no region's leftover.
-            if left_over and not held.regions:
+            if left_over:
                 leftovers.between_regions()
             left_over = True
             _apply_settings(job.settings)
             take_from_own_tree(job.moved_paths)
-            options = _OptionsWatch(config_values())
             with (
-                listening(functools.partial(_stage_entered, results_fd, job.number, options)),
-                held.trees.entered(job.repo_root, job.policy.python_path),
+                listening(functools.partial(_stage_entered, results_fd, job.number)),
+                running_from(job.repo_root, job.policy.python_path),
             ):
-                result = run_job(
-                    job,
-                    held.keeper(job),
-                    held.trees.other_roots(job.repo_root),
-                    let_go=done_with.append,
-                )
-            reply = Done(job.number, result, held.take_outputs(options.changed()))
+                result = run_job(job, held.keeper(job), let_go=done_with.append)
+            reply = Done(job.number, result, held.take_outputs())
         _end_output(crash_log, job.number)
         write_all(results_fd, _encoded(job, reply))
         busy.clear()
@@ -146,7 +138,7 @@ def main(argv: list[str]) -> int:
                 let_go()
             except Exception:  # the programs stay until the next release; the worker goes on
                 traceback.print_exc()
-        if left_over and not held.regions:
+        if left_over and held.region is None:
             leftovers.between_regions()
             left_over = False
 
@@ -182,37 +174,8 @@ def _end_output(output: TextIO, number: int) -> None:
     write_all(output.fileno(), f"{END_OF_JOB}{number}\n".encode())
 
 
-@dataclass
-class _OptionsWatch:
-    """JAX's process-wide options through one job (``run --base``: the other tree must not run
-    under what this one changed), looked at as each stage begins.
-
-    What differs at the job's end is what the job changed; each option is said with the stage
-    it first changed in. The gate's own changes (its region's full tracebacks, the
-    recompile watch's cache-miss log) are put back before the end, so they never show.
-    """
-
-    start: dict[str, object]
-    stage: str = Stage.IMPORTING.value
-    first_seen: dict[str, str] = field(default_factory=dict)  # option -> stage
-
-    def entered(self, stage: Stage) -> None:
-        for name in config_changes(self.start, config_values()):
-            self.first_seen.setdefault(name, self.stage)
-        self.stage = stage.value
-
-    def changed(self) -> str:
-        """What the job changed and kept: ``jax_enable_x64: False → True, while compiling``."""
-        changes = config_changes(self.start, config_values())
-        return "; ".join(
-            f"{name}: {change}, while {self.first_seen.get(name, self.stage)}"
-            for name, change in sorted(changes.items())
-        )
-
-
-def _stage_entered(fd: int, number: int, options: _OptionsWatch, stage: Stage) -> None:
+def _stage_entered(fd: int, number: int, stage: Stage) -> None:
     # From the thread that runs the region, the only one that writes frames while it runs.
-    options.entered(stage)
     write_frame(fd, Entered(number, stage.value))
 
 
@@ -228,8 +191,7 @@ def _encoded(request: Request, reply: Message) -> bytes:
         if isinstance(request, Turns):
             return encode(Timed(request.number, (StepSamples((), error=error),)))
         if isinstance(request, Trace):
-            untraced = OpTimes.not_traced(error.message)
-            return encode(Traced(request.number, tuple(untraced for _ in request.roots)))
+            return encode(Traced(request.number, OpTimes.not_traced(error.message)))
         problem = Problem("", None, "", error.message)
         return encode(Checked(request.number, (problem,)))
 
@@ -260,13 +222,11 @@ def _kill_own_group() -> None:
 def run_job(
     job: Job,
     keep: Keep | None = None,
-    other_roots: tuple[Path, ...] = (),
     *,
     let_go: Callable[[Callable[[], None]], None] | None = None,
 ) -> RegionResult:
     """The region's result; a gate bug becomes an INTERNAL error for this region only.
 
-    ``other_roots``: the other trees whose code this worker holds (``run --base``).
     ``let_go``: handed what lets go of the region's programs, unless the job holds the region
     (`gate.region.engine.run_region`).
     """
@@ -279,7 +239,6 @@ def run_job(
             job.region,
             repo_root=job.repo_root,
             keep=keep,
-            other_roots=other_roots,
             trace_held=job.hold,
             # A held one's go when it is let go of (`HeldRegions.release`).
             let_go=None if job.hold else let_go,

@@ -15,7 +15,7 @@ import sys
 import traceback
 import types
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import chdir, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,19 @@ def python_path(paths: Sequence[Path], repo_root: Path | None = None) -> Iterato
         yield
     finally:
         sys.path[:] = saved
+
+
+@contextmanager
+def running_from(root: Path, paths: Sequence[Path] = ()) -> Iterator[None]:
+    """The tree at ``root`` is where the block's code runs from: ``paths`` (its policy's
+    python_path), then ``root``, first on `sys.path`, and ``root`` the working directory.
+
+    Both are put back on leaving, whatever the block did to them; imported modules stay.
+    A worker runs one tree's code (``run --base`` starts the base's in workers of its own),
+    so nothing else of the process needs putting back.
+    """
+    with chdir(root), python_path(paths, root):
+        yield
 
 
 def _entries(paths: Sequence[Path], repo_root: Path | None) -> list[str]:

@@ -1,16 +1,15 @@
 """Which core a held region's timed runs use: every thread of the worker on one CPU, then put back.
 
 ``run --base`` times the base and the head in paired rounds, each round's turns one after
-the other (since issue 27 in one worker that holds both trees). When each tree had a worker
-of its own, each process kept to the core it last ran on: measured on the 2-core development
-machine, the two workers sat on different cores for whole regions, so a busy neighbour on one
-core (another job on a shared runner) slowed every run of one tree and few of the other's,
-and unchanged trees came out 1.1-1.3x "slower" (docs/performance.md); on a quiet machine the
-same placement left a steady 3-7% between them. So for each round the gate names one core,
-and both trees' turns run on it: whatever that core is doing then, both turns of the round
-meet it (`gate.compare.session` rotates the core from round to round over the cores the gate
-may use). One worker still gets a core per round: its threads would otherwise drift between
-cores within a round.
+the other, each tree's in its own worker. Left alone, each process keeps to the core it last
+ran on: measured on the 2-core development machine, the two workers sat on different cores
+for whole regions, so a busy neighbour on one core (another job on a shared runner) slowed
+every run of one tree and few of the other's, and unchanged trees came out 1.1-1.3x "slower"
+(docs/performance.md); on a quiet machine the same placement left a steady 3-7% between
+them. So for each round the gate names one core, and both trees' turns run on it: whatever
+that core is doing then, both turns of the round meet it (`gate.compare.session` rotates the
+core from round to round over the cores the gate may use). Pinning also keeps a worker's
+threads from drifting between cores within a round.
 
 Every thread of the worker is moved (XLA's CPU client runs programs on threads of its own),
 and stays there while the region is held (moving them is not free: ~0.3 ms for the 22 threads

@@ -59,7 +59,6 @@ from gate.region.errors import RegionAbort, error_from
 from gate.region.fetch_watch import watching_reads
 from gate.region.held import HeldRegion, Keep
 from gate.region.leaks import judge_memory
-from gate.region.other_tree_code import other_tree_watch, profiled
 from gate.region.outputs import host_leaves
 from gate.region.region_run import RegionRun
 from gate.region.stages import Stage, announce
@@ -88,7 +87,6 @@ def run_region(
     *,
     repo_root: Path | None = None,
     keep: Keep | None = None,
-    other_roots: tuple[Path, ...] = (),
     traced: bool = True,
     trace_held: bool = False,
     let_go: Callable[[Callable[[], None]], None] | None = None,
@@ -100,8 +98,6 @@ def run_region(
     ``python_path``) count as the user's lines. By default it is the working
     directory, where the gate's workers run. ``keep`` receives the region loaded, with its
     last outputs, if it ran to the end (``run --base`` times it again, `gate.region.held`).
-    ``other_roots`` are the other trees whose code this process holds: their files are never
-    this region's, and the first call is watched for their code (`gate.region.other_tree_code`).
     ``traced``: a few runs under JAX's profiler after the cost run, for a region whose step
     time is compared (`gate.region.cost_phase`); off where nothing compares it.
     ``trace_held``: those runs are left to the region ``keep`` holds (`HeldRegion.op_times`),
@@ -114,7 +110,7 @@ def run_region(
     """
     started = time.perf_counter()
     root = Path.cwd() if repo_root is None else repo_root
-    user = UserCode(root, policy.python_path, other_roots)
+    user = UserCode(root, policy.python_path)
 
     def result(**fields: Any) -> RegionResult:
         return RegionResult.of(policy, region, wall_s=time.perf_counter() - started, **fields)
@@ -199,17 +195,11 @@ def _run_imported(
                     announce(Stage.COMPILING)
                     run.starting = compile_watch  # the first call and warm-up's own programs
                     first_call = time.perf_counter()  # compiling included: --base compares it
-                    # Watched for the other tree's code (``run --base``): by the map's own
-                    # trace function where there is a map, else by a profile function.
-                    run.other_trees = other_trees = other_tree_watch(run.code.user)
                     if can_map:
                         run.mapped_calls(Phase.FIRST_CALL, 1)
                     else:
-                        with profiled(other_trees):
-                            run.guarded_call(Phase.FIRST_CALL)
-                    run.other_trees = None
+                        run.guarded_call(Phase.FIRST_CALL)
                     first_call_s = time.perf_counter() - first_call
-                    other_tree = other_trees.found if other_trees is not None else None
                     announce(Stage.WARMING_UP)
                     for turn in range(region.warmup):
                         # The first of two or more is the cost run too: it takes Python's
@@ -271,9 +261,7 @@ def _run_imported(
                 raise RegionAbort(error_from(run.code.user, ErrorKind.CHECK, exc)) from exc
         if keep is not None:
             # Its outputs fetched now, in this try: setup failing to repeat is the region's error.
-            held = HeldRegion(
-                run.code, run.inputs, run.call, run.monitor, programs, other_tree=other_tree
-            )
+            held = HeldRegion(run.code, run.inputs, run.call, run.monitor, programs)
             keep(held, outputs)
     except RegionAbort as abort:
         if watched and compiles_unseen is None:  # stopped before warm-up asked, perhaps

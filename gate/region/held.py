@@ -24,7 +24,6 @@ from gate.region.callables import RegionCode
 from gate.region.cores import pin
 from gate.region.errors import RegionAbort, error_from
 from gate.region.inputs import Inputs, StepInputs
-from gate.region.other_tree_code import OtherTreeCode
 from gate.region.outputs import host_leaves
 from gate.results.comparison import StepOutputs, StepSamples
 from gate.results.errors import ErrorKind
@@ -42,8 +41,6 @@ class HeldRegion:
     programs: RegionPrograms  # the region's own jit cache context, as in its run
     # The step deleted an input of a turn's first run (it donates it): setup for every run.
     donates: bool = False
-    # The other tree's code its first call ran (``run --base``, `gate.region.other_tree_code`).
-    other_tree: OtherTreeCode | None = None
     # Its traced runs, left for when the comparison asks (`gate.region.cost_phase`); None
     # when its step time is not compared or its cost run measured nothing.
     traced_later: Callable[[], OpTimes] | None = None
@@ -109,7 +106,6 @@ class HeldRegion:
             first if first == second else None,
             count,
             os.path.abspath(step_file) if step_file else None,
-            other_tree=str(self.other_tree) if self.other_tree is not None else "",
         )
 
 

@@ -36,7 +36,6 @@ from gate.region.descriptions import SightingMemory
 from gate.region.errors import RegionAbort, error_from, first_line, refused_transfer
 from gate.region.fetch_watch import FetchWatch
 from gate.region.inputs import Inputs, StepInputs
-from gate.region.other_tree_code import OtherTreeWatch, profiled
 from gate.region.outputs import call_step, check_outputs
 from gate.region.sightings import PhaseTally, between_runs
 from gate.region.threads import join_step_threads
@@ -89,8 +88,6 @@ class RegionRun:
     live: LiveArrays | None = None
     watch: FetchWatch = field(init=False)
     inputs: StepInputs = field(init=False)
-    # Set while the first call is watched for the other tree's code (``run --base``).
-    other_trees: OtherTreeWatch | None = None
 
     def __post_init__(self) -> None:
         self.watch = FetchWatch(self.code.user, self.monitor.current)
@@ -221,8 +218,7 @@ class RegionRun:
     def _mapped_run(
         self, tally: PhaseTally, explicit: tuple[Callable[..., Any], ...], phase: Phase
     ) -> None:
-        with profiled(self.other_trees):  # setup runs outside the map: a watch of its own
-            inputs = self.inputs.fresh()
+        inputs = self.inputs.fresh()
         step_plan = self._step_plan(inputs)
         callbacks_before = self.callbacks.counts() if self.callbacks else {}
         threads_before = set(threading.enumerate())
@@ -238,7 +234,6 @@ class RegionRun:
                     self.code.user,
                     explicit=explicit,
                     boundary_codes=self.code.callables.boundary_codes,
-                    untraced=self.other_trees.look if self.other_trees is not None else None,
                 ) as log,
             ):
                 outputs = self.call(inputs)

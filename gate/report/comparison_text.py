@@ -195,7 +195,7 @@ def own_definition_line(base: BaseComparison) -> str:
 
 
 def apart_line(base: BaseComparison) -> str:
-    """Why the trees ran in workers of their own; "" when one worker held both."""
+    """Why the trees' workers held the device in turn; "" when they ran side by side."""
     if not base.apart:
         return ""
     return (

@@ -100,7 +100,7 @@ class BaseDoc(Record, frozen=True, kw_only=True):
     already_in_base: int
     # The callables the base ran from its own policy, the head's having been renamed.
     renamed: tuple[Renamed, ...]
-    # Why the trees ran in workers of their own, timed unpaired; "" when one held both.
+    # Why the trees' workers held the device in turn, timed unpaired; "" when side by side.
     apart: str
     cost: CostComparisonDoc | None
     collectives: CommComparisonDoc | None

@@ -27,8 +27,8 @@ class TimingDoc(Record, frozen=True, kw_only=True):
     ratio_high: float | None
     p_value: float | None
     max_slowdown: float
-    # True: paired rounds in one worker (their ratios judged); false: two samples measured
-    # apart (the stored baseline, or trees that ran apart), compared unpaired.
+    # True: paired rounds, the trees' workers side by side (their ratios judged); false: two
+    # samples measured apart (the stored baseline, or trees that ran apart), compared unpaired.
     paired: bool
     rounds: int
     base_samples: tuple[float, ...]

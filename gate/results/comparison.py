@@ -214,9 +214,9 @@ class BaseComparison:
     # What the base ran from its own policy instead of the head's names (a rename); () when
     # it ran the head's policy as it is.
     renamed: tuple[Renamed, ...] = ()
-    # Why the two trees ran in workers of their own, one after the other, and their step
-    # times were compared unpaired ("the trees set JAX's process-wide options differently
-    # ..."); "" when one worker held both and timed them in paired rounds.
+    # Why the two trees' workers held the device one after the other, and their step times
+    # were compared unpaired ("the device admits one process at a time ..."); "" when the
+    # workers ran side by side and timed them in paired rounds.
     apart: str = ""
 
     @property
@@ -248,12 +248,6 @@ class StepOutputs:
     # Where the step's module was imported from: a base run must import the base's code, not
     # the head's (installed into site-packages, say).
     step_file: str | None = None
-    # The other tree's code the run's first call ran, in words ("" when none): a cache outside
-    # the trees handed it over (`gate.region.other_tree_code`).
-    other_tree: str = ""
-    # JAX's process-wide options the run changed, and while doing what ("" when none): the
-    # other tree would run under them in the same process.
-    late_config: str = ""
 
 
 @dataclass(frozen=True)

@@ -92,10 +92,8 @@ class _Mapper:
         fetch_codes: frozenset[types.CodeType] = frozenset(),
         all_devices: int | None = None,
         operators: Operators | None = None,
-        untraced: Callable[[types.FrameType], None] | None = None,
     ) -> None:
         self.code = code
-        self.on_untraced = untraced
         self.explicit_codes = explicit_codes
         self.operators = operators or Operators()
         self.fetch_codes = fetch_codes
@@ -303,8 +301,6 @@ class _Mapper:
             return Watch.RETURN
         if code in self.operators.codes:
             return self._operator_call(frame)
-        if self.on_untraced is not None:
-            self.on_untraced(frame)
         self.untraced.add(code)
         return Watch.UNTRACED
 
@@ -354,16 +350,13 @@ def mapped(
     *,
     explicit: tuple[Callable[..., Any], ...] = (),
     boundary_codes: Mapping[types.CodeType, str] | None = None,
-    untraced: Callable[[types.FrameType], None] | None = None,
 ) -> Iterator[TransferLog]:
     """Record every transfer the guard logs inside the block, per user line.
 
     The caller sets the guard to a logging level; this only listens.
     ``explicit`` are the functions whose transfers JAX counts as explicit
     (``jax.device_put``, ``jax.device_get``); ``boundary_codes`` maps the
-    original code object of each declared boundary to its name. ``untraced`` sees the first
-    frame of each code object the map does not trace (every one outside the user's code, at
-    no cost of its own: ``run --base`` looks there for the other tree's code).
+    original code object of each declared boundary to its name.
     """
     import jax
 
@@ -383,7 +376,6 @@ def mapped(
         fetch_codes=fetch_codes,
         all_devices=jax.device_count(),
         operators=Operators.of_this_jax(),
-        untraced=untraced,
     )
     os.dup2(writer, 2)
     try:
