@@ -21,8 +21,8 @@
 #      stage by stage, against the floor's phases, and part by part (region_phases.py --parts);
 #  10. (section `start`, not run by default) what a run costs before its first worker starts
 #      (parent_start.py);
-#  11. (section `turns`, not run by default) where a `run --base` worker's time goes: both
-#      trees' phases against a plain run's, and the paired rounds' turns (base_turns.py);
+#  11. (retired) `turns`: where a `run --base` worker holding both trees spent its time
+#      (base_turns.py, in git history before each tree had a worker of its own);
 #  12. (section `probe`, not run by default) what the transfer map's capture probe costs, part
 #      by part (probe_cost.py);
 #  13. (section `costrun`, not run by default) what the cost run adds to a run of the step, part
@@ -31,7 +31,7 @@
 #      backend configs, and the gate's readings of both (program_text_options.py);
 #  15. (section `wait`, not run by default) what a timed run's clock holds: the step alone from
 #      an idle device against the step queued behind setup (timed_run_wait.py).
-# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [trees] [growth] [lines] [map] [floor] [phases] [probe] [costrun] [textopts] [wait] [start] [turns]` (default:
+# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [trees] [growth] [lines] [map] [floor] [phases] [probe] [costrun] [textopts] [wait] [start]` (default:
 # checks and figures; `lines`, `map` (the example policies: the transfer map works on the chip)
 # and `floor` are parts of them that fit one device call). Logs go to
 # reports/tpu-check/, and as one archive to $OUT (the device tool's folder) when it is set. Needs junit-xml, msgspec, xmlschema and
@@ -179,8 +179,6 @@ only wait "what a timed run's clock holds (timed_run_wait.py)" \
     python3 benchmarks/timed_run_wait.py --rounds 8
 only start "what a run costs before its first worker starts (parent_start.py)" \
     python3 benchmarks/parent_start.py --rounds 5
-only turns "where a run --base worker's time goes (base_turns.py)" \
-    python3 benchmarks/base_turns.py --regions 20
 
 if [[ " $sections " == *" growth "* ]]; then
     # Issue 40: the last 20 regions against the first 20 by their JUnit times (target 1.10x),

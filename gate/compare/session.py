@@ -140,9 +140,9 @@ class _Session:
     # The base's schedulers for each of the head's, by the head's (its identity) and whether
     # the base's worker runs beside the head's.
     _bases: dict[tuple[int, bool], Scheduler] = field(default_factory=dict)
-    # Policies whose device refused the base's worker beside the head's: why, as the device
-    # said it (their regions run apart).
-    _refused: dict[Path, str] = field(default_factory=dict)
+    # Why the device refused the base's worker beside the head's, as it said it ("" while it
+    # has not): every region compared after that runs apart, on the same device.
+    _refused: str = ""
     # Results of regions whose trees ran apart, by policy and region name.
     _ran_apart: dict[tuple[Path, str], RegionResult] = field(default_factory=dict)
     _deciding: threading.Lock = field(default_factory=threading.Lock)
@@ -160,7 +160,7 @@ class _Session:
                 return pair.compare(self.head_root)
             except _NoRoomBeside as refused:
                 with self._deciding:  # this region, and the policy's others, run apart
-                    self._refused.setdefault(policy.path, refused.why)
+                    self._refused = self._refused or refused.why
         key = (policy.path, region.name)
         with self._deciding:
             if key not in self._ran_apart:
@@ -171,7 +171,7 @@ class _Session:
         """Whether ``policy``'s workers, one per tree, may hold the device at once: on the CPU
         and a GPU, unless the device refused the second (an accelerator the gate did not
         recognise as one that admits a single process)."""
-        if policy.path in self._refused:
+        if self._refused:
             return False
         pool = DevicePool.for_environment(worker_environment(self.environ, policy))
         return pool is None or pool.admits_two
@@ -207,8 +207,7 @@ class _Session:
         """Every region of ``policy`` the base has, from the head's tree in its worker, then
         from the base's in a worker of its own: one process on the device at a time."""
         head, base = sides
-        refused = self._refused.get(policy.path)
-        why = ONE_PROCESS if refused is None else f"{REFUSED_BESIDE} ({refused})"
+        why = f"{REFUSED_BESIDE} ({self._refused})" if self._refused else ONE_PROCESS
         regions = [r for p, rs in self.plan.steps if p is policy for r in rs if r.name in names]
         base.scheduler.close()
         heads = {}

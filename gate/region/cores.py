@@ -13,7 +13,7 @@ threads from drifting between cores within a round.
 
 Every thread of the worker is moved (XLA's CPU client runs programs on threads of its own),
 and stays there while the region is held (moving them is not free: ~0.3 ms for the 22 threads
-of a CPU worker, ~2 ms for the 205 of a TPU v5e's, `benchmarks/base_turns.py`), until the
+of a CPU worker, ~2 ms for the 205 of a TPU v5e's, docs/performance.md), until the
 worker lets the region go: the next region's phases (compiling above all) get every core back.
 Linux only (``os.sched_setaffinity``); elsewhere the runs are left where they are.
 """
