@@ -486,3 +486,56 @@ def test_only_the_gates_own_workflow_commands_are_written_as_commands() -> None:
     for line in ("::add-mask::secret", "::set-output name=x::y", "::error::a\n::b", "text"):
         with pytest.raises(ValueError, match="not a workflow command the gate writes"):
             command(line)
+
+
+# --- a baseline entry accepts what it shows (issue 54) --------------------------------------------
+
+# `leaky` with a second implicit transfer above the line the baseline accepts: the line a pull
+# request adds (issue 54's steps.py:21), the accepted one below it (steps.py:22).
+NEW_TRANSFER = "    add_one(np.ones((4,), np.float32))\n    return add_one(x) + add_one(batch)\n"
+
+
+def _accepted(repo: Path) -> list[dict[str, object]]:
+    entries: list[dict[str, object]] = json.loads((repo / BASELINE).read_text())["accepted"]
+    return entries
+
+
+def test_a_baseline_entry_that_shows_one_line_cannot_accept_another(repo: Path) -> None:
+    recorded = run_gate(repo, "baseline")
+    assert recorded.returncode == 0, recorded
+    [accepted] = _accepted(repo)
+    steps = (repo / "steps.py").read_text()
+    (repo / "steps.py").write_text(
+        steps.replace("    return add_one(x) + add_one(batch)\n", NEW_TRANSFER)
+    )
+    failing = run_gate(repo, "run", "--no-timing-baseline", "--json", "reports/map.json")
+    assert failing.returncode == 1, failing
+    [region] = json.loads((repo / "reports" / "map.json").read_text())["suites"][0]["regions"]
+    [new] = [t for t in region["transfers"] if t["failing"]]
+    assert new["source"] == "add_one(np.ones((4,), np.float32))"
+    # The attack: the new line's fingerprint, from the pull request's own JSON report, on an
+    # entry that repeats the line already accepted. A reviewer sees a duplicate, nothing new.
+    forged = json.loads((repo / BASELINE).read_text())
+    forged["accepted"].append({**accepted, "fingerprint": new["fingerprint"]})
+    (repo / BASELINE).write_text(json.dumps(forged, indent=2))
+    done = run_gate(repo, "run", "--no-timing-baseline")
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines() == [
+        f"error: {BASELINE}: accepted[1]: fingerprint {new['fingerprint']} is not that of the "
+        "transfer the entry shows (p.leaky: implicit host-to-device float32[*,4] in steps.py "
+        "(leaky): return add_one(x) + add_one(batch)); an entry accepts only what it shows: "
+        f"{REGENERATE}"
+    ]
+    error = done.testcase("baseline").find("error")
+    assert error is not None
+    # Regenerated, the entry shows the line it accepts: what a reviewer must see in the diff.
+    regenerated = run_gate(repo, "baseline")
+    assert regenerated.returncode == 0, regenerated
+    assert f"warning: replacing an unreadable baseline: {BASELINE}: accepted[1]: " in (
+        regenerated.stderr
+    )
+    assert sorted(e["source"] for e in _accepted(repo)) == [
+        "add_one(np.ones((4,), np.float32))",
+        "return add_one(x) + add_one(batch)",
+    ]
+    assert run_gate(repo, "run", "--no-timing-baseline").returncode == 0
