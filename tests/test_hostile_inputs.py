@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import FAST_DEFAULTS, TESTS, make_repo, run_gate
 
-from gate.limits import DOCUMENT_BYTES, POLICY_BYTES
+from gate.limits import DOCUMENT_BYTES, POLICY_BYTES, TRACE_BYTES
 from gate.printable import command, flat, printable
 
 CORPUS = TESTS / "hostile-inputs"
@@ -539,3 +539,91 @@ def test_a_baseline_entry_that_shows_one_line_cannot_accept_another(repo: Path) 
         "return add_one(x) + add_one(batch)",
     ]
     assert run_gate(repo, "run", "--no-timing-baseline").returncode == 0
+
+
+# --- traces stay in the repository, and within their limit (issue 54) ---------------------------
+
+TRACES = "reports/transfer-gate-traces"
+# Step times compared against the stored baseline (so the region is traced), never failing on a
+# machine's load: these tests are about where the traces go.
+TRACED_POLICY = POLICY + "    timing: {baseline_max_slowdown: 1000, on_inconclusive: warn}\n"
+
+
+def _traced_repo(repo: Path, policy: str = TRACED_POLICY) -> None:
+    (repo / "policies" / "p.yaml").write_text(policy)
+    recorded = run_gate(repo, "baseline")
+    assert recorded.returncode == 0, recorded
+
+
+@pytest.mark.parametrize("policy", ["valid", "invalid"])
+@pytest.mark.parametrize("target", ["outside", "inside"])
+def test_a_traces_symlink_is_refused_before_anything_is_deleted(
+    repo: Path, tmp_path: Path, policy: str, target: str
+) -> None:
+    _traced_repo(repo)
+    kept = tmp_path / "elsewhere" if target == "outside" else repo / "steps_backup"
+    kept.mkdir()
+    (kept / "precious.txt").write_text("not the gate's")
+    (repo / "reports").mkdir(exist_ok=True)
+    (repo / TRACES).symlink_to(kept)
+    if policy == "invalid":
+        (repo / "policies" / "p.yaml").write_text("version: 1\nregions: nope\n")
+    done = run_gate(repo, "run")
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines() == [
+        f"error: {TRACES}: is a symlink (-> {kept}); the gate clears this folder and keeps the "
+        "profiler's traces in it (beside --junit reports/transfer-gate.xml), and never through a "
+        "symlink: remove the symlink"
+    ]
+    assert [p.name for p in kept.iterdir()] == ["precious.txt"]
+    assert (kept / "precious.txt").read_text() == "not the gate's"
+
+
+def test_a_suite_name_never_puts_a_trace_outside_the_traces_folder(
+    repo: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    # reports/transfer-gate-traces/../../../outside: the mkdtemp prefix it became.
+    suite = "../../../outside/x"
+    _traced_repo(repo, f"suite: {json.dumps(suite)}\n" + TRACED_POLICY.lstrip("\n"))
+    done = run_gate(repo, "run", "--json", "reports/map.json")
+    assert done.returncode == 0, done
+    assert list(outside.iterdir()) == []
+    [region] = json.loads((repo / "reports" / "map.json").read_text())["suites"][0]["regions"]
+    trace = Path(region["cost"]["times"]["trace"])
+    [folder] = (repo / TRACES).iterdir()
+    assert trace.is_relative_to(folder)
+    assert folder.name.startswith("_.._.._outside_x.leaky-"), folder.name
+
+
+# A step that fills its own trace while the gate traces it: a sparse file past the limit.
+FILLS_ITS_TRACE = """
+
+def filled(x):
+    import os
+    kept = os.environ.get("TRANSFER_GATE_TRACES")
+    if kept and os.path.isdir(kept):
+        for folder in os.listdir(kept):
+            with open(os.path.join(kept, folder, "padding.bin"), "wb") as stream:
+                stream.truncate({size})
+    return leaky(x)
+"""
+
+
+def test_a_trace_over_its_limit_is_dropped_with_a_note_and_the_verdict_stands(
+    repo: Path,
+) -> None:
+    steps = (repo / "steps.py").read_text()
+    (repo / "steps.py").write_text(steps + FILLS_ITS_TRACE.format(size=2 * TRACE_BYTES))
+    _traced_repo(repo, TRACED_POLICY.replace("steps:leaky", "steps:filled"))
+    done = run_gate(repo, "run", "--json", "reports/map.json")
+    assert done.returncode == 0, done  # the transfer is accepted; the timing not slower
+    [region] = json.loads((repo / "reports" / "map.json").read_text())["suites"][0]["regions"]
+    times = region["cost"]["times"]
+    assert times["trace"] is None
+    assert times["lines"] == []
+    assert times["note"] == (
+        "the profiler's trace was dropped unread: 128 MiB, over the limit of 64 MiB for a trace"
+    )
+    assert not (repo / TRACES).exists() or list((repo / TRACES).iterdir()) == []
