@@ -9,6 +9,9 @@ prints. Each runs as GitHub Actions runs it, and no line of stdout, stderr or th
 start with a workflow command but the gate's own, nor hold a raw control character. The refused
 inputs (too deep, too long a number, too large, outside paths) are generated here, each with the
 one line that refuses it.
+
+Issue 54's, also generated here: a baseline entry that shows an accepted line with a new line's
+fingerprint, a symlink where the traces go, a suite named like a path, a trace past its limit.
 """
 
 from __future__ import annotations
