@@ -20,6 +20,11 @@ POLICY_BYTES = 1024 * 1024
 DOCUMENT_BYTES = 64 * 1024 * 1024
 # Lists and objects within each other; the gate's own documents nest fewer than 10 deep.
 DOCUMENT_NESTING = 100
+# The profiler's trace of one region's traced runs, every file of its folder: what a worker
+# reads back and a run keeps beside its reports. On the CPU the shipped MLP's is under 1 MB,
+# a step of 400 unrolled layers' 29 MB (reading it took 5 s and 0.4 GB). A larger one is
+# dropped unread, with a note on the region (`gate.witness.op_times`); no verdict uses it.
+TRACE_BYTES = 64 * 1024 * 1024
 
 
 class TooLarge(Exception):

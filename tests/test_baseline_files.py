@@ -33,6 +33,10 @@ BAD = {
     "direction_sideways.json": 'accepted[0].direction: expected one of "host-to-device", '
     f'"device-to-host", "device-to-device", got "sideways"; {KEY}',
     "fingerprint_number.json": f"accepted[0].fingerprint: expected a string, got 12345; {KEY}",
+    # The accepted line's fingerprint on an entry that shows another line (issue 54).
+    "fingerprint_of_another_line.json": "accepted[0]: fingerprint 880b2bb13f3ab1bd is not that "
+    "of the transfer the entry shows (p.leaky: implicit host-to-device float32[*,4] in steps.py "
+    f"(leaky): return add_one(x)); an entry accepts only what it shows: {REGENERATE}",
     "flops_string.json": 'timing["p.leaky"].cost.functions[0].figures.flops: expected a number '
     f'or null, got "lots"; {KEY}',
     "median_s_1e999.json": 'timing["p.leaky"].median_s: expected a finite number, got '

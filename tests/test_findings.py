@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
+import msgspec
 import pytest
 from result_samples import region, run_of, transfer
 
 from gate.levels import Direction
-from gate.results.baseline import _SITE_PARTS, accept_base, accepted_from, apply_baseline
+from gate.results.baseline import (
+    Accepted,
+    accept_base,
+    accepted_from,
+    apply_baseline,
+    entries,
+    entry_fingerprint,
+)
 from gate.results.findings import UNDESCRIBED, Finding, group
+from gate.results.placement import Placement
 from gate.results.records import Phase, Site, Transfer
 from gate.user_code import SourceLocation
 
@@ -19,9 +28,59 @@ def only(findings: tuple[Finding, ...]) -> Finding:
     return finding
 
 
-def test_the_baseline_fingerprint_takes_every_part_of_a_site() -> None:
-    # An identity the fingerprint did not see would make two findings share one baseline entry.
-    assert set(_SITE_PARTS) == {field.name for field in fields(Site)}
+# Each part of a `Site`, changed: a transfer that differs from `transfer()` in that part alone.
+OTHER_SITE = {
+    "direction": transfer(Direction.DEVICE_TO_HOST),
+    "explicit": transfer(explicit=True),
+    "location": transfer(path="examples/other.py"),
+    "boundary": transfer(boundary="examples.bad:fetch"),
+    "thread": transfer(thread="loader"),
+    "dtype": transfer(dtype="int32"),
+    "shape": transfer(shape=(8, 2)),  # a feature dimension: another array
+    "destination": replace(transfer(), destination=Placement("P('data')", 8, 8)),
+}
+
+
+def _visible(entry: Accepted) -> dict[str, object]:
+    """What an entry shows a reviewer about which transfer it is: all but counts and hash."""
+    shown = msgspec.structs.asdict(entry)
+    return {k: v for k, v in shown.items() if k not in ("fingerprint", "per_step", "first_call")}
+
+
+def test_every_part_of_a_site_shows_in_its_baseline_entry() -> None:
+    # A part no entry shows would make two findings share one entry: accepting one accepts both.
+    assert set(OTHER_SITE) == {field.name for field in fields(Site)}
+    [usual] = entries("r", group([transfer()])).values()
+    for part, other in OTHER_SITE.items():
+        [entry] = entries("r", group([other])).values()
+        assert _visible(entry) != _visible(usual), part
+        assert entry.fingerprint != usual.fingerprint, part
+
+
+def test_a_findings_fingerprint_is_that_of_the_entry_that_shows_it() -> None:
+    # Every part set at once, a named argument, and two identical lines told apart by order.
+    sent = replace(
+        transfer(thread="loader", boundary="examples.bad:fetch", shape=(4, 3), line=20),
+        argument="x",
+        destination=Placement("P('data', 'model')", 8, 8),
+    )
+    again = replace(sent, location=SourceLocation("examples/bad.py", 30, "train_step"))
+    findings = group([*OTHER_SITE.values(), sent, again])
+    shown = entries("r", findings)
+    assert len({entry.fingerprint for entry in shown.values()}) == len(findings)
+    for entry in shown.values():
+        assert entry.fingerprint == entry_fingerprint(entry), entry
+    assert sorted(e.occurrence for e in shown.values() if e.array == "x float32[*,3]") == [1, 2]
+    # What a reader of the file sees changes the fingerprint, whichever field it is.
+    [entry] = [e for e in shown.values() if e.occurrence == 2]
+    for name, value in _visible(entry).items():
+        if isinstance(value, str) and value:
+            edited = msgspec.structs.replace(entry, **{name: value + "x"})
+        elif name == "occurrence":
+            edited = msgspec.structs.replace(entry, occurrence=1)
+        else:
+            continue
+        assert entry_fingerprint(edited) != entry.fingerprint, name
 
 
 def test_no_transfers_no_findings() -> None:

@@ -9,6 +9,9 @@ prints. Each runs as GitHub Actions runs it, and no line of stdout, stderr or th
 start with a workflow command but the gate's own, nor hold a raw control character. The refused
 inputs (too deep, too long a number, too large, outside paths) are generated here, each with the
 one line that refuses it.
+
+Issue 54's, also generated here: a baseline entry that shows an accepted line with a new line's
+fingerprint, a symlink where the traces go, a suite named like a path, a trace past its limit.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import FAST_DEFAULTS, TESTS, make_repo, run_gate
 
-from gate.limits import DOCUMENT_BYTES, POLICY_BYTES
+from gate.limits import DOCUMENT_BYTES, POLICY_BYTES, TRACE_BYTES
 from gate.printable import command, flat, printable
 
 CORPUS = TESTS / "hostile-inputs"
@@ -486,3 +489,144 @@ def test_only_the_gates_own_workflow_commands_are_written_as_commands() -> None:
     for line in ("::add-mask::secret", "::set-output name=x::y", "::error::a\n::b", "text"):
         with pytest.raises(ValueError, match="not a workflow command the gate writes"):
             command(line)
+
+
+# --- a baseline entry accepts what it shows (issue 54) --------------------------------------------
+
+# `leaky` with a second implicit transfer above the line the baseline accepts: the line a pull
+# request adds (issue 54's steps.py:21), the accepted one below it (steps.py:22).
+NEW_TRANSFER = "    add_one(np.ones((4,), np.float32))\n    return add_one(x) + add_one(batch)\n"
+
+
+def _accepted(repo: Path) -> list[dict[str, object]]:
+    entries: list[dict[str, object]] = json.loads((repo / BASELINE).read_text())["accepted"]
+    return entries
+
+
+def test_a_baseline_entry_that_shows_one_line_cannot_accept_another(repo: Path) -> None:
+    recorded = run_gate(repo, "baseline")
+    assert recorded.returncode == 0, recorded
+    [accepted] = _accepted(repo)
+    steps = (repo / "steps.py").read_text()
+    (repo / "steps.py").write_text(
+        steps.replace("    return add_one(x) + add_one(batch)\n", NEW_TRANSFER)
+    )
+    failing = run_gate(repo, "run", "--no-timing-baseline", "--json", "reports/map.json")
+    assert failing.returncode == 1, failing
+    [region] = json.loads((repo / "reports" / "map.json").read_text())["suites"][0]["regions"]
+    [new] = [t for t in region["transfers"] if t["failing"]]
+    assert new["source"] == "add_one(np.ones((4,), np.float32))"
+    # The attack: the new line's fingerprint, from the pull request's own JSON report, on an
+    # entry that repeats the line already accepted. A reviewer sees a duplicate, nothing new.
+    forged = json.loads((repo / BASELINE).read_text())
+    forged["accepted"].append({**accepted, "fingerprint": new["fingerprint"]})
+    (repo / BASELINE).write_text(json.dumps(forged, indent=2))
+    done = run_gate(repo, "run", "--no-timing-baseline")
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines() == [
+        f"error: {BASELINE}: accepted[1]: fingerprint {new['fingerprint']} is not that of the "
+        "transfer the entry shows (p.leaky: implicit host-to-device float32[*,4] in steps.py "
+        "(leaky): return add_one(x) + add_one(batch)); an entry accepts only what it shows: "
+        f"{REGENERATE}"
+    ]
+    error = done.testcase("baseline").find("error")
+    assert error is not None
+    # Regenerated, the entry shows the line it accepts: what a reviewer must see in the diff.
+    regenerated = run_gate(repo, "baseline")
+    assert regenerated.returncode == 0, regenerated
+    assert f"warning: replacing an unreadable baseline: {BASELINE}: accepted[1]: " in (
+        regenerated.stderr
+    )
+    assert sorted(e["source"] for e in _accepted(repo)) == [
+        "add_one(np.ones((4,), np.float32))",
+        "return add_one(x) + add_one(batch)",
+    ]
+    assert run_gate(repo, "run", "--no-timing-baseline").returncode == 0
+
+
+# --- traces stay in the repository, and within their limit (issue 54) ---------------------------
+
+TRACES = "reports/transfer-gate-traces"
+# Step times compared against the stored baseline (so the region is traced), never failing on a
+# machine's load: these tests are about where the traces go.
+TRACED_POLICY = POLICY + "    timing: {baseline_max_slowdown: 1000, on_inconclusive: warn}\n"
+
+
+def _traced_repo(repo: Path, policy: str = TRACED_POLICY) -> None:
+    (repo / "policies" / "p.yaml").write_text(policy)
+    recorded = run_gate(repo, "baseline")
+    assert recorded.returncode == 0, recorded
+
+
+@pytest.mark.parametrize("policy", ["valid", "invalid"])
+@pytest.mark.parametrize("target", ["outside", "inside"])
+def test_a_traces_symlink_is_refused_before_anything_is_deleted(
+    repo: Path, tmp_path: Path, policy: str, target: str
+) -> None:
+    _traced_repo(repo)
+    kept = tmp_path / "elsewhere" if target == "outside" else repo / "steps_backup"
+    kept.mkdir()
+    (kept / "precious.txt").write_text("not the gate's")
+    (repo / "reports").mkdir(exist_ok=True)
+    (repo / TRACES).symlink_to(kept)
+    if policy == "invalid":
+        (repo / "policies" / "p.yaml").write_text("version: 1\nregions: nope\n")
+    done = run_gate(repo, "run")
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines() == [
+        f"error: {TRACES}: is a symlink (-> {kept}); the gate clears this folder and keeps the "
+        "profiler's traces in it (beside --junit reports/transfer-gate.xml), and never through a "
+        "symlink: remove the symlink"
+    ]
+    assert [p.name for p in kept.iterdir()] == ["precious.txt"]
+    assert (kept / "precious.txt").read_text() == "not the gate's"
+
+
+def test_a_suite_name_never_puts_a_trace_outside_the_traces_folder(
+    repo: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    # reports/transfer-gate-traces/../../../outside: the mkdtemp prefix it became.
+    suite = "../../../outside/x"
+    _traced_repo(repo, f"suite: {json.dumps(suite)}\n" + TRACED_POLICY.lstrip("\n"))
+    done = run_gate(repo, "run", "--json", "reports/map.json")
+    assert done.returncode == 0, done
+    assert list(outside.iterdir()) == []
+    [region] = json.loads((repo / "reports" / "map.json").read_text())["suites"][0]["regions"]
+    trace = Path(region["cost"]["times"]["trace"])
+    [folder] = (repo / TRACES).iterdir()
+    assert trace.is_relative_to(folder)
+    assert folder.name.startswith("_.._.._outside_x.leaky-"), folder.name
+
+
+# A step that fills its own trace while the gate traces it: a sparse file past the limit.
+FILLS_ITS_TRACE = """
+
+def filled(x):
+    import os
+    kept = os.environ.get("TRANSFER_GATE_TRACES")
+    if kept and os.path.isdir(kept):
+        for folder in os.listdir(kept):
+            with open(os.path.join(kept, folder, "padding.bin"), "wb") as stream:
+                stream.truncate({size})
+    return leaky(x)
+"""
+
+
+def test_a_trace_over_its_limit_is_dropped_with_a_note_and_the_verdict_stands(
+    repo: Path,
+) -> None:
+    steps = (repo / "steps.py").read_text()
+    (repo / "steps.py").write_text(steps + FILLS_ITS_TRACE.format(size=2 * TRACE_BYTES))
+    _traced_repo(repo, TRACED_POLICY.replace("steps:leaky", "steps:filled"))
+    done = run_gate(repo, "run", "--json", "reports/map.json")
+    assert done.returncode == 0, done  # the transfer is accepted; the timing not slower
+    [region] = json.loads((repo / "reports" / "map.json").read_text())["suites"][0]["regions"]
+    times = region["cost"]["times"]
+    assert times["trace"] is None
+    assert times["lines"] == []
+    assert times["note"] == (
+        "the profiler's trace was dropped unread: 128 MiB, over the limit of 64 MiB for a trace"
+    )
+    assert not (repo / TRACES).exists() or list((repo / TRACES).iterdir()) == []

@@ -52,6 +52,7 @@ def _write(run: RunResult, reports: Reports, provenance: Provenance | None) -> N
 
 def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellation) -> ExitCode:
     reports = Reports(Path(args.junit), Path(args.json) if args.json else None)
+    # Where the run writes, reports and traces, is checked before anything is deleted.
     reports.check_writable(repo_root)
     # The last run's reports go now: a run that breaks before it writes its own must leave
     # none, never one that reads as this run's (a stale pass).

@@ -10,6 +10,7 @@ report reads as "0 tests, all passed".
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -32,10 +33,12 @@ class Reports:
 
     def check_writable(self, repo_root: Path) -> None:
         """Raise ReportWriteError before anything runs if a report could not be written, or
-        would be written outside ``repo_root`` through a symlink in it (`check_writable`)."""
+        would be written outside ``repo_root`` through a symlink in it (`check_writable`); or
+        if the traces' folder beside them is a symlink (`check_traces`)."""
         check_writable(self.junit, "--junit", repo_root)
         if self.json is not None:
             check_writable(self.json, "--json", repo_root)
+        check_traces(self)
 
     def remove(self) -> None:
         """Delete the reports a run before this one left; raise ReportWriteError if one stays."""
@@ -61,14 +64,37 @@ TRACES = "-traces"  # after the JUnit report's name: reports/transfer-gate-trace
 def traces_folder(reports: Reports) -> Path:
     """Where a run keeps the profiler's traces of its regions: a folder beside the JUnit
     report, named after it (two runs with their own reports in one folder, say two shards on
-    one host, keep theirs apart), one folder per traced region and side in it."""
+    one host, keep theirs apart), one folder per traced region and side in it.
+
+    The folder's own name is never resolved: a symlink there is refused (`check_traces`),
+    not followed."""
     junit = reports.junit
-    return junit.with_name(junit.stem + TRACES).resolve()
+    return junit.parent.resolve() / (junit.stem + TRACES)
+
+
+def check_traces(reports: Reports) -> None:
+    """Raise ReportWriteError if the traces' folder is a symlink, wherever it points.
+
+    The gate clears the folder at the start of each run and its workers write into it: a
+    symlink a pull request commits there would have the gate delete and write what it
+    points to, outside the repository or inside (issue 54). The reports' folders are
+    `check_writable`'s; the traces are the gate's alone, so no symlink is theirs to follow.
+    """
+    folder = reports.junit.with_name(reports.junit.stem + TRACES)
+    if folder.is_symlink():
+        raise ReportWriteError(
+            f"{folder}: is a symlink (-> {os.readlink(folder)}); the gate clears this folder "
+            f"and keeps the profiler's traces in it (beside --junit {reports.junit}), and never "
+            "through a symlink: remove the symlink"
+        )
 
 
 def clear_traces(reports: Reports) -> None:
-    """Remove an earlier run's traces, so that the folder holds this run's only."""
-    shutil.rmtree(traces_folder(reports), ignore_errors=True)
+    """Remove an earlier run's traces, so that the folder holds this run's only; never
+    through a symlink (`check_traces` refuses one before anything is deleted)."""
+    folder = traces_folder(reports)
+    if not folder.is_symlink():
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def write_reports(

@@ -12,15 +12,19 @@ is a new transfer. A finding no entry's fingerprint matches may still have only 
 (another file, same function and text): `gate.results.moves` pairs it with the entry it
 left, and it does not fail.
 
+The fingerprint is a hash of what the finding's entry shows (`entry_fingerprint`): a
+finding is first written as its entry, then hashed, so an entry's own fields say which
+transfer it accepts. The baseline file refuses an entry whose fingerprint is not that of
+its fields (issue 54: an entry showing an accepted line with a new line's fingerprint).
+
 The file (`gate.results.baseline_file`) is JSON, sorted and indented, one entry per
 accepted line, so a reviewer sees in the PR diff when someone accepts a new transfer.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Literal, cast
@@ -30,7 +34,7 @@ import msgspec
 from gate.documents import Record
 from gate.results.findings import Finding, group
 from gate.results.moves import paired, transfer_key
-from gate.results.records import RegionResult, RunResult, Site, SuiteResult, Transfer
+from gate.results.records import RegionResult, RunResult, SuiteResult, Transfer
 from gate.text import counted
 
 DEFAULT_NAME = "transfer-gate-baseline.json"
@@ -45,11 +49,13 @@ Times = Annotated[int, msgspec.Meta(ge=0)]
 DirectionLabel = Literal["host-to-device", "device-to-host", "device-to-device"]
 
 
-class Accepted(Record, frozen=True, kw_only=True):
+class Accepted(Record, frozen=True, kw_only=True, omit_defaults=True):
     """One accepted line: what it is, and how often it may move data.
 
     A record of the baseline file's schema: msgspec refuses an entry with a value of the
-    wrong kind (``per_step: -3``, ``direction: "sideways"``) as it reads the file.
+    wrong kind (``per_step: -3``, ``direction: "sideways"``) as it reads the file. Every
+    field but the counts (and the fingerprint itself) is part of the fingerprint
+    (`entry_fingerprint`); those at their defaults are left out of the file.
     """
 
     region: Annotated[str, msgspec.Meta(min_length=1)]  # suite.region
@@ -66,13 +72,67 @@ class Accepted(Record, frozen=True, kw_only=True):
     # None in an entry written before destinations were fingerprinted: it is matched
     # by the fingerprint without one (`_LEGACY`), so an older baseline keeps working.
     destination: str | None = None
+    # The declared boundary it ran in, and the user's thread that moved it; "" for none.
+    boundary: str = ""
+    thread: str = ""
+    # Which of several identical lines (same region, function, text, array...) it is,
+    # counted from the top of the file: 2 for the second ``float(loss)`` in one function.
+    occurrence: Annotated[int, msgspec.Meta(ge=1)] = 1
 
     def describe(self) -> str:
         to = f" to {self.destination}" if self.destination else ""
-        return (
-            f"{self.kind} {self.direction} {self.array}{to} in {self.path} ({self.function}): "
-            f"{self.source}"
+        scope = "".join(
+            f", {label} {value}"
+            for label, value in (
+                ("in boundary", self.boundary),
+                ("on thread", self.thread),
+                ("occurrence", str(self.occurrence) if self.occurrence != 1 else ""),
+            )
+            if value
         )
+        return (
+            f"{self.kind} {self.direction} {self.array}{to} in {self.path} ({self.function}"
+            f"{scope}): {self.source}"
+        )
+
+
+def entry_fingerprint(entry: Accepted) -> str:
+    """The fingerprint of the transfer ``entry`` shows: a hash of its region and every field
+    that says which transfer it is, its counts left out.
+
+    A finding's fingerprint is its entry's (`fingerprints`), so an entry whose fingerprint
+    is not this one accepts another transfer than it shows (`gate.results.baseline_file`
+    refuses it). The parts are hashed in the order fingerprints have always had, so every
+    baseline written before keeps its fingerprints.
+    """
+    return _hashed(_identity(entry), entry.occurrence)
+
+
+def _identity(entry: Accepted) -> tuple[str, ...]:
+    """What makes ``entry`` the transfer it is, but which of identical ones (`occurrence`)."""
+    # "y float32[*,64]": the argument's name, then the array's class, which has no blank.
+    argument, _, array = entry.array.rpartition(" ")
+    return (
+        entry.region,
+        entry.direction.replace("-", "_"),
+        entry.kind,
+        entry.path,
+        entry.function,
+        _normalized(entry.source),
+        entry.boundary,
+        entry.thread,
+        array,
+        # On one device there is none, and an entry written before destinations were
+        # fingerprinted has None: both are hashed as before destinations were read.
+        *((entry.destination,) if entry.destination else ()),
+        argument,
+    )
+
+
+def _hashed(identity: tuple[str, ...], occurrence: int) -> str:
+    # surrogatepass: a lone surrogate in a field (which UTF-8 cannot hold) is hashed, not a crash.
+    text = "\x1f".join((*identity, str(occurrence - 1)))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def _normalized(source: str | None) -> str:
@@ -89,39 +149,32 @@ def array_class(dtype: str | None, shape: tuple[int, ...] | None) -> str:
     return f"{dtype}[{','.join(dims)}]"
 
 
-# How each part of a `Site` enters the fingerprint. A part added to `Site`
-# must be added here too (tests/test_findings.py checks it): an identity the
-# baseline does not see would make two findings share one entry.
-_SITE_PARTS: dict[str, Callable[[Site, str | None], tuple[str, ...]]] = {
-    "direction": lambda s, _: (s.direction.value,),
-    "explicit": lambda s, _: ("explicit" if s.explicit else "implicit",),
-    # The location by file, function and text, never by line number.
-    "location": lambda s, source: (
-        s.location.path if s.location else "",
-        s.location.function if s.location else "",
-        _normalized(source),
-    ),
-    "boundary": lambda s, _: (s.boundary or "",),
-    "thread": lambda s, _: (s.thread or "",),
-    "dtype": lambda s, _: (array_class(s.dtype, s.shape),),
-    "shape": lambda s, _: (),  # in "dtype": the array's class, batch dimension left out
-    # On a mesh, the spec it landed in: a batch once sent split (P('data')) and now sent
-    # replicated (P()) is a new transfer. Nothing on one device, so those fingerprints are
-    # what they were before destinations were read.
-    "destination": lambda s, _: (s.destination.spec,) if s.destination is not None else (),
-}
+def _shown(region: str, finding: Finding, *, destinations: bool) -> Accepted:
+    """``finding`` as its baseline entry shows it, before it is ranked and fingerprinted.
 
-
-def _identity(region: str, finding: Finding, destinations: bool) -> tuple[str, ...]:
-    parts = [region]
-    for field in dataclasses.fields(Site):
-        if field.name == "destination" and not destinations:
-            continue
-        parts.extend(_SITE_PARTS[field.name](finding.site, finding.source))
-    # Where the gate named the jitted call's argument, that too: a line that
-    # now moves `y` where it moved `x` (same dtype and feature shape) is new.
-    parts.append(finding.argument or "")
-    return tuple(parts)
+    Every part of the finding's `Site` shows here (tests/test_findings.py checks it): a part
+    added to `Site` must be too, or two findings would share one entry. The location shows
+    by file, function and text, never by line number; the array by its class, after the name
+    of the jitted call's argument where the gate found one. ``destinations=False``: as a
+    baseline written before destinations were fingerprinted has it (``destination`` None).
+    """
+    where = finding.location
+    destination = finding.destination.spec if finding.destination else ""
+    return Accepted(
+        region=region,
+        fingerprint="",
+        direction=cast(DirectionLabel, finding.direction.label),
+        kind="explicit" if finding.explicit else "implicit",
+        path=where.path if where else "",
+        function=where.function if where else "",
+        source=_normalized(finding.source),
+        per_step=finding.per_step,
+        first_call=finding.first_call,
+        array=_array_label(finding),
+        destination=destination if destinations else None,
+        boundary=finding.boundary or "",
+        thread=finding.thread or "",
+    )
 
 
 def _array_label(finding: Finding) -> str:
@@ -130,25 +183,36 @@ def _array_label(finding: Finding) -> str:
     return f"{finding.argument} {array}" if finding.argument else array
 
 
-def fingerprints(
+def entries(
     region: str, findings: Sequence[Finding], *, destinations: bool = True
-) -> dict[Finding, str]:
-    """A stable fingerprint for each finding of one region.
+) -> dict[Finding, Accepted]:
+    """Each finding of one region as its baseline entry, fingerprint and all.
 
-    ``destinations=False``: as a baseline written before destinations were fingerprinted
-    has them (identical on one device, where there is none).
+    Identical findings (the same entry but for the line number) are told apart by their
+    ``occurrence``, counted by line. ``destinations=False``: as a baseline written before
+    destinations were fingerprinted has them (identical on one device, where there is none).
     """
     seen: dict[tuple[str, ...], int] = {}
-    result: dict[Finding, str] = {}
+    result: dict[Finding, Accepted] = {}
     # By line, then in the order the findings come (JAX's argument order at one line).
     ordered = sorted(findings, key=lambda f: f.location.line if f.location else 0)
     for finding in ordered:
-        identity = _identity(region, finding, destinations)
-        rank = seen.get(identity, 0)
-        seen[identity] = rank + 1
-        text = "\x1f".join((*identity, str(rank)))
-        result[finding] = hashlib.sha256(text.encode()).hexdigest()[:16]
+        shown = _shown(region, finding, destinations=destinations)
+        identity = _identity(shown)
+        occurrence = seen.get(identity, 0) + 1
+        seen[identity] = occurrence
+        result[finding] = msgspec.structs.replace(
+            shown, occurrence=occurrence, fingerprint=_hashed(identity, occurrence)
+        )
     return result
+
+
+def fingerprints(
+    region: str, findings: Sequence[Finding], *, destinations: bool = True
+) -> dict[Finding, str]:
+    """A stable fingerprint for each finding of one region: its entry's (`entries`)."""
+    shown = entries(region, findings, destinations=destinations)
+    return {finding: entry.fingerprint for finding, entry in shown.items()}
 
 
 def fingerprints_of(run: RunResult) -> dict[str, dict[Finding, str]]:
@@ -164,27 +228,14 @@ def fingerprints_of(run: RunResult) -> dict[str, dict[Finding, str]]:
 
 def accepted_from(run: RunResult) -> list[Accepted]:
     """Every failing finding of ``run``, as baseline entries."""
-    entries = []
-    for region in run.regions:
-        findings = [f for f in group(region.transfers) if f.failing]
-        for finding, print_ in fingerprints(region.classname, findings).items():
-            where = finding.location
-            entries.append(
-                Accepted(
-                    region=region.classname,
-                    fingerprint=print_,
-                    direction=cast(DirectionLabel, finding.direction.label),
-                    kind="explicit" if finding.explicit else "implicit",
-                    path=where.path if where else "",
-                    function=where.function if where else "",
-                    source=_normalized(finding.source),
-                    per_step=finding.per_step,
-                    first_call=finding.first_call,
-                    array=_array_label(finding),
-                    destination=finding.destination.spec if finding.destination else "",
-                )
-            )
-    return sorted(entries, key=entry_order)
+    accepted = [
+        entry
+        for region in run.regions
+        for entry in entries(
+            region.classname, [f for f in group(region.transfers) if f.failing]
+        ).values()
+    ]
+    return sorted(accepted, key=entry_order)
 
 
 def entry_order(entry: Accepted) -> tuple[str, ...]:

@@ -11,6 +11,9 @@ read when it can be, whole, and refused with "regenerate" when it cannot; never 
 - version 3: each region's step times too, under ``timing``, keyed by a device string.
   Read, whole; its timing is not compared, as it does not say which machine measured it.
 - version 4: each timing records its `Machine`.
+
+In every version, each entry's fingerprint must be that of the fields it shows
+(`entry_fingerprint`): an entry that shows one line and accepts another is refused whole.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import msgspec
 
 from gate.documents import DocumentError, Record, encode, read_document
 from gate.files import write_text_atomically
-from gate.results.baseline import Accepted, entry_order
+from gate.results.baseline import Accepted, entry_fingerprint, entry_order
 from gate.results.timing_baseline import Amount, Samples, StoredCost, StoredTiming
 
 FORMAT: Literal["jax-transfer-gate.results.baseline"] = "jax-transfer-gate.results.baseline"
@@ -116,6 +119,7 @@ def load_baseline(path: Path, shown: str | None = None) -> StoredBaseline:
         )
     except DocumentError as exc:
         raise BaselineError(str(exc)) from exc
+    _check_fingerprints(document.accepted, str(path) if shown is None else shown)
     if isinstance(document, Baseline):
         return StoredBaseline(document.accepted, document.timing)
     if isinstance(document, _BaselineV3) and document.timing:
@@ -123,6 +127,18 @@ def load_baseline(path: Path, shown: str | None = None) -> StoredBaseline:
     else:
         why = "the baseline has no timing"
     return StoredBaseline(document.accepted, {}, why)
+
+
+def _check_fingerprints(accepted: Sequence[Accepted], name: str) -> None:
+    """BaselineError for the first entry whose fingerprint is not that of the transfer it
+    shows: it would accept a line a reviewer of the file's diff never sees (issue 54)."""
+    for index, entry in enumerate(accepted):
+        if entry.fingerprint != entry_fingerprint(entry):
+            raise BaselineError(
+                f"{name}: accepted[{index}]: fingerprint {entry.fingerprint} is not that of the "
+                f"transfer the entry shows ({entry.region}: {entry.describe()}); an entry "
+                f"accepts only what it shows: {FIX}"
+            )
 
 
 def write_baseline(

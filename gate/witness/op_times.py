@@ -15,19 +15,25 @@ fusion's name, `gate.witness.line_work.OpWork.top`), and its time shared among t
 of the ops inside, in proportion to their work (flops and bytes; equally where none has
 any). An op event no instruction of the step's programs matches is another program's
 (setup's) and is left out. The mean over the traced runs is per step.
+
+A trace whose folder holds more than `gate.limits.TRACE_BYTES` is dropped unread, with a note
+in its place: the op times only say where time went, so no verdict rests on them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gate.limits import TRACE_BYTES, TooLarge
 from gate.results.line_times import LineTime, OpTimes
 from gate.user_code import SourceLocation, UserCode
 from gate.witness.collectives import line_text
@@ -35,6 +41,9 @@ from gate.witness.line_work import OpWork
 from gate.witness.run_settings import ALL_REGIONS, OP_TIMES_ENV, TRACES_ENV
 
 TRACED_RUNS = 3
+_NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+# Of a region's name in its trace's folder: well within a file name's 255 bytes.
+_NAME_CHARACTERS = 100
 TRACE_NAME = "perfetto_trace.json.gz"
 _OPS_THREAD = "XLA Ops"  # the device's op thread on a TPU (and a GPU)
 _MOST_OPS = 4
@@ -140,6 +149,27 @@ def line_times(
     return tuple(sorted(table, key=lambda t: (-t.seconds, t.path, t.line)))
 
 
+def trace_folder_name(key: str) -> str:
+    """The start of the folder a region's trace is kept in, from its ``suite.region``.
+
+    A suite's name is a policy's free text, never a path: only its letters, digits, ``_``,
+    ``.`` and ``-`` reach the file system (anything else is ``_``; no leading ``.``, so no
+    ``..``), so a suite ``../../tmp/x`` keeps its trace in the traces folder like any other.
+    """
+    return _NOT_IN_A_NAME.sub("_", key).lstrip(".")[:_NAME_CHARACTERS] or "region"
+
+
+def _bytes_under(folder: Path) -> int:
+    """The bytes of every file under ``folder``, as a copy or an upload would read them; a
+    symlink counts as itself, never as what it points to."""
+    total = 0
+    for parent, _, files in os.walk(folder):  # followlinks=False
+        for file in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(parent, file)).st_size
+    return total
+
+
 def op_times(
     fresh: Callable[[], Any],
     call: Callable[[Any], Any],
@@ -152,19 +182,28 @@ def op_times(
 ) -> OpTimes:
     """The step's op times by line from ``runs`` traced runs; a note where there are none.
 
-    The trace is kept in a folder named after ``name`` (the region's ``suite.region``) under
-    `TRACES_ENV`'s folder where that is set, and removed once read where it is not.
+    The trace is kept in a folder named after ``name`` (the region's ``suite.region``,
+    `trace_folder_name`) under `TRACES_ENV`'s folder where that is set, and removed once read
+    where it is not; one over `TRACE_BYTES` is removed unread.
     """
     kept = os.environ.get(TRACES_ENV)
     if kept:
         Path(kept).mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=kept or None))
+    root = Path(tempfile.mkdtemp(prefix=f"{trace_folder_name(name)}-", dir=kept or None))
     try:
         folder = traced_runs(fresh, call, root, runs)
     except Exception as exc:
         shutil.rmtree(root, ignore_errors=True)
         why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return OpTimes.not_traced(why, runs)
+    size = _bytes_under(root)
+    if size > TRACE_BYTES:
+        # Neither read (a worker's memory) nor kept (the runner's disk, the uploaded reports).
+        shutil.rmtree(root, ignore_errors=True)
+        too_large = TooLarge(size, TRACE_BYTES)
+        return OpTimes(
+            (), runs, None, f"the profiler's trace was dropped unread: {too_large} for a trace"
+        )
     trace = str(folder) if kept else None
     try:
         seconds = op_seconds(folder / TRACE_NAME)
