@@ -20,7 +20,7 @@ import types
 import typing
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -33,6 +33,12 @@ class Record(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     A subclass says ``frozen=True, kw_only=True`` again: msgspec inherits them, but mypy's
     reading of the dataclass transform does not.
     """
+
+
+# A count or a size the gate measured, in a document read back. XLA and JAX count in 64 bits,
+# so a larger one was never measured; past 1.8e308, float() of it raises OverflowError in the
+# reader that draws or compares it.
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 
 
 class DocumentError(Exception):

@@ -40,6 +40,8 @@ version: 1
 """
 KEY = "correct that key, or "
 SURROGATE = "half of a UTF-16 pair, which no UTF-8 text can hold"
+# msgspec's bound, and the number as an error shows it: its first 57 characters.
+TOO_LARGE = f"expected a whole number <= 9223372036854775807, got 1{'0' * 56}..."
 
 
 def _case(kind: str, name: str) -> dict[str, Any]:
@@ -73,6 +75,7 @@ BASELINES = {
     f"({SURROGATE})",
     "lone-surrogate-key": 'timing["p.\\udc00"]: the key holds the lone surrogate \\udc00 '
     f"({SURROGATE})",
+    "huge-count": f'timing["p.leaky"].cost.functions[0].runs: {TOO_LARGE}',
 }
 
 
@@ -110,6 +113,8 @@ REPORTS: dict[str, str | None] = {
     "lone-surrogate-key": f'{R}.machine["\\udc00"]: the key holds the lone surrogate \\udc00 '
     f"({SURROGATE})",
     "surrogate-pair": None,
+    "huge-runs-per-step": f"{R}.cost.communication.by_kind[0].runs_per_step: {TOO_LARGE}",
+    "huge-peak-bytes": f"{R}.cost.peak_memory[0].peak_bytes: {TOO_LARGE}",
 }
 MERGE_FIX = (
     "run that shard again: merge takes the reports `transfer-gate run --json` wrote, of one gate "
