@@ -113,6 +113,9 @@ REPORTS: dict[str, str | None] = {
     "lone-surrogate-key": f'{R}.machine["\\udc00"]: the key holds the lone surrogate \\udc00 '
     f"({SURROGATE})",
     "surrogate-pair": None,
+    "first-median-zero": None,
+    "medians-at-the-float-limit": None,
+    "figures-near-the-float-limit": None,
     "huge-runs-per-step": f"{R}.cost.communication.by_kind[0].runs_per_step: {TOO_LARGE}",
     "huge-peak-bytes": f"{R}.cost.peak_memory[0].peak_bytes: {TOO_LARGE}",
 }
@@ -229,3 +232,30 @@ def test_history_reads_a_hostile_report_or_refuses_it_in_one_line(
     assert len(data["runs"]) == RUNS
     trend = (repo / "trend.md").read_text(encoding="utf-8")
     safe_for_a_log("trend.md", trend)
+
+
+def test_a_first_median_of_zero_is_a_change_from_zero(
+    template: dict[str, Any], tmp_path: Path
+) -> None:
+    repo = _history_repo(tmp_path)
+    write_reports(repo / "main", _reports(template, "first-median-zero"))
+    done = run_gate(repo, "history", "main", "--out", "site")
+    assert done.returncode == 0, done
+    assert "<td>from 0 s to 3.00 ms over 3 runs</td>" in (repo / "site/index.html").read_text()
+
+
+def test_medians_at_the_float_limit_are_drawn_to_scale(
+    template: dict[str, Any], tmp_path: Path
+) -> None:
+    repo = _history_repo(tmp_path)
+    write_reports(repo / "main", _reports(template, "medians-at-the-float-limit"))
+    done = run_gate(repo, "history", "main", "--out", "site", "--markdown", "trend.md")
+    assert done.returncode == 0, done
+    # The highest, the lowest, and 3 ms halfway between them.
+    row = (repo / "trend.md").read_text().splitlines()[-1]
+    assert row == "| p.leaky | `█▁▅` | 1.70e308 s | 3.00 ms | 3 |"
+    page = (repo / "site/index.html").read_text()
+    [line] = re.findall(r'<path class="line s0" data-series="median_s"[^>]* d="([^"]+)"', page)
+    # The axis from -1.7e308 to 1.05 x 1.7e308 over the plot's 132 units from y=12 down: the
+    # highest near the top, the lowest at the bottom, 3 ms 0.49 of the way up.
+    assert line == "M76.0,15.2 L392.0,144.0 L708.0,79.6"

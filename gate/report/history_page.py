@@ -18,13 +18,20 @@ from __future__ import annotations
 import html
 import json
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
 from gate.package import __version__
-from gate.report.history_series import History, Point, RegionSeries, newest_machine
+from gate.report.history_series import (
+    History,
+    Point,
+    RegionSeries,
+    fraction_between,
+    newest_machine,
+)
 from gate.text import counted, duration_text, number_text, si_text, size_text
 
 # The plot area inside each chart's SVG, in its own units (the SVG scales to the page).
@@ -201,7 +208,11 @@ def _window_change(region: RegionSeries) -> str:
         return "not measured" if latest.median_s is None else "one run on this machine"
     first = same[0].median_s
     assert first is not None
-    return f"x{latest.median_s / first:.2f} over {counted(len(same), 'run')}"
+    over = f"over {counted(len(same), 'run')}"
+    ratio = latest.median_s / first if first > 0 else math.inf
+    if not math.isfinite(ratio):  # from zero, or past the largest float: said as figures
+        return f"from {duration_text(first)} to {duration_text(latest.median_s)} {over}"
+    return f"x{ratio:.2f} {over}"
 
 
 # --- a region's charts ---------------------------------------------------------------------------
@@ -247,7 +258,7 @@ def _chart(  # noqa: PLR0917  # a chart's parts, each named at the one call
         return LEFT + (PLOT_W / 2 if n == 1 else PLOT_W * run / (n - 1))
 
     def y(value: float) -> float:
-        return TOP + PLOT_H * (1 - (value - lo) / (hi - lo))
+        return TOP + PLOT_H * (1 - fraction_between(value, lo, hi))
 
     parts = [
         f'<line class="axis" x1="{LEFT}" y1="{TOP + PLOT_H}" x2="{LEFT + PLOT_W}" '
@@ -397,13 +408,16 @@ def _runs_of_values(
 
 def _axis(values: Sequence[float], *, whole: bool) -> tuple[float, float]:
     """The y axis: from zero (a change reads at its true size) to a little above the highest;
-    for counts, to the next whole number above it."""
+    for counts, to the next whole number above it. Zero is on it, whatever the sign of the
+    figures, and its ends are finite however near the float limit they lie."""
     if not values:
         return 0.0, 1.0
-    lo, hi = min(0.0, *values), max(values)
+    lo, top = min(0.0, *values), max(0.0, *values)
     if whole:
-        return lo, float(math.floor(hi) + 1)
-    return (lo, hi * 1.05 if hi > 0 else lo + 1.0)
+        return lo, float(math.floor(top) + 1)
+    if top == 0:
+        return lo, 0.0 if lo < 0 else 1.0
+    return lo, min(top * 1.05, sys.float_info.max)
 
 
 # --- every run -----------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ to the region's charts on the published page when ``--page-url`` names it.
 
 from __future__ import annotations
 
-from gate.report.history_series import History, RegionSeries, newest_machine
+from gate.report.history_series import History, RegionSeries, fraction_between, newest_machine
 from gate.text import duration_text
 
 # The newest runs a sparkline draws: enough for a trend, short enough for one table cell.
@@ -24,7 +24,7 @@ def sparkline(values: list[float]) -> str:
     if hi == lo:
         return _BLOCKS[0] * len(values)
     top = len(_BLOCKS) - 1
-    return "".join(_BLOCKS[round((v - lo) / (hi - lo) * top)] for v in values)
+    return "".join(_BLOCKS[round(fraction_between(v, lo, hi) * top)] for v in values)
 
 
 def render_markdown(history: History, page_url: str | None, current: set[str]) -> str:
