@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from browser_helpers import probed, rendered
 from cli_helpers import FAST_DEFAULTS, TESTS, make_repo, run_gate
 from git_helpers import commit, init
 from history_reports import stepped, write_reports
-from hostile_text import RAW_CONTROL, safe_for_a_log
+from hostile_text import RAW_CONTROL
 
 CORPUS = TESTS / "hostile-inputs"
 STEPS = (TESTS / "baseline-files" / "history" / "steps.py").read_text(encoding="utf-8")
@@ -113,6 +114,7 @@ REPORTS: dict[str, str | None] = {
     "lone-surrogate-key": f'{R}.machine["\\udc00"]: the key holds the lone surrogate \\udc00 '
     f"({SURROGATE})",
     "surrogate-pair": None,
+    "hostile-text": None,
     "first-median-zero": None,
     "medians-at-the-float-limit": None,
     "figures-near-the-float-limit": None,
@@ -230,8 +232,6 @@ def test_history_reads_a_hostile_report_or_refuses_it_in_one_line(
         assert math.isfinite(float(number)), number
     data = json.loads(parsed.data)
     assert len(data["runs"]) == RUNS
-    trend = (repo / "trend.md").read_text(encoding="utf-8")
-    safe_for_a_log("trend.md", trend)
 
 
 def test_a_first_median_of_zero_is_a_change_from_zero(
@@ -259,3 +259,55 @@ def test_medians_at_the_float_limit_are_drawn_to_scale(
     # The axis from -1.7e308 to 1.05 x 1.7e308 over the plot's 132 units from y=12 down: the
     # highest near the top, the lowest at the bottom, 3 ms 0.49 of the way up.
     assert line == "M76.0,15.2 L392.0,144.0 L708.0,79.6"
+
+
+# --- text that means something to the page or the job summary ------------------------------------
+
+# Put last in the page: what a keyboard user reads on the first chart, and a region's table.
+PROBE = """<pre id="probe"></pre><script>
+window.addEventListener("load",function(){
+var out={},tip=document.getElementById("tip"),svg=document.querySelector("svg.chart");
+svg.focus();out.tip=tip.hidden?null:tip.textContent;
+var details=document.querySelector("details[data-region]");
+details.addEventListener("toggle",function(){
+out.rows=details.querySelectorAll("tbody tr").length;out.table=details.textContent;
+out.errors=window.__errors;document.getElementById("probe").textContent=JSON.stringify(out);});
+details.open=true;
+});</script>"""
+
+
+class _Probe(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.text = ""
+        self.inside = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.inside = tag == "pre" and ("id", "probe") in attrs
+
+    def handle_data(self, data: str) -> None:
+        if self.inside:
+            self.text += data
+
+
+def test_hostile_text_stays_data_in_the_page_in_chromium(
+    template: dict[str, Any], tmp_path: Path
+) -> None:
+    repo = _history_repo(tmp_path)
+    write_reports(repo / "main", _reports(template, "hostile-text"))
+    done = run_gate(repo, "history", "main", "--out", "site")
+    assert done.returncode == 0, done
+    opened = tmp_path / "index.html"
+    opened.write_text(probed((repo / "site/index.html").read_text(), PROBE))
+    found = _Probe()
+    found.feed(rendered(opened, tmp_path / "profile"))
+    assert found.text, "the probe never ran: the page's scripts stopped parsing"
+    probe = json.loads(found.text)
+    assert probe["errors"] == []
+    assert probe["rows"] == RUNS
+    # The text is shown as text, its controls spelled out: the processor on the tip, the
+    # commit and its date in the table.
+    for shown in (probe["tip"], probe["table"]):
+        assert "<!--<script>x</script> ## ![i](https://example.invalid/i.png)" in shown
+        assert "\\u202e\\u2066rtl\\u2069 \\u2028 \\x1b[2J\\x0a::error file" in shown
+        assert not RAW_CONTROL.search(shown), shown

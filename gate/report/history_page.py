@@ -25,6 +25,7 @@ from functools import cache
 from importlib import resources
 
 from gate.package import __version__
+from gate.printable import visible
 from gate.report.history_series import (
     History,
     Point,
@@ -113,6 +114,13 @@ CHARTS = (
 )
 
 
+# Data in a <script> element stays data: "</script>" would end the element, and "<!--<script>"
+# would keep the next "</script>" from ending it (HTML's "script data double escaped" state), so
+# the page's own script would be read as part of the data. JSON writes each as an escape; with
+# ensure_ascii, U+2028, U+2029 and every other character past ASCII are escapes already.
+_IN_SCRIPT = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
 def render_page(history: History) -> str:
     """The whole page: summary table, each region's charts, every run, the data for the script."""
     runs = history.runs
@@ -123,10 +131,15 @@ def render_page(history: History) -> str:
     title = f"transfer-gate history{': ' + history.repository if history.repository else ''}"
     data = {
         "runs": [
-            [_short(r.commit), _commit_url(history, r.commit), r.commit_date or r.run_at, r.passed]
+            [
+                visible(_short(r.commit)),
+                _commit_url(history, r.commit),
+                visible(r.commit_date or r.run_at),
+                r.passed,
+            ]
             for r in runs
         ],
-        "machines": [m.describe() for m in history.machines],
+        "machines": [visible(m.describe()) for m in history.machines],
         # Each region's points once, for all its charts: their runs, statuses and machines.
         "regions": [
             {
@@ -138,8 +151,7 @@ def render_page(history: History) -> str:
         ],
         "labels": labels,
     }
-    # "</" would end the script element early: JSON allows "<\/".
-    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    payload = json.dumps(data, separators=(",", ":"), ensure_ascii=True).translate(_IN_SCRIPT)
     first, last = runs[0], runs[-1]
     return "".join(
         [
@@ -444,7 +456,9 @@ def _runs_table(history: History) -> str:
 
 
 def _e(text: str) -> str:
-    return html.escape(text, quote=True)
+    """Text from a report as the page shows it: markup escaped, control characters (bidi
+    overrides, line breaks) spelled out by `visible`."""
+    return html.escape(visible(text), quote=True)
 
 
 def _short(commit: str) -> str:
