@@ -27,7 +27,9 @@ from browser_helpers import probed, rendered
 from cli_helpers import FAST_DEFAULTS, TESTS, make_repo, run_gate
 from git_helpers import commit, init
 from history_reports import stepped, write_reports
-from hostile_text import RAW_CONTROL
+from hostile_text import RAW_CONTROL, safe_for_a_log
+
+from gate.report.github import MAX_SUMMARY_BYTES
 
 CORPUS = TESTS / "hostile-inputs"
 STEPS = (TESTS / "baseline-files" / "history" / "steps.py").read_text(encoding="utf-8")
@@ -232,6 +234,8 @@ def test_history_reads_a_hostile_report_or_refuses_it_in_one_line(
         assert math.isfinite(float(number)), number
     data = json.loads(parsed.data)
     assert len(data["runs"]) == RUNS
+    trend = (repo / "trend.md").read_text(encoding="utf-8")
+    safe_for_a_log("trend.md", trend)
 
 
 def test_a_first_median_of_zero_is_a_change_from_zero(
@@ -311,3 +315,52 @@ def test_hostile_text_stays_data_in_the_page_in_chromium(
         assert "<!--<script>x</script> ## ![i](https://example.invalid/i.png)" in shown
         assert "\\u202e\\u2066rtl\\u2069 \\u2028 \\x1b[2J\\x0a::error file" in shown
         assert not RAW_CONTROL.search(shown), shown
+
+
+def test_hostile_text_in_the_trend_is_escaped_as_the_job_summary_escapes_it(
+    template: dict[str, Any], tmp_path: Path
+) -> None:
+    repo = _history_repo(tmp_path)
+    write_reports(repo / "main", _reports(template, "hostile-text"))
+    done = run_gate(repo, "history", "main", "--out", "site", "--markdown", "trend.md")
+    assert done.returncode == 0, done
+    trend = (repo / "trend.md").read_text(encoding="utf-8")
+    safe_for_a_log("trend.md", trend)
+    lines = trend.splitlines()
+    # Our heading and table; the suite's name is one cell's text.
+    assert [x for x in lines if x.lstrip().startswith("#")] == [
+        "### Step time over main's recent runs"
+    ]
+    [row] = lines[4:]
+    # As the gate's own summary writes a message: Markdown's signs escaped (so no HTML, image,
+    # link or emphasis), the line breaks one space, the controls spelled out.
+    assert row == (
+        "| \\<!--\\<script\\>x\\</script\\> ## !\\[i\\](https://example.invalid/i.png) "
+        "\\<img src=x onerror=alert(1)\\> \\*a\\* \\_b\\_ \\[l\\](javascript:alert(1)) \\| c \\\\ "
+        "\\&amp; \\u202e\\u2066rtl\\u2069 \\x1b\\[2J ::error file=README.md,line=1::INJECTED "
+        "##\\[error\\]OLD.leaky | `▁▄█` | 1.00 ms | 3.00 ms | 3 |"
+    )
+
+
+def test_the_trend_is_cut_to_fit_a_steps_job_summary(
+    template: dict[str, Any], tmp_path: Path
+) -> None:
+    repo = _history_repo(tmp_path)
+    report = stepped(template, 0, median=1e-3)
+    [region] = report["suites"][0]["regions"]
+    names = [f"{'r' * 2000}{i:04d}" for i in range(600)]  # 1.2 MB of names
+    report["suites"][0]["regions"] = [
+        {**region, "name": name, "classname": f"p.{name}"} for name in names
+    ]
+    write_reports(repo / "main", [report])
+    done = run_gate(repo, "history", "main", "--out", "site", "--markdown", "trend.md")
+    assert done.returncode == 0, done
+    trend = (repo / "trend.md").read_bytes()
+    assert MAX_SUMMARY_BYTES - 4096 < len(trend) <= MAX_SUMMARY_BYTES
+    text = trend.decode("utf-8")
+    rows = [x for x in text.splitlines() if x.startswith("| p.r")]
+    assert 0 < len(rows) < len(names)
+    assert text.endswith(
+        "_Trend cut to fit GitHub's limit of 1024 KiB per step: the page (index.html) and "
+        f"history.json hold {len(names) - len(rows)} more regions._\n"
+    ), text[-300:]
