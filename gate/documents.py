@@ -20,7 +20,7 @@ import types
 import typing
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -33,6 +33,12 @@ class Record(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     A subclass says ``frozen=True, kw_only=True`` again: msgspec inherits them, but mypy's
     reading of the dataclass transform does not.
     """
+
+
+# A count or a size the gate measured, in a document read back. XLA and JAX count in 64 bits,
+# so a larger one was never measured; past 1.8e308, float() of it raises OverflowError in the
+# reader that draws or compares it.
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 
 
 class DocumentError(Exception):
@@ -54,11 +60,18 @@ def encode(document: object, *, ordered: bool = True) -> str:
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# Why a file may not hold one, said where a document read back does.
+_SURROGATE_WHY = "half of a UTF-16 pair, which no UTF-8 text can hold"
+
+
+def _surrogates_shown(text: str) -> str:
+    """``text`` with each lone surrogate written as the text ``\\ud800``."""
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _without_surrogates(node: object) -> object:
     if isinstance(node, str):
-        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", node)
+        return _surrogates_shown(node)
     if isinstance(node, dict):
         return {_without_surrogates(k): _without_surrogates(v) for k, v in node.items()}
     if isinstance(node, list | tuple):  # to_builtins keeps a tuple a tuple
@@ -185,6 +198,16 @@ def _parsed(data: bytes, name: str, what: str, fix: str) -> object:
                 f"{name}: {where}: expected a finite number, got {_shown(value)}; "
                 f"correct that key, or {fix}"
             )
+    # The JSON escape "\ud800" is valid JSON, and what json.dumps writes for a lone surrogate;
+    # Python reads it, msgspec refuses it with no key: it is named here.
+    for where, text, is_key in _texts(document, ""):
+        found = _SURROGATE.search(text)
+        if found:
+            holds = "the key holds the" if is_key else "the"
+            raise DocumentError(
+                f"{name}: {_surrogates_shown(where)}: {holds} lone surrogate "
+                f"{_surrogates_shown(found.group())} ({_SURROGATE_WHY}); correct that key, or {fix}"
+            )
     return document
 
 
@@ -233,6 +256,20 @@ def _numbers(node: object, where: str) -> Iterator[tuple[str, float]]:
     elif isinstance(node, list):
         for index, value in enumerate(node):
             yield from _numbers(value, f"{where}[{index}]")
+
+
+def _texts(node: object, where: str) -> Iterator[tuple[str, str, bool]]:
+    """Every string in ``node``, keys too: its path in the user's terms, the text, whether it
+    is a key."""
+    if isinstance(node, str):
+        yield where, node, False
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield _key(where, key), key, True
+            yield from _texts(value, _key(where, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _texts(value, f"{where}[{index}]")
 
 
 def _key(where: str, key: str) -> str:

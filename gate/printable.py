@@ -6,8 +6,9 @@ that starts (after blanks) with ``::`` (``::add-mask::``, ``::error file=…::``
 ``##[``, and a terminal acts on ESC sequences (clear the screen, an OSC 8 link). So every write
 to stdout, stderr, the job summary and a ``::group::`` title goes through this module:
 `printable` for a block the gate composed, `flat` for one field of it, `command` for the gate's
-own workflow commands, and `say` / `write` as the writers themselves. The JUnit and JSON
-reports keep the text exact; only what a person or a runner reads is changed.
+own workflow commands, and `say` / `write` as the writers themselves; `visible` for one field
+of a page the gate writes (``transfer-gate history``). The JUnit and JSON reports keep the text
+exact; only what a person or a runner reads is changed.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from typing import TextIO
 # C0 and C1 controls but the line feed and the tab, DEL, the Unicode line and paragraph
 # separators, the bidirectional overrides and isolates (Trojan Source, CVE-2021-42574), and
 # lone surrogates, which no UTF-8 stream can write (a step's ``ValueError("\ud800")``).
-_CONTROL = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
+_CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+_CONTROL = re.compile(f"[{_CONTROLS}]")
+# The same, and the line feed and the tab: nothing in one field of a page may break its line.
+_ANY_CONTROL = re.compile(f"[\n\t{_CONTROLS}]")
 # Every line break Python's ``str.splitlines`` knows, with the blanks around it.
 _BREAKS = re.compile(r"[ \t]*[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]+\s*")
 # What the gate itself writes to a terminal, and only there: colours and the live line's wipe.
@@ -68,6 +70,13 @@ def printable(text: str, *, escapes: bool = False) -> str:
 
 def _defused(match: re.Match[str]) -> str:
     return f"{match.group(1)}\\x{ord(match.group(2)):02x}"
+
+
+def visible(text: str) -> str:
+    """``text`` as one field of a page shows it: every control character, line breaks, tabs,
+    bidirectional overrides and lone surrogates included, written as its escape (``\\u202e``).
+    A page's reader sees the text as it is, never reordered or cut into lines by it."""
+    return _ANY_CONTROL.sub(_shown, text)
 
 
 def flat(text: str, *, escapes: bool = False) -> str:

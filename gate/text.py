@@ -34,6 +34,8 @@ def duration_text(seconds: float) -> str:
 
 def _three_significant(value: float) -> str:
     magnitude = abs(value)
+    if magnitude >= 10_000:  # "1.70e308", not its 309 digits
+        return number_text(value)
     if magnitude >= 99.95:
         return f"{value:.0f}"
     if magnitude >= 9.995:

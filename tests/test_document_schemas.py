@@ -142,9 +142,11 @@ def test_the_baseline_reads_back_as_written(
 
 
 # The report's records as hypothesis draws them from their types: figures finite (JSON has
-# none other) and integers within JSON's.
+# none other) and integers as the gate's counts are (`gate.documents.Count`: none negative,
+# within 64 bits).
 _FINITE = st.floats(allow_nan=False, allow_infinity=False)
 st.register_type_strategy(float, _FINITE)
+st.register_type_strategy(int, st.integers(0, 2**63 - 1))
 # A region's machine keeps its constraints (cores and devices at least 1), as the baseline's.
 st.register_type_strategy(Machine, machines)
 

@@ -8,20 +8,18 @@ run on that commit would have measured it.
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
-import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
 import jsonschema
 import msgspec
 import pytest
+from browser_helpers import probed, rendered
 from cli_helpers import ROOT, make_repo, run_gate
 from git_helpers import commit, git, init
 from history_reports import stepped, write_reports
-from processes import run
 from result_samples import policy_yaml, region_yaml
 
 from gate.cli.exit_codes import ExitCode
@@ -349,14 +347,6 @@ def test_a_sparkline_scales_from_lowest_to_highest() -> None:
 
 # --- the page, in a real browser --------------------------------------------------------------
 
-BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-
-# Put first in the page's <head>: every error the page's script raises or logs is kept.
-CATCH_ERRORS = """<script>window.__errors=[];
-window.addEventListener("error",function(e){window.__errors.push(String(e.message));});
-var __error=console.error;console.error=function(){
-window.__errors.push(Array.prototype.join.call(arguments," "));__error.apply(console,arguments);};
-</script>"""
 # Put last in the page: a keyboard user's moves, and what the page showed, into #probe. Its toggle
 # listener comes after the page's own, so it reads the table the page has just built.
 PROBE = """<pre id="probe"></pre><script>
@@ -381,30 +371,6 @@ out.tableRows=details.querySelectorAll("tbody tr").length;
 out.errors=window.__errors;document.getElementById("probe").textContent=JSON.stringify(out);});
 details.open=true;
 });</script>"""
-
-
-def browser() -> str:
-    """Chromium or Chrome; CI installs Debian's chromium (.ci/run), so it never skips there."""
-    for name in BROWSERS:
-        found = shutil.which(name)
-        if found:
-            return found
-    if os.environ.get("CI"):
-        pytest.fail("no Chromium on this CI machine: .ci/run installs Debian's `chromium`")
-    pytest.skip("no Chromium here: `apt-get install chromium` (CI installs it)")
-
-
-def rendered(page: Path, profile: Path) -> str:
-    """The page's DOM once its scripts (and their timers) have run, from headless Chromium."""
-    done = run(
-        [
-            browser(), "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
-            "--virtual-time-budget=5000", "--dump-dom", page.as_uri(),
-        ],
-        timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def contrast(first: str, second: str) -> float:
@@ -465,12 +431,10 @@ def test_the_page_in_chromium_shows_every_commit_with_the_reports_figures(
     assert not re.search(r"<(script|img|link|iframe)[^>]*\s(src|href)=", page)
     assert "url(" not in page
     assert "@import" not in page
-    probed = tmp_path / "index.html"
-    probed.write_text(
-        page.replace("<head>", "<head>" + CATCH_ERRORS, 1).replace("</body>", PROBE + "</body>")
-    )
+    opened = tmp_path / "index.html"
+    opened.write_text(probed(page, PROBE))
     parsed = Charts()
-    parsed.feed(rendered(probed, tmp_path / "profile"))
+    parsed.feed(rendered(opened, tmp_path / "profile"))
     probe = json.loads(parsed.probe)
     assert probe["errors"] == []
     # Every commit is in the runs table, linked to its page.

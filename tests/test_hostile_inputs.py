@@ -19,13 +19,13 @@ from __future__ import annotations
 import ast
 import json
 import os
-import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from cli_helpers import FAST_DEFAULTS, TESTS, make_repo, run_gate
+from hostile_text import COMMAND_START, OWN_COMMAND, safe_for_a_log
 
 from gate.limits import DOCUMENT_BYTES, POLICY_BYTES, TRACE_BYTES
 from gate.printable import command, flat, printable
@@ -42,13 +42,6 @@ version: 1
     setup: steps:setup
 """
 
-# What the gate writes as a workflow command itself; every other line starting with "::" (after
-# blanks, which GitHub's runner trims) or "##[" would be a command the input smuggled in.
-OWN_COMMAND = re.compile(r"::(error|warning|group|endgroup)( [^:]*)?::.*")
-COMMAND_START = re.compile(r"^\s*(::|##\[)")
-# Raw control characters but the line feed and the tab, and lone surrogates.
-RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
@@ -62,15 +55,6 @@ def _lay_over(repo: Path, case: Path) -> None:
             target = repo / source.relative_to(case)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(source, target)
-
-
-def _safe_for_a_log(name: str, text: str) -> None:
-    for number, line in enumerate(text.split("\n"), 1):
-        assert not RAW_CONTROL.search(line), f"{name}:{number}: raw control character: {line!r}"
-        if COMMAND_START.match(line):
-            # The payload may sit in the message of one of the gate's own, escaped.
-            assert OWN_COMMAND.fullmatch(line), f"{name}:{number}: not the gate's own: {line!r}"
-            assert not line.startswith("::error file=README.md"), f"{name}:{number}: {line!r}"
 
 
 PRINTED = {
@@ -109,7 +93,7 @@ def test_no_hostile_text_reaches_the_log_raw(repo: Path, tmp_path: Path, case: s
         ("stderr", done.stderr),
         ("summary", summary.read_text(encoding="utf-8")),
     ):
-        _safe_for_a_log(name, text)
+        safe_for_a_log(name, text)
     # The reports are written, and keep what was found.
     done.junit()
     report = json.loads(json_report.read_text(encoding="utf-8"))
@@ -158,11 +142,11 @@ def test_a_hostile_base_ref_or_argument_is_one_escaped_error_line(repo: Path) ->
     done = run_gate(repo, "run", "--base", "HEAD\n::error::x\x1b[2J")
     assert done.returncode == 2, done
     assert done.stderr.splitlines()[-1].startswith("error: --base HEAD ::error::x\\x1b[2J: ")
-    _safe_for_a_log("stderr", done.stderr)
+    safe_for_a_log("stderr", done.stderr)
     done = run_gate(repo, "run", "--shard", "1/x\n::error::y")
     assert done.returncode == 2, done
     assert "\n\\x3a:error::y" in done.stderr, done
-    _safe_for_a_log("stderr", done.stderr)
+    safe_for_a_log("stderr", done.stderr)
 
 
 # --- refused before parsing, or after, in one line; never exit 3 --------------------------------

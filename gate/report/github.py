@@ -28,7 +28,7 @@ import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -67,6 +67,8 @@ __all__ = [
     "MAX_DETAILS_CHARS",
     "MAX_SUMMARY_BYTES",
     "append_summary",
+    "fit_summary",
+    "markdown_text",
     "render_summary",
     "report_to_github",
     "summary_blocks",
@@ -84,8 +86,9 @@ MAX_DETAILS_CHARS = 20_000
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>|&~])")
 
 
-def _text(text: str) -> str:
-    """User text (an exception message) as literal Markdown on one line."""
+def markdown_text(text: str) -> str:
+    """User text (an exception message, a suite's name) as literal Markdown on one line: what
+    every job summary the gate writes puts through `fit_summary`'s `printable` too."""
     return _MARKDOWN_SPECIAL.sub(r"\\\1", one_line(text))
 
 
@@ -112,7 +115,7 @@ def _fenced(text: str) -> str:
 
 def _status(region: RegionResult) -> str:
     if region.error is not None:
-        return f"**ERROR**: {_text(region.error.kind.value)}"
+        return f"**ERROR**: {markdown_text(region.error.kind.value)}"
     if region.passed:
         return "pass"
     why = []
@@ -147,7 +150,7 @@ def _failing_by_direction(region: RegionResult) -> str:
 def _table_row(region: RegionResult) -> str:
     median = duration_text(region.timing.median_s) if region.timing is not None else "—"
     boundaries = (
-        "<br>".join(_text(format_boundary(b)) for b in region.boundaries)
+        "<br>".join(markdown_text(format_boundary(b)) for b in region.boundaries)
         if region.boundaries
         else "—"
     )
@@ -158,7 +161,7 @@ def _table_row(region: RegionResult) -> str:
         _status(region),
         _failing_by_direction(region),
         median,
-        _text(cost) if cost else "—",
+        markdown_text(cost) if cost else "—",
         boundaries,
     ]
     return "| " + " | ".join(cells) + " |\n"
@@ -192,12 +195,12 @@ def _comparison_rows(region: RegionResult) -> list[str]:
     base = region.base
     if base is not None:
         if base.status is not BaseStatus.COMPARED:
-            verdict = _text(base_status_line(base))
+            verdict = markdown_text(base_status_line(base))
             if base.status is BaseStatus.BASE_FAILED:
                 verdict = f"**ERROR**: {verdict}"
             rows.append(f"| {name} | — | — | — | {verdict} |\n")
         if own_definition_line(base):  # what the rows below were measured against
-            rows.append(f"| {name} | — | — | — | {_text(own_definition_line(base))} |\n")
+            rows.append(f"| {name} | — | — | — | {markdown_text(own_definition_line(base))} |\n")
         for timing in (base.timing, *base.boundary_timing):
             if timing is not None:
                 rows.append(_timing_row(name, timing))
@@ -210,15 +213,17 @@ def _comparison_rows(region: RegionResult) -> list[str]:
         rows.append(_cost_row(name, region.cost_vs_baseline))
     for comm in comm_comparisons(region):
         if shown(comm):
-            verdict = _text(comm.headline())
+            verdict = markdown_text(comm.headline())
             verdict = f"**FAIL**: {verdict}" if comm.collectives_failing else verdict
-            against = "" if comm.against == "base" else f" (vs {_text(comm.against)})"
+            against = "" if comm.against == "base" else f" (vs {markdown_text(comm.against)})"
             rows.append(f"| {name} collectives{against} | — | — | — | {verdict} |\n")
     for donations in donation_comparisons(region):
         if donations.shown:
-            verdict = _text(donations.headline())
+            verdict = markdown_text(donations.headline())
             verdict = f"**FAIL**: {verdict}" if donations.failing else verdict
-            against = "" if donations.against == "base" else f" (vs {_text(donations.against)})"
+            against = (
+                "" if donations.against == "base" else f" (vs {markdown_text(donations.against)})"
+            )
             rows.append(f"| {name} donations{against} | — | — | — | {verdict} |\n")
     return rows
 
@@ -227,8 +232,8 @@ def _cost_row(name: str, cost: CostComparison) -> str:
     """XLA's figures are exact: no medians, ratio interval or p; the verdict names the changes."""
     name += " cost"
     if cost.against != "base":
-        name += f" (vs {_text(cost.against)})"
-    verdict = _text(cost.headline())
+        name += f" (vs {markdown_text(cost.against)})"
+    verdict = markdown_text(cost.headline())
     if cost.failing:
         verdict = f"**FAIL**: {verdict}"
     return f"| {name} | — | — | — | {verdict} |\n"
@@ -238,7 +243,7 @@ def _timing_row(name: str, timing: TimingComparison) -> str:
     if timing.what != "step":
         name += f" boundary {_code(timing.what, in_table=True)}"
     if timing.against != "base":
-        name += f" (vs {_text(timing.against)})"
+        name += f" (vs {markdown_text(timing.against)})"
     verdict = timing.verdict.value
     if timing.failing:
         verdict = f"**FAIL**: {verdict}"
@@ -265,8 +270,8 @@ def _interval_cell(timing: TimingComparison) -> str:
 def _summary_entry(entry: Annotation) -> str:
     where = f"{_code(entry.where)}: " if entry.where else ""
     # A transfer's message already says what moved; an error or a check needs its label.
-    label = "" if entry.kind is AnnotationKind.TRANSFER else f"{_text(entry.label)}: "
-    text = f"- {where}{label}{_text(entry.message)}\n"
+    label = "" if entry.kind is AnnotationKind.TRANSFER else f"{markdown_text(entry.label)}: "
+    text = f"- {where}{label}{markdown_text(entry.message)}\n"
     if entry.source:
         text += f"  {_code(entry.source)}\n"
     if entry.fix:
@@ -286,13 +291,13 @@ def _heading(run: RunResult) -> str:
     heading = f"## {TITLE}: {passed} passed, {len(regions) - passed} failed\n"
     platforms = sorted({r.platform for r in regions if r.platform})
     if platforms:
-        heading += f"\nPlatform: {_text('; '.join(platforms))}\n"
+        heading += f"\nPlatform: {markdown_text('; '.join(platforms))}\n"
     # Said up front, as in the terminal: a direction nothing checked.
     unchecked = sorted(
         {d for r in regions for d, judge in r.coverage if judge is CoverageJudge.NOT_CHECKED}
     )
     if unchecked:
-        heading += f"\n**Not checked on this platform: {_text(', '.join(unchecked))}**\n"
+        heading += f"\n**Not checked on this platform: {markdown_text(', '.join(unchecked))}**\n"
     return heading
 
 
@@ -313,25 +318,38 @@ def summary_blocks(run: RunResult) -> list[str]:
         for region in shown:
             blocks.append(f"\n#### {_code(region.classname)}\n\n")
             blocks.extend(_summary_entry(entry) for entry in region_annotations(region))
-            blocks.extend(f"- note: {_text(note)}\n" for note in region.notes)
+            blocks.extend(f"- note: {markdown_text(note)}\n" for note in region.notes)
     return blocks
 
 
 def render_summary(run: RunResult, report: str, limit_bytes: int = MAX_SUMMARY_BYTES) -> str:
-    """The Markdown job summary for `run`, at most `limit_bytes` of UTF-8.
+    """The Markdown job summary for `run`, at most `limit_bytes` of UTF-8 (`fit_summary`)."""
+    return fit_summary(
+        summary_blocks(run),
+        f"\nFull report: {_code(report)}\n",
+        lambda left: _cut_note(left, report),
+        limit_bytes,
+    )
 
-    Blocks that do not fit are left out from the first one that does not,
-    and a line says how many; "" when not even the heading fits.
+
+def fit_summary(
+    blocks: Sequence[str], footer: str, cut_note: Callable[[int], str], limit_bytes: int
+) -> str:
+    """``blocks``, then ``footer``, as a job summary of at most ``limit_bytes`` of UTF-8.
+
+    Each block is whole Markdown, where the summary may be cut. Blocks that do not fit are left
+    out from the first one that does not, and ``cut_note(blocks left out)`` says so; "" when
+    not even the first block fits.
     """
     # Markdown a person reads: no control character, no line a runner would act on; made so
     # before it is measured, since a shown escape is longer than the character.
-    footer = printable(f"\nFull report: {_code(report)}\n")
-    blocks = [printable(block) for block in summary_blocks(run)]
+    footer = printable(footer)
+    shown = [printable(block) for block in blocks]
     used = _size(footer)
     kept: list[str] = []
-    for index, block in enumerate(blocks):
-        remaining = len(blocks) - index - 1
-        note = printable(_cut_note(len(blocks) - index, report))
+    for index, block in enumerate(shown):
+        remaining = len(shown) - index - 1
+        note = printable(cut_note(len(shown) - index))
         # Room for this block, and for the note should a later one not fit.
         reserve = _size(note) if remaining else 0
         if used + _size(block) + reserve > limit_bytes:

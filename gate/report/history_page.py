@@ -18,13 +18,21 @@ from __future__ import annotations
 import html
 import json
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
 from gate.package import __version__
-from gate.report.history_series import History, Point, RegionSeries, newest_machine
+from gate.printable import visible
+from gate.report.history_series import (
+    History,
+    Point,
+    RegionSeries,
+    fraction_between,
+    newest_machine,
+)
 from gate.text import counted, duration_text, number_text, si_text, size_text
 
 # The plot area inside each chart's SVG, in its own units (the SVG scales to the page).
@@ -106,6 +114,13 @@ CHARTS = (
 )
 
 
+# Data in a <script> element stays data: "</script>" would end the element, and "<!--<script>"
+# would keep the next "</script>" from ending it (HTML's "script data double escaped" state), so
+# the page's own script would be read as part of the data. JSON writes each as an escape; with
+# ensure_ascii, U+2028, U+2029 and every other character past ASCII are escapes already.
+_IN_SCRIPT = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
 def render_page(history: History) -> str:
     """The whole page: summary table, each region's charts, every run, the data for the script."""
     runs = history.runs
@@ -116,10 +131,15 @@ def render_page(history: History) -> str:
     title = f"transfer-gate history{': ' + history.repository if history.repository else ''}"
     data = {
         "runs": [
-            [_short(r.commit), _commit_url(history, r.commit), r.commit_date or r.run_at, r.passed]
+            [
+                visible(_short(r.commit)),
+                _commit_url(history, r.commit),
+                visible(r.commit_date or r.run_at),
+                r.passed,
+            ]
             for r in runs
         ],
-        "machines": [m.describe() for m in history.machines],
+        "machines": [visible(m.describe()) for m in history.machines],
         # Each region's points once, for all its charts: their runs, statuses and machines.
         "regions": [
             {
@@ -131,8 +151,7 @@ def render_page(history: History) -> str:
         ],
         "labels": labels,
     }
-    # "</" would end the script element early: JSON allows "<\/".
-    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    payload = json.dumps(data, separators=(",", ":"), ensure_ascii=True).translate(_IN_SCRIPT)
     first, last = runs[0], runs[-1]
     return "".join(
         [
@@ -201,7 +220,11 @@ def _window_change(region: RegionSeries) -> str:
         return "not measured" if latest.median_s is None else "one run on this machine"
     first = same[0].median_s
     assert first is not None
-    return f"x{latest.median_s / first:.2f} over {counted(len(same), 'run')}"
+    over = f"over {counted(len(same), 'run')}"
+    ratio = latest.median_s / first if first > 0 else math.inf
+    if not math.isfinite(ratio):  # from zero, or past the largest float: said as figures
+        return f"from {duration_text(first)} to {duration_text(latest.median_s)} {over}"
+    return f"x{ratio:.2f} {over}"
 
 
 # --- a region's charts ---------------------------------------------------------------------------
@@ -247,7 +270,7 @@ def _chart(  # noqa: PLR0917  # a chart's parts, each named at the one call
         return LEFT + (PLOT_W / 2 if n == 1 else PLOT_W * run / (n - 1))
 
     def y(value: float) -> float:
-        return TOP + PLOT_H * (1 - (value - lo) / (hi - lo))
+        return TOP + PLOT_H * (1 - fraction_between(value, lo, hi))
 
     parts = [
         f'<line class="axis" x1="{LEFT}" y1="{TOP + PLOT_H}" x2="{LEFT + PLOT_W}" '
@@ -397,13 +420,16 @@ def _runs_of_values(
 
 def _axis(values: Sequence[float], *, whole: bool) -> tuple[float, float]:
     """The y axis: from zero (a change reads at its true size) to a little above the highest;
-    for counts, to the next whole number above it."""
+    for counts, to the next whole number above it. Zero is on it, whatever the sign of the
+    figures, and its ends are finite however near the float limit they lie."""
     if not values:
         return 0.0, 1.0
-    lo, hi = min(0.0, *values), max(values)
+    lo, top = min(0.0, *values), max(0.0, *values)
     if whole:
-        return lo, float(math.floor(hi) + 1)
-    return (lo, hi * 1.05 if hi > 0 else lo + 1.0)
+        return lo, float(math.floor(top) + 1)
+    if top == 0:
+        return lo, 0.0 if lo < 0 else 1.0
+    return lo, min(top * 1.05, sys.float_info.max)
 
 
 # --- every run -----------------------------------------------------------------------------------
@@ -430,7 +456,9 @@ def _runs_table(history: History) -> str:
 
 
 def _e(text: str) -> str:
-    return html.escape(text, quote=True)
+    """Text from a report as the page shows it: markup escaped, control characters (bidi
+    overrides, line breaks) spelled out by `visible`."""
+    return html.escape(visible(text), quote=True)
 
 
 def _short(commit: str) -> str:

@@ -176,6 +176,16 @@ def newest_machine(points: Sequence[Point]) -> int | None:
     return next((p.machine for p in reversed(points) if p.machine is not None), None)
 
 
+def fraction_between(value: float, lo: float, hi: float) -> float:
+    """How far ``value`` lies from ``lo`` to ``hi`` (``lo < hi``): 0 at ``lo``, 1 at ``hi``.
+
+    Each is divided by the larger end first, so no difference overflows (figures near the float
+    limit, of both signs) and none vanishes (figures that small are subnormal).
+    """
+    scale = max(abs(lo), abs(hi))
+    return (value / scale - lo / scale) / (hi / scale - lo / scale)
+
+
 def newest_regions(history: History) -> set[str]:
     """The regions the newest report holds: those a check or a summary is about (a region
     removed from the policy keeps its old points, but nothing to guard)."""

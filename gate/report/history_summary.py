@@ -8,8 +8,9 @@ to the region's charts on the published page when ``--page-url`` names it.
 
 from __future__ import annotations
 
-from gate.report.history_series import History, RegionSeries, newest_machine
-from gate.text import duration_text
+from gate.report.github import MAX_SUMMARY_BYTES, fit_summary, markdown_text
+from gate.report.history_series import History, RegionSeries, fraction_between, newest_machine
+from gate.text import counted, duration_text
 
 # The newest runs a sparkline draws: enough for a trend, short enough for one table cell.
 SPARK_RUNS = 20
@@ -24,24 +25,34 @@ def sparkline(values: list[float]) -> str:
     if hi == lo:
         return _BLOCKS[0] * len(values)
     top = len(_BLOCKS) - 1
-    return "".join(_BLOCKS[round((v - lo) / (hi - lo) * top)] for v in values)
+    return "".join(_BLOCKS[round(fraction_between(v, lo, hi) * top)] for v in values)
 
 
 def render_markdown(history: History, page_url: str | None, current: set[str]) -> str:
-    """The job summary's table for the regions in ``current`` (the newest report's)."""
-    rows = [
-        "### Step time over main's recent runs",
-        "",
-        "| Region | Trend | First | Newest | Runs |",
-        "| --- | --- | --- | --- | --- |",
+    """The job summary's table for the regions in ``current`` (the newest report's).
+
+    Through the gate's own job summary's text gate (`gate.report.github`): a region's name is
+    literal Markdown on one line, no control character or workflow command survives, and the
+    table is cut between rows to fit GitHub's limit for one step's summary, saying how many
+    rows were left out.
+    """
+    blocks = [
+        "### Step time over main's recent runs\n\n"
+        "| Region | Trend | First | Newest | Runs |\n"
+        "| --- | --- | --- | --- | --- |\n"
     ]
     for index, region in enumerate(history.regions):
-        if region.classname not in current:
-            continue
-        rows.append(_row(index, region, page_url))
-    if page_url:
-        rows += ["", f"Every region's charts: {page_url}"]
-    return "\n".join(rows) + "\n"
+        if region.classname in current:
+            blocks.append(_row(index, region, page_url) + "\n")
+    footer = f"\nEvery region's charts: {page_url}\n" if page_url else ""
+    return fit_summary(blocks, footer, _cut_note, MAX_SUMMARY_BYTES)
+
+
+def _cut_note(left: int) -> str:
+    return (
+        f"\n_Trend cut to fit GitHub's limit of {MAX_SUMMARY_BYTES // 1024} KiB per step: the "
+        f"page (index.html) and history.json hold {counted(left, 'more region')}._\n"
+    )
 
 
 def _row(index: int, region: RegionSeries, page_url: str | None) -> str:
@@ -49,7 +60,7 @@ def _row(index: int, region: RegionSeries, page_url: str | None) -> str:
     medians = [
         p.median_s for p in region.points if p.machine == machine and p.median_s is not None
     ][-SPARK_RUNS:]
-    name = region.classname.replace("|", "\\|")
+    name = markdown_text(region.classname)
     link = f"[{name}]({page_url.rstrip('/')}/#region-{index})" if page_url else name
     if not medians:
         return f"| {link} | not timed | | | 0 |"

@@ -6,7 +6,7 @@ rest of the report's version 1. Records of the report's schema (`gate.report.jso
 
 from __future__ import annotations
 
-from gate.documents import Record
+from gate.documents import Count, Record
 from gate.policy.model import CollectiveRule, DonationRule
 from gate.results.collective_changes import CollectiveChange, CommComparison
 from gate.results.collectives import Collective, CollectiveGroup, Communication
@@ -28,9 +28,9 @@ class CollectiveDoc(Record, frozen=True, kw_only=True):
     source: str | None
     op_name: str
     uncounted: str | None
-    bytes_per_device: int
-    runs_per_step: int
-    bytes_per_step_per_device: int
+    bytes_per_device: Count
+    runs_per_step: Count
+    bytes_per_step_per_device: Count
 
     @classmethod
     def of(cls, c: Collective) -> CollectiveDoc:
@@ -55,8 +55,8 @@ class CollectiveDoc(Record, frozen=True, kw_only=True):
 
 class KindTotal(Record, frozen=True, kw_only=True):
     kind: str
-    runs_per_step: int
-    bytes_per_step_per_device: int
+    runs_per_step: Count
+    bytes_per_step_per_device: Count
 
 
 class CommunicationDoc(Record, frozen=True, kw_only=True):
@@ -64,7 +64,7 @@ class CommunicationDoc(Record, frozen=True, kw_only=True):
 
     measured: bool
     note: str
-    bytes_per_step_per_device: int | None
+    bytes_per_step_per_device: Count | None
     by_kind: tuple[KindTotal, ...]
     collectives: tuple[CollectiveDoc, ...]
 
@@ -86,9 +86,9 @@ class CommunicationDoc(Record, frozen=True, kw_only=True):
 
 
 class GroupDoc(Record, frozen=True, kw_only=True):
-    count: int
-    runs_per_step: int
-    bytes_per_step_per_device: int
+    count: Count
+    runs_per_step: Count
+    bytes_per_step_per_device: Count
     buffers: tuple[str, ...]
     collective: CollectiveDoc
 

@@ -11,7 +11,7 @@ from typing import TypeVar
 
 import msgspec
 
-from gate.documents import Record
+from gate.documents import Count, Record
 from gate.report.json_collectives import CommunicationDoc
 from gate.report.json_lines import (
     LineComparisonDoc,
@@ -127,9 +127,9 @@ class FunctionDoc(Record, frozen=True, kw_only=True, omit_defaults=True):
 
 class PeakDoc(Record, frozen=True, kw_only=True):
     device: str
-    peak_bytes: int
-    peak_before_bytes: int
-    in_use_before_bytes: int
+    peak_bytes: Count
+    peak_before_bytes: Count
+    in_use_before_bytes: Count
     set_by_step: bool
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import sys
 import xml.etree.ElementTree as ET
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from gate.documents import DocumentError, encode
 from gate.files import write_text_atomically
 from gate.limits import DOCUMENT_BYTES, DOCUMENT_NESTING, TooLarge, read_within
 from gate.printable import say
-from gate.report.json_report import Report, SuiteDoc, read_report
+from gate.report.json_report import RegionDoc, Report, SuiteDoc, read_report
 from gate.report.junit import write_report_file
 from gate.results.provenance import Provenance
 from gate.text import counted
@@ -182,15 +183,14 @@ def _merge_suites(parts: list[ET.Element]) -> ET.Element:
         if key not in _COUNTED:
             suite.set(key, value)
 
-    properties: list[tuple[str, str]] = []
+    # United in the order first met, in a dict: a list's `in` made the merge quadratic.
+    properties: dict[tuple[str, str], None] = {}
     outs: list[str] = []
     errs: list[str] = []
     cases: list[ET.Element] = []
     for part in parts:
         for prop in part.iterfind("properties/property"):
-            pair = (prop.get("name", ""), prop.get("value", ""))
-            if pair not in properties:
-                properties.append(pair)
+            properties.setdefault((prop.get("name", ""), prop.get("value", "")))
         outs.extend(e.text or "" for e in part.findall("system-out"))
         errs.extend(e.text or "" for e in part.findall("system-err"))
         cases.extend(part.findall("testcase"))
@@ -272,6 +272,9 @@ def merge_json(output: Path, inputs: Sequence[Path]) -> MergeSummary:
     every value checked: a shard's report that is cut short or edited is refused, by name.
     """
     suites: dict[tuple[str, str], SuiteDoc] = {}
+    # Each suite's regions, gathered in order: one tuple per suite made at the end, not one
+    # per shard (a tuple grown shard by shard copies every region before it again).
+    regions_of: dict[tuple[str, str], list[RegionDoc]] = {}
     gate_versions = set()
     runs: list[tuple[Path, Provenance]] = []
     for path in inputs:
@@ -288,24 +291,29 @@ def merge_json(output: Path, inputs: Sequence[Path]) -> MergeSummary:
             runs.append((path, report.run))
         for suite in report.suites:
             key = (suite.name, suite.policy)
-            merged = suites.get(key, msgspec.structs.replace(suite, regions=()))
-            suites[key] = msgspec.structs.replace(merged, regions=merged.regions + suite.regions)
-    regions = [r for suite in suites.values() for r in suite.regions]
+            suites.setdefault(key, suite)
+            regions_of.setdefault(key, []).extend(suite.regions)
+    merged = tuple(
+        msgspec.structs.replace(suite, regions=tuple(regions_of[key]))
+        for key, suite in suites.items()
+    )
+    regions = [r for suite in merged for r in suite.regions]
     joined = Report(
         gate_version=", ".join(sorted(gate_versions)),
         passed=all(r.status == "passed" for r in regions),
         run=_one_run(runs),
-        suites=tuple(suites.values()),
+        suites=merged,
     )
     write_text_atomically(output, encode(joined, ordered=False))
-    names = [r.classname for r in regions]
+    # Counted once: list.count per region made the merge quadratic in its regions.
+    counts = Counter(r.classname for r in regions)
     return MergeSummary(
         inputs=len(inputs),
         suites=len(suites),
         tests=len(regions),
         failures=sum(1 for r in regions if r.status == "failed"),
         errors=sum(1 for r in regions if r.status == "error"),
-        duplicates=tuple(dict.fromkeys(n for n in names if names.count(n) > 1)),
+        duplicates=tuple(name for name, count in counts.items() if count > 1),
     )
 
 

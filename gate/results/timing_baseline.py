@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 import msgspec
 import numpy as np
 
-from gate.documents import Record
+from gate.documents import Count, Record
 from gate.results.collectives import Collective, CollectiveKind, Communication
 from gate.results.costs import FunctionCost, StepCost, step_cost
 from gate.results.donations import JAX, XLA, UnusedDonation
@@ -32,7 +32,6 @@ from gate.user_code import SourceLocation
 
 # Times and XLA's figures: a number, never negative (JSON has no NaN or infinity).
 Amount = Annotated[float, msgspec.Meta(ge=0)]
-Count = Annotated[int, msgspec.Meta(ge=0)]
 Samples = Annotated[tuple[Amount, ...], msgspec.Meta(min_length=1)]  # every timed run's
 
 
