@@ -159,8 +159,12 @@ class _Session:
             try:
                 return pair.compare(self.head_root)
             except _NoRoomBeside as refused:
-                with self._deciding:  # this region, and the policy's others, run apart
+                with self._deciding:  # this region, and every one after it, run apart
                     self._refused = self._refused or refused.why
+                # Its head's run goes with its worker: the region runs again from a fresh
+                # one, as every region apart does (a program compiled in the first run would
+                # otherwise be the second's cache miss).
+                scheduler.close()
         key = (policy.path, region.name)
         with self._deciding:
             if key not in self._ran_apart:
