@@ -720,7 +720,9 @@ def test_cpu_job_runs_on_a_hosted_runner_and_installs_the_gate_from_this_commit(
     ]
     assert step_named(steps, "Check out")["with"] == {"persist-credentials": False}
     assert step_named(steps, "Check out the gate")["with"] == GATE_CHECKOUT
-    assert step_named(steps, "Install the gate")["run"] == "python -m pip install ./.transfer-gate"
+    assert (
+        step_named(steps, "Install the gate")["run"] == "python -I -m pip install ./.transfer-gate"
+    )
     cache = step_named(steps, "Restore the compilation cache")
     assert cache["uses"].startswith("actions/cache@")
     assert cache["with"] == {
@@ -805,6 +807,56 @@ def test_accelerator_job_runs_on_the_self_hosted_runner_in_the_checked_container
         "${{ steps.policies.outputs.error || steps.requirements.outputs.error "
         "|| steps.setup.outputs.error || steps.install.outputs.error }}"
     )
+
+
+# A Python started with options but not -I first: `python -m pip`, `python3 -c ...`, `python -`.
+# In the checkout, the working directory comes first on sys.path, so the repository's own
+# `pip/` (or `venv/`, `jax/`) would run instead of what the step means (issue 54).
+NOT_ISOLATED = re.compile(r"""\bpython3?"?[ \t]+(?!-I\b)-""")
+
+
+def run_scripts(path: Path) -> Iterator[tuple[str, str]]:
+    """(job or action step, script) for every `run:` of a workflow or an action."""
+    data = load_yaml(path)
+    jobs = data["jobs"].items() if "jobs" in data else [("runs", data["runs"])]
+    for job_name, job in jobs:
+        for step in job.get("steps", []):
+            if "run" in step:
+                yield f"{job_name}: {step.get('name', '')}", step["run"]
+
+
+def test_the_isolation_rule_catches_a_python_that_reads_the_working_directory() -> None:
+    caught = [
+        "python -m pip install .",
+        'x=$(python3 -c "1")',
+        "python - <<EOF",
+        '"$v/bin/python" -m x',
+    ]
+    assert all(NOT_ISOLATED.search(line) for line in caught)
+    for line in ("python -I -m pip install .", "python3 -I -c 1", "setup-python", "python3.12"):
+        assert not NOT_ISOLATED.search(line), line
+
+
+@pytest.mark.parametrize("path", [REUSABLE, SHARDED_WORKFLOW, ACTION], ids=lambda p: p.name)
+def test_every_python_in_a_checkout_runs_isolated(path: Path) -> None:
+    for where, script in run_scripts(path):
+        for line in script.splitlines():
+            assert not NOT_ISOLATED.search(line), f"{path.name}: {where}: {line.strip()}"
+
+
+@pytest.mark.parametrize("job", ["cpu", "history"])
+def test_a_pip_folder_in_the_checkout_never_runs_instead_of_pip(
+    reusable: dict[str, Any], tmp_path: Path, job: str
+) -> None:
+    step = step_named(reusable["jobs"][job]["steps"], "Install the gate")
+    (tmp_path / "pip").mkdir()
+    (tmp_path / "pip/__init__.py").write_text("")
+    (tmp_path / "pip/__main__.py").write_text("open('pwned', 'w').write('x')\n")
+    (tmp_path / ".transfer-gate").mkdir()  # no project: the real pip refuses it
+    scripts = Path(sysconfig.get_path("scripts"))  # holds `python`, as setup-python's PATH does
+    proc, _, _ = run_step_script(step["run"], {}, tmp_path, path_prefix=scripts)
+    assert not (tmp_path / "pwned").exists(), shown(proc)
+    assert "is not installable" in proc.stderr, shown(proc)
 
 
 def test_both_gate_jobs_check_the_policies_and_install_alike(reusable: dict[str, Any]) -> None:
@@ -968,6 +1020,8 @@ def runner_scripts(tmp_path: Path, has_jax: bool, python_ok: bool = True) -> Pat
     python.write_text(
         "#!/bin/bash\n"
         'echo "$(basename "$0") $*" >> "$CALLS"\n'
+        '[ "$1" = -I ] || { echo "not isolated: $*" >&2; exit 9; }\n'
+        "shift\n"
         'if [ "$1 $2" = "-m venv" ]; then mkdir -p "$4/bin" && cp "$0" "$4/bin/python"; exit; fi\n'
         'case "$2" in\n'
         f"  *version_info*) exit {0 if python_ok else 1} ;;\n"
@@ -998,10 +1052,10 @@ def test_a_tpu_job_on_the_vm_installs_the_gate_and_jax_unless_the_runner_has_it(
     venv = tmp_path / "temp" / "transfer-gate-venv"
     pip = [line for line in calls.read_text().splitlines() if " -m pip install " in line]
     # The runner's own JAX (and libtpu) are seen through --system-site-packages, never replaced.
-    assert f"python3 -m venv --system-site-packages {venv}" in calls.read_text()
+    assert f"python3 -I -m venv --system-site-packages {venv}" in calls.read_text()
     assert pip == [
-        *([] if has_jax else ["python -m pip install jax[tpu]"]),
-        "python -m pip install ./.transfer-gate",
+        *([] if has_jax else ["python -I -m pip install jax[tpu]"]),
+        "python -I -m pip install ./.transfer-gate",
     ]
     assert github_path.read_text() == f"{venv}/bin\n"
     assert output == ""
