@@ -232,6 +232,7 @@ def test_main_keeps_nothing_but_the_reports_it_stored(
     (folder / "0000000008-1-1.json").symlink_to(elsewhere)
     proc, output, _ = chart(job, space, "push")
     assert proc.returncode == 0, shown(proc)
+    assert output == "added=true\nwritten=true\n"
     assert kept_names(space) == [
         "0000000001-0-1.json",
         "0000000002-1-1.json",
