@@ -102,7 +102,8 @@ RUN apt-get update \
 COPY --from=build /opt/venv /opt/venv
 
 # /cache/jax is world-writable (with the sticky bit) because the container may run as any uid:
-# --user "$(id -u)" locally, and root in GitHub Actions container jobs.
+# --user "$(id -u)" locally, and the runner's user in the accelerator job's sandbox
+# (.github/actions/sandbox), whose first use of a volume copies this folder, mode and all.
 RUN groupadd --gid 10001 gate \
  && useradd --no-log-init --create-home --uid 10001 --gid 10001 gate \
  && mkdir -p /cache/jax /repo \

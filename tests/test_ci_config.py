@@ -359,6 +359,57 @@ def test_no_pull_request_target(path: Path) -> None:
     assert not [line for line in code if "pull_request_target" in line]
 
 
+# --- the runner host's Docker (issue 54) ----------------------------------------------------------
+
+# GitHub's own runners: a VM per job, nothing of the host to reach. Any other `runs-on` (a list
+# with self-hosted, labels computed by an expression, a runner group) may be a host of yours.
+GITHUB_HOSTED = re.compile(r"^(ubuntu|windows|macos)-[\w.-]+$")
+
+
+def jobs_beside_the_hosts_docker(workflow: Mapping[str, Any]) -> list[str]:
+    """The jobs that would run the repository's code next to the runner host's Docker API: a job
+    container or service containers on a runner that may be self-hosted. GitHub's runner mounts
+    the host's /var/run/docker.sock into every job container on Linux (actions/runner,
+    src/Runner.Worker/Container/ContainerInfo.cs), so code in one can start a container that
+    mounts the host's / or main's cache volume."""
+    found = []
+    for name, job in (workflow.get("jobs") or {}).items():
+        runs_on = job.get("runs-on")
+        hosted = isinstance(runs_on, str) and GITHUB_HOSTED.match(runs_on) is not None
+        if not hosted and ("container" in job or "services" in job):
+            found.append(name)
+    return found
+
+
+@pytest.mark.parametrize("path", ALL_WORKFLOWS, ids=lambda p: p.name)
+def test_no_job_on_a_self_hosted_runner_runs_in_a_job_container(path: Path) -> None:
+    assert jobs_beside_the_hosts_docker(load_yaml(path)) == []
+
+
+def test_the_job_container_rule_finds_one_on_a_self_hosted_runner() -> None:
+    # The accelerator jobs as they were before issue 54: caught; the hosted merge job's is not.
+    reusable = load_yaml(REUSABLE)
+    reusable["jobs"]["accelerator"]["container"] = {"image": "x", "options": "--gpus all"}
+    assert jobs_beside_the_hosts_docker(reusable) == ["accelerator"]
+    sharded = load_yaml(SHARDED_WORKFLOW)
+    assert "container" in sharded["jobs"]["merge"]  # ubuntu-latest: GitHub's VM
+    sharded["jobs"]["shard"]["services"] = {"cache": {"image": "redis"}}
+    assert jobs_beside_the_hosts_docker(sharded) == ["shard"]
+    job = {"runs-on": "${{ fromJSON(needs.inputs.outputs.runs-on) }}", "container": "x"}
+    assert jobs_beside_the_hosts_docker({"jobs": {"computed": job}}) == ["computed"]
+
+
+# Every file under .github: workflows, templates, the actions and the sandbox's script.
+GITHUB_FILES = sorted(p for p in GITHUB.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+@pytest.mark.parametrize("path", GITHUB_FILES, ids=lambda p: str(p.relative_to(GITHUB)))
+def test_nothing_mounts_the_docker_socket(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    for socket in ("docker.sock", "/var/run/docker", "/run/docker", "DOCKER_HOST"):
+        assert socket not in text, f"{path.relative_to(REPO)} names {socket}"
+
+
 @pytest.mark.parametrize("path", CHECK_WORKFLOWS, ids=lambda p: p.name)
 def test_permissions_are_least_privilege(path: Path) -> None:
     workflow = load_yaml(path)
@@ -429,6 +480,7 @@ GATE_CHECKOUT = {
     "persist-credentials": False,
 }
 GATE_ACTION = "./.transfer-gate/.github/actions/transfer-gate"
+SANDBOX_ACTION = "./.transfer-gate/.github/actions/sandbox"
 # The accelerator job's `if:`: with an accelerator, pushes (and every other event without a pull
 # request), same-repository pull requests, and a fork's only when the caller lets forks in.
 ACCELERATOR_GUARD = (
@@ -637,9 +689,11 @@ def test_inputs_job_fails_a_bad_input_with_one_error_that_names_it(
     assert job["outputs"]["error"] == "${{ steps.check.outputs.error }}"
 
 
-GPU_OPTIONS = "--gpus all --user root"
+# The sandbox's accelerator options (.github/actions/sandbox): never a user, a volume or a socket.
+GPU_OPTIONS = "--gpus all"
 # Google's way to run a TPU workload in Docker: privileged (the chips) on the host's network.
-TPU_OPTIONS = "--privileged --network host --shm-size 16g --user root"
+TPU_OPTIONS = "--privileged --shm-size 16g"
+NETWORK = {"gpu": "none", "tpu": "host"}
 
 
 @pytest.mark.parametrize(
@@ -684,9 +738,11 @@ def test_inputs_job_hands_on_the_checked_image_and_runner_labels(
         assert written == {}
         return
     assert (written["image"], written["options"]) == (image, options)
+    # The gate needs no network; libtpu reads the TPU VM's metadata over the host's.
+    assert written["network"] == NETWORK[given["accelerator"]]
     if labels is not None:
         assert json.loads(written["runs-on"]) == labels
-    for name in ("image", "options", "runs-on"):
+    for name in ("image", "options", "network", "runs-on"):
         assert job["outputs"][name] == f"${{{{ steps.check.outputs.{name} }}}}"
 
 
@@ -720,7 +776,9 @@ def test_cpu_job_runs_on_a_hosted_runner_and_installs_the_gate_from_this_commit(
     ]
     assert step_named(steps, "Check out")["with"] == {"persist-credentials": False}
     assert step_named(steps, "Check out the gate")["with"] == GATE_CHECKOUT
-    assert step_named(steps, "Install the gate")["run"] == "python -m pip install ./.transfer-gate"
+    assert (
+        step_named(steps, "Install the gate")["run"] == "python -I -m pip install ./.transfer-gate"
+    )
     cache = step_named(steps, "Restore the compilation cache")
     assert cache["uses"].startswith("actions/cache@")
     assert cache["with"] == {
@@ -745,24 +803,17 @@ def test_cpu_job_runs_on_a_hosted_runner_and_installs_the_gate_from_this_commit(
     )
 
 
-def test_accelerator_job_runs_on_the_self_hosted_runner_in_the_checked_container(
+def test_accelerator_job_runs_on_the_self_hosted_runner_with_its_code_in_the_sandbox(
     reusable: dict[str, Any],
 ) -> None:
     job = reusable["jobs"]["accelerator"]
     assert job["name"] == "transfer-gate ${{ inputs.accelerator == 'tpu' && 'TPU' || 'GPU' }}"
     assert job["needs"] == ["inputs"]
     assert job["runs-on"] == "${{ fromJSON(needs.inputs.outputs.runs-on) }}"
-    # The image and its options come only from the job that refuses anything not pinned by
-    # digest; an empty image (a TPU job without `tpu-image`) runs on the runner itself.
-    assert job["container"]["image"] == "${{ needs.inputs.outputs.image }}"
-    assert job["container"]["options"] == "${{ needs.inputs.outputs.options }}"
-    (volume,) = job["container"]["volumes"]
-    # One volume per scope, decided by the inputs job (test_the_cache_scope_...).
-    assert (
-        volume
-        == "${{ inputs.accelerator-cache }}-${{ needs.inputs.outputs.cache-scope }}:/cache/jax"
-    )
-    assert "env" not in job  # the cache's folder is a step's: in a container or on the VM
+    # No job container: GitHub's runner would mount the host's Docker socket into it.
+    assert "container" not in job
+    assert "services" not in job
+    assert "env" not in job  # the cache's folder is a step's: in the sandbox or on the VM
     steps = job["steps"]
     assert [s["name"] for s in steps] == [
         "Check out",
@@ -770,12 +821,30 @@ def test_accelerator_job_runs_on_the_self_hosted_runner_in_the_checked_container
         "Check the policies",
         "Check the requirements",
         "Point JAX at the compilation cache",
+        "Set up the sandbox",
         "Set up the gate on the TPU VM",
         "Install the dependencies",
         "Run transfer gate",
         "Record the baseline",
         "Upload the baseline",
+        "Clean up the sandbox",
     ]
+    # The image and its options come only from the job that refuses anything not pinned by
+    # digest; an empty image (a TPU job without `tpu-image`) runs on the runner itself.
+    sandbox = step_named(steps, "Set up the sandbox")
+    assert sandbox["if"] == "needs.inputs.outputs.image != ''"
+    assert sandbox["uses"] == SANDBOX_ACTION
+    assert sandbox["with"] == {
+        "image": "${{ needs.inputs.outputs.image }}",
+        "options": "${{ needs.inputs.outputs.options }}",
+        "network": "${{ needs.inputs.outputs.network }}",
+        # One per scope, decided by the inputs job (test_the_cache_scope_...).
+        "cache": "${{ steps.cache.outputs.source }}",
+    }
+    assert step_named(steps, "Point JAX at the compilation cache")["id"] == "cache"
+    assert step_named(steps, "Clean up the sandbox")["if"] == (
+        "always() && needs.inputs.outputs.image != ''"
+    )
     assert step_named(steps, "Check out")["with"] == {
         "persist-credentials": False,
         "fetch-depth": SHARD_FETCH_DEPTH,
@@ -805,6 +874,56 @@ def test_accelerator_job_runs_on_the_self_hosted_runner_in_the_checked_container
         "${{ steps.policies.outputs.error || steps.requirements.outputs.error "
         "|| steps.setup.outputs.error || steps.install.outputs.error }}"
     )
+
+
+# A Python started with options but not -I first: `python -m pip`, `python3 -c ...`, `python -`.
+# In the checkout, the working directory comes first on sys.path, so the repository's own
+# `pip/` (or `venv/`, `jax/`) would run instead of what the step means (issue 54).
+NOT_ISOLATED = re.compile(r"""\bpython3?"?[ \t]+(?!-I\b)-""")
+
+
+def run_scripts(path: Path) -> Iterator[tuple[str, str]]:
+    """(job or action step, script) for every `run:` of a workflow or an action."""
+    data = load_yaml(path)
+    jobs = data["jobs"].items() if "jobs" in data else [("runs", data["runs"])]
+    for job_name, job in jobs:
+        for step in job.get("steps", []):
+            if "run" in step:
+                yield f"{job_name}: {step.get('name', '')}", step["run"]
+
+
+def test_the_isolation_rule_catches_a_python_that_reads_the_working_directory() -> None:
+    caught = [
+        "python -m pip install .",
+        'x=$(python3 -c "1")',
+        "python - <<EOF",
+        '"$v/bin/python" -m x',
+    ]
+    assert all(NOT_ISOLATED.search(line) for line in caught)
+    for line in ("python -I -m pip install .", "python3 -I -c 1", "setup-python", "python3.12"):
+        assert not NOT_ISOLATED.search(line), line
+
+
+@pytest.mark.parametrize("path", [REUSABLE, SHARDED_WORKFLOW, ACTION], ids=lambda p: p.name)
+def test_every_python_in_a_checkout_runs_isolated(path: Path) -> None:
+    for where, script in run_scripts(path):
+        for line in script.splitlines():
+            assert not NOT_ISOLATED.search(line), f"{path.name}: {where}: {line.strip()}"
+
+
+@pytest.mark.parametrize("job", ["cpu", "history"])
+def test_a_pip_folder_in_the_checkout_never_runs_instead_of_pip(
+    reusable: dict[str, Any], tmp_path: Path, job: str
+) -> None:
+    step = step_named(reusable["jobs"][job]["steps"], "Install the gate")
+    (tmp_path / "pip").mkdir()
+    (tmp_path / "pip/__init__.py").write_text("")
+    (tmp_path / "pip/__main__.py").write_text("open('pwned', 'w').write('x')\n")
+    (tmp_path / ".transfer-gate").mkdir()  # no project: the real pip refuses it
+    scripts = Path(sysconfig.get_path("scripts"))  # holds `python`, as setup-python's PATH does
+    proc, _, _ = run_step_script(step["run"], {}, tmp_path, path_prefix=scripts)
+    assert not (tmp_path / "pwned").exists(), shown(proc)
+    assert "is not installable" in proc.stderr, shown(proc)
 
 
 def test_both_gate_jobs_check_the_policies_and_install_alike(reusable: dict[str, Any]) -> None:
@@ -968,6 +1087,8 @@ def runner_scripts(tmp_path: Path, has_jax: bool, python_ok: bool = True) -> Pat
     python.write_text(
         "#!/bin/bash\n"
         'echo "$(basename "$0") $*" >> "$CALLS"\n'
+        '[ "$1" = -I ] || { echo "not isolated: $*" >&2; exit 9; }\n'
+        "shift\n"
         'if [ "$1 $2" = "-m venv" ]; then mkdir -p "$4/bin" && cp "$0" "$4/bin/python"; exit; fi\n'
         'case "$2" in\n'
         f"  *version_info*) exit {0 if python_ok else 1} ;;\n"
@@ -998,10 +1119,10 @@ def test_a_tpu_job_on_the_vm_installs_the_gate_and_jax_unless_the_runner_has_it(
     venv = tmp_path / "temp" / "transfer-gate-venv"
     pip = [line for line in calls.read_text().splitlines() if " -m pip install " in line]
     # The runner's own JAX (and libtpu) are seen through --system-site-packages, never replaced.
-    assert f"python3 -m venv --system-site-packages {venv}" in calls.read_text()
+    assert f"python3 -I -m venv --system-site-packages {venv}" in calls.read_text()
     assert pip == [
-        *([] if has_jax else ["python -m pip install jax[tpu]"]),
-        "python -m pip install ./.transfer-gate",
+        *([] if has_jax else ["python -I -m pip install jax[tpu]"]),
+        "python -I -m pip install ./.transfer-gate",
     ]
     assert github_path.read_text() == f"{venv}/bin\n"
     assert output == ""
@@ -1024,9 +1145,11 @@ def test_a_tpu_vm_with_an_old_python_fails_the_set_up_with_one_error(
 @pytest.mark.parametrize(
     ("accelerator", "image", "cache", "scope", "folder"),
     [
-        ("gpu", GOOD_IMAGE, "transfer-gate-jax-cache", "main", "/cache/jax"),
-        ("gpu", GOOD_IMAGE, "transfer-gate-jax-cache", "forks", "/cache/jax"),
-        ("tpu", GOOD_IMAGE, "transfer-gate-jax-cache", "main", "/cache/jax"),
+        # In the sandbox: the scope's own volume, or host path, mounted at /cache/jax.
+        ("gpu", GOOD_IMAGE, "transfer-gate-jax-cache", "main", "transfer-gate-jax-cache-main"),
+        ("gpu", GOOD_IMAGE, "transfer-gate-jax-cache", "forks", "transfer-gate-jax-cache-forks"),
+        ("gpu", GOOD_IMAGE, "/var/cache/jax", "pull-requests", "/var/cache/jax-pull-requests"),
+        ("tpu", GOOD_IMAGE, "transfer-gate-jax-cache", "main", "transfer-gate-jax-cache-main"),
         ("tpu", "", "/var/cache/jax", "main", "/var/cache/jax-main"),
         (
             "tpu",
@@ -1035,8 +1158,9 @@ def test_a_tpu_vm_with_an_old_python_fails_the_set_up_with_one_error(
             "main",
             "{home}/.cache/transfer-gate-jax-cache-main",
         ),
-        # A TPU job's code is root on the VM or the runner's own user: anything but main's gets
-        # a cache of the job's own, thrown away with it (RUNNER_TEMP is emptied after each job).
+        # A TPU job's code is the runner's own user on the VM, or in a privileged container:
+        # anything but main's gets a cache of the job's own, thrown away with it (RUNNER_TEMP is
+        # emptied after each job).
         ("tpu", "", "transfer-gate-jax-cache", "pull-requests", "{temp}/transfer-gate-jax-cache"),
         ("tpu", "", "/var/cache/jax", "forks", "{temp}/transfer-gate-jax-cache"),
         ("tpu", GOOD_IMAGE, "transfer-gate-jax-cache", "forks", "{temp}/transfer-gate-jax-cache"),
@@ -1055,6 +1179,7 @@ def test_accelerator_job_points_jax_at_its_compilation_cache(
     step = step_named(
         reusable["jobs"]["accelerator"]["steps"], "Point JAX at the compilation cache"
     )
+    assert step["id"] == "cache"
     assert step["env"] == {
         "ACCELERATOR": "${{ inputs.accelerator }}",
         "IN_CONTAINER": "${{ needs.inputs.outputs.image != '' }}",
@@ -1078,12 +1203,17 @@ def test_accelerator_job_points_jax_at_its_compilation_cache(
         "RUNNER_TEMP": str(temp),
         "GITHUB_ENV": str(github_env),
     }
-    proc, _, _ = run_step_script(step["run"], env, tmp_path)
+    github_env.write_text("")
+    proc, output, _ = run_step_script(step["run"], env, tmp_path)
     assert proc.returncode == 0, shown(proc)
     expected = folder.format(home=home, temp=temp)
-    assert github_env.read_text() == f"JAX_COMPILATION_CACHE_DIR={expected}\n"
+    if image:
+        # The sandbox's `cache` input: its container sees that one and no other.
+        assert (output, github_env.read_text()) == (f"source={expected}\n", "")
+    else:
+        assert (output, github_env.read_text()) == ("", f"JAX_COMPILATION_CACHE_DIR={expected}\n")
     if expected.startswith(str(temp)):
-        # A copy of main's on the VM, nothing in a container (main's volume is not mounted);
+        # A copy of main's on the VM, nothing in the sandbox (main's volume is not mounted);
         # what the job writes there never reaches main's folder.
         copied = Path(expected) / "entry"
         assert copied.is_file() == (planted and not image), shown(proc)
@@ -1148,13 +1278,18 @@ def test_both_workflows_decide_the_cache_scope_with_one_script() -> None:
     assert runs[0] == runs[1]
 
 
-def test_every_compilation_cache_volume_is_mounted_by_its_scope() -> None:
-    # No volume is named from the event inline: `push` alone would make any branch's push main's.
-    for name in ("gate.yml", "transfer-gate-sharded.yml"):
-        text = (GITHUB / "workflows" / name).read_text(encoding="utf-8")
-        volumes = re.findall(r"^\s*- (.*):/cache/jax$", text, re.MULTILINE)
-        assert volumes, name
-        assert all(v.endswith("outputs.cache-scope }}") for v in volumes), volumes
+def test_every_compilation_cache_the_sandbox_mounts_is_its_scopes() -> None:
+    # No cache is named from the event inline: `push` alone would make any branch's push main's.
+    caches = [
+        (path.name, step["with"].get("cache", ""))
+        for path in WORKFLOWS
+        for step in all_steps(path)
+        if str(step.get("uses", "")).endswith("/.github/actions/sandbox")
+    ]
+    assert [name for name, _ in caches] == ["gate.yml", "transfer-gate-sharded.yml"]
+    # gate.yml's from the step that joins `accelerator-cache` and the scope (tested above).
+    assert caches[0][1] == "${{ steps.cache.outputs.source }}"
+    assert caches[1][1] == "transfer-gate-jax-cache-${{ needs.image.outputs.cache-scope }}"
 
 
 def test_a_passing_accelerator_job_records_the_step_times_into_the_callers_file(
@@ -1517,7 +1652,8 @@ def test_gpu_jobs_take_their_image_and_fork_switch_from_the_image_job(path: Path
     assert gpu_jobs
     for job in gpu_jobs:
         assert "image" in job["needs"]
-        assert job["container"]["image"] == "${{ needs.image.outputs.ref }}"
+        sandbox = step_named(job["steps"], "Set up the sandbox")
+        assert sandbox["with"]["image"] == "${{ needs.image.outputs.ref }}"
         assert one_line(job["if"]).endswith(FORK_GUARD)
     for name, job in jobs.items():
         for key in ("if", "container"):
@@ -1991,8 +2127,22 @@ def test_sharded_workflow_runs_only_by_hand_here(sharded: dict[str, Any]) -> Non
 def test_shard_job_runs_one_shard_of_n_on_the_gpu(sharded: dict[str, Any]) -> None:
     job = sharded["jobs"]["shard"]
     assert job["runs-on"] == ["self-hosted", "linux", "x64", "gpu"]
-    assert "--gpus all" in job["container"]["options"]
-    assert job["container"]["image"] == "${{ needs.image.outputs.ref }}"
+    # On the host; the gate in the sandbox, with the GPUs.
+    assert "container" not in job
+    steps = job["steps"]
+    assert [s["name"] for s in steps] == [
+        "Check out",
+        "Set up the sandbox",
+        "Check that JAX sees a GPU",
+        "Run transfer gate",
+        "Upload shard report",
+        "Clean up the sandbox",
+    ]
+    sandbox = step_named(steps, "Set up the sandbox")
+    assert sandbox["uses"] == "./.github/actions/sandbox"
+    assert sandbox["with"]["options"] == "--gpus all"
+    assert "network" not in sandbox["with"]  # the action's default: none
+    assert step_named(steps, "Clean up the sandbox")["if"] == "always()"
     assert job["strategy"]["fail-fast"] is False
     assert list(job["strategy"]["matrix"]) == ["shard"]  # strategy.job-total is N
     shards = job["strategy"]["matrix"]["shard"]

@@ -77,15 +77,12 @@ def reports_of(repo: Path) -> list[dict]:
     return [json.loads((repo / f"reports/run-{i}.json").read_text()) for i in range(3)]
 
 
-def test_history_lines_the_reports_up_by_commit_with_their_figures(
+def test_history_lines_the_reports_up_in_the_order_given_with_their_figures(
     three_runs: tuple[Path, list[str]],
 ) -> None:
     repo, shas = three_runs
-    # Given out of order, one of them twice over (as a file and in its folder): one point each.
-    done = run_gate(
-        repo, "history", "reports/run-2.json", "reports/run-0.json", "reports/run-1.json",
-        "--out", "site",
-    )  # fmt: skip
+    # The folder's files by name: the order main's history job stores them in.
+    done = run_gate(repo, "history", "reports", "--out", "site")
     assert done.returncode == ExitCode.OK, done
     assert done.stdout == (
         "wrote site/index.html and site/history.json: 3 runs, 2 regions, 1 machine\n"
@@ -126,6 +123,21 @@ def test_history_lines_the_reports_up_by_commit_with_their_figures(
     assert all(p.implicit_lines == 1 for p in leaky.points)
 
 
+def test_the_newest_run_is_the_last_given_whatever_date_a_report_states(
+    three_runs: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    repo, shas = three_runs
+    reports = reports_of(repo)
+    # A report is written by the code it measures: its dates are that code's word.
+    reports[0]["run"]["commit_date"] = reports[0]["run"]["run_at"] = "2099-12-31T23:59:59+00:00"
+    write_reports(tmp_path / "kept", reports)
+    done = run_gate(repo, "history", str(tmp_path / "kept"), "--out", str(tmp_path / "site"))
+    assert done.returncode == ExitCode.OK, done
+    history = json.loads((tmp_path / "site/history.json").read_text())
+    assert [r["commit"] for r in history["runs"]] == shas
+    assert history["runs"][0]["commit_date"] == "2099-12-31T23:59:59+00:00"  # shown as stated
+
+
 # --- one real report, stepped ---------------------------------------------------------------------
 
 
@@ -163,6 +175,54 @@ def test_ten_small_slowdowns_drift_though_no_report_failed(template: dict, tmp_p
     assert lines[-1] == "drift: 1 figure of 1 region grew beyond the policy's drift bounds"
     # The page is written all the same.
     assert (repo / "site/index.html").is_file()
+
+
+def forged(template: dict) -> dict:
+    """A report that claims the newest commit date there can be and holds no region."""
+    report = stepped(template, 99, median=1e-3)
+    report["run"]["commit_date"] = report["run"]["run_at"] = "2099-12-31T23:59:59+00:00"
+    report["suites"][0]["regions"] = []
+    return report
+
+
+@pytest.mark.parametrize("stored", [4, 10], ids=["stored-among-them", "stored-newest"])
+def test_a_report_dated_2099_without_regions_cannot_switch_the_check_off(
+    template: dict, tmp_path: Path, stored: int
+) -> None:
+    repo = drift_repo(tmp_path)
+    # 8% slower each run: drift, whatever the forged report says.
+    real = [stepped(template, i, median=1e-3 * 1.08**i) for i in range(10)]
+    reports = [*real[:stored], forged(template), *real[stored:]]
+    write_reports(repo / "main", reports)
+    done = run_gate(repo, "history", "main", "--out", "site", "--check")
+    assert done.returncode == ExitCode.REGION_FAILED, done
+    lines = done.stdout.splitlines()
+    if stored < len(reports) - 1:
+        # Stored before the newest: the newest is the last stored, and it drifted.
+        grew = f"drift: p.clean: step time grew x{_median_ratio(real):.2f} over 10 runs"
+        assert any(line.startswith(grew) for line in lines), done
+        return
+    # Stored last, it is the newest: a region it leaves out is not a region without drift.
+    assert lines[1:] == [
+        "missing: p.clean: held by the run before the newest (09ccccc) and still named by "
+        "policies/p.yaml, but not by the newest (99ccccc); a run that leaves out a region cannot "
+        "pass the drift check: run the gate on every region, or remove the region from its "
+        "policy",
+        "drift: 1 region of the run before missing from the newest",
+    ]
+
+
+def test_a_region_removed_from_its_policy_is_not_missing(template: dict, tmp_path: Path) -> None:
+    # The policy now names `leaky` only: `clean` was left out on purpose.
+    repo = make_repo(tmp_path, {"policies/p.yaml": policy_yaml(region_yaml("leaky", "leaky"))})
+    newest = stepped(template, 2, median=1e-3)
+    [region] = newest["suites"][0]["regions"]
+    region["name"], region["classname"] = "leaky", "p.leaky"
+    write_reports(repo / "main", [stepped(template, i, median=1e-3) for i in range(2)] + [newest])
+    done = run_gate(repo, "history", "main", "--out", "site", "--check")
+    assert done.returncode == ExitCode.OK, done
+    assert "missing:" not in done.stdout
+    assert done.stdout.splitlines()[-1] == "no drift in 1 region"
 
 
 def _median_ratio(reports: list[dict]) -> float:
@@ -298,7 +358,8 @@ def test_what_is_not_a_report_of_this_history_is_refused_in_one_line(
         bad["suites"][0]["name"] = "other"
     (tmp_path / "good.json").write_text(json.dumps(good))
     (tmp_path / "bad.json").write_text(text or json.dumps(bad))
-    done = run_gate(tmp_path, "history", "good.json", "bad.json", "--out", "site")
+    # good.json is the newest: given last.
+    done = run_gate(tmp_path, "history", "bad.json", "good.json", "--out", "site")
     assert done.returncode == ExitCode.USAGE, done
     [line] = done.stderr.splitlines()
     assert line.startswith(f"error: {message}"), line

@@ -614,3 +614,26 @@ def test_a_trace_over_its_limit_is_dropped_with_a_note_and_the_verdict_stands(
         "the profiler's trace was dropped unread: 128 MiB, over the limit of 64 MiB for a trace"
     )
     assert not (repo / TRACES).exists() or list((repo / TRACES).iterdir()) == []
+
+
+# The files of a GitHub Actions step: what is written there sets the job's outputs, the
+# environment and PATH of the steps after it, and the job summary.
+STEP_FILES = ("GITHUB_ENV", "GITHUB_OUTPUT", "GITHUB_PATH", "GITHUB_STATE", "GITHUB_STEP_SUMMARY")
+
+
+def test_a_regions_code_never_learns_where_the_steps_own_files_are(
+    repo: Path, tmp_path: Path
+) -> None:
+    # hostile-inputs/step-files: setup and step write to each file their environment names.
+    _lay_over(repo, CORPUS / "step-files")
+    files = {name: tmp_path / name.lower() for name in STEP_FILES}
+    for path in files.values():
+        path.write_text("")
+    environ: dict[str, str | None] = {name: str(path) for name, path in files.items()}
+    done = run_gate(repo, "run", env={"GITHUB_ACTIONS": "true", **environ}, process=True)
+    assert done.returncode == 0, done
+    assert json.loads((repo / "seen.json").read_text()) == dict.fromkeys(STEP_FILES)
+    for name, path in files.items():
+        assert "planted" not in path.read_text(), name
+    # The gate's own process still writes the job summary.
+    assert "p.leaky" in files["GITHUB_STEP_SUMMARY"].read_text()

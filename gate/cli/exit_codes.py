@@ -78,7 +78,10 @@ COMMAND_MEANINGS: dict[str, dict[ExitCode, str]] = {
     },
     "history": {
         ExitCode.OK: "the page and the data were written (with --check: and nothing drifted)",
-        ExitCode.REGION_FAILED: "--check: a region's figure grew beyond its policy's drift bound",
+        ExitCode.REGION_FAILED: (
+            "--check: a region's figure grew beyond its policy's drift bound, or a region of "
+            "the run before is missing from the newest report"
+        ),
         ExitCode.USAGE: (
             "usage error, a report that cannot be read or mixed with the others, or an "
             "invalid policy"

@@ -278,8 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument(
         "--check",
         action="store_true",
-        help="exit 1 when a region of the newest report drifted beyond its policy's drift: "
-        "bounds (the policies are read from this repository)",
+        help="exit 1 when a region of the newest report (the last given) drifted beyond its "
+        "policy's drift: bounds, or the newest report left out a region the run before held "
+        "(the policies are read from this repository)",
     )
     history.add_argument(
         "--markdown",

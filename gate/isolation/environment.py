@@ -16,6 +16,11 @@ from gate.isolation.compile_cache import use_compile_cache
 if TYPE_CHECKING:  # imported before the rest of the gate (gate.isolation.spawn)
     from gate.policy.model import Policy
 
+# The files a GitHub Actions step writes its outputs, environment, PATH, state and job summary
+# to. The gate writes the summary itself; a region's code must not reach the others, or a step
+# under test could set the job's outputs and the environment of the steps after it.
+STEP_FILES = ("GITHUB_ENV", "GITHUB_OUTPUT", "GITHUB_PATH", "GITHUB_STATE", "GITHUB_STEP_SUMMARY")
+
 
 def worker_environment(parent: Mapping[str, str], policy: Policy | None) -> dict[str, str]:
     """The environment a worker for ``policy``'s regions starts with.
@@ -30,9 +35,11 @@ def worker_environment(parent: Mapping[str, str], policy: Policy | None) -> dict
     The gate's own environment (whose TF_CPP_MIN_LOG_LEVEL `gate.cli.main` has
     already made safe), plus the policy's ``env:``, plus JAX's persistent
     compilation cache settings when the user keeps one
-    (`gate.isolation.compile_cache`).
+    (`gate.isolation.compile_cache`), less the step's GitHub Actions files (`STEP_FILES`).
     """
     env = {**parent, **(dict(policy.env) if policy is not None else {})}
+    for name in STEP_FILES:
+        env.pop(name, None)
     prepare_environment(env)  # a policy's env must not hide the guard's log lines either
     use_compile_cache(env)
     return env

@@ -3,15 +3,16 @@
 Format ``jax-transfer-gate.history``, version 1 (docs/history.md). Every report is read
 with the report's own schema (`gate.report.json_report.Report`): a file that is not one, of
 another version, or cut short is refused in one line, as ``merge`` refuses it. Reports are
-put in commit order (the commit's date, then the run's time) and give one point per region
-they hold; reports of another repository, or sharing no suite with the newest report, are
-refused rather than drawn beside it.
+put in the order they are given (files as named, a folder's files by name: the order in which
+main's history job stored them), never by a date a report states: a report is written by the
+code it measures, so its dates are that code's word, and one dated 2099 would otherwise stay
+the newest for good. Each gives one point per region it holds; reports of another repository,
+or sharing no suite with the newest report, are refused rather than drawn beside it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -67,7 +68,7 @@ class RegionSeries(Record, frozen=True, kw_only=True):
 
 
 class History(Record, frozen=True, kw_only=True):
-    """``history.json``: every report as a run, each region's points in commit order."""
+    """``history.json``: every report as a run, each region's points in the reports' order."""
 
     format: Literal["jax-transfer-gate.history"] = HISTORY_FORMAT
     version: Literal[1] = HISTORY_VERSION
@@ -78,7 +79,8 @@ class History(Record, frozen=True, kw_only=True):
 
 
 def report_files(paths: Sequence[Path]) -> list[Path]:
-    """The report files ``paths`` name: a file as it is, a folder's ``*.json`` files."""
+    """The report files ``paths`` name, in order: a file as it is, a folder's ``*.json`` files
+    sorted by name (the history job names each report it keeps by its place in the history)."""
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
@@ -119,8 +121,8 @@ def read_reports(files: Iterable[Path]) -> list[tuple[Path, Report]]:
 
 
 def build_history(reports: Sequence[tuple[Path, Report]]) -> History:
-    """The reports in commit order, each region's points; HistoryError where they do not mix."""
-    ordered = sorted(reports, key=lambda item: _order(item[1]))
+    """The reports in the order given, each region's points; HistoryError where they do not mix."""
+    ordered = list(reports)
     newest_path, newest = ordered[-1]
     repository = _one_repository(ordered, newest_path, newest)
     suites = {(s.name, s.policy) for s in newest.suites}
@@ -193,20 +195,6 @@ def newest_regions(history: History) -> set[str]:
     return {r.classname for r in history.regions if r.points[-1].run == newest}
 
 
-def _order(report: Report) -> tuple[str, str]:
-    run = report.run
-    assert run is not None
-    # ISO 8601 with offsets does not sort as text across zones: compare in UTC.
-    return (_utc(run.commit_date or run.run_at), _utc(run.run_at))
-
-
-def _utc(stamp: str) -> str:
-    try:
-        return datetime.fromisoformat(stamp).astimezone(UTC).isoformat()
-    except ValueError:
-        return stamp
-
-
 def _one_repository(
     reports: Sequence[tuple[Path, Report]], newest_path: Path, newest: Report
 ) -> str | None:
@@ -248,3 +236,12 @@ def _point(run: int, machine: int | None, region: RegionDoc) -> Point:
         if comm is not None and comm.measured
         else None,
     )
+
+
+def dropped_regions(history: History) -> tuple[RegionSeries, ...]:
+    """The regions the run before the newest held that the newest does not: a run that leaves
+    one out says nothing of its drift, and must not pass for one that found none."""
+    if len(history.runs) < 2:
+        return ()
+    before = len(history.runs) - 2
+    return tuple(r for r in history.regions if r.points[-1].run == before)
