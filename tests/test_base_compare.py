@@ -206,7 +206,8 @@ def test_setup_that_is_not_deterministic_leaves_results_uncompared(repo: Path) -
         "def make():\n    return (jax.device_put(np.arange(16, dtype=np.float32)),)",
         "def make():\n    return (jax.device_put(np.random.rand(16).astype(np.float32)),)",
     )
-    commit(repo, {"steps.py": noisy}, "random inputs")
+    always = POLICY.replace("  warmup: 1\n", "  warmup: 1\n  compare: always\n")
+    commit(repo, {"steps.py": noisy, "policies/p.yaml": always}, "random inputs")
     run = run_gate(repo, "run", "--base", "HEAD", "--region", "result", "--json", "r.json")
     assert run.returncode == 0, run
     results = _regions(repo / "r.json")["p.result"]["base"]["results"]
