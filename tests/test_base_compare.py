@@ -172,6 +172,9 @@ def test_a_change_fails_on_what_it_changed_and_nothing_else(repo: Path) -> None:
 
 
 def test_an_unchanged_tree_compared_with_itself_passes_three_times_of_three(repo: Path) -> None:
+    # Run from both trees though unchanged (tests/test_base_footprint.py: otherwise once).
+    always = POLICY.replace("  warmup: 1\n", "  warmup: 1\n  compare: always\n")
+    commit(repo, {"policies/p.yaml": always}, "compare always")
     for attempt in range(3):
         run = run_gate(repo, "run", "--base", "HEAD", "--json", "reports/r.json")
         assert run.returncode == 0, f"attempt {attempt + 1}: {run}"
@@ -203,7 +206,8 @@ def test_setup_that_is_not_deterministic_leaves_results_uncompared(repo: Path) -
         "def make():\n    return (jax.device_put(np.arange(16, dtype=np.float32)),)",
         "def make():\n    return (jax.device_put(np.random.rand(16).astype(np.float32)),)",
     )
-    commit(repo, {"steps.py": noisy}, "random inputs")
+    always = POLICY.replace("  warmup: 1\n", "  warmup: 1\n  compare: always\n")
+    commit(repo, {"steps.py": noisy, "policies/p.yaml": always}, "random inputs")
     run = run_gate(repo, "run", "--base", "HEAD", "--region", "result", "--json", "r.json")
     assert run.returncode == 0, run
     results = _regions(repo / "r.json")["p.result"]["base"]["results"]

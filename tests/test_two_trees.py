@@ -89,6 +89,9 @@ def test_a_module_both_trees_define_differently_is_each_trees_own(tmp_path: Path
 
 def test_the_same_module_in_both_trees_matches_in_workers_side_by_side(tmp_path: Path) -> None:
     repo = _repo(tmp_path, "2.0")
+    # Unchanged, so run from both trees only when asked (tests/test_base_footprint.py).
+    always = POLICY.replace("timing: off}", "timing: off, compare: always}")
+    commit(repo, {"policies/p.yaml": always}, "compare always")
     run = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json")
     assert run.returncode == 0, run
     for name in ("at-top", "lazily"):

@@ -15,6 +15,8 @@ taken from the base's own copy of the policy instead
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from pathlib import Path
 
 import yaml
@@ -37,12 +39,7 @@ def _base_file(policy: Policy, head_root: Path, base_root: Path) -> dict[object,
     """The base's copy of this policy file as plain YAML; None when it has none, or none that
     reads. Read leniently (nothing validated): the base's file may be of an older shape the
     head's gate would refuse, and its regions and settings still count."""
-    file = in_tree(policy.path, head_root, base_root)
-    try:
-        document = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
-        return None
-    return document if isinstance(document, dict) else {}
+    return _read(in_tree(policy.path, head_root, base_root))
 
 
 def base_document(policy: Policy, head_root: Path, base_root: Path) -> list[object] | None:
@@ -99,3 +96,45 @@ def base_region(region: Region) -> Region:
         finite=False, reference=None, rtol=region.checks.rtol, atol=region.checks.atol, custom=None
     )
     return dataclasses.replace(region, checks=checks)
+
+
+# The keys of a policy file every region shares: a change to one changes each region's run.
+SHARED_KEYS = ("defaults", "env", "python_path", "suite", "version")
+
+
+def head_entry(policy: Policy, head_root: Path, name: str) -> str:
+    """`entry_digest` of region ``name`` in the head's policy file ("" when unreadable)."""
+    return entry_digest(
+        _read(policy.path if policy.path.is_absolute() else head_root / policy.path), name
+    )
+
+
+def base_entry(policy: Policy, head_root: Path, base_root: Path, name: str) -> str:
+    """`entry_digest` of region ``name`` in the base's copy of the policy file."""
+    return entry_digest(_base_file(policy, head_root, base_root), name)
+
+
+def entry_digest(document: dict[object, object] | None, name: str) -> str:
+    """sha256 of region ``name``'s mapping and the file's `SHARED_KEYS`, as parsed: equal
+    for two files that differ only in other regions, comments or layout. "" without one."""
+    if document is None:
+        return ""
+    regions = document.get("regions")
+    entries = [
+        r
+        for r in (regions if isinstance(regions, list) else [])
+        if isinstance(r, dict) and str(r.get("name")) == name
+    ]
+    if len(entries) != 1:
+        return ""
+    shared = {key: document.get(key) for key in SHARED_KEYS}
+    text = json.dumps([entries[0], shared], sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _read(file: Path) -> dict[object, object] | None:
+    try:
+        document = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
+        return None
+    return document if isinstance(document, dict) else {}

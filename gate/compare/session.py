@@ -34,8 +34,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gate.compare.base_policy import for_base, regions_in_base
+from gate.compare.base_policy import base_entry, for_base, head_entry, regions_in_base
 from gate.compare.communication import compare_sides, program_names
+from gate.compare.footprint import same_in_base
 from gate.compare.outputs import compare_outputs
 from gate.compare.own_definition import own_definition
 from gate.compare.rounds import PairedRounds, Side, timed_block, turn_runs
@@ -48,7 +49,7 @@ from gate.isolation.scheduler import Scheduler, worker_environment
 from gate.isolation.watcher import RunWatcher
 from gate.isolation.worker_start import DeviceBusy
 from gate.plan import Plan
-from gate.policy.model import Policy, RecompileRule, Region
+from gate.policy.model import CompareRule, Policy, RecompileRule, Region
 from gate.results.baseline import accept_base
 from gate.results.comparison import (
     BaseComparison,
@@ -217,7 +218,7 @@ class _Session:
         heads = {}
         for region in regions:
             pair = _Pair(region, sides, self.tree, self.cancel, apart=why)
-            heads[region.name] = (pair, pair.head_alone())
+            heads[region.name] = (pair, pair.head_alone(self.head_root))
         head.scheduler.close()
         for region in regions:
             pair, held = heads[region.name]
@@ -260,13 +261,18 @@ class _Pair:
         head = self._run(self.head, self.region)
         if head[0].error is not None:
             return _not_compared(head[0])
+        head = self._footprinted(head, head_root)
+        if head[0].base is not None:  # unchanged: the base is not run
+            return head[0]
         return self._judged(head, self._base_run(head_root))
 
-    def head_alone(self) -> Held:
+    def head_alone(self, head_root: Path) -> Held:
         """The head's run, and its block of timed turns (`timed_block`), while its worker
-        holds the device alone."""
+        holds the device alone; none for a region the base has unchanged."""
         head = self._run(self.head, self.region)
-        if head[0].error is None and self.region.timing.compare:
+        if head[0].error is None:
+            head = self._footprinted(head, head_root)
+        if head[0].error is None and head[0].base is None and self.region.timing.compare:
             self.turn_runs = turn_runs(self.region.timing.round_runs, head[0])
             block = timed_block(self.head, self.region, self.turn_runs)
             if isinstance(block, RegionError):
@@ -279,6 +285,8 @@ class _Pair:
         now; each tree's block of turns compared unpaired."""
         if head[0].error is not None:
             return _not_compared(head[0])
+        if head[0].base is not None:  # unchanged: no base worker starts for it
+            return head[0]
         base = self._base_run(head_root)
         if base[0].error is None and self.region.timing.compare:
             block = timed_block(self.base, self.region, self.turn_runs)
@@ -290,7 +298,37 @@ class _Pair:
     def _run(self, side: Side, region: Region) -> Held:
         scheduler = side.scheduler
         run = scheduler.run_held if self.region.timing.compare else scheduler.run_for_outputs
-        return run(side.policy, region, side.name)
+        top = self.tree.head_top if side is self.head and self.tree.top is not None else None
+        return run(side.policy, region, side.name, top)
+
+    def _footprinted(self, head: Held, head_root: Path) -> Held:
+        """``head`` with its footprint's policy entry, and, when the base has that footprint
+        as it is (`same_in_base`) and the region may be skipped, the comparison that says so."""
+        result, outputs = head
+        footprint, base_top = result.footprint, self.tree.top
+        if footprint is None or base_top is None:
+            return head
+        policy, name = self.head.policy, self.region.name
+        entry = head_entry(policy, head_root, name)
+        result = replace(result, footprint=replace(footprint, policy=entry))
+        if (
+            self.region.compare is CompareRule.ALWAYS
+            or not entry
+            or entry != base_entry(policy, head_root, self.tree.root, name)
+            or not same_in_base(footprint, base_top)
+        ):
+            return result, outputs
+        # The base would run the same code on the same data: its transfer map and programs
+        # are the head's own, and judge the head as the base's would.
+        result, kept = accept_base(result, result)
+        result = _startup_vs_base(result, result, self.region)
+        unchanged = BaseComparison(
+            self.tree.describe(),
+            BaseStatus.UNCHANGED,
+            already_in_base=kept,
+            same_files=len(footprint.files),
+        )
+        return replace(result, base=unchanged), outputs
 
     def _base_run(self, head_root: Path) -> Held:
         base_region = next(r for r in self.base.policy.regions if r.name == self.region.name)

@@ -81,6 +81,9 @@ class Job:
     # (the head's top level, this tree's): folders of the head's checkout on `sys.path` that a
     # base tree's worker takes in its own checkout instead (`gate.isolation.own_tree`).
     moved_paths: tuple[tuple[Path, Path], ...] = ()
+    # The tree's git top level, to record the region's footprint under it (``run --base``'s
+    # head, `gate.witness.footprint`); None: not recorded.
+    footprint_top: Path | None = None
 
 
 @dataclass(frozen=True)

@@ -195,18 +195,27 @@ class Scheduler:
         return result
 
     def run_held(
-        self, policy: Policy, region: Region, tree: str | None = None
+        self,
+        policy: Policy,
+        region: Region,
+        tree: str | None = None,
+        footprint_top: Path | None = None,
     ) -> tuple[RegionResult, StepOutputs | None]:
         """`run`, and the worker keeps the region loaded for `time_turns`; with the result,
         its outputs on the host (None when it did not run to its end). The worker holds one
-        region: the next job lets it go."""
-        return self._dispatch(policy, region, tree, hold=True, outputs=True)
+        region: the next job lets it go. ``footprint_top``: record the region's footprint
+        under this git top level (`Job.footprint_top`)."""
+        return self._dispatch(policy, region, tree, hold=True, outputs=True, top=footprint_top)
 
     def run_for_outputs(
-        self, policy: Policy, region: Region, tree: str | None = None
+        self,
+        policy: Policy,
+        region: Region,
+        tree: str | None = None,
+        footprint_top: Path | None = None,
     ) -> tuple[RegionResult, StepOutputs | None]:
         """`run`, with the region's outputs on the host (None when it did not run to its end)."""
-        return self._dispatch(policy, region, tree, hold=False, outputs=True)
+        return self._dispatch(policy, region, tree, hold=False, outputs=True, top=footprint_top)
 
     def _dispatch(
         self,
@@ -216,6 +225,7 @@ class Scheduler:
         *,
         hold: bool,
         outputs: bool,
+        top: Path | None = None,
     ) -> tuple[RegionResult, StepOutputs | None]:
         running = _Running(policy, region, time.monotonic(), 0)
         if self.cancel is not None and self.cancel.requested:
@@ -229,6 +239,7 @@ class Scheduler:
             outputs,
             self._settings,
             self.moved_paths,
+            top,
         )
         reply = self._request(job, self.environment(policy), running.label, region.timeout_s, tree)
         if isinstance(reply, RegionError):

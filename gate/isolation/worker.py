@@ -16,6 +16,7 @@ What the parent learns when things go wrong:
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import functools
 import os
@@ -26,6 +27,8 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from gate.isolation.held_regions import HeldRegions
@@ -60,9 +63,11 @@ if TYPE_CHECKING:  # the region engine is imported only when a region runs
     from gate.region.held import Keep
 from gate.results.comparison import StepSamples
 from gate.results.errors import ErrorKind, RegionError, gate_fault
+from gate.results.footprint import Footprint
 from gate.results.line_times import OpTimes
 from gate.results.records import RegionResult
 from gate.user_code import UserCode, frames_of
+from gate.witness.footprint import FootprintRecorder
 from gate.witness.run_settings import RUN_SETTINGS
 
 # -- the worker process --------------------------------------------------------
@@ -94,6 +99,8 @@ def main(argv: list[str]) -> int:
         target=_read_jobs, args=(jobs_fd, jobs, busy), name="gate-jobs", daemon=True
     ).start()
     held = HeldRegions()
+    footprints = FootprintRecorder()
+    footprints.install()  # before the policies are checked: what modules read at import
     # A region ran since what regions leave was last collected (`Leftovers.between_regions`).
     left_over = False
     while True:
@@ -121,11 +128,15 @@ def main(argv: list[str]) -> int:
             left_over = True
             _apply_settings(job.settings)
             take_from_own_tree(job.moved_paths)
+            top = job.footprint_top
             with (
                 listening(functools.partial(_stage_entered, results_fd, job.number)),
                 running_from(job.repo_root, job.policy.python_path),
+                footprints.recording() if top is not None else contextlib.nullcontext(),
             ):
                 result = run_job(job, held.keeper(job), let_go=done_with.append)
+            if top is not None:  # after the job: hashing is never inside its timed runs
+                result = replace(result, footprint=_footprint(footprints, job, top))
             reply = Done(job.number, result, held.take_outputs())
         _end_output(crash_log, job.number)
         write_all(results_fd, _encoded(job, reply))
@@ -141,6 +152,19 @@ def main(argv: list[str]) -> int:
         if left_over and held.region is None:
             leftovers.between_regions()
             left_over = False
+
+
+def _footprint(recorder: FootprintRecorder, job: Job, top: Path) -> Footprint | None:
+    """What ``job``'s region read of its tree; None when recording it failed (a gate bug,
+    printed: the region is then compared in full)."""
+    region = job.region
+    callables = (region.step, region.setup, *region.boundaries, region.checks.custom)
+    modules = [c.module for c in callables if c is not None]
+    try:
+        return recorder.footprint(top, (*job.policy.python_path, job.repo_root), modules)
+    except Exception:
+        traceback.print_exc()
+        return None
 
 
 def _apply_settings(settings: tuple[tuple[str, str], ...]) -> None:

@@ -29,6 +29,7 @@ from gate.policy.meaning import check_meaning
 from gate.policy.model import (
     Checks,
     CollectiveRule,
+    CompareRule,
     CostRule,
     DonationRule,
     DriftRule,
@@ -75,6 +76,7 @@ BUILTIN_DEFAULTS: dict[str, Any] = {
         "recompiles",
         "collectives",
         "donation",
+        "compare",
     )
 }
 DEFAULT_RTOL: float = default("checks.rtol")
@@ -250,6 +252,7 @@ def _build(document: yaml.Node, shown: Path, file: Path, write_references: bool)
                 recompiles=RecompileRule(value(region, "recompiles", inherited["recompiles"])),
                 collectives=CollectiveRule(value(region, "collectives", inherited["collectives"])),
                 donation=DonationRule(value(region, "donation", inherited["donation"])),
+                compare=CompareRule(value(region, "compare", inherited["compare"])),
                 timing=_timing(region.get("timing"), default_timing),
                 cost=_cost(region.get("cost"), default_cost),
                 memory=_memory(region.get("memory"), default_memory),

@@ -82,6 +82,14 @@ class DonationRule(enum.Enum):
     ALLOW = "allow"  # not looked at
 
 
+class CompareRule(enum.Enum):
+    """When ``run --base`` runs a region from the base too (the policy's ``compare:``)."""
+
+    # Only when the change reached what the head's run read (`gate.results.footprint`).
+    CHANGED = "changed"
+    ALWAYS = "always"  # every time: the region reads what Python does not see
+
+
 class LeakRule(enum.Enum):
     """What a step that keeps more device arrays alive after every run does to a region
     (the policy's ``memory: {leaks: ...}``)."""
@@ -107,6 +115,7 @@ _RECOMPILES = RecompileRule(default("recompiles"))
 _COLLECTIVES = CollectiveRule(default("collectives"))
 _DONATION = DonationRule(default("donation"))
 _LEAKS = LeakRule(default("memory.leaks"))
+_COMPARE = CompareRule(default("compare"))
 
 
 @dataclass(frozen=True)
@@ -173,6 +182,7 @@ class Region:
     collectives: CollectiveRule = _COLLECTIVES
     donation: DonationRule = _DONATION
     memory: MemoryRule = MemoryRule()
+    compare: CompareRule = _COMPARE
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ _DEFAULT_NOTES = {
     "recompiles": "a compilation after warm-up: fail, warn or allow",
     "collectives": "a collective the base does not run: fail, warn or allow",
     "donation": "a donated argument no output reuses: fail_new, fail, warn or allow",
+    "compare": "run --base runs it from the base too: changed (what it read) or always",
 }
 
 

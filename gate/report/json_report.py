@@ -39,6 +39,7 @@ from gate.results.comparison import (
 )
 from gate.results.errors import RegionError
 from gate.results.findings import Finding, group
+from gate.results.footprint import Footprint
 from gate.results.machine import Machine
 from gate.results.provenance import Provenance
 from gate.results.records import BoundaryCost, CheckOutcome, RegionResult, RunResult, TimingStats
@@ -90,7 +91,7 @@ class BaseDoc(Record, frozen=True, kw_only=True):
     """The region against ``run --base``'s tree."""
 
     ref: str
-    status: Literal["compared", "new_region", "base_failed"]
+    status: Literal["compared", "new_region", "base_failed", "unchanged"]
     failing: bool
     timing: TimingDoc | None
     results: ResultsDoc | None
@@ -105,6 +106,8 @@ class BaseDoc(Record, frozen=True, kw_only=True):
     cost: CostComparisonDoc | None
     collectives: CommComparisonDoc | None
     first_call_s: FirstCalls
+    # Unchanged: how many files of the head's footprint the base has byte for byte (0 else).
+    same_files: int = 0
 
     @classmethod
     def of(cls, base: BaseComparison | None) -> BaseDoc | None:
@@ -137,6 +140,7 @@ class BaseDoc(Record, frozen=True, kw_only=True):
             cost=CostComparisonDoc.of(base.cost),
             collectives=CommComparisonDoc.of(base.comm),
             first_call_s=FirstCalls(base=base.base_first_call_s, head=base.head_first_call_s),
+            same_files=base.same_files,
         )
 
 
@@ -169,6 +173,8 @@ class RegionDoc(Record, frozen=True, kw_only=True, omit_defaults=True):
     wall_s: float
     # The machine it ran on, as the stored baseline names it; absent where no worker said.
     machine: Machine | None = None
+    # What the head's run read of its tree (``run --base``, `gate.results.footprint`).
+    footprint: Footprint | None = None
 
     @classmethod
     def of(cls, region: RegionResult, prints: Mapping[Finding, str]) -> RegionDoc:
@@ -216,6 +222,7 @@ class RegionDoc(Record, frozen=True, kw_only=True, omit_defaults=True):
             fixed_since_baseline=region.fixed,
             wall_s=region.wall_s,
             machine=region.machine,
+            footprint=region.footprint,
         )
 
 

@@ -43,6 +43,8 @@ def comparison_cases(region: RegionResult) -> list[Case]:
     if base is not None:
         if base.status is BaseStatus.NEW_REGION:
             cases.append(_new_region_case(region, base))
+        elif base.status is BaseStatus.UNCHANGED:
+            cases.append(_unchanged_case(region, base))
         elif base.status is BaseStatus.BASE_FAILED:
             cases.append(_base_failed_case(region, base))
         if base.timing is not None:
@@ -123,6 +125,16 @@ def _new_region_case(region: RegionResult, base: BaseComparison) -> Case:
         body,
         Outcome("skipped", "new-region", str(base.status), body),
     )
+
+
+def _unchanged_case(region: RegionResult, base: BaseComparison) -> Case:
+    """A pass: the base would have run the same code on the same data, so it was not run."""
+    body = (
+        f"{base_status_line(base)}: every file the head's run read has a byte-identical copy "
+        f"in {base.base}, and the region's policy entry is the same, so the base was not run "
+        f"(`compare: always` runs it anyway).\n\n{declared(region)}"
+    )
+    return policy_case(region, f"{region.name}: vs base", body, None)
 
 
 def _base_failed_case(region: RegionResult, base: BaseComparison) -> Case:

@@ -156,6 +156,9 @@ class BaseStatus(enum.StrEnum):
     COMPARED = "compared"
     NEW_REGION = "new region, not compared"  # the base's policy has no such region
     BASE_FAILED = "the base could not run it"  # the comparison is an error; the head is judged
+    # Every file the head's run read has a byte-identical copy in the base, and the policy
+    # entry is the same: the base would run the same code on the same data (`Footprint`).
+    UNCHANGED = "unchanged: the same code and data as the base"
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,8 @@ class BaseComparison:
     # were compared unpaired ("the device admits one process at a time ..."); "" when the
     # workers ran side by side and timed them in paired rounds.
     apart: str = ""
+    # UNCHANGED: how many files of the head's footprint the base has byte for byte.
+    same_files: int = 0
 
     @property
     def failing(self) -> bool:

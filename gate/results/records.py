@@ -16,6 +16,7 @@ from gate.results.comparison import BaseComparison, TimingComparison
 from gate.results.costs import CostComparison, StepCost
 from gate.results.donations import UnusedDonation
 from gate.results.errors import RegionError
+from gate.results.footprint import Footprint
 from gate.results.leaks import StepMemory
 from gate.results.machine import Machine
 from gate.results.placement import Placement
@@ -313,6 +314,8 @@ class RegionResult:
     first_call_s: float | None = None
     # Against the base tree of ``run --base`` (`gate.compare`); None without --base.
     base: BaseComparison | None = None
+    # What the region read of its tree (``run --base``'s head); None: not recorded.
+    footprint: Footprint | None = None
     # Against the timing ``transfer-gate baseline`` stored; None when not compared.
     timing_vs_baseline: TimingComparison | None = None
     # XLA's figures against those ``transfer-gate baseline`` stored; None when not compared.

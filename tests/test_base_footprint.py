@@ -1,0 +1,193 @@
+"""``run --base`` runs from the base only the regions a change reached (issue 55), through the
+real CLI on throwaway git repositories.
+
+Each region's footprint is what its head run read of the tree (`gate.witness.footprint`): a
+region whose footprint the base has byte for byte reads "unchanged" and its base is not run.
+Detection must not drop: each way a region reads a file is changed once here and must be
+compared. The documented limits (docs/compare.md, "What a change can reach") are asserted as
+limits, with ``compare: always`` as their way out.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from accelerator_rule import AcceleratorRule
+from cli_helpers import make_repo, run_gate
+from git_helpers import commit, init
+
+STEP = """
+import jax
+import jax.numpy as jnp
+{imports}
+
+def make():
+    return (jnp.ones((8, 16)), jnp.ones((16, 16)))
+
+
+@jax.jit
+def _matmul(x, w):
+    return x @ w * SCALE
+
+
+def step(x, w):
+{body}    return _matmul(x, w)
+"""
+
+POLICY_HEAD = """
+version: 1
+defaults: {warmup: 1, guarded_runs: 1, repeats: 3, timing: {rounds: 4, max_rounds: 8}}
+regions:
+"""
+
+
+def _module(imports: str = "", body: str = "", scale: str = "1.0") -> str:
+    return STEP.format(imports=imports + f"\nSCALE = {scale}\n", body=body)
+
+
+def _policy(*names: str, extra: str = "") -> str:
+    rows = [f'  - {{name: {n}, step: "{n}:step", setup: "{n}:make"{extra}}}\n' for n in names]
+    return POLICY_HEAD + "".join(rows)
+
+
+def _repo(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = init(tmp_path / "repo")
+    commit(root, {"README.md": "a repo\n", **files}, "base")
+    return root
+
+
+def _statuses(repo: Path, *args: str) -> dict[str, str]:
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "out/r.json", *args)
+    assert run.returncode == 0, run
+    return {name: region["base"]["status"] for name, region in _regions(repo).items()}
+
+
+def _regions(repo: Path) -> dict[str, dict[str, Any]]:
+    document = json.loads((repo / "out" / "r.json").read_text())
+    return {r["name"]: r for suite in document["suites"] for r in suite["regions"]}
+
+
+def test_a_readme_change_runs_every_region_once(tmp_path: Path) -> None:
+    repo = _repo(
+        tmp_path, {"a.py": _module(), "b.py": _module(), "policies/p.yaml": _policy("a", "b")}
+    )
+    make_repo(repo, {"README.md": "a repo, changed\n"})
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "out/r.json")
+    assert run.returncode == 0, run
+    assert run.stdout.count("vs base: unchanged: the same code and data as the base (1 file)")
+    for name, region in _regions(repo).items():
+        assert region["base"]["status"] == "unchanged", (name, region["base"])
+        assert region["base"]["timing"] is None, region["base"]
+        assert region["footprint"]["files"][0][0] == f"{name}.py", region["footprint"]
+        assert region["footprint"]["policy"], region["footprint"]
+    # JUnit: one passing `vs base` case a region, nothing timed against the base.
+    case = run.testcase("a: vs base")
+    assert case.find("skipped") is None, run
+    assert case.find("failure") is None, run
+    assert "unchanged: the same code and data as the base" in (case.findtext("system-out") or "")
+
+
+def test_a_change_to_one_regions_module_compares_that_region_only(tmp_path: Path) -> None:
+    names = ("a", "b", "c")
+    repo = _repo(
+        tmp_path, {**{f"{n}.py": _module() for n in names}, "policies/p.yaml": _policy(*names)}
+    )
+    make_repo(repo, {"b.py": _module() + "# changed, computing the same\n"})
+    statuses = _statuses(repo)
+    assert statuses == {"a": "unchanged", "b": "compared", "c": "unchanged"}, statuses
+
+
+# Each way a region reaches a file, as (base files, head's change): the change must be compared.
+READS = {
+    "a data file loaded beside the module (open)": (
+        {
+            "a.py": _module(
+                "import os\n_HERE = os.path.dirname(__file__)\n",
+                "    open(os.path.join(_HERE, 'scale.txt')).read()\n",
+            ),
+            "scale.txt": "1\n",
+        },
+        {"scale.txt": "2\n"},
+    ),
+    "a helper module imported at the top": (
+        {"a.py": _module("import helper\n"), "helper.py": "FACTOR = 1\n"},
+        {"helper.py": "FACTOR = 2\n"},
+    ),
+    "a config read at import": (
+        {"a.py": _module("CONFIG = open('config.ini').read()\n"), "config.ini": "x=1\n"},
+        {"config.ini": "x=2\n"},
+    ),
+    "a module imported inside the step (lazy)": (
+        {"a.py": _module(body="    import lazy_helper\n"), "lazy_helper.py": "X = 1\n"},
+        {"lazy_helper.py": "X = 2\n"},
+    ),
+    "a helper imported lazily by a helper": (
+        {
+            "a.py": _module("from pkg import helper\n"),
+            "pkg/__init__.py": "",
+            "pkg/helper.py": "def f():\n    from . import deep\n    return deep.X\n",
+            "pkg/deep.py": "X = 1\n",
+        },
+        {"pkg/deep.py": "X = 2\n"},
+    ),
+    "a folder listed with os.listdir": (
+        {"a.py": _module("import os\n", "    os.listdir('data')\n"), "data/one.txt": "1\n"},
+        {"data/two.txt": "2\n"},
+    ),
+    "a module absent in the base that shadows an installed one": (
+        {"a.py": _module("import colorsys\n")},
+        {"colorsys.py": "# shadows the standard library's\nfrom math import *\n"},
+    ),
+}
+
+
+@pytest.mark.parametrize("what", READS)
+def test_a_change_to_what_a_region_reads_is_compared(tmp_path: Path, what: str) -> None:
+    base, change = READS[what]
+    repo = _repo(tmp_path, {**base, "b.py": _module(), "policies/p.yaml": _policy("a", "b")})
+    make_repo(repo, change)
+    assert _statuses(repo) == {"a": "compared", "b": "unchanged"}, what
+
+
+def test_a_changed_policy_entry_is_compared_and_another_regions_is_not(tmp_path: Path) -> None:
+    repo = _repo(
+        tmp_path, {"a.py": _module(), "b.py": _module(), "policies/p.yaml": _policy("a", "b")}
+    )
+    policy = _policy("a", "b").replace(
+        'name: a, step: "a:step"', 'name: a, warmup: 2, step: "a:step"'
+    )
+    make_repo(
+        repo, {"policies/p.yaml": policy + '  - {name: c, step: "b:step", setup: "b:make"}\n'}
+    )
+    statuses = _statuses(repo)
+    assert statuses == {"a": "compared", "b": "unchanged", "c": "new_region"}, statuses
+
+
+EXISTS = _module("import os\n", "    os.path.exists('flag')\n")
+
+
+def test_a_path_only_tested_with_exists_is_not_seen_a_documented_limit(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, {"a.py": EXISTS, "policies/p.yaml": _policy("a")})
+    make_repo(repo, {"flag": "now here\n"})
+    assert _statuses(repo) == {"a": "unchanged"}
+    make_repo(repo, {"policies/p.yaml": _policy("a", extra=", compare: always")})
+    commit(repo, {}, "compare always")
+    make_repo(repo, {"flag": "now here\n"})
+    assert _statuses(repo) == {"a": "compared"}
+
+
+@pytest.mark.chips(1)
+@pytest.mark.usefixtures("one_process_on_the_device")
+def test_on_a_tpu_an_unchanged_policy_starts_no_base_worker(
+    tmp_path: Path, accelerator_rule: AcceleratorRule
+) -> None:
+    repo = _repo(
+        tmp_path, {"a.py": _module(), "b.py": _module(), "policies/p.yaml": _policy("a", "b")}
+    )
+    make_repo(repo, {"README.md": "changed\n"})
+    assert _statuses(repo) == {"a": "unchanged", "b": "unchanged"}
+    workers = [s for s in accelerator_rule.starts() if s.is_worker]
+    assert len(workers) == 1, workers  # the head's only
