@@ -139,7 +139,8 @@ def policy(args: argparse.Namespace) -> str:
         for key in ("rounds", "round_runs", "max_rounds", "max_slowdown")
         if getattr(args, key) is not None
     }
-    lines = ["version: 1", "suite: power", "defaults:", "  guard: disallow"]
+    # An unchanged tree would run once (its footprint the same): every trial is compared.
+    lines = ["version: 1", "suite: power", "defaults:", "  guard: disallow", "  compare: always"]
     if timing:
         lines.append(f"  timing: {json.dumps(timing)}")
     lines += ["regions:", '  - {name: matmuls, step: "steps:step", setup: "steps:make"}']

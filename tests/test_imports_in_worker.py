@@ -88,7 +88,8 @@ SCALE = 2.0
 DEVICE_POLICY = """
 version: 1
 suite: tpu
-defaults: {warmup: 1, guarded_runs: 1, repeats: 3, timing: {rounds: 6, max_rounds: 12}}
+defaults:
+  {warmup: 1, guarded_runs: 1, repeats: 3, timing: {rounds: 6, max_rounds: 12}, compare: always}
 regions:
   - {name: by-kind, step: on_device:step, setup: on_device:make}
 """

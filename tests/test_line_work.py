@@ -320,7 +320,8 @@ def test_a_slower_step_lists_the_lines_whose_op_time_grew_and_keeps_its_traces(
 def test_a_step_no_slower_than_the_base_is_not_traced(tmp_path: Path) -> None:
     """Against a base the traced runs are made only once the rounds found the step slower, the
     one verdict that lists lines: on a TPU a trace costs ~0.9 s a region and tree."""
-    policy = POLICY.replace("timing: off", "timing: {max_slowdown: 3.0}")
+    # compare: always, or the tree, the same as its base, would run once (its footprint).
+    policy = POLICY.replace("timing: off", "timing: {max_slowdown: 3.0}, compare: always")
     repo = init(tmp_path / "repo")
     commit(repo, {"steps.py": BASE_TREE, "policies/p.yaml": policy}, "base")
     run = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json")

@@ -398,7 +398,10 @@ def test_options_a_tree_sets_as_it_runs_stay_in_its_own_worker(
 def test_trees_that_leave_options_alone_match_side_by_side(tmp_path: Path) -> None:
     """The gate's own runs change nothing in either tree's worker: unchanged trees match."""
     repo = init(tmp_path / "repo")
-    commit(repo, {"steps.py": MAKE + STEP_PLAIN, "policies/p.yaml": POLICY}, "base")
+    # compare: always, or the tree, the same as its base, would run once (its footprint).
+    policy = POLICY.replace("timing: off}", "timing: off, compare: always}")
+    assert policy != POLICY
+    commit(repo, {"steps.py": MAKE + STEP_PLAIN, "policies/p.yaml": policy}, "base")
     assert _alone(repo) == _alone(_base_tree(repo, tmp_path))
     base = _compared(repo)
     _side_by_side(base)
