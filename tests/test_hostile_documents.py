@@ -24,23 +24,17 @@ from typing import Any
 
 import pytest
 from browser_helpers import probed, rendered
-from cli_helpers import FAST_DEFAULTS, TESTS, make_repo, run_gate
+from cli_helpers import TESTS, make_repo, run_gate
 from git_helpers import commit, init
 from history_reports import stepped, write_reports
 from hostile_text import RAW_CONTROL, safe_for_a_log
+from test_hostile_inputs import POLICY  # the same small leaky region
 
 from gate.report.github import MAX_SUMMARY_BYTES
 
 CORPUS = TESTS / "hostile-inputs"
 STEPS = (TESTS / "baseline-files" / "history" / "steps.py").read_text(encoding="utf-8")
 BASELINE = "policies/transfer-gate-baseline.json"
-POLICY = f"""
-version: 1
-{FAST_DEFAULTS}regions:
-  - name: leaky
-    step: steps:leaky
-    setup: steps:setup
-"""
 KEY = "correct that key, or "
 SURROGATE = "half of a UTF-16 pair, which no UTF-8 text can hold"
 # msgspec's bound, and the number as an error shows it: its first 57 characters.

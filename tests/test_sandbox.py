@@ -27,6 +27,7 @@ from cli_helpers import TESTS, validate_junit
 from git_helpers import commit, init
 from processes import run as run_process
 from result_samples import policy
+from test_history_workflow import STEPS  # the same one-step repository
 
 from gate.cli.exit_codes import ExitCode
 
@@ -34,19 +35,6 @@ ROOT = TESTS.parent
 ACTION = ROOT / ".github" / "actions" / "sandbox"
 SCRIPT = ACTION / "sandbox"
 IMAGE = "ghcr.io/owner/jax-transfer-gate@sha256:" + "0123456789abcdef" * 4
-STEPS = """
-import jax
-import numpy as np
-
-
-@jax.jit
-def step(x):
-    return x * 2.0 + 1.0
-
-
-def inputs():
-    return (jax.device_put(np.zeros(8, np.float32)),)
-"""
 POLICY = policy("step")
 # What the host's environment holds that no container may see.
 HOST_ONLY = {
