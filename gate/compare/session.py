@@ -146,6 +146,9 @@ class _Session:
     _refused: str = ""
     # Results of regions whose trees ran apart, by policy and region name.
     _ran_apart: dict[tuple[Path, str], RegionResult] = field(default_factory=dict)
+    # Regions judged with both workers side by side (or unchanged) before the device refused
+    # a second worker: their verdicts stand, and they do not run again apart.
+    _side_by_side: set[tuple[Path, str]] = field(default_factory=set)
     _deciding: threading.Lock = field(default_factory=threading.Lock)
 
     def compared(self, scheduler: Scheduler, policy: Policy, region: Region) -> RegionResult:
@@ -158,7 +161,9 @@ class _Session:
                 region, self._sides(policy, scheduler, beside=True), self.tree, self.cancel
             )
             try:
-                return pair.compare(self.head_root)
+                result = pair.compare(self.head_root)
+                self._side_by_side.add((policy.path, region.name))
+                return result
             except _NoRoomBeside as refused:
                 with self._deciding:  # this region, and every one after it, run apart
                     self._refused = self._refused or refused.why
@@ -213,7 +218,13 @@ class _Session:
         from the base's in a worker of its own: one process on the device at a time."""
         head, base = sides
         why = f"{REFUSED_BESIDE} ({self._refused})" if self._refused else ONE_PROCESS
-        regions = [r for p, rs in self.plan.steps if p is policy for r in rs if r.name in names]
+        regions = [
+            r
+            for p, rs in self.plan.steps
+            if p is policy
+            for r in rs
+            if r.name in names and (policy.path, r.name) not in self._side_by_side
+        ]
         base.scheduler.close()
         heads = {}
         for region in regions:
