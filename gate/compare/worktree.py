@@ -73,16 +73,6 @@ class BaseTree:
             return ()
         return ((self.head_top, self.top),)
 
-    def in_base(self, path: Path) -> Path:
-        """``path`` (absolute) at the same place in the base; a path outside the head's
-        repository is the same for both trees."""
-        for head, base in self.moved_paths:
-            try:
-                return base / path.resolve().relative_to(head.resolve())
-            except ValueError:
-                continue
-        return path
-
     def describe(self) -> str:
         """``HEAD~1 (1a2b3c4)``; the SHA alone when the ref is one."""
         if set(self.ref.lower()) <= set(hexdigits) and self.sha.startswith(self.ref.lower()):

@@ -31,22 +31,27 @@ def take_from_own_tree(moved: Sequence[tuple[Path, Path]]) -> None:
     head at the base. Doing it again changes nothing."""
     if not moved:
         return
-    sys.path[:] = [_moved(entry, moved) for entry in sys.path]
+    path = [_moved(entry, moved) for entry in sys.path]
+    changed = path != sys.path
+    sys.path[:] = path
     for finder in sys.meta_path:
         module = sys.modules.get(getattr(finder, "__module__", "") or "")
         mapping = getattr(module, "MAPPING", None)
         if isinstance(mapping, dict):  # setuptools' `__editable___<name>_finder`
             for name, folder in list(mapping.items()):
-                if isinstance(folder, str):
-                    mapping[name] = _moved(folder, moved)
+                taken = _moved(folder, moved) if isinstance(folder, str) else folder
+                if taken != folder:
+                    mapping[name] = taken
+                    changed = True
         namespaces = getattr(module, "NAMESPACES", None)
         if isinstance(namespaces, dict):
             for name, folders in list(namespaces.items()):
                 if isinstance(folders, list):
-                    namespaces[name] = [
-                        _moved(f, moved) if isinstance(f, str) else f for f in folders
-                    ]
-    sys.path_importer_cache.clear()
+                    moved_all = [_moved(f, moved) if isinstance(f, str) else f for f in folders]
+                    changed = changed or moved_all != folders
+                    namespaces[name] = moved_all
+    if changed:  # finders made for the old folders would still answer for them
+        sys.path_importer_cache.clear()
 
 
 def _moved(entry: str, moved: Sequence[tuple[Path, Path]]) -> str:
