@@ -31,6 +31,7 @@ import pytest
 from cli_helpers import GateRun, make_repo, run_gate
 from git_helpers import commit, git, init
 from processes import run
+from test_two_trees_verdicts import POLICY  # one region, timing off: the same repository shape
 
 MAKE = """
 import jax
@@ -48,13 +49,6 @@ DOUBLE = """
 @jax.jit
 def double(x):
     return x * 2.0
-"""
-
-POLICY = """
-version: 1
-defaults: {warmup: 1, guarded_runs: 1, repeats: 3, timing: off}
-regions:
-  - {name: step, step: "steps:step", setup: "steps:make"}
 """
 
 # The tree's step run alone, in a Python of its own started in the tree's root: the policy's
