@@ -19,6 +19,10 @@ from accelerator_rule import AcceleratorRule
 from cli_helpers import make_repo, run_gate
 from git_helpers import commit, init
 
+from gate.isolation import spawn as spawn_module
+from gate.isolation import worker_process
+from gate.isolation.scheduler import Scheduler
+
 STEP = """
 import jax
 import jax.numpy as jnp
@@ -191,3 +195,55 @@ def test_on_a_tpu_an_unchanged_policy_starts_no_base_worker(
     assert _statuses(repo) == {"a": "unchanged", "b": "unchanged"}
     workers = [s for s in accelerator_rule.starts() if s.is_worker]
     assert len(workers) == 1, workers  # the head's only
+
+
+def _events(monkeypatch: pytest.MonkeyPatch, repo: Path) -> list[str]:
+    """What this test's gate does, in order: each worker spawned (``spawn head``/``spawn
+    base``, by the tree it starts in) and each head run of a region that returned."""
+    events: list[str] = []
+
+    def spy(real: Any) -> Any:
+        def spawned(root: Path, *args: Any, **kwargs: Any) -> Any:
+            events.append("spawn head" if Path(root) == repo else "spawn base")
+            return real(root, *args, **kwargs)
+
+        return spawned
+
+    monkeypatch.setattr(spawn_module, "spawn", spy(spawn_module.spawn))
+    monkeypatch.setattr(worker_process, "spawn", spy(worker_process.spawn))
+    run_held = Scheduler.run_held
+
+    def held(self: Scheduler, policy: Any, region: Any, tree: Any = None, *rest: Any) -> Any:
+        done = run_held(self, policy, region, tree, *rest)
+        if tree == "head":
+            events.append(f"head ran {region.name}")
+        return done
+
+    monkeypatch.setattr(Scheduler, "run_held", held)
+    return events
+
+
+def test_the_bases_worker_starts_beside_the_heads_first_region_when_code_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change to code starts the base's worker as the first region begins, so a region the
+    change reaches does not wait for it to import JAX; the verdicts are the footprints'."""
+    repo = _repo(
+        tmp_path, {"a.py": _module(), "b.py": _module(), "policies/p.yaml": _policy("a", "b")}
+    )
+    make_repo(repo, {"b.py": _module(imports="# b's code changed, its work not\n")})
+    events = _events(monkeypatch, repo)
+    assert _statuses(repo) == {"a": "unchanged", "b": "compared"}
+    assert events.count("spawn base") == 1, events
+    # Before the head's first region returned, not when region b first needed it.
+    assert events.index("spawn base") < events.index("head ran a"), events
+
+
+def test_a_change_to_prose_alone_starts_no_base_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = _repo(tmp_path, {"a.py": _module(), "policies/p.yaml": _policy("a")})
+    make_repo(repo, {"README.md": "a repo, changed\n", "docs/guide.rst": "new\n"})
+    events = _events(monkeypatch, repo)
+    assert _statuses(repo) == {"a": "unchanged"}
+    assert "spawn base" not in events, events

@@ -397,3 +397,28 @@ def touch_and_step(x):
     open("step-ran", "w").close()
     return step(x)
 """
+
+
+def test_the_changed_paths_hold_edits_staged_or_not_and_untracked_files(repo: Path) -> None:
+    with checked_out(repo, "HEAD") as base:
+        assert base.changed == ()
+        assert not base.may_reach_regions
+    (repo / "README.md").write_text("prose\n")  # untracked
+    (repo / "sub" / "here.txt").write_text("edited\n")
+    (repo / "step.txt").write_text("staged\n")
+    git(repo, "add", "step.txt")
+    (repo / "ignored.py").write_text("x = 1\n")
+    (repo / ".gitignore").write_text("ignored.py\n")
+    with checked_out(repo, "HEAD") as base:
+        assert sorted(base.changed or ()) == [".gitignore", "README.md", "step.txt", "sub/here.txt"]
+        assert base.may_reach_regions  # a data file may be read by a step
+
+
+def test_only_a_change_to_prose_alone_is_known_to_reach_no_region(repo: Path) -> None:
+    (repo / "README.md").write_text("prose\n")
+    (repo / "docs").mkdir()
+    (repo / "docs" / "guide.RST").write_text("prose\n")
+    with checked_out(repo, "HEAD") as base:
+        assert not base.may_reach_regions
+    assert BaseTree("HEAD", "0" * 40, "0000000", repo, changed=("a.md",)).may_reach_regions is False
+    assert BaseTree("HEAD", "0" * 40, "0000000", repo, changed=None).may_reach_regions  # unknown

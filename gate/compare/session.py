@@ -157,9 +157,13 @@ class _Session:
             result = scheduler.run(policy, region, tree="head")
             return replace(result, base=BaseComparison(self.tree.describe(), BaseStatus.NEW_REGION))
         if self._admits_two(policy):
-            pair = _Pair(
-                region, self._sides(policy, scheduler, beside=True), self.tree, self.cancel
-            )
+            sides = self._sides(policy, scheduler, beside=True)
+            if self.tree.may_reach_regions and self._known_to_admit_two(policy):
+                # Started now, the base's worker imports JAX while the head's runs this region:
+                # a region the change reaches no longer waits for it (`start_early` is a no-op
+                # while one is up). A change to prose alone waits for a footprint to need it.
+                sides[1].scheduler.start_early(sides[1].policy)
+            pair = _Pair(region, sides, self.tree, self.cancel)
             try:
                 result = pair.compare(self.head_root)
                 self._side_by_side.add((policy.path, region.name))
@@ -185,6 +189,16 @@ class _Session:
             return False
         pool = DevicePool.for_environment(worker_environment(self.environ, policy))
         return pool is None or pool.admits_two
+
+    def _known_to_admit_two(self, policy: Policy) -> bool:
+        """Whether ``policy``'s workers are known to share the device: the CPU by name, or
+        GPUs. Not an accelerator the gate does not recognise (`_admits_two` tries it): the
+        base's worker started early could take it before the head's, which would wait."""
+        env = worker_environment(self.environ, policy)
+        pool = DevicePool.for_environment(env)
+        if pool is not None:
+            return pool.admits_two
+        return env.get("JAX_PLATFORMS", "").strip().lower() == "cpu"
 
     def _sides(self, policy: Policy, scheduler: Scheduler, *, beside: bool) -> tuple[Side, Side]:
         base_policy = for_base(policy, self.head_root, self.tree.root)

@@ -35,6 +35,8 @@ GIT_TIMEOUT_S = 60
 # Checking out a large base tree takes longer than the other calls.
 CHECKOUT_TIMEOUT_S = 600
 TEMP_PREFIX = "transfer-gate-base-"
+# Files no step imports or reads, by their suffix (`BaseTree.may_reach_regions`).
+PROSE_SUFFIXES = frozenset({".md", ".rst", ".adoc"})
 
 _SHALLOW_FIX = (
     "the clone is shallow: fetch the full history (actions/checkout with `fetch-depth: 0`, "
@@ -64,6 +66,20 @@ class BaseTree:
     # monorepo's shared folder) is taken at the same place in the base (`moved_paths`).
     head_top: Path | None = None
     top: Path | None = None
+    # The paths (under the git top level) where the head's working tree differs from the base
+    # commit, untracked files included; None when git could not say. Only a guess of what the
+    # footprints will find (`may_reach_regions`): verdicts rest on the footprints alone.
+    changed: tuple[str, ...] | None = None
+
+    @property
+    def may_reach_regions(self) -> bool:
+        """Whether the change may reach a region, as far as its paths tell before anything
+        runs: false only when every changed path is prose (README.md, docs), which no step
+        imports or reads. It decides only when the base's worker starts: early, beside the
+        head's first region, or when a region first needs it (`gate.compare.session`)."""
+        if self.changed is None:
+            return True
+        return any(Path(path).suffix.lower() not in PROSE_SUFFIXES for path in self.changed)
 
     @property
     def moved_paths(self) -> tuple[tuple[Path, Path], ...]:
@@ -111,7 +127,10 @@ def checked_out(repo_root: Path, ref: str, resolved: BaseRef | None = None) -> I
             _git(["worktree", "prune"], top, check=False)
             _add_worktree(top, folder, ref, resolved.sha)
             root = folder / resolved.prefix
-            yield BaseTree(ref, resolved.sha, resolved.short_sha, root, fresh_because, top, folder)
+            changed = _changed_paths(top, resolved.sha)
+            yield BaseTree(
+                ref, resolved.sha, resolved.short_sha, root, fresh_because, top, folder, changed
+            )
         finally:
             _remove_worktree(top, folder)
 
@@ -223,6 +242,19 @@ def _add_worktree(top: Path, folder: Path, ref: str, sha: str) -> None:
             f"--base {ref}: git could not check it out ({_first_line(done.stderr)}); "
             "fix what git says, or drop --base"
         )
+
+
+def _changed_paths(top: Path, sha: str) -> tuple[str, ...] | None:
+    """The paths where the working tree at ``top`` differs from commit ``sha`` (staged or
+    not), and its untracked files git does not ignore; None when git fails at either."""
+    try:
+        diff = _git(["diff", "--name-only", "--no-renames", "-z", sha], top, check=False)
+        untracked = _git(["ls-files", "--others", "--exclude-standard", "-z"], top, check=False)
+    except BaseRefError:
+        return None
+    if diff.returncode != 0 or untracked.returncode != 0:
+        return None
+    return tuple(p for p in (diff.stdout + untracked.stdout).split("\0") if p)
 
 
 def _remove_worktree(top: Path, folder: Path) -> None:

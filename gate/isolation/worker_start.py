@@ -71,6 +71,9 @@ class WorkerStarts:
         have to wait for a device (the first request does that, saying so)."""
         if self._early is not None:
             return
+        if self.beside:  # the first worker, and the device's slot, are the other scheduler's
+            self._early = WorkerProcess.start(self.repo_root, env, self.watcher, None)
+            return
         self._early = self._first(env)
         if self._early is None:
             spawned = spawn_if_device_free(self.repo_root, env)
