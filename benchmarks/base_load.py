@@ -1,7 +1,7 @@
 """False failures of ``run --base`` on an unchanged tree: under a busy neighbour, and quiet.
 
-    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/base_load.py --neighbour --trials 20
-    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/base_load.py --small 20 --trials 20
+    JAX_PLATFORMS=cpu .venv/bin/python -m benchmarks base_load --neighbour --trials 20
+    JAX_PLATFORMS=cpu .venv/bin/python -m benchmarks base_load --small 20 --trials 20
 
 Builds a throwaway git repository and runs the real CLI, ``python -m gate run --base HEAD
 --json ...``, ``--trials`` times on the tree exactly as committed (base and head are the same
@@ -10,7 +10,7 @@ code), each in a process group of its own killed afterwards. Any "slower" is a f
 - default: three regions whose steps take ~0.3, ~0.7 and ~1.5 ms here (jitted loops of 64x64
   matmuls), as in the issue;
 - ``--small N``: N small distinct regions instead (each a jitted MLP step of ~0.1 ms, as
-  `gate_vs_floor.py` builds them): the per-run error rate over many regions.
+  `benchmarks.regions` builds them): the per-run error rate over many regions.
 
 ``--neighbour`` runs the issue's busy neighbour (a Python loop spinning one core) for the whole
 benchmark, in a process group of its own killed at the end. ``--gate DIR`` runs the gate from
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -34,10 +33,16 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from gate_vs_floor import STEPS
-from grouped import busy_neighbour, git, load_average, run_grouped
+from benchmarks.processes import (
+    ROOT,
+    busy_neighbour,
+    commit_all,
+    gate_env,
+    load_average,
+    run_grouped,
+)
+from benchmarks.regions import STEPS_MODULE, policy_text, steps_text
 
-ROOT = Path(__file__).resolve().parent.parent
 VERDICTS = ("slower", "unchanged", "inconclusive", "faster")
 
 MATMULS = '''
@@ -65,8 +70,10 @@ def _loop(k):
 scaled, clean, many = _loop(8), _loop(24), _loop(48)
 '''
 
+# The tree is compared with itself: an unchanged footprint would run once, compared with nothing.
 MATMUL_POLICY = """version: 1
 suite: load
+defaults: {compare: always}
 regions:
   - {name: scaled, step: "steps:scaled", setup: "steps:make"}
   - {name: clean, step: "steps:clean", setup: "steps:make"}
@@ -76,20 +83,13 @@ regions:
 
 def build(repo: Path, small: int) -> None:
     (repo / "policies").mkdir(parents=True)
-    if small:
-        (repo / "steps.py").write_text(f"N_REGIONS = {small}\n" + STEPS)
-        lines = ["version: 1", "suite: load", "regions:"]
-        lines += [
-            f'  - {{name: step_{i}, step: "steps:step_{i}", setup: "steps:make_inputs"}}'
-            for i in range(small)
-        ]
-        (repo / "policies" / "load.yaml").write_text("\n".join(lines) + "\n")
+    if small:  # the scenarios' small steps, with the gate's default phases
+        (repo / f"{STEPS_MODULE}.py").write_text(steps_text(small))
+        (repo / "policies" / "load.yaml").write_text(policy_text(small, "load", phases=False))
     else:
         (repo / "steps.py").write_text(MATMULS)
         (repo / "policies" / "load.yaml").write_text(MATMUL_POLICY)
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
+    commit_all(repo)
 
 
 def trial(repo: Path, report: Path, env: dict[str, str], timeout_s: float) -> list[dict]:
@@ -107,7 +107,7 @@ def trial(repo: Path, report: Path, env: dict[str, str], timeout_s: float) -> li
     return [{"region": r["name"], **t} for r, t in zip(regions, timings, strict=True)]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--small", type=int, default=0, help="N small regions instead of 3")
@@ -115,9 +115,8 @@ def main() -> None:
     parser.add_argument("--gate", type=Path, default=ROOT, help="the checkout to run")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per run")
     parser.add_argument("--json", type=Path, help="write every region's verdict here")
-    args = parser.parse_args()
-    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(args.gate), env.get("PYTHONPATH")]))
+    args = parser.parse_args(argv)
+    env = gate_env(args.gate)
     runs: list[list[dict]] = []
     load_before = load_average()
     with tempfile.TemporaryDirectory() as scratch, busy_neighbour(args.neighbour):
@@ -150,7 +149,3 @@ def main() -> None:
     )
     if args.json:
         args.json.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
-
-
-if __name__ == "__main__":
-    main()

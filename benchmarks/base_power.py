@@ -1,6 +1,6 @@
 """Detection power of ``run --base``: how often a planted slowdown of a ~1 ms step is caught.
 
-    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/base_power.py \
+    JAX_PLATFORMS=cpu .venv/bin/python -m benchmarks base_power \
         [--factors 1.0 1.1 1.3 2.0] [--trials 20] [--neighbour] [--size 64] [--json OUT]
 
 Builds a throwaway git repository with one region whose step is a jitted
@@ -45,9 +45,15 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from grouped import busy_neighbour, git, load_average, run_grouped
+from benchmarks.processes import (
+    ROOT,
+    busy_neighbour,
+    commit_all,
+    gate_env,
+    load_average,
+    run_grouped,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
 SIZE = 64  # the matrix is SIZE x SIZE float32 (``--size``)
 TARGET_S = 1e-3  # the base step's median
 VERDICTS = ("slower", "unchanged", "inconclusive", "faster")
@@ -211,7 +217,7 @@ def table(trials: list[Trial], factors: list[float]) -> str:
     return "\n".join(rows)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--factors", type=float, nargs="+", default=[1.0, 1.1, 1.3, 2.0])
     parser.add_argument("--trials", type=int, default=20)
@@ -227,7 +233,7 @@ def main() -> None:
     parser.add_argument(
         "--scale-k", action="store_true", help="plant K x factor, not a step factor x slower"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     k = args.k or calibrate(args.size)
     base_s, quiet_s = step_s(k, args.size), step_s(k, args.size, quantile=0.1)
@@ -236,8 +242,7 @@ def main() -> None:
         f"{quiet_s * 1e3:.2f} ms in-process",
         file=sys.stderr,
     )
-    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env = gate_env()
     trials: list[Trial] = []
     in_process: dict[float, float] = {}
     load_before = load_average()
@@ -246,9 +251,7 @@ def main() -> None:
         (repo / "policies").mkdir(parents=True)
         (repo / "steps.py").write_text(STEPS.format(size=args.size, k=k))
         (repo / "policies" / "power.yaml").write_text(policy(args))
-        git(repo, "init", "-q", "-b", "main")
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", "base")
+        commit_all(repo)
         report = Path(scratch) / "report.json"
         for factor in args.factors:
             # The planted slowdown: the working tree's K (the head is the tree as is).
@@ -291,7 +294,3 @@ def main() -> None:
             "trials": [asdict(t) for t in trials],
         }
         args.json.write_text(json.dumps(document, indent=2) + "\n")
-
-
-if __name__ == "__main__":
-    main()

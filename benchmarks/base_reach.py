@@ -5,7 +5,7 @@ pull requests on top of it: one that changes README.md only (no region's files),
 changes one region's module. Each is timed as ``transfer-gate run --base HEAD`` and as a plain
 ``transfer-gate run``, alternately, and the medians' ratio printed (targets: 1.10x, 1.25x).
 
-    python benchmarks/base_reach.py [--regions 20] [--rounds 3]
+    python -m benchmarks base_reach [--regions 20] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from benchmarks.processes import commit_all, gate_env, git, timed
 
 MODULE = """
 import jax
@@ -44,29 +44,19 @@ def build(repo: Path, regions: int) -> None:
         rows.append(f'  - {{name: r{i}, step: "r{i}:step", setup: "r{i}:make"}}\n')
     (repo / "policies" / "p.yaml").write_text("version: 1\nregions:\n" + "".join(rows))
     (repo / "README.md").write_text("a repository\n")
-    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
-    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=repo, check=True)
-    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
-    subprocess.run([*git, "commit", "-qm", "base"], cwd=repo, check=True)
+    commit_all(repo)
 
 
-def timed(repo: Path, *args: str) -> float:
-    started = time.perf_counter()
-    done = subprocess.run(
-        [*GATE, "run", *args], cwd=repo, capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        raise SystemExit(
-            f"transfer-gate run {' '.join(args)}: exit {done.returncode}\n{done.stdout}"
-        )
-    return time.perf_counter() - started
+def run(repo: Path, *args: str) -> float:
+    """Wall seconds of ``transfer-gate run ARGS`` in ``repo`` (a compilation cache as set here)."""
+    return timed([*GATE, "run", *args], repo, gate_env(keep_cache=True))[0]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--regions", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
-    options = parser.parse_args()
+    options = parser.parse_args(argv)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     with tempfile.TemporaryDirectory() as scratch:
         repo = Path(scratch) / "repo"
@@ -78,18 +68,14 @@ def main() -> None:
         print(f"| change ({options.regions} regions) | run | run --base HEAD | ratio | target |")
         print("|---|---|---|---|---|")
         for what, (name, text) in changes.items():
-            subprocess.run(["git", "checkout", "-q", "--", "."], cwd=repo, check=True)
+            git(repo, "checkout", "-q", "--", ".")
             (repo / name).write_text(text)
-            timed(repo)  # a warm start for both: caches, the base's worktree folder
+            run(repo)  # a warm start for both: caches, the base's worktree folder
             plain, based = [], []
             for _ in range(options.rounds):
-                plain.append(timed(repo))
-                based.append(timed(repo, "--base", "HEAD"))
+                plain.append(run(repo))
+                based.append(run(repo, "--base", "HEAD"))
             p, b = statistics.median(plain), statistics.median(based)
             target = TARGETS[what]
             mark = "met" if b / p <= target else "missed"
             print(f"| {what} | {p:.2f} s | {b:.2f} s | {b / p:.2f}x | {target:.2f}x ({mark}) |")
-
-
-if __name__ == "__main__":
-    main()

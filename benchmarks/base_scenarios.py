@@ -1,6 +1,6 @@
 """``run --base``'s scenarios through the real CLI, on whatever device JAX finds here.
 
-    python benchmarks/base_scenarios.py [--expect tpu] [--json OUT]
+    python -m benchmarks base_scenarios [--expect tpu] [--json OUT]
 
 For a machine with an accelerator (a TPU chip admits one process at a time), where the
 test suite's CPU checks of the same behaviour cannot say it holds: each scenario builds a
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import sys
 import tempfile
 import time
@@ -38,9 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grouped import git, run_grouped
+from benchmarks.processes import commit_all, gate_env, run_grouped
 
-ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 600
 
 STEPS = '''
@@ -76,9 +74,11 @@ step_c = _loop(LOOPS[2])
 step_d = _loop(LOOPS[3])
 '''
 
+# An unchanged region is compared all the same (its footprint would otherwise run it once).
 POLICY = """
 version: 1
 suite: s
+defaults: {compare: always}
 regions:
   - {name: a, step: "steps:step_a", setup: "steps:make"}
   - {name: b, step: "steps:step_b", setup: "steps:make"}
@@ -142,6 +142,7 @@ def step(x):
 DEVICE_POLICY = """
 version: 1
 suite: k
+defaults: {compare: always}
 regions:
   - {name: by-kind, step: "steps:step", setup: "steps:make"}
 """
@@ -158,8 +159,7 @@ class Outcome:
 
 def gate(repo: Path, *args: str) -> tuple[int, dict[str, Any] | None, str]:
     """``python -m gate ARGS`` in ``repo``: exit code, the JSON report (if --json), output."""
-    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env = gate_env()
     report = repo.parent / "r.json"
     report.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "gate", *args]
@@ -181,9 +181,7 @@ def repository(folder: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_text(text)
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
+    commit_all(repo)
     return repo
 
 
@@ -321,13 +319,13 @@ def device_at_import(kind: str) -> Callable[[Path], tuple[int, bool, str]]:
 SIZE_HELP = "the matrices' side (default 128; 1024 on a TPU or GPU)"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--expect", default="cpu", help="the device kind: tpu, gpu or cpu")
     parser.add_argument("--json", type=Path, help="write every outcome here")
     parser.add_argument("--only", nargs="*", help="run only these scenarios")
     parser.add_argument("--size", type=int, default=128, help=SIZE_HELP)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     scenarios: dict[str, Callable[[Path], tuple[int, bool, str]]] = {
         "unchanged": functools.partial(run_unchanged, size=args.size),
         "slower 1.3x": functools.partial(run_slower, size=args.size),
@@ -357,7 +355,3 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps([o.__dict__ for o in outcomes], indent=2) + "\n")
     return 0 if all(o.ok for o in outcomes) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

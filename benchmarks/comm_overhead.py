@@ -1,6 +1,6 @@
 """What reading a step's collectives and donations costs: ms per region, side by side.
 
-    .venv/bin/python benchmarks/comm_overhead.py [--runs N]
+    .venv/bin/python -m benchmarks comm_overhead [--runs N]
 
 On 8 CPU devices (set here, before jax is imported, unless ``JAX_PLATFORMS`` names another
 platform: ``JAX_PLATFORMS=tpu`` on a TPU), for a data-parallel, an FSDP, a tensor-parallel and
@@ -22,29 +22,27 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.processes import ROOT
+
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-from jax.sharding import AxisType, NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-import gate.witness.costs  # noqa: E402
-from examples.mlp import make_inputs, train_step  # noqa: E402
-from gate.jaxhooks.executables import every_execution_seen  # noqa: E402
-from gate.results.collectives import Communication  # noqa: E402
-from gate.user_code import UserCode  # noqa: E402
-from gate.witness.costs import measure_step  # noqa: E402
-from gate.witness.programs import read_programs  # noqa: E402
+import gate.witness.costs
+from examples.mlp import make_inputs, train_step
+from gate.jaxhooks.executables import every_execution_seen
+from gate.results.collectives import Communication
+from gate.user_code import UserCode
+from gate.witness.costs import measure_step
+from gate.witness.programs import read_programs
 
 try:
     from jax import shard_map
@@ -117,14 +115,16 @@ def median_ms(samples: list[float]) -> str:
     return f"{median * 1e3:7.2f} ms (p25 {q1 * 1e3:.2f}, p75 {q3 * 1e3:.2f})"
 
 
-def unread(executed: Any, user: Any, warned: Any = ()) -> tuple[Communication, tuple[()]]:
+def unread(
+    executed: Any, user: Any, warned: Any = (), modules: Any = None
+) -> tuple[Communication, tuple[()]]:
     return Communication(), ()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--runs", type=int, default=30)
-    runs = parser.parse_args().runs
+    runs = parser.parse_args(argv).runs
     platform = jax.devices()[0].platform
     print(f"jax {jax.__version__}, {jax.device_count()} {platform} devices, os.getloadavg() "
           f"{os.getloadavg()[0]:.2f} at start")  # fmt: skip
@@ -161,7 +161,3 @@ def main() -> None:
         print(f"  cost run, text left unread       {median_ms(without)}")
         print(f"  reading the text alone           {median_ms(reading)}")
     print(f"\nos.getloadavg() {os.getloadavg()[0]:.2f} at the end")
-
-
-if __name__ == "__main__":
-    main()

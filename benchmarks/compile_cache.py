@@ -1,6 +1,6 @@
 """What a kept JAX compilation cache saves: `transfer-gate run` with an empty and a warm one.
 
-    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/compile_cache.py [--rounds 3] [PATH ...]
+    JAX_PLATFORMS=cpu .venv/bin/python -m benchmarks compile_cache [--rounds 3] [PATH ...]
 
 Runs the gate on PATH (default: the shipped example, ``policies/``) from the repository
 root, with ``JAX_COMPILATION_CACHE_DIR`` set to
@@ -17,17 +17,14 @@ time of each run and the medians, with the command that reproduces them.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from grouped import run_grouped
+from benchmarks.processes import ROOT, gate_env, timed
 
-ROOT = Path(__file__).resolve().parent.parent
 # The console script beside this interpreter: what the workflows run.
 GATE = Path(sys.executable).with_name("transfer-gate")
 TIMEOUT_S = 900
@@ -35,14 +32,8 @@ TIMEOUT_S = 900
 
 def gate_run(paths: list[str], cache: Path, reports: Path) -> float:
     """Seconds of one `transfer-gate run` with ``cache`` as JAX's persistent cache."""
-    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(cache)}
     argv = [str(GATE), "run", "--junit", str(reports / "r.xml"), *paths]
-    started = time.perf_counter()
-    proc = run_grouped(argv, ROOT, env, TIMEOUT_S)
-    seconds = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise SystemExit(f"transfer-gate run exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")
-    return seconds
+    return timed(argv, ROOT, gate_env(cache=cache), timeout_s=TIMEOUT_S)[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,7 +66,3 @@ def main(argv: list[str] | None = None) -> int:
         f"({100 * (1 - warm_median / cold_median):.0f}%)"
     )
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """What watching a step costs: the shipped MLP step, plain and under the gate's map.
 
-    .venv/bin/python benchmarks/gate_overhead.py [--runs N] [--live-rounds N]
+    .venv/bin/python -m benchmarks gate_overhead [--runs N] [--live-rounds N]
 
 Prints medians (and the interquartile range) of:
 - the plain step (what the timed runs measure);
@@ -31,14 +31,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.processes import ROOT
+from benchmarks.worker import as_a_worker
 
-from gate.witness.guard_log import prepare_environment  # noqa: E402  (before jax loads)
-
-prepare_environment(os.environ)
+as_a_worker()  # the environment before JAX starts, the backend, the jit context: a worker's
 
 import jax  # noqa: E402
 
@@ -119,11 +116,11 @@ def stage_message_cost(runs: int) -> list[float]:
         os.close(write_end)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--live-rounds", type=int, default=5, choices=range(1, 101), metavar="N")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     code = UserCode(ROOT)
     log_all = GuardSpec.uniform(GuardLevel.LOG_EXPLICIT)
 
@@ -169,8 +166,8 @@ def main() -> None:
         for round_ in range(args.live_rounds):
             # Alternating, each first in turn, so that load drifts hit both alike.
             pair = [(live, [*gate, "--color", "always"], True), (quiet, [*gate, "-q"], False)]
-            for samples, argv, terminal in pair if round_ % 2 == 0 else pair[::-1]:
-                samples.append(timed_run(argv, 600, terminal=terminal))
+            for samples, command, terminal in pair if round_ % 2 == 0 else pair[::-1]:
+                samples.append(timed_run(command, 600, terminal=terminal))
     frames = stage_message_cost(args.runs)
 
     device = jax.devices()[0]
@@ -185,7 +182,3 @@ def main() -> None:
         f"{spread(quiet)}: ratio {on_tty / off:.3f} (medians)"
     )
     print(f"one stage message   {quartiles(frames)}")
-
-
-if __name__ == "__main__":
-    main()

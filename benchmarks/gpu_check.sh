@@ -18,5 +18,5 @@ python3 -m gate doctor --expect gpu 2>&1 | tee "$out/doctor.log" || status=1
 python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gpu-tests.log" || status=1
 python3 -m gate run --json "$out/policies.json" --junit "$out/policies.xml" 2>&1 \
   | tee "$out/policies.log" || status=1
-python3 benchmarks/gate_overhead.py 2>&1 | tee "$out/overhead.log" || status=1
+python3 -m benchmarks gate_overhead 2>&1 | tee "$out/overhead.log" || status=1
 exit "$status"

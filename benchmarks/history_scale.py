@@ -1,6 +1,6 @@
 """``transfer-gate history`` at scale: 1,000 reports of 100 regions, the page made and used.
 
-    .venv/bin/python benchmarks/history_scale.py [--reports 1000] [--regions 100]
+    .venv/bin/python -m benchmarks history_scale [--reports 1000] [--regions 100]
 
 Runs the gate once on a throwaway repository for one real JSON report (a clean region and one
 with an implicit transfer), then writes ``--reports`` reports of ``--regions`` regions made
@@ -122,11 +122,11 @@ def make_reports(template: dict, folder: Path, reports: int, regions: int) -> in
     return written
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reports", type=int, default=1000)
     parser.add_argument("--regions", type=int, default=100)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="history-scale-") as temporary:
         work = Path(temporary)
         template = template_report(work)
@@ -171,7 +171,3 @@ def main() -> int:
             f"{found['table_ms']:.0f} ms (the whole headless run {opened:.1f} s)"
         )
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """What watching a step's device memory costs a region: the counts, the judging, side by side.
 
-    .venv/bin/python benchmarks/leak_overhead.py [--rounds N]
+    .venv/bin/python -m benchmarks leak_overhead [--rounds N]
 
 On the CPU unless ``JAX_PLATFORMS`` names another platform (``JAX_PLATFORMS=tpu`` on a TPU).
 
@@ -23,29 +23,27 @@ import argparse
 import gc
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.processes import ROOT
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import equinox  # noqa: E402, F401  (a real project's heap: the walk and the collection see it)
-import flax.nnx  # noqa: E402, F401
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import optax  # noqa: E402, F401
+import equinox  # noqa: F401  (a real project's heap: the walk and the collection see it)
+import flax.nnx  # noqa: F401
+import jax
+import jax.numpy as jnp
+import optax  # noqa: F401
 
-import gate.region.engine  # noqa: E402
-from examples.mlp import make_inputs, train_step  # noqa: E402
-from gate.api import check_region  # noqa: E402
-from gate.policy.model import LeakRule  # noqa: E402
-from gate.region.leaks import judge_memory  # noqa: E402
-from gate.user_code import UserCode  # noqa: E402
-from gate.witness.live_arrays import LiveArrays  # noqa: E402
+import gate.region.engine
+from examples.mlp import make_inputs, train_step
+from gate.api import check_region
+from gate.policy.model import LeakRule
+from gate.region.leaks import judge_memory
+from gate.user_code import UserCode
+from gate.witness.live_arrays import LiveArrays
 
 
 def median_ms(fn: Callable[[], Any], runs: int) -> tuple[float, float, float]:
@@ -151,15 +149,11 @@ def region(rounds: int) -> None:
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--rounds", type=int, default=20)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print(f"jax {jax.__version__}, {jax.devices()[0].platform}")
     counting(args.rounds)
     judging(args.rounds)
     region(args.rounds)
-
-
-if __name__ == "__main__":
-    main()

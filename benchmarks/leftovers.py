@@ -1,9 +1,9 @@
 """What regions leave behind in a worker, with and without the worker's handling between them.
 
-    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/leftovers.py [--regions 500]
+    JAX_PLATFORMS=cpu .venv/bin/python -m benchmarks leftovers [--regions 500]
 
 Runs N regions in this process as a worker runs them (gate.isolation.leftovers): each a
-distinct small jitted training step (gate_vs_floor.py's), called 6 times under the region's
+distinct small jitted training step (`benchmarks.regions`), called 6 times under the region's
 own jit context with fresh inputs from a shared setup. Twice, each in a process of its own:
 with nothing done between regions (``none``: what the worker did before issue 40) and as the
 worker does now (``leftovers``): each region's jitted step lets go of its programs when the
@@ -23,11 +23,9 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-from grouped import run_grouped
-
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.processes import ROOT, gate_env, run_grouped
+from benchmarks.worker import steps_in_a_worker
 
 
 def _rss_mb() -> float:
@@ -37,13 +35,13 @@ def _rss_mb() -> float:
 
 def regions(mode: str, n: int) -> dict[str, object]:
     """N regions in this process; what they left, as the module docstring lists."""
+    steps_in_a_worker(n, "leftovers-")
+    import bench_steps  # type: ignore[import-not-found]
     import jax
-    import jax.numpy as jnp
 
     from gate.isolation.leftovers import Leftovers
     from gate.jaxhooks.programs import RegionPrograms, shared_programs
 
-    jax.devices()
     leftovers = Leftovers()
     leftovers.after_startup()
     collecting = [0.0, 0.0]  # seconds so far, start of the running collection
@@ -56,39 +54,17 @@ def regions(mode: str, n: int) -> dict[str, object]:
 
     gc.callbacks.append(timed)
 
-    def make_inputs() -> tuple[jax.Array, jax.Array, jax.Array]:
-        x_key, y_key, w_key = jax.random.split(jax.random.PRNGKey(0), 3)
-        w = jax.nn.initializers.glorot_normal()(w_key, (8, 1))
-        return w, jax.random.normal(x_key, (32, 8)), jax.random.normal(y_key, (32, 1))
-
-    def make_step(i: int) -> object:
-        depth, width, scale = 1 + i % 3, 8 + 4 * (i % 5), 0.01 * (i + 1)
-
-        def loss(w: jax.Array, x: jax.Array, y: jax.Array) -> jax.Array:
-            h = x
-            for layer in range(depth):
-                h = jnp.tanh(h * (scale + layer)) + jnp.sin(h * (i + 1))
-            z = jnp.concatenate([h] * (width // 8 + 1), axis=1)[:, :8]
-            return jnp.mean((z @ w - y) ** 2)
-
-        def step(w: jax.Array, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
-            value, grad = jax.value_and_grad(loss)(w, x, y)
-            return w - scale * grad, value
-
-        return jax.jit(step)
-
-    kept, cpu, collected, watched, memory = [], [], [], [], []
+    cpu, collected, watched, memory = [], [], [], []
     for i in range(n):
         if mode == "leftovers" and i:  # as the worker: after a region
             leftovers.between_regions()
         started, before = time.process_time(), collecting[0]
-        step = make_step(i)
-        kept.append(step)  # as the user's module keeps it
+        step = getattr(bench_steps, f"step_{i}")  # the user's module keeps it
         programs = RegionPrograms()
         with programs.entered():
             for _ in range(6):
                 with shared_programs():
-                    inputs = make_inputs()
+                    inputs = bench_steps.make_inputs()
                 jax.block_until_ready(step(*inputs))  # type: ignore[operator]
         if mode == "leftovers":
             programs.let_go(step)  # as the engine, once the region is done with it
@@ -107,25 +83,17 @@ def regions(mode: str, n: int) -> dict[str, object]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--regions", type=int, default=500)
     parser.add_argument("--mode", choices=["none", "leftovers"], help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.mode:  # one mode, in this process
         print(json.dumps(regions(args.mode, args.regions)))
         return
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
     for mode in ("none", "leftovers"):
-        command = [sys.executable, __file__, "--regions", str(args.regions), "--mode", mode]
-        done = run_grouped(command, ROOT, env, 3600)
+        command = [sys.executable, "-m", "benchmarks", "leftovers", "--regions", str(args.regions)]
+        done = run_grouped([*command, "--mode", mode], ROOT, gate_env(keep_cache=True), 3600)
         if done.returncode != 0:
             raise SystemExit(f"{mode}: exited {done.returncode}:\n{done.stderr[-3000:]}")
         print(done.stdout.strip(), flush=True)
-
-
-if __name__ == "__main__":
-    main()

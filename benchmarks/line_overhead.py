@@ -1,8 +1,8 @@
 """What work by line and op time by line add to a region: ms per region, side by side.
 
-    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/line_overhead.py [--runs N]
+    JAX_PLATFORMS=cpu .venv/bin/python -m benchmarks line_overhead [--runs N]
 
-For the shipped MLP step and the flax CNN and transformer of realistic_steps.py (written to
+For the shipped MLP step and the flax CNN and transformer of `benchmarks.regions` (written to
 a throwaway folder, so that their lines are a user's), each measured ``--runs`` times,
 alternating (A B A B ...) so that load on the machine hits both sides alike:
 
@@ -22,28 +22,26 @@ import argparse
 import importlib.util
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks.processes import ROOT
+from benchmarks.regions import MODELS
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import jax  # noqa: E402
-from realistic_steps import MODELS  # noqa: E402
+import jax
 
-from examples.mlp import make_inputs, train_step  # noqa: E402
-from gate.jaxhooks.executables import every_execution_seen  # noqa: E402
-from gate.user_code import UserCode  # noqa: E402
-from gate.witness.line_work import line_table, program_ops_of  # noqa: E402
-from gate.witness.op_times import op_times  # noqa: E402
-from gate.witness.programs import parsed_programs  # noqa: E402
-from gate.witness.run_settings import TRACES_ENV  # noqa: E402
+from examples.mlp import make_inputs, train_step
+from gate.jaxhooks.executables import every_execution_seen
+from gate.user_code import UserCode
+from gate.witness.line_work import line_table, program_ops_of
+from gate.witness.op_times import op_times
+from gate.witness.programs import parsed_programs
+from gate.witness.run_settings import TRACES_ENV
 
 Step = tuple[str, Callable[[], Any], Callable[[Any], Any], UserCode]
 
@@ -68,10 +66,10 @@ def ms(samples: list[float]) -> str:
     return f"{statistics.median(samples) * 1e3:.1f} ms (p25-p75 {q[0] * 1e3:.1f}-{q[2] * 1e3:.1f})"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     os.environ.pop(TRACES_ENV, None)  # traces read, then removed, as outside `run`
     print(f"jax {jax.__version__}, {jax.default_backend()}, load {os.getloadavg()[0]:.1f}")
     print("| step | ops | lines | line table | traced runs | 3 plain runs | tracing adds |")
@@ -107,7 +105,3 @@ def main() -> None:
                 f"| {ms(plain_s)} | {ms(adds)} |"
             )
     print(f"load at the end {os.getloadavg()[0]:.1f}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """``transfer-gate merge`` at scale: shards of many JUnit properties, and of many JSON regions.
 
-    .venv/bin/python benchmarks/merge_scale.py [--properties 40000] [--regions 20000] [--shards 4]
+    .venv/bin/python -m benchmarks merge_scale [--properties 40000] [--regions 20000] [--shards 4]
 
 JUnit: ``--shards`` reports of one suite (one policy file run in several shards), holding
 ``--properties`` distinct ``<property>`` elements between them, each shard's also repeated in
@@ -24,7 +24,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from history_scale import template_report
+from benchmarks.history_scale import template_report
 
 GATE = Path(sys.executable).parent / "transfer-gate"
 
@@ -91,12 +91,12 @@ def timed_merge(output: Path, inputs: list[Path]) -> str:
     )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--properties", type=int, default=40_000)
     parser.add_argument("--regions", type=int, default=20_000)
     parser.add_argument("--shards", type=int, default=4)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="merge-scale-") as temporary:
         work = Path(temporary)
         xml = junit_shards(work, args.properties, args.shards)
@@ -106,7 +106,3 @@ def main() -> int:
         print(f"JSON, {args.regions} regions in {args.shards} shards: ", end="", flush=True)
         print(timed_merge(work / "merged.json", reports))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

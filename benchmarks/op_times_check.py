@@ -1,7 +1,8 @@
-"""Op time by line on this machine's accelerator: what its profiler trace holds, and the gate's
-verdict naming the line whose time grew.
+"""Op time by line on this machine's accelerator: its profiler trace, a slower line named.
 
-    python3 benchmarks/op_times_check.py [--size 2048]
+What its profiler trace holds, and the gate's verdict naming the line whose time grew.
+
+    python3 -m benchmarks op_times_check [--size 2048]
 
 1. In this process (on the default backend, the TPU on a TPU machine): a jitted step with a
    matmul line and an elementwise line, its ops charged to lines (`measure_step_ops`), three
@@ -19,13 +20,11 @@ import argparse
 import gzip
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.processes import ROOT, commit_all, gate_env, run_grouped
 
 STEP = """
 import jax
@@ -97,19 +96,11 @@ def through_the_cli(size: int) -> bool:
     (repo / "policies").mkdir()
     (repo / "steps.py").write_text(STEP.format(size=size))
     (repo / "policies" / "p.yaml").write_text(POLICY)
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
-    for command in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "base"]):
-        subprocess.run([*git, *command], cwd=repo, check=True)
+    commit_all(repo)
     head = STEP.format(size=size).replace("    h = x @ w\n", "    h = ((x @ w) @ w) @ w @ w\n")
     (repo / "steps.py").write_text(head)
-    done = subprocess.run(
-        [sys.executable, "-m", "gate", "run", "--base", "HEAD", "--json", "r.json"],
-        check=False,
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=540,
-    )
+    argv = [sys.executable, "-m", "gate", "run", "--base", "HEAD", "--json", "r.json"]
+    done = run_grouped(argv, repo, gate_env(keep_cache=True), 540)
     print(done.stdout[-4000:])
     if done.returncode not in (0, 1):
         print(done.stderr[-4000:])
@@ -122,21 +113,19 @@ def through_the_cli(size: int) -> bool:
     return bool(grown) and f"steps.py:{matmul}:" in grown[0]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=2048)
     parser.add_argument("--in-process", action="store_true", help="part 1 only (internal)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.in_process:
         raise SystemExit(0 if in_process(args.size) else 1)
     # Part 1 in a process of its own: a TPU chip admits one process, and the gate's worker
     # needs it next.
-    part = [sys.executable, __file__, "--in-process", "--size", str(args.size)]
-    traced = subprocess.run(part, check=False, timeout=300).returncode == 0
+    part = [sys.executable, "-m", "benchmarks", "op_times_check", "--in-process"]
+    done = run_grouped([*part, "--size", str(args.size)], ROOT, gate_env(keep_cache=True), 300)
+    print(done.stdout + done.stderr)
+    traced = done.returncode == 0
     named = through_the_cli(args.size)
     print(f"per-op times in the trace: {traced}; the verdict names the matmul line: {named}")
     raise SystemExit(0 if traced and named else 1)
-
-
-if __name__ == "__main__":
-    main()

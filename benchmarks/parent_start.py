@@ -1,14 +1,14 @@
 """What a run costs before its first worker starts: the gate's own process, from its start.
 
-    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/parent_start.py [--regions 2] [--rounds 5]
+    JAX_PLATFORMS=cpu .venv/bin/python -m benchmarks parent_start [--regions 2] [--rounds 5]
 
-Builds gate_vs_floor.py's repository of N small regions and runs ``transfer-gate run`` of it
-``--rounds`` times, each in a process of its own that marks (seconds since this script started
-it): what the CLI imports before it starts a worker loaded, the first worker process started
-(`gate.isolation.spawn`), its ``Ready`` (JAX imported, the backend up), and the run's end. A
-hand-written script starts JAX at once; everything before the gate's first worker starts is the
-gate's alone, and adds to every run whatever its regions. Prints the medians, and a bare
-interpreter's start beside them.
+Builds the scenarios' repository (`benchmarks.regions`) of N small regions and runs ``transfer-
+gate run`` of it ``--rounds`` times, each in a process of its own that marks (seconds since
+this script started it): what the CLI imports before it starts a worker loaded, the first
+worker process started (`gate.isolation.spawn`), its ``Ready`` (JAX imported, the backend up),
+and the run's end. A hand-written script starts JAX at once; everything before the gate's first
+worker starts is the gate's alone, and adds to every run whatever its regions. Prints the
+medians, and a bare interpreter's start beside them.
 """
 
 from __future__ import annotations
@@ -27,11 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gate_vs_floor import build
-from grouped import run_grouped
+# The child that marks the moments imports only this module and the gate: the regions'
+# set-up is imported where the repository is built.
+from benchmarks.processes import ROOT, gate_env, run_grouped
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 TIMEOUT_S = 600
 
 
@@ -96,11 +95,9 @@ class _ReadyWatch(importlib.abc.MetaPathFinder):
 
 
 def _measured(repo: Path) -> dict[str, float]:
-    path = [str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))}
-    here = str(Path(__file__).resolve())
-    command = [sys.executable, here, "--child", str(time.time()), str(repo)]
-    done = run_grouped(command, repo, env, TIMEOUT_S)
+    command = [sys.executable, "-m", "benchmarks", "parent_start", "--child"]
+    command += [str(time.time()), str(repo)]
+    done = run_grouped(command, repo, gate_env(keep_cache=True), TIMEOUT_S)
     if done.returncode != 0:
         said = done.stdout + (done.stderr or "")
         raise SystemExit(f"the gate's run exited {done.returncode}:\n{said[-3000:]}")
@@ -113,15 +110,17 @@ def _bare() -> float:
     return time.time() - started
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--regions", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--child", nargs=2, metavar=("STARTED", "REPO"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.child:
         _child(float(args.child[0]), Path(args.child[1]))
         return
+    from benchmarks.regions import build
+
     with tempfile.TemporaryDirectory() as scratch:
         repo = Path(scratch) / "repo"
         build(repo, args.regions)
@@ -135,7 +134,3 @@ def main() -> None:
     print(f"| (a bare interpreter, started and gone) | {bare:.3f} |")
     for moment in rounds[0]:
         print(f"| {moment} | {statistics.median(r[moment] for r in rounds):.3f} |")
-
-
-if __name__ == "__main__":
-    main()

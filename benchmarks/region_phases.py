@@ -1,16 +1,16 @@
 """Where a region's time goes: the gate's stages against the floor's phases, region by region.
 
-    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/region_phases.py [--regions 20] [--rounds 2] \
+    JAX_PLATFORMS=cpu .venv/bin/python -m benchmarks region_phases [--regions 20] [--rounds 2] \
         [--profile] [--settrace] [--parts]
 
-Builds gate_vs_floor.py's repository of N distinct small steps and runs, each in a process of
-its own (alternating, ``--rounds`` times each):
+Builds the scenarios' repository (`benchmarks.regions`) of N distinct small steps and runs,
+each in a process of its own (alternating, ``--rounds`` times each):
 
 - the gate: `gate.region.engine.run_region` on every region, as a worker runs them (the
   environment prepared before JAX starts, what regions leave released between them, no traced
   runs: a plain run), each stage timed from the engine's own announcements
   (`gate.region.stages`), and what is left of the region after its last stage;
-- the floor: gate_vs_floor.py's hand-written phases for the same steps (first call, 2
+- the floor (`benchmarks.floor`): the hand-written phases for the same steps (first call, 2
   warm-ups, 3 guarded runs, 20 timed runs, the finite check), each timed;
 - with ``--parts``, the gate once more with each part of a region timed (`region_parts`:
   what the engine calls and enters, the mapped runs' parts by phase), ms a region by part;
@@ -40,14 +40,13 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from gate_vs_floor import build
-from grouped import run_grouped
-from region_parts import Parts, wrap_parts
+from benchmarks.floor import phase_means
+from benchmarks.processes import gate_env, run_grouped
+from benchmarks.region_parts import Parts, wrap_parts
+from benchmarks.regions import build
+from benchmarks.worker import as_a_worker
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 TIMEOUT_S = 900
-FIRST_CALL, WARMUP, GUARDED, REPEATS = "first call", "warm-up", "guarded runs", "timed runs"
 SETTRACE = "gate, map on sys.settrace"
 PARTS = "gate, by part"
 
@@ -64,9 +63,7 @@ def _gate(
     """Each stage's seconds over regions 2..N, run as a worker runs them, and N - 1; with
     ``profile``, regions 2..N under cProfile, its top functions printed; with ``parts``, every
     part of a region timed into it (`region_parts.wrap_parts`)."""
-    from gate.isolation.environment import prepare_environment
-
-    prepare_environment(os.environ)
+    as_a_worker()
     os.environ["TRANSFER_GATE_OP_TIMES"] = ""  # a plain run: no region's time is compared
     from gate.isolation.leftovers import Leftovers
     from gate.policy.load import load_policy
@@ -74,12 +71,6 @@ def _gate(
     from gate.region.stages import Stage, listening
 
     policy = load_policy(repo / "policies" / "bench.yaml", repo)
-    import jax
-
-    from gate.jaxhooks.programs import made_at_startup
-
-    jax.devices()  # as a worker starts: its memory from here on is what regions leave
-    made_at_startup()
     if parts is not None:
         wrap_parts(parts)
     leftovers = Leftovers()
@@ -111,52 +102,6 @@ def _gate(
     return spent, len(policy.regions) - 1
 
 
-def _floor(repo: Path) -> tuple[Counter[str], int]:
-    """The floor's phases over regions 2..N, and N - 1."""
-    import jax
-    import numpy as np
-
-    sys.path.insert(0, str(repo))
-    import bench_steps  # type: ignore[import-not-found]
-
-    spent: Counter[str] = Counter()
-
-    def timed(phase: str, index: int, run: object) -> object:
-        start = time.perf_counter()
-        out = run()  # type: ignore[operator]
-        if index:
-            spent[phase] += time.perf_counter() - start
-        return out
-
-    for index in range(bench_steps.N_REGIONS):
-        step = getattr(bench_steps, f"step_{index}")
-
-        def once(step: object = step) -> object:
-            return jax.block_until_ready(step(*bench_steps.make_inputs()))  # type: ignore[operator]
-
-        def guarded(step: object = step) -> object:
-            inputs = bench_steps.make_inputs()
-            with jax.transfer_guard("disallow"):
-                return jax.block_until_ready(step(*inputs))  # type: ignore[operator]
-
-        timed(FIRST_CALL, index, once)
-        for _ in range(2):
-            timed(WARMUP, index, once)
-        for _ in range(3):
-            timed(GUARDED, index, guarded)
-        out = None
-        for _ in range(20):
-            out = timed(REPEATS, index, once)
-
-        def finite(out: object = out) -> bool:
-            leaves = jax.tree_util.tree_leaves(out)
-            return all(np.isfinite(np.asarray(leaf)).all() for leaf in leaves)
-
-        if not timed("finite check", index, finite):
-            raise SystemExit(f"step_{index}: not finite")
-    return spent, bench_steps.N_REGIONS - 1
-
-
 def _child(which: str, repo: Path) -> None:
     os.chdir(repo)
     if which == SETTRACE:
@@ -171,16 +116,19 @@ def _child(which: str, repo: Path) -> None:
         _, regions = _gate(repo, parts=parts)
         spent = parts.spent
     else:
-        spent, regions = (_floor if which == "floor" else _gate)(repo)
+        spent, regions = _gate(repo)
     print(json.dumps({stage: seconds / regions for stage, seconds in spent.items()}))
 
 
 def _measured(which: str, repo: Path) -> dict[str, float]:
-    # Before what the caller's PYTHONPATH holds (a device's JAX and the gate's wheels), not instead.
-    path = [str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))}
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", which, str(repo)]
+    env = gate_env()
+    if which == "floor":  # the floor's script, its phases written beside it
+        times = repo.parent / "floor-phases.json"
+        done = run_grouped([sys.executable, "floor.py", str(times)], repo, env, TIMEOUT_S)
+        if done.returncode != 0:
+            raise SystemExit(f"the floor exited {done.returncode}:\n{done.stderr[-3000:]}")
+        return phase_means(json.loads(times.read_text()))
+    command = [sys.executable, "-m", "benchmarks", "region_phases", "--child", which, str(repo)]
     done = run_grouped(command, repo, env, TIMEOUT_S)
     if done.returncode != 0:
         said = done.stdout + (done.stderr or "")
@@ -190,7 +138,7 @@ def _measured(which: str, repo: Path) -> dict[str, float]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--regions", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2)
@@ -210,7 +158,7 @@ def main() -> None:
         help="then one more gate run with every part of a region timed (region_parts.py)",
     )
     parser.add_argument("--child", nargs=2, metavar=("WHICH", "REPO"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.child:
         _child(args.child[0], Path(args.child[1]))
         return
@@ -246,7 +194,3 @@ def main() -> None:
         print("| part | ms |\n|---|---|")
         for part, seconds in sorted(by_part.items(), key=lambda item: -item[1]):
             print(f"| {part} | {seconds * 1e3:.2f} |")
-
-
-if __name__ == "__main__":
-    main()

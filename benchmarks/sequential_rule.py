@@ -1,6 +1,6 @@
 """The sequential timing rule's error rates and rounds, simulated: the figures in docs/compare.md.
 
-    .venv/bin/python benchmarks/sequential_rule.py [--regions 20000] [--seed 0]
+    .venv/bin/python -m benchmarks sequential_rule [--regions 20000] [--seed 0]
 
 Runs the gate's own rule (`gate.compare.timing.first_decisions`: the same signed-rank tests
 at the same looks, with the default ``timing:`` settings) on many simulated regions at once,
@@ -21,14 +21,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
-
-# The checkout's gate, whatever is installed.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gate.compare.timing import (
     ALPHA_FAIL,
@@ -55,11 +50,11 @@ def lottery(rng: np.random.Generator, regions: int, ratio: float) -> Draw:
     return lambda n: np.log(run(n, ratio) / run(n, 1.0))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--regions", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rule = TimingRule()
     schedule = looks(rule.rounds, rule.max_rounds)
     level = look_levels(rule.rounds, rule.max_rounds)
@@ -97,7 +92,3 @@ def main() -> None:
         codes, _ = first_decisions(draw, schedule, rule.max_slowdown, level)
         failed = (codes.reshape(runs, 20) == VERDICT_CODES.index("slower")).any(axis=1)
         print(f"- {name}: {int(failed.sum())} of {runs}")
-
-
-if __name__ == "__main__":
-    main()

@@ -5,35 +5,28 @@
 #   1. doctor --expect tpu, and doctor and run while another process holds the chip;
 #   2. the shipped policies (--require-platform tpu) and the example policies (they must fail);
 #   3. the tests marked `tpu`;
-#   4. run --base's scenarios through the real CLI (benchmarks/base_scenarios.py), a module
-#      that picks its TPU at import among them;
-#   5. the gate's own cost: plain and --base against hand-written scripts (gate_vs_floor.py),
-#      a planted 1.3x slowdown caught and an unchanged tree passed (base_power.py), and reading
-#      the programs' collectives (comm_overhead.py), and counting the live device arrays and
-#      judging a leak (leak_overhead.py);
+#   4. run --base's scenarios through the real CLI (`python -m benchmarks base_scenarios`), a
+#      module that picks its TPU at import among them;
+#   5. the gate's own cost: plain and --base against hand-written scripts (gate_vs_floor),
+#      a planted 1.3x slowdown caught and an unchanged tree passed (base_power), and reading
+#      the programs' collectives (comm_overhead), and counting the live device arrays and
+#      judging a leak (leak_overhead);
 #   6. libtpu's start-up warning shown once per run;
 #   7. op time by line: what the TPU's profiler trace holds, a slower verdict naming the line
-#      whose op time grew (op_times_check.py), and what the per-line tables and the traced runs
-#      add to a region (line_overhead.py);
+#      whose op time grew (op_times_check), and what the per-line tables and the traced runs
+#      add to a region (line_overhead);
 #   8. (section `growth`, not run by default) what a region costs at the start of a run and at
 #      its end, over 100 and 500 regions, and the worker's memory (issue 40);
 #   9. (section `phases`, not run by default) where inside a region the gate's time goes,
-#      stage by stage, against the floor's phases, and part by part (region_phases.py --parts);
+#      stage by stage, against the floor's phases, and part by part (region_phases --parts);
 #  10. (section `start`, not run by default) what a run costs before its first worker starts
-#      (parent_start.py);
-#  11. (retired) `turns`: where a `run --base` worker holding both trees spent its time
-#      (base_turns.py, in git history before each tree had a worker of its own);
-#  12. (section `probe`, not run by default) what the transfer map's capture probe costs, part
-#      by part (probe_cost.py);
-#  13. (section `costrun`, not run by default) what the cost run adds to a run of the step, part
-#      by part (cost_run_parts.py);
-#  14. (section `textopts`, not run by default) the programs' text with and without XLA's
-#      backend configs, and the gate's readings of both (program_text_options.py);
-#  15. (section `wait`, not run by default) what a timed run's clock holds: the step alone from
-#      an idle device against the step queued behind setup (timed_run_wait.py).
-# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [trees] [growth] [lines] [map] [floor] [phases] [probe] [costrun] [textopts] [wait] [start]` (default:
-# checks and figures; `lines`, `map` (the example policies: the transfer map works on the chip)
-# and `floor` are parts of them that fit one device call). Logs go to
+#      (parent_start).
+# Every benchmark is a scenario of `python -m benchmarks` (`python -m benchmarks` lists them);
+# the one-off investigations this script once ran (`turns`, `probe`, `costrun`, `textopts`,
+# `wait`) are retired, their findings in docs/performance-log.md.
+# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [trees] [growth] [lines] [map] [floor] [phases] [start]`
+# (default: checks and figures; `lines`, `map` (the example policies: the transfer map works on
+# the chip) and `floor` are parts of them that fit one device call). Logs go to
 # reports/tpu-check/, and as one archive to $OUT (the device tool's folder) when it is set. Needs junit-xml, msgspec, xmlschema and
 # pytest-timeout next to jax; carry them as wheels where the machine has no network (the device
 # tool's README), and add them to PYTHONPATH, never replace it.
@@ -99,7 +92,7 @@ if [[ " $sections " == *" checks "* ]]; then
         tests/test_doctor.py tests/test_detector.py tests/test_on_the_accelerator.py
 
     step "run --base scenarios"
-    expect 0 scenarios.log python3 benchmarks/base_scenarios.py --expect tpu --size 1024 \
+    expect 0 scenarios.log python3 -m benchmarks base_scenarios --expect tpu --size 1024 \
         --json "$out/scenarios.json"
 fi
 
@@ -115,15 +108,15 @@ fi
 if [[ " $sections " == *" checks "* || " $sections " == *" lines "* ]]; then
     step "op time by line: the TPU trace's XLA Ops, and a slower verdict naming its line"
     # Its own process takes the chip first; the gate's worker after it has exited.
-    expect 0 op-times.log python3 benchmarks/op_times_check.py --size 2048
+    expect 0 op-times.log python3 -m benchmarks op_times_check --size 2048
 fi
 
 if [[ " $sections " == *" figures "* || " $sections " == *" lines "* ]]; then
     step "device memory a step keeps: the counts and judging a leak"
-    expect 0 leaks.log env JAX_PLATFORMS=tpu python3 benchmarks/leak_overhead.py --rounds 10
+    expect 0 leaks.log env JAX_PLATFORMS=tpu python3 -m benchmarks leak_overhead --rounds 10
 
     step "what work by line and op time by line add to a region"
-    expect 0 line-overhead.log env JAX_PLATFORMS=tpu python3 benchmarks/line_overhead.py --runs 10
+    expect 0 line-overhead.log env JAX_PLATFORMS=tpu python3 -m benchmarks line_overhead --runs 10
 fi
 
 # `floor` alone: the gate's own cost against hand-written scripts.
@@ -131,11 +124,11 @@ if [[ " $sections " == *" figures "* || " $sections " == *" floor "* ]]; then
     step "the gate against hand-written scripts: 20 regions, plain and --base"
     # Each process opens the chip (6-15 s, varying): FLOOR_ROUNDS=3 gives medians that hold
     # (FLOOR_ROUNDS_100 for the 100 regions: ~85 s a round).
-    expect 0 floor-20.log python3 benchmarks/gate_vs_floor.py --regions 20 \
+    expect 0 floor-20.log python3 -m benchmarks gate_vs_floor --regions 20 \
         --rounds "${FLOOR_ROUNDS:-1}" --growth
 
     step "the gate against a hand-written script: 100 regions, plain"
-    expect 0 floor-100.log python3 benchmarks/gate_vs_floor.py --regions 100 \
+    expect 0 floor-100.log python3 -m benchmarks gate_vs_floor --regions 100 \
         --rounds "${FLOOR_ROUNDS_100:-1}" --no-base --growth
 fi
 
@@ -143,18 +136,18 @@ if [[ " $sections " == *" figures "* ]]; then
     step "run --base: a 1.3x slower step caught, an unchanged one passed"
     # 1024x1024 matmuls: a loop of small ones is the chip's loop overhead, not work that a
     # planted 1.3x more of shows (base_power.py's docstring).
-    expect 0 power.log python3 benchmarks/base_power.py --factors 1.0 1.3 --size 1024 \
+    expect 0 power.log python3 -m benchmarks base_power --factors 1.0 1.3 --size 1024 \
         --trials "${POWER_TRIALS:-5}" --json "$out/power.json"
 
     step "reading the programs' collectives"
-    expect 0 comm.log env JAX_PLATFORMS=tpu python3 benchmarks/comm_overhead.py --runs 20
+    expect 0 comm.log env JAX_PLATFORMS=tpu python3 -m benchmarks comm_overhead --runs 20
 fi
 
 # `trees`: run --base with each tree in a worker of its own, which on a chip hold it in turn
 # (issue 53): power and false alarms, and the cost against the two-tree floor.
 if [[ " $sections " == *" trees "* ]]; then
     step "run --base, each tree's worker in turn: a 1.3x slower step caught, an unchanged one passed"
-    expect 0 trees-power.log python3 benchmarks/base_power.py --factors 1.0 1.3 --size 1024 \
+    expect 0 trees-power.log python3 -m benchmarks base_power --factors 1.0 1.3 --size 1024 \
         --trials "${POWER_TRIALS:-5}" --json "$out/trees-power.json"
 fi
 
@@ -167,25 +160,17 @@ only() {  # only NAME HEADING COMMAND...: COMMAND under HEADING, where section N
         expect 0 "$name.log" "$@"
     fi
 }
-only phases "a region's stages against the floor's phases (region_phases.py)" \
-    python3 benchmarks/region_phases.py --regions 20 --rounds 2 --parts
-only probe "what the transfer map's capture probe costs, part by part (probe_cost.py)" \
-    python3 benchmarks/probe_cost.py --runs 200
-only costrun "what the cost run adds to a run of the step, part by part (cost_run_parts.py)" \
-    python3 benchmarks/cost_run_parts.py --steps 30
-only textopts "the programs' text with and without backend configs (program_text_options.py)" \
-    python3 benchmarks/program_text_options.py --steps 10
-only wait "what a timed run's clock holds (timed_run_wait.py)" \
-    python3 benchmarks/timed_run_wait.py --rounds 8
-only start "what a run costs before its first worker starts (parent_start.py)" \
-    python3 benchmarks/parent_start.py --rounds 5
+only phases "a region's stages against the floor's phases (region_phases)" \
+    python3 -m benchmarks region_phases --regions 20 --rounds 2 --parts
+only start "what a run costs before its first worker starts (parent_start)" \
+    python3 -m benchmarks parent_start --rounds 5
 
 if [[ " $sections " == *" growth "* ]]; then
     # Issue 40: the last 20 regions against the first 20 by their JUnit times (target 1.10x),
     # the worker's memory across the run, and the hand-written script's own, at 100 and 500
     # regions. Long: each size runs twice, the gate and the script.
     step "cost per region as a run goes on: 100 and 500 regions"
-    expect 0 growth.log python3 benchmarks/gate_vs_floor.py --regions --growth 100 500
+    expect 0 growth.log python3 -m benchmarks gate_vs_floor --regions --growth 100 500
 fi
 
 step "done, status $status"

@@ -1,6 +1,6 @@
 """What running regions in worker processes costs (gate.isolation.scheduler, gate.isolation.worker).
 
-    .venv/bin/python benchmarks/worker_overhead.py [--regions N] [--starts K]
+    .venv/bin/python -m benchmarks worker_overhead [--regions N] [--starts K]
 
 Prints:
 - a worker's start-up (spawn until ready: interpreter, ``import jax``, backend
@@ -57,11 +57,11 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--regions", type=int, default=30, help="regions timed each way")
     parser.add_argument("--starts", type=int, default=3, help="fresh workers started")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     from gate.isolation.scheduler import Scheduler
     from gate.policy.load import load_policy
@@ -116,7 +116,3 @@ def main() -> int:
         f"{_ms(statistics.median(overhead))}, {_ms(max(overhead))}"
     )
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,21 +1,25 @@
-"""A command in a process group of its own, the whole group killed afterwards: the benchmarks'
-one way to run the gate (and git, for the trees ``--base`` compares).
+"""How the scenarios start processes: the gate, git, a floor script, a busy neighbour.
 
-``subprocess.run(timeout=...)`` kills only the child: a gate's workers would outlive it and
-hold its pipes open (tests/processes.py explains the same for the tests). Imported by the
-scripts beside it, which run with this folder first on ``sys.path``.
+Each command runs in a process group of its own, the whole group killed afterwards:
+``subprocess.run(timeout=...)`` kills only the child, and a gate's workers would outlive it and
+hold its pipes open (tests/processes.py explains the same for the tests).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
+import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent  # the gate's checkout the scenarios run
 
 # Commits made without the user's or the machine's git configuration.
 GIT_ENV = {
@@ -70,6 +74,58 @@ def git(repo: Path, *args: str) -> None:
     done = run_grouped(["git", *args], repo, {**os.environ, **GIT_ENV}, 60)
     if done.returncode != 0:
         raise SystemExit(f"git {' '.join(args)} in {repo}: {done.stderr.strip()}")
+
+
+def commit_all(repo: Path, message: str = "base") -> None:
+    """``repo`` made a git repository with everything in it committed on ``main``: the base
+    that ``run --base HEAD`` compares the working tree with."""
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", message]):
+        git(repo, *args)
+
+
+def gate_env(
+    gate: Path = ROOT, cache: Path | None = None, *, keep_cache: bool = False
+) -> dict[str, str]:
+    """This environment for a process that runs the gate from the checkout ``gate`` (first on
+    ``PYTHONPATH``, before what the caller's holds: a device's JAX, carried wheels), with
+    ``JAX_COMPILATION_CACHE_DIR`` set to ``cache``, or unset (each process a cold start), or
+    with ``keep_cache`` as this environment has it."""
+    env = dict(os.environ)
+    if not keep_cache:
+        env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(gate), env.get("PYTHONPATH")]))
+    if cache is not None:
+        env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
+    return env
+
+
+def timed(
+    command: list[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    ok: tuple[int, ...] = (0,),
+    timeout_s: float = 1800,
+) -> tuple[float, float]:
+    """Wall and CPU seconds of ``command``; an exit code outside ``ok`` stops the benchmark.
+
+    CPU: user + system of the command and of every process it waited for (the gate's workers),
+    which what else the machine runs changes less than the wall time.
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = run_grouped(command, cwd, env, timeout_s, merge_stderr=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if done.returncode not in ok:
+        tail = textwrap.indent(done.stdout[-3000:], "    ")
+        raise SystemExit(f"{' '.join(command)} exited {done.returncode}:\n{tail}")
+    return wall, cpu
+
+
+def medians(pairs: list[tuple[float, float]]) -> tuple[float, float]:
+    """The median wall and the median CPU seconds of `timed`'s pairs."""
+    return statistics.median(w for w, _ in pairs), statistics.median(c for _, c in pairs)
 
 
 # The issue's busy neighbour: another job on a shared runner, spinning one core all the time.
