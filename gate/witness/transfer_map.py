@@ -467,7 +467,7 @@ def capture_works() -> bool:
     the guard's line names no value (JAX's fast path), but it still names the direction,
     which is all the probe reads. Not waited for: the guard writes its line in the calling
     thread before the copy starts (``disallow`` raises there); on the TPU v5e the wait was
-    ~0.8 ms of the probe (`benchmarks/probe_cost.py`).
+    ~0.8 ms of the probe (`probe_cost.py`, retired in `2a3c02b`; docs/performance-log.md).
     """
     warnings_level()
     import jax
