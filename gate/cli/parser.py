@@ -17,7 +17,7 @@ from gate.cli.exit_codes import (
 )
 from gate.files import DEFAULT_POLICIES
 from gate.machine.diagnosis import Platform
-from gate.package import __version__
+from gate.package import __version__, docs_url
 from gate.plan import parse_shard
 from gate.printable import printable
 
@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="transfer-gate",
         allow_abbrev=False,
         description="Fail CI on implicit host/device transfers in JAX code regions "
-        "named by YAML policies.",
+        f"named by YAML policies.\nDocs: {docs_url('README.md')}",
         epilog=_EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -115,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--json",
         metavar="FILE",
-        help="also write the full transfer map as JSON (format: docs/reports.md, 'JSON report')",
+        help="also write the full transfer map as JSON (format: "
+        f"{docs_url('docs/reports.md', 'json-report')})",
     )
     run.add_argument(
         "--baseline",
@@ -244,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="also fail (exit 1) unless the installed jax, jaxlib and GPU plugins meet the "
         "requirements on them in FILE: pyproject.toml (any *.toml) or a pip requirements file; "
-        "repeatable (docs/dependencies.md)",
+        f"repeatable ({docs_url('docs/dependencies.md')})",
     )
 
     merge = commands.add_parser(
@@ -267,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Read the JSON reports of many runs (files, or folders of *.json) and write\n"
         "DIR/index.html (one self-contained page of charts) and DIR/history.json (the same\n"
         "series as data). --check fails on a figure that grew beyond the policy's drift:\n"
-        "bounds over the window (docs/history.md).",
+        f"bounds over the window ({docs_url('docs/history.md')}).",
         epilog=command_exit_codes_help("history"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -323,7 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     schema = commands.add_parser(
         "schema",
         allow_abbrev=False,
-        help="print the JSON Schema of a policy (point an editor at it: docs/policy.md), "
+        help="print the JSON Schema of a policy (for an editor: "
+        f"{docs_url('docs/policy.md')}), "
         "the baseline file or the JSON report",
     )
     schema.add_argument(

@@ -59,7 +59,7 @@ from gate.machine.settings import (
     Setting,
     read_settings,
 )
-from gate.package import __version__
+from gate.package import __version__, docs_url
 
 
 @dataclass(frozen=True)
@@ -348,6 +348,7 @@ def format_diagnosis(diagnosis: Diagnosis, expect: Platform | None = None) -> st
         lines.append(
             "note: on the CPU JAX's guard never sees device-to-host transfers (print(x), "
             "float(x), np.asarray(x)); the gate's own detector judges that direction there "
-            "instead (docs/how-it-works.md), and each region's report says what judged it."
+            f"instead ({docs_url('docs/how-it-works.md')}), and each region's report says what "
+            "judged it."
         )
     return "\n".join(lines)

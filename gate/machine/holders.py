@@ -28,6 +28,7 @@ from pathlib import Path
 
 from gate.machine.devices import gpu_files, tpu_chip_files
 from gate.machine.diagnosis import Platform
+from gate.package import docs_url
 
 # What the runtimes say when another process holds the device, as JAX passes it on. Older
 # libtpu releases wrote the second and third forms ("The TPU is already in use by process
@@ -131,7 +132,7 @@ def busy_device_message(error: str, holders: Holders) -> str:
     )
     advice = (
         "A runner must not share its chips with other jobs: one runner per chip or per host "
-        "(docs/runner-host.md)."
+        f"({docs_url('docs/runner-host.md')})."
     )
     if holders.found:
         who = "; ".join(_described(h) for h in holders.found)

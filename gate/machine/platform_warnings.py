@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gate.package import docs_url
+
 
 @dataclass(frozen=True)
 class KnownWarning:
@@ -37,7 +39,7 @@ KNOWN_WARNINGS: tuple[KnownWarning, ...] = (
             r"enabled\."
         ),
         "it slows the TPU runtime's start and shutdown, not a step the gate times; enabling "
-        "transparent hugepages on the VM removes it (docs/runner-host.md)",
+        f"transparent hugepages on the VM removes it ({docs_url('docs/runner-host.md')})",
     ),
 )
 

@@ -14,8 +14,9 @@ from packaging.version import InvalidVersion, Version
 
 from gate.machine.doctor import Diagnosis
 from gate.machine.requirements import Requirement, RequirementsError, parse_requirement
+from gate.package import docs_url
 
-DEPENDENCIES_DOC = "docs/dependencies.md"
+DEPENDENCIES_DOC = docs_url("docs/dependencies.md")
 
 
 def installed_versions(diagnosis: Diagnosis) -> dict[str, str]:
