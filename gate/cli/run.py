@@ -153,11 +153,15 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
         ),
     )
     tinted = colour(args.color, sys.stdout)
-    # On a terminal every row was just shown live, above: the summary recaps what failed.
-    recap = args.quiet or (is_terminal(sys.stdout) and is_terminal(sys.stderr))
+    # On a terminal every row and its findings were just shown live, above: the summary
+    # names what failed and counts, so that each finding is read once.
+    live_above = is_terminal(sys.stdout) and is_terminal(sys.stderr)
     # The reports first: what the log shows next can fail no run's report.
     _write(result, reports, provenance)
-    say(format_summary(result, color=tinted, quiet=recap, verbose=args.verbose), escapes=tinted)
+    summary = format_summary(
+        result, color=tinted, quiet=args.quiet, verbose=args.verbose, shown_live=live_above
+    )
+    say(summary, escapes=tinted)
     if stored is not None:
         unused = (
             "; step times not compared (--no-timing-baseline)" if args.no_timing_baseline else ""

@@ -94,7 +94,12 @@ def one_line(text: str) -> str:
 
 
 def format_summary(
-    run: RunResult, color: bool = False, *, quiet: bool = False, verbose: bool = False
+    run: RunResult,
+    color: bool = False,
+    *,
+    quiet: bool = False,
+    verbose: bool = False,
+    shown_live: bool = False,
 ) -> str:
     """What a CI log shows for `run`; the last line is exactly ``N passed, N failed``.
 
@@ -102,35 +107,15 @@ def format_summary(
     verdicts (pass it only when writing to a TTY); the count line is never
     coloured so tools can read it. `quiet` leaves out the rows of regions that
     passed; `verbose` lists every transfer of every region, the accepted and the
-    allowed too. No trailing newline.
+    allowed too, and the cost changes that fail nothing. `shown_live`: the rows and their
+    findings were just written to the same terminal (`progress_lines`), so each finding is
+    said once: the summary names the regions that failed and counts. No trailing newline.
     """
     regions = run.regions
-    # Aligned on the rows shown: -q hides the passing ones.
-    width = max((len(r.classname) for r in regions if not (quiet and r.passed)), default=0)
-    lines = []
-    for region in regions:
-        if quiet and region.passed:
-            continue
-        lines.append(_region_line(region, width, color))
-        # The comparison with the base or the stored baseline, one line each, under its row.
-        lines.extend(f"  {label}: {text}" for label, text in comparison_lines(region))
-
-    findings = [
-        line
-        for region in regions
-        if not region.passed
-        or region.notes
-        or region.recompiles
-        or acted_on(region)
-        or _leak(region) is not None
-        for line in _findings(region)
-    ]
-    if verbose:
-        findings.extend(line for region in regions for line in _passing_findings(region))
-    if findings:
-        lines.append("")
-        lines.extend(findings)
-
+    if shown_live:
+        lines = _recap(regions)
+    else:
+        lines = _rows_and_findings(regions, quiet=quiet, verbose=verbose, color=color)
     platforms = sorted({r.platform for r in regions if r.platform})
     if platforms:
         lines.insert(0, f"platform: {'; '.join(platforms)}")
@@ -144,6 +129,64 @@ def format_summary(
         lines.append("")
     lines.append(f"{passed} passed, {len(regions) - passed} failed")
     return "\n".join(lines)
+
+
+def _rows_and_findings(
+    regions: tuple[RegionResult, ...], *, quiet: bool, verbose: bool, color: bool
+) -> list[str]:
+    """Each region's row and comparisons (the failing ones' only, ``quiet``), then the
+    findings of every region that has any."""
+    # Aligned on the rows shown: -q hides the passing ones.
+    width = max((len(r.classname) for r in regions if not (quiet and r.passed)), default=0)
+    lines = []
+    for region in regions:
+        if quiet and region.passed:
+            continue
+        lines.append(_region_line(region, width, color))
+        # The comparison with the base or the stored baseline, one line each, under its row.
+        lines.extend(f"  {label}: {text}" for label, text in shown_comparisons(region, verbose))
+    findings = [line for region in regions if has_findings(region) for line in _findings(region)]
+    if verbose:
+        findings.extend(line for region in regions for line in _passing_findings(region))
+    if findings:
+        lines.append("")
+        lines.extend(findings)
+    return lines
+
+
+def _recap(regions: tuple[RegionResult, ...]) -> list[str]:
+    """After the live rows: which regions failed, by name only (their lines are above)."""
+    failed = [r.classname for r in regions if not r.passed]
+    return [f"failed: {', '.join(failed)} (what to fix is under each row above)"] if failed else []
+
+
+def has_findings(region: RegionResult) -> bool:
+    """Whether ``region`` has lines under its name: it failed, or a note, a recompile, a
+    collective or donation acted on, or a leak is said of it."""
+    return bool(
+        not region.passed
+        or region.notes
+        or region.recompiles
+        or acted_on(region)
+        or _leak(region) is not None
+    )
+
+
+def shown_comparisons(region: RegionResult, verbose: bool = False) -> list[tuple[str, str]]:
+    """`comparison_lines`, less a cost change that fails nothing unless ``verbose``: XLA's
+    figures move a little with most edits, and a line that changes no verdict is noise."""
+    quiet_costs = {
+        against
+        for against, cost in (
+            ("base", region.base.cost if region.base is not None else None),
+            ("baseline", region.cost_vs_baseline),
+        )
+        if cost is not None and cost.compared and not cost.failing
+    }
+    if verbose or not quiet_costs:
+        return comparison_lines(region)
+    hidden = {f"cost vs {against}{by}" for against in quiet_costs for by in ("", " by line")}
+    return [(label, text) for label, text in comparison_lines(region) if label not in hidden]
 
 
 def progress_line(done: int, total: int, region: RegionResult, color: bool = False) -> str:
@@ -162,10 +205,11 @@ def progress_lines(
     done: int, total: int, region: RegionResult, color: bool = False, verbose: bool = False
 ) -> list[str]:
     """`progress_line`, then what the summary says under that region: its comparison lines
-    and, when it failed, the lines to fix; ``verbose`` adds the transfers that pass."""
+    and its findings (the lines to fix, notes, warnings); ``verbose`` adds the transfers that
+    pass and the cost changes that fail nothing."""
     lines = [progress_line(done, total, region, color)]
-    lines.extend(f"  {label}: {text}" for label, text in comparison_lines(region))
-    if not region.passed:
+    lines.extend(f"  {label}: {text}" for label, text in shown_comparisons(region, verbose))
+    if has_findings(region):
         # The row above already names the region, and the comparisons are just above.
         lines.extend(_findings(region, comparisons=False)[1:])
     if verbose:
