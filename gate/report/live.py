@@ -12,9 +12,11 @@ output from the scheduler's threads, and each region's result from ``run``.
   wiped before anything else is written, so it never mixes with real lines.
 - Under GitHub Actions each region's row heads a ``::group::`` holding what its
   worker printed and its stages, folded in the log; its lines to fix follow
-  outside the group, where they are seen. Elsewhere a worker's lines are
-  written as they come. Either way each is ``[suite.region] line``: never a line
-  of the code under test's that starts with ``::``, a workflow command to GitHub.
+  outside the group, where they are seen. Elsewhere a region's first lines
+  (`SHOWN_LINES`, base and head together) are written as they come, a line
+  above its row counts the rest, and ``-v`` writes them all. Either way each is
+  ``[suite.region] line``: never a line of the code under test's that starts
+  with ``::``, a workflow command to GitHub.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ _RESET = "\x1b[0m"
 _WIPE = "\r\x1b[K"  # back to the line's start, and clear it
 _REDRAW_S = 1.0  # how often the running line's clock moves on
 _HELD_LINES = 1000  # in groups: a region's first lines kept, and as many of its last
+# Elsewhere, a region's lines shown as they come, for base and head and every run together: a
+# step that prints its loss prints it every run (30 times a region, hundreds with --base).
+SHOWN_LINES = 10
 
 
 class LiveOutput:
@@ -69,6 +74,7 @@ class LiveOutput:
         # Per region started and not finished: the stages entered, with when.
         self._stages: dict[str, list[tuple[str, float]]] = {}
         self._held: dict[str, _Held] = {}  # in groups: a region's output until its row
+        self._printed: dict[str, int] = {}  # elsewhere: the lines each label printed so far
         self._running: tuple[str, str, float] | None = None  # label, stage, since
         self._shown = False  # the running line is on the screen
         self._stop = threading.Event()
@@ -115,6 +121,8 @@ class LiveOutput:
             for held in self._held.values():  # a region that never finished
                 self._write("".join(f"{line}\n" for line in held.lines()))
             self._held.clear()
+            self._write("".join(f"{line}\n" for line in map(self._left_out, list(self._printed))))
+            self._printed.clear()
 
     # -- what the scheduler says ------------------------------------------------
 
@@ -137,9 +145,14 @@ class LiveOutput:
                 held = self._held.setdefault(label, _Held())
                 held.extend(f"[{label}] {line}" for line in lines)
                 return
-            self._wipe()
-            self._write("".join(f"[{label}] {line}\n" for line in lines))
-            self._draw()
+            before = self._printed.get(label, 0)
+            self._printed[label] = before + len(lines)
+            # -v shows every line; otherwise the first few, and `_left_out` counts the rest.
+            shown = lines if self.verbose else lines[: max(0, SHOWN_LINES - before)]
+            if shown:
+                self._wipe()
+                self._write("".join(f"[{label}] {line}\n" for line in shown))
+                self._draw()
 
     # -- what run says ----------------------------------------------------------
 
@@ -158,6 +171,7 @@ class LiveOutput:
                 else [label]
             )
             timings = [f"    stages: {stages}"] if stages else []
+            left_out = self._left_out(label)
             shown = self.rows and not (self.quiet and region.passed)
             self._wipe()
             if self.groups and (shown or held):
@@ -167,10 +181,21 @@ class LiveOutput:
                 self._write("".join(f"{line}\n" for line in [*held, *timings]))
                 self._write(f"{command('::endgroup::')}\n", own=True)
                 self._write("".join(f"{line}\n" for line in rows[1:]))
-            elif shown:
-                lines = [*rows, *timings] if self.verbose else rows
-                self._write("".join(f"{line}\n" for line in lines))
+            else:
+                lines = ([*rows, *timings] if self.verbose else rows) if shown else []
+                self._write("".join(f"{line}\n" for line in [left_out, *lines] if line))
             self._draw()
+
+    def _left_out(self, label: str) -> str:
+        """``[label] (… 20 more lines …)`` for what `output` did not show of ``label``'s
+        lines, once; "" when it showed them all."""
+        more = self._printed.pop(label, 0) - SHOWN_LINES
+        if self.verbose or more <= 0:
+            return ""
+        return (
+            f"[{label}] (transfer-gate: {more} more lines it printed are not shown: "
+            f"{SHOWN_LINES} a region; -v shows every line)"
+        )
 
     # -- the running line -------------------------------------------------------
 
