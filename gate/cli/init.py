@@ -8,12 +8,13 @@ from pathlib import Path
 
 from gate.cli.errors import UsageError
 from gate.cli.exit_codes import ExitCode
-from gate.cli.parser import DEFAULT_SCHEMA_FILE
+from gate.cli.parser import DEFAULT_JUNIT, DEFAULT_SCHEMA_FILE
 from gate.cli.schema import schema_text
 from gate.files import DEFAULT_POLICIES, write_text_atomically
+from gate.package import docs_url
 from gate.policy.problems import display_path
 from gate.policy.starter import is_callable_spec, setup_stub, starter_policy
-from gate.policy.step_source import read_step
+from gate.policy.step_source import jitted_by, loop_calls, read_step
 from gate.printable import say
 
 
@@ -56,6 +57,9 @@ def init_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
             "name another file with --output FILE"
         ) from None
     say(f"wrote {shown}; check it with `transfer-gate validate {shown}`")
+    warning = _jitted_step(args.step, repo_root)
+    if warning:
+        say(warning)
     if note:
         say(note)
     if not schema.exists():
@@ -66,8 +70,54 @@ def init_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
             f"refresh it after upgrading the gate: `transfer-gate schema --write "
             f"{DEFAULT_SCHEMA_FILE}`"
         )
+    ignored = _ignore_reports(repo_root)
+    if ignored:
+        say(ignored)
     say("(init imports nothing: validate imports the step, setup and boundaries)")
     return ExitCode.OK
+
+
+def _ignore_reports(repo_root: Path) -> str:
+    """Add the reports' folder to ``.gitignore`` (made if need be), unless a line already
+    names it; what was done, or ""."""
+    folder = DEFAULT_JUNIT.partition("/")[0]
+    path = repo_root / ".gitignore"
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if any(line.strip().strip("/") == folder for line in text.splitlines()):
+        return ""
+    separator = "" if not text or text.endswith("\n") else "\n"
+    write_text_atomically(path, f"{text}{separator}{folder}/\n")
+    return f"added {folder}/ to .gitignore: each run writes its reports there"
+
+
+def _jitted_step(step: str, repo_root: Path) -> str:
+    """A warning when ``step`` is itself a jitted function, offering the loop that calls it:
+    a region is one iteration of the real loop, so that what the loop does around the jitted
+    call (a NumPy batch from the loader, ``print(float(loss))``) runs under the guard too."""
+    module, _, qualname = step.partition(":")
+    how = jitted_by(module, qualname, [repo_root])
+    if how is None:
+        return ""
+    loops = loop_calls(module, qualname, [repo_root])
+    where = (
+        f"{loops[0].function}'s loop at {display_path(loops[0].path, repo_root)}:{loops[0].line}"
+        if loops
+        else "the loop that calls it"
+    )
+    if loops and loops[0].path.stem != "__init__":
+        # The loop's own module: a sibling of the step's, in the same package folder.
+        package = module.rpartition(".")[0]
+        module = f"{package}.{loops[0].path.stem}" if package else loops[0].path.stem
+    return (
+        f"warning: {qualname} is itself a jitted function ({how}): gated alone, the region "
+        "never sees what the loop around it moves (a NumPy batch from the loader, "
+        f"print(float(loss))).\n  Gate one pass of {where} instead: move that pass into a "
+        "function (the next batch from the real loader, the step, the metrics it fetches) "
+        "that the loop calls, and a setup that makes what the loop carries (the state, an "
+        f"iterator of batches); then, in place of this policy: `transfer-gate init "
+        f"{module}:train_iteration --setup {module}:loop_state`.\n"
+        f"  {docs_url('README.md', 'what-to-gate')}"
+    )
 
 
 def _step_needs(step: str, setup: str | None, repo_root: Path) -> tuple[tuple[str, ...], str]:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import yaml
 
+from gate.package import docs_url
 from gate.policy.defaults import default
 from gate.policy.load import BUILTIN_DEFAULTS
 from gate.policy.schema import policy_schema
@@ -77,7 +78,10 @@ def starter_policy(
     name = step.rpartition(":")[2].rpartition(".")[2]
     lines = [
         modeline(schema),
-        "# A transfer-gate policy, started by `transfer-gate init`; every key: docs/policy.md.",
+        "# A transfer-gate policy, started by `transfer-gate init`.",
+        f"# Every key and its default: {docs_url('docs/policy.md')}",
+        "# A region is one iteration of the real loop, data loading included; setup makes what",
+        "# the loop carries (the state, a batch iterator), fresh before every run.",
         "# `transfer-gate validate` checks it and imports the callables; `transfer-gate run`",
         "# runs each region under JAX's transfer guard.",
         _line("version: 1", "the policy format; required"),
