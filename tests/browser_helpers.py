@@ -35,12 +35,14 @@ def probed(page: str, probe: str) -> str:
     return page.replace("<head>", "<head>" + CATCH_ERRORS, 1).replace("</body>", probe + "</body>")
 
 
-def rendered(page: Path, profile: Path) -> str:
-    """The page's DOM once its scripts (and their timers) have run, from headless Chromium."""
+def rendered(page: Path, profile: Path, window: tuple[int, int] | None = None) -> str:
+    """The page's DOM once its scripts (and their timers) have run, from headless Chromium;
+    in a window of ``window`` (width, height) pixels where given."""
+    size = [f"--window-size={window[0]},{window[1]}"] if window else []
     done = run(
         [
             browser(), "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
-            "--virtual-time-budget=5000", "--dump-dom", page.as_uri(),
+            *size, "--virtual-time-budget=5000", "--dump-dom", page.as_uri(),
         ],
         timeout=120,
     )  # fmt: skip

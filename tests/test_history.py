@@ -85,7 +85,8 @@ def test_history_lines_the_reports_up_in_the_order_given_with_their_figures(
     done = run_gate(repo, "history", "reports", "--out", "site")
     assert done.returncode == ExitCode.OK, done
     assert done.stdout == (
-        "wrote site/index.html and site/history.json: 3 runs, 2 regions, 1 machine\n"
+        "wrote site/index.html and site/history.json: 3 runs, 2 regions, 1 machine; "
+        "main's recent runs\n"
     )
     data = json.loads((repo / "site/history.json").read_text())
     published = json.loads((ROOT / "docs/schemas/history.schema.json").read_text())
@@ -572,3 +573,108 @@ def test_a_newest_run_that_errored_hides_neither_drift_nor_the_machine(
     page = (repo / "site/index.html").read_text()
     assert 'class="machine"' not in page  # one machine: no change is marked
     assert "the machine changed" not in page
+
+
+# --- branches ------------------------------------------------------------------------------------
+
+
+def on_branch(report: dict, ref: str | None) -> dict:
+    report["run"]["ref"] = ref
+    return report
+
+
+def branch_reports(template: dict, folder: Path) -> Path:
+    """Four runs of main at 1 ms, a feature branch's 5 ms run among them, and a pull request's
+    2 ms run on feature-y, the newest."""
+    reports = [on_branch(stepped(template, i, median=1e-3), "main") for i in range(4)]
+    reports.insert(2, on_branch(stepped(template, 9, median=5e-3), "feature-x"))
+    reports.append(on_branch(stepped(template, 10, median=2e-3), "feature-y"))
+    return write_reports(folder, reports)
+
+
+def test_history_draws_main_alone_and_a_pull_requests_run_as_a_line_of_its_own(
+    template: dict, tmp_path: Path
+) -> None:
+    branch_reports(template, tmp_path / "runs")
+    done = run_gate(tmp_path, "history", "runs", "--out", "site", "--markdown", "trend.md")
+    assert done.returncode == ExitCode.OK, done
+    said = (
+        "main's recent runs, then this run's on feature-y as a line of its own; "
+        "1 report of other branches left out (--every-branch)"
+    )
+    assert done.stdout.splitlines()[0].endswith(f"1 region, 1 machine; {said}"), done
+    data = json.loads((tmp_path / "site/history.json").read_text())
+    lines = {r["branch"]: [p["median_s"] for p in r["points"]] for r in data["regions"]}
+    assert lines == {"main": [pytest.approx(1e-3)] * 4, "feature-y": [pytest.approx(2e-3)]}
+    assert (tmp_path / "trend.md").read_text() == (
+        f"### Step time over {said}\n\n"
+        "| Region | Trend | First | Newest | Runs |\n"
+        "| --- | --- | --- | --- | --- |\n"
+        "| p.clean on main | `▁▁▁▁` | 1.00 ms | 1.00 ms | 4 |\n"
+        "| p.clean on feature-y | `▁` | 2.00 ms | 2.00 ms | 1 |\n"
+    )
+    # The change over the window is main's own: the feature branches' runs are not in it.
+    page = (tmp_path / "site/index.html").read_text()
+    assert "<td>x1.00 over 4 runs</td>" in page
+    assert "x2.00" not in page
+    assert "x5.00" not in page
+
+
+def test_every_branch_draws_each_branch_as_its_own_line(template: dict, tmp_path: Path) -> None:
+    branch_reports(template, tmp_path / "runs")
+    done = run_gate(
+        tmp_path, "history", "runs", "--out", "site", "--every-branch", "--markdown", "trend.md"
+    )
+    assert done.returncode == ExitCode.OK, done
+    data = json.loads((tmp_path / "site/history.json").read_text())
+    assert [(r["branch"], len(r["points"])) for r in data["regions"]] == [
+        ("main", 4),
+        ("feature-x", 1),
+        ("feature-y", 1),
+    ]
+    assert data["branches"] == "every branch's recent runs, a line each"
+    trend = (tmp_path / "trend.md").read_text()
+    assert trend.startswith("### Step time over every branch's recent runs, a line each\n")
+    assert "| p.clean on feature-x | `▁` | 5.00 ms | 5.00 ms | 1 |" in trend
+
+
+def test_a_history_without_the_branch_says_which_branches_it_has(
+    template: dict, tmp_path: Path
+) -> None:
+    reports = [on_branch(stepped(template, i, median=1e-3), "master") for i in range(3)]
+    write_reports(tmp_path / "runs", reports)
+    done = run_gate(tmp_path, "history", "runs", "--out", "site")
+    assert done.returncode == ExitCode.USAGE, done
+    assert (
+        "no report of the branch 'main' among the 3 given (they are of master); name the "
+        "branch with --branch NAME, or draw each with --every-branch"
+    ) in done.stderr, done
+    done = run_gate(tmp_path, "history", "runs", "--out", "site", "--branch", "master")
+    assert done.returncode == ExitCode.OK, done
+
+
+SCROLL_PROBE = """<pre id="probe"></pre><script>
+window.addEventListener("load",function(){
+var box=document.querySelector("table.summary").parentElement;
+document.getElementById("probe").textContent=JSON.stringify(
+{window:window.innerWidth,scroll:box.scrollWidth,client:box.clientWidth});});</script>"""
+
+
+def test_the_summary_table_fits_a_1300_pixel_window(template: dict, tmp_path: Path) -> None:
+    long_name = "a_long_region_name_of_a_real_training_loop_iteration"
+    reports = []
+    for report in json.loads(json.dumps([template] * 2)):
+        report["suites"][0]["regions"][0]["name"] = long_name
+        reports.append(report)
+    write_reports(
+        tmp_path / "runs",
+        [on_branch(stepped(r, i, median=1e-3), "main") for i, r in enumerate(reports)],
+    )
+    assert run_gate(tmp_path, "history", "runs", "--out", "site").returncode == ExitCode.OK
+    opened = tmp_path / "index.html"
+    opened.write_text(probed((tmp_path / "site/index.html").read_text(), SCROLL_PROBE))
+    parsed = Charts()
+    parsed.feed(rendered(opened, tmp_path / "profile", window=(1300, 900)))
+    probe = json.loads(parsed.probe)
+    assert probe["window"] == 1300, probe
+    assert probe["scroll"] <= probe["client"], probe  # no horizontal scrollbar

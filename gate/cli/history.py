@@ -24,6 +24,7 @@ from gate.report.history_page import render_page
 from gate.report.history_series import (
     History,
     RegionSeries,
+    branch_reports,
     build_history,
     dropped_regions,
     newest_regions,
@@ -37,14 +38,16 @@ from gate.text import counted
 def history_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
     """Write the page and the data; with ``--check``, exit 1 on drift."""
     reports = read_reports(report_files([Path(p) for p in args.reports]))
-    history = build_history(reports)
+    branch = None if args.every_branch else args.branch
+    history = build_history(*branch_reports(reports, branch))
     out = Path(args.out)
     write_text_atomically(out / "history.json", encode(history, ordered=False))
     write_text_atomically(out / "index.html", render_page(history))
+    regions = len({r.classname for r in history.regions})  # a series per region and branch
     say(
         f"wrote {out / 'index.html'} and {out / 'history.json'}: "
-        f"{counted(len(history.runs), 'run')}, {counted(len(history.regions), 'region')}, "
-        f"{counted(len(history.machines), 'machine')}"
+        f"{counted(len(history.runs), 'run')}, {counted(regions, 'region')}, "
+        f"{counted(len(history.machines), 'machine')}; {history.branches}"
     )
     newest = newest_regions(history)
     if args.markdown:

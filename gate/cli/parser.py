@@ -20,6 +20,7 @@ from gate.machine.diagnosis import Platform
 from gate.package import __version__, docs_url
 from gate.plan import parse_shard
 from gate.printable import printable
+from gate.report.history_series import MAIN_BRANCH
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
@@ -282,6 +283,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 when a region of the newest report (the last given) drifted beyond its "
         "policy's drift: bounds, or the newest report left out a region the run before held "
         "(the policies are read from this repository)",
+    )
+    which = history.add_mutually_exclusive_group()
+    which.add_argument(
+        "--branch",
+        default=MAIN_BRANCH,
+        metavar="NAME",
+        help=f"draw the runs of this branch (default: {MAIN_BRANCH}); the newest report is "
+        "drawn whatever its branch, as a line of its own",
+    )
+    which.add_argument(
+        "--every-branch",
+        action="store_true",
+        help="draw every branch's runs, a line each, never joined",
     )
     history.add_argument(
         "--markdown",

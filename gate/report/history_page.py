@@ -32,6 +32,7 @@ from gate.report.history_series import (
     RegionSeries,
     fraction_between,
     newest_machine,
+    series_name,
 )
 from gate.text import counted, duration_text, number_text, si_text, size_text
 
@@ -162,8 +163,9 @@ def render_page(history: History) -> str:
             f"{counted(len(runs), 'run')} from {_commit_link(history, first.commit)} "
             f"({_e(_day(first.commit_date or first.run_at))}) to "
             f"{_commit_link(history, last.commit)} ({_e(_day(last.commit_date or last.run_at))}), "
-            f"{counted(len(history.regions), 'region')}, "
-            f"{counted(len(history.machines), 'machine')}. Written by transfer-gate "
+            f"{counted(len({r.classname for r in history.regions}), 'region')}, "
+            f"{counted(len(history.machines), 'machine')}; "
+            f"{_e(history.branches or 'the runs given')}. Written by transfer-gate "
             f"{_e(__version__)}. Hover a chart, or focus it with Tab and move with the arrow "
             "keys, to read each commit's figures.</p></header>\n<main>\n",
             _summary(history),
@@ -186,7 +188,8 @@ def _summary(history: History) -> str:
         latest = region.points[-1]
         run = history.runs[latest.run]
         cells = [
-            f'<th scope="row"><a href="#region-{i}">{_e(region.classname)}</a></th>',
+            f'<th scope="row"><a href="#region-{i}">{_breakable(series_name(region, history))}'
+            "</a></th>",
             f'<td class="{latest.status}">{_status(latest.status)} at '
             f"{_commit_link(history, run.commit)}</td>",
             f"<td>{_figure(latest.median_s, duration_text)}</td>",
@@ -202,7 +205,7 @@ def _summary(history: History) -> str:
         '<section aria-labelledby="summary-title"><h2 id="summary-title">Summary</h2>\n'
         "<p>Each region's newest figures; the step time's change is its newest median over "
         "its first on the same machine in this window.</p>\n"
-        '<div class="scroll"><table><thead><tr><th scope="col">Region</th>'
+        '<div class="scroll"><table class="summary"><thead><tr><th scope="col">Region</th>'
         '<th scope="col">Newest run</th><th scope="col">Step time</th>'
         '<th scope="col">Change over the window</th><th scope="col">FLOPs</th>'
         '<th scope="col">Bytes accessed</th><th scope="col">Peak memory</th>'
@@ -243,7 +246,7 @@ def _region_section(
     machine_text = "; ".join(f"machine {m + 1}: {history.machines[m].describe()}" for m in machines)
     return (
         f'<section class="region" id="region-{index}" aria-labelledby="region-{index}-title">\n'
-        f'<h2 id="region-{index}-title">{_e(region.classname)}</h2>\n'
+        f'<h2 id="region-{index}-title">{_e(series_name(region, history))}</h2>\n'
         f"<p>{_e(region.policy)}; {counted(len(region.points), 'run')}"
         f"{'; ' + _e(machine_text) if machine_text else ''}.</p>\n"
         f'<div class="charts">{"".join(charts)}</div>\n'
@@ -459,6 +462,12 @@ def _e(text: str) -> str:
     """Text from a report as the page shows it: markup escaped, control characters (bidi
     overrides, line breaks) spelled out by `visible`."""
     return html.escape(visible(text), quote=True)
+
+
+def _breakable(name: str) -> str:
+    """A region's name escaped, free to wrap after each ``.`` and ``_`` (``train_<wbr>step``),
+    so that the summary fits a narrow window without a scrollbar."""
+    return _e(name).replace(".", ".<wbr>").replace("_", "_<wbr>")
 
 
 def _short(commit: str) -> str:

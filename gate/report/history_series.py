@@ -19,6 +19,7 @@ from typing import Literal
 from gate.documents import DocumentError, Record
 from gate.report.json_report import RegionDoc, Report, read_report
 from gate.results.machine import Machine
+from gate.text import counted
 
 HISTORY_FORMAT: Literal["jax-transfer-gate.history"] = "jax-transfer-gate.history"
 HISTORY_VERSION: Literal[1] = 1
@@ -65,10 +66,13 @@ class RegionSeries(Record, frozen=True, kw_only=True):
     name: str
     policy: str
     points: tuple[Point, ...]
+    # The branch its runs were of: each branch is a line of its own, never joined to another's.
+    branch: str | None = None
 
 
 class History(Record, frozen=True, kw_only=True):
-    """``history.json``: every report as a run, each region's points in the reports' order."""
+    """``history.json``: every report as a run, each region's points in the reports' order,
+    a series per region and branch."""
 
     format: Literal["jax-transfer-gate.history"] = HISTORY_FORMAT
     version: Literal[1] = HISTORY_VERSION
@@ -76,6 +80,46 @@ class History(Record, frozen=True, kw_only=True):
     runs: tuple[RunPoint, ...]
     machines: tuple[Machine, ...]
     regions: tuple[RegionSeries, ...]
+    # Which reports it holds, in words: "main's runs" or "every branch's runs, a line each".
+    branches: str = ""
+
+
+# `--branch`'s default: the branch whose runs a history is of, unless told otherwise.
+MAIN_BRANCH = "main"
+# A report that names no branch (a detached checkout outside GitHub Actions).
+_NO_BRANCH = "(no branch)"
+
+
+def branch_reports(
+    reports: Sequence[tuple[Path, Report]], branch: str | None
+) -> tuple[list[tuple[Path, Report]], str]:
+    """The reports of ``branch`` (every branch's for None), and the history's branches in
+    words. The newest report is kept whatever its branch: a pull request's run is the newest
+    point of main's history, on a line of its own. HistoryError where no report but the
+    newest is of ``branch``."""
+    if branch is None:
+        return list(reports), "every branch's recent runs, a line each"
+    *older, newest = reports
+    kept = [item for item in older if _ref(item[1]) == branch]
+    if older and not kept:
+        named = sorted({_ref(report) or _NO_BRANCH for _, report in older})
+        raise HistoryError(
+            f"no report of the branch {branch!r} among the {len(older) + 1} given (they are of "
+            f"{', '.join(named)}); name the branch with --branch NAME, or draw each with "
+            "--every-branch"
+        )
+    said = f"{branch}'s recent runs"
+    other = _ref(newest[1])
+    if other != branch:
+        said += f", then this run's on {other or _NO_BRANCH} as a line of its own"
+    left = len(older) - len(kept)
+    if left:
+        said += f"; {counted(left, 'report')} of other branches left out (--every-branch)"
+    return [*kept, newest], said
+
+
+def _ref(report: Report) -> str | None:
+    return report.run.ref if report.run is not None else None
 
 
 def report_files(paths: Sequence[Path]) -> list[Path]:
@@ -120,15 +164,16 @@ def read_reports(files: Iterable[Path]) -> list[tuple[Path, Report]]:
     return read
 
 
-def build_history(reports: Sequence[tuple[Path, Report]]) -> History:
-    """The reports in the order given, each region's points; HistoryError where they do not mix."""
+def build_history(reports: Sequence[tuple[Path, Report]], branches: str = "") -> History:
+    """The reports in the order given, each region's points on each branch (``branches`` says
+    which those are, `branch_reports`); HistoryError where they do not mix."""
     ordered = list(reports)
     newest_path, newest = ordered[-1]
     repository = _one_repository(ordered, newest_path, newest)
     suites = {(s.name, s.policy) for s in newest.suites}
     runs: list[RunPoint] = []
     machines: dict[Machine, int] = {}
-    points: dict[str, list[Point]] = {}
+    points: dict[tuple[str, str | None], list[Point]] = {}
     regions: dict[str, tuple[str, str, str]] = {}
     for index, (path, report) in enumerate(ordered):
         if not suites & {(s.name, s.policy) for s in report.suites}:
@@ -154,7 +199,9 @@ def build_history(reports: Sequence[tuple[Path, Report]]) -> History:
                 machine = None
                 if region.machine is not None:
                     machine = machines.setdefault(region.machine, len(machines))
-                points.setdefault(region.classname, []).append(_point(index, machine, region))
+                key = (region.classname, run.ref)
+                points.setdefault(key, []).append(_point(index, machine, region))
+    # A region's branches in the order their first runs came: main's line before a pull request's.
     return History(
         repository=repository,
         runs=tuple(runs),
@@ -166,9 +213,13 @@ def build_history(reports: Sequence[tuple[Path, Report]]) -> History:
                 name=regions[classname][1],
                 policy=regions[classname][2],
                 points=tuple(found),
+                branch=ref,
             )
-            for classname, found in sorted(points.items())
+            for (classname, ref), found in sorted(
+                points.items(), key=lambda item: (item[0][0], item[1][0].run)
+            )
         ),
+        branches=branches,
     )
 
 
@@ -186,6 +237,12 @@ def fraction_between(value: float, lo: float, hi: float) -> float:
     """
     scale = max(abs(lo), abs(hi))
     return (value / scale - lo / scale) / (hi / scale - lo / scale)
+
+
+def series_name(region: RegionSeries, history: History) -> str:
+    """``train.step``, or ``train.step on feature-x`` where the history has several branches."""
+    several = len({r.branch for r in history.regions}) > 1
+    return f"{region.classname} on {region.branch or _NO_BRANCH}" if several else region.classname
 
 
 def newest_regions(history: History) -> set[str]:
@@ -244,4 +301,7 @@ def dropped_regions(history: History) -> tuple[RegionSeries, ...]:
     if len(history.runs) < 2:
         return ()
     before = len(history.runs) - 2
-    return tuple(r for r in history.regions if r.points[-1].run == before)
+    newest = newest_regions(history)
+    return tuple(
+        r for r in history.regions if r.points[-1].run == before and r.classname not in newest
+    )
