@@ -464,6 +464,11 @@ def test_a_program_new_in_the_head_is_named_with_its_line_on_a_passing_region(
     make_repo(repo, {"steps.py": head})
     run = run_gate(repo, "run", "--base", "HEAD", "--region", "grows")
     assert run.returncode == 0, run
+    # A cost change that fails nothing: in the reports, on the terminal only under -v.
+    assert "cost vs base" not in run.stdout + run.stderr, run
+    assert "cost changed" in (run.testcase("grows: cost").findtext("system-out") or ""), run
+    run = run_gate(repo, "run", "--base", "HEAD", "--region", "grows", "-v")
+    assert run.returncode == 0, run
     line = (repo / "steps.py").read_text().splitlines().index(new_line.rstrip("\n")) + 1
     headline = f"cost changed against the base: new program jit(isnan) at steps.py:{line}"
     (cost_line,) = [entry for entry in run.stdout.splitlines() if "cost vs base:" in entry]

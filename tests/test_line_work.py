@@ -79,7 +79,8 @@ def test_lines_grown_new_and_gone_are_listed_against_the_base_and_the_unchanged_
     repo = init(tmp_path / "repo")
     commit(repo, {"steps.py": BASE_TREE, "policies/p.yaml": POLICY}, "base")
     make_repo(repo, {"steps.py": HEAD_TREE})
-    run = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json")
+    # -v: a cost change that fails nothing is on the terminal only then.
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json", "-v")
     # Its results differ from the base's (that fails the run); its cost, with no rule, does not.
     assert run.testcase("step: cost").find("failure") is None, run
 

@@ -21,7 +21,7 @@ from cli_helpers import FAST_DEFAULTS, gate_env, make_repo, run_gate
 from processes import started
 from result_samples import region, transfer
 
-from gate.report.live import LiveOutput
+from gate.report.live import SHOWN_LINES, LiveOutput
 
 WIPE = "\r\x1b[K"
 ROW = "[1/2] PASS  train.step  0 failing lines  median 1.23 ms  boundaries 155 µs/step"
@@ -215,9 +215,9 @@ def _repo(tmp_path: Path) -> Path:
     return make_repo(tmp_path, {"steps.py": STEPS, "policies/p.yaml": POLICY})
 
 
-def _on_terminal(repo: Path, *, stdout_too: bool) -> str:
+def _on_terminal(repo: Path, *, stdout_too: bool, returncode: int = 0) -> str:
     """``transfer-gate run --color never`` in ``repo`` with stderr (and stdout) on a
-    pseudo-terminal: what the terminal received. The run must pass."""
+    pseudo-terminal: what the terminal received. The run must exit ``returncode``."""
     leader, follower = pty.openpty()
     try:
         with started(
@@ -230,7 +230,7 @@ def _on_terminal(repo: Path, *, stdout_too: bool) -> str:
             os.close(follower)
             follower = -1
             seen = _read_until_exit(leader, proc, timeout=180)
-            assert proc.returncode == 0, seen
+            assert proc.returncode == returncode, seen
     finally:
         os.close(leader)
         if follower >= 0:
@@ -479,3 +479,60 @@ def test_under_github_a_regions_held_output_is_bounded(monkeypatch: pytest.Monke
         "[train.step] line 5",
         "[train.step] line 6",
     ], lines
+
+
+def test_on_a_terminal_each_finding_is_said_once(tmp_path: Path) -> None:
+    leaky = STEPS + "\n\ndef leaky(x):\n    return double(np.asarray(x))\n"
+    policy = POLICY + '  - {name: c, step: "steps:leaky", setup: "steps:make"}\n'
+    repo = make_repo(tmp_path, {"steps.py": leaky, "policies/p.yaml": policy})
+    seen = _on_terminal(repo, stdout_too=True, returncode=1)
+    lines = [line.rsplit(WIPE, 1)[-1] for line in seen.split("\n")]
+    findings = [line for line in lines if "steps.py:" in line and "implicit" in line]
+    fixes = [line for line in lines if line.strip().startswith("fix: ")]
+    # Under its live row, and not again in the summary.
+    assert len(findings) == 2, seen  # the read and the upload, one line each
+    assert len(set(findings)) == 2, seen
+    assert len(fixes) == len(set(fixes)), seen
+    assert "failed: p.c (what to fix is under each row above)" in lines, seen
+    assert lines[lines.index("failed: p.c (what to fix is under each row above)") + 2] == (
+        "2 passed, 1 failed"
+    ), seen
+
+
+def _very_chatty(tmp_path: Path) -> Path:
+    """`_repo`, whose step prints its line five times a call."""
+    loud = STEPS.replace(
+        '    print("hello from the step")',
+        '    for _ in range(5):\n        print("hello from the step")',
+    )
+    assert loud != STEPS
+    return make_repo(tmp_path, {"steps.py": loud, "policies/p.yaml": POLICY})
+
+
+def test_a_regions_own_output_is_capped_with_a_count_of_the_rest(tmp_path: Path) -> None:
+    run = run_gate(_very_chatty(tmp_path), "run")
+    assert run.returncode == 0, run
+    for label in ("p.a", "p.b"):
+        said = [
+            line for line in run.stderr.splitlines() if line == f"[{label}] hello from the step"
+        ]
+        assert len(said) == SHOWN_LINES, run
+        notes = [
+            line for line in run.stderr.splitlines() if line.startswith(f"[{label}] (transfer")
+        ]
+        assert len(notes) == 1, run
+        more = int(notes[0].split("transfer-gate: ", 1)[1].split(" ", 1)[0])
+        assert more > 0, run
+        assert notes[0] == (
+            f"[{label}] (transfer-gate: {more} more lines it printed are not shown: "
+            f"{SHOWN_LINES} a region; -v shows every line)"
+        )
+        # The note comes just before the region's row.
+        rows = run.stderr.splitlines()
+        assert rows[rows.index(notes[0]) + 1].split()[1:3] == ["PASS", label], run
+    # -v: every line, and no note.
+    verbose = run_gate(_very_chatty(tmp_path / "v"), "run", "-v")
+    assert verbose.returncode == 0, verbose
+    said = [line for line in verbose.stderr.splitlines() if line == "[p.a] hello from the step"]
+    assert len(said) == SHOWN_LINES + more, verbose
+    assert "more lines it printed" not in verbose.stderr, verbose
