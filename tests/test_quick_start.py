@@ -9,12 +9,15 @@ names the loop that calls it, and ignores ``reports/``.
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
 import pytest
 from cli_helpers import ROOT, make_repo, run_gate
 from git_helpers import commit, git, init
+
+from gate.package import docs_url
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
@@ -179,3 +182,21 @@ def test_init_ignores_the_reports_folder_once(tmp_path: Path, before: str, after
     assert done.returncode == 0, done
     assert (repo / ".gitignore").read_text() == after
     assert ("added reports/ to .gitignore" in done.stdout) == (before != after), done
+
+
+COMMANDS = ("run", "baseline", "validate", "init", "schema", "doctor", "merge", "history")
+
+
+def test_help_points_at_docs_a_pip_install_can_open(tmp_path: Path) -> None:
+    # A pip install has no docs/ folder: a page is named by its address at this version.
+    said = run_gate(tmp_path, "--help")
+    assert said.returncode == 0, said
+    assert f"Docs: {docs_url('README.md')}" in said.stdout, said
+    assert docs_url("README.md").startswith("https://github.com/")
+    for command in COMMANDS:
+        said = run_gate(tmp_path, command, "--help")
+        assert said.returncode == 0, said
+        text = " ".join(said.stdout.split())  # argparse wraps long words too
+        assert not re.search(r"(?<![/\w])docs/[\w-]+\.md", text), (command, said.stdout)
+        if command == "run":  # an address is never cut at a hyphen
+            assert docs_url("docs/reports.md", "json-report") in said.stdout, said

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+import textwrap
+from typing import TYPE_CHECKING, Any
 
 from gate.cli.exit_codes import (
     DoctorExitCode,
@@ -64,11 +65,29 @@ def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.Ar
 
 class _Parser(argparse.ArgumentParser):
     """argparse, its usage, help and errors (which quote the command line) through the text
-    gate: ``--base $'HEAD\\n::error::x'`` must not print a workflow command."""
+    gate: ``--base $'HEAD\\n::error::x'`` must not print a workflow command. Help wraps
+    between words only, so that a docs address (``jax-transfer-gate/blob/...``) stays whole."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        formatter = kwargs.pop("formatter_class", argparse.HelpFormatter)
+        super().__init__(formatter_class=_whole_words(formatter), **kwargs)
 
     def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
         if message:
             (sys.stderr if file is None else file).write(printable(message))
+
+
+def _whole_words(base: type[argparse.HelpFormatter]) -> type[argparse.HelpFormatter]:
+    """``base``, wrapping each option's help at spaces alone: never inside a hyphenated word
+    or an address."""
+
+    class WholeWords(base):  # type: ignore[valid-type,misc]  # a class made from an argument
+        def _split_lines(self, text: str, width: int) -> list[str]:
+            return textwrap.wrap(
+                " ".join(text.split()), width, break_on_hyphens=False, break_long_words=False
+            )
+
+    return WholeWords
 
 
 def build_parser() -> argparse.ArgumentParser:
