@@ -144,6 +144,10 @@ def test_init_warns_that_a_jitted_step_is_gated_without_its_loop(
     done = run_gate(repo, "init", "mytrain.steps:train_step")
     assert done.returncode == 0, done  # the policy is written all the same
     lines = done.stdout.splitlines()
+    # After what init wrote and what it says of the step's parameters: the warning.
+    warned = next((i for i, line in enumerate(lines) if line.startswith("warning:")), None)
+    assert warned is not None, done
+    lines = lines[warned - 1 :]
     assert lines[1] == (
         f"warning: train_step is itself a jitted function ({how}): gated alone, the region "
         "never sees what the loop around it moves (a NumPy batch from the loader, "

@@ -57,11 +57,11 @@ def init_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
             "name another file with --output FILE"
         ) from None
     say(f"wrote {shown}; check it with `transfer-gate validate {shown}`")
+    if note:
+        say(note)
     warning = _jitted_step(args.step, repo_root)
     if warning:
         say(warning)
-    if note:
-        say(note)
     if not schema.exists():
         # What the modeline names, so that an editor completes keys at once.
         write_text_atomically(schema, schema_text("policy"))
