@@ -11,11 +11,9 @@ kind of container holds them. Run once per leaking region, never in a timed run.
 
 from __future__ import annotations
 
-import ast
 import collections
 import functools
 import gc
-import inspect
 import sys
 import types
 from collections.abc import Callable, Iterator, Sequence
@@ -23,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gate.results.leaks import Holder
-from gate.user_code import UserCode
+from gate.user_code import UserCode, attribute_line, global_lines
 
 # The walk stops after this many objects: a holder is almost always a few steps from a global.
 _BUDGET = 200_000
@@ -97,7 +95,7 @@ def _walk(modules: list[types.ModuleType], targets: set[int], user: UserCode) ->
     queue: collections.deque[tuple[_Way, int]] = collections.deque()
     visited: set[int] = {id(m) for m in modules}
     for module in modules:
-        lines = _global_lines(module)
+        lines = global_lines(module)
         for name, value in list(vars(module).items()):
             if name.startswith("__") or isinstance(value, types.ModuleType):
                 continue
@@ -192,7 +190,7 @@ def _children(holder: Any, user: UserCode) -> Iterator[tuple[str, Any, Place | N
     elif isinstance(holder, type):
         if _defined_by_user(holder, user):  # a class attribute: `history = []` in its body
             for name, value in _attributes(holder):
-                yield f"attribute '{name}'", value, functools.partial(_attribute_line, holder, name)
+                yield f"attribute '{name}'", value, functools.partial(attribute_line, holder, name)
     else:
         # Read from the instance's own dict, as every attribute here: getattr could run a
         # property or a __getattr__ of the user's.
@@ -200,7 +198,7 @@ def _children(holder: Any, user: UserCode) -> Iterator[tuple[str, Any, Place | N
         if wrapped is not None:  # jax.jit's and functools.wraps's wrappers
             yield "wrapping", wrapped, None
         for name, value in _attributes(holder):
-            yield f"attribute '{name}'", value, functools.partial(_attribute_line, holder, name)
+            yield f"attribute '{name}'", value, functools.partial(attribute_line, holder, name)
 
 
 def _defined_by_user(cls: type, user: UserCode) -> bool:
@@ -243,63 +241,6 @@ def _is_array(value: Any) -> bool:
 
 def _kind(container: Any) -> str:
     return type(container).__name__
-
-
-@functools.cache
-def _parsed(filename: str) -> ast.Module | None:
-    try:
-        with open(filename, encoding="utf-8") as source:
-            return ast.parse(source.read(), filename)
-    except (OSError, SyntaxError, ValueError):
-        return None
-
-
-def _global_lines(module: types.ModuleType) -> dict[str, int]:
-    """Where each of a module's globals is first assigned (or defined), by name."""
-    tree = _parsed(module.__file__ or "")
-    lines: dict[str, int] = {}
-    if tree is None:
-        return lines
-    for node in tree.body:
-        names: list[str] = []
-        if isinstance(node, ast.Assign):
-            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
-        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
-            names = [node.target.id]
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names = [node.name]
-        for name in names:
-            lines.setdefault(name, node.lineno)
-    return lines
-
-
-def _attribute_line(holder: Any, name: str) -> tuple[int, str] | None:
-    """Where the class of ``holder`` (or ``holder``, a class) first assigns ``name``."""
-    cls = holder if isinstance(holder, type) else type(holder)
-    try:
-        filename = inspect.getsourcefile(cls)
-    except TypeError:  # a built-in class
-        return None
-    tree = _parsed(filename) if filename else None
-    if tree is None or filename is None:
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
-            for inner in ast.walk(node):
-                line = _stored_at(inner, name)
-                if line is not None:
-                    return line, filename
-    return None
-
-
-def _stored_at(node: ast.AST, name: str) -> int | None:
-    """The line of ``node`` if it assigns ``name`` (``self.name = ...``, or ``name = ...`` in
-    a class body); else None."""
-    if isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.ctx, ast.Store):
-        return node.lineno
-    if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
-        return node.lineno
-    return None
 
 
 def _referrer(arrays: Sequence[Any]) -> Holder | None:
