@@ -178,6 +178,21 @@ class UserCode:
         except ValueError:
             return str(resolved)
 
+    def shown(self, filename: str) -> str:
+        """A file as a report names it: the user's relative to the repository; a library's or
+        the standard library's from its package (``optax/_src/alias.py``), not from wherever
+        it was installed."""
+        if self.is_user(filename):
+            return self.relative(filename)
+        resolved = _real(filename)
+        for marker in _ENV_MARKERS:
+            if marker in resolved:
+                return resolved.rsplit(marker, 1)[1]
+        for stdlib in _STDLIB_DIRS:
+            if resolved.startswith(stdlib):
+                return resolved[len(stdlib) :]
+        return self.relative(filename)
+
     def locate(self, frames: Sequence[traceback.FrameSummary]) -> SourceLocation | None:
         """The innermost user frame of ``frames`` (outermost first).
 

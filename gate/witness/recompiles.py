@@ -128,19 +128,9 @@ def _first_difference(match: re.Match[str], user: UserCode | None) -> str:
     where = match["where"]
     made = ""
     if match["file"]:
-        made = f", made at {_shown_path(match['file'], user)}:{match['line']}"
+        shown = user.shown(match["file"]) if user is not None else match["file"]
+        made = f", made at {shown}:{match['line']}"
     return f"{where}: {match['what']}{made}"
-
-
-def _shown_path(path: str, user: UserCode | None) -> str:
-    """The user's file relative to the repository; a library's from its package
-    (``optax/_src/alias.py``), not from wherever pip put it."""
-    if user is not None and user.is_user(path):
-        return user.relative(path)
-    for marker in ("site-packages/", "dist-packages/"):
-        if marker in path:
-            return path.rsplit(marker, 1)[1]
-    return path
 
 
 def program_name(event: CompileEvent, user: UserCode) -> str:
