@@ -9,21 +9,29 @@ site-packages, or in a folder of their own on ``PYTHONPATH`` (``pip install
 leaves beside the packages.
 
 Which of the roots (the repo root, a policy's python_path folders) owns a file is
-`owning_root`. A virtual environment is found by its ``pyvenv.cfg`` wherever it
-lies under a root: the README's own install puts ``.venv`` in the repository.
+`owning_root`. Where a value was made, read from the source with `ast`, is the line that
+assigns a module's global or a class's attribute (`global_lines`, `attribute_line`): both a
+leak's holder and a recompile's changed static value are named by it.
+
+A virtual environment is found by its ``pyvenv.cfg`` wherever it lies under a root: the
+README's own install puts ``.venv`` in the repository.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
+import inspect
 import os
 import sys
 import sysconfig
 import traceback
+import types
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from gate.package import PACKAGE_DIR
 
@@ -170,6 +178,21 @@ class UserCode:
         except ValueError:
             return str(resolved)
 
+    def shown(self, filename: str) -> str:
+        """A file as a report names it: the user's relative to the repository; a library's or
+        the standard library's from its package (``optax/_src/alias.py``), not from wherever
+        it was installed."""
+        if self.is_user(filename):
+            return self.relative(filename)
+        resolved = _real(filename)
+        for marker in _ENV_MARKERS:
+            if marker in resolved:
+                return resolved.rsplit(marker, 1)[1]
+        for stdlib in _STDLIB_DIRS:
+            if resolved.startswith(stdlib):
+                return resolved[len(stdlib) :]
+        return self.relative(filename)
+
     def locate(self, frames: Sequence[traceback.FrameSummary]) -> SourceLocation | None:
         """The innermost user frame of ``frames`` (outermost first).
 
@@ -195,3 +218,81 @@ def user_frames_text(code: UserCode, frames: Iterable[traceback.FrameSummary]) -
     """A traceback reduced to the user's frames, for report bodies."""
     kept = [f for f in frames if not code.is_library(f.filename)]
     return "".join(traceback.format_list(kept))
+
+
+@functools.cache
+def parsed(filename: str) -> ast.Module | None:
+    """The file's syntax tree, or None where it cannot be read or parsed."""
+    try:
+        with open(filename, encoding="utf-8") as source:
+            return ast.parse(source.read(), filename)
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def global_lines(module: types.ModuleType) -> dict[str, int]:
+    """Where each of a module's globals is first assigned (or defined), by name."""
+    tree = parsed(getattr(module, "__file__", None) or "")
+    lines: dict[str, int] = {}
+    if tree is None:
+        return lines
+    for node in tree.body:
+        names: list[str] = []
+        if isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
+            names = [node.target.id]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [node.name]
+        for name in names:
+            lines.setdefault(name, node.lineno)
+    return lines
+
+
+def attribute_line(holder: Any, name: str) -> tuple[int, str] | None:
+    """Where the class of ``holder`` (or ``holder``, a class), or a class it inherits from,
+    first assigns ``name``: its line and file; None where no source says."""
+    cls = holder if isinstance(holder, type) else type(holder)
+    for owner in cls.__mro__:
+        if owner is object:
+            break
+        found = _assigned_in(owner, name)
+        if found is not None:
+            return found
+    return None
+
+
+def _assigned_in(cls: type, name: str) -> tuple[int, str] | None:
+    try:
+        filename = inspect.getsourcefile(cls)
+    except TypeError:  # a built-in class
+        return None
+    tree = parsed(filename) if filename else None
+    if tree is None or filename is None:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
+            # A value stored, not a bare annotation: ``_norm: Callable`` in a dataclass's body
+            # declares the field, ``self._norm = ft.partial(...)`` in __init__ makes it.
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Assign):
+                    targets = [t for target in inner.targets for t in ast.walk(target)]
+                elif isinstance(inner, (ast.AugAssign, ast.AnnAssign)) and inner.value is not None:
+                    targets = list(ast.walk(inner.target))
+                else:
+                    continue
+                for target in targets:
+                    line = _stored_at(target, name)
+                    if line is not None:
+                        return line, filename
+    return None
+
+
+def _stored_at(node: ast.AST, name: str) -> int | None:
+    """The line of ``node`` if it assigns ``name`` (``self.name = ...``, or ``name = ...`` in
+    a class body); else None."""
+    if isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.ctx, ast.Store):
+        return node.lineno
+    if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
+        return node.lineno
+    return None

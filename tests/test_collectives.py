@@ -7,6 +7,7 @@ every construct the reader must follow.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,11 @@ import pytest
 from gate.jaxhooks.executables import Executed, StepMesh
 from gate.policy.model import CollectiveRule, DonationRule
 from gate.region.donations import judge_donations
+from gate.report.communication_text import (
+    COLLECTIVE_FIX,
+    EXPLICIT_COLLECTIVE_FIX,
+    collective_fix,
+)
 from gate.results.collective_changes import GONE, GROWN, MOVED, NEW, compare_communication
 from gate.results.collectives import Collective, Communication, not_read
 from gate.results.costs import FunctionCost, step_cost
@@ -680,3 +686,22 @@ def test_the_stored_baseline_keeps_the_unused_donations_and_judges_a_lost_one() 
     assert not blind.passed
     [clean] = compare_with_baseline(run(_measured()), older, rules, "tg").regions
     assert clean.passed
+
+
+def test_a_collective_written_in_the_code_gets_its_own_fix_not_the_shardings() -> None:
+    def fix_for(collective: Collective) -> str:
+        head = Communication((*BASE.collectives, collective))
+        (new,) = compare_communication(BASE, head, CollectiveRule.FAIL, None).changes
+        return collective_fix(new)
+
+    pmean = _collective("all-reduce", 30, 4096, "grads = jax.lax.pmean(grads, axis_name='data')")
+    assert fix_for(pmean) == EXPLICIT_COLLECTIVE_FIX
+    # Named by JAX's op where the line's text does not say (a helper that calls psum).
+    helper = replace(_collective("all-reduce", 31, 4096, "g = sync(g)"), op_name="jit(step)/psum")
+    assert fix_for(helper) == EXPLICIT_COLLECTIVE_FIX
+    # A sharding's collective: the op that needed it, at a line with no collective written.
+    gathered = replace(
+        _collective("all-gather", 42, 32768, "h = x @ w"), op_name="jit(step)/dot_general"
+    )
+    assert fix_for(gathered) == COLLECTIVE_FIX
+    assert "PartitionSpec" not in EXPLICIT_COLLECTIVE_FIX

@@ -32,6 +32,10 @@ from gate.witness.live_arrays import LiveArrays
 
 STEPS = """
 import collections
+import functools
+import itertools
+import os
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +46,33 @@ from flax import nnx
 @jax.jit
 def _loss(x):
     return jnp.sum(x * x)
+
+
+# A library of the repository's virtual environment (site-packages: never the user's code).
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".venv", "site-packages"))
+import cachedlib  # noqa: E402
+
+_calls = itertools.count()
+_current = {}  # the step's input: only the last is kept
+
+
+def _current_loss():
+    return _loss(_current["x"])
+
+
+@functools.lru_cache(maxsize=None)
+def _scores(n):
+    return _current_loss()
+
+
+def user_cache_step(x):
+    _current["x"] = x
+    return _scores(next(_calls))  # a new key each step: the cache keeps every result
+
+
+def library_cache_step(x):
+    _current["x"] = x
+    return cachedlib.table(next(_calls), _current_loss)
 
 
 def setup():
@@ -153,6 +184,15 @@ def nnx_in_place_step(x):
     return _nnx_train(MODEL, OPTIMIZER, x)
 """
 
+CACHED_LIBRARY = """
+import functools
+
+
+@functools.cache
+def table(key, make):
+    return make()
+"""
+
 DEFAULTS = "defaults: {warmup: 1, guarded_runs: 3, repeats: 2, timing: off}\n"
 
 
@@ -170,6 +210,8 @@ POLICY = (
     + region("recent", "recent_step")
     + region("nnx-in-place", "nnx_in_place_step")
     + region("hidden", "hidden_step")
+    + region("user-cache", "user_cache_step")
+    + region("library-cache", "library_cache_step")
     + region("list-warn", "list_step", extra=", memory: {leaks: warn}")
     + region("list-allow", "list_step", extra=", memory: {leaks: allow}")
 )
@@ -178,7 +220,13 @@ POLICY = (
 @pytest.fixture(scope="module")
 def leaks(tmp_path_factory: pytest.TempPathFactory) -> tuple[GateRun, Path]:
     repo = make_repo(
-        tmp_path_factory.mktemp("leaks"), {"steps.py": STEPS, "policies/memory.yaml": POLICY}
+        tmp_path_factory.mktemp("leaks"),
+        {
+            "steps.py": STEPS,
+            "policies/memory.yaml": POLICY,
+            ".venv/pyvenv.cfg": "home = /usr/bin\n",
+            ".venv/site-packages/cachedlib.py": CACHED_LIBRARY,
+        },
     )
     run = run_gate(repo, "run", "--no-baseline", "--json", "r.json")
     return run, repo
@@ -206,6 +254,14 @@ def row(run: GateRun, name: str) -> str:
             4,
         ),
         ("cache", "_cache = {}", "global '_cache' (dict)", [("float32", [8, 4])], 128),
+        # A cached function of the user's: its def, not "a dict no module reaches".
+        (
+            "user-cache",
+            "@functools.lru_cache(maxsize=None)",
+            "the cache of _scores (functools.lru_cache)",
+            [("float32", [])],
+            4,
+        ),
         (
             "attribute",
             "self.snapshots = []",
@@ -275,24 +331,35 @@ def test_a_bounded_cache_and_an_in_place_model_pass(leaks: tuple[GateRun, Path],
     assert f"{name}: device memory" not in names
 
 
-def test_a_leak_no_user_module_reaches_still_fails_at_the_policy_line(
-    leaks: tuple[GateRun, Path],
+@pytest.mark.parametrize(
+    ("name", "what"),
+    [
+        # A global of a library's module: named with its module and file.
+        (
+            "hidden",
+            "global '_kept_by_a_test' of module collections (list) in collections/__init__.py",
+        ),
+        # A library's cached function: named with its file and line.
+        (
+            "library-cache",
+            "the cache of cachedlib.table (functools.lru_cache) in cachedlib.py:4",
+        ),
+    ],
+)
+def test_a_leak_in_a_library_names_its_holder_at_the_policy_line(
+    leaks: tuple[GateRun, Path], name: str, what: str
 ) -> None:
     run, repo = leaks
-    found = regions_of(repo)["hidden"]
+    found = regions_of(repo)[name]
     assert found["status"] == "failed", run
     leak = found["memory"]["leak"]
-    assert leak["holder"] == {
-        "path": None,
-        "line": None,
-        "what": "a list that no module of the user's reaches",
-    }
+    assert leak["holder"] == {"path": None, "line": None, "what": what}, leak
     place = f"policies/memory.yaml:{found['policy_line']}"
     assert leak["text"] == (
-        f"{place}: device memory kept every step: a list that no module of the user's "
-        "reaches, +1 float32[] per step (4 B per step)"
+        f"{place}: device memory kept every step: {what}, +1 float32[] per step (4 B per step)"
     )
-    case = run.testcase("hidden: device memory")
+    case = run.testcase(f"{name}: device memory")
+    # The annotation stays on a file of the repository: the region's policy line.
     assert (case.get("file"), case.get("line")) == (
         "policies/memory.yaml",
         str(found["policy_line"]),

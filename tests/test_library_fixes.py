@@ -203,3 +203,29 @@ def test_flax_29d4ffdb_an_eager_one_hot_per_string_is_a_round_trip(tmp_path: Pat
     assert failing[0]["line"] == read, failing
     assert any(f["direction"] == "host-to-device" and f["line"] == upload for f in failing), failing
     assert not any(f["in_base"] for f in failing), failing
+
+
+@ON_THE_DEVICE
+def test_equinox_55e0787_the_recompile_names_the_partial_and_the_line_that_made_it(
+    tmp_path: Path,
+) -> None:
+    run, repo = _judged(tmp_path, "equinox-55e0787")
+    assert run.returncode == 1, run
+    call = line_of(repo / "train.py", "# the loop's call")
+    made = line_of(repo / "weight_norm.py", "self._norm = ft.partial(")
+    testcase = run.testcase("weightnorm: recompiles")
+    assert (testcase.get("file"), testcase.get("line")) == ("train.py", str(call)), run
+    failure = testcase.find("failure")
+    assert failure is not None, run
+    message = failure.get("message", "")
+    assert message.startswith(f"train.py:{call}: jit(train_step) compiled again "), message
+    # Where the static argument first differs, not two identical prefixes of its repr.
+    assert "<function train_step at" not in message, message
+    assert (
+        "a new functools.partial(_norm_except_axis, …) on each call (a partial equals only "
+        f"itself), made at weight_norm.py:{made}"
+    ) in message, message
+    # The fix speaks of the cause, and JUnit's body has it whole.
+    assert "fix: make the partial once and reuse it" in (failure.text or ""), failure.text
+    found = _region(repo)["recompiles"]
+    assert all(f"made at weight_norm.py:{made}" in r["change"] for r in found), found

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import FAST_DEFAULTS, line_of, make_repo, run_gate
 
+from gate.jaxhooks.changed_value import described, first_difference
 from gate.jaxhooks.compiles import (
     EXPLAIN_FLAG,
     UNNAMED,
@@ -467,3 +468,114 @@ def test_a_pmap_program_is_named_by_the_users_function_not_jaxs_wrapper() -> Non
     assert f"pmap(<lambda> at test_recompiles.py:{line})" in names, names
     # JAX's own programs keep JAX's names.
     assert not any(name == "jit(_fun)" for name in names), names
+
+
+# --- where a changed static value first differs, and the line that made it -------------------
+
+OPTAX_STEPS = """
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax.training import train_state
+
+MODEL = nn.Dense(4)
+
+
+@jax.jit
+def train_step(state, x):
+    grads = jax.grad(lambda p: jnp.sum(state.apply_fn(p, x) ** 2))(state.params)
+    return state.apply_gradients(grads=grads)
+
+
+def setup():
+    x = jax.device_put(np.ones((2, 4), np.float32))
+    params = MODEL.init(jax.random.key(0), x)
+    tx = optax.adamw(1e-3)  # a new optimizer per setup
+    return train_state.TrainState.create(apply_fn=MODEL.apply, params=params, tx=tx), x
+
+
+def step(state, x):
+    return train_step(state, x).params  # the call
+"""
+
+
+def test_an_optimizer_made_in_setup_is_named_with_its_fix(tmp_path: Path) -> None:
+    extra = "    memory: {leaks: allow}\n"
+    policy = _policy("optimizer", "step", "steps:setup", extra).replace(
+        "guarded_runs: 1", "guarded_runs: 2"
+    )
+    repo = make_repo(tmp_path, {"steps.py": OPTAX_STEPS, "policies/p.yaml": policy})
+    run = run_gate(repo, "run")
+    assert run.returncode == 1, run
+    failure = run.testcase("optimizer: recompiles").find("failure")
+    assert failure is not None, run
+    message = failure.get("message", "")
+    call = line_of(repo / "steps.py", "# the call")
+    assert message.startswith(f"steps.py:{call}: jit(train_step) compiled again"), message
+    # Not the TrainState's metadata printed twice and cut off: the closure that differs.
+    assert "argument [0][0], at [1][0] of its TrainState's static fields: a new function " in (
+        message
+    ), message
+    assert "chain.<locals>.init_fn" in message, message
+    assert "made at optax/" in message, message
+    assert "with pytree metadata" not in message, message
+    assert "fix: make the optax optimizer once, at import" in (failure.text or ""), failure.text
+    assert "fix: make the optax optimizer once, at import" in run.stdout, run
+
+
+class _Layer:
+    def __init__(self, axis: int) -> None:
+        self.norm = functools.partial(sorted, reverse=bool(axis))
+
+
+def _closure() -> object:
+    def inner() -> None:
+        return None
+
+    return inner
+
+
+def test_the_first_difference_is_found_and_the_line_that_made_it() -> None:
+    first, second = _Layer(0), _Layer(0)
+    found = first_difference(
+        ("same", {"k": 1, "f": second.norm}), ("same", {"k": 1, "f": first.norm})
+    )
+    assert found is not None
+    assert found.path == "[1]['f']"
+    what, made = described(found)
+    assert what.startswith("a new functools.partial(sorted, …) on each call"), what
+    assert made == (__file__, _Layer.__init__.__code__.co_firstlineno + 1)
+    # A closure: its def line, which runs again each time.
+    found = first_difference([1, _closure()], [1, _closure()])
+    assert found is not None
+    assert found.path == "[1]"
+    what, made = described(found)
+    assert what.startswith("a new function object _closure.<locals>.inner on each call"), what
+    assert made == (__file__, _closure.__code__.co_firstlineno + 1)
+    # A value with its own equality: both values, shown short.
+    found = first_difference((1, 2.0), (1, 3.0))
+    assert found is not None
+    assert described(found) == ("3.0 before, 2.0 now", None)
+    assert first_difference((1, "a"), (1, "a")) is None
+
+
+def test_the_gates_first_difference_line_is_read_in_the_reports_words(tmp_path: Path) -> None:
+    head = _SHAPE_LOG.rsplit("\n", 2)[0] + "\n  different input pytree:\n"
+    static = head + (
+        "  * at input path [0][2], now <class 'jax._src.tree_util.Static'> with pytree metadata "
+        "Static(val=(((<function f at 0x1>,), PyTreeDef(*)), (None, functools.partial(<f>))) "
+        "and before ..., so the pytree node metadata does not match\n"
+        "  * first differs at static argument [0][2], at [1][1] of its value: a new "
+        f"functools.partial(norm, …) on each call (made at {tmp_path}/weight_norm.py:43)"
+    )
+    said = explain([static], UserCode(tmp_path))
+    assert said == (
+        "static argument [0][2], at [1][1] of its value: a new functools.partial(norm, …) on "
+        "each call, made at weight_norm.py:43"
+    )
+    library = static.replace(f"{tmp_path}/", "/venv/lib/python3.11/site-packages/optax/")
+    assert (explain([library], UserCode(tmp_path)) or "").endswith(
+        "made at optax/weight_norm.py:43"
+    )

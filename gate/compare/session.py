@@ -45,7 +45,7 @@ from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.device_pool import DevicePool
 from gate.isolation.run_loop import begin, schedulers
-from gate.isolation.scheduler import Scheduler, worker_environment
+from gate.isolation.scheduler import RegionBudgets, Scheduler, worker_environment
 from gate.isolation.watcher import RunWatcher
 from gate.isolation.worker_start import DeviceBusy
 from gate.plan import Plan
@@ -141,6 +141,8 @@ class _Session:
     # The base's schedulers for each of the head's, by the head's (its identity) and whether
     # the base's worker runs beside the head's.
     _bases: dict[tuple[int, bool], Scheduler] = field(default_factory=dict)
+    # What each region has taken so far in both trees: its timeout_s bounds them all.
+    _budgets: RegionBudgets = field(default_factory=RegionBudgets)
     # Why the device refused the base's worker beside the head's, as it said it ("" while it
     # has not): every region compared after that runs apart, on the same device.
     _refused: str = ""
@@ -152,6 +154,7 @@ class _Session:
     _deciding: threading.Lock = field(default_factory=threading.Lock)
 
     def compared(self, scheduler: Scheduler, policy: Policy, region: Region) -> RegionResult:
+        scheduler.budgets = self._budgets
         names = regions_in_base(policy, self.head_root, self.tree.root)
         if names is None or region.name not in names:
             result = scheduler.run(policy, region, tree="head")
@@ -222,6 +225,7 @@ class _Session:
                 beside=beside,
                 moved_paths=self.tree.moved_paths,
             )
+            found.budgets = self._budgets
             self._bases[key] = self.stack.enter_context(found)
         if not beside:
             self._bases.get((id(head), True), found).close()  # one process on the device

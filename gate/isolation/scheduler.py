@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -99,6 +100,25 @@ class _Running:
         )
 
 
+class RegionBudgets:
+    """The seconds each region has taken so far, over every request for it, in both trees'
+    workers (``run --base``: its run, its timed turns, its traced runs): ``timeout_s`` bounds
+    the region in all, as the policy says, not each request. Shared by the schedulers of one
+    comparison; regions compared at once in threads each have their own entry."""
+
+    def __init__(self) -> None:
+        self._spent: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def left_s(self, label: str, limit_s: float) -> float:
+        with self._lock:
+            return limit_s - self._spent.get(label, 0.0)
+
+    def spend(self, label: str, seconds: float) -> None:
+        with self._lock:
+            self._spent[label] = self._spent.get(label, 0.0) + seconds
+
+
 class Scheduler:
     """Runs regions one at a time in a worker process, replacing it when it is lost.
 
@@ -138,6 +158,9 @@ class Scheduler:
         self.startups = self._starts.startups  # every worker started, for benchmarks and tests
         self._worker: WorkerProcess | None = None
         self._jobs = itertools.count(1)
+        # Set by ``run --base`` (`gate.compare.session`): each region's requests in both
+        # trees draw on one ``timeout_s``. None: each request has the region's whole timeout.
+        self.budgets: RegionBudgets | None = None
 
     def __enter__(self) -> Scheduler:
         return self
@@ -241,7 +264,10 @@ class Scheduler:
             self.moved_paths,
             top,
         )
-        reply = self._request(job, self.environment(policy), running.label, region.timeout_s, tree)
+        limit = region.timeout_s
+        reply = self._request(
+            job, self.environment(policy), running.label, limit, tree, limit_s=limit
+        )
         if isinstance(reply, RegionError):
             return running.result(reply), None
         if isinstance(reply, Done) and reply.number == job.number:
@@ -268,7 +294,9 @@ class Scheduler:
         label = region_key(policy, region)
         # Each turn may take up to the region's timeout, as one run of it may.
         timeout = region.timeout_s * max(1, len(turns))
-        reply = self._request(request, self._worker.env, label, timeout, tree, start=False)
+        reply = self._request(
+            request, self._worker.env, label, timeout, tree, start=False, limit_s=region.timeout_s
+        )
         if isinstance(reply, RegionError):
             return (StepSamples((), error=reply),)
         if isinstance(reply, Timed) and reply.number == request.number:
@@ -287,7 +315,9 @@ class Scheduler:
         if self._worker is None:
             reply = RegionError(ErrorKind.CRASH, "the worker that ran this region is gone", "")
         else:
-            reply = self._request(request, self._worker.env, label, timeout, tree, start=False)
+            reply = self._request(
+                request, self._worker.env, label, timeout, tree, start=False, limit_s=timeout
+            )
         if isinstance(reply, RegionError):
             return OpTimes.not_traced(reply.message)
         if isinstance(reply, Traced) and reply.number == request.number:
@@ -303,19 +333,37 @@ class Scheduler:
         tree: str | None = None,
         *,
         start: bool = True,
+        limit_s: float | None = None,
     ) -> Message | RegionError:
         """``request``'s reply from a worker started with ``env`` (started, or replaced by
-        one, if need be); or the error that says why none came (the worker is then gone)."""
+        one, if need be); or the error that says why none came (the worker is then gone).
+
+        ``limit_s``: the region's ``timeout_s``; with `budgets`, the request waits no longer
+        than what is left of it after the region's earlier requests, in either tree."""
         if self._worker is not None and (self._worker.env != env or self._worker.exited()):
             self.close()
+        budgets = self.budgets if limit_s is not None else None
+        in_all: float | None = None
+        if budgets is not None and limit_s is not None:
+            left = budgets.left_s(label, limit_s)
+            if left < timeout_s:
+                timeout_s, in_all = max(left, 0.0), limit_s
+            if left <= 0:
+                return _out_of_time(limit_s)
+        began = time.monotonic()
         try:
-            return self._send_and_wait(request, env, label, timeout_s, tree=tree, start=start)
+            return self._send_and_wait(
+                request, env, label, timeout_s, tree=tree, start=start, in_all=in_all
+            )
         except BaseException:
             # A gate bug: leave no worker behind, and start afresh next time.
             worker, self._worker = self._worker, None
             if worker is not None:
                 worker.stop(dump=False)
             raise
+        finally:
+            if budgets is not None:
+                budgets.spend(label, time.monotonic() - began)
 
     def _send_and_wait(
         self,
@@ -326,6 +374,7 @@ class Scheduler:
         *,
         tree: str | None,
         start: bool,
+        in_all: float | None = None,
     ) -> Message | RegionError:
         worker: WorkerProcess | None = None
         mark = 0
@@ -353,14 +402,21 @@ class Scheduler:
         event = self._wait(worker, time.monotonic() + timeout_s, label, tree)
         if isinstance(event, WaitEvent):
             self._worker = None
-            return self._lost(worker, mark, timeout_s, event)
+            return self._lost(worker, mark, timeout_s, event, in_all)
         worker.output.wait_ended(request.number, _OUTPUT_LAG_S)
         return event
 
     def _lost(
-        self, worker: WorkerProcess, mark: int, timeout_s: float, event: WaitEvent
+        self,
+        worker: WorkerProcess,
+        mark: int,
+        timeout_s: float,
+        event: WaitEvent,
+        in_all: float | None = None,
     ) -> RegionError:
-        """Stop the worker that was running a region; the error says what happened."""
+        """Stop the worker that was running a region; the error says what happened
+        (``in_all``: the region's ``timeout_s`` that ran out over its requests, not this one's
+        own wait)."""
         returncode = worker.stop(dump=event is not WaitEvent.EXITED)
         worker.output.stop_jobs()
         if event is WaitEvent.EXITED and self._signalled_by_cancel(returncode):
@@ -372,6 +428,13 @@ class Scheduler:
             headline = (
                 f"The run was cancelled: {cancel_reason(self.cancel)} while this region was "
                 "running. Its worker was stopped."
+            )
+        elif event is WaitEvent.TIMED_OUT and in_all is not None:
+            kind = ErrorKind.TIMEOUT
+            message = _out_of_time(in_all).message
+            headline = (
+                f"The region ran past its timeout_s of {seconds(in_all)} in all (its runs, timed "
+                f"turns and traced runs in both trees), so its worker was stopped. {fresh}"
             )
         elif event is WaitEvent.TIMED_OUT:
             kind = ErrorKind.TIMEOUT
@@ -421,3 +484,12 @@ class WorkerUnavailable(Exception):
     def __init__(self, error: RegionError) -> None:
         super().__init__(error.message)
         self.error = error
+
+
+def _out_of_time(limit_s: float) -> RegionError:
+    """A region whose ``timeout_s`` ran out over its requests in both trees (``run --base``)."""
+    message = (
+        f"still running after {seconds(limit_s)} in all (timeout_s, over its runs, timed turns "
+        "and traced runs in both trees); stopped"
+    )
+    return RegionError(ErrorKind.TIMEOUT, message, message)

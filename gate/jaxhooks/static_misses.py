@@ -11,18 +11,23 @@ the PyTreeDefs, then finds nothing and logs "cache miss explanation unavailable"
 `static_values_explained` replaces that function for a block: where JAX found
 nothing, it compares the two keys' static leaves and, where some differ, says so in
 the words jax 0.10 uses, so `gate.witness.recompiles` reads both versions alike.
-Anything unexpected in a key leaves JAX's own answer as it was. On a JAX without
-``flattree`` (0.10), nothing is replaced: JAX says it itself.
+Anything unexpected in a key leaves JAX's own answer as it was.
+
+On every version it also adds, after JAX's lines, where a changed static value first differs
+and the line that made what differs there (`gate.jaxhooks.changed_value`): JAX prints the
+two values whole, a model's static half the same for hundreds of characters.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import re
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from gate.jaxhooks.changed_value import described, first_difference
 from gate.jaxhooks.patches import attribute_replaced
 
 _DIFF = "diff_tracing_cache_keys"
@@ -34,19 +39,23 @@ _VALUE_LIMIT = 120
 Diff = Callable[[Any, Any], tuple[int, int, str]]
 
 
-def _lookup() -> tuple[types.ModuleType, Diff, tuple[Any, ...]] | None:
-    """JAX's key-diffing module, its function, and FTStatic, FTTuple, FTDict, FTFiltered."""
+def _lookup() -> tuple[types.ModuleType, Diff, tuple[Any, ...] | None] | None:
+    """JAX's key-diffing module, its function, and FTStatic, FTTuple, FTDict, FTFiltered
+    (None on a JAX without ``flattree``, whose keys hold PyTreeDefs)."""
     try:
-        flattree = importlib.import_module("jax._src.flattree")
         partial_eval = importlib.import_module("jax._src.interpreters.partial_eval")
     except ImportError:
         return None
+    diff = partial_eval.__dict__.get(_DIFF)
+    if not callable(diff):
+        return None
+    try:
+        flattree = importlib.import_module("jax._src.flattree")
+    except ImportError:
+        return partial_eval, diff, None
     names = ("FTStatic", "FTTuple", "FTDict", "FTFiltered")
     kinds = tuple(getattr(flattree, name, None) for name in names)
-    diff = partial_eval.__dict__.get(_DIFF)
-    if not callable(diff) or not all(isinstance(kind, type) for kind in kinds):
-        return None
-    return partial_eval, diff, kinds
+    return partial_eval, diff, kinds if all(isinstance(k, type) for k in kinds) else None
 
 
 def _statics(tree: Any, kinds: tuple[Any, ...], path: str = "") -> Iterator[tuple[str, Any]]:
@@ -82,21 +91,65 @@ def static_changes(new_tree: Any, old_tree: Any, kinds: tuple[Any, ...]) -> list
     ]
 
 
-def _explaining(original: Diff, kinds: tuple[Any, ...]) -> Diff:
+FIRST_DIFFERS = "  * first differs at "
+
+
+def first_differences(new_key: Any, old_key: Any, kinds: tuple[Any, ...] | None) -> list[str]:
+    """The gate's own lines, after JAX's: where each changed static value first differs, and
+    the line that made what differs there (`gate.jaxhooks.changed_value`)."""
+    new_tree, old_tree = new_key[1][0], old_key[1][0]
+    pairs: list[tuple[str, Any, Any]] = []
+    if hasattr(new_tree, "tree") and hasattr(old_tree, "tree"):  # PyTreeDefs: jax 0.10
+        pairs.append(("", new_tree.tree, old_tree.tree))
+    if kinds is not None:  # FTStatic leaves: jax 0.12
+        new, old = dict(_statics(new_tree, kinds)), dict(_statics(old_tree, kinds))
+        if new.keys() == old.keys():
+            pairs += [(path, new[path].val, old[path].val) for path in new]
+    lines = []
+    for prefix, new_value, old_value in pairs:
+        found = first_difference(new_value, old_value)
+        if found is None or (not prefix and not found.path):
+            continue
+        what, made = described(found)
+        where = f" (made at {made[0]}:{made[1]})" if made is not None else ""
+        lines.append(f"{FIRST_DIFFERS}{_path_text(prefix + found.path)}: {what}{where}")
+    return lines
+
+
+def _path_text(path: str) -> str:
+    """``[0][2]<Static>.val[1][0][3]`` as ``static argument [0][2], at [1][0][3] of its value``;
+    ``[0][0]<TrainState>[1][0]`` as ``argument [0][0], at [1][0] of its TrainState's static
+    fields``."""
+    argument, static, inside = path.partition("<Static>.val")
+    if static:
+        text = f"static argument {argument or '[]'}"
+        return f"{text}, at {inside} of its value" if inside else text
+    node = re.search(r"<(\w+)>", argument)
+    if node is None:
+        return f"argument {argument or '[]'}"
+    at = argument[node.end() :]
+    text = f"argument {argument[: node.start()] or '[]'}"
+    return f"{text}, at {at or '[]'} of its {node[1]}'s static fields"
+
+
+def _explaining(original: Diff, kinds: tuple[Any, ...] | None) -> Diff:
     # JAX calls this from inside the user's jitted call: whatever a later JAX passes or
     # returns, it gets JAX's own answer unless the gate's reading of it works out.
     def diff_tracing_cache_keys(*args: Any, **kwargs: Any) -> Any:
         found = original(*args, **kwargs)
         try:
-            if found[0] != _UNAVAILABLE:
-                return found
             new_key, old_key = args
-            changes = static_changes(new_key[1][0], old_key[1][0], kinds)
+            changes: list[str] = []
+            if found[0] == _UNAVAILABLE and kinds is not None:
+                changes = static_changes(new_key[1][0], old_key[1][0], kinds)
+            extra = first_differences(new_key, old_key, kinds)
         except Exception:  # another signature, result or key shape: JAX's answer stands
             return found
-        if not changes:
-            return found
-        return 1, len(changes), "different input pytree:\n" + "\n".join(changes)
+        if changes:
+            found = 1, len(changes), "different input pytree:\n" + "\n".join(changes)
+        if extra and found[0] != _UNAVAILABLE:
+            found = found[0], found[1], found[2] + "\n" + "\n".join(extra)
+        return found
 
     return diff_tracing_cache_keys
 

@@ -12,6 +12,7 @@ where nothing says it ever worked).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from gate.results.collective_changes import NEW, CollectiveChange, CommComparison
@@ -26,6 +27,33 @@ COLLECTIVE_FIX = (
     "own) of the arrays at that line; if it is meant, accept it with `collectives: warn` "
     "or record it with `transfer-gate baseline`"
 )
+
+
+EXPLICIT_COLLECTIVE_FIX = (
+    "this collective is written in the code at that line (lax.psum, pmean, all_gather, "
+    "ppermute, ...), not made by a sharding: if the step is meant to run it (gradients or "
+    "batch statistics averaged over devices), accept it with `collectives: warn` or record "
+    "it with `transfer-gate baseline`; otherwise remove it, or run it once per step rather "
+    "than per call or per loop iteration"
+)
+# The primitives a user writes (pmean lowers to psum), as the last part of JAX's op name or
+# as a call in the line's text.
+_EXPLICIT = re.compile(
+    r"(?:^|[/.\s(])(psum|pmean|pmax|pmin|all_gather|ppermute|psum_scatter|reduce_scatter|"
+    r"all_to_all|pshuffle|pswapaxes)(?:\s*\(|$|\[)"
+)
+
+
+def collective_fix(change: CollectiveChange) -> str:
+    """The fix for a new collective: the explicit one's (written at its line), else the
+    sharding's (`COLLECTIVE_FIX`)."""
+    side = change.head if change.head is not None else change.base
+    if side is not None:
+        sample = side.sample
+        texts = (sample.op_name.rsplit("/", 1)[-1], sample.source or "")
+        if any(_EXPLICIT.search(text) for text in texts):
+            return EXPLICIT_COLLECTIVE_FIX
+    return COLLECTIVE_FIX
 
 
 def comm_comparisons(region: RegionResult) -> list[CommComparison]:
@@ -95,7 +123,7 @@ def _change(change: CollectiveChange) -> CommFinding:
         prefix + change.text(),
         change.failing,
         change.source,
-        COLLECTIVE_FIX if change.failing or change.warning else "",
+        collective_fix(change) if change.failing or change.warning else "",
     )
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from gate.report.communication_text import acted_on
 from gate.report.comparison_text import failing_comparisons
 from gate.report.memory_text import LABEL, leak_place, leak_text
-from gate.report.terminal import RECOMPILE_FIX, one_line
+from gate.report.terminal import one_line, recompile_fix
 from gate.results.errors import ErrorKind
 from gate.results.findings import Finding, group
 from gate.results.hints import hint_for, hint_for_error
@@ -138,7 +138,7 @@ def region_annotations(region: RegionResult) -> list[Annotation]:
             r.location.line if r.location is not None else region.policy_line,
             "more programs in the first call" if r.startup else "compiled again after warm-up",
             r.headline().replace(f" at {r.location}", ""),
-            fix=RECOMPILE_FIX,
+            fix=recompile_fix([r]),
             source=r.source or "",
         )
         for r in region.recompiles

@@ -11,12 +11,12 @@ from typing import Literal
 
 from gate.levels import Direction, GuardSpec
 from gate.report.terminal import (
-    RECOMPILE_FIX,
     format_boundary,
     format_check,
     format_recompile,
     format_timing,
     one_line,
+    recompile_fix,
     transfer_location,
 )
 from gate.results.baseline import next_step
@@ -210,7 +210,7 @@ def _recompiles_case(region: RegionResult) -> Case:
         entries.append(f"- {format_recompile(recompile, region)}")
         if recompile.source:
             entries.append(f"    {recompile.source}")
-    listing = "\n".join(entries) + f"\nfix: {RECOMPILE_FIX}\n"
+    listing = "\n".join(entries) + f"\nfix: {recompile_fix(region.recompiles)}\n"
     failing = [r for r in region.recompiles if r.failing]
     first = (failing or list(region.recompiles))[0].location
     file, line = (first.path, first.line) if first else (region.policy_path, region.policy_line)

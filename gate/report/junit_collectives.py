@@ -17,7 +17,7 @@ it always was:
 from __future__ import annotations
 
 from gate.report.communication_text import (
-    COLLECTIVE_FIX,
+    collective_fix,
     comm_comparisons,
     comm_findings,
     comm_label,
@@ -79,7 +79,7 @@ def _new_case(region: RegionResult, comm: CommComparison, change: CollectiveChan
         lines.append(f"    {change.source}")
     lines += [
         f"in {sample.function}; JAX's op: {sample.op_name or '(none)'}",
-        f"fix: {COLLECTIVE_FIX}",
+        f"fix: {collective_fix(change)}",
     ]
     body = "\n".join(lines) + "\n\n" + declared(region) + timing_next_step(region, comm.against)
     outcome = (

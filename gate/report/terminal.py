@@ -7,6 +7,8 @@ same thing in the same words.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gate.report.communication_text import CommFinding, acted_on
 from gate.report.comparison_text import comparison_lines, failing_comparisons
 from gate.report.memory_text import leak_line, memory_column
@@ -78,6 +80,48 @@ RECOMPILE_FIX = (
     "bucket batches, pass arrays rather than Python scalars), and create jax.jit wrappers once, "
     "at import, never inside the step"
 )
+
+
+# The usual causes of a changed static value, each with its own fix: the words the change
+# says (`gate.witness.recompiles.explain`) pick it. The first that fits is given.
+_RECOMPILE_CAUSES = (
+    (
+        ("optax/", "TrainState", "GradientTransformation"),
+        "make the optax optimizer once, at import (TX = optax.adamw(1e-3)), and build each "
+        "TrainState or nnx.Optimizer from that one object: a new optimizer made in setup or "
+        "in the step never equals the last, and the TrainState carries it as a static field",
+    ),
+    (
+        ("functools.partial",),
+        "make the partial once and reuse it (at import, or from a functools.cache'd factory): "
+        "a partial equals only itself, so one made per object or per call is new each step",
+    ),
+    (
+        ("bound method",),
+        "pass a function made once, not a bound method of an object made again each step "
+        "(model.apply of a new model): a bound method equals another only on the same object",
+    ),
+    (
+        ("a new function object",),
+        "define the function once, at module level, and pass what it closes over as an "
+        "argument: a closure or lambda made inside a function is a new object each time",
+    ),
+    (
+        ("has no __eq__",),
+        "make that object once and reuse it, or give its class value equality "
+        "(@dataclasses.dataclass(frozen=True)): an object without __eq__ equals only itself",
+    ),
+)
+
+
+def recompile_fix(recompiles: Sequence[Recompile]) -> str:
+    """The fix for these recompiles' cause: an optimizer, a partial, a bound method, a closure
+    made again each step; else `RECOMPILE_FIX`."""
+    changes = " ".join(r.change or "" for r in recompiles)
+    for words, fix in _RECOMPILE_CAUSES:
+        if any(word in changes for word in words):
+            return fix
+    return RECOMPILE_FIX
 
 
 def format_recompile(recompile: Recompile, region: RegionResult) -> str:
@@ -416,7 +460,7 @@ def _findings(region: RegionResult, *, comparisons: bool = True) -> list[str]:
     lines.extend(f"  fix: {hint}" for hint in hints)
     lines.extend(f"  {_recompile_line(recompile, region)}" for recompile in region.recompiles)
     if region.recompiles:
-        lines.append(f"  fix: {RECOMPILE_FIX}")
+        lines.append(f"  fix: {recompile_fix(region.recompiles)}")
     comm = acted_on(region)
     lines.extend(f"  {_comm_line(finding, policy)}" for finding in comm)
     lines.extend(f"  fix: {fix}" for fix in dict.fromkeys(f.fix for f in comm if f.fix))

@@ -4,15 +4,17 @@ A walk outward from the globals of the user's modules, breadth first (so the sho
 to the arrays is named), through what Python code can reach: containers' items, functions'
 closures (also behind ``jax.jit``'s ``__wrapped__``), objects' and classes' attributes. The
 container that holds one of the arrays is named by the way to it,
-``global 'tracker', attribute 'history' (list)``. Where the walk finds nothing (a C
-extension's cache, a thread's frame), the garbage collector's referrers still say what
-kind of container holds them. Run once per leaking region, never in a timed run.
+``global 'tracker', attribute 'history' (list)``. Where the walk finds nothing, the garbage
+collector's referrers are climbed from one array: a cached function (``functools.cache``,
+``lru_cache``, JAX's own ``WeakrefLRUCache``), a closure or a global of any module, a
+library's too, is named with its file and line; failing that, the kind of container. Run
+once per leaking region, never in a timed run.
 """
 
 from __future__ import annotations
 
-import ast
 import collections
+import contextlib
 import functools
 import gc
 import inspect
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gate.results.leaks import Holder
-from gate.user_code import UserCode
+from gate.user_code import UserCode, attribute_line, global_lines
 
 # The walk stops after this many objects: a holder is almost always a few steps from a global.
 _BUDGET = 200_000
@@ -79,7 +81,8 @@ def find_holder(first: Sequence[Any], later: Sequence[Any], user: UserCode) -> H
     ]
     way = _walk(modules, {id(a) for a in first}, user)
     if way is None:
-        return _referrer(first)
+        with _all_in_sight():
+            return _referrer(first, user, (later,))
     others = {id(a) for a in later}
     at = len(way.objects) - 1
     while at > 0 and others and not _reaches(way.objects[at], others, user):
@@ -97,7 +100,7 @@ def _walk(modules: list[types.ModuleType], targets: set[int], user: UserCode) ->
     queue: collections.deque[tuple[_Way, int]] = collections.deque()
     visited: set[int] = {id(m) for m in modules}
     for module in modules:
-        lines = _global_lines(module)
+        lines = global_lines(module)
         for name, value in list(vars(module).items()):
             if name.startswith("__") or isinstance(value, types.ModuleType):
                 continue
@@ -192,7 +195,7 @@ def _children(holder: Any, user: UserCode) -> Iterator[tuple[str, Any, Place | N
     elif isinstance(holder, type):
         if _defined_by_user(holder, user):  # a class attribute: `history = []` in its body
             for name, value in _attributes(holder):
-                yield f"attribute '{name}'", value, functools.partial(_attribute_line, holder, name)
+                yield f"attribute '{name}'", value, functools.partial(attribute_line, holder, name)
     else:
         # Read from the instance's own dict, as every attribute here: getattr could run a
         # property or a __getattr__ of the user's.
@@ -200,7 +203,7 @@ def _children(holder: Any, user: UserCode) -> Iterator[tuple[str, Any, Place | N
         if wrapped is not None:  # jax.jit's and functools.wraps's wrappers
             yield "wrapping", wrapped, None
         for name, value in _attributes(holder):
-            yield f"attribute '{name}'", value, functools.partial(_attribute_line, holder, name)
+            yield f"attribute '{name}'", value, functools.partial(attribute_line, holder, name)
 
 
 def _defined_by_user(cls: type, user: UserCode) -> bool:
@@ -245,69 +248,153 @@ def _kind(container: Any) -> str:
     return type(container).__name__
 
 
-@functools.cache
-def _parsed(filename: str) -> ast.Module | None:
+# How far up the garbage collector's referrers the climb goes, and how many it keeps a level.
+_CLIMB = 6
+_CLIMB_WIDTH = 2_000
+
+
+def _referrer(arrays: Sequence[Any], user: UserCode, ours: Sequence[Any]) -> Holder | None:
+    """What holds the first of ``arrays`` where no walk from the user's modules reached it: a
+    cached function (``functools.cache``, ``lru_cache``, JAX's own caches), a closure, or a
+    global of any module, a library's too. Found by climbing the garbage collector's
+    referrers, one scan a level; ``ours`` are the gate's own lists that hold the arrays."""
+    own = {id(arrays), *(id(o) for o in ours)}
+    level: list[Any] = list(arrays[:1])
+    seen = {id(a) for a in level}
+    kinds: list[Any] = []
+    for _ in range(_CLIMB):
+        own.add(id(level))
+        found = [
+            r
+            for r in gc.get_referrers(*level)
+            if id(r) not in own and id(r) not in seen and not _is_scaffold(r, level)
+        ]
+        following: list[Any] = []
+        for referrer in found:
+            seen.add(id(referrer))
+            named = _named_holder(referrer, level, user)
+            if named is not None:
+                return named
+            if isinstance(referrer, types.FrameType):
+                continue  # a frame's locals: a function still running, not a holder
+            kinds.append(referrer)
+            following.append(referrer)
+        level = following[:_CLIMB_WIDTH]
+        if not level:
+            break
+    container = next(
+        (k for k in kinds if isinstance(k, (list, dict, tuple, set, collections.deque))), None
+    )
+    if container is None:
+        return None
+    return Holder(None, None, f"a {_kind(container)} that no module of the user's reaches")
+
+
+@contextlib.contextmanager
+def _all_in_sight() -> Iterator[None]:
+    """The collector sees every object for the block: a worker freezes what it imported
+    (`gate.isolation.leftovers`), and ``gc.get_referrers`` never looks at frozen objects, a
+    module's globals and a library's caches among them. Frozen again after: the leak was just
+    collected for (`gate.region.leaks`), so little of this region's garbage is frozen with it."""
+    if gc.get_freeze_count() == 0:
+        yield
+        return
+    gc.unfreeze()
     try:
-        with open(filename, encoding="utf-8") as source:
-            return ast.parse(source.read(), filename)
-    except (OSError, SyntaxError, ValueError):
-        return None
+        yield
+    finally:
+        gc.freeze()
 
 
-def _global_lines(module: types.ModuleType) -> dict[str, int]:
-    """Where each of a module's globals is first assigned (or defined), by name."""
-    tree = _parsed(module.__file__ or "")
-    lines: dict[str, int] = {}
-    if tree is None:
-        return lines
-    for node in tree.body:
-        names: list[str] = []
-        if isinstance(node, ast.Assign):
-            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
-        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
-            names = [node.target.id]
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names = [node.name]
-        for name in names:
-            lines.setdefault(name, node.lineno)
-    return lines
+def _is_scaffold(referrer: Any, level: list[Any]) -> bool:
+    """The argument tuple of the gate's own ``gc.get_referrers(*level)`` call."""
+    return (
+        isinstance(referrer, tuple)
+        and len(referrer) == len(level)
+        and all(a is b for a, b in zip(referrer, level, strict=True))
+    )
 
 
-def _attribute_line(holder: Any, name: str) -> tuple[int, str] | None:
-    """Where the class of ``holder`` (or ``holder``, a class) first assigns ``name``."""
-    cls = holder if isinstance(holder, type) else type(holder)
-    try:
-        filename = inspect.getsourcefile(cls)
-    except TypeError:  # a built-in class
-        return None
-    tree = _parsed(filename) if filename else None
-    if tree is None or filename is None:
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
-            for inner in ast.walk(node):
-                line = _stored_at(inner, name)
-                if line is not None:
-                    return line, filename
+def _named_holder(referrer: Any, held: list[Any], user: UserCode) -> Holder | None:
+    """``referrer`` as a holder worth naming (a cached function, a closure's function, a
+    module's globals) with its file and line; None for anything else."""
+    if "LRUCache" in type(referrer).__name__:  # jaxlib's WeakrefLRUCache
+        owner = _global_holding(referrer)
+        if owner is not None:
+            module, name = owner
+            line = global_lines(module).get(name)
+            what = f"the cache of {module.__name__}.{name} ({type(referrer).__name__})"
+            return _placed(user, module.__file__, line, what)
+        return Holder(None, None, f"a {type(referrer).__name__} that no module names")
+    if type(referrer).__name__ == "_lru_cache_wrapper" or hasattr(referrer, "cache_info"):
+        return _cache_holder(referrer, user)
+    closure = getattr(referrer, "__closure__", None)
+    if isinstance(referrer, types.FunctionType) and any(closure is h for h in held):
+        code = referrer.__code__
+        # A decorator's wrapper (functools.wraps) carries the name of what it wraps.
+        made = getattr(code, "co_qualname", code.co_name)
+        if hasattr(referrer, "__wrapped__"):
+            what = f"the cache of {referrer.__qualname__} (a closure of {made})"
+        else:
+            what = f"a closure variable of {made} (function)"
+        return _placed(user, code.co_filename, code.co_firstlineno, what)
+    if isinstance(referrer, dict):
+        globals_of = _module_of_globals(referrer)
+        if globals_of is not None:
+            names = [k for k, v in referrer.items() if any(v is h for h in held)]
+            if names:
+                name = str(names[0])
+                value = referrer[names[0]]
+                return _placed(
+                    user,
+                    globals_of.__file__,
+                    global_lines(globals_of).get(name),
+                    f"global '{name}' of module {globals_of.__name__} ({_kind(value)})",
+                )
     return None
 
 
-def _stored_at(node: ast.AST, name: str) -> int | None:
-    """The line of ``node`` if it assigns ``name`` (``self.name = ...``, or ``name = ...`` in
-    a class body); else None."""
-    if isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.ctx, ast.Store):
-        return node.lineno
-    if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
-        return node.lineno
-    return None
+def _cache_holder(wrapper: Any, user: UserCode) -> Holder:
+    """A ``functools.cache``'d function (or one cached like it), named by the function it
+    caches: ``the cache of embed (functools.lru_cache)``."""
+    function = inspect.unwrap(wrapper)
+    code = getattr(function, "__code__", None)
+    name = getattr(function, "__qualname__", None) or getattr(wrapper, "__qualname__", "?")
+    module = getattr(function, "__module__", None)
+    if module and code is not None and not user.is_user(code.co_filename):
+        name = f"{module}.{name}"
+    what = f"the cache of {name} ({type(wrapper).__module__}.lru_cache)"
+    if code is None:
+        return Holder(None, None, what)
+    return _placed(user, code.co_filename, code.co_firstlineno, what)
 
 
-def _referrer(arrays: Sequence[Any]) -> Holder | None:
-    """What kind of container holds the first of ``arrays``, where no walk reached it."""
-    own = {id(arrays)}
-    for referrer in gc.get_referrers(*arrays[:1]):
-        if id(referrer) in own or isinstance(referrer, types.FrameType):
-            continue
-        if isinstance(referrer, (list, dict, tuple, set, collections.deque)):
-            return Holder(None, None, f"a {_kind(referrer)} that no module of the user's reaches")
+def _placed(user: UserCode, filename: str | None, line: int | None, what: str) -> Holder:
+    """A holder in the user's file is reported at its line; one in a library's (or the
+    standard library's) says its file and line in words, and is reported at the policy's line:
+    an annotation belongs on a file of the repository."""
+    if filename and user.is_user(filename):
+        return Holder(user.relative(filename), line, what)
+    if not filename:
+        return Holder(None, None, what)
+    where = user.shown(filename) + (f":{line}" if line else "")
+    return Holder(None, None, f"{what} in {where}")
+
+
+def _module_of_globals(namespace: dict[str, Any]) -> types.ModuleType | None:
+    """The module whose globals ``namespace`` is, if any."""
+    name = namespace.get("__name__")
+    module = sys.modules.get(name) if isinstance(name, str) else None
+    return module if module is not None and vars(module) is namespace else None
+
+
+def _global_holding(value: Any) -> tuple[types.ModuleType, str] | None:
+    """A module global that is ``value``: its module and name."""
+    for referrer in gc.get_referrers(value):
+        if isinstance(referrer, dict):
+            module = _module_of_globals(referrer)
+            if module is not None:
+                for name, held in referrer.items():
+                    if held is value:
+                        return module, str(name)
     return None

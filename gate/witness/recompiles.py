@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from gate.jaxhooks.compiles import CompileEvent
 from gate.jaxhooks.internals import PMAP_PROGRAM_NAMES
+from gate.jaxhooks.static_misses import FIRST_DIFFERS
 from gate.results.records import ProgramsCompiled, Recompile
 from gate.user_code import SourceLocation, UserCode
 
@@ -49,6 +50,11 @@ _STATIC = re.compile(r"Static\(val=(?P<val>.*?)\)(?:,|$)")
 _NODE = re.compile(r"<class '(?:[\w.]+\.)?(?P<cls>\w+)'> with pytree metadata")
 _WEAK = re.compile(r"\{weak_type=(?:True|False)\}")
 _METADATA = "pytree node metadata does not match"
+# The gate's own line after JAX's (`gate.jaxhooks.static_misses.first_differences`).
+_FIRST = re.compile(
+    r"^" + re.escape(FIRST_DIFFERS.strip()) + r"\s+(?P<where>.+?): (?P<what>.+?)"
+    r"(?: \(made at (?P<file>.+):(?P<line>\d+)\))?$"
+)
 _NEW_FUNCTION = "never seen function"
 _NO_EXPLANATION = "explanation unavailable"
 _CHANGE_LIMIT = 300
@@ -68,8 +74,11 @@ def _dtype_names(text: str) -> str:
     return re.sub(r"https?://\S+", "", text).strip()
 
 
-def explain(texts: Sequence[str]) -> str | None:
-    """What changed, from JAX's cache-miss log for one compile; None when JAX did not say."""
+def explain(texts: Sequence[str], user: UserCode | None = None) -> str | None:
+    """What changed, from JAX's cache-miss log for one compile; None when JAX did not say.
+
+    Where a static value changed, the place it first differs and the line that made the
+    object there (the gate's own line after JAX's), never the two values' common prefix."""
     for text in texts:
         lines = [line.strip() for line in text.splitlines() if line.strip()]
         if any(_NEW_FUNCTION in line for line in lines):
@@ -77,6 +86,9 @@ def explain(texts: Sequence[str]) -> str | None:
                 "a new function object on every call (a jax.jit wrapper, lambda or "
                 "functools.partial made per call), so JAX's cache never hits"
             )
+        firsts = [m for line in lines if (m := _FIRST.match(line)) is not None]
+        if firsts:
+            return "; ".join(_first_difference(m, user) for m in firsts)
         changes = []
         for line in lines:
             match = _TYPE_CHANGE.match(line)
@@ -107,6 +119,18 @@ def explain(texts: Sequence[str]) -> str | None:
             said = _dtype_names(" ".join(body))
             return _cut(said, _CHANGE_LIMIT)
     return None
+
+
+def _first_difference(match: re.Match[str], user: UserCode | None) -> str:
+    """``static argument [0][2], at [1][0][3] of its value: a new functools.partial(...) on
+    each call (...), made at weight_norm.py:43``: the gate's own words, the file shown as the
+    report shows files."""
+    where = match["where"]
+    made = ""
+    if match["file"]:
+        shown = user.shown(match["file"]) if user is not None else match["file"]
+        made = f", made at {shown}:{match['line']}"
+    return f"{where}: {match['what']}{made}"
 
 
 def program_name(event: CompileEvent, user: UserCode) -> str:
@@ -141,7 +165,7 @@ def attribute(
         grouped.setdefault((program_name(event, user), location), []).append(event)
     found = []
     for (function, location), members in grouped.items():
-        change = next((c for c in (explain(e.explanations) for e in members) if c), None)
+        change = next((c for c in (explain(e.explanations, user) for e in members) if c), None)
         found.append(
             Recompile(
                 function=function,
@@ -196,7 +220,7 @@ def programs_compiled(
                 function=function,
                 location=location,
                 count=len(members),
-                change=next((c for c in map(explain, later) if c), None),
+                change=next((c for c in (explain(texts, user) for texts in later) if c), None),
                 same_shapes=bool(later) and all(weak_types_only(texts) for texts in later),
                 source=_source(user, location),
             )

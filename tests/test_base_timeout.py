@@ -1,0 +1,60 @@
+"""``timeout_s`` bounds a region in all under ``run --base`` (issue 57), through the real CLI.
+
+Under ``--base`` a region is many requests to two workers: each tree's run, then the paired
+rounds' timed turns, then traced runs. Each request used to get the whole ``timeout_s`` (the
+turns ``timeout_s`` times their number), so a region could run far past it: a setup that
+compiled a new ``pmap`` on every call ran 17 minutes. Here a step that sleeps fits its run in
+the timeout, while its 16 rounds of 4 turns of 4 runs (64 s of sleep) would not.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from cli_helpers import make_repo, run_gate
+from git_helpers import commit, init
+
+STEP = """
+import time
+
+import jax.numpy as jnp
+
+
+def make():
+    return (jnp.ones(4),)
+
+
+def step(x):
+    time.sleep(0.25)  # a slow step{edit}
+    return x
+"""
+
+POLICY = """
+version: 1
+defaults: {warmup: 1, guarded_runs: 1, repeats: 2}
+regions:
+  - name: slow
+    step: steps:step
+    setup: steps:make
+    timeout_s: 15
+    timing: {rounds: 16, max_rounds: 16, round_runs: 4}
+"""
+
+
+def test_timeout_s_bounds_the_whole_region_under_base(tmp_path: Path) -> None:
+    repo = init(tmp_path / "repo")
+    commit(repo, {"steps.py": STEP.format(edit=""), "policies/p.yaml": POLICY}, "base")
+    make_repo(repo, {"steps.py": STEP.format(edit=", edited")})
+    began = time.monotonic()
+    run = run_gate(repo, "run", "--base", "HEAD", timeout=300)
+    took = time.monotonic() - began
+    assert run.returncode == 1, run
+    case = run.testcase("slow: transfers")
+    error = case.find("error")
+    assert error is not None, run
+    assert error.get("type") == "timeout", run
+    message = error.get("message", "")
+    assert "still running after 15 s in all (timeout_s, over its runs, timed turns" in message, run
+    # Two workers' start-up and the report on top of the 15 s, never the rounds' 64 s of sleep.
+    assert took < 60, (took, run)
