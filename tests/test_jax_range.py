@@ -51,7 +51,8 @@ def test_ci_runs_the_marked_tests_on_both_ends_after_the_readme_command() -> Non
     assert " python3 jaxhooks " in oldest
     # The newer Pythons also run what the gate does differently there (sys.monitoring).
     assert [line.split()[2] for line in newest] == ['"$newest"', '"$newest313"']
-    assert all(line.endswith('"jaxhooks or pythons"') for line in newest)
+    # Each JAX internal's tests on every Python; the long sweeps (`once`) on the main one only.
+    assert all(line.endswith('"jaxhooks or (pythons and not once)"') for line in newest)
 
 
 def test_ci_runs_the_newest_jax_on_every_newer_python_pyproject_claims() -> None:
@@ -74,6 +75,25 @@ def test_the_pythons_marker_is_registered_and_marks_the_transfer_maps_tests() ->
     assert any(marker.startswith("pythons:") for marker in markers)
     for name in ("test_code_events.py", "test_transfer_map.py"):
         assert "pytestmark = pytest.mark.pythons" in (ROOT / "tests" / name).read_text()
+
+
+def marked_once() -> set[str]:
+    """Every test marked `once`, as "tests/file.py::name"."""
+    found = set()
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and any(
+                ast.unparse(d) == "pytest.mark.once" for d in node.decorator_list
+            ):
+                found.add(f"tests/{path.name}::{node.name}")
+    return found
+
+
+def test_a_jax_internals_test_is_never_run_once() -> None:
+    # A hook's tests are its evidence on every JAX and Python that .ci/run tries.
+    once = marked_once()
+    assert once, "the `once` marker marks nothing: drop it from .ci/run and pyproject.toml"
+    assert not sorted(once & hook_tests())
 
 
 def test_the_jaxhooks_marker_is_registered() -> None:
