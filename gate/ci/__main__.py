@@ -15,6 +15,7 @@ from gate.ci.cache_scope import cache_scope_step
 from gate.ci.history import history_step
 from gate.ci.inputs import inputs_step
 from gate.ci.verdict import verdict_step
+from gate.printable import say
 
 STEPS: dict[str, Callable[[Mapping[str, str]], int]] = {
     "inputs": inputs_step,
@@ -27,7 +28,7 @@ STEPS: dict[str, Callable[[Mapping[str, str]], int]] = {
 def main(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> int:
     """Run the step ``argv[0]``; 2 for a name that is none."""
     if len(argv) != 1 or argv[0] not in STEPS:
-        print(f"usage: python -m gate.ci {{{','.join(STEPS)}}}", file=sys.stderr)
+        say(f"usage: python -m gate.ci {{{','.join(STEPS)}}}", sys.stderr)
         return 2
     return STEPS[argv[0]](environ)
 

@@ -1,14 +1,17 @@
 """A GitHub Actions step's own files: its outputs, its job summary, and its error lines.
 
 GitHub hands a step the paths in ``GITHUB_OUTPUT`` and ``GITHUB_STEP_SUMMARY``; a line
-``::error title=T::M`` on stdout becomes an annotation. Nothing here but the standard library:
-the workflow's jobs without the gate installed run these steps from its checkout.
+``::error title=T::M`` on stdout becomes an annotation. Nothing here but the standard library
+and `gate.printable`: the workflow's jobs without the gate installed run these steps from its
+checkout.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+
+from gate.printable import say, say_command
 
 
 def one_line(text: str) -> str:
@@ -36,7 +39,12 @@ def add_summary(environ: Mapping[str, str], text: str) -> None:
 
 def error(title: str, message: str) -> None:
     """One ``::error`` annotation line."""
-    print(f"::error title={title}::{one_line(message)}", flush=True)
+    say_command(f"::error title={title}::{one_line(message)}")
+
+
+def tell(text: str) -> None:
+    """A line of the step's log; never one the runner takes as a command (`gate.printable`)."""
+    say(text)
 
 
 def env(name: str, environ: Mapping[str, str] = os.environ) -> str:

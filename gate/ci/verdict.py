@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gate.ci.step import add_summary, env, error
+from gate.ci.step import add_summary, env, error, tell
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def verdict_step(environ: Mapping[str, str]) -> int:
     why, notes = verdict(Jobs.from_env(environ))
     if not why:
         for note in notes:
-            print(note)
+            tell(note)
             add_summary(environ, note + "\n")
         return 0
     for line in why:
