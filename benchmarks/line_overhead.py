@@ -41,7 +41,6 @@ from gate.user_code import UserCode
 from gate.witness.line_work import line_table, program_ops_of
 from gate.witness.op_times import op_times
 from gate.witness.programs import parsed_programs
-from gate.witness.run_settings import TRACES_ENV
 
 Step = tuple[str, Callable[[], Any], Callable[[Any], Any], UserCode]
 
@@ -70,7 +69,6 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args(argv)
-    os.environ.pop(TRACES_ENV, None)  # traces read, then removed, as outside `run`
     print(f"jax {jax.__version__}, {jax.default_backend()}, load {os.getloadavg()[0]:.1f}")
     print("| step | ops | lines | line table | traced runs | 3 plain runs | tracing adds |")
     print("|---|---|---|---|---|---|---|")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -56,7 +55,6 @@ def in_process(size: int) -> bool:
     from gate.user_code import UserCode
     from gate.witness.costs import measure_step_ops
     from gate.witness.op_times import TRACE_NAME, op_times
-    from gate.witness.run_settings import TRACES_ENV
 
     folder = Path(tempfile.mkdtemp(prefix="op-times-check-"))
     (folder / "steps.py").write_text(STEP.format(size=size))
@@ -69,9 +67,14 @@ def in_process(size: int) -> bool:
     print(f"jax {jax.__version__} on {jax.default_backend()}: {len(ops)} ops")
     for line in cost.lines or ():
         print(f"  work {line.where}: {line.ops_text()}: flops {line.flops:.3g}")
-    os.environ[TRACES_ENV] = str(folder / "traces")
     times = op_times(
-        steps.batch, lambda a: steps.step(*a), ops, user, platform=jax.default_backend(), name="s"
+        steps.batch,
+        lambda a: steps.step(*a),
+        ops,
+        user,
+        platform=jax.default_backend(),
+        name="s",
+        kept=folder / "traces",
     )
     print(f"  trace: {times.trace}")
     if times.trace is not None:

@@ -64,7 +64,6 @@ def _gate(
     ``profile``, regions 2..N under cProfile, its top functions printed; with ``parts``, every
     part of a region timed into it (`region_parts.wrap_parts`)."""
     as_a_worker()
-    os.environ["TRANSFER_GATE_OP_TIMES"] = ""  # a plain run: no region's time is compared
     from gate.isolation.leftovers import Leftovers
     from gate.policy.load import load_policy
     from gate.region.engine import run_region
@@ -90,7 +89,7 @@ def _gate(
             marks.append((stage.value, time.perf_counter()))
 
         with listening(entered):
-            run_region(policy, region, repo_root=repo, let_go=_at_once)  # as a worker
+            run_region(policy, region, repo_root=repo, traced=False, let_go=_at_once)  # as a worker
         marks.append(("", time.perf_counter()))
         if index:  # the first region starts JAX's and the gate's machinery
             for (stage, start), (_, end) in itertools.pairwise(marks):

@@ -8,6 +8,7 @@ net catches the reports of tests that only look at an exit code or the log.
 
 from __future__ import annotations
 
+import compileall
 import importlib.metadata
 import importlib.util
 import xml.etree.ElementTree as ET
@@ -20,6 +21,7 @@ from cli_helpers import validate_junit
 from jax_hooks import hook_tests
 
 from gate.machine.devices import tpu_chip_files
+from gate.package import PACKAGE_DIR
 
 __all__ = ["accelerator_rule", "one_process_on_the_device"]  # fixtures for every module
 
@@ -46,16 +48,27 @@ def _tpu_present() -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """On a TPU machine, keep this process's JAX on the CPU.
+    """The gate's modules byte-compiled (`_compile_the_gate`); on a TPU machine, this process's
+    JAX kept on the CPU.
 
     A TPU chip admits one process (docs/runner-host.md). The tests marked `tpu` start the gate,
     or a script, in processes of their own that need the chip; this process, which runs the
     other tests' gates in-process on the CPU, must never be the one holding it.
     """
+    _compile_the_gate()
     if _tpu_present():
         import jax
 
         jax.config.update("jax_platforms", "cpu")
+
+
+def _compile_the_gate() -> None:
+    """Byte-compile the gate's own modules, as an installed gate is, so that each of the
+    thousand-odd worker processes the tests start reads them instead of compiling ~200 modules
+    from source: PYTHONDONTWRITEBYTECODE, set on the development and CI machines, keeps Python
+    from writing them itself. Quick once they are up to date. Only gate/: a test repository's
+    module is rewritten faster than a .pyc's timestamp (whole seconds) can tell."""
+    compileall.compile_dir(PACKAGE_DIR, quiet=2, workers=1)
 
 
 # Before `-m` deselects by marker, which is a collection_modifyitems hook too.

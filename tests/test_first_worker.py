@@ -1,6 +1,6 @@
 """A run's first worker starts as the gate does, before the gate imports the rest of itself
 (gate.isolation.spawn): the regions run in it, and it never outlives a run that had no use
-for it. The run's own settings reach the worker with each job, not in its environment."""
+for it. The run's own settings reach the region with each job, never through an environment."""
 
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ from processes import process_gone
 from gate.cli.exit_codes import ExitCode
 from gate.isolation import spawn, worker_process
 from gate.isolation.environment import worker_environment
-from gate.witness.run_settings import OP_TIMES_ENV, TRACES_ENV
+from gate.isolation.protocol import Job, Request
+from gate.isolation.run_settings import RunSettings
 
+# Environment variables that once carried the run's settings to its workers.
+SETTINGS = ("TRANSFER_GATE_TRACES", "TRANSFER_GATE_OP_TIMES")
 STEPS = """
 import json
 import os
@@ -112,19 +115,34 @@ def spawns(monkeypatch: pytest.MonkeyPatch) -> list[spawn.Spawned]:
 
 
 def test_the_runs_settings_reach_the_worker_with_each_job_not_in_its_environment(
-    tmp_path: Path, spawns: list[spawn.Spawned]
+    tmp_path: Path, spawns: list[spawn.Spawned], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     repo = make_repo(tmp_path, {"steps.py": STEPS, "policies/p.yaml": _policy("a")})
-    run = run_gate(repo, "run")
+    sent: list[Job] = []
+    real = worker_process.WorkerProcess.send
+
+    def recorded(self: worker_process.WorkerProcess, job: Request) -> bool:
+        if isinstance(job, Job):
+            sent.append(job)
+        return real(self, job)
+
+    monkeypatch.setattr(worker_process.WorkerProcess, "send", recorded)
+    # What the gate's workers once read them from, set in the shell: it changes nothing.
+    elsewhere = tmp_path / "elsewhere"
+    shell = {name: str(elsewhere) for name in SETTINGS}
+    run = run_gate(repo, "run", env=shell)
     assert run.returncode == ExitCode.OK, run
-    [worker] = spawns
-    assert TRACES_ENV not in worker.env
-    assert OP_TIMES_ENV not in worker.env
+    [worker] = spawns  # the one started first: no second one for another environment
+    [job] = sent
+    # A plain run with no stored step times: traces kept beside the reports, none taken.
+    assert job.settings == RunSettings(
+        (repo / "reports" / "transfer-gate-traces").resolve(), frozenset()
+    )
     seen = _ran(repo)[0]
     assert seen["pid"] == worker.process.pid
-    # A plain run with no stored step times: traces kept beside the reports, none taken.
-    assert seen[TRACES_ENV] == str((repo / "reports" / "transfer-gate-traces").resolve())
-    assert seen[OP_TIMES_ENV] == ""
+    # The worker's environment is the shell's, nothing of the run's own added to it.
+    assert seen == {"pid": worker.process.pid, **shell}
+    assert not elsewhere.exists()
 
 
 def test_a_policy_with_an_env_gets_no_first_worker_to_stop(
@@ -237,18 +255,6 @@ def test_policies_are_read_for_an_env_line_without_the_policy_reader(tmp_path: P
     assert not spawn._may_ask_for_env(repo, ["flow/none.yaml"])
     many = make_repo(tmp_path / "many", {f"p{i}.yaml": "version: 1\n" for i in range(201)})
     assert spawn._may_ask_for_env(many, ["."])  # past what is worth reading: not started
-
-
-def test_a_run_setting_exported_in_the_shell_does_not_cost_a_second_worker(
-    tmp_path: Path, spawns: list[spawn.Spawned]
-) -> None:
-    repo = make_repo(tmp_path, {"steps.py": STEPS, "policies/p.yaml": _policy("a")})
-    run = run_gate(repo, "run", env={OP_TIMES_ENV: "p.a", TRACES_ENV: str(tmp_path / "t")})
-    assert run.returncode == ExitCode.OK, run
-    # The run's own values win, sent with the job; the worker started first is the one used.
-    [worker] = spawns
-    assert OP_TIMES_ENV not in worker.env
-    assert _ran(repo)[0][OP_TIMES_ENV] == ""
 
 
 def test_a_path_that_cannot_be_looked_at_is_the_command_lines_to_refuse(

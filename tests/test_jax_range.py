@@ -43,15 +43,20 @@ def test_the_floor_is_the_jax_ci_runs_oldest_and_there_is_no_ceiling(name: str) 
 def test_ci_runs_the_marked_tests_on_both_ends_after_the_readme_command() -> None:
     lines = CI.splitlines()
     readme_run = next(i for i, line in enumerate(lines) if line.startswith("python3 -m venv .venv"))
+    installs = [line for line in lines if line.strip().startswith("install_in ")]
     hook_runs = [i for i, line in enumerate(lines) if line.startswith("jax_hook_tests ")]
-    assert len(hook_runs) == 3
-    assert min(hook_runs) > readme_run
+    assert len(installs) == len(hook_runs) == 3
+    # Installed while the main suite runs (a background job started before it); run after it.
+    assert CI.index(installs[0]) < CI.index(lines[readme_run]) < CI.index(lines[hook_runs[0]])
     assert '-m pytest -m "$markers"' in CI
     oldest, *newest = (lines[i] for i in sorted(hook_runs))
-    assert " python3 jaxhooks " in oldest
+    assert oldest.split()[1:] == [".venv-jax-oldest", "jaxhooks"]
+    assert installs[0].split()[1:3] == [".venv-jax-oldest", "python3"]
     # The newer Pythons also run what the gate does differently there (sys.monitoring).
-    assert [line.split()[2] for line in newest] == ['"$newest"', '"$newest313"']
-    assert all(line.endswith('"jaxhooks or pythons"') for line in newest)
+    assert [line.split()[2] for line in installs[1:]] == ['"$newest"', '"$newest313"']
+    assert [line.split()[1] for line in installs[1:]] == [line.split()[1] for line in newest]
+    # Each JAX internal's tests on every Python; the long sweeps (`once`) on the main one only.
+    assert all(line.endswith('"jaxhooks or (pythons and not once)"') for line in newest)
 
 
 def test_ci_runs_the_newest_jax_on_every_newer_python_pyproject_claims() -> None:
@@ -66,7 +71,7 @@ def test_ci_runs_the_newest_jax_on_every_newer_python_pyproject_claims() -> None
     found = dict(re.findall(r"^(\w+)=\$\(python_at (\S+)\)", CI, flags=re.MULTILINE))
     assert sorted(found.values()) == claimed[1:]
     for name in found:
-        assert re.search(rf'^jax_hook_tests \S+ "\${name}" ', CI, flags=re.MULTILINE), name
+        assert re.search(rf'^\s*install_in \S+ "\${name}"', CI, flags=re.MULTILINE), name
 
 
 def test_the_pythons_marker_is_registered_and_marks_the_transfer_maps_tests() -> None:
@@ -74,6 +79,25 @@ def test_the_pythons_marker_is_registered_and_marks_the_transfer_maps_tests() ->
     assert any(marker.startswith("pythons:") for marker in markers)
     for name in ("test_code_events.py", "test_transfer_map.py"):
         assert "pytestmark = pytest.mark.pythons" in (ROOT / "tests" / name).read_text()
+
+
+def marked_once() -> set[str]:
+    """Every test marked `once`, as "tests/file.py::name"."""
+    found = set()
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and any(
+                ast.unparse(d) == "pytest.mark.once" for d in node.decorator_list
+            ):
+                found.add(f"tests/{path.name}::{node.name}")
+    return found
+
+
+def test_a_jax_internals_test_is_never_run_once() -> None:
+    # A hook's tests are its evidence on every JAX and Python that .ci/run tries.
+    once = marked_once()
+    assert once, "the `once` marker marks nothing: drop it from .ci/run and pyproject.toml"
+    assert not sorted(once & hook_tests())
 
 
 def test_the_jaxhooks_marker_is_registered() -> None:

@@ -400,7 +400,6 @@ def test_a_trace_without_op_times_says_so_in_one_line(
         return folder
 
     monkeypatch.setattr(op_times_module, "traced_runs", planted)
-    monkeypatch.delenv(op_times_module.TRACES_ENV, raising=False)
     times = op_times(lambda: None, lambda _: None, (), UserCode(tmp_path), platform="gpu", name="s")
     assert times.lines == ()
     assert times.note == "the gpu profiler's trace has no per-op times; work by line stands in"

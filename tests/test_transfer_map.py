@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 from cli_helpers import FAST_DEFAULTS, GateRun, line_of, make_repo, run_gate
 
-# The map listens through sys.monitoring on Python 3.12+ (gate.witness.code_events).
+# The map listens through sys.monitoring on Python 3.12+ (gate.witness.code_events). The long
+# baseline sweeps marked `once` run on the main Python only: what they judge on top of the map
+# (the baseline's bookkeeping and messages) is the same on every Python, and the map's lines and
+# counts under them are checked on each by the tests around them.
 pytestmark = pytest.mark.pythons
 
 MANY = """
@@ -210,6 +213,7 @@ def test_baseline_accepts_then_tolerates_shifts_and_catches_new(repo: Path) -> N
     assert "new since the baseline" in new.stdout
 
 
+@pytest.mark.once
 def test_more_often_than_accepted_fails(repo: Path) -> None:
     assert run_gate(repo, "baseline").returncode == 0
     steps = repo / "steps.py"
@@ -220,6 +224,7 @@ def test_more_often_than_accepted_fails(repo: Path) -> None:
     assert "5x per step" in run.stdout
 
 
+@pytest.mark.once
 def test_removed_transfer_is_reported_as_fixed_with_the_ratchet_command(repo: Path) -> None:
     assert run_gate(repo, "baseline").returncode == 0
     steps = repo / "steps.py"
@@ -232,6 +237,7 @@ def test_removed_transfer_is_reported_as_fixed_with_the_ratchet_command(repo: Pa
     assert "no longer happen" in out
 
 
+@pytest.mark.once
 def test_a_corrupt_baseline_is_a_usage_error(repo: Path) -> None:
     (repo / "policies" / "transfer-gate-baseline.json").write_text("{not json")
     run = run_gate(repo, "run")
@@ -242,6 +248,7 @@ def test_a_corrupt_baseline_is_a_usage_error(repo: Path) -> None:
     assert ignored.returncode == 1, ignored
 
 
+@pytest.mark.once
 def test_baseline_of_one_region_keeps_the_other_regions_entries(tmp_path: Path) -> None:
     two = POLICY + "  - name: again\n    step: steps:step\n    setup: steps:inputs\n"
     repo = make_repo(tmp_path, {"steps.py": MANY, "policies/p.yaml": two})
@@ -512,6 +519,7 @@ SWAP_POLICY = (
 )
 
 
+@pytest.mark.once
 def test_the_baseline_fails_a_line_that_now_moves_another_array_not_another_batch_size(
     tmp_path: Path,
 ) -> None:
@@ -699,6 +707,7 @@ def step(p, on_device):
 """
 
 
+@pytest.mark.once
 def test_the_baseline_fails_a_swapped_argument_of_the_same_dtype_and_feature_shape(
     tmp_path: Path,
 ) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
+import sys
 import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,17 +43,32 @@ def venv_tool(name: str) -> Path:
     return path
 
 
+def _job_python(tmp_path: Path) -> Path:
+    """A folder whose ``python`` and ``python3`` are this one, which imports this checkout's
+    gate: as a job's Python finds it (the gate's checkout, or the gate installed), with nothing
+    else of this environment's on PATH. A wrapper, not a link: a venv's Python is found by
+    the path it is started as."""
+    folder = tmp_path / "job-python"
+    folder.mkdir(exist_ok=True)
+    for name in ("python", "python3"):
+        wrapper = folder / name
+        wrapper.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+        wrapper.chmod(0o755)
+    return folder
+
+
 def run_step_script(
     script: str, env: Mapping[str, str], tmp_path: Path, *, path_prefix: Path | None = None
 ) -> tuple[subprocess.CompletedProcess[str], str, str]:
-    """Run a step's script as `shell: bash` does; return the process, $GITHUB_OUTPUT, summary."""
+    """Run a step's script as `shell: bash` does, with the gate on its Python (`_job_python`);
+    return the process, $GITHUB_OUTPUT, summary."""
     output = tmp_path / "github_output"
     summary = tmp_path / "step_summary"
     output.write_text("")
     summary.write_text("")
     script_file = tmp_path / "step.sh"
     script_file.write_text(script)
-    path = os.environ.get("PATH", "")
+    path = f"{_job_python(tmp_path)}{os.pathsep}{os.environ.get('PATH', '')}"
     if path_prefix is not None:
         path = f"{path_prefix}{os.pathsep}{path}"
     proc = run(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +19,7 @@ from gate.compare.worktree import BaseTree
 from gate.files import DEFAULT_POLICIES
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.run_loop import run_isolated
+from gate.isolation.run_settings import DEFAULT_SETTINGS, RunSettings
 from gate.isolation.scheduler import Scheduler, WorkerUnavailable
 from gate.isolation.watcher import PrefixedOutput, RunWatcher
 from gate.plan import Plan, Shard, UnknownRegionError, region_key
@@ -189,7 +190,7 @@ def execute(
     planned: Callable[[Plan], None] | None = None,
     watcher: RunWatcher | None = None,
     finished: Callable[[RegionResult], None] | None = None,
-    environ: Mapping[str, str] | None = None,
+    settings: RunSettings = DEFAULT_SETTINGS,
 ) -> RunResult:
     """Load, check, plan and run what ``selection`` names; each region against ``base`` if given.
 
@@ -197,8 +198,8 @@ def execute(
     ``refused`` gets the result that says so (to report it) before the exception goes on.
     ``planned`` gets the plan before it runs (`run` reads each region's ``timing:`` from it).
     ``watcher`` hears the regions' stages and output (by default each output line goes to
-    stderr as ``[suite.region] line``); ``finished`` gets each region's result. ``environ``:
-    the workers' environment, where it is not this process's.
+    stderr as ``[suite.region] line``); ``finished`` gets each region's result. ``settings``:
+    what the run decided for its workers (`gate.isolation.run_settings`).
     """
     watcher = PrefixedOutput(sys.stderr) if watcher is None else watcher
     try:
@@ -244,7 +245,7 @@ def execute(
                 watcher=watcher,
                 finished=finished,
                 starting=imported,
-                environ=environ,
+                settings=settings,
             )
         return run_isolated(
             plan,
@@ -253,7 +254,7 @@ def execute(
             watcher=watcher,
             finished=finished,
             starting=imported,
-            environ=environ,
+            settings=settings,
         )
     except PolicyError:
         raise

@@ -21,6 +21,7 @@ from gate.compare.stored_baseline import compare_with_baseline, planned_regions
 from gate.compare.worktree import BaseRef, BaseRefError, check_base, checked_out
 from gate.isolation.cancellation import Cancellation, cancel_after, cancel_on_signals
 from gate.isolation.compile_cache import CACHE_DIR
+from gate.isolation.run_settings import RunSettings
 from gate.plan import Plan
 from gate.policy.model import Region
 from gate.printable import say
@@ -33,7 +34,6 @@ from gate.results.errors import ErrorKind
 from gate.results.provenance import Provenance, read_provenance
 from gate.results.records import CheckName, RegionResult, RunResult, SuiteResult
 from gate.results.refusals import unusable_base, unusable_baseline
-from gate.witness.run_settings import ALL_REGIONS, OP_TIMES_ENV, TRACES_ENV
 
 
 def run_command(args: argparse.Namespace, repo_root: Path) -> ExitCode:
@@ -139,11 +139,7 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
             base=base,
             watcher=live,
             finished=finished,
-            environ={
-                **os.environ,
-                TRACES_ENV: str(traces_folder(reports)),
-                OP_TIMES_ENV: _timed_against(args, stored),
-            },
+            settings=RunSettings(traces_folder(reports), _timed_against(args, stored)),
         )
     result = replace(
         result,
@@ -173,15 +169,17 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     return _verdict(result, cancel)
 
 
-def _timed_against(args: argparse.Namespace, stored: StoredBaseline | None) -> str:
+def _timed_against(
+    args: argparse.Namespace, stored: StoredBaseline | None
+) -> frozenset[str] | None:
     """The regions whose step times this run compares, which get the profiler's traced runs
-    that a "slower" verdict names its lines from (`gate.witness.op_times.OP_TIMES_ENV`):
-    every one against a base, those with stored step times against the baseline, else none."""
+    that a "slower" verdict names its lines from (`RunSettings.compared`): every one against
+    a base (None), those with stored step times against the baseline, else none."""
     if args.base is not None:
-        return ALL_REGIONS
+        return None
     if stored is None or args.no_timing_baseline:
-        return ""
-    return ",".join(sorted(stored.timing))
+        return frozenset()
+    return frozenset(stored.timing)
 
 
 def colour(choice: str, stream: TextIO, environ: Mapping[str, str] = os.environ) -> bool:

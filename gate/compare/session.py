@@ -30,7 +30,7 @@ import contextlib
 import os
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -45,6 +45,7 @@ from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.device_pool import DevicePool
 from gate.isolation.run_loop import begin, schedulers
+from gate.isolation.run_settings import DEFAULT_SETTINGS, RunSettings
 from gate.isolation.scheduler import RegionBudgets, Scheduler, worker_environment
 from gate.isolation.watcher import RunWatcher
 from gate.isolation.worker_start import DeviceBusy
@@ -85,7 +86,7 @@ def run_compared(
     *,
     cancel: Cancellation | None = None,
     watcher: RunWatcher | None = None,
-    environ: Mapping[str, str] | None = None,
+    settings: RunSettings = DEFAULT_SETTINGS,
     finished: Callable[[RegionResult], None] | None = None,
     starting: Callable[[Scheduler], None] | None = None,
 ) -> RunResult:
@@ -93,14 +94,16 @@ def run_compared(
 
     ``finished`` gets each region's result as soon as both trees are done with it;
     ``starting`` gets the scheduler while the first worker starts, to check the head's
-    policies in it (what it raises stops the run).
+    policies in it (what it raises stops the run). Both trees' workers get ``settings``.
     """
-    env = _memory_for_two(dict(os.environ if environ is None else environ))
+    env = _memory_for_two(dict(os.environ))
     with (
-        schedulers(plan, repo_root, cancel=cancel, watcher=watcher, environ=env) as workers,
+        schedulers(
+            plan, repo_root, cancel=cancel, watcher=watcher, environ=env, settings=settings
+        ) as workers,
         contextlib.ExitStack() as bases,
     ):
-        session = _Session(plan, repo_root, base, cancel, watcher, env, bases)
+        session = _Session(plan, repo_root, base, cancel, watcher, env, settings, bases)
         return begin(plan, workers, starting, session.compared, finished)
 
 
@@ -137,6 +140,7 @@ class _Session:
     cancel: Cancellation | None
     watcher: RunWatcher | None
     environ: dict[str, str]
+    settings: RunSettings
     stack: contextlib.ExitStack  # stops the base's schedulers as the run ends
     # The base's schedulers for each of the head's, by the head's (its identity) and whether
     # the base's worker runs beside the head's.
@@ -222,6 +226,7 @@ class _Session:
                 cancel=self.cancel,
                 watcher=self.watcher,
                 environ=self.environ,
+                settings=self.settings,
                 beside=beside,
                 moved_paths=self.tree.moved_paths,
             )

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from gate.isolation.run_settings import DEFAULT_SETTINGS, RunSettings
 from gate.policy.model import NamedCallables, Policy, Region
 from gate.policy.problems import Problem
 from gate.results.comparison import StepOutputs, StepSamples
@@ -75,9 +76,9 @@ class Job:
     # Send the region's outputs on the host, without holding it (``run --base`` when the two
     # trees run in workers of their own).
     outputs: bool = False
-    # The run's settings for the gate in the worker (`gate.witness.run_settings`), by name; one
-    # not named is unset there. Sent with each job, not in the worker's environment.
-    settings: tuple[tuple[str, str], ...] = ()
+    # The run's settings for the region's call (traces kept, regions traced). Sent with each
+    # job, not in the worker's environment (`gate.isolation.run_settings`).
+    settings: RunSettings = DEFAULT_SETTINGS
     # (the head's top level, this tree's): folders of the head's checkout on `sys.path` that a
     # base tree's worker takes in its own checkout instead (`gate.isolation.own_tree`).
     moved_paths: tuple[tuple[Path, Path], ...] = ()

@@ -25,6 +25,7 @@ from pathlib import Path
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.device_pool import DevicePool
 from gate.isolation.environment import worker_environment
+from gate.isolation.run_settings import DEFAULT_SETTINGS, RunSettings
 from gate.isolation.scheduler import Scheduler
 from gate.isolation.watcher import RunWatcher
 from gate.isolation.worker_start import DeviceBusy
@@ -56,12 +57,16 @@ def schedulers(
     cancel: Cancellation | None,
     watcher: RunWatcher | None,
     environ: Mapping[str, str] | None = None,
+    settings: RunSettings = DEFAULT_SETTINGS,
 ) -> Iterator[list[Scheduler]]:
-    """As many schedulers as workers run at once (`side_by_side`), each stopped on leaving."""
+    """As many schedulers as workers run at once (`side_by_side`), each stopped on leaving;
+    each sends ``settings`` with its jobs."""
     env = dict(os.environ if environ is None else environ)
     with contextlib.ExitStack() as stack:
         yield [
-            stack.enter_context(Scheduler(repo_root, cancel=cancel, watcher=watcher, environ=env))
+            stack.enter_context(
+                Scheduler(repo_root, cancel=cancel, watcher=watcher, environ=env, settings=settings)
+            )
             for _ in range(side_by_side(plan, env))
         ]
 
@@ -74,7 +79,7 @@ def run_isolated(
     watcher: RunWatcher | None = None,
     finished: Callable[[RegionResult], None] | None = None,
     starting: Callable[[Scheduler], None] | None = None,
-    environ: Mapping[str, str] | None = None,
+    settings: RunSettings = DEFAULT_SETTINGS,
 ) -> RunResult:
     """Run every region of ``plan``, each in a worker process; never loses one.
 
@@ -84,7 +89,7 @@ def run_isolated(
     output; ``finished`` gets each region's result as soon as it is known. ``starting`` gets the
     first scheduler while its worker starts (what it raises stops the workers and the run).
     """
-    with schedulers(plan, repo_root, cancel=cancel, watcher=watcher, environ=environ) as workers:
+    with schedulers(plan, repo_root, cancel=cancel, watcher=watcher, settings=settings) as workers:
         return begin(plan, workers, starting, lambda s, p, r: s.run(p, r), finished)
 
 

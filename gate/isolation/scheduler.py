@@ -51,6 +51,7 @@ from gate.isolation.protocol import (
     Turn,
     Turns,
 )
+from gate.isolation.run_settings import DEFAULT_SETTINGS, RunSettings
 from gate.isolation.watcher import BETWEEN_REGIONS, RunWatcher
 from gate.isolation.worker_process import WaitEvent, WorkerProcess
 from gate.isolation.worker_start import START_ATTEMPTS, WorkerStarts
@@ -62,7 +63,6 @@ from gate.results.errors import ErrorKind, RegionError
 from gate.results.line_times import OpTimes
 from gate.results.records import RegionResult
 from gate.user_code import UserCode
-from gate.witness.run_settings import split_run_settings
 
 # Re-exported for other subsystems: mypy's strict mode accepts a re-export only when listed.
 __all__ = [
@@ -137,21 +137,21 @@ class Scheduler:
         cancel: Cancellation | None = None,
         watcher: RunWatcher | None = None,
         environ: Mapping[str, str] | None = None,
+        settings: RunSettings = DEFAULT_SETTINGS,
         beside: bool = False,
         moved_paths: tuple[tuple[Path, Path], ...] = (),
     ) -> None:
-        """``beside``: its worker runs beside another scheduler's, which holds the device
+        """``settings``: the run's, sent with each job (`Job.settings`), never in a worker's
+        environment (the worker the CLI started first has none, `gate.isolation.spawn`);
+        ``beside``: its worker runs beside another scheduler's, which holds the device
         (``run --base``'s base tree, `WorkerStarts.beside`); ``moved_paths``: folders of the
         head's checkout its worker takes in its own tree (`Job.moved_paths`)."""
         self.repo_root = repo_root
         self.moved_paths = moved_paths
         self.cancel = cancel
         self.watcher = watcher
-        # The run's own settings go with each job (`Job.settings`), not in the worker's
-        # environment: the worker the CLI started first has none (`gate.isolation.spawn`).
-        self._settings, self.environ = split_run_settings(
-            os.environ if environ is None else environ
-        )
+        self.settings = settings
+        self.environ = dict(os.environ if environ is None else environ)
         self._starts = WorkerStarts(
             repo_root, self.environ, watcher, cancel, self.announce, beside=beside
         )
@@ -260,7 +260,7 @@ class Scheduler:
             self.repo_root,
             hold,
             outputs,
-            self._settings,
+            self.settings,
             self.moved_paths,
             top,
         )

@@ -31,7 +31,6 @@ from gate.files import POLICY_SUFFIXES, policy_files_in
 from gate.isolation.device_pool import DevicePool, HeldSlot
 from gate.isolation.environment import worker_environment
 from gate.package import PACKAGE_DIR
-from gate.witness.run_settings import split_run_settings
 
 # The folder that holds this `gate` package (site-packages, or a source checkout).
 _GATE_HOME = os.path.dirname(PACKAGE_DIR)
@@ -151,7 +150,7 @@ def start_first_worker(
     if _First.spawned is not None or _may_ask_for_env(repo_root, policy_paths):
         return
     # As a scheduler computes it: the run's own settings go with each job, never in here.
-    env = worker_environment(split_run_settings(environ)[1], None)
+    env = worker_environment(environ, None)
     try:
         _First.spawned = spawn_if_device_free(repo_root, env)
     except Exception:  # the run's own start of a worker reports what is wrong

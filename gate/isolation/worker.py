@@ -65,10 +65,9 @@ from gate.results.comparison import StepSamples
 from gate.results.errors import ErrorKind, RegionError, gate_fault
 from gate.results.footprint import Footprint
 from gate.results.line_times import OpTimes
-from gate.results.records import RegionResult
+from gate.results.records import RegionResult, region_key
 from gate.user_code import UserCode, frames_of
 from gate.witness.footprint import FootprintRecorder
-from gate.witness.run_settings import RUN_SETTINGS
 
 # -- the worker process --------------------------------------------------------
 
@@ -126,7 +125,6 @@ def main(argv: list[str]) -> int:
             if left_over:
                 leftovers.between_regions()
             left_over = True
-            _apply_settings(job.settings)
             take_from_own_tree(job.moved_paths)
             top = job.footprint_top
             with (
@@ -165,16 +163,6 @@ def _footprint(recorder: FootprintRecorder, job: Job, top: Path) -> Footprint | 
     except Exception:
         traceback.print_exc()
         return None
-
-
-def _apply_settings(settings: tuple[tuple[str, str], ...]) -> None:
-    """The run's settings for this job (`Job.settings`), where the gate's modules read them."""
-    given = dict(settings)
-    for name in RUN_SETTINGS:
-        if name in given:
-            os.environ[name] = given[name]
-        else:
-            os.environ.pop(name, None)
 
 
 def _exit_now() -> NoReturn:
@@ -257,12 +245,15 @@ def run_job(
     from gate.region import engine
 
     started = time.perf_counter()
+    settings = job.settings
     try:
         return engine.run_region(
             job.policy,
             job.region,
             repo_root=job.repo_root,
             keep=keep,
+            traced=settings.traces_region(region_key(job.policy.suite, job.region.name)),
+            traces=settings.traces,
             trace_held=job.hold,
             # A held one's go when it is let go of (`HeldRegions.release`).
             let_go=None if job.hold else let_go,

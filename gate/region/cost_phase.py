@@ -72,6 +72,7 @@ def cost_phase(
     warned: Sequence[WarnedDonation] = (),
     *,
     traced: str | None = None,
+    traces: Path | None = None,
     later: bool = False,
     measured: Costed | None = None,
 ) -> CostRun:
@@ -85,9 +86,10 @@ def cost_phase(
 
     ``traced`` (the region's ``suite.region``, naming its trace): then a few more runs under
     JAX's profiler give the op time by line (`gate.witness.op_times`), on the fast path
-    again, as the timed runs ran. With ``later``, those runs are not made now but handed
-    back (`CostRun.traced_later`): a held region makes them only when its comparison with the
-    base is "slower", the one verdict that lists lines. On a TPU a trace costs ~0.9 s a
+    again, as the timed runs ran; the trace is kept under ``traces`` where that is given.
+    With ``later``, those runs are not made now but handed back (`CostRun.traced_later`): a
+    held region makes them only when its comparison with the base is "slower", the one
+    verdict that lists lines. On a TPU a trace costs ~0.9 s a
     region and tree; most comparisons never read it.
     """
     import jax
@@ -109,6 +111,7 @@ def cost_phase(
                 code,
                 platform=jax.default_backend(),
                 name=traced,
+                kept=traces,
             )
             if later:
                 return CostRun(cost, trace)

@@ -70,7 +70,6 @@ from gate.results.records import CheckOutcome, Phase, RegionResult, region_key
 from gate.user_code import UserCode
 from gate.witness.callbacks import CallbackHookMissing, count_callbacks
 from gate.witness.live_arrays import LiveArrays
-from gate.witness.op_times import op_times_wanted
 from gate.witness.transfer_map import capture_works
 
 # What JAX runs on in this process; fixed once JAX has started.
@@ -93,6 +92,7 @@ def run_region(
     repo_root: Path | None = None,
     keep: Keep | None = None,
     traced: bool = True,
+    traces: Path | None = None,
     trace_held: bool = False,
     let_go: Callable[[Callable[[], None]], None] | None = None,
 ) -> RegionResult:
@@ -104,7 +104,9 @@ def run_region(
     directory, where the gate's workers run. ``keep`` receives the region loaded, with its
     last outputs, if it ran to the end (``run --base`` times it again, `gate.region.held`).
     ``traced``: a few runs under JAX's profiler after the cost run, for a region whose step
-    time is compared (`gate.region.cost_phase`); off where nothing compares it.
+    time this run compares (`gate.region.cost_phase`); off where nothing compares it.
+    ``traces``: the folder those runs' trace is kept in (the run's, beside its reports); None:
+    read, then removed.
     ``trace_held``: those runs are left to the region ``keep`` holds (`HeldRegion.op_times`),
     made only if its comparison asks for them.
     ``let_go``: a worker's, for a region it will not hold: handed, once the region is done, what
@@ -133,7 +135,13 @@ def run_region(
         programs = RegionPrograms()
         try:
             return _run_imported(
-                RegionRun(code), programs, result, keep, traced=traced, trace_held=trace_held
+                RegionRun(code),
+                programs,
+                result,
+                keep,
+                traced=traced,
+                traces=traces,
+                trace_held=trace_held,
             )
         finally:
             if let_go is not None:
@@ -147,6 +155,7 @@ def _run_imported(
     keep: Keep | None,
     *,
     traced: bool,
+    traces: Path | None,
     trace_held: bool,
 ) -> RegionResult:
     region = run.code.region
@@ -293,7 +302,8 @@ def _run_imported(
             run.call,
             run.code.user,
             dropped.found,
-            traced=key if traced and region.timing.compare and op_times_wanted(key) else None,
+            traced=key if traced and region.timing.compare else None,
+            traces=traces,
             later=held is not None and trace_held,
             measured=measured,
         )

@@ -29,7 +29,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,6 @@ from gate.results.line_times import LineTime, OpTimes
 from gate.user_code import SourceLocation, UserCode
 from gate.witness.collectives import line_text
 from gate.witness.line_work import OpWork
-from gate.witness.run_settings import ALL_REGIONS, OP_TIMES_ENV, TRACES_ENV
 
 TRACED_RUNS = 3
 _NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_.-]")
@@ -47,13 +46,6 @@ _NAME_CHARACTERS = 100
 TRACE_NAME = "perfetto_trace.json.gz"
 _OPS_THREAD = "XLA Ops"  # the device's op thread on a TPU (and a GPU)
 _MOST_OPS = 4
-
-
-def op_times_wanted(key: str, environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether the region ``key`` (``suite.region``) gets traced runs: its step time is
-    compared in this run (`OP_TIMES_ENV`)."""
-    wanted = environ.get(OP_TIMES_ENV)
-    return wanted is None or wanted == ALL_REGIONS or key in wanted.split(",")
 
 
 def traced_runs(
@@ -178,17 +170,17 @@ def op_times(
     *,
     platform: str,
     name: str,
+    kept: Path | None = None,
     runs: int = TRACED_RUNS,
 ) -> OpTimes:
     """The step's op times by line from ``runs`` traced runs; a note where there are none.
 
     The trace is kept in a folder named after ``name`` (the region's ``suite.region``,
-    `trace_folder_name`) under `TRACES_ENV`'s folder where that is set, and removed once read
-    where it is not; one over `TRACE_BYTES` is removed unread.
+    `trace_folder_name`) under ``kept`` (the run's traces folder) where that is given, and
+    removed once read where it is not; one over `TRACE_BYTES` is removed unread.
     """
-    kept = os.environ.get(TRACES_ENV)
-    if kept:
-        Path(kept).mkdir(parents=True, exist_ok=True)
+    if kept is not None:
+        kept.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=f"{trace_folder_name(name)}-", dir=kept or None))
     try:
         folder = traced_runs(fresh, call, root, runs)

@@ -1,0 +1,52 @@
+"""A GitHub Actions step's own files: its outputs, its job summary, and its error lines.
+
+GitHub hands a step the paths in ``GITHUB_OUTPUT`` and ``GITHUB_STEP_SUMMARY``; a line
+``::error title=T::M`` on stdout becomes an annotation. Nothing here but the standard library
+and `gate.printable`: the workflow's jobs without the gate installed run these steps from its
+checkout.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from gate.printable import say, say_command
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks as spaces: an input shown in an error or an output can
+    never start a line of its own (``image=evil`` in ``$GITHUB_OUTPUT``)."""
+    return text.replace("\r", " ").replace("\n", " ")
+
+
+def _append(environ: Mapping[str, str], name: str, text: str) -> None:
+    path = environ.get(name)
+    if path:
+        with open(path, "a", encoding="utf-8") as stream:
+            stream.write(text)
+
+
+def set_outputs(environ: Mapping[str, str], **values: str) -> None:
+    """The step's outputs, one ``name=value`` line each (every value one line)."""
+    _append(environ, "GITHUB_OUTPUT", "".join(f"{k}={one_line(v)}\n" for k, v in values.items()))
+
+
+def add_summary(environ: Mapping[str, str], text: str) -> None:
+    """``text`` at the end of the job's summary."""
+    _append(environ, "GITHUB_STEP_SUMMARY", text)
+
+
+def error(title: str, message: str) -> None:
+    """One ``::error`` annotation line."""
+    say_command(f"::error title={title}::{one_line(message)}")
+
+
+def tell(text: str) -> None:
+    """A line of the step's log; never one the runner takes as a command (`gate.printable`)."""
+    say(text)
+
+
+def env(name: str, environ: Mapping[str, str] = os.environ) -> str:
+    """A step's ``env:`` value; '' where it is unset, as a shell reads it."""
+    return environ.get(name, "")
