@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 from cli_helpers import FAST_DEFAULTS, line_of, make_repo, run_gate
-from git_helpers import commit, init
+from git_helpers import commit, git, init
 
+from gate.compare.worktree import line_map
 from gate.policy.model import CostRule
 from gate.results.costs import compare_costs, step_cost
 from gate.results.line_map import parse_diff
@@ -289,3 +290,83 @@ def test_on_a_tpu_the_headline_names_the_grown_line_not_its_copies(tmp_path: Pat
         "cost changed against the base: steps.py:7 (changed line): dot f32[4096,4096]"
     ), compared.headline()
     assert NO_LINE not in compared.headline()
+
+
+# --- annotations ---------------------------------------------------------------------------------
+
+SCALED = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+SCALE = jnp.asarray(2.0, jnp.float32)
+
+
+def make():
+    return (jax.device_put(np.arange(16, dtype=np.float32)),)
+
+
+def step(x):
+    return x * SCALE
+"""
+
+
+def test_an_annotation_says_its_line_is_outside_the_change_and_which_change_caused_it(
+    tmp_path: Path,
+) -> None:
+    # The head makes SCALE a numpy scalar: the step's line, untouched, now uploads it.
+    repo = init(tmp_path / "repo")
+    commit(repo, {"steps.py": SCALED, "policies/p.yaml": POLICY}, "base")
+    make_repo(
+        repo, {"steps.py": SCALED.replace("jnp.asarray(2.0, jnp.float32)", "np.float32(2.0)")}
+    )
+    summary = tmp_path / "summary.md"
+    env = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
+    run = run_gate(repo, "run", "--base", "HEAD", env=env)
+    assert run.returncode == 1, run
+    steps = repo / "steps.py"
+    cause = f"steps.py:{line_of(steps, 'SCALE = ')}"
+    said = f"(unchanged line; the change at {cause} caused it)"
+    [annotation] = [line for line in run.stdout.splitlines() if line.startswith("::error file=")]
+    assert f"line={line_of(steps, 'x * SCALE')}," in annotation, annotation
+    assert said in annotation, annotation
+    failure = run.testcase("step: transfers").find("failure")
+    assert failure is not None, run
+    assert said in failure.get("message", ""), failure.get("message")
+
+
+# --- the line map, from git itself ----------------------------------------------------------------
+
+
+def test_the_line_map_follows_edits_renames_and_new_files(tmp_path: Path) -> None:
+    repo = init(tmp_path / "repo")
+    body = "".join(f"line {n}\n" for n in range(1, 21))
+    base = commit(repo, {"a.py": body, "old.py": body, "gone.py": "x\n"}, "base")
+    (repo / "gone.py").unlink()
+    (repo / "old.py").rename(repo / "new.py")  # a rename git finds, with an edit in it
+    make_repo(
+        repo,
+        {
+            "a.py": "top\n" + body.replace("line 10\n", "line 10 # edited\n"),
+            "new.py": body.replace("line 3\n", ""),
+        },
+    )
+    git(repo, "add", "-A")  # the rename, staged (a pull request's checkout has it committed)
+    make_repo(repo, {"fresh.py": "y\n"})  # and a file git does not know yet
+    lines = line_map(repo, base)
+    assert lines.place("a.py", 1).status == "new"  # "top", written above everything
+    assert (lines.place("a.py", 6).status, lines.place("a.py", 6).base_line) == ("unchanged", 5)
+    edited = lines.place("a.py", 11)
+    assert (edited.status, edited.base_line, edited.replaced) == ("changed", 10, (10,))
+    assert lines.head_line("a.py", 12) == ("a.py", 13)
+    assert lines.head_line("a.py", 10) is None  # rewritten
+    assert lines.rewritten("a.py", 10)
+    # The renamed file: its lines are the base's, moved; the one removed maps nowhere.
+    moved = lines.place("new.py", 5)
+    assert (moved.status, moved.base_path, moved.base_line) == ("moved", "old.py", 6)
+    assert lines.head_line("old.py", 3) is None
+    assert not lines.rewritten("old.py", 3)
+    assert lines.head_line("old.py", 20) == ("new.py", 19)
+    assert lines.place("fresh.py", 1).status == "new"  # untracked: new in the head
+    assert lines.head_line("gone.py", 1) is None
+    assert lines.cause("a.py", 15) == "a.py:11"

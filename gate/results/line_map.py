@@ -1,5 +1,7 @@
-"""Git's line map: which line of the base each line of the head is, as a code review keeps
-its comments on their lines.
+"""Git's line map: which line of the base each line of the head is, as a review sees it.
+
+A code review keeps its comments on their lines through a change; the gate keeps its findings
+on theirs the same way.
 
 ``run --base`` compares two trees, and every finding names a line. A line number alone
 cannot say whether two findings are one: an edit above a line moves it, a renamed file
@@ -13,8 +15,8 @@ the head is
 - ``new``: in a hunk that replaced nothing, or in a file the base does not have.
 
 The same map read the other way says where a base line went (`LineMap.head_line`), and
-`gate.results.moves` pairs findings by it: one rule for transfers, collectives,
-donations and work by line.
+`gate.results.moves` pairs findings by it: one rule for transfers, collectives and work by
+line (unused donations have no line: they are matched by program and argument).
 """
 
 from __future__ import annotations

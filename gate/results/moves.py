@@ -1,5 +1,4 @@
-"""The same finding in the base and the head: one rule for transfers, collectives, donations
-and work by line.
+"""The same finding in the base and the head: one rule for transfers, collectives and lines.
 
 A finding names a line, and git's line map (`gate.results.line_map`) says which base line
 each head line is. Base and head findings are paired, one to one, in three passes:
