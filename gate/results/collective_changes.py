@@ -19,6 +19,7 @@ from gate.policy.model import CollectiveRule
 from gate.results.collectives import CollectiveGroup, Communication, grouped
 from gate.results.donation_changes import DonationComparison
 from gate.results.line_map import MOVED as MOVED_LINE
+from gate.results.line_map import UNCHANGED as UNCHANGED_LINE
 from gate.results.line_map import LineMap
 from gate.results.moves import collective_key, collective_spot, matched, moved_only
 from gate.text import bytes_text
@@ -40,6 +41,9 @@ class CollectiveChange:
     against: str  # "base" or "baseline"
     failing: bool = False  # NEW under ``collectives: fail``
     warning: bool = False  # NEW under ``collectives: warn``
+    # ``run --base``: what the change did to its line (git's line map), "changed line",
+    # "new line", "unchanged line", "removed line"; "" against a stored baseline or moved.
+    code: str = ""
 
     @property
     def location(self) -> SourceLocation | None:
@@ -54,7 +58,11 @@ class CollectiveChange:
         return side.sample.source
 
     def text(self) -> str:
-        """``new all-gather f32[64,128] over 'data', 32.8 kB/step/device (base: none)``."""
+        """``new all-gather f32[64,128] over 'data', 32.8 kB/step/device (base: none)``,
+        then what the change did to its line (`` (changed line)``) where that is known."""
+        return self._text() + (f" ({self.code})" if self.code else "")
+
+    def _text(self) -> str:
         head, base, other = self.head, self.base, self.against
         if self.change == NEW and base is not None:  # more of them at the same place
             assert head is not None
@@ -259,6 +267,7 @@ def _by_lines(
         if pair is not None and pair.how == MOVED_LINE:  # with its file, or its code
             changes.append(CollectiveChange(MOVED, was, group, against))
             continue
+        code = _code(lines, group, new=was is None or group.count > was.count)
         # None there, or more of them at the same place (a second psum on the line): new.
         if was is None or group.count > was.count:
             changes.append(
@@ -269,15 +278,44 @@ def _by_lines(
                     against,
                     failing=rule is CollectiveRule.FAIL,
                     warning=rule is CollectiveRule.WARN,
+                    code=code,
                 )
             )
             continue
         change = _change(was, group)
         if change is not None:
-            changes.append(CollectiveChange(change, was, group, against))
+            changes.append(CollectiveChange(change, was, group, against, code=code))
     paired_old = {id(p.old) for p in pairs.values()}
-    changes.extend(CollectiveChange(GONE, g, None, against) for g in old if id(g) not in paired_old)
+    changes.extend(
+        CollectiveChange(GONE, g, None, against, code=_gone_code(lines, g))
+        for g in old
+        if id(g) not in paired_old
+    )
     return changes
+
+
+def _code(lines: LineMap, group: CollectiveGroup, *, new: bool) -> str:
+    """What the change did to the head's line of ``group``: ``changed line``, ``new line``,
+    ``unchanged line``; a ``new`` one on an unchanged line, which change caused it where the
+    gate can tell (a spec changed above it); "" without a line of the user's."""
+    where = group.sample.location
+    if where is None:
+        return ""
+    status = lines.place(where.path, where.line).status
+    if status not in (MOVED_LINE, UNCHANGED_LINE):
+        return f"{status} line"
+    cause = lines.cause(where.path, where.line) if new else None
+    return f"unchanged line; the change at {cause} caused it" if cause else "unchanged line"
+
+
+def _gone_code(lines: LineMap, group: CollectiveGroup) -> str:
+    """What the change did to the base's line of a collective the head no longer runs."""
+    where = group.sample.location
+    if where is None:
+        return ""
+    if lines.head_line(where.path, where.line) is not None:
+        return "unchanged line"
+    return "changed line" if lines.rewritten(where.path, where.line) else "removed line"
 
 
 def _by_identity(
