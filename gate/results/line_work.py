@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from gate.results.line_map import MOVED, LineMap
+from gate.results.line_map import CHANGED, MOVED, LineMap
 from gate.results.moves import Spot, matched
 from gate.text import counted, number_text
 
@@ -50,9 +50,7 @@ class LineWork:
     @property
     def kind(self) -> str:
         """The opcode of its heaviest op (``dot``); "" for a line without ops."""
-        words = self.ops[0].split() if self.ops else [""]
-        counted_op = len(words) > 1 and words[0].endswith("x") and words[0][:-1].isdigit()
-        return words[1] if counted_op else words[0]  # ``3x add f32[8]`` is an add
+        return _op_kind(self.ops[0]) if self.ops else ""
 
     def figure(self, metric: str) -> float:
         value: float = getattr(self, metric)
@@ -202,6 +200,27 @@ def compare_lines(
         taken = {id(p.old) for p in found}
         base_left = [old for old in base if id(old) not in taken]
         head_left = [new for new in head if id(new) not in how]
+        # A rewritten line whose heaviest op changed kind (a sort added to a sum) is still
+        # the line it replaced, at the same place in its hunk, where the two share a kind of
+        # op: one line grown, not a line "new" and the same line "gone".
+        for new in list(head_left):
+            place = lines.place(new.path, new.line) if new.path else None
+            if place is None or place.status != CHANGED:
+                continue
+            old = next(
+                (
+                    o
+                    for o in base_left
+                    if (o.path, o.line) == (place.base_path, place.base_line)
+                    and _kinds(o) & _kinds(new)
+                ),
+                None,
+            )
+            if old is not None:
+                pairs.append((old, new))
+                how[id(new)] = CHANGED
+                base_left.remove(old)
+                head_left.remove(new)
     totals = {
         m: max(sum(x.figure(m) for x in base), sum(x.figure(m) for x in head), 1.0)
         for m in LINE_METRICS
@@ -259,6 +278,18 @@ def compare_lines(
         ordered.sort(key=lambda c: not c.shown.path)
         return LineComparison(tuple(ordered), unchanged)
     return LineComparison(tuple(order([*changed, *new_lines, *gone_lines])), unchanged)
+
+
+def _kinds(work: LineWork) -> set[str]:
+    """The kinds of op a line's kept ops are (``dot``, ``reduce``...)."""
+    return {_op_kind(op) for op in work.ops}
+
+
+def _op_kind(op: str) -> str:
+    """``dot`` of ``dot f32[8,8]·f32[8,8]``; ``3x add f32[8]`` is an add."""
+    words = op.split() or [""]
+    counted_op = len(words) > 1 and words[0].endswith("x") and words[0][:-1].isdigit()
+    return words[1] if counted_op else words[0]
 
 
 def _line_spot(work: LineWork) -> Spot:
