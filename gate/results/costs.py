@@ -414,7 +414,7 @@ def compare_costs(
         )
     times, times_note = None, ""
     if base.times is not None and head.times is not None:
-        times = compare_line_times(base.times, head.times)
+        times = compare_line_times(base.times, head.times, lines)
         if times is None:
             times_note = head.times.note or base.times.note or "no op of the trace was the step's"
     elif head.times is not None:
