@@ -382,7 +382,8 @@ def test_a_transfer_moved_to_another_file_is_moved_not_new(tmp_path: Path) -> No
     [finding] = _regions(repo / "r.json")["p.moved"]["transfers"]
     assert (finding["path"], finding["failing"], finding["in_base"]) == ("pkg/util.py", False, True)
     assert "moved since the base, not new: implicit host-to-device" in run.stdout, run
-    assert "(the base has it in pkg/core.py, halve: return x * 0.5" in run.stdout, run
+    assert "(the base has it at pkg/core.py:" in run.stdout, run
+    assert ", halve: return x * 0.5" in run.stdout, run
     # Against the stored baseline alone: accepted, and its entry is not "no longer seen".
     alone = run_gate(repo, "run", "--json", "r.json")
     assert alone.returncode == 0, alone

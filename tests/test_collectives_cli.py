@@ -278,7 +278,12 @@ def spec_change(tmp_path_factory: pytest.TempPathFactory) -> tuple[GateRun, Path
     return run, repo
 
 
-NEW_GATHER = f"{L1}: new all-gather f32[64,128] over 'data', 32.8 kB/step/device (base: none)"
+# The all-gather's line is untouched: the changed spec above it made it (git's line map).
+SPEC = line_of("the spec the --base test changes")
+NEW_GATHER = (
+    f"{L1}: new all-gather f32[64,128] over 'data', 32.8 kB/step/device (base: none) "
+    f"(unchanged line; the change at {SPEC} caused it)"
+)
 
 
 def test_a_changed_spec_fails_naming_the_new_all_gather_its_bytes_and_axis(

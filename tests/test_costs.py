@@ -430,7 +430,7 @@ def test_a_head_doing_twice_the_flops_fails_its_cost_against_the_base(tmp_path: 
     # The line whose work grew leads, with its ops; the totals the rule failed follow.
     message = failure.get("message", "")
     assert message.startswith(
-        "cost beyond 1.05x the base: steps.py:7: 2x dot f32[64,64]·f32[64,64]: "
+        "cost beyond 1.05x the base: steps.py:7 (changed line): 2x dot f32[64,64]·f32[64,64]: "
         "flops 5.24e5 → 1.05e6 (2.00x); bytes_accessed "
     ), run
     assert "; total: flops 5.24e5 → 1.05e6 (2.00x); " in message, run

@@ -76,9 +76,11 @@ def test_optax_47404ab6_the_annotation_is_on_momos_host_sync(tmp_path: Path) -> 
     failure = testcase.find("failure")
     assert failure is not None, run
     message = failure.get("message", "")
-    assert message.split(": ", 1)[1].startswith(
-        f"implicit device-to-host transfer bool[] at momo.py:{sync}, 1x per step"
-    ), message
+    # The scalar uploads of the lines the fix rewrote (``beta*`` for ``bt*``) are the base's,
+    # paired through git's line map (issue 56): the sync may be the only new transfer.
+    assert f"implicit device-to-host transfer bool[] at momo.py:{sync}, 1x per step" in (message), (
+        message
+    )
     failing = [f for f in _region(repo)["transfers"] if f["failing"]]
     assert failing[0]["direction"] == "device-to-host", failing
     assert failing[0]["line"] == sync, failing
@@ -151,6 +153,9 @@ def test_flax_266052cb_a_pmap_per_call_recompiles_and_its_pmean_only_moved(
     collectives = run.testcase("sync: collectives")
     assert collectives.find("failure") is None, run
     assert "new all-reduce" not in run.stdout, run
+    # Work by line says the same (issue 56): the pmean's line moved, not "new" and "gone".
+    lines = region["base"]["cost"]["lines"]["changes"]
+    assert not [c for c in lines if "all-reduce" in c["text"] and c["status"] != "changed"], lines
 
 
 @ON_THE_DEVICE

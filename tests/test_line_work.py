@@ -88,31 +88,29 @@ def test_lines_grown_new_and_gone_are_listed_against_the_base_and_the_unchanged_
     matmul, new_max = line_of(steps, "(x @ w) @ w"), line_of(steps, "jnp.max")
     listing = run.testcase("step: cost").findtext("system-out") or ""
     entries = [line.removeprefix("- ") for line in listing.splitlines() if line.startswith("- ")]
-    # The line that grew most leads, with its ops and both figures.
+    # The line that grew most leads, with its ops, both figures and what the change did to it.
     assert entries[0] == (
-        f"steps.py:{matmul}: 2x dot f32[64,64]·f32[64,64]: flops 5.24e5 → 1.05e6 (2.00x); "
-        "bytes_accessed 4.92e4 → 9.83e4 (2.00x)"
+        f"steps.py:{matmul} (changed line): 2x dot f32[64,64]·f32[64,64]: flops 5.24e5 → "
+        "1.05e6 (2.00x); bytes_accessed 4.92e4 → 9.83e4 (2.00x)"
     ), listing
     assert listing.startswith(f"cost changed against the base: {entries[0]}; total: "), listing
-    kinds = [
-        "new" if e.startswith("new at ") else "gone" if e.startswith("gone: ") else "changed"
-        for e in entries
-        if not e.startswith(("total: ", "jit(", "("))
-    ]
-    # Changed lines first, then new ones, then gone ones; then the programs' figures.
-    assert kinds == sorted(kinds, key=["changed", "new", "gone"].index), listing
+    # The reduce-window XLA split from the max's reduce has no line of its own; it is the
+    # cost of the line whose data it reduces: nothing of this step is "(no source line)".
+    assert "(no source line)" not in listing, listing
     # (How XLA splits the max's reduce differs between JAX versions: 0.10.1 reduces windows.)
-    assert f"\n- new at steps.py:{new_max}: reduce f32[" in listing, listing
+    assert f"\n- new at steps.py:{new_max} (changed line): reduce f32[" in listing, listing
     # The sort's line is gone: a max in its place is another line, not the sort grown.
-    assert f"\n- gone: steps.py:{new_max}: sort f32[64,64]: flops 2.46e4, " in listing, listing
+    assert f"\n- gone: steps.py:{new_max} (changed line): sort f32[64,64]: flops 2.46e4, " in (
+        listing
+    ), listing
     # The tanh line does the same work: counted, not listed.
     assert "(1 line unchanged, not listed)" in entries, listing
     assert not any("tanh" in e for e in entries), listing
 
     region = _region(repo)
     lines = region["base"]["cost"]["lines"]
-    statuses = [c["status"] for c in lines["changes"]]
-    assert statuses == sorted(statuses, key=["changed", "new", "gone"].index)
+    codes = [c["code"] for c in lines["changes"]]
+    assert set(codes) == {"changed"}, codes  # every line listed is one this change rewrote
     top = lines["changes"][0]
     assert (top["base"]["flops"], top["head"]["flops"]) == (2 * 64**3, 2 * 2 * 64**3)
     assert top["head"]["source"] == "h = (x @ w) @ w"
@@ -225,7 +223,8 @@ def test_a_scan_body_counts_its_trip_count_at_its_line() -> None:
     body = _scanned.__code__.co_firstlineno + 2
     (line,) = [w for w in table if w.line == body]
     assert line.flops == 7 * 2 * 16**3
-    assert line.ops == ("dot f32[16,16]·f32[16,16]",)
+    # The body's copy of its carry is the compiler's, charged to the line it serves.
+    assert line.ops[0] == "dot f32[16,16]·f32[16,16]", line
 
 
 # JAX 0.12 may name an op's line in its metadata directly, without the stack-frame tables.

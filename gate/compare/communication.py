@@ -12,6 +12,7 @@ from gate.policy.model import Region
 from gate.results.collective_changes import CommComparison, compare_communication
 from gate.results.comparison import Renamed
 from gate.results.donation_changes import DonationComparison, compare_donations
+from gate.results.line_map import LineMap
 from gate.results.records import RegionResult
 
 
@@ -30,7 +31,11 @@ def _leaf(spec: str) -> str:
 
 
 def compare_sides(
-    base: RegionResult, head: RegionResult, region: Region, renamed: tuple[Renamed, ...] = ()
+    base: RegionResult,
+    head: RegionResult,
+    region: Region,
+    renamed: tuple[Renamed, ...] = (),
+    lines: LineMap | None = None,
 ) -> CommComparison:
     """The collectives, base vs head, under the head's ``collectives:`` and ``cost:`` rules;
     the unused donations with them, under its ``donation:``.
@@ -52,6 +57,7 @@ def compare_sides(
         region.collectives,
         region.cost.max_increase,
         missing=_unread(base if base_comm is None else head),
+        lines=lines,
     )
     return replace(compared, donations=donations_compared(base, head, region, names))
 

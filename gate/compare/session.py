@@ -64,6 +64,7 @@ from gate.results.comparison import (
 )
 from gate.results.costs import CostComparison, compare_costs, not_measured
 from gate.results.errors import ErrorKind, RegionError, gate_fault
+from gate.results.line_map import LineMap
 from gate.results.line_times import OpTimes
 from gate.results.records import RegionResult, RunResult
 from gate.witness.recompiles import startup_recompiles
@@ -354,7 +355,7 @@ class _Pair:
             return result, outputs
         # The base would run the same code on the same data: its transfer map and programs
         # are the head's own, and judge the head as the base's would.
-        result, kept = accept_base(result, result)
+        result, kept = accept_base(result, result, self.tree.lines)
         result = _startup_vs_base(result, result, self.region)
         unchanged = BaseComparison(
             self.tree.describe(),
@@ -396,7 +397,7 @@ class _Pair:
         wrong_tree = _outside(base_outputs, self.tree.root)
         if wrong_tree is not None:
             return replace(head_result, base=self._failed(wrong_tree))
-        head_result, kept = accept_base(head_result, base_result)
+        head_result, kept = accept_base(head_result, base_result, self.tree.lines)
         head_result = _startup_vs_base(head_result, base_result, self.region)
         timing: TimingComparison | None = None
         boundary_timing: tuple[TimingComparison, ...] = ()
@@ -425,8 +426,10 @@ class _Pair:
             already_in_base=kept,
             base_first_call_s=base_result.first_call_s,
             head_first_call_s=head_result.first_call_s,
-            cost=_cost(base_result, head_result, self.region, self.renamed),
-            comm=compare_sides(base_result, head_result, self.region, self.renamed),
+            cost=_cost(base_result, head_result, self.region, self.renamed, self.tree.lines),
+            comm=compare_sides(
+                base_result, head_result, self.region, self.renamed, self.tree.lines
+            ),
             renamed=self.renamed,
             apart=self.apart,
         )
@@ -563,7 +566,11 @@ def _boundary_times(base: RegionResult, head: RegionResult) -> tuple[BoundaryTim
 
 
 def _cost(
-    base: RegionResult, head: RegionResult, region: Region, renamed: tuple[Renamed, ...] = ()
+    base: RegionResult,
+    head: RegionResult,
+    region: Region,
+    renamed: tuple[Renamed, ...] = (),
+    lines: LineMap | None = None,
 ) -> CostComparison | None:
     """XLA's figures, base vs head, under the head's ``cost:`` rule; None when neither side
     has any and no rule asks for them.
@@ -578,4 +585,5 @@ def _cost(
     base_cost = missing if base.cost is None else base.cost
     functions = tuple(replace(f, name=names.get(f.name, f.name)) for f in base_cost.functions)
     base_cost = replace(base_cost, functions=functions)
-    return compare_costs(base_cost, missing if head.cost is None else head.cost, region.cost)
+    head_cost = missing if head.cost is None else head.cost
+    return compare_costs(base_cost, head_cost, region.cost, lines=lines)

@@ -25,9 +25,11 @@ import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from string import hexdigits
+
+from gate.results.line_map import IDENTITY, LineMap, parse_diff
 
 # Every git call is local (no fetch): a minute is far more than any needs, and a
 # hung git (a lock, a network filesystem) must not hang the gate.
@@ -70,6 +72,9 @@ class BaseTree:
     # commit, untracked files included; None when git could not say. Only a guess of what the
     # footprints will find (`may_reach_regions`): verdicts rest on the footprints alone.
     changed: tuple[str, ...] | None = None
+    # Git's line map from the base to the working tree (`gate.results.line_map`): which
+    # base line each head line is, the identity of every finding's line.
+    lines: LineMap = field(default=IDENTITY, compare=False)
 
     @property
     def may_reach_regions(self) -> bool:
@@ -128,11 +133,46 @@ def checked_out(repo_root: Path, ref: str, resolved: BaseRef | None = None) -> I
             _add_worktree(top, folder, ref, resolved.sha)
             root = folder / resolved.prefix
             changed = _changed_paths(top, resolved.sha)
+            lines = line_map(repo_root, resolved.sha)
             yield BaseTree(
-                ref, resolved.sha, resolved.short_sha, root, fresh_because, top, folder, changed
+                ref,
+                resolved.sha,
+                resolved.short_sha,
+                root,
+                fresh_because,
+                top,
+                folder,
+                changed,
+                lines,
             )
         finally:
             _remove_worktree(top, folder)
+
+
+def line_map(repo_root: Path, sha: str) -> LineMap:
+    """The line map from commit ``sha`` to the working tree, paths relative to ``repo_root``:
+    the diff git shows a reviewer (renames found, no context lines), and the files git does
+    not track yet, which are new."""
+    diff = _git(
+        [
+            "-c",
+            "core.quotePath=false",
+            "diff",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            "-M",
+            "-U0",
+            "--src-prefix=a/",
+            "--dst-prefix=b/",
+            "--relative",
+            sha,
+            "--",
+        ],
+        repo_root,
+    )
+    others = _git(["ls-files", "--others", "--exclude-standard"], repo_root)
+    return parse_diff(diff.stdout, tuple(others.stdout.splitlines()))
 
 
 @contextlib.contextmanager

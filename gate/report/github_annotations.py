@@ -207,7 +207,9 @@ def _transfer_annotation(region: RegionResult, finding: Finding) -> Annotation:
         where.path if where is not None else region.policy_path,
         where.line if where is not None else region.policy_line,
         f"{finding.kind} {finding.direction.label} transfer",
-        f"{finding.kind} {finding.what()}{scope}, {finding.counts()}",
+        # A PR's reviewer sees the annotation beside the diff: say whether its line is part of
+        # this change, and which change made an unchanged line move data where the gate can tell.
+        f"{finding.kind} {finding.what()}{scope}, {finding.counts()}{finding.line_change()}",
         fix=hint_for(finding.sample),
         source=finding.source or "",
     )

@@ -47,6 +47,9 @@ class FindingDoc(Record, frozen=True, kw_only=True):
     # A transfer the base also has is accepted too, but not by the baseline file.
     accepted_by_baseline: bool
     in_base: bool
+    # ``run --base``: what the change did to its line ("changed line", "new line", "moved
+    # from a.py:3", "unchanged line; the change at a.py:9 caused it"); "" without a base.
+    line_change: str
     dtype: str | None
     shape: tuple[int, ...] | None
     # What reaches the devices per occurrence: on a mesh, a replicated destination
@@ -85,6 +88,7 @@ class FindingDoc(Record, frozen=True, kw_only=True):
             failing=finding.failing,
             accepted_by_baseline=finding.sample.accepted and not finding.sample.in_base,
             in_base=finding.sample.in_base,
+            line_change=finding.sample.line_change,
             dtype=finding.dtype,
             shape=finding.shape,
             bytes=sample.landed_bytes,

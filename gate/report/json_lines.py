@@ -47,6 +47,10 @@ class LineChangeDoc(Record, frozen=True, kw_only=True):
     """A line whose work changed, new in the head, or gone from it; both sides' figures."""
 
     status: Literal["changed", "new", "gone"]
+    # What the change did to the line's code (``run --base``, git's line map): "changed",
+    # "new", "moved", "removed", or "unchanged" (the same code, compiled differently);
+    # "" where no line map says (a stored baseline, the ops of no source line).
+    code: Literal["changed", "new", "moved", "unchanged", "removed", ""]
     text: str  # as the other reports print it
     # The largest share of a step total this line's change moved: what orders the list.
     share: float
@@ -57,6 +61,7 @@ class LineChangeDoc(Record, frozen=True, kw_only=True):
     def of(cls, change: LineChange, against: str) -> LineChangeDoc:
         return cls(
             status="new" if change.new else "gone" if change.gone else "changed",
+            code=change.code,  # type: ignore[arg-type]  # one of `gate.results.line_work`'s
             text=change.text(against),
             share=change.share,
             base=None if change.base is None else LineWorkDoc.of(change.base),

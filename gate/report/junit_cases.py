@@ -231,7 +231,8 @@ def _transfers_message(failing: list[Finding]) -> str:
     The first is the most severe (`gate.results.findings.group`'s order), the line the
     testcase's ``file``/``line`` point at; the message names up to four, then says how many
     more there are and where they are listed."""
-    message = failing[0].headline()
+    # ``run --base``: whether its line is part of this change (`Finding.line_change`).
+    message = failing[0].headline() + failing[0].line_change()
     if len(failing) > 1:
         lines = {f.where() for f in failing}
         shown = []
@@ -286,7 +287,10 @@ def _finding_entry(finding: Finding, region: RegionResult) -> str:
     verdict = "FAILS" if finding.failing else "allowed"
     if finding.sample.in_base:  # `run --base`: the base tree moves it too, so it is not new
         verdict = "allowed: already in the base"
-    lines = [f"- {where} in {function}: {finding.kind} {finding.what()} — {finding.counts()}"]
+    lines = [
+        f"- {where} in {function}: {finding.kind} {finding.what()} — {finding.counts()}"
+        f"{finding.line_change()}"
+    ]
     if finding.source:
         lines.append(f"    {finding.source}")
     if finding.scope():

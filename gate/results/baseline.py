@@ -33,9 +33,11 @@ import msgspec
 
 from gate.documents import Record
 from gate.results.findings import Finding, group
-from gate.results.moves import paired, transfer_key
-from gate.results.records import RegionResult, RunResult, SuiteResult, Transfer
+from gate.results.line_map import IDENTITY, MOVED, LineMap
+from gate.results.moves import Spot, matched, moved_only, transfer_key
+from gate.results.records import RegionResult, RunResult, Transfer
 from gate.text import counted
+from gate.user_code import SourceLocation
 
 DEFAULT_NAME = "transfer-gate-baseline.json"
 # How a note that says what accepts a failure against the stored baseline begins.
@@ -341,20 +343,97 @@ def transfers_command(command: str, region: RegionResult) -> str:
     return f"{command} --region {region.classname} --transfers-only"
 
 
-def accept_base(region: RegionResult, base: RegionResult) -> tuple[RegionResult, int]:
+def accept_base(
+    region: RegionResult, base: RegionResult, lines: LineMap = IDENTITY
+) -> tuple[RegionResult, int]:
     """``region`` with its failing transfers that ``base`` has too accepted, and how many findings.
 
-    ``run --base``: the base tree's transfer map is the baseline, matched by the
-    same fingerprint as the file's entries, so only what the change brought in
-    fails. ``base`` is the same region run from the base tree under the head's policy.
+    ``run --base``: the base tree's transfer map is the baseline, and a finding is the
+    base's when git's line map says it is (`gate.results.moves`): on the line its line was,
+    on the line its change replaced (same function, direction, kind and array), or moved
+    there. So only what the change brought in fails, and each transfer says what the
+    change did to its line. ``base`` is the same region run from the base tree under the
+    head's policy.
     """
-    accepted = {
-        entry.fingerprint: entry
-        for entry in accepted_from(RunResult((SuiteResult(base.suite, "", (base,)),)))
+    findings = [f for f in group(region.transfers) if f.failing]
+    theirs = [f for f in group(base.transfers) if f.failing]
+    pairs = {
+        pair.new: pair for pair in matched(findings, theirs, _finding_spot, _finding_spot, lines)
     }
-    _, transfers, notes = _accepted(region, accepted, "the base", in_base=True)
+    notes: list[str] = []
+    forgiven: set[Transfer] = set()
+    for finding in findings:
+        pair = pairs.get(finding)
+        label = line_change(lines, finding.location, new=finding not in pairs)
+        if pair is None:
+            notes.append(f"new since the base: {finding.headline()} ({label})")
+            continue
+        was = pair.old
+        if finding.per_step > was.per_step or finding.first_call > was.first_call:
+            notes.append(
+                f"more often than the base: {finding.headline()} ({label}; the base: "
+                f"{was.per_step}x per step, {was.first_call}x on the first call)"
+            )
+            continue
+        if pair.how == MOVED:
+            function = was.location.function if was.location else "?"
+            notes.append(
+                f"moved since the base, not new: {finding.headline()} (the base has it at "
+                f"{was.where()}, {function}: {_normalized(was.source)})"
+            )
+        forgiven.update(finding.members)
+    transfers = tuple(
+        replace(
+            t,
+            failing=False if t in forgiven else t.failing,
+            accepted=t.accepted or t in forgiven,
+            in_base=t in forgiven,
+            line_change=line_change(lines, t.location, new=t.failing and t not in forgiven),
+        )
+        for t in region.transfers
+    )
     kept = sum(1 for finding in group(transfers) if finding.sample.in_base)
     return replace(region, transfers=transfers, notes=(*region.notes, *notes)), kept
+
+
+def line_change(lines: LineMap, where: SourceLocation | None, *, new: bool = False) -> str:
+    """What the change did to ``where``, as a reader is told: ``changed line``, ``new line``,
+    ``moved from a.py:3``, ``unchanged line``; a ``new`` finding on an unchanged line, what
+    caused it where the gate can tell (``unchanged line; the change at a.py:9 caused it``)."""
+    if where is None:
+        return "no line of your code"
+    place = lines.place(where.path, where.line)
+    if place.status == MOVED:
+        return f"moved from {place.base_path}:{place.base_line}"
+    if place.touched:
+        return f"{place.status} line"
+    cause = lines.cause(where.path, where.line) if new else None
+    if not new:
+        return "unchanged line"
+    return (
+        f"unchanged line; the change at {cause} caused it"
+        if cause
+        else "unchanged line, outside this change"
+    )
+
+
+def _finding_spot(finding: Finding) -> Spot:
+    where = finding.location
+    what = (
+        finding.direction.label,
+        finding.kind,
+        _array_label(finding),
+        finding.destination.spec if finding.destination else "",
+        finding.boundary or "",
+        finding.thread or "",
+    )
+    return Spot(
+        where.path if where else "",
+        where.line if where else 0,
+        where.function if where else "",
+        what,
+        _finding_move_key(finding),
+    )
 
 
 def _accepted(
@@ -389,7 +468,7 @@ def _forgive(
     used = {id(entry) for entry in matched.values() if entry is not None}
     unused = [e for k, e in accepted.items() if not k.startswith(_LEGACY) and id(e) not in used]
     unmatched = [finding for finding, entry in matched.items() if entry is None]
-    moved = dict(paired(unmatched, unused, _finding_move_key, _entry_move_key))
+    moved = dict(moved_only(unmatched, unused, _finding_move_key, _entry_move_key))
     notes: list[str] = []
     forgiven: set[Transfer] = set()
     for finding in prints:

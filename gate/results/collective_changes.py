@@ -18,7 +18,10 @@ from dataclasses import dataclass
 from gate.policy.model import CollectiveRule
 from gate.results.collectives import CollectiveGroup, Communication, grouped
 from gate.results.donation_changes import DonationComparison
-from gate.results.moves import collective_key, paired
+from gate.results.line_map import MOVED as MOVED_LINE
+from gate.results.line_map import UNCHANGED as UNCHANGED_LINE
+from gate.results.line_map import LineMap
+from gate.results.moves import collective_key, collective_spot, matched, moved_only
 from gate.text import bytes_text
 from gate.user_code import SourceLocation
 
@@ -38,6 +41,9 @@ class CollectiveChange:
     against: str  # "base" or "baseline"
     failing: bool = False  # NEW under ``collectives: fail``
     warning: bool = False  # NEW under ``collectives: warn``
+    # ``run --base``: what the change did to its line (git's line map), "changed line",
+    # "new line", "unchanged line", "removed line"; "" against a stored baseline or moved.
+    code: str = ""
 
     @property
     def location(self) -> SourceLocation | None:
@@ -52,7 +58,11 @@ class CollectiveChange:
         return side.sample.source
 
     def text(self) -> str:
-        """``new all-gather f32[64,128] over 'data', 32.8 kB/step/device (base: none)``."""
+        """``new all-gather f32[64,128] over 'data', 32.8 kB/step/device (base: none)``,
+        then what the change did to its line (`` (changed line)``) where that is known."""
+        return self._text() + (f" ({self.code})" if self.code else "")
+
+    def _text(self) -> str:
         head, base, other = self.head, self.base, self.against
         if self.change == NEW and base is not None:  # more of them at the same place
             assert head is not None
@@ -205,12 +215,15 @@ def compare_communication(
     *,
     against: str = "base",
     missing: str = "",
+    lines: LineMap | None = None,
 ) -> CommComparison:
     """Every identity whose collectives differ; a new one fails under ``collectives: fail``.
 
     ``missing`` says why a side that is None has no inventory (its cost run did not
     happen, a baseline recorded before inventories were). A head that runs no collective
     needs no other side: nothing of it can be new, and its bytes (0) pass any bound.
+    ``lines``: git's line map (``run --base``), which pairs them by `gate.results.moves`'s
+    rule; None (a stored baseline) pairs them by their line's text (`Collective.identity`).
     """
     base_unread = base is None or not base.measured
     if head is not None and head.measured and not head.collectives and base_unread:
@@ -223,6 +236,96 @@ def compare_communication(
     assert base is not None
     assert head is not None
     old, new = grouped(base.collectives), grouped(head.collectives)
+    if lines is not None:
+        changes = _by_lines(list(old.values()), list(new.values()), rule, against, lines)
+    else:
+        changes = _by_identity(old, new, rule, against)
+    changes.sort(key=lambda c: _ORDER[c.change])
+    return CommComparison(
+        against,
+        tuple(changes),
+        rule,
+        max_increase,
+        base_bytes=base.bytes_per_step,
+        head_bytes=head.bytes_per_step,
+    )
+
+
+def _by_lines(
+    old: list[CollectiveGroup],
+    new: list[CollectiveGroup],
+    rule: CollectiveRule,
+    against: str,
+    lines: LineMap,
+) -> list[CollectiveChange]:
+    """Head's groups against the base's, each paired with the base's it is by the line map."""
+    pairs = {id(p.new): p for p in matched(new, old, collective_spot, collective_spot, lines)}
+    changes = []
+    for group in new:
+        pair = pairs.get(id(group))
+        was = pair.old if pair is not None else None
+        if pair is not None and pair.how == MOVED_LINE:  # with its file, or its code
+            changes.append(CollectiveChange(MOVED, was, group, against))
+            continue
+        code = _code(lines, group, new=was is None or group.count > was.count)
+        # None there, or more of them at the same place (a second psum on the line): new.
+        if was is None or group.count > was.count:
+            changes.append(
+                CollectiveChange(
+                    NEW,
+                    was,
+                    group,
+                    against,
+                    failing=rule is CollectiveRule.FAIL,
+                    warning=rule is CollectiveRule.WARN,
+                    code=code,
+                )
+            )
+            continue
+        change = _change(was, group)
+        if change is not None:
+            changes.append(CollectiveChange(change, was, group, against, code=code))
+    paired_old = {id(p.old) for p in pairs.values()}
+    changes.extend(
+        CollectiveChange(GONE, g, None, against, code=_gone_code(lines, g))
+        for g in old
+        if id(g) not in paired_old
+    )
+    return changes
+
+
+def _code(lines: LineMap, group: CollectiveGroup, *, new: bool) -> str:
+    """What the change did to the head's line of ``group``: ``changed line``, ``new line``,
+    ``unchanged line``; a ``new`` one on an unchanged line, which change caused it where the
+    gate can tell (a spec changed above it); "" without a line of the user's."""
+    where = group.sample.location
+    if where is None:
+        return ""
+    status = lines.place(where.path, where.line).status
+    if status not in (MOVED_LINE, UNCHANGED_LINE):
+        return f"{status} line"
+    cause = lines.cause(where.path, where.line) if new else None
+    return f"unchanged line; the change at {cause} caused it" if cause else "unchanged line"
+
+
+def _gone_code(lines: LineMap, group: CollectiveGroup) -> str:
+    """What the change did to the base's line of a collective the head no longer runs."""
+    where = group.sample.location
+    if where is None:
+        return ""
+    if lines.head_line(where.path, where.line) is not None:
+        return "unchanged line"
+    return "changed line" if lines.rewritten(where.path, where.line) else "removed line"
+
+
+def _by_identity(
+    old: dict[tuple[str, ...], CollectiveGroup],
+    new: dict[tuple[str, ...], CollectiveGroup],
+    rule: CollectiveRule,
+    against: str,
+) -> list[CollectiveChange]:
+    """Head's groups against the base's by `Collective.identity` (the line's text), what is
+    left over paired by `gate.results.moves.moved_only`."""
     changes = []
     for key, group in new.items():
         was = old.get(key)
@@ -245,7 +348,7 @@ def compare_communication(
     gone = [group for key, group in old.items() if key not in new]
     # A new one (none of its identity there) that is a gone one at another line only moved.
     fresh = [c.head for c in changes if c.change == NEW and c.base is None and c.head]
-    moved = paired(fresh, gone, collective_key, collective_key)
+    moved = moved_only(fresh, gone, collective_key, collective_key)
     arrived = {id(head): was for head, was in moved}
     left = {id(was) for _, was in moved}
     changes = [
@@ -255,15 +358,7 @@ def compare_communication(
         for c in changes
     ]
     changes.extend(CollectiveChange(GONE, g, None, against) for g in gone if id(g) not in left)
-    changes.sort(key=lambda c: _ORDER[c.change])
-    return CommComparison(
-        against,
-        tuple(changes),
-        rule,
-        max_increase,
-        base_bytes=base.bytes_per_step,
-        head_bytes=head.bytes_per_step,
-    )
+    return changes
 
 
 def _change(base: CollectiveGroup, head: CollectiveGroup) -> str | None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from gate.policy.model import CostRule
 from gate.results.collectives import Communication
 from gate.results.donations import UnusedDonation
+from gate.results.line_map import LineMap
 from gate.results.line_times import LineTimeComparison, OpTimes, compare_line_times
 from gate.results.line_work import LineComparison, LineWork, compare_lines
 from gate.text import number_text, si_text, size_text
@@ -333,9 +334,10 @@ class CostComparison:
         figures = [c for c in self.changes if self._shown(c) or c.failing]
         # The line that changed most leads: it is where a reviewer looks first. A line that is
         # a new or gone program's own place is said by that program's entry.
+        # Never a line only compiled differently, nor the ops of no source line.
         places = {p.where for p in self.programs}
         changes = self.lines.changes if self.lines is not None else ()
-        top = [c for c in changes if c.shown.where not in places][:1]
+        top = [c for c in changes if c.leads and c.shown.where not in places][:1]
         shown = [
             *(change.text(self.against) for change in top),
             *(p.text(self.against) for p in self.programs),
@@ -352,7 +354,12 @@ class CostComparison:
 
 
 def compare_costs(
-    base: StepCost, head: StepCost, rule: CostRule, *, against: str = "base"
+    base: StepCost,
+    head: StepCost,
+    rule: CostRule,
+    *,
+    against: str = "base",
+    lines: LineMap | None = None,
 ) -> CostComparison:
     """Every figure that differs, total and per function; a total beyond the rule fails.
 
@@ -360,7 +367,8 @@ def compare_costs(
     without changing the step. A total that grows from 0 fails too (it has no
     ratio). Under a rule, a side that was not measured, or a total XLA gave on one
     side only, cannot be bounded: the comparison is `CostComparison.unchecked`, a
-    failure, never a pass. Without a rule both are listed and nothing fails.
+    failure, never a pass. Without a rule both are listed and nothing fails. ``lines``:
+    git's line map (``run --base``), which pairs the work by line (`compare_lines`).
     """
     if not base.measured or not head.measured:
         side, cost = (against, base) if not base.measured else ("head", head)
@@ -397,16 +405,16 @@ def compare_costs(
         for name in sorted(old_fns.keys() & new_fns.keys())
         if old_fns[name].programs != new_fns[name].programs
     )
-    lines, lines_note = None, ""
+    work, lines_note = None, ""
     if base.lines is not None and head.lines is not None:
-        lines = compare_lines(base.lines, head.lines)
+        work = compare_lines(base.lines, head.lines, lines)
     elif base.lines is None and head.lines is not None:
         lines_note = f"the {against} has no line table" + (
             "; run `transfer-gate baseline` to record it" if against == "baseline" else ""
         )
     times, times_note = None, ""
     if base.times is not None and head.times is not None:
-        times = compare_line_times(base.times, head.times)
+        times = compare_line_times(base.times, head.times, lines)
         if times is None:
             times_note = head.times.note or base.times.note or "no op of the trace was the step's"
     elif head.times is not None:
@@ -419,7 +427,7 @@ def compare_costs(
         rule.max_increase,
         programs=tuple(programs),
         counts=counts,
-        lines=lines,
+        lines=work,
         lines_note=lines_note,
         times=times,
         times_note=times_note,

@@ -153,6 +153,12 @@ class Finding:
     def where(self) -> str:
         return str(self.location) if self.location is not None else "an unknown line"
 
+    def line_change(self) -> str:
+        """``run --base``: what the change did to its line, `` (changed line)``, `` (unchanged
+        line; the change at a.py:9 caused it)``; "" without a base."""
+        said = self.sample.line_change
+        return f" ({said})" if said else ""
+
     def scope(self) -> str:
         """Where it happened, when that matters: a boundary, outside one, a thread."""
         parts = []

@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gate.results.line_map import LineMap
 from gate.results.line_work import NO_LINE, paired
+from gate.results.moves import Spot, matched
 from gate.text import counted, duration_text
 
 LINE_TIMES_LISTED = 20  # lines a report lists before counting the rest
@@ -101,11 +103,24 @@ class LineTimeComparison:
         return lines
 
 
-def compare_line_times(base: OpTimes, head: OpTimes) -> LineTimeComparison | None:
-    """Head's op times by line against the base's; None when a side has no per-op times."""
+def compare_line_times(
+    base: OpTimes, head: OpTimes, lines: LineMap | None = None
+) -> LineTimeComparison | None:
+    """Head's op times by line against the base's; None when a side has no per-op times.
+
+    ``lines``, git's line map (``run --base``): a line is the base line it maps to, or the
+    line its change replaced (`gate.results.moves`); without one (a stored baseline), the
+    same text in the same file and function, else the same number (`paired`)."""
     if base.note or head.note or not base.lines or not head.lines:
         return None
-    pairs, gone, new = paired(list(base.lines), list(head.lines))
+    if lines is None:
+        pairs, gone, new = paired(list(base.lines), list(head.lines))
+    else:
+        found = matched(list(head.lines), list(base.lines), _spot, _spot, lines)
+        pairs = [(p.old, p.new) for p in found]
+        taken = {id(p.old) for p in found} | {id(p.new) for p in found}
+        gone = [old for old in base.lines if id(old) not in taken]
+        new = [now for now in head.lines if id(now) not in taken]
     changes = [
         *(LineTimeChange(old, now) for old, now in pairs),
         *(LineTimeChange(None, now) for now in new),
@@ -113,6 +128,11 @@ def compare_line_times(base: OpTimes, head: OpTimes) -> LineTimeComparison | Non
     ]
     ordered = sorted(changes, key=lambda c: (-c.grown_s, _where(c)))
     return LineTimeComparison(tuple(ordered), base.runs, head.runs)
+
+
+def _spot(time: LineTime) -> Spot:
+    """A line's op time as `gate.results.moves` reads it: its place alone (a time has no kind)."""
+    return Spot(time.path, time.line, time.function, "")
 
 
 def _where(change: LineTimeChange) -> tuple[str, int]:

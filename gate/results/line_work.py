@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from gate.results.line_map import CHANGED, MOVED, LineMap
+from gate.results.moves import Spot, matched
 from gate.text import counted, number_text
 
 LINE_METRICS = ("flops", "bytes_accessed", "transcendentals")
@@ -48,9 +50,7 @@ class LineWork:
     @property
     def kind(self) -> str:
         """The opcode of its heaviest op (``dot``); "" for a line without ops."""
-        words = self.ops[0].split() if self.ops else [""]
-        counted_op = len(words) > 1 and words[0].endswith("x") and words[0][:-1].isdigit()
-        return words[1] if counted_op else words[0]  # ``3x add f32[8]`` is an add
+        return _op_kind(self.ops[0]) if self.ops else ""
 
     def figure(self, metric: str) -> float:
         value: float = getattr(self, metric)
@@ -70,6 +70,16 @@ def _repeats(op: str) -> int:
     return int(count) if rest and count.isdigit() else 1
 
 
+# What the change did to a line's code (`gate.results.line_map`), as `LineChange.code` says.
+CODE_CHANGED, CODE_NEW, CODE_MOVED, CODE_UNCHANGED, CODE_REMOVED = (
+    "changed", "new", "moved", "unchanged", "removed"
+)  # fmt: skip
+COMPILED_DIFFERENTLY = "unchanged code, compiled differently"
+# The order a listing gives: the change's own lines first, a line's cost the compiler moved
+# last. "" (no line map: a stored baseline) sits with the change's own.
+_CODE_ORDER = {CODE_CHANGED: 0, CODE_NEW: 0, "": 0, CODE_REMOVED: 1, CODE_MOVED: 2}
+
+
 @dataclass(frozen=True)
 class LineChange:
     """One line in the base and the head: grown, shrunk, new (no base) or gone (no head)."""
@@ -77,6 +87,9 @@ class LineChange:
     base: LineWork | None
     head: LineWork | None
     share: float  # the largest share of a step total that moved: what orders the listing
+    # What the change did to the line's code (``CODE_*``); "" where no line map says (a
+    # stored baseline, or ops of no source line).
+    code: str = ""
 
     @property
     def new(self) -> bool:
@@ -93,17 +106,37 @@ class LineChange:
         assert found is not None  # a change has at least one side
         return found
 
+    @property
+    def leads(self) -> bool:
+        """Whether it may head a verdict: a line of the user's this change wrote (or, with no
+        line map, any line of the user's); never one only compiled differently, nor the ops
+        of no source line."""
+        return bool(self.shown.path) and self.code not in (CODE_UNCHANGED, CODE_MOVED)
+
+    def label(self, against: str = "base") -> str:
+        """`` (changed line)``, `` (moved from a.py:3)``, `` (unchanged code, compiled
+        differently)``; "" where nothing says."""
+        if not self.shown.path or not self.code:
+            return ""
+        if self.code == CODE_MOVED and self.base is not None:
+            return f" (moved from {self.base.where})"
+        if self.code == CODE_UNCHANGED:
+            return f" ({COMPILED_DIFFERENTLY})"
+        return f" ({self.code} line)"
+
     def text(self, against: str = "base") -> str:
-        """``model.py:42: dot f32[1024,256]·f32[256,1024]: flops 5.40e8 → 2.10e9 (3.89x)``;
-        ``new at model.py:57: sort f32[128,256]: flops ...``; ``gone: model.py:50: ...``."""
+        """``model.py:42 (changed line): dot f32[1024,256]·f32[256,1024]: flops 5.40e8 →
+        2.10e9 (3.89x)``; ``new at model.py:57 (new line): sort f32[128,256]: flops ...``;
+        ``gone: model.py:50 (removed line): ...``."""
         line = self.shown
+        label = self.label(against)
         if self.base is None or self.head is None:
             figures = ", ".join(
                 f"{m} {number_text(line.figure(m))}" for m in LINE_METRICS if line.figure(m)
             )
             lead = f"new at {line.where}" if self.new else f"gone: {line.where}"
-            return f"{lead}: {line.ops_text()}" + (f": {figures}" if figures else "")
-        moved = self.base.where != self.head.where
+            return f"{lead}{label}: {line.ops_text()}" + (f": {figures}" if figures else "")
+        moved = self.base.where != self.head.where and self.code != CODE_MOVED
         where = self.head.where + (f" ({against}: line {self.base.line})" if moved else "")
         changed = []
         for metric in LINE_METRICS:
@@ -111,15 +144,22 @@ class LineChange:
             if _differs(old, new):
                 ratio = f" ({new / old:.2f}x)" if old else ""
                 changed.append(f"{metric} {number_text(old)} → {number_text(new)}{ratio}")
-        return f"{where}: {line.ops_text()}: {'; '.join(changed)}"
+        figures = "; ".join(changed) if changed else "the same work"
+        return f"{where}{label}: {line.ops_text()}: {figures}"
 
 
 @dataclass(frozen=True)
 class LineComparison:
-    """Head's lines against the base's: the changed ones, most first, then new, then gone."""
+    """Head's lines against the base's: the change's own lines first (changed most first, then
+    new, then gone), then lines that moved, then unchanged code compiled differently."""
 
-    changes: tuple[LineChange, ...]  # grown or shrunk (most first), new (most first), gone
+    changes: tuple[LineChange, ...]
     unchanged: int  # lines in both with the same work, counted, never listed
+
+    @property
+    def lead(self) -> LineChange | None:
+        """The line a verdict opens with (`LineChange.leads`); None when none may."""
+        return next((c for c in self.changes if c.leads), None)
 
     def listing(self, against: str = "base", most: int | None = None) -> list[str]:
         """One line per change, in order; past ``most``, a count of the rest."""
@@ -133,17 +173,54 @@ class LineComparison:
         return lines
 
 
-def compare_lines(base: Sequence[LineWork], head: Sequence[LineWork]) -> LineComparison:
+def compare_lines(
+    base: Sequence[LineWork], head: Sequence[LineWork], lines: LineMap | None = None
+) -> LineComparison:
     """Each head line paired with its base line, and what changed.
 
-    A line is the same line when it has the same text in the same file and function,
-    even where an edit above it moved its number (``run --base`` compares two trees);
+    ``lines``, git's line map (``run --base``): a line is the base line the map says it is
+    (`gate.results.moves`: the same line, the line its change replaced when its heaviest op
+    is of the same kind, or the same ops moved), and each change says what the change did
+    to its code. Without one (a stored baseline), a line is the same line when it has the
+    same text in the same file and function, even where an edit above it moved its number;
     then by its number where its text changed and its heaviest op is of the same kind.
     The rest are new or gone (a line both edited and moved among them).
     """
-    # An edited line at the same number is the same line where it does the same kind of work:
-    # a sort where a dot was is a line gone and another new.
-    pairs, base_left, head_left = paired(list(base), list(head), lambda x: (x.path, x.line, x.kind))
+    if lines is None:
+        # An edited line at the same number is the same line where it does the same kind of
+        # work: a sort where a dot was is a line gone and another new.
+        pairs, base_left, head_left = paired(
+            list(base), list(head), lambda x: (x.path, x.line, x.kind)
+        )
+        how = {id(new): "" for _, new in pairs}
+    else:
+        found = matched(list(head), list(base), _line_spot, _line_spot, lines)
+        pairs = [(p.old, p.new) for p in found]
+        how = {id(p.new): p.how for p in found}
+        taken = {id(p.old) for p in found}
+        base_left = [old for old in base if id(old) not in taken]
+        head_left = [new for new in head if id(new) not in how]
+        # A rewritten line whose heaviest op changed kind (a sort added to a sum) is still
+        # the line it replaced, at the same place in its hunk, where the two share a kind of
+        # op: one line grown, not a line "new" and the same line "gone".
+        for new in list(head_left):
+            place = lines.place(new.path, new.line) if new.path else None
+            if place is None or place.status != CHANGED:
+                continue
+            old = next(
+                (
+                    o
+                    for o in base_left
+                    if (o.path, o.line) == (place.base_path, place.base_line)
+                    and _kinds(o) & _kinds(new)
+                ),
+                None,
+            )
+            if old is not None:
+                pairs.append((old, new))
+                how[id(new)] = CHANGED
+                base_left.remove(old)
+                head_left.remove(new)
     totals = {
         m: max(sum(x.figure(m) for x in base), sum(x.figure(m) for x in head), 1.0)
         for m in LINE_METRICS
@@ -155,19 +232,72 @@ def compare_lines(base: Sequence[LineWork], head: Sequence[LineWork]) -> LineCom
             for m in LINE_METRICS
         )
 
+    def code(new: LineWork | None, old: LineWork | None) -> str:
+        """What the change did to the line's code; "" without a map or a line."""
+        if lines is None:
+            return ""
+        if new is None:
+            assert old is not None
+            if not old.path:
+                return ""
+            if lines.head_line(old.path, old.line) is not None:
+                return CODE_UNCHANGED
+            return CODE_CHANGED if lines.rewritten(old.path, old.line) else CODE_REMOVED
+        if not new.path:
+            return ""
+        if how.get(id(new)) == MOVED:
+            return CODE_MOVED
+        status = lines.place(new.path, new.line).status
+        return CODE_UNCHANGED if status == MOVED else status
+
     changed, unchanged = [], 0
     for old, new in pairs:
+        # A line moved with the same work is unchanged work: counted, not listed.
         if any(_differs(old.figure(m), new.figure(m)) for m in LINE_METRICS):
-            changed.append(LineChange(old, new, share(old, new)))
+            changed.append(LineChange(old, new, share(old, new), code(new, old)))
         else:
             unchanged += 1
-    new_lines = [LineChange(None, new, share(None, new)) for new in head_left]
-    gone_lines = [LineChange(old, None, share(old, None)) for old in base_left]
+    new_lines = [LineChange(None, new, share(None, new), code(new, None)) for new in head_left]
+    gone_lines = [LineChange(old, None, share(old, None), code(None, old)) for old in base_left]
 
     def order(changes: list[LineChange]) -> list[LineChange]:
-        return sorted(changes, key=lambda c: (-c.share, c.shown.path, c.shown.line))
+        return sorted(
+            changes,
+            key=lambda c: (
+                c.leads is False,
+                _CODE_ORDER.get(c.code, 3),
+                -c.share,
+                c.shown.path,
+                c.shown.line,
+            ),
+        )
 
-    return LineComparison((*order(changed), *order(new_lines), *order(gone_lines)), unchanged)
+    if lines is None:
+        ordered = [*order(changed), *order(new_lines), *order(gone_lines)]
+        # Ops of no source line never lead: after every line of the user's.
+        ordered.sort(key=lambda c: not c.shown.path)
+        return LineComparison(tuple(ordered), unchanged)
+    return LineComparison(tuple(order([*changed, *new_lines, *gone_lines])), unchanged)
+
+
+def _kinds(work: LineWork) -> set[str]:
+    """The kinds of op a line's kept ops are (``dot``, ``reduce``...)."""
+    return {_op_kind(op) for op in work.ops}
+
+
+def _op_kind(op: str) -> str:
+    """``dot`` of ``dot f32[8,8]·f32[8,8]``; ``3x add f32[8]`` is an add."""
+    words = op.split() or [""]
+    counted_op = len(words) > 1 and words[0].endswith("x") and words[0][:-1].isdigit()
+    return words[1] if counted_op else words[0]
+
+
+def _line_spot(work: LineWork) -> Spot:
+    """A line of the table as `gate.results.moves` reads it: the same kind of heaviest op on
+    the same line; moved, the same ops (its code taken elsewhere does what it did)."""
+    if not work.path:
+        return Spot("", 0, "", "")  # the ops of no source line: one entry each side
+    return Spot(work.path, work.line, work.function, work.kind, work.ops)
 
 
 def _differs(old: float, new: float) -> bool:

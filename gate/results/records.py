@@ -94,6 +94,10 @@ class Transfer:
     # ``run --base``: the base tree moves the same array at the same place, so this is not new;
     # set together with ``accepted`` (and ``failing`` False).
     in_base: bool = False
+    # ``run --base``: what the change did to its line (`gate.results.line_map`), as a
+    # reader is told: "changed line", "new line", "moved from a.py:3", "unchanged line; the
+    # change at a.py:9 caused it"; "" without a base.
+    line_change: str = ""
     # The argument of a jitted call that moved, e.g. "y" or "batch['image']",
     # where the gate could tell for sure (see gate.witness.arguments); else None.
     argument: str | None = None

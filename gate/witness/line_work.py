@@ -4,7 +4,9 @@ The cost run already has each program the step ran and how often (`gate.witness.
 this reads each one's optimized HLO (`gate.witness.hlo_text`) and charges every op to its
 own source line: the user's innermost frame of its ``stack_frame_id`` (or, on newer JAX,
 its ``source_file``/``source_line``), never a line of JAX's. An op inside a fusion keeps
-its own line; one with none takes its fusion's.
+its own line; one with none takes its fusion's; one with neither (work the compiler added:
+copies, layout changes, ``copy-start``/``copy-done``) takes the line of the op whose data
+it moves (`_Served`).
 
 What each op counts, from its shapes (XLA's cost analysis gives only program totals):
 - flops: a dot 2·(result elements)·(contracted size); a convolution 2·(result
@@ -25,7 +27,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from gate.jaxhooks.executables import Executed
@@ -95,6 +97,7 @@ def program_ops(module: HloModule, runs: int, user: UserCode) -> Iterator[OpWork
                 callee = _called(instruction)
                 if callee is not None:
                     fused.setdefault(callee, instruction)
+    served = _Served(module, place, fused)
     for computation, body in module.computations.items():
         times, _ = times_of.get(computation, (0, ""))
         if not times or not body:
@@ -121,6 +124,8 @@ def program_ops(module: HloModule, runs: int, user: UserCode) -> Iterator[OpWork
             location = place(instruction)
             if location is None and fusion is not None:
                 location = place(fusion)
+            if location is None:
+                location = served(instruction, outer)
             scale = runs * times
             yield OpWork(
                 module.name,
@@ -132,6 +137,94 @@ def program_ops(module: HloModule, runs: int, user: UserCode) -> Iterator[OpWork
                 moved * scale,
                 transcendentals * scale,
             )
+
+
+class _Served:
+    """The line an op of no line of its own serves: work the compiler added (a ``copy``, a
+    ``copy-start``/``copy-done`` pair, a layout change, a fusion wrapping only such ops)
+    moves the data of an op of the user's, and is that line's cost.
+
+    The nearest op along the data that has a line: what consumes the op's result first
+    (a copy made for a dot's operand is the dot's), else what produced its operands, each
+    searched a few steps out through the program's plumbing and other lineless ops. A
+    fusion's line is its own, else its first op's with one. None (``(no source line)``)
+    only where no op near its data has a line.
+    """
+
+    STEPS = 6  # how far along the data to look: the compiler's chains are short
+
+    def __init__(
+        self,
+        module: HloModule,
+        place: Callable[[Instruction], SourceLocation | None],
+        fused: dict[str, Instruction],
+    ) -> None:
+        self.place = place
+        self.defined = module.defined()
+        self.computations = module.computations
+        self.users: dict[str, list[Instruction]] = {}
+        for body in module.computations.values():
+            for instruction in body:
+                for operand in instruction.operands:
+                    self.users.setdefault(operand, []).append(instruction)
+        self.fused = fused
+        self.inside: dict[str, SourceLocation | None] = {}
+
+    def __call__(
+        self, instruction: Instruction, fusion: Instruction | None
+    ) -> SourceLocation | None:
+        found = self._along(instruction)
+        if found is None and fusion is not None:  # lineless inside a lineless fusion
+            found = self._along(fusion)
+        return found
+
+    def _along(self, start: Instruction) -> SourceLocation | None:
+        for step in (self._consumers, self._producers):
+            seen = {start.name}
+            frontier = [start]
+            for _ in range(self.STEPS):
+                nearer: list[Instruction] = []
+                for instruction in frontier:
+                    for neighbour in step(instruction):
+                        if neighbour.name in seen:
+                            continue
+                        seen.add(neighbour.name)
+                        found = self._own(neighbour)
+                        if found is not None:
+                            return found
+                        nearer.append(neighbour)
+                frontier = nearer
+                if not frontier:
+                    break
+        return None
+
+    def _consumers(self, instruction: Instruction) -> list[Instruction]:
+        return self.users.get(instruction.name, [])
+
+    def _producers(self, instruction: Instruction) -> list[Instruction]:
+        return [self.defined[o] for o in instruction.operands if o in self.defined]
+
+    def _own(self, instruction: Instruction) -> SourceLocation | None:
+        """``instruction``'s own line; a fusion's, else the first of its ops' with one."""
+        if instruction.opcode in _PLUMBING:
+            return None
+        found = self.place(instruction)
+        if found is not None or instruction.opcode != "fusion":
+            return found
+        callee = _called(instruction)
+        if callee is None:
+            return None
+        if callee not in self.inside:
+            self.inside[callee] = None  # a fusion calling itself is no fusion: stop there
+            self.inside[callee] = next(
+                (
+                    line
+                    for op in self.computations.get(callee, ())
+                    if (line := self._own(op)) is not None
+                ),
+                None,
+            )
+        return self.inside[callee]
 
 
 def _called(instruction: Instruction) -> str | None:
