@@ -569,4 +569,10 @@ def _cost(
     base_cost = missing if base.cost is None else base.cost
     functions = tuple(replace(f, name=names.get(f.name, f.name)) for f in base_cost.functions)
     base_cost = replace(base_cost, functions=functions)
-    return compare_costs(base_cost, missing if head.cost is None else head.cost, region.cost)
+    return compare_costs(
+        base_cost,
+        missing if head.cost is None else head.cost,
+        region.cost,
+        region=region.name,
+        policy_line=region.line,
+    )

@@ -123,6 +123,8 @@ class FunctionDoc(Record, frozen=True, kw_only=True, omit_defaults=True):
     generated_code_bytes: float | None = None
     unknown: str = ""  # why a figure is absent, where one is
     where: str | None = None  # the user's line that first ran it ("train.py:44"), if known
+    # Its loops whose trip count XLA does not know, counted once a run: its work is a floor.
+    loops: str = ""
 
 
 class PeakDoc(Record, frozen=True, kw_only=True):
@@ -166,6 +168,7 @@ class CostDoc(Record, frozen=True, kw_only=True):
                         programs=f.programs,
                         unknown=f.unknown,
                         where=f.where,
+                        loops=f.loops,
                     ),
                     **dict(f.figures),
                 )

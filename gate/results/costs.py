@@ -22,13 +22,20 @@ sums the figures that were given and is absent when none was.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gate.policy.model import CostRule
 from gate.results.collectives import Communication
 from gate.results.donations import UnusedDonation
 from gate.results.line_times import LineTimeComparison, OpTimes, compare_line_times
-from gate.results.line_work import LineComparison, LineWork, compare_lines
+from gate.results.line_work import (
+    LINE_METRICS,
+    LineChange,
+    LineComparison,
+    LineWork,
+    compare_lines,
+)
 from gate.text import number_text, si_text, size_text
 
 WORK = ("flops", "bytes_accessed", "transcendentals")
@@ -52,6 +59,9 @@ class FunctionCost:
     # which reads like one program's growth where a function gained a program. Empty where
     # not kept (a stored baseline).
     per_program: tuple[tuple[tuple[str, float], ...], ...] = ()
+    # Its loops whose trip count XLA does not know, each counted once a run ("1 loop whose
+    # trip count ..."); "" where every loop's runs are counted (`gate.witness.costs.Loops`).
+    loops: str = ""
 
     def figure(self, metric: str) -> float | None:
         return dict(self.figures).get(metric)
@@ -117,9 +127,17 @@ class StepCost:
         return dict(self.totals).get(metric)
 
     def headline(self) -> str:
-        """``1.2 GFLOP/step``; "" when not measured or without a flop count."""
+        """``1.2 GFLOP/step``; "" when not measured or without a flop count. A loop whose trip
+        count is unknown makes it a floor: ``≥ 1.2 GFLOP/step``."""
         flops = self.total("flops")
-        return "" if not self.measured or flops is None else f"{si_text(flops, 'FLOP')}/step"
+        if not self.measured or flops is None:
+            return ""
+        floor = "≥ " if any(fn.loops for fn in self.functions) else ""
+        return f"{floor}{si_text(flops, 'FLOP')}/step"
+
+    def loops_note(self) -> str:
+        """``jit(step): 1 loop whose trip count XLA does not know, counted once a run``."""
+        return "; ".join(f"{fn.name}: {fn.loops}" for fn in self.functions if fn.loops)
 
 
 def step_cost(
@@ -159,7 +177,11 @@ class CostChange:
     metric: str
     base: float | None  # None: absent on that side (a function new in the head, or gone)
     head: float | None
-    failing: bool = False  # a total beyond the rule's ``max_increase``
+    failing: bool = False  # a total beyond a bound of the rule (`bound`)
+    # The rule's key whose bound it crossed and that bound: ``max_work_increase`` (a work
+    # total, set or by default) or ``max_increase``; "" where it crossed none.
+    bound: str = ""
+    limit: float | None = None
 
     @property
     def one_sided(self) -> bool:
@@ -250,6 +272,11 @@ class CostComparison:
     times: LineTimeComparison | None = None
     times_note: str = ""  # why ``times`` is None, where the head was traced
     base_trace: str | None = None  # the folder of the base's trace, where it was kept
+    # The policy's region whose ``cost:`` accepts an intended increase, and the line where
+    # its entry starts (0: unknown): the failing message names the edit there.
+    region: str = ""
+    policy_line: int = 0
+    max_work_increase: float | None = None  # the rule's bound on the work totals
 
     @property
     def changed(self) -> bool:
@@ -327,15 +354,23 @@ class CostComparison:
             return f"cost unchanged against the {self.against}"
         if not self.changed:
             return f"cost unchanged against the {self.against}, to within 0.5%"
-        failed = {c.metric for c in self.changes if c.failing}
+        failing = [c for c in self.changes if c.failing]
+        failed = {c.metric for c in failing}
         # A new or gone program leads, by name and line; its own figures say no more. A
         # function with more programs says so, its memory per program, not summed.
         figures = [c for c in self.changes if self._shown(c) or c.failing]
-        # The line that changed most leads: it is where a reviewer looks first. A line that is
-        # a new or gone program's own place is said by that program's entry.
+        # Under a failing total, the line whose work in it grew most leads: the cause, not the
+        # line whose other figures moved most. Otherwise the line that changed most: it is
+        # where a reviewer looks first. A line that is a new or gone program's own place is
+        # said by that program's entry.
         places = {p.where for p in self.programs}
+        grown = self.grown_line(failed)
         changes = self.lines.changes if self.lines is not None else ()
-        top = [c for c in changes if c.shown.where not in places][:1]
+        top = (
+            [grown]
+            if grown is not None
+            else [c for c in changes if c.shown.where not in places][:1]
+        )
         shown = [
             *(change.text(self.against) for change in top),
             *(p.text(self.against) for p in self.programs),
@@ -343,24 +378,86 @@ class CostComparison:
             *(c.text() for c in figures if c.metric in failed or not failed),
         ]
         more = len(shown) - most
-        lead = (
-            f"cost beyond {self.max_increase:g}x the {self.against}"
-            if failed and self.max_increase is not None
-            else f"cost changed against the {self.against}"
-        )
-        return f"{lead}: {'; '.join(shown[:most])}" + (f" (+{more} more)" if more > 0 else "")
+        if not failing:
+            lead = f"cost changed against the {self.against}"
+            return f"{lead}: {'; '.join(shown[:most])}" + (f" (+{more} more)" if more > 0 else "")
+        bounds = dict.fromkeys((c.bound, c.limit) for c in failing)
+        what = "work" if all(b == "max_work_increase" for b, _ in bounds) else "cost"
+        beyond = " and ".join(f"{limit:g}x" for _, limit in bounds)
+        lead = f"{what} beyond {beyond} the {self.against}"
+        tail = f" (+{more} more)" if more > 0 else ""
+        return f"{lead}: {'; '.join(shown[:most])}{tail}; {self.acceptance()}"
+
+    def grown_line(self, metrics: set[str] | frozenset[str]) -> LineChange | None:
+        """The line whose work in ``metrics`` grew most (a new line's all of it); None where
+        no line's did, or the lines were not compared."""
+        if self.lines is None or not metrics:
+            return None
+
+        def growth(change: LineChange) -> float:
+            return (
+                max(
+                    (change.head.figure(m) if change.head else 0.0)
+                    - (change.base.figure(m) if change.base else 0.0)
+                    for m in metrics
+                    if m in LINE_METRICS
+                )
+                if metrics & set(LINE_METRICS)
+                else 0.0
+            )
+
+        grown = [c for c in self.lines.changes if growth(c) > 0]
+        return max(grown, key=growth, default=None)
+
+    def acceptance(self) -> str:
+        """The one reviewed edit that accepts the failing totals as intended: each crossed key
+        of the region's ``cost:``, set just above the growth (for the stored baseline, also
+        recording it again)."""
+        needed: dict[str, float] = {}
+        for change in self.changes:
+            if not change.failing:
+                continue
+            # 2 decimals up: the ratio itself, printed, may round below the growth.
+            ratio = change.ratio
+            value = math.inf if ratio is None else math.ceil(ratio * 100) / 100
+            # A work total beyond both bounds is accepted only when both are raised.
+            work = self.max_work_increase if change.metric in WORK else None
+            # The work bound never fails growth from 0 (`_total_change`): nothing to raise.
+            work = work if ratio is not None else None
+            for key, limit in (("max_work_increase", work), ("max_increase", self.max_increase)):
+                if limit is not None and value > limit:
+                    needed[key] = max(needed.get(key, 1.0), value)
+        keys = ", ".join(f"{k}: {v:g}" for k, v in needed.items() if not math.isinf(v))
+        where = f"region {self.region}" if self.region else "the region"
+        if self.policy_line:
+            where += f" (policy line {self.policy_line})"
+        edits = [f"`cost: {{{keys}}}` in {where}"] if keys else []
+        if any(math.isinf(v) for v in needed.values()):
+            # No ratio accepts growth from 0 under max_increase: only leaving it unset does.
+            edits.append(f"no `max_increase` in {where} (a total grew from 0)")
+        edit = " and ".join(edits)
+        if self.against == "baseline":
+            return f"if intended, record the baseline again, or accept it with {edit}"
+        return f"if intended, accept it with {edit}"
 
 
 def compare_costs(
-    base: StepCost, head: StepCost, rule: CostRule, *, against: str = "base"
+    base: StepCost,
+    head: StepCost,
+    rule: CostRule,
+    *,
+    against: str = "base",
+    region: str = "",
+    policy_line: int = 0,
 ) -> CostComparison:
     """Every figure that differs, total and per function; a total beyond the rule fails.
 
     Only totals fail: a function renamed or split moves work between names
-    without changing the step. A total that grows from 0 fails too (it has no
-    ratio). Under a rule, a side that was not measured, or a total XLA gave on one
-    side only, cannot be bounded: the comparison is `CostComparison.unchecked`, a
-    failure, never a pass. Without a rule both are listed and nothing fails.
+    without changing the step. A work total (`WORK`) fails beyond ``max_work_increase``,
+    which has a default; any total beyond ``max_increase``, where set, and one that
+    grows from 0 under it too (it has no ratio). Under ``max_increase``, a side that was
+    not measured, or a total XLA gave on one side only, cannot be bounded: the comparison
+    is `CostComparison.unchecked`, a failure, never a pass.
     """
     if not base.measured or not head.measured:
         side, cost = (against, base) if not base.measured else ("head", head)
@@ -369,12 +466,7 @@ def compare_costs(
     for metric in METRICS:
         old, new = base.total(metric), head.total(metric)
         if old != new:
-            # head > base x limit, not the ratio: growth from 0 has no ratio and still fails.
-            limit = rule.max_increase
-            failing = (
-                limit is not None and old is not None and new is not None and new > old * limit
-            )
-            changes.append(CostChange(None, metric, old, new, failing))
+            changes.append(_total_change(metric, old, new, rule))
     old_fns = {fn.name: fn for fn in base.functions}
     new_fns = {fn.name: fn for fn in head.functions}
     for name in sorted(old_fns.keys() | new_fns.keys()):
@@ -424,7 +516,29 @@ def compare_costs(
         times=times,
         times_note=times_note,
         base_trace=base.times.trace if base.times is not None else None,
+        region=region,
+        policy_line=policy_line,
+        max_work_increase=rule.max_work_increase,
     )
+
+
+def _total_change(metric: str, old: float | None, new: float | None, rule: CostRule) -> CostChange:
+    """A step total that changed, failing where it crossed a bound of ``rule``."""
+    bounds: list[tuple[str, float]] = []
+    if metric in WORK and old:  # a default never fails growth from 0: it has no ratio
+        bounds.append(("max_work_increase", rule.max_work_increase))
+    if rule.max_increase is not None:
+        bounds.append(("max_increase", rule.max_increase))
+    # head > base x limit, not the ratio: growth from 0 has no ratio and still fails.
+    crossed = [
+        (limit, key)
+        for key, limit in bounds
+        if old is not None and new is not None and new > old * limit
+    ]
+    if not crossed:
+        return CostChange(None, metric, old, new)
+    limit, key = min(crossed)  # the tightest bound it crossed is the one it is said beyond
+    return CostChange(None, metric, old, new, True, key, limit)
 
 
 def _figure(fn: FunctionCost | None, metric: str) -> float | None:
