@@ -1,0 +1,67 @@
+"""A while loop's work counts its trip count: in the totals, per function and by line.
+
+XLA's cost analysis counts a loop's body once; the gate adds the other runs where XLA knows
+the trip count (`gate.witness.costs.Loops`), and says where it does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from gate.results.costs import StepCost
+from gate.witness.costs import measure_step
+
+TRIPS = 5
+
+
+def _body(i: jax.Array, x: jax.Array) -> jax.Array:
+    return (x @ x) * 0.5
+
+
+def _rolled(x: jax.Array) -> jax.Array:
+    return jax.lax.fori_loop(0, TRIPS, _body, x, unroll=False)
+
+
+def _unrolled(x: jax.Array) -> jax.Array:
+    return jax.lax.fori_loop(0, TRIPS, _body, x, unroll=True)
+
+
+def _until(x: jax.Array) -> jax.Array:
+    # Its trip count depends on the data: XLA cannot know it.
+    return jax.lax.while_loop(lambda x: x[0, 0] < 100.0, lambda x: (x @ x) * 0.5 + 1.0, x)
+
+
+def _cost_of(fn: Callable[[jax.Array], jax.Array]) -> StepCost:
+    step = jax.jit(fn)
+    x = jnp.full((64, 64), 0.01, jnp.float32)
+    step(x).block_until_ready()  # warm, as the cost run is
+    return measure_step(lambda: x, lambda v: step(v).block_until_ready())
+
+
+def test_a_loop_rolled_and_unrolled_reads_the_same_flops_everywhere() -> None:
+    rolled, unrolled = _cost_of(_rolled), _cost_of(_unrolled)
+    once = 2 * 64**3 + 64**2  # one run of the body: the dot and the scaling
+    for cost in (rolled, unrolled):
+        flops = cost.total("flops")
+        assert flops is not None
+        # Within the loop's counter: a few flops of its own, rolled only.
+        assert abs(flops - TRIPS * once) <= 4 * TRIPS, flops
+        (function,) = cost.functions
+        assert function.figure("flops") == flops
+        assert function.loops == ""
+        lines = cost.lines
+        body = [w for w in lines if w.function == "_body"]
+        assert [w.flops for w in body] == [TRIPS * once], body
+    # What XLA's figures alone read for the rolled loop: one run of the body.
+    assert (rolled.total("flops") or 0) > 4 * once
+
+
+def test_a_loop_whose_trip_count_is_unknown_is_counted_once_and_said_so() -> None:
+    cost = _cost_of(_until)
+    (function,) = cost.functions
+    assert function.loops == "1 loop whose trip count XLA does not know, counted once a run"
+    assert cost.headline().startswith("≥ ")
+    assert function.figure("flops") < 2 * (2 * 64**3 + 2 * 64**2)
