@@ -197,12 +197,15 @@ def _cost_case(region: RegionResult, cost: CostComparison, label: str) -> Case:
             outcome = Outcome("error", "cost-not-checked", cost.headline(), body)
         else:
             outcome = Outcome("failure", "cost", cost.headline(), body)
-            # The annotation goes where the work grew: the line a reviewer must look at.
+            # The annotation goes where a reviewer must look: the new constant's line, or
+            # where the work grew.
             grown = cost.grown_line({c.metric for c in cost.changes if c.failing})
+            places = [(c.path, c.line) for c in cost.new_constants if c.path]
             if grown is not None and grown.shown.path:
+                places.append((grown.shown.path, grown.shown.line))
+            if places:
                 name = f"{region.name}: {label}"
-                where = (grown.shown.path, grown.shown.line)
-                return Case(name, region.classname, *where, None, listing, outcome)
+                return Case(name, region.classname, *places[0], None, listing, outcome)
     return policy_case(region, f"{region.name}: {label}", listing, outcome)
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from gate.policy.model import CostRule
 from gate.results.collectives import Communication
+from gate.results.constants import CONSTANT_FIX, EmbeddedConstant, new_constants
 from gate.results.donations import UnusedDonation
 from gate.results.line_times import LineTimeComparison, OpTimes, compare_line_times
 from gate.results.line_work import (
@@ -122,6 +123,10 @@ class StepCost:
     # Op time by source line, from traced runs after the cost run (`gate.results.line_times`);
     # None: not traced (``timing: off``, or the cost was not measured).
     times: OpTimes | None = None
+    # Arrays compiled into its programs as constants, of 1 MiB or more
+    # (`gate.results.constants`); None: not read (a program's text could not be, a stored
+    # baseline from before the gate kept them).
+    constants: tuple[EmbeddedConstant, ...] | None = None
 
     def total(self, metric: str) -> float | None:
         return dict(self.totals).get(metric)
@@ -148,6 +153,7 @@ def step_cost(
     comm: Communication | None = None,
     donations: tuple[UnusedDonation, ...] | None = None,
     lines: tuple[LineWork, ...] | None = None,
+    constants: tuple[EmbeddedConstant, ...] | None = None,
 ) -> StepCost:
     """The step's record, its totals summed from its functions' figures."""
     totals = []
@@ -157,7 +163,14 @@ def step_cost(
             totals.append((metric, float(sum(given))))
     ordered = tuple(sorted(functions, key=lambda fn: fn.name))
     return StepCost(
-        ordered, tuple(totals), peak_memory, note, comm=comm, donations=donations, lines=lines
+        ordered,
+        tuple(totals),
+        peak_memory,
+        note,
+        comm=comm,
+        donations=donations,
+        lines=lines,
+        constants=constants,
     )
 
 
@@ -277,13 +290,16 @@ class CostComparison:
     region: str = ""
     policy_line: int = 0
     max_work_increase: float | None = None  # the rule's bound on the work totals
+    # Constants the head's programs embed that the other side's do not: each fails.
+    new_constants: tuple[EmbeddedConstant, ...] = ()
 
     @property
     def changed(self) -> bool:
         """A program came or went, a function's count of programs or a line's work changed,
         or a figure changed by more than rounds to 1.00x."""
         moved = self.lines is not None and bool(self.lines.changes)
-        return bool(self.programs or self.counts) or moved or any(c.notable for c in self.changes)
+        came = bool(self.programs or self.counts or self.new_constants)
+        return came or moved or any(c.notable for c in self.changes)
 
     def _shown(self, change: CostChange) -> bool:
         """A notable figure of its own: not a new or gone function's, nor the summed memory of
@@ -306,7 +322,9 @@ class CostComparison:
         """Every change a reader is shown, one per line: the lines that changed (most first,
         new, gone), the programs that came or went, each with its figures (those not 0), then
         functions with more or fewer programs, then the figures that changed."""
-        lines = self.line_listing()
+        lines = [
+            f"new {c.text()}: {CONSTANT_FIX}" for c in self.new_constants
+        ] + self.line_listing()
         for program in self.programs:
             own = [c for c in self.changes if c.function == program.name]
             values = [(c.metric, c.head if program.new else c.base) for c in own]
@@ -338,7 +356,11 @@ class CostComparison:
 
     @property
     def failing(self) -> bool:
-        return self.unchecked is not None or any(c.failing for c in self.changes)
+        return (
+            self.unchecked is not None
+            or bool(self.new_constants)
+            or any(c.failing for c in self.changes)
+        )
 
     def headline(self, most: int = 4) -> str:
         """One line: the failing totals and what changed in the functions on the same figures."""
@@ -354,6 +376,12 @@ class CostComparison:
             return f"cost unchanged against the {self.against}"
         if not self.changed:
             return f"cost unchanged against the {self.against}, to within 0.5%"
+        if self.new_constants:
+            # A new constant leads: it is the change a reader acts on, with its fix.
+            first, rest = self.new_constants[0], len(self.new_constants) - 1
+            others = f" (+{rest} more)" if rest else ""
+            lead = f"new {first.text()}, not in the {self.against}{others}: {CONSTANT_FIX}"
+            return "; ".join([lead, *(c.text() for c in self.changes if c.failing)])
         failing = [c for c in self.changes if c.failing]
         failed = {c.metric for c in failing}
         # A new or gone program leads, by name and line; its own figures say no more. A
@@ -496,6 +524,9 @@ def compare_costs(
         lines_note = f"the {against} has no line table" + (
             "; run `transfer-gate baseline` to record it" if against == "baseline" else ""
         )
+    constants: tuple[EmbeddedConstant, ...] = ()
+    if base.constants is not None and head.constants is not None:
+        constants = new_constants(base.constants, head.constants)
     times, times_note = None, ""
     if base.times is not None and head.times is not None:
         times = compare_line_times(base.times, head.times)
@@ -519,6 +550,7 @@ def compare_costs(
         region=region,
         policy_line=policy_line,
         max_work_increase=rule.max_work_increase,
+        new_constants=constants,
     )
 
 

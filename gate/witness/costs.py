@@ -26,9 +26,11 @@ from gate.jaxhooks.executables import (
 )
 from gate.jaxhooks.internals import InternalMissing, jax_version
 from gate.results.collectives import Communication
+from gate.results.constants import CONSTANT_BYTES, EmbeddedConstant
 from gate.results.costs import DevicePeak, FunctionCost, StepCost, not_measured, step_cost
 from gate.user_code import UserCode
 from gate.witness.collectives import loops_not_counted
+from gate.witness.constants import program_constants
 from gate.witness.line_work import OpWork, line_table, program_ops
 from gate.witness.programs import parsed_programs, read_programs
 
@@ -68,6 +70,7 @@ def measure_step_ops(
     *,
     user: UserCode | None = None,
     warned: Sequence[WarnedDonation] = (),
+    constant_bytes: int = CONSTANT_BYTES,
 ) -> tuple[StepCost, tuple[OpWork, ...]]:
     """Run ``run_step(prepare())`` once, every execution of the step seen, and what it cost;
     with every op of its programs, charged to its line (`gate.witness.line_work`), which
@@ -77,7 +80,8 @@ def measure_step_ops(
     Whatever either raises propagates (the hook is put back first). The programs' text
     gives their collectives and unused donations (`gate.witness.programs`), whose lines are
     named after ``user``'s files; ``warned`` are the donations JAX dropped when it lowered
-    them (`gate.jaxhooks.donation_warnings`).
+    them (`gate.jaxhooks.donation_warnings`). Constants of ``constant_bytes`` or more compiled
+    into the programs are listed at their lines (`gate.witness.constants`).
     """
     import jax
 
@@ -107,14 +111,23 @@ def measure_step_ops(
     comm, donations = read_programs(executed, code, warned, modules)
     loops: dict[str, Loops] = {}
     ops: tuple[OpWork, ...] = ()
+    constants: tuple[EmbeddedConstant, ...] = ()
     if not isinstance(modules, str):
         for module, program in modules:
             own = tuple(program_ops(module, program.runs, code))
             ops += own
             loops.setdefault(program.name, Loops()).add(own, loops_not_counted(module))
+            constants += program_constants(module, program, code, constant_bytes)
     lines = None if isinstance(modules, str) else line_table(ops, code)
     functions = function_costs(executed, loops)
-    cost = step_cost(functions, peaks, comm=comm, donations=donations, lines=lines)
+    cost = step_cost(
+        functions,
+        peaks,
+        comm=comm,
+        donations=donations,
+        lines=lines,
+        constants=None if isinstance(modules, str) else constants,
+    )
     return cost, ops
 
 
