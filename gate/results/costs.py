@@ -29,7 +29,12 @@ from gate.policy.model import CostRule
 from gate.results.collectives import Communication
 from gate.results.constants import CONSTANT_FIX, EmbeddedConstant, new_constants
 from gate.results.donations import UnusedDonation
-from gate.results.line_times import LineTimeComparison, OpTimes, compare_line_times
+from gate.results.line_times import (
+    LineTimeChange,
+    LineTimeComparison,
+    OpTimes,
+    compare_line_times,
+)
 from gate.results.line_work import (
     LINE_METRICS,
     LineChange,
@@ -40,6 +45,9 @@ from gate.results.line_work import (
 from gate.text import number_text, si_text, size_text
 
 WORK = ("flops", "bytes_accessed", "transcendentals")
+# A line whose work is unchanged heads a slower verdict only where its op time grew beyond
+# this many times the drift of every such line in the traced runs (`evidenced_times`).
+TIME_NOISE = 2.0
 LINES_LISTED = 20  # changed lines a report lists before counting the rest
 MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
 METRICS = WORK + MEMORY
@@ -415,6 +423,48 @@ class CostComparison:
         lead = f"{what} beyond {beyond} the {self.against}"
         tail = f" (+{more} more)" if more > 0 else ""
         return f"{lead}: {'; '.join(shown[:most])}{tail}; {self.acceptance()}"
+
+    def evidenced_times(self, at_least_s: float = 0.0) -> list[LineTimeChange]:
+        """The lines whose op time grew by more than ``at_least_s`` and whose change rests on
+        evidence, most grown first: their work changed (exactly, by `compare_lines`), or their
+        time grew beyond what the traced runs' noise moved the lines whose work did not.
+
+        The traced runs are few and share the machine: every line's time can drift together
+        by a noise of 1.2x. That drift is the (lower) median head/base ratio of the other lines
+        whose work is unchanged; such a line is evidence only beyond `TIME_NOISE` times it.
+        Without a line table (the work not compared), every line that grew is named."""
+        if self.times is None:
+            return []
+        grew = [c for c in self.times.changes if c.grown_s > max(at_least_s, 0.0)]
+        if self.lines is None:
+            return grew
+        worked = {
+            (side.path, side.line)
+            for change in self.lines.changes
+            for side in (change.base, change.head)
+            if side is not None
+        }
+
+        def place(change: LineTimeChange) -> tuple[str, int] | None:
+            line = change.head if change.head is not None else change.base
+            return None if line is None else (line.path, line.line)
+
+        def ratio(change: LineTimeChange) -> float | None:
+            if change.base is None or change.head is None or change.base.seconds <= 0:
+                return None
+            return change.head.seconds / change.base.seconds
+
+        same_work = [
+            (c, r) for c in self.times.changes if place(c) not in worked and (r := ratio(c))
+        ]
+
+        def beyond_drift(change: LineTimeChange) -> bool:
+            # The other lines' drift: the line's own growth must not widen its own bound.
+            others = sorted(r for c, r in same_work if c is not change)
+            drift = others[(len(others) - 1) // 2] if others else 1.0
+            return (ratio(change) or 0.0) > TIME_NOISE * max(drift, 1.0)
+
+        return [c for c in grew if place(c) in worked or beyond_drift(c)]
 
     def grown_line(self, metrics: set[str] | frozenset[str]) -> LineChange | None:
         """The line whose work in ``metrics`` grew most (a new line's all of it); None where
