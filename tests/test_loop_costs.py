@@ -6,12 +6,16 @@ the trip count (`gate.witness.costs.Loops`), and says where it does not.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import msgspec
 
-from gate.results.costs import StepCost
+from gate.policy.model import CostRule
+from gate.results.costs import StepCost, compare_costs
+from gate.results.timing_baseline import StoredCost
 from gate.witness.costs import measure_step
 
 TRIPS = 5
@@ -65,3 +69,22 @@ def test_a_loop_whose_trip_count_is_unknown_is_counted_once_and_said_so() -> Non
     assert function.loops == "1 loop whose trip count XLA does not know, counted once a run"
     assert cost.headline().startswith("≥ ")
     assert function.figure("flops") < 2 * (2 * 64**3 + 2 * 64**2)
+
+
+def test_a_baseline_that_counted_loops_once_bounds_no_work_until_recorded_again() -> None:
+    rolled = _cost_of(_rolled)
+    stored = StoredCost.of(rolled)
+    assert stored.loops_counted
+    assert not compare_costs(stored.step_cost(), rolled, CostRule()).changes
+    # A file from before the gate counted trip counts: its figures read one run of the body.
+    old = msgspec.structs.replace(stored, loops_counted=False)
+    once = dataclasses.replace(
+        old.step_cost(), totals=(("flops", (rolled.total("flops") or 0) / TRIPS),)
+    )
+    compared = compare_costs(once, rolled, CostRule(), against="baseline")
+    assert not compared.failing
+    assert compared.listing()[-1] == (
+        "work not bounded by max_work_increase: the baseline counted each loop's body once "
+        "(recorded before the gate counted trip counts); run `transfer-gate baseline` to record "
+        "it again"
+    )

@@ -23,7 +23,7 @@ sums the figures that were given and is absent when none was.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gate.policy.model import CostRule
 from gate.results.collectives import Communication
@@ -135,6 +135,9 @@ class StepCost:
     # (`gate.results.constants`); None: not read (a program's text could not be, a stored
     # baseline from before the gate kept them).
     constants: tuple[EmbeddedConstant, ...] | None = None
+    # Its work counts each loop's trip count (`gate.witness.costs.Loops`); False for a stored
+    # baseline recorded before the gate did, whose loops' bodies count once.
+    loops_counted: bool = True
 
     def total(self, metric: str) -> float | None:
         return dict(self.totals).get(metric)
@@ -300,6 +303,9 @@ class CostComparison:
     max_work_increase: float | None = None  # the rule's bound on the work totals
     # Constants the head's programs embed that the other side's do not: each fails.
     new_constants: tuple[EmbeddedConstant, ...] = ()
+    # Why the work totals are not bounded by ``max_work_increase`` (a side counted each
+    # loop's body once); "" where they are.
+    work_note: str = ""
 
     @property
     def changed(self) -> bool:
@@ -340,6 +346,8 @@ class CostComparison:
             lines.append(program.text(self.against) + (f": {shown}" if shown else ""))
         lines += [count.text(self.against) for count in self.counts]
         lines += [c.text() for c in self.changes if self._shown(c)]
+        if self.work_note and any(c.metric in WORK for c in self.changes):
+            lines.append(self.work_note)
         quiet = sum(1 for c in self.changes if not c.notable)
         if quiet:
             lines.append(f"({_figures(quiet)} within 0.5%, not listed)")
@@ -541,6 +549,16 @@ def compare_costs(
         side, cost = (against, base) if not base.measured else ("head", head)
         return CostComparison(against, (), rule.max_increase, False, f"{side}: {cost.note}")
     changes = []
+    # A baseline whose loops counted their bodies once is no bound on work that counts them
+    # all: a scan over 12 layers would read 12x. Its work is listed, not failed by default.
+    work_note = ""
+    if not (base.loops_counted and head.loops_counted):
+        work_note = (
+            f"work not bounded by max_work_increase: the {against} counted each loop's body "
+            "once (recorded before the gate counted trip counts); run `transfer-gate baseline` "
+            "to record it again"
+        )
+        rule = replace(rule, max_work_increase=math.inf)
     for metric in METRICS:
         old, new = base.total(metric), head.total(metric)
         if old != new:
@@ -599,8 +617,9 @@ def compare_costs(
         base_trace=base.times.trace if base.times is not None else None,
         region=region,
         policy_line=policy_line,
-        max_work_increase=rule.max_work_increase,
+        max_work_increase=None if work_note else rule.max_work_increase,
         new_constants=constants,
+        work_note=work_note,
     )
 
 

@@ -268,6 +268,9 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
     # Arrays of 1 MiB or more compiled into the programs; absent where not read (a file from
     # before they were kept): then a new one cannot be told from an old one, and is not.
     constants: tuple[StoredConstant, ...] | None = None
+    # The work counts each loop's trip count; absent (false) in a file from before it did,
+    # whose loops' bodies count once: not a bound on today's figures (`compare_costs`).
+    loops_counted: bool = False
 
     @classmethod
     def of(cls, cost: StepCost) -> StoredCost:
@@ -293,6 +296,7 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
             constants=None
             if cost.constants is None
             else tuple(StoredConstant.of(c) for c in cost.constants),
+            loops_counted=cost.loops_counted,
         )
 
     def step_cost(self) -> StepCost:
@@ -309,6 +313,7 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
         cost = step_cost(
             functions, None, comm=comm, donations=donations, lines=lines, constants=constants
         )
+        cost = replace(cost, loops_counted=self.loops_counted)
         if self.times is None:
             return cost
         kept = tuple(t.line_time() for t in self.times.lines)
