@@ -23,7 +23,7 @@ sums the figures that were given and is absent when none was.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from gate.policy.model import CostRule
 from gate.results.collectives import Communication
@@ -138,6 +138,9 @@ class StepCost:
     # Its work counts each loop's trip count (`gate.witness.costs.Loops`); False for a stored
     # baseline recorded before the gate did, whose loops' bodies count once.
     loops_counted: bool = True
+    # Some loop ran more than once a run, so counting its trip count added work: only then
+    # do figures that counted loops once differ from these.
+    loops_added: bool = False
 
     def total(self, metric: str) -> float | None:
         return dict(self.totals).get(metric)
@@ -150,10 +153,6 @@ class StepCost:
             return ""
         floor = "≥ " if any(fn.loops for fn in self.functions) else ""
         return f"{floor}{si_text(flops, 'FLOP')}/step"
-
-    def loops_note(self) -> str:
-        """``jit(step): 1 loop whose trip count XLA does not know, counted once a run``."""
-        return "; ".join(f"{fn.name}: {fn.loops}" for fn in self.functions if fn.loops)
 
 
 def step_cost(
@@ -480,16 +479,15 @@ class CostComparison:
         if self.lines is None or not metrics:
             return None
 
+        counted = [m for m in LINE_METRICS if m in metrics]
+        if not counted:
+            return None
+
         def growth(change: LineChange) -> float:
-            return (
-                max(
-                    (change.head.figure(m) if change.head else 0.0)
-                    - (change.base.figure(m) if change.base else 0.0)
-                    for m in metrics
-                    if m in LINE_METRICS
-                )
-                if metrics & set(LINE_METRICS)
-                else 0.0
+            return max(
+                (change.head.figure(m) if change.head else 0.0)
+                - (change.base.figure(m) if change.base else 0.0)
+                for m in counted
             )
 
         grown = [c for c in self.lines.changes if growth(c) > 0]
@@ -552,17 +550,18 @@ def compare_costs(
     # A baseline whose loops counted their bodies once is no bound on work that counts them
     # all: a scan over 12 layers would read 12x. Its work is listed, not failed by default.
     work_note = ""
-    if not (base.loops_counted and head.loops_counted):
+    uncounted = not (base.loops_counted and head.loops_counted)
+    if uncounted and (base.loops_added or head.loops_added):
         work_note = (
-            f"work not bounded by max_work_increase: the {against} counted each loop's body "
+            f"work not bounded: the {against} counted each loop's body "
             "once (recorded before the gate counted trip counts); run `transfer-gate baseline` "
             "to record it again"
         )
-        rule = replace(rule, max_work_increase=math.inf)
     for metric in METRICS:
         old, new = base.total(metric), head.total(metric)
         if old != new:
-            changes.append(_total_change(metric, old, new, rule))
+            bounded = not (work_note and metric in WORK)
+            changes.append(_total_change(metric, old, new, rule, bounded=bounded))
     old_fns = {fn.name: fn for fn in base.functions}
     new_fns = {fn.name: fn for fn in head.functions}
     for name in sorted(old_fns.keys() | new_fns.keys()):
@@ -623,8 +622,13 @@ def compare_costs(
     )
 
 
-def _total_change(metric: str, old: float | None, new: float | None, rule: CostRule) -> CostChange:
-    """A step total that changed, failing where it crossed a bound of ``rule``."""
+def _total_change(
+    metric: str, old: float | None, new: float | None, rule: CostRule, *, bounded: bool = True
+) -> CostChange:
+    """A step total that changed, failing where it crossed a bound of ``rule``; listed only
+    where not ``bounded`` (the sides counted loops differently)."""
+    if not bounded:
+        return CostChange(None, metric, old, new)
     bounds: list[tuple[str, float]] = []
     if metric in WORK and old:  # a default never fails growth from 0: it has no ratio
         bounds.append(("max_work_increase", rule.max_work_increase))

@@ -271,6 +271,7 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
     # The work counts each loop's trip count; absent (false) in a file from before it did,
     # whose loops' bodies count once: not a bound on today's figures (`compare_costs`).
     loops_counted: bool = False
+    loops_added: bool = False  # counting them added work: a loop ran more than once a run
 
     @classmethod
     def of(cls, cost: StepCost) -> StoredCost:
@@ -297,6 +298,7 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
             if cost.constants is None
             else tuple(StoredConstant.of(c) for c in cost.constants),
             loops_counted=cost.loops_counted,
+            loops_added=cost.loops_added,
         )
 
     def step_cost(self) -> StepCost:
@@ -313,7 +315,7 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
         cost = step_cost(
             functions, None, comm=comm, donations=donations, lines=lines, constants=constants
         )
-        cost = replace(cost, loops_counted=self.loops_counted)
+        cost = replace(cost, loops_counted=self.loops_counted, loops_added=self.loops_added)
         if self.times is None:
             return cost
         kept = tuple(t.line_time() for t in self.times.lines)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -120,6 +120,7 @@ def measure_step_ops(
             constants += program_constants(module, program, code, constant_bytes)
     lines = None if isinstance(modules, str) else line_table(ops, code)
     functions = function_costs(executed, loops)
+    added = any(one.work for one in loops.values())
     cost = step_cost(
         functions,
         peaks,
@@ -128,7 +129,7 @@ def measure_step_ops(
         lines=lines,
         constants=None if isinstance(modules, str) else constants,
     )
-    return cost, ops
+    return replace(cost, loops_added=added), ops
 
 
 @dataclass
