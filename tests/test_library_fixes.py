@@ -52,7 +52,7 @@ def _region(repo: Path) -> dict[str, Any]:
 
 def test_the_fixes_are_cited_and_whole() -> None:
     folders = sorted(p for p in FIXES.iterdir() if p.is_dir())
-    assert len(folders) >= 6
+    assert len(folders) >= 8
     for folder in folders:
         readme = (folder / "README.md").read_text()
         assert "github.com/" in readme
@@ -234,3 +234,44 @@ def test_equinox_55e0787_the_recompile_names_the_partial_and_the_line_that_made_
     assert "fix: make the partial once and reuse it" in (failure.text or ""), failure.text
     found = _region(repo)["recompiles"]
     assert all(f"made at weight_norm.py:{made}" in r["change"] for r in found), found
+
+
+@ON_THE_DEVICE
+def test_flax_7fcc7f6c_exp_computed_twice_fails_on_work_at_the_logsumexp_line(
+    tmp_path: Path,
+) -> None:
+    run, repo = _judged(tmp_path, "flax-7fcc7f6c")
+    assert run.returncode == 1, run
+    grown = line_of(repo / "attention.py", "jax.scipy.special.logsumexp(")
+    testcase = run.testcase("attention: cost")
+    # The annotation is where the transcendentals grew, not on the policy.
+    assert (testcase.get("file"), testcase.get("line")) == ("attention.py", str(grown)), run
+    failure = testcase.find("failure")
+    assert failure is not None, run
+    message = failure.get("message", "")
+    assert message.startswith(f"work beyond 1.5x the base: new at attention.py:{grown}: "), message
+    assert "total: transcendentals 5.24e5 → 1.05e6 (2.01x)" in message, message
+    assert message.endswith(
+        "if intended, accept it with `cost: {max_work_increase: 2.01}` in region attention "
+        "(policy line 4)"
+    ), message
+    cost = _region(repo)["base"]["cost"]
+    [failing] = [c for c in cost["changes"] if c["failing"]]
+    assert (failing["function"], failing["metric"]) == (None, "transcendentals"), failing
+    assert "FAIL  p.attention" in run.stdout, run
+
+
+@ON_THE_DEVICE
+def test_optax_0d67475c_a_loop_rolled_and_unrolled_reads_the_same_flops(tmp_path: Path) -> None:
+    run, repo = _judged(tmp_path, "optax-0d67475c")
+    assert run.returncode == 0, run
+    cost = _region(repo)["base"]["cost"]
+    totals = {c["metric"]: c for c in cost["changes"] if c["function"] is None}
+    # XLA's figures alone read 4.35x: the rolled loop's body counted once.
+    assert totals["flops"]["ratio"] < 1.02, totals
+    assert not any(c["failing"] for c in cost["changes"]), cost["changes"]
+    # The temp bytes the fix was about are listed (no default bounds memory).
+    assert totals["temp_bytes"]["ratio"] > 3, totals
+    headline = cost["headline"]
+    assert headline.startswith("cost changed against the base: muon.py:"), headline
+    assert "(no source line)" not in headline, headline

@@ -239,7 +239,7 @@ def test_summary_cost_column_is_a_dash_when_the_cost_was_not_measured() -> None:
 def test_summary_shows_a_failing_cost_comparison_against_the_base_and_the_baseline() -> None:
     doubled = compare_costs(_cost(2.1e6), _cost(4.2e6), CostRule(max_increase=1.05))
     baseline = dataclasses.replace(doubled, against="baseline")
-    report_only = compare_costs(_cost(2.1e6), _cost(4.2e6), CostRule())
+    report_only = compare_costs(_cost(2.1e6), _cost(4.2e6), CostRule(max_work_increase=2.5))
     unmeasured = compare_costs(not_measured("no hook"), _cost(4.2e6), CostRule(1.05))
     run = run_of(
         region(
@@ -264,6 +264,8 @@ def test_summary_shows_a_failing_cost_comparison_against_the_base_and_the_baseli
     )
     text = render_summary(run, REPORT)
     headline = "total: flops 2.10e6 → 4.20e6 (2.00x); jit(step): flops 2.10e6 → 4.20e6 (2.00x)"
+    # The one edit that accepts it, as Markdown escapes it.
+    edit = "\\`cost: {max\\_work\\_increase: 2, max\\_increase: 2}\\` in the region"
     # The region table says why it failed, ...
     assert "| `train.vs_base` | **FAIL**: cost vs base | none | 1.23 ms | 4.2 MFLOP/step |" in text
     assert "| `train.vs_baseline` | **FAIL**: cost vs baseline | none |" in text
@@ -271,11 +273,13 @@ def test_summary_shows_a_failing_cost_comparison_against_the_base_and_the_baseli
     # ... the comparison table has a row for each cost comparison that found a change, ...
     table = text.split("### Against the base")[1].split("###")[0]
     assert (
-        f"| `train.vs_base` cost | — | — | — | **FAIL**: cost beyond 1.05x the base: {headline} |\n"
+        f"| `train.vs_base` cost | — | — | — | **FAIL**: cost beyond 1.05x the base: {headline}; "
+        f"if intended, accept it with {edit} |\n"
     ) in table
     assert (
         f"| `train.vs_baseline` cost (vs baseline) | — | — | — | **FAIL**: cost beyond 1.05x "
-        f"the baseline: {headline} |\n"
+        f"the baseline: {headline}; if intended, record the baseline again, or accept it with "
+        f"{edit} |\n"
     ) in table
     assert f"| `train.changed` cost | — | — | — | cost changed against the base: {headline} |" in (
         table

@@ -298,8 +298,18 @@ def test_xla_figures_are_compared_with_the_stored_ones_exactly_and_kept_in_the_f
     assert gated.cost_vs_baseline.failing
     assert not gated.passed
     assert "flops 100 → 200 (2.00x)" in gated.cost_vs_baseline.headline()
-    off = ruled(timing=TimingRule(compare=False))  # timing: off still compares the figures
-    [reported] = compare_with_baseline(doubled, stored, {"train.a": off}, "tg").regions
+    # timing: off still compares the figures, and twice the work fails by default; the
+    # message says how to accept it (`cost.max_work_increase`, or the baseline recorded again).
+    off = ruled(timing=TimingRule(compare=False))
+    [defaulted] = compare_with_baseline(doubled, stored, {"train.a": off}, "tg").regions
+    assert defaulted.cost_vs_baseline is not None
+    assert defaulted.cost_vs_baseline.failing
+    assert defaulted.cost_vs_baseline.headline().endswith(
+        "if intended, record the baseline again, or accept it with "
+        "`cost: {max_work_increase: 2}` in region r (policy line 1)"
+    )
+    accepted = ruled(timing=TimingRule(compare=False), cost=CostRule(max_work_increase=2.0))
+    [reported] = compare_with_baseline(doubled, stored, {"train.a": accepted}, "tg").regions
     assert reported.cost_vs_baseline is not None
     assert not reported.cost_vs_baseline.failing
     assert reported.timing_vs_baseline is None

@@ -585,5 +585,11 @@ def _cost(
     base_cost = missing if base.cost is None else base.cost
     functions = tuple(replace(f, name=names.get(f.name, f.name)) for f in base_cost.functions)
     base_cost = replace(base_cost, functions=functions)
-    head_cost = missing if head.cost is None else head.cost
-    return compare_costs(base_cost, head_cost, region.cost, lines=lines)
+    return compare_costs(
+        base_cost,
+        missing if head.cost is None else head.cost,
+        region.cost,
+        lines=lines,
+        region=region.name,
+        policy_line=region.line,
+    )

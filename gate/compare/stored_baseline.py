@@ -150,7 +150,9 @@ def _cost_judged(region: RegionResult, entry: StoredTiming, rule: Region) -> Reg
     )
     if current is None:
         current = not_measured("the cost run did not happen")
-    compared = compare_costs(stored, current, rule.cost, against="baseline")
+    compared = compare_costs(
+        stored, current, rule.cost, against="baseline", region=rule.name, policy_line=rule.line
+    )
     return replace(region, cost_vs_baseline=compared)
 
 

@@ -332,7 +332,10 @@ def _cost(node: yaml.Node | None, inherited: CostRule) -> CostRule:
         return inherited
     keys = {str(scalar_value(k)): scalar_value(v) for k, v in node.value}
     limit = keys.get("max_increase", inherited.max_increase)
-    return CostRule(max_increase=None if limit is None else float(limit))
+    work = keys.get("max_work_increase", inherited.max_work_increase)
+    return CostRule(
+        max_increase=None if limit is None else float(limit), max_work_increase=float(work)
+    )
 
 
 def _memory(node: yaml.Node | None, inherited: MemoryRule) -> MemoryRule:

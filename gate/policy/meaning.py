@@ -18,6 +18,8 @@ from gate.policy.nodes import line_of, mapping_of, string_of
 from gate.policy.problems import absolute_path, display_path
 from gate.policy.schema import Violation, json_type, scalar_value, where_key
 
+_COST_KEYS = ("max_increase", "max_work_increase")
+
 
 def check_meaning(
     document: yaml.Node, policy_dir: Path, root: Path, write_references: bool
@@ -64,7 +66,7 @@ def check_meaning(
     defaults = mapping_of(top.get("defaults"))
     found += _check_finite(defaults, "defaults", ("timeout_s",))
     found += _check_timing(defaults.get("timing"), "defaults.timing")
-    found += _check_finite(mapping_of(defaults.get("cost")), "defaults.cost", ("max_increase",))
+    found += _check_finite(mapping_of(defaults.get("cost")), "defaults.cost", _COST_KEYS)
     regions = top.get("regions")
     names: dict[str, tuple[int, int]] = {}
     for i, region_node in enumerate(
@@ -89,7 +91,7 @@ def check_meaning(
                 names[name] = (i, line_of(name_node))
         found += _check_finite(region, where, ("timeout_s",))
         found += _check_timing(region.get("timing"), f"{where}.timing")
-        found += _check_finite(mapping_of(region.get("cost")), f"{where}.cost", ("max_increase",))
+        found += _check_finite(mapping_of(region.get("cost")), f"{where}.cost", _COST_KEYS)
         checks = mapping_of(region.get("checks"))
         found += _check_finite(checks, f"{where}.checks", ("rtol", "atol"))
         reference = checks.get("reference")

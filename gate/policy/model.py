@@ -152,6 +152,9 @@ class CostRule:
     # The largest ratio head/base (or head/baseline) of any cost total that
     # passes; None: every change is reported, none fails.
     max_increase: float | None = None
+    # The largest ratio of a work total (flops, transcendentals, bytes accessed) that passes,
+    # whether or not ``max_increase`` is set: exact figures, so a default can fail by itself.
+    max_work_increase: float = default("cost.max_work_increase")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from gate.results.collective_changes import NEW, CollectiveChange, CommComparison
+from gate.results.constants import CONSTANT_FIX, EmbeddedConstant
 from gate.results.donation_changes import DonationComparison
 from gate.results.donations import DONATION_FIX, UnusedDonation
 from gate.results.records import RegionResult
@@ -112,7 +113,17 @@ def comm_findings(region: RegionResult) -> list[CommFinding]:
             text = f"{donation_label(donations)}: {donations.headline()}"
             found.append(CommFinding("donations", None, text, True))
     found.extend(_donation(d, compared) for d in region.donations)
+    constants = region.cost.constants if region.cost is not None else None
+    found.extend(_constant(c) for c in constants or ())
     return sorted(found, key=lambda f: not f.failing)
+
+
+def _constant(constant: EmbeddedConstant) -> CommFinding:
+    """An array compiled into a program: said with its fix; a new one fails in the cost
+    comparison (`gate.results.costs.CostComparison.new_constants`), not here."""
+    location = SourceLocation(constant.path, constant.line, "") if constant.path else None
+    text = f"note: {constant.text().rsplit(' at ', 1)[0]}"  # the place is the line's own
+    return CommFinding("embedded constant", location, text, False, constant.source, CONSTANT_FIX)
 
 
 def _change(change: CollectiveChange) -> CommFinding:

@@ -284,13 +284,18 @@ def _floor(timing: TimingComparison) -> float:
 
 def most_grown(timing: TimingComparison, cost: CostComparison | None) -> str:
     """``; most at model.py:42: 0.41 ms → 1.63 ms`` for a slower step whose op times were
-    compared; "" otherwise. What a one-line failure (an annotation, a JUnit message) ends with."""
+    compared; "" otherwise. What a one-line failure (an annotation, a JUnit message) ends with.
+
+    The line named rests on evidence (`CostComparison.evidenced_times`): its work changed,
+    or its op time grew beyond the traced runs' noise. An unchanged forward pass whose time
+    drifted with the machine's never heads it; where only such lines grew, none is named
+    here (the body still lists where the op time went)."""
     if timing.verdict is not TimingVerdict.SLOWER or timing.what != "step":
         return ""
     if cost is None or cost.times is None:
         return ""
-    grown = cost.times.grown(1, _floor(timing))
-    return f"; most at {grown[0]}" if grown else ""
+    grown = cost.evidenced_times(_floor(timing))
+    return f"; most at {grown[0].text(cost.against)}" if grown else ""
 
 
 def _by_line(cost: CostComparison, label: str) -> list[tuple[str, str]]:

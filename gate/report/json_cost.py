@@ -30,6 +30,17 @@ def _records(items: Iterable[object], record: type[R]) -> tuple[R, ...]:
     return tuple(msgspec.convert(item, record, from_attributes=True) for item in items)
 
 
+class ConstantDoc(Record, frozen=True, kw_only=True):
+    """An array compiled into a program as a constant (`gate.results.constants`)."""
+
+    function: str
+    shape: str
+    size_bytes: int
+    path: str  # the user's line that used it; "" where none is known
+    line: int
+    source: str | None
+
+
 class CostChangeDoc(Record, frozen=True, kw_only=True):
     function: str | None  # null: the step's total
     metric: str
@@ -74,6 +85,10 @@ class CostComparisonDoc(Record, frozen=True, kw_only=True):
     times_note: str = ""
     # The folder of the base's trace (``run --base``), beside the head's (``cost.times``).
     base_trace: str | None = None
+    # The work bound in force (``cost.max_work_increase``, 1.5 unless set).
+    max_work_increase: float | None = None
+    # Constants the head's programs embed that the other side's do not (each fails).
+    new_constants: tuple[ConstantDoc, ...] = ()
 
     @classmethod
     def of(cls, cost: CostComparison | None) -> CostComparisonDoc | None:
@@ -104,6 +119,8 @@ class CostComparisonDoc(Record, frozen=True, kw_only=True):
             times=LineTimeComparisonDoc.of(cost.times, cost.against),
             times_note=cost.times_note,
             base_trace=cost.base_trace,
+            max_work_increase=cost.max_work_increase,
+            new_constants=_records(cost.new_constants, ConstantDoc),
         )
 
 
@@ -123,6 +140,8 @@ class FunctionDoc(Record, frozen=True, kw_only=True, omit_defaults=True):
     generated_code_bytes: float | None = None
     unknown: str = ""  # why a figure is absent, where one is
     where: str | None = None  # the user's line that first ran it ("train.py:44"), if known
+    # Its loops whose trip count XLA does not know, counted once a run: its work is a floor.
+    loops: str = ""
 
 
 class PeakDoc(Record, frozen=True, kw_only=True):
@@ -147,6 +166,8 @@ class CostDoc(Record, frozen=True, kw_only=True):
     lines: tuple[LineWorkDoc, ...] | None = None
     # Op time by line from the traced runs (`gate.report.json_lines`); null when not traced.
     times: OpTimesDoc | None = None
+    # Arrays of 1 MiB or more compiled into the programs as constants; null when not read.
+    constants: tuple[ConstantDoc, ...] | None = None
 
     @classmethod
     def of(cls, cost: StepCost | None) -> CostDoc | None:
@@ -166,6 +187,7 @@ class CostDoc(Record, frozen=True, kw_only=True):
                         programs=f.programs,
                         unknown=f.unknown,
                         where=f.where,
+                        loops=f.loops,
                     ),
                     **dict(f.figures),
                 )
@@ -175,4 +197,5 @@ class CostDoc(Record, frozen=True, kw_only=True):
             communication=CommunicationDoc.of(cost.comm),
             lines=line_table_doc(cost.lines),
             times=OpTimesDoc.of(cost.times),
+            constants=None if cost.constants is None else _records(cost.constants, ConstantDoc),
         )

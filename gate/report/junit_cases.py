@@ -183,7 +183,8 @@ def region_cases(region: RegionResult) -> list[Case]:
 def _cost_case(region: RegionResult, cost: CostComparison, label: str) -> Case:
     """XLA's figures against the base: present only when compared, so other reports keep theirs.
 
-    Fails when a total grew beyond ``cost: {max_increase}``, is an error when that rule
+    Fails when a total grew beyond ``cost: {max_increase}`` or a work total beyond
+    ``max_work_increase`` (then it points at the line whose work grew), is an error when that rule
     could not be checked (a side unmeasured, a total one side lacks); otherwise it lists
     every change in its system-out.
     """
@@ -196,6 +197,15 @@ def _cost_case(region: RegionResult, cost: CostComparison, label: str) -> Case:
             outcome = Outcome("error", "cost-not-checked", cost.headline(), body)
         else:
             outcome = Outcome("failure", "cost", cost.headline(), body)
+            # The annotation goes where a reviewer must look: the new constant's line, or
+            # where the work grew.
+            grown = cost.grown_line({c.metric for c in cost.changes if c.failing})
+            places = [(c.path, c.line) for c in cost.new_constants if c.path]
+            if grown is not None and grown.shown.path:
+                places.append((grown.shown.path, grown.shown.line))
+            if places:
+                name = f"{region.name}: {label}"
+                return Case(name, region.classname, *places[0], None, listing, outcome)
     return policy_case(region, f"{region.name}: {label}", listing, outcome)
 
 

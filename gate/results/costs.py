@@ -22,17 +22,33 @@ sums the figures that were given and is absent when none was.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gate.policy.model import CostRule
 from gate.results.collectives import Communication
+from gate.results.constants import CONSTANT_FIX, EmbeddedConstant, new_constants
 from gate.results.donations import UnusedDonation
 from gate.results.line_map import LineMap
-from gate.results.line_times import LineTimeComparison, OpTimes, compare_line_times
-from gate.results.line_work import LineComparison, LineWork, compare_lines
+from gate.results.line_times import (
+    LineTimeChange,
+    LineTimeComparison,
+    OpTimes,
+    compare_line_times,
+)
+from gate.results.line_work import (
+    LINE_METRICS,
+    LineChange,
+    LineComparison,
+    LineWork,
+    compare_lines,
+)
 from gate.text import number_text, si_text, size_text
 
 WORK = ("flops", "bytes_accessed", "transcendentals")
+# A line whose work is unchanged heads a slower verdict only where its op time grew beyond
+# this many times the drift of every such line in the traced runs (`evidenced_times`).
+TIME_NOISE = 2.0
 LINES_LISTED = 20  # changed lines a report lists before counting the rest
 MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
 METRICS = WORK + MEMORY
@@ -53,6 +69,9 @@ class FunctionCost:
     # which reads like one program's growth where a function gained a program. Empty where
     # not kept (a stored baseline).
     per_program: tuple[tuple[tuple[str, float], ...], ...] = ()
+    # Its loops whose trip count XLA does not know, each counted once a run ("1 loop whose
+    # trip count ..."); "" where every loop's runs are counted (`gate.witness.costs.Loops`).
+    loops: str = ""
 
     def figure(self, metric: str) -> float | None:
         return dict(self.figures).get(metric)
@@ -113,14 +132,28 @@ class StepCost:
     # Op time by source line, from traced runs after the cost run (`gate.results.line_times`);
     # None: not traced (``timing: off``, or the cost was not measured).
     times: OpTimes | None = None
+    # Arrays compiled into its programs as constants, of 1 MiB or more
+    # (`gate.results.constants`); None: not read (a program's text could not be, a stored
+    # baseline from before the gate kept them).
+    constants: tuple[EmbeddedConstant, ...] | None = None
+    # Its work counts each loop's trip count (`gate.witness.costs.Loops`); False for a stored
+    # baseline recorded before the gate did, whose loops' bodies count once.
+    loops_counted: bool = True
+    # Some loop ran more than once a run, so counting its trip count added work: only then
+    # do figures that counted loops once differ from these.
+    loops_added: bool = False
 
     def total(self, metric: str) -> float | None:
         return dict(self.totals).get(metric)
 
     def headline(self) -> str:
-        """``1.2 GFLOP/step``; "" when not measured or without a flop count."""
+        """``1.2 GFLOP/step``; "" when not measured or without a flop count. A loop whose trip
+        count is unknown makes it a floor: ``≥ 1.2 GFLOP/step``."""
         flops = self.total("flops")
-        return "" if not self.measured or flops is None else f"{si_text(flops, 'FLOP')}/step"
+        if not self.measured or flops is None:
+            return ""
+        floor = "≥ " if any(fn.loops for fn in self.functions) else ""
+        return f"{floor}{si_text(flops, 'FLOP')}/step"
 
 
 def step_cost(
@@ -131,6 +164,7 @@ def step_cost(
     comm: Communication | None = None,
     donations: tuple[UnusedDonation, ...] | None = None,
     lines: tuple[LineWork, ...] | None = None,
+    constants: tuple[EmbeddedConstant, ...] | None = None,
 ) -> StepCost:
     """The step's record, its totals summed from its functions' figures."""
     totals = []
@@ -140,7 +174,14 @@ def step_cost(
             totals.append((metric, float(sum(given))))
     ordered = tuple(sorted(functions, key=lambda fn: fn.name))
     return StepCost(
-        ordered, tuple(totals), peak_memory, note, comm=comm, donations=donations, lines=lines
+        ordered,
+        tuple(totals),
+        peak_memory,
+        note,
+        comm=comm,
+        donations=donations,
+        lines=lines,
+        constants=constants,
     )
 
 
@@ -160,7 +201,11 @@ class CostChange:
     metric: str
     base: float | None  # None: absent on that side (a function new in the head, or gone)
     head: float | None
-    failing: bool = False  # a total beyond the rule's ``max_increase``
+    failing: bool = False  # a total beyond a bound of the rule (`bound`)
+    # The rule's key whose bound it crossed and that bound: ``max_work_increase`` (a work
+    # total, set or by default) or ``max_increase``; "" where it crossed none.
+    bound: str = ""
+    limit: float | None = None
 
     @property
     def one_sided(self) -> bool:
@@ -251,13 +296,24 @@ class CostComparison:
     times: LineTimeComparison | None = None
     times_note: str = ""  # why ``times`` is None, where the head was traced
     base_trace: str | None = None  # the folder of the base's trace, where it was kept
+    # The policy's region whose ``cost:`` accepts an intended increase, and the line where
+    # its entry starts (0: unknown): the failing message names the edit there.
+    region: str = ""
+    policy_line: int = 0
+    max_work_increase: float | None = None  # the rule's bound on the work totals
+    # Constants the head's programs embed that the other side's do not: each fails.
+    new_constants: tuple[EmbeddedConstant, ...] = ()
+    # Why the work totals are not bounded by ``max_work_increase`` (a side counted each
+    # loop's body once); "" where they are.
+    work_note: str = ""
 
     @property
     def changed(self) -> bool:
         """A program came or went, a function's count of programs or a line's work changed,
         or a figure changed by more than rounds to 1.00x."""
         moved = self.lines is not None and bool(self.lines.changes)
-        return bool(self.programs or self.counts) or moved or any(c.notable for c in self.changes)
+        came = bool(self.programs or self.counts or self.new_constants)
+        return came or moved or any(c.notable for c in self.changes)
 
     def _shown(self, change: CostChange) -> bool:
         """A notable figure of its own: not a new or gone function's, nor the summed memory of
@@ -280,7 +336,9 @@ class CostComparison:
         """Every change a reader is shown, one per line: the lines that changed (most first,
         new, gone), the programs that came or went, each with its figures (those not 0), then
         functions with more or fewer programs, then the figures that changed."""
-        lines = self.line_listing()
+        lines = [
+            f"new {c.text()}: {CONSTANT_FIX}" for c in self.new_constants
+        ] + self.line_listing()
         for program in self.programs:
             own = [c for c in self.changes if c.function == program.name]
             values = [(c.metric, c.head if program.new else c.base) for c in own]
@@ -288,6 +346,8 @@ class CostComparison:
             lines.append(program.text(self.against) + (f": {shown}" if shown else ""))
         lines += [count.text(self.against) for count in self.counts]
         lines += [c.text() for c in self.changes if self._shown(c)]
+        if self.work_note and any(c.metric in WORK for c in self.changes):
+            lines.append(self.work_note)
         quiet = sum(1 for c in self.changes if not c.notable)
         if quiet:
             lines.append(f"({_figures(quiet)} within 0.5%, not listed)")
@@ -312,7 +372,11 @@ class CostComparison:
 
     @property
     def failing(self) -> bool:
-        return self.unchecked is not None or any(c.failing for c in self.changes)
+        return (
+            self.unchecked is not None
+            or bool(self.new_constants)
+            or any(c.failing for c in self.changes)
+        )
 
     def headline(self, most: int = 4) -> str:
         """One line: the failing totals and what changed in the functions on the same figures."""
@@ -328,16 +392,30 @@ class CostComparison:
             return f"cost unchanged against the {self.against}"
         if not self.changed:
             return f"cost unchanged against the {self.against}, to within 0.5%"
-        failed = {c.metric for c in self.changes if c.failing}
+        if self.new_constants:
+            # A new constant leads: it is the change a reader acts on, with its fix.
+            first, rest = self.new_constants[0], len(self.new_constants) - 1
+            others = f" (+{rest} more)" if rest else ""
+            lead = f"new {first.text()}, not in the {self.against}{others}: {CONSTANT_FIX}"
+            return "; ".join([lead, *(c.text() for c in self.changes if c.failing)])
+        failing = [c for c in self.changes if c.failing]
+        failed = {c.metric for c in failing}
         # A new or gone program leads, by name and line; its own figures say no more. A
         # function with more programs says so, its memory per program, not summed.
         figures = [c for c in self.changes if self._shown(c) or c.failing]
-        # The line that changed most leads: it is where a reviewer looks first. A line that is
-        # a new or gone program's own place is said by that program's entry.
-        # Never a line only compiled differently, nor the ops of no source line.
+        # Under a failing total, the line whose work in it grew most leads: the cause, not the
+        # line whose other figures moved most. Otherwise the line that changed most: it is
+        # where a reviewer looks first. A line that is a new or gone program's own place is
+        # said by that program's entry. Never a line only compiled differently, nor the ops
+        # of no source line.
         places = {p.where for p in self.programs}
+        grown = self.grown_line(failed)
         changes = self.lines.changes if self.lines is not None else ()
-        top = [c for c in changes if c.leads and c.shown.where not in places][:1]
+        top = (
+            [grown]
+            if grown is not None
+            else [c for c in changes if c.leads and c.shown.where not in places][:1]
+        )
         shown = [
             *(change.text(self.against) for change in top),
             *(p.text(self.against) for p in self.programs),
@@ -345,12 +423,109 @@ class CostComparison:
             *(c.text() for c in figures if c.metric in failed or not failed),
         ]
         more = len(shown) - most
-        lead = (
-            f"cost beyond {self.max_increase:g}x the {self.against}"
-            if failed and self.max_increase is not None
-            else f"cost changed against the {self.against}"
-        )
-        return f"{lead}: {'; '.join(shown[:most])}" + (f" (+{more} more)" if more > 0 else "")
+        if not failing:
+            lead = f"cost changed against the {self.against}"
+            return f"{lead}: {'; '.join(shown[:most])}" + (f" (+{more} more)" if more > 0 else "")
+        bounds = dict.fromkeys((c.bound, c.limit) for c in failing)
+        what = "work" if all(b == "max_work_increase" for b, _ in bounds) else "cost"
+        beyond = " and ".join(f"{limit:g}x" for _, limit in bounds)
+        lead = f"{what} beyond {beyond} the {self.against}"
+        tail = f" (+{more} more)" if more > 0 else ""
+        return f"{lead}: {'; '.join(shown[:most])}{tail}; {self.acceptance()}"
+
+    def evidenced_times(self, at_least_s: float = 0.0) -> list[LineTimeChange]:
+        """The lines whose op time grew by more than ``at_least_s`` and whose change rests on
+        evidence, most grown first: their work changed (exactly, by `compare_lines`), or their
+        time grew beyond what the traced runs' noise moved the lines whose work did not.
+
+        The traced runs are few and share the machine: every line's time can drift together
+        by a noise of 1.2x. That drift is the (lower) median head/base ratio of the other lines
+        whose work is unchanged; such a line is evidence only beyond `TIME_NOISE` times it.
+        Without a line table (the work not compared), every line that grew is named."""
+        if self.times is None:
+            return []
+        grew = [c for c in self.times.changes if c.grown_s > max(at_least_s, 0.0)]
+        if self.lines is None:
+            return grew
+        worked = {
+            (side.path, side.line)
+            for change in self.lines.changes
+            for side in (change.base, change.head)
+            if side is not None
+        }
+
+        def place(change: LineTimeChange) -> tuple[str, int] | None:
+            line = change.head if change.head is not None else change.base
+            return None if line is None else (line.path, line.line)
+
+        def ratio(change: LineTimeChange) -> float | None:
+            if change.base is None or change.head is None or change.base.seconds <= 0:
+                return None
+            return change.head.seconds / change.base.seconds
+
+        same_work = [
+            (c, r) for c in self.times.changes if place(c) not in worked and (r := ratio(c))
+        ]
+
+        def beyond_drift(change: LineTimeChange) -> bool:
+            # The other lines' drift: the line's own growth must not widen its own bound.
+            others = sorted(r for c, r in same_work if c is not change)
+            drift = others[(len(others) - 1) // 2] if others else 1.0
+            return (ratio(change) or 0.0) > TIME_NOISE * max(drift, 1.0)
+
+        return [c for c in grew if place(c) in worked or beyond_drift(c)]
+
+    def grown_line(self, metrics: set[str] | frozenset[str]) -> LineChange | None:
+        """The line whose work in ``metrics`` grew most (a new line's all of it), among those
+        that may head a verdict (`LineChange.leads`); None where no such line's did, or the
+        lines were not compared."""
+        if self.lines is None or not metrics:
+            return None
+
+        counted = [m for m in LINE_METRICS if m in metrics]
+        if not counted:
+            return None
+
+        def growth(change: LineChange) -> float:
+            return max(
+                (change.head.figure(m) if change.head else 0.0)
+                - (change.base.figure(m) if change.base else 0.0)
+                for m in counted
+            )
+
+        grown = [c for c in self.lines.changes if c.leads and growth(c) > 0]
+        return max(grown, key=growth, default=None)
+
+    def acceptance(self) -> str:
+        """The one reviewed edit that accepts the failing totals as intended: each crossed key
+        of the region's ``cost:``, set just above the growth (for the stored baseline, also
+        recording it again)."""
+        needed: dict[str, float] = {}
+        for change in self.changes:
+            if not change.failing:
+                continue
+            # 2 decimals up: the ratio itself, printed, may round below the growth.
+            ratio = change.ratio
+            value = math.inf if ratio is None else math.ceil(ratio * 100) / 100
+            # A work total beyond both bounds is accepted only when both are raised.
+            work = self.max_work_increase if change.metric in WORK else None
+            # The work bound never fails growth from 0 (`_total_change`): nothing to raise.
+            work = work if ratio is not None else None
+            for key, limit in (("max_work_increase", work), ("max_increase", self.max_increase)):
+                if limit is not None and value > limit:
+                    needed[key] = max(needed.get(key, 1.0), value)
+        keys = ", ".join(f"{k}: {v:g}" for k, v in needed.items() if not math.isinf(v))
+        where = f"region {self.region}" if self.region else "the region"
+        if self.policy_line:
+            where += f" (policy line {self.policy_line})"
+        edits = [f"`cost: {{{keys}}}` in {where}"] if keys else []
+        if any(math.isinf(v) for v in needed.values()):
+            # No ratio accepts growth from 0 under max_increase: only leaving it unset does.
+            edits.append(f"no `max_increase` in {where} (a total grew from 0)")
+        edit = " and ".join(edits)
+        if self.against == "baseline":
+            return f"if intended, record the baseline again, or accept it with {edit}"
+        return f"if intended, accept it with {edit}"
 
 
 def compare_costs(
@@ -360,29 +535,38 @@ def compare_costs(
     *,
     against: str = "base",
     lines: LineMap | None = None,
+    region: str = "",
+    policy_line: int = 0,
 ) -> CostComparison:
     """Every figure that differs, total and per function; a total beyond the rule fails.
 
     Only totals fail: a function renamed or split moves work between names
-    without changing the step. A total that grows from 0 fails too (it has no
-    ratio). Under a rule, a side that was not measured, or a total XLA gave on one
-    side only, cannot be bounded: the comparison is `CostComparison.unchecked`, a
-    failure, never a pass. Without a rule both are listed and nothing fails. ``lines``:
-    git's line map (``run --base``), which pairs the work by line (`compare_lines`).
+    without changing the step. A work total (`WORK`) fails beyond ``max_work_increase``,
+    which has a default; any total beyond ``max_increase``, where set, and one that
+    grows from 0 under it too (it has no ratio). Under ``max_increase``, a side that was
+    not measured, or a total XLA gave on one side only, cannot be bounded: the comparison
+    is `CostComparison.unchecked`, a failure, never a pass. ``lines``: git's line map
+    (``run --base``), which pairs the work by line (`compare_lines`).
     """
     if not base.measured or not head.measured:
         side, cost = (against, base) if not base.measured else ("head", head)
         return CostComparison(against, (), rule.max_increase, False, f"{side}: {cost.note}")
     changes = []
+    # A baseline whose loops counted their bodies once is no bound on work that counts them
+    # all: a scan over 12 layers would read 12x. Its work is listed, not failed by default.
+    work_note = ""
+    uncounted = not (base.loops_counted and head.loops_counted)
+    if uncounted and (base.loops_added or head.loops_added):
+        work_note = (
+            f"work not bounded: the {against} counted each loop's body "
+            "once (recorded before the gate counted trip counts); run `transfer-gate baseline` "
+            "to record it again"
+        )
     for metric in METRICS:
         old, new = base.total(metric), head.total(metric)
         if old != new:
-            # head > base x limit, not the ratio: growth from 0 has no ratio and still fails.
-            limit = rule.max_increase
-            failing = (
-                limit is not None and old is not None and new is not None and new > old * limit
-            )
-            changes.append(CostChange(None, metric, old, new, failing))
+            bounded = not (work_note and metric in WORK)
+            changes.append(_total_change(metric, old, new, rule, bounded=bounded))
     old_fns = {fn.name: fn for fn in base.functions}
     new_fns = {fn.name: fn for fn in head.functions}
     for name in sorted(old_fns.keys() | new_fns.keys()):
@@ -412,6 +596,9 @@ def compare_costs(
         lines_note = f"the {against} has no line table" + (
             "; run `transfer-gate baseline` to record it" if against == "baseline" else ""
         )
+    constants: tuple[EmbeddedConstant, ...] = ()
+    if base.constants is not None and head.constants is not None:
+        constants = new_constants(base.constants, head.constants)
     times, times_note = None, ""
     if base.times is not None and head.times is not None:
         times = compare_line_times(base.times, head.times, lines)
@@ -432,7 +619,36 @@ def compare_costs(
         times=times,
         times_note=times_note,
         base_trace=base.times.trace if base.times is not None else None,
+        region=region,
+        policy_line=policy_line,
+        max_work_increase=None if work_note else rule.max_work_increase,
+        new_constants=constants,
+        work_note=work_note,
     )
+
+
+def _total_change(
+    metric: str, old: float | None, new: float | None, rule: CostRule, *, bounded: bool = True
+) -> CostChange:
+    """A step total that changed, failing where it crossed a bound of ``rule``; listed only
+    where not ``bounded`` (the sides counted loops differently)."""
+    if not bounded:
+        return CostChange(None, metric, old, new)
+    bounds: list[tuple[str, float]] = []
+    if metric in WORK and old:  # a default never fails growth from 0: it has no ratio
+        bounds.append(("max_work_increase", rule.max_work_increase))
+    if rule.max_increase is not None:
+        bounds.append(("max_increase", rule.max_increase))
+    # head > base x limit, not the ratio: growth from 0 has no ratio and still fails.
+    crossed = [
+        (limit, key)
+        for key, limit in bounds
+        if old is not None and new is not None and new > old * limit
+    ]
+    if not crossed:
+        return CostChange(None, metric, old, new)
+    limit, key = min(crossed)  # the tightest bound it crossed is the one it is said beyond
+    return CostChange(None, metric, old, new, True, key, limit)
 
 
 def _figure(fn: FunctionCost | None, metric: str) -> float | None:

@@ -22,6 +22,7 @@ import numpy as np
 
 from gate.documents import Count, Record
 from gate.results.collectives import Collective, CollectiveKind, Communication
+from gate.results.constants import EmbeddedConstant
 from gate.results.costs import FunctionCost, StepCost, step_cost
 from gate.results.donations import JAX, XLA, UnusedDonation
 from gate.results.line_times import LineTime, OpTimes
@@ -225,6 +226,29 @@ class StoredOpTimes(Record, frozen=True, kw_only=True):
     lines: tuple[StoredLineTime, ...]
 
 
+class StoredConstant(Record, frozen=True, kw_only=True):
+    """An array compiled into a program as a constant (`gate.results.constants`)."""
+
+    function: str
+    shape: str
+    size_bytes: int
+    path: str
+    line: int
+
+    @classmethod
+    def of(cls, constant: EmbeddedConstant) -> StoredConstant:
+        return cls(
+            function=constant.function,
+            shape=constant.shape,
+            size_bytes=constant.size_bytes,
+            path=constant.path,
+            line=constant.line,
+        )
+
+    def constant(self) -> EmbeddedConstant:
+        return EmbeddedConstant(self.function, self.shape, self.size_bytes, self.path, self.line)
+
+
 class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
     """What the file keeps of a measured step cost: XLA's exact figures, the collectives and the
     unused donations.
@@ -241,6 +265,13 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
     lines: tuple[StoredLine, ...] | None = None  # work by source line
     # Op time by line; absent where the step was not traced or its trace had no op times.
     times: StoredOpTimes | None = None
+    # Arrays of 1 MiB or more compiled into the programs; absent where not read (a file from
+    # before they were kept): then a new one cannot be told from an old one, and is not.
+    constants: tuple[StoredConstant, ...] | None = None
+    # The work counts each loop's trip count; absent (false) in a file from before it did,
+    # whose loops' bodies count once: not a bound on today's figures (`compare_costs`).
+    loops_counted: bool = False
+    loops_added: bool = False  # counting them added work: a loop ran more than once a run
 
     @classmethod
     def of(cls, cost: StepCost) -> StoredCost:
@@ -263,6 +294,11 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
             donations=None if donations is None else tuple(StoredDonation.of(d) for d in donations),
             lines=None if cost.lines is None else tuple(StoredLine.of(w) for w in cost.lines),
             times=_stored_times(cost.times),
+            constants=None
+            if cost.constants is None
+            else tuple(StoredConstant.of(c) for c in cost.constants),
+            loops_counted=cost.loops_counted,
+            loops_added=cost.loops_added,
         )
 
     def step_cost(self) -> StepCost:
@@ -275,7 +311,11 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
         donations = None if self.donations is None else tuple(d.donation() for d in self.donations)
         functions = tuple(fn.function_cost() for fn in self.functions)
         lines = None if self.lines is None else tuple(w.line_work() for w in self.lines)
-        cost = step_cost(functions, None, comm=comm, donations=donations, lines=lines)
+        constants = None if self.constants is None else tuple(c.constant() for c in self.constants)
+        cost = step_cost(
+            functions, None, comm=comm, donations=donations, lines=lines, constants=constants
+        )
+        cost = replace(cost, loops_counted=self.loops_counted, loops_added=self.loops_added)
         if self.times is None:
             return cost
         kept = tuple(t.line_time() for t in self.times.lines)

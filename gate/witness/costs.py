@@ -3,14 +3,17 @@
 The run itself sees every execution (`gate.jaxhooks.executables`); this module
 reads each program's cost and memory analysis once, weighs them by how often
 the step ran it (`gate.results.costs`), and reads the devices' memory marks
-around the run. A JAX that lacks a hook gives no cost and a note naming the
-version, never zeros.
+around the run. XLA's cost analysis counts a while loop's body once; the work of its
+other runs, where XLA knows the trip count, is added from the gate's own count of each
+op (`Loops`), so a loop rolled and the same loop unrolled read the same work. A JAX
+that lacks a hook gives no cost and a note naming the version, never zeros.
 """
 
 from __future__ import annotations
 
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,9 +26,12 @@ from gate.jaxhooks.executables import (
 )
 from gate.jaxhooks.internals import InternalMissing, jax_version
 from gate.results.collectives import Communication
+from gate.results.constants import CONSTANT_BYTES, EmbeddedConstant
 from gate.results.costs import DevicePeak, FunctionCost, StepCost, not_measured, step_cost
 from gate.user_code import UserCode
-from gate.witness.line_work import OpWork, line_table, program_ops_of
+from gate.witness.collectives import loops_not_counted
+from gate.witness.constants import program_constants
+from gate.witness.line_work import OpWork, line_table, program_ops
 from gate.witness.programs import parsed_programs, read_programs
 
 # XLA's keys, as `cost_analysis()` and `get_compiled_memory_stats()` spell them.
@@ -64,6 +70,7 @@ def measure_step_ops(
     *,
     user: UserCode | None = None,
     warned: Sequence[WarnedDonation] = (),
+    constant_bytes: int = CONSTANT_BYTES,
 ) -> tuple[StepCost, tuple[OpWork, ...]]:
     """Run ``run_step(prepare())`` once, every execution of the step seen, and what it cost;
     with every op of its programs, charged to its line (`gate.witness.line_work`), which
@@ -73,7 +80,8 @@ def measure_step_ops(
     Whatever either raises propagates (the hook is put back first). The programs' text
     gives their collectives and unused donations (`gate.witness.programs`), whose lines are
     named after ``user``'s files; ``warned`` are the donations JAX dropped when it lowered
-    them (`gate.jaxhooks.donation_warnings`).
+    them (`gate.jaxhooks.donation_warnings`). Constants of ``constant_bytes`` or more compiled
+    into the programs are listed at their lines (`gate.witness.constants`).
     """
     import jax
 
@@ -101,18 +109,69 @@ def measure_step_ops(
         return nothing, ()
     modules = parsed_programs(executed)
     comm, donations = read_programs(executed, code, warned, modules)
-    ops = () if isinstance(modules, str) else program_ops_of(modules, code)
+    loops: dict[str, Loops] = {}
+    ops: tuple[OpWork, ...] = ()
+    constants: tuple[EmbeddedConstant, ...] = ()
+    if not isinstance(modules, str):
+        for module, program in modules:
+            own = tuple(program_ops(module, program.runs, code))
+            ops += own
+            loops.setdefault(program.name, Loops()).add(own, loops_not_counted(module))
+            constants += program_constants(module, program, code, constant_bytes)
     lines = None if isinstance(modules, str) else line_table(ops, code)
-    cost = step_cost(function_costs(executed), peaks, comm=comm, donations=donations, lines=lines)
-    return cost, ops
+    functions = function_costs(executed, loops)
+    added = any(one.work for one in loops.values())
+    cost = step_cost(
+        functions,
+        peaks,
+        comm=comm,
+        donations=donations,
+        lines=lines,
+        constants=None if isinstance(modules, str) else constants,
+    )
+    return replace(cost, loops_added=added), ops
 
 
-def function_costs(executed: Sequence[Executed]) -> tuple[FunctionCost, ...]:
-    """One `FunctionCost` per name: work weighed by runs, memory once per program."""
+@dataclass
+class Loops:
+    """What XLA's cost analysis leaves out of one function's work: every loop's runs but the
+    first (it counts a while loop's body once, whatever its trip count), by the gate's own
+    count of each op (`gate.witness.line_work`); and the loops whose trip count XLA does not
+    know, which nobody can count further."""
+
+    work: dict[str, float] = field(default_factory=dict)  # by `_WORK_KEYS` metric
+    not_counted: int = 0
+
+    def add(self, ops: Sequence[OpWork], not_counted: int) -> None:
+        for op in ops:
+            if op.beyond_xla:
+                for metric in ("flops", "bytes_accessed", "transcendentals"):
+                    value = getattr(op, metric) * op.beyond_xla
+                    self.work[metric] = self.work.get(metric, 0.0) + value
+        self.not_counted += not_counted
+
+    def note(self) -> str:
+        """``1 loop whose trip count XLA does not know, counted once a run``; "" for none."""
+        if not self.not_counted:
+            return ""
+        count = self.not_counted
+        whose = "loop whose" if count == 1 else "loops whose"
+        return f"{count} {whose} trip count XLA does not know, counted once a run"
+
+
+def function_costs(
+    executed: Sequence[Executed], loops: dict[str, Loops] | None = None
+) -> tuple[FunctionCost, ...]:
+    """One `FunctionCost` per name: work weighed by runs and its loops' trip counts (``loops``,
+    by name: what XLA leaves out), memory once per program."""
     by_name: dict[str, list[Executed]] = {}
     for one in executed:
         by_name.setdefault(one.name, []).append(one)
-    return tuple(_function_cost(name, programs) for name, programs in by_name.items())
+    found = loops or {}
+    return tuple(
+        _function_cost(name, programs, found.get(name, Loops()))
+        for name, programs in by_name.items()
+    )
 
 
 def _caller(user: UserCode) -> str | None:
@@ -123,7 +182,7 @@ def _caller(user: UserCode) -> str | None:
     return None if found is None else str(found)
 
 
-def _function_cost(name: str, programs: list[Executed]) -> FunctionCost:
+def _function_cost(name: str, programs: list[Executed], loops: Loops) -> FunctionCost:
     sums: dict[str, float] = {}
     unknown: list[str] = []
     each: list[tuple[tuple[str, float], ...]] = []
@@ -142,6 +201,9 @@ def _function_cost(name: str, programs: list[Executed]) -> FunctionCost:
             for key, metric in _MEMORY_KEYS:
                 sums[metric] = sums.get(metric, 0.0) + memory[key]
             each.append(tuple((metric, float(memory[key])) for key, metric in _MEMORY_KEYS))
+    for metric, extra in loops.work.items():
+        if metric in sums:  # a figure XLA did not give stays absent, never the loops' part
+            sums[metric] += extra
     order = [metric for _, metric in _WORK_KEYS + _MEMORY_KEYS]
     return FunctionCost(
         name=name,
@@ -151,6 +213,7 @@ def _function_cost(name: str, programs: list[Executed]) -> FunctionCost:
         unknown="; ".join(dict.fromkeys(unknown)),
         where=next((p.where for p in programs if p.where is not None), None),
         per_program=tuple(each),
+        loops=loops.note(),
     )
 
 

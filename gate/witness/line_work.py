@@ -30,10 +30,15 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from gate.jaxhooks.executables import Executed
 from gate.results.line_work import MOST_OPS, LineWork
 from gate.user_code import SourceLocation, UserCode
-from gate.witness.collectives import call_graph, line_text, multiplicities, user_location
+from gate.witness.collectives import (
+    call_graph,
+    line_text,
+    multiplicities,
+    once_a_loop,
+    user_location,
+)
 from gate.witness.hlo_text import HloModule, Instruction, array_bytes, arrays, shape_text
 
 _TRANSCENDENTAL = frozenset((
@@ -73,6 +78,9 @@ class OpWork:
     flops: float
     bytes_accessed: float
     transcendentals: float
+    # The share of this op's work that XLA's cost analysis leaves out: all but one run of
+    # each loop it sits in (`gate.witness.collectives.once_a_loop`); 0 outside loops.
+    beyond_xla: float = 0.0
 
 
 def program_ops(module: HloModule, runs: int, user: UserCode) -> Iterator[OpWork]:
@@ -87,6 +95,7 @@ def program_ops(module: HloModule, runs: int, user: UserCode) -> Iterator[OpWork
 
     graph = call_graph(module, leaving_out=frozenset({"to_apply"}))
     times_of = multiplicities(module, graph)
+    once_of = multiplicities(module, once_a_loop(graph))
     defined = module.defined()
     fused: dict[str, Instruction] = {}  # fused computation -> the fusion instruction calling it
     home: dict[str, str] = {}  # fusion instruction -> the computation it sits in
@@ -127,6 +136,7 @@ def program_ops(module: HloModule, runs: int, user: UserCode) -> Iterator[OpWork
             if location is None:
                 location = served(instruction, outer)
             scale = runs * times
+            once, _ = once_of.get(computation, (0, ""))
             yield OpWork(
                 module.name,
                 instruction.name,
@@ -136,6 +146,7 @@ def program_ops(module: HloModule, runs: int, user: UserCode) -> Iterator[OpWork
                 flops * scale,
                 moved * scale,
                 transcendentals * scale,
+                max(0.0, 1.0 - once / times),
             )
 
 
@@ -244,15 +255,6 @@ def _outermost(
             return fusion
         fusion = outer
     return fusion
-
-
-def program_ops_of(
-    modules: Sequence[tuple[HloModule, Executed]], user: UserCode
-) -> tuple[OpWork, ...]:
-    """Every op of ``modules`` (each with the program it is of) that does work, per step."""
-    return tuple(
-        op for module, program in modules for op in program_ops(module, program.runs, user)
-    )
 
 
 def line_table(ops: Iterator[OpWork] | Sequence[OpWork], user: UserCode) -> tuple[LineWork, ...]:
