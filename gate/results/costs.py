@@ -416,7 +416,18 @@ class CostComparison:
             if grown is not None
             else [c for c in changes if c.leads and c.shown.where not in places][:1]
         )
+        # No line the change wrote does work of its own: name the change that compiled the
+        # unchanged code differently, where the line map can tell (issue 57's `unroll=`).
+        cause = self.lines.cause if self.lines is not None and not top else ""
         shown = [
+            *(
+                [
+                    f"the change at {cause} compiled unchanged code differently (no line it wrote "
+                    "does work of its own)"
+                ]
+                if cause
+                else []
+            ),
             *(change.text(self.against) for change in top),
             *(p.text(self.against) for p in self.programs),
             *(c.text(self.against) for c in self.counts),

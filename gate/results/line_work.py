@@ -155,6 +155,10 @@ class LineComparison:
 
     changes: tuple[LineChange, ...]
     unchanged: int  # lines in both with the same work, counted, never listed
+    # Where no line the change wrote does work of its own (an ``unroll=`` flag, a setting),
+    # the change that compiled its unchanged code differently, as the line map guesses it
+    # (`LineMap.cause`): ``muon.py:177``; "" where a line leads, or the gate cannot tell.
+    cause: str = ""
 
     @property
     def lead(self) -> LineChange | None:
@@ -277,7 +281,12 @@ def compare_lines(
         # Ops of no source line never lead: after every line of the user's.
         ordered.sort(key=lambda c: not c.shown.path)
         return LineComparison(tuple(ordered), unchanged)
-    return LineComparison(tuple(order([*changed, *new_lines, *gone_lines])), unchanged)
+    ordered = order([*changed, *new_lines, *gone_lines])
+    cause = ""
+    if ordered and not any(c.leads for c in ordered):
+        shown = next((c.shown for c in ordered if c.code == CODE_UNCHANGED and c.shown.path), None)
+        cause = (lines.cause(shown.path, shown.line) or "") if shown is not None else ""
+    return LineComparison(tuple(ordered), unchanged, cause)
 
 
 def _kinds(work: LineWork) -> set[str]:
