@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gate.policy.model import ChangeKind
 from gate.results.collective_changes import NEW, CollectiveChange, CommComparison
 from gate.results.donation_changes import DonationComparison
 from gate.results.donations import DONATION_FIX, UnusedDonation
@@ -26,6 +27,15 @@ COLLECTIVE_FIX = (
     "own) of the arrays at that line; if it is meant, accept it with `collectives: warn` "
     "or record it with `transfer-gate baseline`"
 )
+
+
+def accept_edit(region: RegionResult, kind: ChangeKind, against: str) -> str:
+    """``; to accept it, add `accept: {cost: …}` to region …``: what a failing comparison with
+    the base ends with (`BaseComparison.accept_edit`); "" against a stored baseline, which
+    `transfer-gate baseline` re-records instead."""
+    if against != "base" or region.base is None:
+        return ""
+    return region.base.accept_edit(kind)
 
 
 def comm_comparisons(region: RegionResult) -> list[CommComparison]:
@@ -77,17 +87,19 @@ def comm_findings(region: RegionResult) -> list[CommFinding]:
         if comm.unchecked is not None or comm.bytes_failing:
             text = f"{comm_label(comm)}: {comm.headline()}"
             found.append(CommFinding("collectives", None, text, True))
-        found.extend(_change(change) for change in comm.changes if change.change == NEW)
+        edit = accept_edit(region, ChangeKind.COLLECTIVES, comm.against)
+        found.extend(_change(change, edit) for change in comm.changes if change.change == NEW)
     compared = donation_comparisons(region)
     for donations in compared:
         if donations.unchecked is not None:
             text = f"{donation_label(donations)}: {donations.headline()}"
             found.append(CommFinding("donations", None, text, True))
-    found.extend(_donation(d, compared) for d in region.donations)
+    edit = accept_edit(region, ChangeKind.DONATIONS, "base")
+    found.extend(_donation(d, compared, edit) for d in region.donations)
     return sorted(found, key=lambda f: not f.failing)
 
 
-def _change(change: CollectiveChange) -> CommFinding:
+def _change(change: CollectiveChange, edit: str) -> CommFinding:
     prefix = "" if change.failing else "warning (collectives: warn): " if change.warning else ""
     return CommFinding(
         "new collective",
@@ -95,11 +107,13 @@ def _change(change: CollectiveChange) -> CommFinding:
         prefix + change.text(),
         change.failing,
         change.source,
-        COLLECTIVE_FIX if change.failing or change.warning else "",
+        COLLECTIVE_FIX + edit if change.failing or change.warning else "",
     )
 
 
-def _donation(donation: UnusedDonation, compared: list[DonationComparison]) -> CommFinding:
+def _donation(
+    donation: UnusedDonation, compared: list[DonationComparison], edit: str
+) -> CommFinding:
     """One of the head's unused donations, as its rule and the comparisons judged it."""
     lost = [(c.against, c.lost_as(donation)) for c in compared if c.lost_as(donation)]
     failing = donation.failing or any(d is not None and d.failing for _, d in lost)
@@ -111,7 +125,9 @@ def _donation(donation: UnusedDonation, compared: list[DonationComparison]) -> C
     else:
         text = donation.text()
     if failing:
-        return CommFinding("unused donation", None, text, True, fix=DONATION_FIX)
+        # Lost against the base (not `donation: fail`'s own verdict): the base's edit accepts it.
+        fix = DONATION_FIX + (edit if any(against == "base" for against, _ in lost) else "")
+        return CommFinding("unused donation", None, text, True, fix=fix)
     if warning:
         text = f"warning (donation: warn): {text}"
         return CommFinding("unused donation", None, text, False, fix=DONATION_FIX)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gate.levels import Direction, GuardSpec
+from gate.policy.model import ChangeKind
+from gate.report.communication_text import accept_edit
 from gate.report.terminal import (
     RECOMPILE_FIX,
     format_boundary,
@@ -195,7 +197,8 @@ def _cost_case(region: RegionResult, cost: CostComparison, label: str) -> Case:
         if cost.unchecked is not None:
             outcome = Outcome("error", "cost-not-checked", cost.headline(), body)
         else:
-            outcome = Outcome("failure", "cost", cost.headline(), body)
+            message = cost.headline() + accept_edit(region, ChangeKind.COST, cost.against)
+            outcome = Outcome("failure", "cost", message, body)
     return policy_case(region, f"{region.name}: {label}", listing, outcome)
 
 

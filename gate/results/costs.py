@@ -29,7 +29,7 @@ from gate.results.collectives import Communication
 from gate.results.donations import UnusedDonation
 from gate.results.line_times import LineTimeComparison, OpTimes, compare_line_times
 from gate.results.line_work import LineComparison, LineWork, compare_lines
-from gate.text import number_text, si_text, size_text
+from gate.text import accepted_text, number_text, si_text, size_text
 
 WORK = ("flops", "bytes_accessed", "transcendentals")
 LINES_LISTED = 20  # changed lines a report lists before counting the rest
@@ -250,6 +250,8 @@ class CostComparison:
     times: LineTimeComparison | None = None
     times_note: str = ""  # why ``times`` is None, where the head was traced
     base_trace: str | None = None  # the folder of the base's trace, where it was kept
+    # Where the head's policy accepts this change, and why (`gate.compare.acceptance`).
+    accepted: str = ""
 
     @property
     def changed(self) -> bool:
@@ -311,10 +313,16 @@ class CostComparison:
 
     @property
     def failing(self) -> bool:
+        if self.accepted:
+            return False
         return self.unchecked is not None or any(c.failing for c in self.changes)
 
     def headline(self, most: int = 4) -> str:
-        """One line: the failing totals and what changed in the functions on the same figures."""
+        """One line: the failing totals and what changed in the functions on the same figures,
+        and where the head's policy accepts the change."""
+        return self._headline(most) + accepted_text(self.accepted)
+
+    def _headline(self, most: int) -> str:
         unchecked = self.unchecked
         if unchecked is not None:
             return (
