@@ -194,10 +194,10 @@ def _cost_case(region: RegionResult, cost: CostComparison, label: str) -> Case:
     outcome = None
     if cost.failing:
         body = f"{listing}\n{declared(region)}{timing_next_step(region, cost.against)}"
+        message = cost.headline() + accept_edit(region, ChangeKind.COST, cost.against)
         if cost.unchecked is not None:
-            outcome = Outcome("error", "cost-not-checked", cost.headline(), body)
+            outcome = Outcome("error", "cost-not-checked", message, body)
         else:
-            message = cost.headline() + accept_edit(region, ChangeKind.COST, cost.against)
             outcome = Outcome("failure", "cost", message, body)
     return policy_case(region, f"{region.name}: {label}", listing, outcome)
 
