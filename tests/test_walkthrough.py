@@ -165,6 +165,9 @@ def test_a_merged_acceptance_does_not_accept_the_next_change_nor_hide_a_transfer
     line = written.index(REGRESSION[1].splitlines()[0]) + 1
     assert f"mytrain/train.py:{line}: implicit device-to-host" in done.stdout, done
     assert "np.asarray(logits)" in done.stdout, done
+    # It too ends with what accepts it, were it meant: the baseline file, which outlives the PR.
+    accept = "next step: `transfer-gate baseline policies --baseline policies/transfer-gate-"
+    assert accept + "baseline.json --region train.train_step --transfers-only`" in done.stdout, done
     document = json.loads((repo / "reports/r.json").read_text())
     (region,) = [r for suite in document["suites"] for r in suite["regions"]]
     assert region["base"]["failing"] is False, done  # the transfer alone fails it
