@@ -101,8 +101,10 @@ def _run_and_report(args: argparse.Namespace, repo_root: Path, cancel: Cancellat
     judgements: dict[str, RegionResult] = {}
 
     def judged(region: RegionResult) -> RegionResult:
-        if region.classname not in judgements and stored is None and not args.no_baseline:
-            # A failing transfer still ends with what accepts it: the file, written anew.
+        new_since_base = stored is None and args.base is not None and not args.no_baseline
+        if region.classname not in judgements and new_since_base:
+            # A transfer new since the base still ends with what accepts it: the file, written
+            # anew. Not in a plain run: there a leak's next step is its fix.
             judgements[region.classname] = without_baseline(region, command)
         if region.classname not in judgements:
             run = RunResult((SuiteResult(region.suite, "", (region,)),))
