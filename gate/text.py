@@ -88,3 +88,9 @@ def did_you_mean(word: str, choices: Sequence[str]) -> str:
 def suggesting(close: str | None) -> str:
     """`` (did you mean 'x'?)`` for a match `closest` found, or an empty string."""
     return f" (did you mean {close!r}?)" if close is not None else ""
+
+
+def accepted_text(accepted: str) -> str:
+    """``; accepted at policies/train.yaml:9: adds a metric``: what the line of a change the
+    head's policy accepts ends with (`gate.compare.acceptance`); "" for one not accepted."""
+    return f"; accepted at {accepted}" if accepted else ""

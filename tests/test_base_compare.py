@@ -135,7 +135,12 @@ def test_a_change_fails_on_what_it_changed_and_nothing_else(repo: Path) -> None:
     assert failure is not None, run
     message = failure.get("message", "")
     assert "x slower (interval " in message, message
-    assert message.endswith(" paired rounds on one core"), message
+    # It ends with the edit that accepts it (docs/compare.md, "Accepting an intended change").
+    rounds, edit = message.split("; to accept it, ")
+    assert rounds.endswith(" paired rounds on one core"), message
+    assert edit.startswith("add `accept: {timing: <why this change is meant>}` to region slow"), (
+        message
+    )
     ratio = float(message.split("x slower")[0])
     # 2x the sleep; on a busy machine sleeps overshoot by a fixed amount, which shrinks the
     # ratio (1.5x seen at load average 11), never below what fails the 1.1x factor here.

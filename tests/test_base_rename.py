@@ -107,9 +107,10 @@ def test_a_renamed_step_that_computes_something_else_fails_on_results(repo: Path
     # Among the findings: the failing results, with what they were compared against.
     finding = next(line for line in run.stdout.splitlines() if "policies/p.yaml:4:" in line)
     assert "results vs base: 1 leaf differs: the output" in finding, run
-    assert finding.endswith(
-        "(compared with the base's step pkg.steps:clean (the head renamed it pkg.steps:clean2))"
-    ), run
+    assert (
+        "(compared with the base's step pkg.steps:clean (the head renamed it pkg.steps:clean2)); "
+        "to accept it, add `accept: {results: <why this change is meant>}` to region clean"
+    ) in finding, run
 
 
 @under_the_rule

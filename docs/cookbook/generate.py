@@ -34,8 +34,9 @@ PAGE = ROOT / "docs" / "cookbook.md"
 POLICIES = (HERE / "cookbook.yaml", HERE / "two_devices.yaml")
 REGENERATE = ".venv/bin/python docs/cookbook/generate.py"
 TIMEOUT_S = 240.0
-# A leaky line ends in a comment "# LEAK: why" (what the docstrings say about it is no marker).
-MARKER = re.compile(r"\S {2}# LEAK: ")
+# A leaky line ends in a comment "# LEAK: why", or "# RECOMPILE: why" where it compiles again
+# as the loop's step moves on (what the docstrings say about it is no marker).
+MARKER = re.compile(r"\S {2}# (LEAK|RECOMPILE): ")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Recipe:
     policy: Path = POLICIES[0]
     whole_policy: bool = False  # show the policy file, not only the two regions
     note: str = ""
+    why_heading: str = "Why it moves data."  # what ``why`` answers
 
     @property
     def path(self) -> Path:
@@ -183,6 +185,25 @@ RECIPES = (
         "own `env:` gets a worker of its own), so the gate's process and the other recipes "
         "keep one device.",
     ),
+    Recipe(
+        slug="warmup_schedule",
+        title="A warmup learning rate passed as a static Python float",
+        written="The loop computes the warmup learning rate in Python from its step counter and "
+        "passes it to the jitted update as a static argument, so the update sees a plain "
+        "number.",
+        why="A static argument is part of the compiled program's key: every step's new rate "
+        "compiles the update again, each compile far slower than the step. Nothing moves, and "
+        "a region whose setup hands every run the same step never sees it: each run is step 0. "
+        "The setups here take the run's index (`def leaky_setup(run)`), as the loop hands its "
+        "step the step number, so every run is a later step, and the gate sees the update "
+        "compiled again after warm-up.",
+        fix="Keep the counter on the device (setup puts the run's index there) and evaluate the "
+        "schedule inside the jitted update: `optax.linear_schedule` is a function of an array. "
+        "The update compiles once.",
+        leaky=("warmup_lr", "sgd_at", "leaky_setup", "leaky_step"),
+        fixed=("SCHEDULE", "scheduled_sgd", "fixed_setup", "fixed_step"),
+        why_heading="Why it is slow.",
+    ),
 )
 
 
@@ -225,7 +246,8 @@ def run_gate(report_dir: Path) -> tuple[str, dict[str, Any]]:
 
 
 def marked_lines(path: Path) -> set[int]:
-    """The lines of ``path`` marked ``# LEAK``: where its leaky region must fail."""
+    """The lines of ``path`` marked ``# LEAK`` or ``# RECOMPILE``: where its leaky region must
+    fail."""
     lines = path.read_text(encoding="utf-8").splitlines()
     return {number for number, line in enumerate(lines, 1) if MARKER.search(line)}
 
@@ -250,14 +272,20 @@ def problems(report: dict[str, Any]) -> list[str]:
         if regions[leaky]["status"] != "failed":
             found.append(f"{leaky}: {regions[leaky]['status']}, expected to fail")
         where = str(recipe.path.relative_to(ROOT))
-        failing = {(t["path"], t["line"]) for t in regions[leaky]["transfers"] if t["failing"]}
+        failing = failing_lines(regions[leaky])
         marked = {(where, line) for line in marked_lines(recipe.path)}
         if failing != marked:
             found.append(
-                f"{leaky}: failing transfers at {sorted(failing)}, the # LEAK markers at "
-                f"{sorted(marked)}"
+                f"{leaky}: failing transfers and recompiles at {sorted(failing)}, the "
+                f"# LEAK and # RECOMPILE markers at {sorted(marked)}"
             )
     return found
+
+
+def failing_lines(region: dict[str, Any]) -> set[tuple[str, int]]:
+    """Where the region failed: each failing transfer's and recompile's (path, line)."""
+    found = [*region["transfers"], *region.get("recompiles", ())]
+    return {(f["path"], f["line"]) for f in found if f["failing"]}
 
 
 def source_of(path: Path, names: tuple[str, ...]) -> str:
@@ -377,7 +405,7 @@ def render(stdout: str) -> str:
             + (f"{recipe.note}\n\n" if recipe.note else "")
             + f"**What people write.** {recipe.written} From [`{module}`]({module}):\n\n"
             + f"```python\n{source_of(recipe.path, recipe.leaky)}\n```\n\n"
-            + f"**Why it moves data.** {recipe.why}\n\n"
+            + f"**{recipe.why_heading}** {recipe.why}\n\n"
             + "The gate says:\n\n"
             + "```\n" + "\n".join(output[recipe.classname("leaky")]) + "\n```\n\n"
             + f"**The fix.** {recipe.fix}\n\n"

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from gate.compare.acceptance import accepted, base_accept
 from gate.compare.base_policy import base_entry, for_base, head_entry, regions_in_base
 from gate.compare.communication import compare_sides, program_names
 from gate.compare.footprint import same_in_base
@@ -299,7 +300,7 @@ class _Pair:
         head = self._footprinted(head, head_root)
         if head[0].base is not None:  # unchanged: the base is not run
             return head[0]
-        return self._judged(head, self._base_run(head_root))
+        return self._judged(head, self._base_run(head_root), head_root)
 
     def head_alone(self, head_root: Path) -> Held:
         """The head's run, and its block of timed turns (`timed_block`), while its worker
@@ -328,7 +329,7 @@ class _Pair:
             if isinstance(block, RegionError):
                 return replace(head[0], base=self._failed(block))
             self.base_block = block
-        return self._judged(head, base)
+        return self._judged(head, base, head_root)
 
     def _run(self, side: Side, region: Region) -> Held:
         scheduler = side.scheduler
@@ -385,7 +386,7 @@ class _Pair:
             return self._own_definition(base_region, base_result, head_root)
         return base_result, base_outputs
 
-    def _judged(self, head: Held, base: Held) -> RegionResult:
+    def _judged(self, head: Held, base: Held, head_root: Path) -> RegionResult:
         (head_result, head_outputs), (base_result, base_outputs) = head, base
         if base_result.error is not None:
             return replace(head_result, base=self._failed(base_result.error))
@@ -433,7 +434,10 @@ class _Pair:
             renamed=self.renamed,
             apart=self.apart,
         )
-        return replace(head_result, base=comparison)
+        # The head's `accept:`, less what the base's copy of the policy has already.
+        in_base = base_accept(self.head.policy, self.region.name, head_root, self.tree.root)
+        comparison, notes = accepted(comparison, self.head.policy, self.region, in_base)
+        return replace(head_result, base=comparison, notes=(*head_result.notes, *notes))
 
     def _traced(self, head: RegionResult, base: RegionResult) -> tuple[RegionResult, RegionResult]:
         """Both with their op times by line, from traced runs of the regions the workers still

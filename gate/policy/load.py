@@ -24,6 +24,7 @@ import yaml
 from gate.files import policy_files_in, way_out
 from gate.levels import Direction, GuardLevel, GuardSpec
 from gate.limits import POLICY_BYTES, TooLarge, read_within
+from gate.policy.acceptance import accepted_of
 from gate.policy.defaults import default
 from gate.policy.meaning import check_meaning
 from gate.policy.model import (
@@ -43,7 +44,7 @@ from gate.policy.model import (
     TimingAction,
     TimingRule,
 )
-from gate.policy.nodes import callable_of, line_of, mapping_of, string_of
+from gate.policy.nodes import callable_of, key_line, line_of, mapping_of, string_of
 from gate.policy.problems import PolicyError, Problem, absolute_path, display_path
 from gate.policy.schema import json_type, scalar_value, validate
 from gate.policy.yaml_check import YamlCheck, yaml_error
@@ -256,6 +257,8 @@ def _build(document: yaml.Node, shown: Path, file: Path, write_references: bool)
                 timing=_timing(region.get("timing"), default_timing),
                 cost=_cost(region.get("cost"), default_cost),
                 memory=_memory(region.get("memory"), default_memory),
+                accept=accepted_of(region.get("accept")),
+                accept_line=key_line(region_node, "accept"),
                 checks=Checks(
                     finite=bool(value(checks, "finite", False)),
                     reference=absolute_path(policy_dir / reference)

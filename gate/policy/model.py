@@ -164,6 +164,25 @@ class MemoryRule:
     leaks: LeakRule = _LEAKS
 
 
+class ChangeKind(enum.StrEnum):
+    """What a region's ``accept:`` may accept against ``run --base``: one comparison each."""
+
+    RESULTS = "results"
+    COST = "cost"
+    TIMING = "timing"
+    COLLECTIVES = "collectives"
+    DONATIONS = "donations"
+
+
+@dataclass(frozen=True)
+class AcceptedChange:
+    """One entry of a region's ``accept:``: a change the pull request means to make."""
+
+    kind: ChangeKind
+    reason: str  # the reviewer's words, as written
+    line: int  # where the entry is in the policy file
+
+
 @dataclass(frozen=True)
 class Region:
     """One critical code region: a step run under the guard."""
@@ -186,6 +205,8 @@ class Region:
     donation: DonationRule = _DONATION
     memory: MemoryRule = MemoryRule()
     compare: CompareRule = _COMPARE
+    accept: tuple[AcceptedChange, ...] = ()  # `gate.policy.acceptance`
+    accept_line: int = 0  # where ``accept:`` is written; 0: the region has none
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,13 @@ def line_of(node: yaml.Node) -> int:
     return int(node.start_mark.line) + 1
 
 
+def key_line(node: yaml.Node, key: str) -> int:
+    """The 1-based line of ``key`` in a mapping node; 0 when it has no such key."""
+    if not isinstance(node, yaml.MappingNode):
+        return 0
+    return next((line_of(k) for k, _ in node.value if k.value == key), 0)
+
+
 def callable_of(node: yaml.Node) -> CallableRef:
     """The `module:qualname` a validated scalar names, with its line."""
     spec = str(scalar_value(node))

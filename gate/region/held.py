@@ -97,8 +97,9 @@ class HeldRegion:
     def outputs(self, outputs: Any) -> StepOutputs:
         """``outputs`` (one run's, from setup's inputs) on the host, and whether setup repeats."""
         _, leaves = host_leaves(outputs)
-        first, count = _digest(self.inputs.fresh())
-        second, _ = _digest(self.inputs.fresh())
+        # The inputs of the run whose outputs these are, twice: the same when setup repeats.
+        first, count = _digest(self.inputs.again())
+        second, _ = _digest(self.inputs.again())
         module = sys.modules.get(self.code.region.step.module)
         step_file = getattr(module, "__file__", None)
         return StepOutputs(

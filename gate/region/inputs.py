@@ -1,12 +1,17 @@
 """Fresh inputs from setup for every run, refused when the step cannot take them.
 
 Every run gets its own: a value whose host copy was already fetched hides
-the next transfer of it.
+the next transfer of it. A setup with a parameter (``def setup(run):``) is handed the run's
+index, 0 for the first call and one more for each run after it, as a training loop hands its
+step the step number: a bug that shows only as the loop's state moves on (a learning rate
+computed in Python each step, compiled again each step) then shows in the region too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+import inspect
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -40,6 +45,13 @@ class StepInputs:
     # (an NNX model updated in place), is no reuse; comparing it later would compare
     # what it holds now, the same on both sides.
     previous: list[Any] | None = None
+    made: int = 0  # setup's calls so far: the run index the next one is handed
+    last: int = 0  # the run index of the inputs made last
+
+    @functools.cached_property
+    def takes_run(self) -> bool:
+        setup = self.code.callables.setup
+        return setup is not None and takes_run(setup)
 
     def fresh(self, *, settled: bool = False) -> Inputs:
         """Setup's outputs for a watched run (or one whose outputs are judged): made under
@@ -84,16 +96,24 @@ class StepInputs:
             while batch:
                 yield batch.pop()
 
-    def _made(self, *, watched: bool) -> Inputs:
+    def again(self) -> Inputs:
+        """The inputs of the last run made again, for the same run index: two such calls give
+        the same arrays when setup is deterministic, as the comparison with the base needs."""
+        return self._made(watched=True, index=self.last)
+
+    def _made(self, *, watched: bool, index: int | None = None) -> Inputs:
         setup = self.code.callables.setup
         if setup is None:
             return (), {}
+        if index is None:
+            index, self.made = self.made, self.made + 1
+        self.last = index
         try:
             # Setup's programs are shared by every region of the worker: traced once, not
             # once per region as the step's are (`gate.jaxhooks.programs`). No run's log is
             # open while it runs.
             with self.watch.detector() if watched else nullcontext(), shared_programs():
-                made = setup()
+                made = setup(index) if self.takes_run else setup()
         except Exception as exc:
             raise RegionAbort(error_from(self.code.user, ErrorKind.SETUP, exc)) from exc
         if isinstance(made, tuple):
@@ -137,6 +157,19 @@ class StepInputs:
             pass  # this JAX keeps no visible host copy; nothing to warn about
         self.previous = array_leaves(inputs)
         return inputs
+
+
+def takes_run(setup: Callable[..., Any]) -> bool:
+    """Whether ``setup`` is to be handed the run's index: it has a parameter a call must give
+    (one without a default), as ``def setup(run):`` has."""
+    try:
+        parameters = inspect.signature(setup).parameters.values()
+    except (TypeError, ValueError):  # a builtin or a C callable that hides its signature
+        return False
+    return any(
+        p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        for p in parameters
+    )
 
 
 def _array_bytes(inputs: Inputs) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gate.policy.model import ChangeKind
 from gate.results.collective_changes import NEW, CollectiveChange, CommComparison
 from gate.results.constants import CONSTANT_FIX, EmbeddedConstant
 from gate.results.donation_changes import DonationComparison
@@ -55,6 +56,15 @@ def collective_fix(change: CollectiveChange) -> str:
         if any(_EXPLICIT.search(text) for text in texts):
             return EXPLICIT_COLLECTIVE_FIX
     return COLLECTIVE_FIX
+
+
+def accept_edit(region: RegionResult, kind: ChangeKind, against: str) -> str:
+    """``; to accept it, add `accept: {cost: …}` to region …``: what a failing comparison with
+    the base ends with (`BaseComparison.accept_edit`); "" against a stored baseline, which
+    `transfer-gate baseline` re-records instead."""
+    if against != "base" or region.base is None:
+        return ""
+    return region.base.accept_edit(kind)
 
 
 def comm_comparisons(region: RegionResult) -> list[CommComparison]:
@@ -106,13 +116,15 @@ def comm_findings(region: RegionResult) -> list[CommFinding]:
         if comm.unchecked is not None or comm.bytes_failing:
             text = f"{comm_label(comm)}: {comm.headline()}"
             found.append(CommFinding("collectives", None, text, True))
-        found.extend(_change(change) for change in comm.changes if change.change == NEW)
+        edit = accept_edit(region, ChangeKind.COLLECTIVES, comm.against)
+        found.extend(_change(change, edit) for change in comm.changes if change.change == NEW)
     compared = donation_comparisons(region)
     for donations in compared:
         if donations.unchecked is not None:
             text = f"{donation_label(donations)}: {donations.headline()}"
             found.append(CommFinding("donations", None, text, True))
-    found.extend(_donation(d, compared) for d in region.donations)
+    edit = accept_edit(region, ChangeKind.DONATIONS, "base")
+    found.extend(_donation(d, compared, edit) for d in region.donations)
     constants = region.cost.constants if region.cost is not None else None
     found.extend(_constant(c) for c in constants or ())
     return sorted(found, key=lambda f: not f.failing)
@@ -126,7 +138,7 @@ def _constant(constant: EmbeddedConstant) -> CommFinding:
     return CommFinding("embedded constant", location, text, False, constant.source, CONSTANT_FIX)
 
 
-def _change(change: CollectiveChange) -> CommFinding:
+def _change(change: CollectiveChange, edit: str) -> CommFinding:
     prefix = "" if change.failing else "warning (collectives: warn): " if change.warning else ""
     return CommFinding(
         "new collective",
@@ -134,11 +146,13 @@ def _change(change: CollectiveChange) -> CommFinding:
         prefix + change.text(),
         change.failing,
         change.source,
-        collective_fix(change) if change.failing or change.warning else "",
+        collective_fix(change) + edit if change.failing or change.warning else "",
     )
 
 
-def _donation(donation: UnusedDonation, compared: list[DonationComparison]) -> CommFinding:
+def _donation(
+    donation: UnusedDonation, compared: list[DonationComparison], edit: str
+) -> CommFinding:
     """One of the head's unused donations, as its rule and the comparisons judged it."""
     lost = [(c.against, c.lost_as(donation)) for c in compared if c.lost_as(donation)]
     failing = donation.failing or any(d is not None and d.failing for _, d in lost)
@@ -150,7 +164,9 @@ def _donation(donation: UnusedDonation, compared: list[DonationComparison]) -> C
     else:
         text = donation.text()
     if failing:
-        return CommFinding("unused donation", None, text, True, fix=DONATION_FIX)
+        # Lost against the base (not `donation: fail`'s own verdict): the base's edit accepts it.
+        fix = DONATION_FIX + (edit if any(against == "base" for against, _ in lost) else "")
+        return CommFinding("unused donation", None, text, True, fix=fix)
     if warning:
         text = f"warning (donation: warn): {text}"
         return CommFinding("unused donation", None, text, False, fix=DONATION_FIX)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from gate.policy.model import ChangeKind
 from gate.report.communication_text import (
     comm_comparisons,
     comm_label,
@@ -30,7 +31,7 @@ from gate.results.comparison import (
 )
 from gate.results.costs import CostComparison
 from gate.results.records import RegionResult
-from gate.text import duration_text
+from gate.text import accepted_text, duration_text
 
 LINES_SHOWN = 3  # changed lines a log or summary shows under a cost change
 
@@ -163,7 +164,7 @@ def results_line(results: ResultComparison) -> str:
         return one_line(results.detail) or "the same within tolerance"
     differences = results.differences
     if not differences:
-        return one_line(results.detail) or "the results differ"
+        return (one_line(results.detail) or "the results differ") + accepted_text(results.accepted)
     first = differences[0]
     noun = "leaf differs" if len(differences) == 1 else "leaves differ"
     text = f"{len(differences)} {noun}: {_leaf(first.path)} ({one_line(first.detail)})"
@@ -171,7 +172,7 @@ def results_line(results: ResultComparison) -> str:
         text += "; also " + ", ".join(_leaf(d.path) for d in differences[1:4])
         if len(differences) > 4:
             text += f", and {len(differences) - 4} more"
-    return text
+    return text + accepted_text(results.accepted)
 
 
 def base_status_line(base: BaseComparison) -> str:
@@ -313,15 +314,16 @@ def failing_comparisons(region: RegionResult) -> list[tuple[str, str]]:
             failing.append(("vs base", base_status_line(base)))
         for timing in (base.timing, *base.boundary_timing):
             if timing is not None and timing.failing:
-                most = most_grown(timing, base.cost)
+                most = most_grown(timing, base.cost) + base.accept_edit(ChangeKind.TIMING)
                 failing.append((timing_label(timing), timing_line(timing) + most))
         if base.results is not None and base.results.failing:
             text = results_line(base.results)
             if own_definition_line(base):  # where the fix is: the rename changed the result
                 text += f" ({own_definition_line(base)})"
-            failing.append(("results vs base", text))
+            failing.append(("results vs base", text + base.accept_edit(ChangeKind.RESULTS)))
         if base.cost is not None and base.cost.failing:
-            failing.append(("cost vs base", base.cost.headline()))
+            text = base.cost.headline() + base.accept_edit(ChangeKind.COST)
+            failing.append(("cost vs base", text))
     vs_baseline = region.timing_vs_baseline
     if vs_baseline is not None and vs_baseline.failing:
         most = most_grown(vs_baseline, region.cost_vs_baseline)

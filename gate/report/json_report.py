@@ -25,6 +25,7 @@ from gate.documents import Record, encode, read_document
 from gate.files import write_text_atomically
 from gate.levels import GuardSpec
 from gate.package import __version__
+from gate.policy.model import AcceptedChange
 from gate.report.json_collectives import CommComparisonDoc, DonationDoc
 from gate.report.json_cost import CostComparisonDoc, CostDoc
 from gate.report.json_findings import FindingDoc, RecompileDoc
@@ -108,6 +109,9 @@ class BaseDoc(Record, frozen=True, kw_only=True):
     first_call_s: FirstCalls
     # Unchanged: how many files of the head's footprint the base has byte for byte (0 else).
     same_files: int = 0
+    # The head's policy's `accept:` entries that accepted a change here, each by kind, with
+    # its reason and line in the policy file; their comparisons pass (docs/compare.md).
+    accepted: tuple[AcceptedChange, ...] = ()
 
     @classmethod
     def of(cls, base: BaseComparison | None) -> BaseDoc | None:
@@ -141,6 +145,7 @@ class BaseDoc(Record, frozen=True, kw_only=True):
             collectives=CommComparisonDoc.of(base.comm),
             first_call_s=FirstCalls(base=base.base_first_call_s, head=base.head_first_call_s),
             same_files=base.same_files,
+            accepted=base.accepted,
         )
 
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gate.levels import Direction, GuardSpec
+from gate.policy.model import ChangeKind
+from gate.report.communication_text import accept_edit
 from gate.report.terminal import (
     format_boundary,
     format_check,
@@ -193,10 +195,11 @@ def _cost_case(region: RegionResult, cost: CostComparison, label: str) -> Case:
     outcome = None
     if cost.failing:
         body = f"{listing}\n{declared(region)}{timing_next_step(region, cost.against)}"
+        message = cost.headline() + accept_edit(region, ChangeKind.COST, cost.against)
         if cost.unchecked is not None:
-            outcome = Outcome("error", "cost-not-checked", cost.headline(), body)
+            outcome = Outcome("error", "cost-not-checked", message, body)
         else:
-            outcome = Outcome("failure", "cost", cost.headline(), body)
+            outcome = Outcome("failure", "cost", message, body)
             # The annotation goes where a reviewer must look: the new constant's line, or
             # where the work grew.
             grown = cost.grown_line({c.metric for c in cost.changes if c.failing})

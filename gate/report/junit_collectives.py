@@ -16,7 +16,9 @@ it always was:
 
 from __future__ import annotations
 
+from gate.policy.model import ChangeKind
 from gate.report.communication_text import (
+    accept_edit,
     collective_fix,
     comm_comparisons,
     comm_findings,
@@ -62,7 +64,8 @@ def _comparison_case(region: RegionResult, comm: CommComparison) -> Case:
     if comm.unchecked is not None:
         outcome = Outcome("error", "collectives-not-checked", comm.headline(), body)
     elif comm.bytes_failing:
-        outcome = Outcome("failure", "collectives", comm.bytes_line(), body)
+        message = comm.bytes_line() + accept_edit(region, ChangeKind.COLLECTIVES, comm.against)
+        outcome = Outcome("failure", "collectives", message, body)
     name = "collectives" if comm.against == "base" else f"collectives vs {comm.against}"
     return policy_case(region, f"{region.name}: {name}", body, outcome)
 
@@ -82,8 +85,9 @@ def _new_case(region: RegionResult, comm: CommComparison, change: CollectiveChan
         f"fix: {collective_fix(change)}",
     ]
     body = "\n".join(lines) + "\n\n" + declared(region) + timing_next_step(region, comm.against)
+    edit = accept_edit(region, ChangeKind.COLLECTIVES, comm.against)
     outcome = (
-        Outcome("failure", "collective", change.line(_policy(region)), body)
+        Outcome("failure", "collective", change.line(_policy(region)) + edit, body)
         if change.failing
         else None
     )
@@ -107,6 +111,8 @@ def _donation_case(region: RegionResult) -> Case:
         message = failing[0].text
         if len(failing) > 1:
             message = f"{len(failing)} donated arguments are not reused: {message}"
+        if failing[0].fix.startswith(DONATION_FIX):  # the accept edit, where it has one
+            message += failing[0].fix.removeprefix(DONATION_FIX)
         outcome = Outcome("failure", "donation", message, body)
     return policy_case(region, f"{region.name}: donation", body, outcome)
 

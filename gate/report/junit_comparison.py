@@ -13,6 +13,8 @@ the check, which only the gate's own verdict (its exit code) may do.
 
 from __future__ import annotations
 
+from gate.policy.model import ChangeKind
+from gate.report.communication_text import accept_edit
 from gate.report.comparison_text import (
     base_status_line,
     boundary_time_line,
@@ -80,7 +82,9 @@ def _timing_case(
     outcome: Outcome | None = None
     if timing.failing:
         # The line whose time grew most goes in the message: the annotation a reviewer sees.
-        outcome = Outcome("failure", "timing", timing.headline() + most_grown(timing, cost), body)
+        message = timing.headline() + most_grown(timing, cost)
+        message += accept_edit(region, ChangeKind.TIMING, timing.against)
+        outcome = Outcome("failure", "timing", message, body)
     elif timing.verdict is TimingVerdict.INCONCLUSIVE:
         outcome = Outcome("skipped", "inconclusive", timing.headline(), body)
     # Unchanged, faster, or a slowdown under `on_regression: warn`: a pass, and system-out
@@ -110,6 +114,7 @@ def _results_case(region: RegionResult, base: BaseComparison, results: ResultCom
     outcome = None
     if results.failing:
         message = f"results differ from the base: {results_line(results)}"
+        message += base.accept_edit(ChangeKind.RESULTS)
         outcome = Outcome("failure", "result-diff", message, body)
     return policy_case(region, name, body, outcome)
 

@@ -218,14 +218,15 @@ def has_findings(region: RegionResult) -> bool:
 
 def shown_comparisons(region: RegionResult, verbose: bool = False) -> list[tuple[str, str]]:
     """`comparison_lines`, less a cost change that fails nothing unless ``verbose``: XLA's
-    figures move a little with most edits, and a line that changes no verdict is noise."""
+    figures move a little with most edits, and a line that changes no verdict is noise. One
+    the policy's ``accept:`` accepts is shown: it is the change the pull request means."""
     quiet_costs = {
         against
         for against, cost in (
             ("base", region.base.cost if region.base is not None else None),
             ("baseline", region.cost_vs_baseline),
         )
-        if cost is not None and cost.compared and not cost.failing
+        if cost is not None and cost.compared and not cost.failing and not cost.accepted
     }
     if verbose or not quiet_costs:
         return comparison_lines(region)

@@ -319,11 +319,25 @@ def _judge(region: RegionResult, accepted: dict[str, Accepted], command: str) ->
             f"with `{scoped}`"
         )
     if any(t.failing for t in transfers):
-        notes.append(
-            f"{NEXT_STEP}`{scoped}` accepts every transfer this region makes now, listing each "
-            "it adds; it leaves the region's stored timing and every other region as they are"
-        )
+        notes.append(transfers_next_step(scoped))
     return replace(region, transfers=transfers, notes=(*region.notes, *notes), fixed=fixed)
+
+
+def transfers_next_step(scoped: str) -> str:
+    """The note that says how ``scoped`` (`transfers_command`) accepts a region's transfers."""
+    return (
+        f"{NEXT_STEP}`{scoped}` accepts every transfer this region makes now, listing each "
+        "it adds; it leaves the region's stored timing and every other region as they are"
+    )
+
+
+def without_baseline(region: RegionResult, command: str) -> RegionResult:
+    """``region``, run with no baseline file, with the next step that accepts its failing
+    transfers (the file that command writes), as a run with a baseline says it."""
+    if not region.failing_transfers:
+        return region
+    note = transfers_next_step(transfers_command(command, region))
+    return replace(region, notes=(*region.notes, note))
 
 
 def next_step(region: RegionResult, part: Literal["timing", "transfers"]) -> str | None:

@@ -22,7 +22,7 @@ from gate.results.line_map import MOVED as MOVED_LINE
 from gate.results.line_map import UNCHANGED as UNCHANGED_LINE
 from gate.results.line_map import LineMap
 from gate.results.moves import collective_key, collective_spot, matched, moved_only
-from gate.text import bytes_text
+from gate.text import accepted_text, bytes_text
 from gate.user_code import SourceLocation
 
 NEW, GROWN, SHRUNK, CHANGED, MOVED, GONE = "new", "grown", "shrunk", "changed", "moved", "gone"
@@ -131,6 +131,8 @@ class CommComparison:
     # The unused donations, compared from the same programs and judged by ``donation:``
     # (`gate.results.donation_changes`); None under ``donation: allow`` or where not compared.
     donations: DonationComparison | None = None
+    # Where the head's policy accepts the collectives' change, and why (`gate.compare.acceptance`).
+    accepted: str = ""
 
     @property
     def bytes_failing(self) -> bool:
@@ -152,6 +154,8 @@ class CommComparison:
     @property
     def collectives_failing(self) -> bool:
         """The collectives alone: a new one under ``collectives: fail``, the bytes, a gap."""
+        if self.accepted:
+            return False
         return (
             self.unchecked is not None or self.bytes_failing or any(c.failing for c in self.changes)
         )
@@ -179,7 +183,10 @@ class CommComparison:
         return f"{lead}: {bytes_text(base)} → {bytes_text(head)}/step/device{ratio}"
 
     def headline(self, most: int = 3) -> str:
-        """One line: what fails first, then what else changed."""
+        """One line: what fails first, then what else changed, and where it is accepted."""
+        return self._headline(most) + accepted_text(self.accepted)
+
+    def _headline(self, most: int) -> str:
         if self.unchecked is not None:
             why = (
                 "collectives: fail"

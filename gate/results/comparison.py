@@ -13,10 +13,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from gate.policy.model import AcceptedChange, ChangeKind
 from gate.results.collective_changes import CommComparison
 from gate.results.costs import CostComparison
 from gate.results.errors import RegionError
-from gate.text import duration_text
+from gate.text import accepted_text, duration_text
 
 
 class TimingVerdict(enum.StrEnum):
@@ -58,6 +59,9 @@ class TimingComparison:
     # The stored baseline's samples were too noisy to bound this comparison when recorded
     # (`gate.results.timing_baseline.TimingNoise`): said beside the verdict, with the fix.
     noisy_baseline: str = ""
+    # Where the head's policy accepts this change, and why (`gate.compare.acceptance`): then
+    # ``failing`` is False, and every report says it was accepted. "" when it is not.
+    accepted: str = ""
 
     @property
     def test(self) -> str:
@@ -115,6 +119,7 @@ class TimingComparison:
         return (
             f"{lead}: median {duration_text(self.base_median_s)} → "
             f"{duration_text(self.head_median_s)}, {self.sizes()}{noisy}"
+            f"{accepted_text(self.accepted)}"
         )
 
 
@@ -144,10 +149,11 @@ class ResultComparison:
     status: ResultStatus
     detail: str
     differences: tuple[LeafDifference, ...] = ()
+    accepted: str = ""  # where the head's policy accepts the difference, and why; "" if not
 
     @property
     def failing(self) -> bool:
-        return self.status is ResultStatus.DIFFERS
+        return self.status is ResultStatus.DIFFERS and not self.accepted
 
 
 class BaseStatus(enum.StrEnum):
@@ -223,6 +229,15 @@ class BaseComparison:
     apart: str = ""
     # UNCHANGED: how many files of the head's footprint the base has byte for byte.
     same_files: int = 0
+    # The head's ``accept:`` entries that accepted a change here (`gate.compare.acceptance`).
+    accepted: tuple[AcceptedChange, ...] = ()
+    # The exact edit that accepts each kind of change, for the failing ones' messages.
+    to_accept: tuple[tuple[ChangeKind, str], ...] = ()
+
+    def accept_edit(self, kind: ChangeKind) -> str:
+        """``; to accept it, add `accept: {results: …}` to region …``; "" where none applies."""
+        edit = dict(self.to_accept).get(kind, "")
+        return f"; {edit}" if edit else ""
 
     @property
     def failing(self) -> bool:

@@ -43,7 +43,7 @@ from gate.results.line_work import (
     LineWork,
     compare_lines,
 )
-from gate.text import number_text, si_text, size_text
+from gate.text import accepted_text, number_text, si_text, size_text
 
 WORK = ("flops", "bytes_accessed", "transcendentals")
 # A line whose work is unchanged heads a slower verdict only where its op time grew beyond
@@ -306,6 +306,8 @@ class CostComparison:
     # Why the work totals are not bounded by ``max_work_increase`` (a side counted each
     # loop's body once); "" where they are.
     work_note: str = ""
+    # Where the head's policy accepts this change, and why (`gate.compare.acceptance`).
+    accepted: str = ""
 
     @property
     def changed(self) -> bool:
@@ -372,6 +374,8 @@ class CostComparison:
 
     @property
     def failing(self) -> bool:
+        if self.accepted:
+            return False
         return (
             self.unchecked is not None
             or bool(self.new_constants)
@@ -379,7 +383,11 @@ class CostComparison:
         )
 
     def headline(self, most: int = 4) -> str:
-        """One line: the failing totals and what changed in the functions on the same figures."""
+        """One line: the failing totals and what changed in the functions on the same figures,
+        and where the head's policy accepts the change."""
+        return self._headline(most) + accepted_text(self.accepted)
+
+    def _headline(self, most: int) -> str:
         unchecked = self.unchecked
         if unchecked is not None:
             return (

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 from gate.policy.model import DonationRule
 from gate.results.donations import UnusedDonation
+from gate.text import accepted_text
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class DonationComparison:
     regained: tuple[UnusedDonation, ...] = ()  # the other side's, which the head reuses now
     compared: bool = True  # False: a side's donations could not be read; ``note`` says why
     note: str = ""
+    # Where the head's policy accepts the lost donations, and why (`gate.compare.acceptance`).
+    accepted: str = ""
 
     @property
     def unchecked(self) -> str | None:
@@ -45,6 +48,8 @@ class DonationComparison:
 
     @property
     def failing(self) -> bool:
+        if self.accepted:
+            return False
         return self.unchecked is not None or any(d.failing for d in self.lost)
 
     @property
@@ -57,7 +62,11 @@ class DonationComparison:
         return next((d for d in self.lost if d.identity() == donation.identity()), None)
 
     def headline(self) -> str:
-        """``1 lost: jit(step): 'params['w']' float32[64,128] (base: reused); 2 unused in both``."""
+        """``1 lost: jit(step): 'params['w']' float32[64,128] (base: reused); 2 unused in both``,
+        and where the head's policy accepts it."""
+        return self._headline() + accepted_text(self.accepted)
+
+    def _headline(self) -> str:
         if not self.compared:
             verb = "not checked" if self.unchecked is not None else "not compared"
             lead = f"donations {verb} against the {self.against}: {self.note}"
