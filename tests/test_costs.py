@@ -162,7 +162,8 @@ def test_twice_the_matmul_work_is_exactly_twice_the_flops() -> None:
         "2x dot f32[64,64]·f32[64,64]: flops 1.05e6"
     )
     assert default.headline().endswith(
-        "; if intended, accept it with `cost: {max_work_increase: 2.5}` in region grows "
+        "; if every later change may do this too, raise the bound: "
+        "`cost: {max_work_increase: 2.5}` in region grows "
         "(policy line 4)"
     )
     assert not compare_costs(base, head, CostRule(max_work_increase=2.5)).failing
@@ -347,7 +348,8 @@ def test_a_new_program_leads_the_cost_line_and_figures_that_round_to_1x_are_not_
     assert strict.changed
     assert strict.headline() == (
         "cost beyond 1x the base: total: flops 5.71e7 → 5.71e7 (1.00x); "
-        "if intended, accept it with `cost: {max_increase: 1.01}` in the region"
+        "if every later change may do this too, raise the bound: `cost: {max_increase: 1.01}` "
+        "in the region"
     )
 
 
@@ -388,7 +390,8 @@ def test_the_junit_cost_case_appears_only_against_a_base_and_fails_naming_the_ch
     assert case.outcome.kind == "cost"
     assert case.outcome.message == (
         "cost beyond 1.05x the base: total: flops 2.10e6 → 4.20e6 (2.00x); "
-        "jit(step): flops 2.10e6 → 4.20e6 (2.00x); if intended, accept it with "
+        "jit(step): flops 2.10e6 → 4.20e6 (2.00x); if every later change may do this too, raise "
+        "the bound: "
         "`cost: {max_work_increase: 2, max_increase: 2}` in the region"
     )
     assert "- jit(step): runs 1 → 2 (2.00x)" in case.outcome.body

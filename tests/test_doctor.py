@@ -33,6 +33,7 @@ from gate.machine.doctor import (
 )
 from gate.machine.settings import Setting, cache_setting, read_settings
 from gate.machine.version_check import version_problems
+from gate.package import docs_url
 
 H200 = Diagnosis(
     python="3.12.3",
@@ -510,10 +511,10 @@ def test_doctor_fails_on_a_requirement_the_installed_jax_does_not_meet(tmp_path:
     assert errors == [
         f"error: pyproject.toml:3: jax<0.5 is not met: jax {JAX} is installed; run the gate with "
         "a JAX that meets it (the gate's image: --build-arg JAX_VERSION=...), or change the "
-        "requirement (docs/dependencies.md)",
+        f"requirement ({docs_url('docs/dependencies.md')})",
         "error: pyproject.toml:5: jax-cuda12-plugin==0.4.30 asks for jax-cuda12-plugin, which "
         "is not installed here; install it in the gate's environment, or run the gate in an "
-        "image that has it (docs/dependencies.md)",
+        f"image that has it ({docs_url('docs/dependencies.md')})",
     ], run
     assert f"  pyproject.toml:3  jax<0.5: jax {JAX}, not met" in run.stdout
     annotations = [line for line in run.stdout.splitlines() if line.startswith("::error")]

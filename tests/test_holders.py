@@ -24,6 +24,7 @@ from gate.machine.holders import (
     busy_platform,
     device_holders,
 )
+from gate.package import docs_url
 
 # JAX 0.10.2 on a TPU v5e whose chip another process holds (FIELD-NOTES.md, "On a TPU").
 LOCKFILE = (
@@ -151,7 +152,8 @@ def test_the_message_names_the_holder_and_what_to_do(
         "the TPU is busy: held by pid 4242 (python train.py), which has /dev/accel0 open. "
         "A TPU chip admits one process at a time, and JAX does not fall back to the CPU: wait "
         "for that process to end, or stop it (kill 4242), then run again. A runner must not "
-        "share its chips with other jobs: one runner per chip or per host (docs/runner-host.md)."
+        "share its chips with other jobs: one runner per chip or per host "
+        f"({docs_url('docs/runner-host.md')})."
     )
 
 

@@ -206,8 +206,8 @@ def test_history_reads_a_hostile_report_or_refuses_it_in_one_line(
     repo = _history_repo(tmp_path)
     write_reports(repo / "main", _reports(template, name))
     done = run_gate(
-        repo, "history", "main", "--out", "site", "--check", "--markdown", "trend.md",
-        "--page-url", "https://octo.github.io/proj/", process=True,
+        repo, "history", "main", "--every-branch", "--out", "site", "--check", "--markdown",
+        "trend.md", "--page-url", "https://octo.github.io/proj/", process=True,
     )  # fmt: skip
     refused = REPORTS[name]
     if refused is not None:
@@ -240,7 +240,7 @@ def test_a_first_median_of_zero_is_a_change_from_zero(
 ) -> None:
     repo = _history_repo(tmp_path)
     write_reports(repo / "main", _reports(template, "first-median-zero"))
-    done = run_gate(repo, "history", "main", "--out", "site")
+    done = run_gate(repo, "history", "main", "--every-branch", "--out", "site")
     assert done.returncode == 0, done
     assert "<td>from 0 s to 3.00 ms over 3 runs</td>" in (repo / "site/index.html").read_text()
 
@@ -250,7 +250,9 @@ def test_medians_at_the_float_limit_are_drawn_to_scale(
 ) -> None:
     repo = _history_repo(tmp_path)
     write_reports(repo / "main", _reports(template, "medians-at-the-float-limit"))
-    done = run_gate(repo, "history", "main", "--out", "site", "--markdown", "trend.md")
+    done = run_gate(
+        repo, "history", "main", "--every-branch", "--out", "site", "--markdown", "trend.md"
+    )
     assert done.returncode == 0, done
     # The highest, the lowest, and 3 ms halfway between them.
     row = (repo / "trend.md").read_text().splitlines()[-1]
@@ -296,7 +298,7 @@ def test_hostile_text_stays_data_in_the_page_in_chromium(
 ) -> None:
     repo = _history_repo(tmp_path)
     write_reports(repo / "main", _reports(template, "hostile-text"))
-    done = run_gate(repo, "history", "main", "--out", "site")
+    done = run_gate(repo, "history", "main", "--every-branch", "--out", "site")
     assert done.returncode == 0, done
     opened = tmp_path / "index.html"
     opened.write_text(probed((repo / "site/index.html").read_text(), PROBE))
@@ -319,14 +321,17 @@ def test_hostile_text_in_the_trend_is_escaped_as_the_job_summary_escapes_it(
 ) -> None:
     repo = _history_repo(tmp_path)
     write_reports(repo / "main", _reports(template, "hostile-text"))
-    done = run_gate(repo, "history", "main", "--out", "site", "--markdown", "trend.md")
+    done = run_gate(
+        repo, "history", "main", "--every-branch", "--out", "site", "--markdown", "trend.md"
+    )
     assert done.returncode == 0, done
     trend = (repo / "trend.md").read_text(encoding="utf-8")
     safe_for_a_log("trend.md", trend)
     lines = trend.splitlines()
-    # Our heading and table; the suite's name is one cell's text.
+    # Our heading and table; the suite's name is one cell's text (and the hostile branch
+    # name, drawn with --every-branch, no heading of its own).
     assert [x for x in lines if x.lstrip().startswith("#")] == [
-        "### Step time over main's recent runs"
+        "### Step time over every branch's recent runs, a line each"
     ]
     [row] = lines[4:]
     # As the gate's own summary writes a message: Markdown's signs escaped (so no HTML, image,
@@ -350,7 +355,9 @@ def test_the_trend_is_cut_to_fit_a_steps_job_summary(
         {**region, "name": name, "classname": f"p.{name}"} for name in names
     ]
     write_reports(repo / "main", [report])
-    done = run_gate(repo, "history", "main", "--out", "site", "--markdown", "trend.md")
+    done = run_gate(
+        repo, "history", "main", "--every-branch", "--out", "site", "--markdown", "trend.md"
+    )
     assert done.returncode == 0, done
     trend = (repo / "trend.md").read_bytes()
     assert MAX_SUMMARY_BYTES - 4096 < len(trend) <= MAX_SUMMARY_BYTES

@@ -274,7 +274,7 @@ def test_summary_shows_a_failing_cost_comparison_against_the_base_and_the_baseli
     table = text.split("### Against the base")[1].split("###")[0]
     assert (
         f"| `train.vs_base` cost | — | — | — | **FAIL**: cost beyond 1.05x the base: {headline}; "
-        f"if intended, accept it with {edit} |\n"
+        f"if every later change may do this too, raise the bound: {edit} |\n"
     ) in table
     assert (
         f"| `train.vs_baseline` cost (vs baseline) | — | — | — | **FAIL**: cost beyond 1.05x "

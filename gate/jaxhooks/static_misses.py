@@ -108,7 +108,10 @@ def first_differences(new_key: Any, old_key: Any, kinds: tuple[Any, ...] | None)
     lines = []
     for prefix, new_value, old_value in pairs:
         found = first_difference(new_value, old_value)
-        if found is None or (not prefix and not found.path):
+        if found is None or not found.path or found.path.endswith("<Static>.val"):
+            # A static value that differs whole (a number, a string): JAX's own line says it
+            # (or the gate's in JAX's words), by the argument's name (``[1]['lr']``), where a
+            # PyTreeDef's path counts children.
             continue
         what, made = described(found)
         where = f" (made at {made[0]}:{made[1]})" if made is not None else ""

@@ -544,7 +544,10 @@ class CostComparison:
         edit = " and ".join(edits)
         if self.against == "baseline":
             return f"if intended, record the baseline again, or accept it with {edit}"
-        return f"if intended, accept it with {edit}"
+        # Against the base, this pull request's own acceptance (``accept: {cost: ...}``,
+        # `gate.compare.acceptance`) is the edit the message ends with; the bound is the rule
+        # every later change meets.
+        return f"if every later change may do this too, raise the bound: {edit}"
 
 
 def compare_costs(

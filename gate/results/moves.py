@@ -131,11 +131,30 @@ def _moved(
         gone = lines is None or not was.path or lines.head_line(was.path, was.line) is None
         if index not in taken and was.alike is not None and gone:
             waiting.setdefault(was.alike, []).append(index)
+    unwritten: list[tuple[New, Spot]] = []
     for now, spot in news:
         written = lines is None or not spot.path or lines.place(spot.path, spot.line).touched
-        if spot.alike is None or not written:
+        if spot.alike is None:
+            continue
+        if not written:
+            unwritten.append((now, spot))
             continue
         found = _first(waiting.get(spot.alike, []), taken)
+        if found is not None:
+            taken.add(found)
+            pairs.append(Pair(now, olds[found][0], MOVED))
+    if lines is None or not unwritten:
+        return pairs
+    # Last, what git's map could not place: the same thing at a line it calls untouched on
+    # both sides, whose lines do not map to each other. A program the base read back from a
+    # compilation cache keyed without source lines carries the head's lines (docs/compare.md,
+    # "Which line is which"): the same collective, not a new one and a gone one.
+    rest: dict[Hashable, list[int]] = {}
+    for index, (_, was) in enumerate(olds):
+        if index not in taken and was.alike is not None:
+            rest.setdefault(was.alike, []).append(index)
+    for now, spot in unwritten:
+        found = _first(rest.get(spot.alike, []), taken)
         if found is not None:
             taken.add(found)
             pairs.append(Pair(now, olds[found][0], MOVED))
