@@ -113,7 +113,7 @@ class PairedRounds:
         tree's runs finds its caches warm, one after the other tree's does not, and the
         first turn on a core meets whatever ran there before (the kernel moves it away
         during that turn). With a fixed order that alone made one tree 4-40% "slower"
-        (docs/performance.md). In A, B, B, A each tree has one turn of each kind; which tree
+        (docs/performance-log.md). In A, B, B, A each tree has one turn of each kind; which tree
         is A is a coin flip per round, and the pair of cores rotates by one per round, so
         that neither tree is always first on a given core. Whatever such effects remain,
         a round's ratio is then as likely x as 1/x, which is all the signed-rank test needs.
@@ -182,7 +182,7 @@ def timed_block(side: Side, region: Region, runs: int) -> tuple[float, ...] | Re
     rounds compare, runs back to back on held inputs, where a timed run with fresh inputs also
     holds the wait for them (on a TPU a 1.3x slower step read 1.1x so). Twice the turns did
     not decide more: two processes' offsets (0.96-1.02x between unchanged trees on a TPU v5e)
-    bound an unpaired comparison, not the samples' number (docs/performance.md)."""
+    bound an unpaired comparison, not the samples' number (docs/performance-log.md)."""
     cpus = usable_cpus()
     count = 2 * region.timing.rounds
     turns = [Turn(runs, cpus[i % len(cpus)] if cpus else None) for i in range(count)]

@@ -6,7 +6,7 @@ inside the region, where host callbacks are placed and compilations are counted.
 now the gate called ``jax.clear_caches()`` before each region; that made every verdict
 independent of the regions run before in the worker, but also threw away every program of
 setup's (PRNG keys, initialisers), which each region then traced and lowered again: most of
-the gate's own cost on small regions (docs/performance.md).
+the gate's own cost on small regions (docs/performance-log.md).
 
 ``jax.make_user_context`` (public since jax 0.6) gives a value that is part of every jit
 cache key: tracing, lowering, compilation and the C++ dispatch cache. So each region gets a
@@ -21,7 +21,7 @@ not the context.
 Inside a step's trace, every jitted function of JAX's own the step calls (``jnp.multiply``
 behind ``x * 2``, ``jnp.mean``, ``jax.random``'s helpers: a dozen in the benchmark's small
 steps) would be traced again in every region too: ~12 ms a region on the CPU, a tenth of a
-small region's cost (docs/performance.md). They run no code of the user's, place no host
+small region's cost (docs/performance-log.md). They run no code of the user's, place no host
 callback, move nothing while traced and compile nothing of their own (a nested call is
 inlined into the step's program), so nothing a verdict reads depends on whether their trace
 is new. While a region's programs are entered, such a call (`_jax_own`: a function defined
@@ -117,7 +117,7 @@ class RegionPrograms:
         a small region on the CPU, which until now waited for `release_programs` and the
         recompiling of setup's programs that comes with it. ``clear_cache`` (public, on a
         ``jax.jit`` function) lets go of the step's alone: under 0.1 MB a region left
-        (docs/performance.md). A step that is no jitted function leaves its programs to the
+        (docs/performance-log.md). A step that is no jitted function leaves its programs to the
         release.
         """
         if jit_info(step) is None:

@@ -5,7 +5,7 @@ On Python 3.11 the map hears the user's code through ``sys.settrace``
 line of Python on its slower tracing path, not only the calls it reports. After JAX has
 traced a step (the user's code runs there, so the map must listen), it lowers the trace to a
 program and compiles it: no line of the user's runs in either, and they cost ~8 ms of a small
-region's ~110 ms first call on the 2-core CPU machine (docs/performance.md). While a block of
+region's ~110 ms first call on the 2-core CPU machine (docs/performance-log.md). While a block of
 the map's is active, ``pjit._resolve_and_lower`` and ``pxla.MeshComputation.compile`` run with
 the calling thread's trace function off, and put back after. What JAX moves in them is still
 logged and charged, at the map's next event, to the line that called the step, as before.

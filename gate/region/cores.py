@@ -5,7 +5,7 @@ the other, each tree's in its own worker. Left alone, each process keeps to the 
 ran on: measured on the 2-core development machine, the two workers sat on different cores
 for whole regions, so a busy neighbour on one core (another job on a shared runner) slowed
 every run of one tree and few of the other's, and unchanged trees came out 1.1-1.3x "slower"
-(docs/performance.md); on a quiet machine the same placement left a steady 3-7% between
+(docs/performance-log.md); on a quiet machine the same placement left a steady 3-7% between
 them. So for each round the gate names one core, and both trees' turns run on it: whatever
 that core is doing then, both turns of the round meet it (`gate.compare.session` rotates the
 core from round to round over the cores the gate may use). Pinning also keeps a worker's
@@ -13,7 +13,7 @@ threads from drifting between cores within a round.
 
 Every thread of the worker is moved (XLA's CPU client runs programs on threads of its own),
 and stays there while the region is held (moving them is not free: ~0.3 ms for the 22 threads
-of a CPU worker, ~2 ms for the 205 of a TPU v5e's, docs/performance.md), until the
+of a CPU worker, ~2 ms for the 205 of a TPU v5e's, docs/performance-log.md), until the
 worker lets the region go: the next region's phases (compiling above all) get every core back.
 Linux only (``os.sched_setaffinity``); elsewhere the runs are left where they are.
 """

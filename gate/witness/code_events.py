@@ -5,7 +5,7 @@ The map needs the lines of the user's frames only, but with ``sys.settrace`` Pyt
 trace function at the start of every call in the process, and JAX tracing, lowering and
 compiling a small step makes 15-20 thousand Python calls: ~15 ms of a region's first call on
 Python 3.11, ~25 ms on 3.12, where ``sys.settrace`` itself runs on ``sys.monitoring``
-(docs/performance.md). ``sys.monitoring`` lets the map turn the event off for a code object
+(docs/performance-log.md). ``sys.monitoring`` lets the map turn the event off for a code object
 once it knows that object is a library's: JAX's functions then cost nothing after their first
 call in a worker, in every later region too. ``sys.settrace`` cannot stop asking, but its trace
 function answers a library's code it already knows with one lookup, without calling the
