@@ -50,11 +50,16 @@ def test_timeout_s_bounds_the_whole_region_under_base(tmp_path: Path) -> None:
     run = run_gate(repo, "run", "--base", "HEAD", timeout=300)
     took = time.monotonic() - began
     assert run.returncode == 1, run
-    case = run.testcase("slow: transfers")
-    error = case.find("error")
-    assert error is not None, run
-    assert error.get("type") == "timeout", run
-    message = error.get("message", "")
-    assert "still running after 15 s in all (timeout_s, over its runs, timed turns" in message, run
+    # The budget runs out in whichever request is under way when it does (the head's run, the
+    # base's, or a round's turns: it depends on the machine's load), so the error is the
+    # region's own testcase's or the base comparison's; either says why, in these words.
+    said = [
+        outcome.get("message", "")
+        for case in run.junit().iter("testcase")
+        if case.get("name", "").startswith("slow: ")
+        for outcome in (*case.findall("error"), *case.findall("failure"))
+    ]
+    spent = "still running after 15 s in all (timeout_s, over its runs, timed turns"
+    assert any(spent in message for message in said), (said, run)
     # Two workers' start-up and the report on top of the 15 s, never the rounds' 64 s of sleep.
     assert took < 60, (took, run)
