@@ -154,3 +154,68 @@ def test_a_bad_entry_is_one_line_with_its_file_line_and_fix(tmp_path: Path) -> N
         assert done.returncode == 2, done
         assert error in done.stderr, done
         assert len([line for line in done.stderr.splitlines() if "accept" in line]) == 1, done
+
+
+RECOMPILING_BASE = """
+import functools
+
+import jax
+import numpy as np
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def scaled(x, n):
+    return x * n
+
+
+def make():
+    return (jax.device_put(np.arange(16, dtype=np.float32)),)
+
+
+def step(x):
+    return scaled(x, 2)
+"""
+
+# The pull request: a second static value, so jit(scaled) compiles two programs in the first
+# call where the base compiled one; the outputs are the base's.
+RECOMPILING_HEAD = RECOMPILING_BASE.replace(
+    "return scaled(x, 2)", "return scaled(x, 2) + (scaled(x, 3) - scaled(x, 3))"
+)
+
+RECOMPILING_POLICY = """\
+version: 1
+defaults: {warmup: 1, guarded_runs: 1, repeats: 2, timing: off}
+regions:
+  - name: train
+    step: "steps:step"
+    setup: "steps:make"
+    cost: {max_work_increase: 10}
+"""
+
+
+def test_programs_beyond_the_bases_end_with_their_edit_and_are_accepted_by_it(
+    tmp_path: Path,
+) -> None:
+    repo = init(tmp_path / "repo")
+    commit(repo, {"steps.py": RECOMPILING_BASE, "policies/p.yaml": RECOMPILING_POLICY}, "base")
+    make_repo(repo, {"steps.py": RECOMPILING_HEAD})
+    done = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json")
+    assert done.returncode == 1, done
+    message = _message(done, "train: recompiles")
+    assert "compiled 2 programs in the first call and warm-up (2 calls) where the base" in message
+    assert message.endswith(
+        "; to accept it, add `accept: {recompiles: <why this change is meant>}` to region train "
+        "at policies/p.yaml:4"
+    ), message
+
+    accepting = RECOMPILING_POLICY + "    accept: {recompiles: a second scale once at start}\n"
+    make_repo(repo, {"policies/p.yaml": accepting})
+    done = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json")
+    assert done.returncode == 0, done
+    case = done.testcase("train: recompiles")
+    assert case.find("failure") is None, done
+    listing = case.findtext("system-out") or ""
+    assert "accepted at policies/p.yaml:8: a second scale once at start" in listing, listing
+    region = _regions(repo / "r.json")["train"]
+    assert [a["kind"] for a in region["base"]["accepted"]] == ["recompiles"], region["base"]
+    assert [r["failing"] for r in region["recompiles"]] == [False], region["recompiles"]

@@ -21,6 +21,7 @@ from gate.policy.model import AcceptedChange, ChangeKind, Policy, Region
 from gate.results.collective_changes import CommComparison
 from gate.results.comparison import BaseComparison, TimingComparison
 from gate.results.donation_changes import DonationComparison
+from gate.results.records import Recompile
 
 
 def base_accept(policy: Policy, region: str, head_root: Path, base_root: Path) -> dict[str, str]:
@@ -31,10 +32,15 @@ def base_accept(policy: Policy, region: str, head_root: Path, base_root: Path) -
 
 
 def accepted(
-    comparison: BaseComparison, policy: Policy, region: Region, base: dict[str, str]
-) -> tuple[BaseComparison, tuple[str, ...]]:
-    """``comparison`` with the changes the head's ``accept:`` accepts, and the notes on entries
-    that accept nothing: ones the base has too (stale), ones with nothing to accept."""
+    comparison: BaseComparison,
+    policy: Policy,
+    region: Region,
+    base: dict[str, str],
+    recompiles: tuple[Recompile, ...] = (),
+) -> tuple[BaseComparison, tuple[Recompile, ...], tuple[str, ...]]:
+    """``comparison`` and the head's ``recompiles`` with the changes the head's ``accept:``
+    accepts, and the notes on entries that accept nothing: ones the base has too (stale),
+    ones with nothing to accept."""
     path = str(policy.path)
     applying = {e.kind: e for e in region.accept if new_in_head(e, base)}
     stale = {e.kind: e for e in region.accept if not new_in_head(e, base)}
@@ -47,6 +53,17 @@ def accepted(
     used: list[AcceptedChange] = []
     for kind, entry in applying.items():
         where = f"{path}:{entry.line}: {entry.reason}"
+        if kind is ChangeKind.RECOMPILES:
+            # Not a comparison of the base's record: the head's startup programs judged
+            # against the base's count (`gate.witness.recompiles.startup_recompiles`).
+            beyond = [r for r in recompiles if r.failing and r.base_count is not None]
+            if beyond:
+                recompiles = tuple(
+                    replace(r, failing=False, accepted=where) if r in beyond else r
+                    for r in recompiles
+                )
+                used.append(entry)
+            continue
         changed = _accept(comparison, kind, where)
         if changed is not None:
             comparison = changed
@@ -62,7 +79,7 @@ def accepted(
         for e in applying.values()
         if e not in used
     ]
-    return replace(comparison, accepted=tuple(used)), tuple(notes)
+    return replace(comparison, accepted=tuple(used)), recompiles, tuple(notes)
 
 
 def _accept(comparison: BaseComparison, kind: ChangeKind, where: str) -> BaseComparison | None:

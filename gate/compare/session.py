@@ -436,8 +436,15 @@ class _Pair:
         )
         # The head's `accept:`, less what the base's copy of the policy has already.
         in_base = base_accept(self.head.policy, self.region.name, head_root, self.tree.root)
-        comparison, notes = accepted(comparison, self.head.policy, self.region, in_base)
-        return replace(head_result, base=comparison, notes=(*head_result.notes, *notes))
+        comparison, recompiles, notes = accepted(
+            comparison, self.head.policy, self.region, in_base, head_result.recompiles
+        )
+        return replace(
+            head_result,
+            base=comparison,
+            recompiles=recompiles,
+            notes=(*head_result.notes, *notes),
+        )
 
     def _traced(self, head: RegionResult, base: RegionResult) -> tuple[RegionResult, RegionResult]:
         """Both with their op times by line, from traced runs of the regions the workers still

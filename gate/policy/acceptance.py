@@ -2,9 +2,9 @@
 
 One reviewed place: the entry sits in the region's own policy entry, so it is in the pull
 request's diff, beside the step it is about, with the reason a reviewer reads. It names a
-kind of comparison with the base (results, cost, timing, collectives, donations), never a
-transfer: a transfer outlives the pull request (every later run, with or without a base,
-meets it), so it is accepted in the baseline file, line by line.
+kind of comparison with the base (results, cost, timing, collectives, donations,
+recompiles), never a transfer: a transfer outlives the pull request (every later run, with
+or without a base, meets it), so it is accepted in the baseline file, line by line.
 
 Scoped to the pull request: an entry accepts only while the base's copy of the policy lacks
 it, the same kind with the same reason (`new_in_head`). Once merged, the base has it, and it

@@ -172,6 +172,7 @@ class ChangeKind(enum.StrEnum):
     TIMING = "timing"
     COLLECTIVES = "collectives"
     DONATIONS = "donations"
+    RECOMPILES = "recompiles"  # programs in the first call and warm-up beyond the base's
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gate.policy.model import ChangeKind
 from gate.report.communication_text import CommFinding, acted_on
 from gate.report.comparison_text import comparison_lines, failing_comparisons
 from gate.report.memory_text import leak_line, memory_column
@@ -127,8 +128,13 @@ def recompile_fix(recompiles: Sequence[Recompile]) -> str:
 def format_recompile(recompile: Recompile, region: RegionResult) -> str:
     """``steps.py:12: jit(step) compiled again 4x in 4 runs after warm-up: x: ...``."""
     where = recompile.location or f"{region.policy_path}:{region.policy_line}"
-    verdict = "" if recompile.failing else "warning (recompiles: warn): "
+    verdict = "" if recompile.failing or recompile.accepted else "warning (recompiles: warn): "
     text = recompile.headline().replace(f" at {recompile.location}", "")
+    if recompile.accepted:
+        text += f"; accepted at {recompile.accepted}"
+    elif recompile.failing and recompile.base_count is not None and region.base is not None:
+        # Against the base: the edit that accepts it ends it, as every comparison's does.
+        text += region.base.accept_edit(ChangeKind.RECOMPILES)
     return f"{where}: {verdict}{text}"
 
 

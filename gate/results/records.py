@@ -188,6 +188,8 @@ class Recompile:
     # again at the same shapes).
     startup: bool = False
     base_count: int | None = None
+    # Where the head's ``accept: {recompiles: ...}`` accepted it, and why; "" where nothing did.
+    accepted: str = ""
 
     @property
     def extra(self) -> int:
