@@ -320,9 +320,7 @@ def _gone_code(lines: LineMap, group: CollectiveGroup) -> str:
     where = group.sample.location
     if where is None:
         return ""
-    if lines.head_line(where.path, where.line) is not None:
-        return "unchanged line"
-    return "changed line" if lines.rewritten(where.path, where.line) else "removed line"
+    return f"{lines.base_status(where.path, where.line)} line"
 
 
 def _by_identity(

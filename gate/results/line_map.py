@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 
 UNCHANGED, CHANGED, NEW, MOVED = "unchanged", "changed", "new", "moved"
+REMOVED = "removed"  # a base line the change took out, replacing it with nothing
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
@@ -111,6 +112,14 @@ class LineMap:
             if _before(hunk.base_start, hunk.base_count, line):
                 shift += hunk.head_count - hunk.base_count
         return path, line + shift
+
+    def base_status(self, base_path: str, line: int) -> str:
+        """What the change did to ``base_path:line`` of the base: UNCHANGED where the head
+        still has it (`head_line`), CHANGED where it replaced it with other lines, REMOVED
+        where it took it out."""
+        if self.head_line(base_path, line) is not None:
+            return UNCHANGED
+        return CHANGED if self.rewritten(base_path, line) else REMOVED
 
     def rewritten(self, base_path: str, line: int) -> bool:
         """Whether the change replaced ``base_path:line`` with other lines (a changed line),

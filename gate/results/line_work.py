@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from gate.results.line_map import CHANGED, MOVED, LineMap
+from gate.results.line_map import CHANGED, MOVED, NEW, REMOVED, UNCHANGED, LineMap
 from gate.results.moves import Spot, matched
 from gate.text import counted, number_text
 
@@ -71,8 +71,9 @@ def _repeats(op: str) -> int:
 
 
 # What the change did to a line's code (`gate.results.line_map`), as `LineChange.code` says.
+# What the change did to a line's code: the line map's words (`gate.results.line_map`).
 CODE_CHANGED, CODE_NEW, CODE_MOVED, CODE_UNCHANGED, CODE_REMOVED = (
-    "changed", "new", "moved", "unchanged", "removed"
+    CHANGED, NEW, MOVED, UNCHANGED, REMOVED
 )  # fmt: skip
 COMPILED_DIFFERENTLY = "unchanged code, compiled differently"
 # The order a listing gives: the change's own lines first, a line's cost the compiler moved
@@ -244,9 +245,7 @@ def compare_lines(
             assert old is not None
             if not old.path:
                 return ""
-            if lines.head_line(old.path, old.line) is not None:
-                return CODE_UNCHANGED
-            return CODE_CHANGED if lines.rewritten(old.path, old.line) else CODE_REMOVED
+            return lines.base_status(old.path, old.line)
         if not new.path:
             return ""
         if how.get(id(new)) == MOVED:
