@@ -30,6 +30,8 @@ SCENARIOS = {
     "base_power": "docs/performance.md#run---base-detection-power",
     "base_load": "docs/performance.md#run---base-under-a-busy-neighbour",
     "base_reach": "docs/performance.md#run---base-when-the-change-reaches-few-regions",
+    "diff_headline": "docs/performance.md#on-a-tpu-or-a-gpu",
+    "loop_work": "docs/performance.md#on-a-tpu-or-a-gpu",
     "sequential_rule": "docs/compare.md#time-slower-faster-unchanged-inconclusive",
     "realistic_steps": "docs/performance.md#realistic-steps",
     "compile_cache": "docs/performance.md#the-compilation-cache-in-ci",

@@ -8,6 +8,7 @@ hold its pipes open (tests/processes.py explains the same for the tests).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import resource
 import signal
@@ -18,6 +19,7 @@ import textwrap
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent  # the gate's checkout the scenarios run
 
@@ -121,6 +123,20 @@ def timed(
         tail = textwrap.indent(done.stdout[-3000:], "    ")
         raise SystemExit(f"{' '.join(command)} exited {done.returncode}:\n{tail}")
     return wall, cpu
+
+
+def gate_regions(repo: Path, *args: str, timeout_s: float = 900) -> list[dict[str, Any]]:
+    """The regions of ``python -m gate run ARGS --json`` in ``repo``, as its JSON report has them,
+    whatever the run's verdict; no report stops the benchmark with the gate's output."""
+    report = repo / ".gate-report.json"
+    argv = [sys.executable, "-m", "gate", "run", *args, "--json", str(report)]
+    done = run_grouped(argv, repo, gate_env(), timeout_s, merge_stderr=True)
+    if not report.exists():
+        raise SystemExit(
+            f"no report: {' '.join(argv)} exited {done.returncode}:\n{done.stdout[-3000:]}"
+        )
+    regions: list[dict[str, Any]] = json.loads(report.read_text())["suites"][0]["regions"]
+    return regions
 
 
 def medians(pairs: list[tuple[float, float]]) -> tuple[float, float]:

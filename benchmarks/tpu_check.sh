@@ -20,11 +20,14 @@
 #   9. (section `phases`, not run by default) where inside a region the gate's time goes,
 #      stage by stage, against the floor's phases, and part by part (region_phases --parts);
 #  10. (section `start`, not run by default) what a run costs before its first worker starts
-#      (parent_start).
+#      (parent_start);
+#  11. (sections `diff` and `loops`, not run by default) the cost verdict against the base heads
+#      with the grown line, never "(no source line)" (diff_headline, issue 56), and a loop's
+#      work counted by its trip count, not twice (loop_work, issue 57).
 # Every benchmark is a scenario of `python -m benchmarks` (`python -m benchmarks` lists them);
 # the one-off investigations this script once ran (`turns`, `probe`, `costrun`, `textopts`,
 # `wait`) are retired, their findings in docs/performance-log.md.
-# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [trees] [growth] [lines] [map] [floor] [phases] [start]`
+# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [trees] [growth] [lines] [map] [floor] [phases] [start] [diff] [loops]`
 # (default: checks and figures; `lines`, `map` (the example policies: the transfer map works on
 # the chip) and `floor` are parts of them that fit one device call). Logs go to
 # reports/tpu-check/, and as one archive to $OUT (the device tool's folder) when it is set. Needs junit-xml, msgspec, xmlschema and
@@ -160,6 +163,10 @@ only() {  # only NAME HEADING COMMAND...: COMMAND under HEADING, where section N
         expect 0 "$name.log" "$@"
     fi
 }
+only diff "the cost verdict against the base names the grown line (issue 56)" \
+    python3 -m benchmarks diff_headline --size 4096
+only loops "a loop's work: rolled and unrolled read the same (issue 57)" \
+    python3 -m benchmarks loop_work --size 1024
 only phases "a region's stages against the floor's phases (region_phases)" \
     python3 -m benchmarks region_phases --regions 20 --rounds 2 --parts
 only start "what a run costs before its first worker starts (parent_start)" \
