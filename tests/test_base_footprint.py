@@ -2,7 +2,8 @@
 real CLI on throwaway git repositories.
 
 Each region's footprint is what its head run read of the tree (`gate.witness.footprint`): a
-region whose footprint the base has byte for byte reads "unchanged" and its base is not run.
+region whose footprint the base has byte for byte, or as the same code (a comment, a layout),
+reads "unchanged" and its base is not run.
 Detection must not drop: each way a region reads a file is changed once here and must be
 compared. The documented limits (docs/compare.md, "What a change can reach") are asserted as
 limits, with ``compare: always`` as their way out.
@@ -99,9 +100,49 @@ def test_a_change_to_one_regions_module_compares_that_region_only(tmp_path: Path
     repo = _repo(
         tmp_path, {**{f"{n}.py": _module() for n in names}, "policies/p.yaml": _policy(*names)}
     )
-    make_repo(repo, {"b.py": _module() + "# changed, computing the same\n"})
+    make_repo(repo, {"b.py": _module(scale="2.0 / 2")})  # other code, computing the same
     statuses = _statuses(repo)
     assert statuses == {"a": "unchanged", "b": "compared", "c": "unchanged"}, statuses
+
+
+# A step with an implicit upload (a NumPy array into the jitted matmul), in the base and the
+# head alike: with its line moved by a comment, it is still the base's own.
+UPLOADS = _module("import numpy as np\n", "    x = np.asarray(x) + 0\n")
+
+
+def test_code_that_differs_only_in_comments_and_layout_runs_once(tmp_path: Path) -> None:
+    repo = _repo(
+        tmp_path, {"a.py": UPLOADS, "b.py": _module(), "policies/p.yaml": _policy("a", "b")}
+    )
+    laid_out = UPLOADS.replace(
+        "import numpy as np\n", "# a comment\n\nimport numpy   as np  # np\n"
+    )
+    laid_out = laid_out.replace("x @ w * SCALE", "(x @ w) * SCALE  # the same product")
+    make_repo(repo, {"a.py": laid_out})
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "out/r.json")
+    assert run.returncode == 0, run
+    a = _regions(repo)["a"]
+    assert a["base"]["status"] == "unchanged", a["base"]
+    assert a["base"]["same_code_files"] == 1, a["base"]
+    assert a["base"]["already_in_base"] >= 1, a["base"]  # the upload, its line moved
+    assert "(1 file; 1 differs only in comments or layout)" in run.stdout, run
+
+
+# Changes that keep a module's lines but not its code: each is compared.
+NOT_LAYOUT = {
+    "a docstring (a module may read its __doc__)": ('"""A module."""\n', '"""Another."""\n'),
+    "a name": ("SCALE", "FACTOR"),
+    "a literal written otherwise": ("SCALE = 1.0", "SCALE = 1.00 + 0"),
+}
+
+
+@pytest.mark.parametrize("what", NOT_LAYOUT)
+def test_a_change_to_code_beside_its_layout_is_compared(tmp_path: Path, what: str) -> None:
+    before, after = NOT_LAYOUT[what]
+    module = '"""A module."""\n' + _module()
+    repo = _repo(tmp_path, {"a.py": module, "policies/p.yaml": _policy("a")})
+    make_repo(repo, {"a.py": module.replace(before, after) + "# and a comment\n"})
+    assert _statuses(repo) == {"a": "compared"}, what
 
 
 # Each way a region reaches a file, as (base files, head's change): the change must be compared.
@@ -231,7 +272,7 @@ def test_the_bases_worker_starts_beside_the_heads_first_region_when_code_changed
     repo = _repo(
         tmp_path, {"a.py": _module(), "b.py": _module(), "policies/p.yaml": _policy("a", "b")}
     )
-    make_repo(repo, {"b.py": _module(imports="# b's code changed, its work not\n")})
+    make_repo(repo, {"b.py": _module(scale="2.0 / 2")})  # b's code changed, its work not
     events = _events(monkeypatch, repo)
     assert _statuses(repo) == {"a": "unchanged", "b": "compared"}
     assert events.count("spawn base") == 1, events

@@ -37,7 +37,7 @@ from pathlib import Path
 from gate.compare.acceptance import accepted, base_accept
 from gate.compare.base_policy import base_entry, for_base, head_entry, regions_in_base
 from gate.compare.communication import compare_sides, program_names
-from gate.compare.footprint import same_in_base
+from gate.compare.footprint import in_base
 from gate.compare.outputs import compare_outputs
 from gate.compare.own_definition import own_definition
 from gate.compare.rounds import PairedRounds, Side, timed_block, turn_runs
@@ -339,10 +339,10 @@ class _Pair:
 
     def _footprinted(self, head: Held, head_root: Path) -> Held:
         """``head`` with its footprint's policy entry, and, when the base has that footprint
-        as it is (`same_in_base`) and the region may be skipped, the comparison that says so."""
+        as it is (`in_base`) and the region may be skipped, the comparison that says so."""
         result, outputs = head
-        footprint, base_top = result.footprint, self.tree.top
-        if footprint is None or base_top is None:
+        footprint, base_top, head_top = result.footprint, self.tree.top, self.tree.head_top
+        if footprint is None or base_top is None or head_top is None:
             return head
         policy, name = self.head.policy, self.region.name
         entry = head_entry(policy, head_root, name)
@@ -351,18 +351,22 @@ class _Pair:
             self.region.compare is CompareRule.ALWAYS
             or not entry
             or entry != base_entry(policy, head_root, self.tree.root, name)
-            or not same_in_base(footprint, base_top)
         ):
             return result, outputs
+        has = in_base(footprint, base_top, head_top)
+        if has is None:
+            return result, outputs
         # The base would run the same code on the same data: its transfer map and programs
-        # are the head's own, and judge the head as the base's would.
-        result, kept = accept_base(result, result, self.tree.lines)
+        # are the head's own, and judge the head as the base's would, line for line (a
+        # comment that moved its lines moved the head's findings with them).
+        result, kept = accept_base(result, result)
         result = _startup_vs_base(result, result, self.region)
         unchanged = BaseComparison(
             self.tree.describe(),
             BaseStatus.UNCHANGED,
             already_in_base=kept,
-            same_files=len(footprint.files),
+            same_files=has.files,
+            same_code_files=has.same_code,
         )
         return replace(result, base=unchanged), outputs
 

@@ -177,12 +177,16 @@ def results_line(results: ResultComparison) -> str:
 
 def base_status_line(base: BaseComparison) -> str:
     """``new region, not compared``, ``unchanged: the same code and data as the base (4
-    files)`` or ``the base could not run it: step raised: …``."""
+    files; 1 differs only in comments or layout)`` or ``the base could not run it: step
+    raised: …``."""
     if base.status is BaseStatus.BASE_FAILED and base.base_error is not None:
         error = base.base_error
         return f"{base.status}: {error.kind.value}: {one_line(error.message)}"
     if base.status is BaseStatus.UNCHANGED:
         files = f"{base.same_files} file" + ("" if base.same_files == 1 else "s")
+        if base.same_code_files:
+            count = base.same_code_files
+            files += f"; {count} {'differs' if count == 1 else 'differ'} only in comments or layout"
         return f"{base.status} ({files})"
     return str(base.status)
 

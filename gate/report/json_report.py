@@ -107,8 +107,10 @@ class BaseDoc(Record, frozen=True, kw_only=True):
     cost: CostComparisonDoc | None
     collectives: CommComparisonDoc | None
     first_call_s: FirstCalls
-    # Unchanged: how many files of the head's footprint the base has byte for byte (0 else).
+    # Unchanged: how many files of the head's footprint the base has (0 else), and how many of
+    # them only as the same code, differing in comments or layout.
     same_files: int = 0
+    same_code_files: int = 0
     # The head's policy's `accept:` entries that accepted a change here, each by kind, with
     # its reason and line in the policy file; their comparisons pass (docs/compare.md).
     accepted: tuple[AcceptedChange, ...] = ()
@@ -145,6 +147,7 @@ class BaseDoc(Record, frozen=True, kw_only=True):
             collectives=CommComparisonDoc.of(base.comm),
             first_call_s=FirstCalls(base=base.base_first_call_s, head=base.head_first_call_s),
             same_files=base.same_files,
+            same_code_files=base.same_code_files,
             accepted=base.accepted,
         )
 

@@ -227,8 +227,10 @@ class BaseComparison:
     # were compared unpaired ("the device admits one process at a time ..."); "" when the
     # workers ran side by side and timed them in paired rounds.
     apart: str = ""
-    # UNCHANGED: how many files of the head's footprint the base has byte for byte.
+    # UNCHANGED: how many files of the head's footprint the base has, and how many of them
+    # as the same code only, their comments or layout changed (`gate.compare.footprint`).
     same_files: int = 0
+    same_code_files: int = 0
     # The head's ``accept:`` entries that accepted a change here (`gate.compare.acceptance`).
     accepted: tuple[AcceptedChange, ...] = ()
     # The exact edit that accepts each kind of change, for the failing ones' messages.

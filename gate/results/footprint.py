@@ -1,8 +1,9 @@
 """What a region read of its tree: the files, the paths it found missing, the folders it listed.
 
 Recorded in the worker while the head's region runs (`gate.witness.footprint`), and read by
-``run --base`` (`gate.compare.footprint`): a region whose footprint the base has byte for byte
-runs once, from the head. Paths are relative to the tree's git top level, with ``/``.
+``run --base`` (`gate.compare.footprint`): a region whose footprint the base has, byte for
+byte or as the same code, runs once, from the head. Paths are relative to the tree's git top
+level, with ``/``.
 """
 
 from __future__ import annotations
