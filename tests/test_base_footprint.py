@@ -240,7 +240,8 @@ def test_on_a_tpu_an_unchanged_policy_starts_no_base_worker(
 
 def _events(monkeypatch: pytest.MonkeyPatch, repo: Path) -> list[str]:
     """What this test's gate does, in order: each worker spawned (``spawn head``/``spawn
-    base``, by the tree it starts in) and each head run of a region that returned."""
+    base``, by the tree it starts in), the head's check of the policies' callables, and each
+    head run of a region that returned."""
     events: list[str] = []
 
     def spy(real: Any) -> Any:
@@ -261,14 +262,23 @@ def _events(monkeypatch: pytest.MonkeyPatch, repo: Path) -> list[str]:
         return done
 
     monkeypatch.setattr(Scheduler, "run_held", held)
+    check = Scheduler.check
+
+    def checked(self: Scheduler, *args: Any, **kwargs: Any) -> Any:
+        done = check(self, *args, **kwargs)
+        events.append("head checked")
+        return done
+
+    monkeypatch.setattr(Scheduler, "check", checked)
     return events
 
 
 def test_the_bases_worker_starts_beside_the_heads_first_region_when_code_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A change to code starts the base's worker as the first region begins, so a region the
-    change reaches does not wait for it to import JAX; the verdicts are the footprints'."""
+    """A change to code starts the base's worker as the head's first worker starts, so a region
+    the change reaches, the first included, does not wait for it to import JAX; the verdicts
+    are the footprints'."""
     repo = _repo(
         tmp_path, {"a.py": _module(), "b.py": _module(), "policies/p.yaml": _policy("a", "b")}
     )
@@ -276,8 +286,9 @@ def test_the_bases_worker_starts_beside_the_heads_first_region_when_code_changed
     events = _events(monkeypatch, repo)
     assert _statuses(repo) == {"a": "unchanged", "b": "compared"}
     assert events.count("spawn base") == 1, events
-    # Before the head's first region returned, not when region b first needed it.
-    assert events.index("spawn base") < events.index("head ran a"), events
+    # While the head's worker imports the policies' callables, not when region b needs it.
+    assert events.index("spawn base") < events.index("head checked"), events
+    assert events.index("head checked") < events.index("head ran a"), events
 
 
 def test_a_change_to_prose_alone_starts_no_base_worker(

@@ -106,7 +106,13 @@ def run_compared(
         contextlib.ExitStack() as bases,
     ):
         session = _Session(plan, repo_root, base, cancel, watcher, env, settings, bases)
-        return begin(plan, workers, starting, session.compared, finished)
+
+        def both_starting(scheduler: Scheduler) -> None:
+            session.start_base(scheduler)
+            if starting is not None:
+                starting(scheduler)
+
+        return begin(plan, workers, both_starting, session.compared, finished)
 
 
 # JAX's settings of how much of a GPU a process takes: one the user set is left as it is.
@@ -159,6 +165,20 @@ class _Session:
     _side_by_side: set[tuple[Path, str]] = field(default_factory=set)
     _deciding: threading.Lock = field(default_factory=threading.Lock)
 
+    def start_base(self, scheduler: Scheduler) -> None:
+        """The base's worker for the first region, started as the head's first worker starts,
+        where the change may reach a region and the device is known to take both: it imports
+        JAX while the head's imports and checks the policies, so that a first region the
+        change reaches does not wait for it. A change to prose alone waits for a footprint
+        to need it."""
+        for policy, _ in self.plan.first():
+            self._start_base(policy, scheduler)
+
+    def _start_base(self, policy: Policy, scheduler: Scheduler) -> None:
+        if self.tree.may_reach_regions and self._known_to_admit_two(policy):
+            _, base = self._sides(policy, scheduler, beside=True)
+            base.scheduler.start_early(base.policy)  # a no-op while one is up
+
     def compared(self, scheduler: Scheduler, policy: Policy, region: Region) -> RegionResult:
         scheduler.budgets = self._budgets
         names = regions_in_base(policy, self.head_root, self.tree.root)
@@ -167,11 +187,7 @@ class _Session:
             return replace(result, base=BaseComparison(self.tree.describe(), BaseStatus.NEW_REGION))
         if self._admits_two(policy):
             sides = self._sides(policy, scheduler, beside=True)
-            if self.tree.may_reach_regions and self._known_to_admit_two(policy):
-                # Started now, the base's worker imports JAX while the head's runs this region:
-                # a region the change reaches no longer waits for it (`start_early` is a no-op
-                # while one is up). A change to prose alone waits for a footprint to need it.
-                sides[1].scheduler.start_early(sides[1].policy)
+            self._start_base(policy, scheduler)  # another policy's first, or a new worker
             pair = _Pair(region, sides, self.tree, self.cancel)
             try:
                 result = pair.compare(self.head_root)
