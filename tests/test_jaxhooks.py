@@ -681,4 +681,14 @@ def test_the_static_diff_patches_only_a_jax_with_flat_trees_and_leaves_other_ans
         assert wrapper(((), (3, None), {}), ((), (3, None), {})) == unexplained
         explained = (3, 1, "different input types:\n  * at x, now f32[2] and before f32[1]")
         assert static_misses._explaining(lambda new, old: explained, ())(0, 0) == explained
+        # A key of another region's programs (the gate's context value differs, and nothing
+        # else of the context) ranks after every answer; the user's own context stands.
+        context = (0, 0, "Tracing context doesn't match")
+        ranked = static_misses._explaining(lambda new, old: context, None)
+        region, other, shared = ("transfer-gate region", 2), ("transfer-gate region", 1), None
+        last = static_misses._ANOTHER_REGION
+        assert ranked(((True, region), (3, None), {}), ((True, other), (3, None), {}))[0] == last
+        assert ranked(((True, region), (3, None), {}), ((True, shared), (3, None), {}))[0] == last
+        assert ranked(((True, region), (3, None), {}), ((False, other), (3, None), {})) == context
+        assert ranked((("mine", region), (3,), {}), ((None, region), (3,), {})) == context
     assert partial_eval.diff_tracing_cache_keys is original

@@ -74,6 +74,10 @@ def static_step(x):
     return scale(x, next(_scale))  # the static call
 
 
+def fixed_scale_step(x):
+    return scale(x, 2)
+
+
 def clean_step(x):
     return double(x)
 
@@ -185,6 +189,28 @@ def test_a_static_argument_that_changes_fails(repo: Path) -> None:
     assert message.startswith(f"steps.py:{line}: jit(scale) compiled again"), message
     # jax 0.10 says which value changed; on jax 0.12 gate.jaxhooks.static_misses does.
     assert "static argument [0][1]: 1 before, 3 now" in message, message
+
+
+def test_a_function_another_region_called_first_is_explained_by_the_users_argument(
+    repo: Path,
+) -> None:
+    # Both regions run in one worker, each under its own jit cache context: JAX explained the
+    # second region's miss by the first region's key, "user_context differs: now
+    # ('transfer-gate region', 2) and before ('transfer-gate region', 1)", the gate's own doing.
+    regions = (
+        "  - {name: fixed, step: steps:fixed_scale_step, setup: steps:device_batch}\n"
+        "  - {name: static, step: steps:static_step, setup: steps:device_batch}\n"
+    )
+    make_repo(repo, {"policies/p.yaml": f"version: 1\n{FAST_DEFAULTS}regions:\n{regions}"})
+    run = run_gate(repo, "run")
+    assert run.returncode == 1, run
+    failure = run.testcase("static: recompiles").find("failure")
+    assert failure is not None, run
+    message = failure.get("message", "")
+    line = line_of(repo / "steps.py", "# the static call")
+    assert message.startswith(f"steps.py:{line}: jit(scale) compiled again"), message
+    assert "static argument [0][1]: 1 before, 3 now" in message, message
+    assert "context" not in run.stdout, run
 
 
 def test_a_clean_step_passes_without_a_recompile_line(repo: Path) -> None:

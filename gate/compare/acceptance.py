@@ -56,7 +56,7 @@ def accepted(
         if kind is ChangeKind.RECOMPILES:
             # Not a comparison of the base's record: the head's startup programs judged
             # against the base's count (`gate.witness.recompiles.startup_recompiles`).
-            beyond = [r for r in recompiles if r.failing and r.base_count is not None]
+            beyond = [r for r in recompiles if r.beyond_the_base]
             if beyond:
                 recompiles = tuple(
                     replace(r, failing=False, accepted=where) if r in beyond else r

@@ -65,8 +65,9 @@ from gate.results.comparison import (
 )
 from gate.results.costs import CostComparison, compare_costs, not_measured
 from gate.results.errors import ErrorKind, RegionError, gate_fault
-from gate.results.line_map import LineMap
+from gate.results.line_map import IDENTITY, LineMap
 from gate.results.line_times import OpTimes
+from gate.results.recompile_changes import after_warmup_vs_base
 from gate.results.records import RegionResult, RunResult
 from gate.witness.recompiles import startup_recompiles
 
@@ -376,7 +377,7 @@ class _Pair:
         # are the head's own, and judge the head as the base's would, line for line (a
         # comment that moved its lines moved the head's findings with them).
         result, kept = accept_base(result, result)
-        result = _startup_vs_base(result, result, self.region)
+        result = _recompiles_vs_base(result, result, self.region, IDENTITY)
         unchanged = BaseComparison(
             self.tree.describe(),
             BaseStatus.UNCHANGED,
@@ -419,7 +420,7 @@ class _Pair:
         if wrong_tree is not None:
             return replace(head_result, base=self._failed(wrong_tree))
         head_result, kept = accept_base(head_result, base_result, self.tree.lines)
-        head_result = _startup_vs_base(head_result, base_result, self.region)
+        head_result = _recompiles_vs_base(head_result, base_result, self.region, self.tree.lines)
         timing: TimingComparison | None = None
         boundary_timing: tuple[TimingComparison, ...] = ()
         if self.region.timing.compare and self.apart:
@@ -523,9 +524,13 @@ def _with_times(result: RegionResult, times: OpTimes | None) -> RegionResult:
     return replace(result, cost=replace(result.cost, times=times))
 
 
-def _startup_vs_base(head: RegionResult, base: RegionResult, region: Region) -> RegionResult:
-    """``head`` with its first call and warm-up judged against the base's: a function that
-    compiled more programs there than in the base (the base replaces the same-shapes rule)."""
+def _recompiles_vs_base(
+    head: RegionResult, base: RegionResult, region: Region, lines: LineMap
+) -> RegionResult:
+    """``head`` with its recompiles judged against the base's, paired by git's line map
+    (`gate.results.recompile_changes`): a compilation after warm-up the base has as often is
+    already in the base; a function that compiled more programs in the first call and
+    warm-up than its counterpart in the base fails (the base replaces the same-shapes rule)."""
     if region.recompiles is RecompileRule.ALLOW:
         return head
     judged = startup_recompiles(
@@ -533,8 +538,13 @@ def _startup_vs_base(head: RegionResult, base: RegionResult, region: Region) -> 
         base.startup_programs,
         region.warmup + 1,
         failing=region.recompiles is RecompileRule.FAIL,
+        lines=lines,
     )
-    after = tuple(r for r in head.recompiles if not r.startup)
+    after = after_warmup_vs_base(
+        [r for r in head.recompiles if not r.startup],
+        [r for r in base.recompiles if not r.startup],
+        lines,
+    )
     return replace(head, recompiles=(*after, *judged))  # every step before the first call only
 
 

@@ -64,6 +64,7 @@ from gate.jaxhooks.internals import (
 from gate.jaxhooks.patches import SharedPatches, attribute_replaced
 
 _numbers = itertools.count(1)
+_REGION = "transfer-gate region"  # what a region's value starts with (`RegionPrograms`)
 
 
 @functools.cache
@@ -89,7 +90,7 @@ class RegionPrograms:
     """One region's jit cache context: its step's programs are its own, new to every cache."""
 
     def __init__(self) -> None:
-        self._value = ("transfer-gate region", next(_numbers))
+        self._value = (_REGION, next(_numbers))
 
     @contextlib.contextmanager
     def entered(self) -> Iterator[None]:
@@ -125,6 +126,12 @@ class RegionPrograms:
         clear = getattr(step, "clear_cache", None)
         if callable(clear):
             clear()
+
+
+def gates_value(value: object) -> bool:
+    """Whether ``value`` is one the gate's jit cache context takes: a region's own, or the
+    shared one (None) that setup and the gate's computations run under."""
+    return value is None or (type(value) is tuple and len(value) == 2 and value[0] == _REGION)
 
 
 def shared_programs() -> AbstractContextManager[None]:

@@ -16,6 +16,17 @@ Anything unexpected in a key leaves JAX's own answer as it was.
 On every version it also adds, after JAX's lines, where a changed static value first differs
 and the line that made what differs there (`gate.jaxhooks.changed_value`): JAX prints the
 two values whole, a model's static half the same for hundreds of characters.
+
+And it keeps the gate's own jit cache context out of the answer. Each region's step runs
+under a context value of its own (`gate.jaxhooks.programs`), part of every key, and JAX
+explains a miss by the closest earlier key, where a different context is the closest
+difference of all (severity 0). So a function two regions of one worker call (or setup and
+a step) had its recompile in the second region explained by the first region's key:
+"Tracing context doesn't match ... user_context differs: now ('transfer-gate region', 2)",
+not by the argument that changed. A key whose context differs from the new one's only in the
+gate's value belongs to another region's programs (or setup's), not to this region's past
+calls: it is ranked after every other answer, so the key of the region's own earlier call
+explains the miss.
 """
 
 from __future__ import annotations
@@ -29,10 +40,13 @@ from typing import Any
 
 from gate.jaxhooks.changed_value import described, first_difference
 from gate.jaxhooks.patches import attribute_replaced
+from gate.jaxhooks.programs import gates_value
 
 _DIFF = "diff_tracing_cache_keys"
 # JAX's answer when no difference it knows of explains the miss (its lowest severity).
 _UNAVAILABLE = 4
+# After all of JAX's answers: a key of another region's programs (`_other_regions`).
+_ANOTHER_REGION = _UNAVAILABLE + 1
 # What a key's value may print as; a static argument can be a whole model.
 _VALUE_LIMIT = 120
 
@@ -135,6 +149,17 @@ def _path_text(path: str) -> str:
     return f"{text}, at {at or '[]'} of its {node[1]}'s static fields"
 
 
+def _other_regions(new_context: Any, old_context: Any) -> bool:
+    """Whether two keys' tracing contexts differ, and only in the gate's own value: the old
+    key is another region's (or setup's) program, not an earlier call of this region's."""
+    if type(new_context) is not tuple or type(old_context) is not tuple:
+        return False
+    if len(new_context) != len(old_context):
+        return False
+    differ = [(n, o) for n, o in zip(new_context, old_context, strict=True) if n != o]
+    return bool(differ) and all(gates_value(n) and gates_value(o) for n, o in differ)
+
+
 def _explaining(original: Diff, kinds: tuple[Any, ...] | None) -> Diff:
     # JAX calls this from inside the user's jitted call: whatever a later JAX passes or
     # returns, it gets JAX's own answer unless the gate's reading of it works out.
@@ -142,6 +167,8 @@ def _explaining(original: Diff, kinds: tuple[Any, ...] | None) -> Diff:
         found = original(*args, **kwargs)
         try:
             new_key, old_key = args
+            if _other_regions(new_key[0], old_key[0]):
+                return _ANOTHER_REGION, found[1], found[2]
             changes: list[str] = []
             if found[0] == _UNAVAILABLE and kinds is not None:
                 changes = static_changes(new_key[1][0], old_key[1][0], kinds)

@@ -137,7 +137,8 @@ def region_annotations(region: RegionResult) -> list[Annotation]:
             r.location.path if r.location is not None else region.policy_path,
             r.location.line if r.location is not None else region.policy_line,
             "more programs in the first call" if r.startup else "compiled again after warm-up",
-            r.headline().replace(f" at {r.location}", ""),
+            # Whether its line is part of this change, as a transfer's annotation says.
+            r.headline().replace(f" at {r.location}", "") + r.line_note(),
             fix=recompile_fix([r]),
             source=r.source or "",
         )

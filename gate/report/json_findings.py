@@ -126,6 +126,13 @@ class RecompileDoc(Record, frozen=True, kw_only=True):
     caller: str | None
     source: str | None
     # In the first call and warm-up: ``count`` programs where the base compiled
-    # ``base_count`` (null without a base: it compiled again at the same shapes).
+    # ``base_count`` (null without a counterpart in the base: it compiled again at the same
+    # shapes). After warm-up, under ``run --base``: the base's compilations at its
+    # counterpart (null: the base has none).
     startup: bool = False
     base_count: int | None = None
+    # ``run --base``: the base compiles it again too, at least as often (after warm-up), so it
+    # passes; and what the change did to its line ("" without a base), as a transfer's
+    # ``line_change``.
+    in_base: bool = False
+    line_change: str = ""

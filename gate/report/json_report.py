@@ -210,6 +210,8 @@ class RegionDoc(Record, frozen=True, kw_only=True, omit_defaults=True):
                     source=r.source,
                     startup=r.startup,
                     base_count=r.base_count,
+                    in_base=r.in_base,
+                    line_change=r.line_change,
                 )
                 for r in region.recompiles
             ),

@@ -128,11 +128,16 @@ def recompile_fix(recompiles: Sequence[Recompile]) -> str:
 def format_recompile(recompile: Recompile, region: RegionResult) -> str:
     """``steps.py:12: jit(step) compiled again 4x in 4 runs after warm-up: x: ...``."""
     where = recompile.location or f"{region.policy_path}:{region.policy_line}"
-    verdict = "" if recompile.failing or recompile.accepted else "warning (recompiles: warn): "
+    warned = not (recompile.failing or recompile.accepted or recompile.in_base)
+    verdict = "warning (recompiles: warn): " if warned else ""
     text = recompile.headline().replace(f" at {recompile.location}", "")
-    if recompile.accepted:
+    # ``run --base``: what the change did to its line, as a transfer's says.
+    text += recompile.line_note()
+    if recompile.in_base:
+        text += "; already in the base"
+    elif recompile.accepted:
         text += f"; accepted at {recompile.accepted}"
-    elif recompile.failing and recompile.base_count is not None and region.base is not None:
+    elif recompile.beyond_the_base and region.base is not None:
         # Against the base: the edit that accepts it ends it, as every comparison's does.
         text += region.base.accept_edit(ChangeKind.RECOMPILES)
     return f"{where}: {verdict}{text}"
@@ -315,6 +320,8 @@ def _region_line(region: RegionResult, width: int, color: bool) -> str:
     if region.recompiles:
         count = sum(r.extra for r in region.recompiles)
         word = "recompiled" if region.recompiles_failed else "recompiled (warn)"
+        if not region.recompiles_failed and all(r.in_base for r in region.recompiles):
+            word = "recompiled (already in the base)"
         columns.append(f"{word} {count}x")
     if region.has_checks:
         failed_checks = [c.name.value for c in region.checks if not c.passed]

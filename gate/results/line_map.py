@@ -15,8 +15,8 @@ the head is
 - ``new``: in a hunk that replaced nothing, or in a file the base does not have.
 
 The same map read the other way says where a base line went (`LineMap.head_line`), and
-`gate.results.moves` pairs findings by it: one rule for transfers, collectives and work by
-line (unused donations have no line: they are matched by program and argument).
+`gate.results.moves` pairs findings by it: one rule for transfers, collectives, recompiles
+and work by line (unused donations have no line: they are matched by program and argument).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The same finding in the base and the head: one rule for transfers, collectives and lines.
+"""The same finding in the base and the head: one rule for every finding that names a line.
 
 A finding names a line, and git's line map (`gate.results.line_map`) says which base line
 each head line is. Base and head findings are paired, one to one, in three passes:
@@ -6,7 +6,7 @@ each head line is. Base and head findings are paired, one to one, in three passe
 1. **the same line**: a head finding on a line the diff does not touch (or that only moved
    with its renamed file) is the base's finding on the line it maps to, when it is the same
    kind of thing (`Spot.what`: a transfer's direction, kind and array; a collective's kind,
-   participants and program; a line's heaviest op);
+   participants and program; a recompile's program and kind; a line's heaviest op);
 2. **a changed line**: a head finding on a line the change rewrote is the base's finding on
    a line that hunk replaced, in the same function (by its own name), when it is the same
    kind of thing. A comment appended, a variable renamed, a call reformatted over two
@@ -15,7 +15,8 @@ each head line is. Base and head findings are paired, one to one, in three passe
 3. **moved**: what is left over on both sides, a head finding on a line the change wrote
    and a base finding on a line it removed, pairs when it is the same thing without its
    place (`Spot.alike`: the same function and text, or the same collective with the same
-   shapes). Code taken to another file or function still does what it did.
+   shapes, or the same program recompiled by the same caller and call). Code taken to another
+   file or function still does what it did.
 
 Only what has no counterpart is new. Without a line map (a stored baseline file, recorded
 at no known commit) only the third pass applies, over everything exact matching left.
@@ -103,7 +104,7 @@ def matched(
                     and was.path == place.base_path
                     and (was.line == place.base_line if exact else was.line in place.replaced)
                     and was.what == spot.what
-                    and _name(was.function) == _name(spot.function)
+                    and function_name(was.function) == function_name(spot.function)
                 ),
                 None,
             )
@@ -190,10 +191,10 @@ def transfer_key(
     same array the same way. None (no match) for an unnamed function or an unread line."""
     if not function or not source.strip():
         return None
-    return (direction, kind, _name(function), " ".join(source.split()), array, destination)
+    return (direction, kind, function_name(function), " ".join(source.split()), array, destination)
 
 
-def _name(function: str) -> str:
+def function_name(function: str) -> str:
     """A function by its own name, not where it was nested: a lambda taken from a function
     body to module level (``sync.<locals>.<lambda>``, now ``<lambda>``) is the same lambda."""
     return function.rsplit(".", 1)[-1]
@@ -204,7 +205,9 @@ def collective_key(group: CollectiveGroup) -> tuple[object, ...]:
     the same enclosing function (JAX's op name stands in where no line of the user's is)."""
     sample = group.sample
     who = ",".join(sample.axes) if sample.axes is not None else sample.groups
-    where = _name(sample.location.function) if sample.location is not None else sample.op_name
+    where = (
+        function_name(sample.location.function) if sample.location is not None else sample.op_name
+    )
     # The shapes, not how many programs hold them: a pmap made per call compiles a program
     # per call, each with its own copy of the one collective the base's single program has.
     return (sample.kind, who, sample.function, where, tuple(sorted(set(group.buffers))))

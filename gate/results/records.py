@@ -184,12 +184,20 @@ class Recompile:
     source: str | None = None  # the text of the call line
     # A function that compiled more programs in the step's first call and warm-up than it
     # should (`gate.witness.recompiles.startup_recompiles`): ``count`` is its programs there,
-    # ``runs`` those calls; ``base_count`` the base's programs (None: no base, and it compiled
-    # again at the same shapes).
+    # ``runs`` those calls; ``base_count`` the base's programs (None: no counterpart in the
+    # base, or no base, and it compiled again at the same shapes). After warm-up, under
+    # ``run --base``, ``base_count`` is the base's compilations at its counterpart
+    # (`gate.results.recompile_changes`), None where it has none.
     startup: bool = False
     base_count: int | None = None
     # Where the head's ``accept: {recompiles: ...}`` accepted it, and why; "" where nothing did.
     accepted: str = ""
+    # ``run --base``: the base compiles it again too, at least as often (after warm-up), so
+    # it is not new; ``failing`` is then False.
+    in_base: bool = False
+    # ``run --base``: what the change did to its line, as for a transfer ("changed line",
+    # "moved from a.py:3", "unchanged line; the change at a.py:9 caused it"); "" without one.
+    line_change: str = ""
 
     @property
     def extra(self) -> int:
@@ -213,10 +221,26 @@ class Recompile:
                 f"{self.function} compiled {self.count} programs in the first call and "
                 f"warm-up ({self.runs} calls) {than}{where}{what}"
             )
+        than = (
+            f" where the base compiled again {self.base_count}x"
+            if self.base_count is not None and not self.in_base
+            else ""
+        )
         return (
             f"{self.function} compiled again {self.count}x in {self.runs} runs after "
-            f"warm-up{where}{what}"
+            f"warm-up{than}{where}{what}"
         )
+
+    @property
+    def beyond_the_base(self) -> bool:
+        """More programs in the first call and warm-up than the base's, failing: the kind
+        ``accept: {recompiles: ...}`` accepts. A compilation after warm-up is none: every
+        later run meets it, with a base or without, as a transfer."""
+        return self.failing and self.startup and self.base_count is not None
+
+    def line_note(self) -> str:
+        """``run --base``: `` (changed line)``, `` (moved from a.py:3)``; "" without a base."""
+        return f" ({self.line_change})" if self.line_change else ""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from gate.jaxhooks.compiles import CompileEvent
 from gate.jaxhooks.internals import PMAP_PROGRAM_NAMES
 from gate.jaxhooks.static_misses import FIRST_DIFFERS
+from gate.results.line_map import IDENTITY, LineMap
+from gate.results.recompile_changes import startup_pairs, told
 from gate.results.records import ProgramsCompiled, Recompile
 from gate.user_code import SourceLocation, UserCode
 
@@ -234,21 +236,26 @@ def startup_recompiles(
     runs: int,
     *,
     failing: bool,
+    lines: LineMap = IDENTITY,
 ) -> tuple[Recompile, ...]:
     """The functions that compiled more programs in the first call and warm-up than they
     should: than the base's count of the same function (``run --base``), or, with no base,
     again at the same shapes (a weak type flipping between calls, the classic).
 
-    Against the base, only where JAX explained the extra program (a jitted function's
-    tracing cache miss): an eager operation (``jit(multiply)``) compiles once per shape it
-    meets and JAX explains none of them, so new code that multiplies at a new shape is not
-    a recompile. A function the base never compiled is new code too."""
-    before = {p.function: p.count for p in base} if base is not None else None
+    Against the base, a function is the base's where git's line map says its line is
+    (``lines``, `gate.results.recompile_changes`), and counts only where JAX explained the
+    extra program (a jitted function's tracing cache miss): an eager operation
+    (``jit(multiply)``) compiles once per shape it meets and JAX explains none of them, so
+    new code that multiplies at a new shape is not a recompile. A function with no
+    counterpart in the base is new code, judged as without a base: only a second program at
+    the same shapes is one."""
+    pairs = startup_pairs(head, base, lines) if base is not None else {}
     found = []
+    vs_base = base is not None
     for programs in head:
-        base_count = before.get(programs.function) if before is not None else None
-        if before is not None:
-            if base_count is None or programs.count <= base_count or programs.change is None:
+        pair = pairs.get(id(programs))
+        if pair is not None:
+            if programs.count <= pair.old.count or programs.change is None:
                 continue
         elif programs.count < 2 or not programs.same_shapes:
             continue
@@ -262,7 +269,10 @@ def startup_recompiles(
                 failing=failing,
                 source=programs.source,
                 startup=True,
-                base_count=base_count,
+                base_count=pair.old.count if pair is not None else None,
+                # What the change did to its line, and where it caused it: the programs
+                # beyond the base's are the change's, whichever line compiled them.
+                line_change=told(lines, programs.location, pair, new=True) if vs_base else "",
             )
         )
     return tuple(found)
