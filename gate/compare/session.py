@@ -52,7 +52,7 @@ from gate.isolation.watcher import RunWatcher
 from gate.isolation.worker_start import DeviceBusy
 from gate.plan import Plan
 from gate.policy.model import CompareRule, Policy, RecompileRule, Region
-from gate.results.baseline import accept_base
+from gate.results.baseline import accept_base, labelled
 from gate.results.comparison import (
     BaseComparison,
     BaseStatus,
@@ -374,10 +374,12 @@ class _Pair:
         if has is None:
             return result, outputs
         # The base would run the same code on the same data: its transfer map and programs
-        # are the head's own, and judge the head as the base's would, line for line (a
-        # comment that moved its lines moved the head's findings with them).
+        # are the head's own, and judge the head as the base's would, finding for finding (a
+        # comment that moved lines moved the head's findings with them); git's line map
+        # says what the change did to each one's line.
         result, kept = accept_base(result, result)
         result = _recompiles_vs_base(result, result, self.region, IDENTITY)
+        result = labelled(result, self.tree.lines)
         unchanged = BaseComparison(
             self.tree.describe(),
             BaseStatus.UNCHANGED,

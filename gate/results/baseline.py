@@ -410,6 +410,22 @@ def accept_base(
     return replace(region, transfers=transfers, notes=(*region.notes, *notes)), kept
 
 
+def labelled(region: RegionResult, lines: LineMap) -> RegionResult:
+    """``region`` judged against itself, the base having its code (``run --base``,
+    `gate.compare.footprint`: comments or layout changed, if anything), with each finding
+    that says what the change did to its line saying it by git's ``lines``: a comment added to
+    a line is a changed line, though its code and findings are the base's."""
+    transfers = tuple(
+        replace(t, line_change=line_change(lines, t.location)) if t.line_change else t
+        for t in region.transfers
+    )
+    recompiles = tuple(
+        replace(r, line_change=line_change(lines, r.location)) if r.line_change else r
+        for r in region.recompiles
+    )
+    return replace(region, transfers=transfers, recompiles=recompiles)
+
+
 def line_change(lines: LineMap, where: SourceLocation | None, *, new: bool = False) -> str:
     """What the change did to ``where``, as a reader is told: ``changed line``, ``new line``,
     ``moved from a.py:3``, ``unchanged line``; a ``new`` finding on an unchanged line, what
