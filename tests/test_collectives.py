@@ -186,7 +186,7 @@ def test_every_collective_is_read_with_its_buffer_axes_line_and_runs() -> None:
         # (flax): the line is the user's that called it.
         (
             "all-reduce", "f32[4,8]", ("model",), "model.py:13", 128, 3,
-            "inside a loop whose trip count XLA does not know: counted once a run",
+            "inside a loop whose trip count is unknown: counted once a run",
         ),
     ]  # fmt: skip
     # Without a mesh the same collectives name their device groups instead.
@@ -223,7 +223,7 @@ def test_loops_and_async_pairs_are_counted_once_where_they_run() -> None:
     assert times["main"] == (1, "")
     assert times["body"] == (5, "")
     assert times["open_body"][0] == 1
-    assert times["open_body"][1].startswith("inside a loop whose trip count XLA does not know")
+    assert times["open_body"][1].startswith("inside a loop whose trip count is unknown")
 
 
 def test_a_donation_xla_did_not_alias_is_named_by_its_path_and_aval() -> None:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import msgspec
+import pytest
 
 from gate.policy.model import CostRule
 from gate.results.costs import StepCost, compare_costs
@@ -66,18 +67,30 @@ def test_a_loop_rolled_and_unrolled_reads_the_same_flops_everywhere() -> None:
 def test_a_loop_whose_trip_count_is_unknown_is_counted_once_and_said_so() -> None:
     cost = _cost_of(_until)
     (function,) = cost.functions
-    assert function.loops == "1 loop whose trip count XLA does not know, counted once a run"
+    assert function.loops == "1 loop whose trip count is unknown, counted once a run"
     assert cost.headline().startswith("≥ ")
     assert function.figure("flops") < 2 * (2 * 64**3 + 2 * 64**2)
 
 
-def test_a_baseline_that_counted_loops_once_bounds_no_work_until_recorded_again() -> None:
+@pytest.mark.parametrize(
+    "before",
+    [
+        # A file from before the gate counted trip counts at all.
+        {"loops_counted": False, "loops_added": False, "trips_read": False},
+        # One from before it read them from the loops' counters: a TPU's loops counted once.
+        {"trips_read": False},
+    ],
+)
+def test_a_baseline_that_counted_loops_once_bounds_no_work_until_recorded_again(
+    before: dict[str, bool],
+) -> None:
     rolled = _cost_of(_rolled)
     stored = StoredCost.of(rolled)
     assert stored.loops_counted
+    assert stored.trips_read
     assert not compare_costs(stored.step_cost(), rolled, CostRule()).changes
-    # A file from before the gate counted trip counts: its figures read one run of the body.
-    old = msgspec.structs.replace(stored, loops_counted=False, loops_added=False)
+    # Its figures read one run of the body.
+    old = msgspec.structs.replace(stored, **before)
     once = dataclasses.replace(
         old.step_cost(), totals=(("flops", (rolled.total("flops") or 0) / TRIPS),)
     )

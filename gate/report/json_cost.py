@@ -140,7 +140,7 @@ class FunctionDoc(Record, frozen=True, kw_only=True, omit_defaults=True):
     generated_code_bytes: float | None = None
     unknown: str = ""  # why a figure is absent, where one is
     where: str | None = None  # the user's line that first ran it ("train.py:44"), if known
-    # Its loops whose trip count XLA does not know, counted once a run: its work is a floor.
+    # Its loops whose trip count is unknown, counted once a run: its work is a floor.
     loops: str = ""
 
 

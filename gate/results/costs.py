@@ -69,7 +69,7 @@ class FunctionCost:
     # which reads like one program's growth where a function gained a program. Empty where
     # not kept (a stored baseline).
     per_program: tuple[tuple[tuple[str, float], ...], ...] = ()
-    # Its loops whose trip count XLA does not know, each counted once a run ("1 loop whose
+    # Its loops whose trip count is unknown, each counted once a run ("1 loop whose
     # trip count ..."); "" where every loop's runs are counted (`gate.witness.costs.Loops`).
     loops: str = ""
 

@@ -272,6 +272,10 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
     # whose loops' bodies count once: not a bound on today's figures (`compare_costs`).
     loops_counted: bool = False
     loops_added: bool = False  # counting them added work: a loop ran more than once a run
+    # Each loop's trip count was read from its counter where XLA's backend config gives none
+    # (`gate.witness.trip_counts`); absent (false) in a file from before, where a TPU's loops
+    # counted their bodies once: its loops then count as not counted.
+    trips_read: bool = False
 
     @classmethod
     def of(cls, cost: StepCost) -> StoredCost:
@@ -299,6 +303,7 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
             else tuple(StoredConstant.of(c) for c in cost.constants),
             loops_counted=cost.loops_counted,
             loops_added=cost.loops_added,
+            trips_read=cost.loops_counted,
         )
 
     def step_cost(self) -> StepCost:
@@ -315,7 +320,8 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
         cost = step_cost(
             functions, None, comm=comm, donations=donations, lines=lines, constants=constants
         )
-        cost = replace(cost, loops_counted=self.loops_counted, loops_added=self.loops_added)
+        counted = self.loops_counted and self.trips_read
+        cost = replace(cost, loops_counted=counted, loops_added=self.loops_added)
         if self.times is None:
             return cost
         kept = tuple(t.line_time() for t in self.times.lines)

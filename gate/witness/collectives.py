@@ -4,7 +4,8 @@ The cost run (`gate.witness.costs`) already sees each program the step runs and 
 this reads each one's optimized HLO once (`gate.witness.hlo_text`) and lists its
 all-reduces, all-gathers, reduce-scatters, all-to-alls and collective-permutes, sync or
 async (``-start``; its ``-done`` is the same collective), wherever they sit: in the entry
-computation, in a loop body (times the trip count XLA knows), in a branch, in a call.
+computation, in a loop body (times its trip count, `gate.witness.trip_counts`), in a
+branch, in a call.
 
 What is normalised so that one collective reads the same on every JAX:
 - replica groups in any printed form, named by the step's mesh axes (`gate.witness.replica_groups`);
@@ -42,6 +43,7 @@ from gate.witness.replica_groups import (
     pairs,
     pairs_text,
 )
+from gate.witness.trip_counts import trip_counts
 
 # Opcode -> kind. An async pair is counted at its start; ``-done`` only ends it.
 KIND_OF = {
@@ -63,7 +65,7 @@ _CALLEE = re.compile(
     r"|branch_computations)=(\{[^}]*\}|%[\w.\-]+)"
 )
 _BRANCH = "inside a conditional branch: counted as if it ran"
-_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+_UNCOUNTED = "inside a loop whose trip count is unknown: counted once a run"
 
 
 def program_collectives(
@@ -88,9 +90,9 @@ def multiplicities(
 ) -> dict[str, tuple[int, str]]:
     """How often one run of the program runs each computation, and why that may be a guess.
 
-    A while loop's body runs its known trip count (``known_trip_count`` in XLA's backend
-    config); a loop XLA cannot count, and a conditional's branches, are counted once,
-    and said so. Fusions, calls and async wrappers run once per call site.
+    A while loop's body runs its trip count (`gate.witness.trip_counts`); a loop of
+    unknown count, and a conditional's branches, are counted once, and said so. Fusions,
+    calls and async wrappers run once per call site.
     """
     calls: dict[str, list[tuple[str, int, str]]] = {}  # callee -> (caller, factor, why)
     for caller, callees in (graph if graph is not None else call_graph(module)).items():
@@ -122,28 +124,19 @@ def once_a_loop(
     return {caller: [(c, 1, why) for c, _, why in calls] for caller, calls in graph.items()}
 
 
-def loops_not_counted(module: HloModule) -> int:
-    """How many while loops of ``module`` have no trip count XLA knows: counted once a run."""
-    return sum(
-        1
-        for body in module.computations.values()
-        for instruction in body
-        if instruction.opcode == "while" and _TRIP_COUNT.search(instruction.attributes) is None
-    )
-
-
 def call_graph(
     module: HloModule, leaving_out: frozenset[str] = frozenset()
 ) -> dict[str, list[tuple[str, int, str]]]:
     """Each computation's callees, in instruction order: ``(callee, times per call, why)``;
     ``leaving_out`` names the attributes whose callees are not followed (``to_apply``)."""
+    trips = trip_counts(module)
     return {
         caller: [
             call
             for instruction in body
             # An async pair's done and update name the same wrapped computation as its start.
             if instruction.opcode not in ("async-done", "async-update")
-            for call in _callees(instruction, leaving_out)
+            for call in _callees(instruction, trips, leaving_out)
         ]
         for caller, body in module.computations.items()
     }
@@ -169,8 +162,12 @@ def program_order(
 
 
 def _callees(
-    instruction: Instruction, leaving_out: frozenset[str] = frozenset()
+    instruction: Instruction,
+    trips: dict[str, int | None],
+    leaving_out: frozenset[str] = frozenset(),
 ) -> list[tuple[str, int, str]]:
+    """What ``instruction`` calls: ``(callee, times per call, why)``; ``trips``: each while
+    loop's trip count (`gate.witness.trip_counts`)."""
     if "=%" not in instruction.attributes and "={%" not in instruction.attributes:
         return []  # calls nothing: most instructions, without a regex over their attributes
     found: list[tuple[str, int, str]] = []
@@ -181,11 +178,11 @@ def _callees(
         if key in ("true_computation", "false_computation", "branch_computations"):
             why = _BRANCH
         elif instruction.opcode == "while":
-            trips = _TRIP_COUNT.search(instruction.attributes)
-            if trips is not None:
-                factor = int(trips.group(1))
+            count = trips.get(instruction.name)
+            if count is not None:
+                factor = count
             else:
-                why = "inside a loop whose trip count XLA does not know: counted once a run"
+                why = _UNCOUNTED
         found.extend((callee, factor, why) for callee in _names(value))
     return found
 

@@ -4,8 +4,9 @@ The run itself sees every execution (`gate.jaxhooks.executables`); this module
 reads each program's cost and memory analysis once, weighs them by how often
 the step ran it (`gate.results.costs`), and reads the devices' memory marks
 around the run. XLA's cost analysis counts a while loop's body once; the work of its
-other runs, where XLA knows the trip count, is added from the gate's own count of each
-op (`Loops`), so a loop rolled and the same loop unrolled read the same work. A JAX
+other runs, where the trip count is known (`gate.witness.trip_counts`), is added from the
+gate's own count of each op (`Loops`), so a loop rolled and the same loop unrolled read
+the same work. A JAX
 that lacks a hook gives no cost and a note naming the version, never zeros.
 """
 
@@ -29,10 +30,10 @@ from gate.results.collectives import Communication
 from gate.results.constants import CONSTANT_BYTES, EmbeddedConstant
 from gate.results.costs import DevicePeak, FunctionCost, StepCost, not_measured, step_cost
 from gate.user_code import UserCode
-from gate.witness.collectives import loops_not_counted
 from gate.witness.constants import program_constants
 from gate.witness.line_work import OpWork, line_table, program_ops
 from gate.witness.programs import parsed_programs, read_programs
+from gate.witness.trip_counts import loops_not_counted
 
 # XLA's keys, as `cost_analysis()` and `get_compiled_memory_stats()` spell them.
 _WORK_KEYS = (
@@ -136,8 +137,8 @@ def measure_step_ops(
 class Loops:
     """What XLA's cost analysis leaves out of one function's work: every loop's runs but the
     first (it counts a while loop's body once, whatever its trip count), by the gate's own
-    count of each op (`gate.witness.line_work`); and the loops whose trip count XLA does not
-    know, which nobody can count further."""
+    count of each op (`gate.witness.line_work`); and the loops whose trip count is unknown
+    (`gate.witness.trip_counts`), which nobody can count further."""
 
     work: dict[str, float] = field(default_factory=dict)  # by `_WORK_KEYS` metric
     not_counted: int = 0
@@ -151,12 +152,12 @@ class Loops:
         self.not_counted += not_counted
 
     def note(self) -> str:
-        """``1 loop whose trip count XLA does not know, counted once a run``; "" for none."""
+        """``1 loop whose trip count is unknown, counted once a run``; "" for none."""
         if not self.not_counted:
             return ""
         count = self.not_counted
         whose = "loop whose" if count == 1 else "loops whose"
-        return f"{count} {whose} trip count XLA does not know, counted once a run"
+        return f"{count} {whose} trip count is unknown, counted once a run"
 
 
 def function_costs(

@@ -17,9 +17,9 @@ What each op counts, from its shapes (XLA's cost analysis gives only program tot
 - bytes accessed: an unfused op reads its operands and writes its result; inside a fusion,
   only reading the fusion's inputs and writing its result touch memory, so only those count.
 
-Ops in a loop body count its trip count where XLA knows it, and once otherwise, as
-collectives do (`gate.witness.collectives.multiplicities`); a reducer's body
-(``to_apply``) is the reduce's per-element work, already counted.
+Ops in a loop body count its trip count where it is known (`gate.witness.trip_counts`),
+and once otherwise, as collectives do (`gate.witness.collectives.multiplicities`); a
+reducer's body (``to_apply``) is the reduce's per-element work, already counted.
 """
 
 from __future__ import annotations
