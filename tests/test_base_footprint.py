@@ -299,3 +299,15 @@ def test_a_change_to_prose_alone_starts_no_base_worker(
     events = _events(monkeypatch, repo)
     assert _statuses(repo) == {"a": "unchanged"}
     assert "spawn base" not in events, events
+
+
+def test_a_change_to_comments_alone_starts_no_base_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reworded comment or a formatter's change is known, before anything runs, to reach no
+    region: the base's worker is not started early to sit idle beside the head's."""
+    repo = _repo(tmp_path, {"a.py": _module(), "policies/p.yaml": _policy("a")})
+    make_repo(repo, {"a.py": "# a new first line\n" + _module().replace("x @ w", "(x @ w)")})
+    events = _events(monkeypatch, repo)
+    assert _statuses(repo) == {"a": "unchanged"}
+    assert "spawn base" not in events, events

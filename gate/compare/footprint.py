@@ -63,7 +63,12 @@ def same_code_as(head: Path, digest: str, base: Path) -> bool:
     docstring is code (a module may read its ``__doc__``); what reads a source's text or
     line numbers (``inspect.getsource``, a hash of the file) is a limit docs/compare.md states.
     """
-    if head.suffix != ".py" or file_sha256(str(head)) != digest:
+    return file_sha256(str(head)) == digest and same_code(head, base)
+
+
+def same_code(head: Path, base: Path) -> bool:
+    """Whether ``head`` and ``base`` are Python sources of the same code (`same_code_as`)."""
+    if head.suffix != ".py" or base.suffix != ".py":
         return False
     try:
         trees = [ast.parse(path.read_bytes(), filename=str(path)) for path in (head, base)]

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from string import hexdigits
 
+from gate.compare.footprint import same_code
 from gate.results.line_map import IDENTITY, LineMap, parse_diff
 
 # Every git call is local (no fetch): a minute is far more than any needs, and a
@@ -80,11 +81,21 @@ class BaseTree:
     def may_reach_regions(self) -> bool:
         """Whether the change may reach a region, as far as its paths tell before anything
         runs: false only when every changed path is prose (README.md, docs), which no step
-        imports or reads. It decides only when the base's worker starts: early, beside the
-        head's first region, or when a region first needs it (`gate.compare.session`)."""
+        imports or reads, or Python whose comments or layout alone changed. It decides only
+        when the base's worker starts: early, as the head's first worker starts, or when a
+        region first needs it (`gate.compare.session`)."""
         if self.changed is None:
             return True
-        return any(Path(path).suffix.lower() not in PROSE_SUFFIXES for path in self.changed)
+        return any(not self._only_words(path) for path in self.changed)
+
+    def _only_words(self, path: str) -> bool:
+        """Whether the change to ``path`` can change no region's run: prose, or a Python source
+        whose code is the base's (a comment, a layout: `gate.compare.footprint.same_code`)."""
+        if Path(path).suffix.lower() in PROSE_SUFFIXES:
+            return True
+        if self.head_top is None or self.top is None:
+            return False
+        return same_code(self.head_top / path, self.top / path)
 
     @property
     def moved_paths(self) -> tuple[tuple[Path, Path], ...]:
