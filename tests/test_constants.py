@@ -80,7 +80,8 @@ def test_a_closed_over_array_is_a_new_constant_at_its_line_and_fails(tmp_path: P
 def test_a_constant_the_base_embeds_too_passes(tmp_path: Path) -> None:
     repo = init(tmp_path / "repo")
     commit(repo, {"train.py": CLOSED_OVER, "policies/p.yaml": POLICY}, "base: closed over")
-    commit(repo, {"train.py": "# a comment above\n" + CLOSED_OVER}, "head: a line moved")
+    # Code above it, not a comment: a comment alone leaves the code the base's, run once.
+    commit(repo, {"train.py": "SHIFT = 0\n" + CLOSED_OVER}, "head: a line moved")
     run = run_gate(repo, "run", "--base", "HEAD~1", "--json", "r.json")
     assert run.returncode == 0, run
     [region] = json.loads((repo / "r.json").read_text())["suites"][0]["regions"]
