@@ -284,3 +284,29 @@ def test_optax_0d67475c_a_loop_rolled_and_unrolled_reads_the_same_flops(tmp_path
         "code differently"
     ), headline
     assert "(no source line)" not in headline, headline
+
+
+@ON_THE_DEVICE
+def test_haiku_f877ddc3_a_constant_xla_folded_fails_at_the_line_that_computes_it(
+    tmp_path: Path,
+) -> None:
+    run, repo = _judged(tmp_path, "haiku-f877ddc3")
+    assert run.returncode == 1, run
+    counts = line_of(repo / "pool.py", "lax.reduce_window(jnp.ones_like(value)")
+    testcase = run.testcase("avgpool: cost")
+    # The annotation is on the line the fix rewrote, where the folded op is written.
+    assert (testcase.get("file"), testcase.get("line")) == ("pool.py", str(counts)), run
+    failure = testcase.find("failure")
+    assert failure is not None, run
+    message = failure.get("message", "")
+    assert message.startswith(
+        "new constant f32[1,64,64,64] (1 MiB), folded from reduce_window_sum by XLA, compiled "
+        f"into jit(step) at pool.py:{counts}, not in the base: "
+    ), message
+    # Its fix is the folded constant's: nothing was closed over, so "pass the array as an
+    # argument" would send the reader looking for an array that is not there.
+    assert "compute it from the smallest shape it varies over" in message, message
+    assert "closing over" not in message, message
+    [new] = _region(repo)["base"]["cost"]["new_constants"]
+    assert (new["path"], new["line"], new["size_bytes"]) == ("pool.py", counts, 1 << 20), new
+    assert new["folded_from"] == "reduce_window_sum", new

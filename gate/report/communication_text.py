@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from gate.policy.model import ChangeKind
 from gate.results.collective_changes import NEW, CollectiveChange, CommComparison
-from gate.results.constants import CONSTANT_FIX, EmbeddedConstant
+from gate.results.constants import EmbeddedConstant
 from gate.results.donation_changes import DonationComparison
 from gate.results.donations import DONATION_FIX, UnusedDonation
 from gate.results.records import RegionResult
@@ -135,7 +135,7 @@ def _constant(constant: EmbeddedConstant) -> CommFinding:
     comparison (`gate.results.costs.CostComparison.new_constants`), not here."""
     location = SourceLocation(constant.path, constant.line, "") if constant.path else None
     text = f"note: {constant.text().rsplit(' at ', 1)[0]}"  # the place is the line's own
-    return CommFinding("embedded constant", location, text, False, constant.source, CONSTANT_FIX)
+    return CommFinding("embedded constant", location, text, False, constant.source, constant.fix)
 
 
 def _change(change: CollectiveChange, edit: str) -> CommFinding:
