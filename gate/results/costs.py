@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from gate.policy.model import CostRule
 from gate.results.collectives import Communication
 from gate.results.constants import EmbeddedConstant, new_constants
-from gate.results.donations import UnusedDonation
+from gate.results.donations import ReusedDonation, UnusedDonation
 from gate.results.line_map import LineMap
 from gate.results.line_times import (
     LineTimeChange,
@@ -125,6 +125,10 @@ class StepCost:
     # donated argument no output reuses. None: not read (the cost was not measured).
     comm: Communication | None = None
     donations: tuple[UnusedDonation, ...] | None = None
+    # Each donated argument an output reuses: what a head that stopped donating one is
+    # compared with. None: not read (as ``donations``, or a stored baseline from before the
+    # gate kept them).
+    reused: tuple[ReusedDonation, ...] | None = None
     # Work by source line (`gate.results.line_work`), in file and line order. None: not
     # counted (the cost was not measured, a program's text could not be read, or a stored
     # baseline from before the gate kept it).
