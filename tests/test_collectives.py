@@ -259,6 +259,13 @@ def test_a_donation_xla_aliased_is_read_as_reused_and_one_the_head_stopped_makin
     assert dropped.headline() == (
         "1 no longer donated: jit(step): 'x' float32[4,64] (base: reused)"
     )
+    # A jitted function or argument renamed in the change: the same donation, by its aval.
+    renamed = replace(reused, function="jit(update)", argument="inputs")
+    moved = compare_donations(
+        (), (), DonationRule.FAIL_NEW, base_reused=(reused,), head_reused=(renamed,)
+    )
+    assert moved is not None
+    assert (moved.dropped, moved.failing) == ((), False)
     # A side whose reused donations were not read (an older baseline) drops nothing.
     unread = compare_donations((), (), DonationRule.FAIL_NEW, base_reused=None, head_reused=())
     assert unread is not None

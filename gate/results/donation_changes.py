@@ -167,16 +167,32 @@ def _dropped(
     head: Sequence[UnusedDonation] | None,
     head_reused: Sequence[ReusedDonation] | None,
 ) -> tuple[ReusedDonation, ...]:
-    """The other side's reused donations that the head does not donate, reused or not,
-    counted per identity (two reused of one identity, one donated now: one dropped)."""
+    """The other side's reused donations that the head does not donate, reused or not.
+
+    Matched by identity, counted (two reused of one identity, one donated now: one dropped);
+    what is left of the other side then by aval against what is left of the head's, in any
+    program: a jitted function or an argument renamed in the change is the same donation,
+    and a donation swapped for another of the same size keeps the step's memory as it was.
+    """
     if base_reused is None or head is None or head_reused is None:
         return ()
-    donated = Counter(d.identity() for d in head)
-    donated.update(d.identity() for d in head_reused)
-    dropped = []
+    donated: list[UnusedDonation | ReusedDonation] = [*head, *head_reused]
+    unclaimed = Counter(d.identity() for d in donated)
+    left = []
     for donation in base_reused:
-        if donated[donation.identity()] > 0:
-            donated[donation.identity()] -= 1
+        if unclaimed[donation.identity()] > 0:
+            unclaimed[donation.identity()] -= 1
+        else:
+            left.append(donation)
+    avals: Counter[str] = Counter()
+    for other in donated:
+        if unclaimed[other.identity()] > 0:
+            unclaimed[other.identity()] -= 1
+            avals[other.aval] += 1
+    dropped = []
+    for donation in left:
+        if avals[donation.aval] > 0:
+            avals[donation.aval] -= 1
         else:
             dropped.append(donation)
     return tuple(dropped)
