@@ -25,12 +25,14 @@ from gate.report.communication_text import (
 from gate.results.collective_changes import GONE, GROWN, MOVED, NEW, compare_communication
 from gate.results.collectives import Collective, Communication, not_read
 from gate.results.costs import FunctionCost, step_cost
+from gate.results.donation_changes import compare_donations
+from gate.results.donations import UnusedDonation
 from gate.results.errors import ErrorKind
 from gate.results.timing_baseline import StoredCollective, StoredCost
 from gate.text import bytes_text
 from gate.user_code import SourceLocation, UserCode
 from gate.witness.collectives import multiplicities, program_collectives
-from gate.witness.donations import header_donations
+from gate.witness.donations import header_donations, reused_donations
 from gate.witness.hlo_text import parse_instruction, parse_module
 from gate.witness.programs import read_programs
 from gate.witness.replica_groups import axes_of_pairs, axes_over, expand, groups_value
@@ -236,6 +238,41 @@ def test_a_donation_xla_did_not_alias_is_named_by_its_path_and_aval() -> None:
         "jit(step): donated argument 'params['w1']' float32[16,128] per device is not reused "
         "(XLA received it but aliased no output to it)"
     )
+
+
+def test_a_donation_xla_aliased_is_read_as_reused_and_one_the_head_stopped_making_drops() -> None:
+    (reused,) = reused_donations(parse_module(MODULE), _program())
+    assert (reused.function, reused.argument, reused.aval) == ("jit(step)", "x", "float32[4,64]")
+    # The head donates 'x' again (reused or not): nothing dropped. It donates neither: the
+    # base's reused 'x' is dropped, and fails under fail_new as a lost one does.
+    unused_x = UnusedDonation("jit(step)", "x", "float32[4,64]", "xla")
+    kept = compare_donations(
+        (), (unused_x,), DonationRule.FAIL_NEW, base_reused=(reused,), head_reused=()
+    )
+    assert kept is not None
+    assert (kept.dropped, kept.failing) == ((), True)  # lost, not dropped
+    dropped = compare_donations(
+        (), (), DonationRule.FAIL_NEW, base_reused=(reused,), head_reused=()
+    )
+    assert dropped is not None
+    assert (dropped.dropped, dropped.failing) == ((reused,), True)
+    assert dropped.headline() == (
+        "1 no longer donated: jit(step): 'x' float32[4,64] (base: reused)"
+    )
+    # A jitted function or argument renamed in the change: the same donation, by its aval.
+    renamed = replace(reused, function="jit(update)", argument="inputs")
+    moved = compare_donations(
+        (), (), DonationRule.FAIL_NEW, base_reused=(reused,), head_reused=(renamed,)
+    )
+    assert moved is not None
+    assert (moved.dropped, moved.failing) == ((), False)
+    # A side whose reused donations were not read (an older baseline) drops nothing.
+    unread = compare_donations((), (), DonationRule.FAIL_NEW, base_reused=None, head_reused=())
+    assert unread is not None
+    assert (unread.dropped, unread.failing) == ((), False)
+    warned = compare_donations((), (), DonationRule.WARN, base_reused=(reused,), head_reused=())
+    assert warned is not None
+    assert not warned.failing
 
 
 def _collective(kind: str, line: int, size: int, source: str = "y = f(x)") -> Collective:

@@ -30,8 +30,8 @@ def _copy(folder: Path, into: Path) -> None:
             shutil.copy(path, into / path.name)
 
 
-def _judged(tmp_path: Path, fix: str, devices: int = 1) -> tuple[GateRun, Path]:
-    """``run --base HEAD`` on a repository whose commit is the fix and whose tree is before it."""
+def _fixed(tmp_path: Path, fix: str) -> Path:
+    """A repository whose commit, and tree, is the fix."""
     folder = FIXES / fix
     repo = init(tmp_path / fix)
     (repo / "policies").mkdir()
@@ -40,7 +40,13 @@ def _judged(tmp_path: Path, fix: str, devices: int = 1) -> tuple[GateRun, Path]:
     _copy(folder / "base", repo)
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", f"{fix}: the fix")
-    _copy(folder / "head", repo)
+    return repo
+
+
+def _judged(tmp_path: Path, fix: str, devices: int = 1) -> tuple[GateRun, Path]:
+    """``run --base HEAD`` on a repository whose commit is the fix and whose tree is before it."""
+    repo = _fixed(tmp_path, fix)
+    _copy(FIXES / fix / "head", repo)
     run = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json", devices=devices)
     return run, repo
 
@@ -284,3 +290,75 @@ def test_optax_0d67475c_a_loop_rolled_and_unrolled_reads_the_same_flops(tmp_path
         "code differently"
     ), headline
     assert "(no source line)" not in headline, headline
+
+
+@ON_THE_DEVICE
+def test_haiku_f877ddc3_a_constant_xla_folded_fails_at_the_line_that_computes_it(
+    tmp_path: Path,
+) -> None:
+    run, repo = _judged(tmp_path, "haiku-f877ddc3")
+    assert run.returncode == 1, run
+    counts = line_of(repo / "pool.py", "lax.reduce_window(jnp.ones_like(value)")
+    testcase = run.testcase("avgpool: cost")
+    # The annotation is on the line the fix rewrote, where the folded op is written.
+    assert (testcase.get("file"), testcase.get("line")) == ("pool.py", str(counts)), run
+    failure = testcase.find("failure")
+    assert failure is not None, run
+    message = failure.get("message", "")
+    assert message.startswith(
+        "new constant f32[1,64,64,64] (1 MiB), folded from reduce_window_sum by XLA, compiled "
+        f"into jit(step) at pool.py:{counts}, not in the base: "
+    ), message
+    # Its fix is the folded constant's: nothing was closed over, so "pass the array as an
+    # argument" would send the reader looking for an array that is not there.
+    assert "compute it from the smallest shape it varies over" in message, message
+    assert "closing over" not in message, message
+    [new] = _region(repo)["base"]["cost"]["new_constants"]
+    assert (new["path"], new["line"], new["size_bytes"]) == ("pool.py", counts, 1 << 20), new
+    assert new["folded_from"] == "reduce_window_sum", new
+
+
+@ON_THE_DEVICE
+def test_trax_bbf3a762_a_donation_the_head_no_longer_makes_fails_against_the_base(
+    tmp_path: Path,
+) -> None:
+    run, repo = _judged(tmp_path, "trax-bbf3a762")
+    assert run.returncode == 1, run
+    testcase = run.testcase("backward: donation")
+    # A donation has no line in the program: the policy's, as an unused one's.
+    assert (testcase.get("file"), testcase.get("line")) == ("policies/p.yaml", "4"), run
+    failure = testcase.find("failure")
+    assert failure is not None, run
+    message = failure.get("message", "")
+    assert message.startswith(
+        "jit(fbo): argument 'grads' float32[512,512] is no longer donated (base: donated, and "
+        "an output reused its buffer); to accept it, add `accept: {donations: "
+    ), message
+    assert "fix: donate it again (donate_argnums or donate_argnames" in (failure.text or "")
+    # The head leaves nothing unused: without the base's reused donations nothing shows it.
+    region = _region(repo)
+    assert region["donations"] == [], region["donations"]
+    donations = region["base"]["collectives"]["donations"]
+    assert donations["lost"] == [], donations
+    assert donations["failing"], donations
+    [dropped] = donations["dropped"]
+    assert (dropped["function"], dropped["argument"]) == ("jit(fbo)", "grads"), dropped
+    assert "FAIL  p.backward  1 dropped donation" in run.stdout, run
+
+
+@ON_THE_DEVICE
+def test_trax_bbf3a762_the_stored_baseline_keeps_the_reused_donations_too(tmp_path: Path) -> None:
+    repo = _fixed(tmp_path, "trax-bbf3a762")
+    recorded = run_gate(repo, "baseline", "--timing-only")
+    assert recorded.returncode == 0, recorded
+    stored = json.loads((repo / "policies" / "transfer-gate-baseline.json").read_text())
+    [cost] = [entry["cost"] for entry in stored["timing"].values()]
+    assert {(d["function"], d["argument"]) for d in cost["reused"]} >= {("jit(fbo)", "grads")}
+    _copy(FIXES / "trax-bbf3a762" / "head", repo)
+    run = run_gate(repo, "run")
+    assert run.returncode == 1, run
+    failure = run.testcase("backward: donation").find("failure")
+    assert failure is not None, run
+    assert failure.get("message", "").startswith(
+        "jit(fbo): argument 'grads' float32[512,512] is no longer donated (baseline: donated"
+    ), run

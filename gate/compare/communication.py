@@ -76,11 +76,18 @@ def donations_compared(
             replace(d, function=names.get(d.function, d.function)) for d in base_donations
         )
     head_donations = head.cost.donations if head.cost is not None else None
+    base_reused = base.cost.reused if base.cost is not None else None
+    if base_reused is not None and names:
+        base_reused = tuple(
+            replace(d, function=names.get(d.function, d.function)) for d in base_reused
+        )
     return compare_donations(
         base_donations,
         head_donations,
         region.donation,
         missing=_donations_unread(base if base_donations is None else head),
+        base_reused=base_reused,
+        head_reused=head.cost.reused if head.cost is not None else None,
     )
 
 

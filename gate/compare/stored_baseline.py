@@ -179,9 +179,13 @@ def _comm_judged(region: RegionResult, entry: StoredTiming, rule: Region) -> Reg
         rule.donation,
         against="baseline",
         missing=_not_stored("donations") if stored_donations is None else "",
+        base_reused=stored_cost.reused if stored_cost is not None else None,
+        head_reused=region.cost.reused if region.cost is not None else None,
     )
     compared = replace(compared, donations=donations)
-    said = donations is not None and (donations.lost or donations.kept or not donations.compared)
+    said = donations is not None and (
+        donations.lost or donations.kept or donations.dropped or not donations.compared
+    )
     if not compared.compared and compared.unchecked is None and not said:
         return _noted(region, f"collectives not compared with the baseline: {compared.note}")
     return replace(region, comm_vs_baseline=compared)

@@ -15,11 +15,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gate.policy.model import ChangeKind
+from gate.policy.model import ChangeKind, DonationRule
 from gate.results.collective_changes import NEW, CollectiveChange, CommComparison
-from gate.results.constants import CONSTANT_FIX, EmbeddedConstant
+from gate.results.constants import EmbeddedConstant
 from gate.results.donation_changes import DonationComparison
-from gate.results.donations import DONATION_FIX, UnusedDonation
+from gate.results.donations import DONATION_FIX, DROPPED_FIX, UnusedDonation
 from gate.results.records import RegionResult
 from gate.user_code import SourceLocation
 
@@ -125,6 +125,7 @@ def comm_findings(region: RegionResult) -> list[CommFinding]:
             found.append(CommFinding("donations", None, text, True))
     edit = accept_edit(region, ChangeKind.DONATIONS, "base")
     found.extend(_donation(d, compared, edit) for d in region.donations)
+    found.extend(_dropped(c, edit) for c in compared for _ in c.dropped[:1])
     constants = region.cost.constants if region.cost is not None else None
     found.extend(_constant(c) for c in constants or ())
     return sorted(found, key=lambda f: not f.failing)
@@ -135,7 +136,7 @@ def _constant(constant: EmbeddedConstant) -> CommFinding:
     comparison (`gate.results.costs.CostComparison.new_constants`), not here."""
     location = SourceLocation(constant.path, constant.line, "") if constant.path else None
     text = f"note: {constant.text().rsplit(' at ', 1)[0]}"  # the place is the line's own
-    return CommFinding("embedded constant", location, text, False, constant.source, CONSTANT_FIX)
+    return CommFinding("embedded constant", location, text, False, constant.source, constant.fix)
 
 
 def _change(change: CollectiveChange, edit: str) -> CommFinding:
@@ -175,10 +176,28 @@ def _donation(
     return CommFinding("unused donation", None, f"note (donation: fail_new): {text}", False)
 
 
+def _dropped(compared: DonationComparison, edit: str) -> CommFinding:
+    """The donations the other side reused that the head no longer makes, as one finding:
+    failing under ``fail_new`` (unless accepted), a warning under ``warn``."""
+    texts = [d.dropped_text(compared.against) for d in compared.dropped]
+    text = texts[0] + (f" (+{len(texts) - 1} more: {'; '.join(texts[1:])})" if texts[1:] else "")
+    if compared.dropped_failing:
+        fix = DROPPED_FIX + (edit if compared.against == "base" else "")
+        return CommFinding("dropped donation", None, text, True, fix=fix)
+    if compared.rule is DonationRule.WARN:
+        text = f"warning (donation: warn): {text}"
+        return CommFinding("dropped donation", None, text, False, fix=DROPPED_FIX)
+    return CommFinding("dropped donation", None, f"note: {text}", False)
+
+
 def acted_on(region: RegionResult) -> list[CommFinding]:
     """The findings a reader must see: failing ones, warnings (new under ``warn``) and the
     unused donations ``fail_new`` notes."""
-    return [f for f in comm_findings(region) if f.failing or f.fix or f.what == "unused donation"]
+    return [
+        f
+        for f in comm_findings(region)
+        if f.failing or f.fix or f.what in ("unused donation", "dropped donation")
+    ]
 
 
 def failure_reasons(region: RegionResult) -> list[str]:

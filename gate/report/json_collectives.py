@@ -11,7 +11,7 @@ from gate.policy.model import CollectiveRule, DonationRule
 from gate.results.collective_changes import CollectiveChange, CommComparison
 from gate.results.collectives import Collective, CollectiveGroup, Communication
 from gate.results.donation_changes import DonationComparison
-from gate.results.donations import UnusedDonation
+from gate.results.donations import ReusedDonation, UnusedDonation
 
 
 class CollectiveDoc(Record, frozen=True, kw_only=True):
@@ -193,6 +193,26 @@ class DonationDoc(Record, frozen=True, kw_only=True):
         )
 
 
+class DroppedDonationDoc(Record, frozen=True, kw_only=True):
+    """A donation the other side's program reused that the head no longer makes."""
+
+    function: str
+    argument: str
+    aval: str
+    per_device: bool
+    text: str
+
+    @classmethod
+    def of(cls, d: ReusedDonation, against: str) -> DroppedDonationDoc:
+        return cls(
+            function=d.function,
+            argument=d.argument,
+            aval=d.aval,
+            per_device=d.per_device,
+            text=d.dropped_text(against),
+        )
+
+
 class DonationComparisonDoc(Record, frozen=True, kw_only=True):
     """The head's unused donations against the other side's: lost, kept, reused now."""
 
@@ -206,6 +226,9 @@ class DonationComparisonDoc(Record, frozen=True, kw_only=True):
     lost: tuple[DonationDoc, ...]  # the other side reused them
     kept: tuple[DonationDoc, ...]  # unused on both sides
     regained: tuple[DonationDoc, ...]  # the other side's, which the head reuses now
+    # The other side's reused donations the head no longer donates at all (each fails under
+    # ``fail_new``, as a lost one does).
+    dropped: tuple[DroppedDonationDoc, ...] = ()
 
     @classmethod
     def of(cls, donations: DonationComparison | None) -> DonationComparisonDoc | None:
@@ -222,4 +245,5 @@ class DonationComparisonDoc(Record, frozen=True, kw_only=True):
             lost=tuple(DonationDoc.of(d) for d in donations.lost),
             kept=tuple(DonationDoc.of(d) for d in donations.kept),
             regained=tuple(DonationDoc.of(d) for d in donations.regained),
+            dropped=tuple(DroppedDonationDoc.of(d, donations.against) for d in donations.dropped),
         )

@@ -39,6 +39,8 @@ class ConstantDoc(Record, frozen=True, kw_only=True):
     path: str  # the user's line that used it; "" where none is known
     line: int
     source: str | None
+    # The op XLA computed it from while compiling; "" for an array the function captured.
+    folded_from: str = ""
 
 
 class CostChangeDoc(Record, frozen=True, kw_only=True):

@@ -9,9 +9,10 @@ it always was:
 - ``<region>: new all-gather over 'data' at model.py:42``, one per new collective under
   ``collectives: fail`` (failing) or ``warn`` (passing, said in system-out), at the
   collective's own line: the PR tools annotate the line whose spec made it;
-- ``<region>: donation``, when a donated argument is not reused, at the policy line: a
-  failure under ``donation: fail``, or for one the base (or the stored baseline) reused under
-  ``fail_new``; an error when that comparison could not be made.
+- ``<region>: donation``, when a donated argument is not reused, or one the base (or the
+  stored baseline) donated and reused is no longer donated, at the policy line: a failure
+  under ``donation: fail``, or for one the other side reused under ``fail_new``; an error
+  when that comparison could not be made.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from gate.report.communication_text import (
 )
 from gate.report.junit_cases import Case, Outcome, declared, policy_case, timing_next_step
 from gate.results.collective_changes import NEW, CollectiveChange, CommComparison
-from gate.results.donations import DONATION_FIX
+from gate.results.donations import DONATION_FIX, DROPPED_FIX
 from gate.results.records import RegionResult
 
 
@@ -48,7 +49,8 @@ def communication_cases(region: RegionResult) -> list[Case]:
             for change in comm.changes
             if change.change == NEW and (change.failing or change.warning)
         )
-    if region.donations or any(d.unchecked for d in donation_comparisons(region)):
+    compared = donation_comparisons(region)
+    if region.donations or any(d.unchecked or d.dropped for d in compared):
         cases.append(_donation_case(region))
     return cases
 
@@ -96,23 +98,35 @@ def _new_case(region: RegionResult, comm: CommComparison, change: CollectiveChan
 
 
 def _donation_case(region: RegionResult) -> Case:
-    findings = [f for f in comm_findings(region) if f.what in ("unused donation", "donations")]
+    findings = [
+        f
+        for f in comm_findings(region)
+        if f.what in ("unused donation", "dropped donation", "donations")
+    ]
     lines = [f"- {f.text}" for f in findings]
     lines.extend(
         f"{donation_label(d)}: {d.headline()}" for d in donation_comparisons(region) if d.shown
     )
-    body = "\n".join(lines) + f"\nfix: {DONATION_FIX}\n\n" + declared(region)
+    fixes = [DROPPED_FIX] if any(f.what == "dropped donation" for f in findings) else []
+    fixes += [DONATION_FIX] if any(f.what == "unused donation" for f in findings) else []
+    body = "\n".join(lines) + "".join(f"\nfix: {fix}" for fix in fixes) + "\n\n"
+    body += declared(region)
     unchecked = [f for f in findings if f.what == "donations"]
-    failing = [f for f in findings if f.failing and f.what == "unused donation"]
+    # A dropped donation first: the head's change removed it, where a lost one stopped fitting.
+    failing = [f for f in findings if f.failing and f.what == "dropped donation"]
+    failing += [f for f in findings if f.failing and f.what == "unused donation"]
     outcome = None
     if unchecked:
         outcome = Outcome("error", "donations-not-checked", unchecked[0].text, body)
     elif failing:
         message = failing[0].text
         if len(failing) > 1:
-            message = f"{len(failing)} donated arguments are not reused: {message}"
-        if failing[0].fix.startswith(DONATION_FIX):  # the accept edit, where it has one
-            message += failing[0].fix.removeprefix(DONATION_FIX)
+            dropped = fixes[0] == DROPPED_FIX
+            lead = "donations lost" if dropped else "donated arguments are not reused"
+            message = f"{len(failing)} {lead}: {message}"
+        for fix in (DONATION_FIX, DROPPED_FIX):  # the accept edit, where it has one
+            if failing[0].fix.startswith(fix):
+                message += failing[0].fix.removeprefix(fix)
         outcome = Outcome("failure", "donation", message, body)
     return policy_case(region, f"{region.name}: donation", body, outcome)
 
@@ -141,4 +155,6 @@ def communication_properties(region: RegionResult) -> dict[str, str]:
         if compared.donations is not None and compared.donations.compared:
             lost = str(len(compared.donations.lost))
             properties[f"{prefix}vs_{compared.against}.donations.lost"] = lost
+            dropped = str(len(compared.donations.dropped))
+            properties[f"{prefix}vs_{compared.against}.donations.dropped"] = dropped
     return properties

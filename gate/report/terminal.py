@@ -352,6 +352,7 @@ def _what_failed(region: RegionResult) -> list[str]:
         "collective": sum(1 for f in comm if f.what == "new collective"),
         "communication check": sum(1 for f in comm if f.what == "collectives"),
         "unused donation": sum(1 for f in comm if f.what == "unused donation"),
+        "dropped donation": sum(1 for f in comm if f.what == "dropped donation"),
         "donation check": sum(1 for f in comm if f.what == "donations"),
         "result check": sum(1 for c in region.checks if not c.passed),
     }

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from gate.policy.model import CostRule
 from gate.results.collectives import Communication
-from gate.results.constants import CONSTANT_FIX, EmbeddedConstant, new_constants
-from gate.results.donations import UnusedDonation
+from gate.results.constants import EmbeddedConstant, new_constants
+from gate.results.donations import ReusedDonation, UnusedDonation
 from gate.results.line_map import LineMap
 from gate.results.line_times import (
     LineTimeChange,
@@ -125,6 +125,10 @@ class StepCost:
     # donated argument no output reuses. None: not read (the cost was not measured).
     comm: Communication | None = None
     donations: tuple[UnusedDonation, ...] | None = None
+    # Each donated argument an output reuses: what a head that stopped donating one is
+    # compared with. None: not read (as ``donations``, or a stored baseline from before the
+    # gate kept them).
+    reused: tuple[ReusedDonation, ...] | None = None
     # Work by source line (`gate.results.line_work`), in file and line order. None: not
     # counted (the cost was not measured, a program's text could not be read, or a stored
     # baseline from before the gate kept it).
@@ -338,9 +342,7 @@ class CostComparison:
         """Every change a reader is shown, one per line: the lines that changed (most first,
         new, gone), the programs that came or went, each with its figures (those not 0), then
         functions with more or fewer programs, then the figures that changed."""
-        lines = [
-            f"new {c.text()}: {CONSTANT_FIX}" for c in self.new_constants
-        ] + self.line_listing()
+        lines = [f"new {c.text()}: {c.fix}" for c in self.new_constants] + self.line_listing()
         for program in self.programs:
             own = [c for c in self.changes if c.function == program.name]
             values = [(c.metric, c.head if program.new else c.base) for c in own]
@@ -404,7 +406,7 @@ class CostComparison:
             # A new constant leads: it is the change a reader acts on, with its fix.
             first, rest = self.new_constants[0], len(self.new_constants) - 1
             others = f" (+{rest} more)" if rest else ""
-            lead = f"new {first.text()}, not in the {self.against}{others}: {CONSTANT_FIX}"
+            lead = f"new {first.text()}, not in the {self.against}{others}: {first.fix}"
             return "; ".join([lead, *(c.text() for c in self.changes if c.failing)])
         failing = [c for c in self.changes if c.failing]
         failed = {c.metric for c in failing}

@@ -7,8 +7,11 @@ or sharding, XLA can no longer alias it, and the step holds both buffers. That i
 default ``donation: fail_new`` fails. One unused on both sides is **kept**: most often a
 library's idiom (equinox's ``filter_jit(donate="all")`` donates the batch too, which no
 output can reuse), reported and never failing under ``fail_new``. One the other side left
-unused that the head now reuses is **regained**. Read from the compiled programs and JAX's
-lowering, never measured: every difference is real.
+unused that the head now reuses is **regained**. One the other side donated and reused
+that the head does not donate at all is **dropped** (a ``donate_argnums`` lost in a
+refactor): the step holds both buffers as surely as with a lost one, so ``fail_new`` fails it
+too. Read from the compiled programs and JAX's lowering, never measured: every difference is
+real.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from gate.policy.model import DonationRule
-from gate.results.donations import UnusedDonation
+from gate.results.donations import ReusedDonation, UnusedDonation
 from gate.text import accepted_text
 
 
@@ -33,6 +36,8 @@ class DonationComparison:
     lost: tuple[UnusedDonation, ...] = ()
     kept: tuple[UnusedDonation, ...] = ()  # the head's, unused on the other side too
     regained: tuple[UnusedDonation, ...] = ()  # the other side's, which the head reuses now
+    # The other side's reused donations the head no longer donates at all: judged as ``lost``.
+    dropped: tuple[ReusedDonation, ...] = ()
     compared: bool = True  # False: a side's donations could not be read; ``note`` says why
     note: str = ""
     # Where the head's policy accepts the lost donations, and why (`gate.compare.acceptance`).
@@ -50,12 +55,21 @@ class DonationComparison:
     def failing(self) -> bool:
         if self.accepted:
             return False
-        return self.unchecked is not None or any(d.failing for d in self.lost)
+        return (
+            self.unchecked is not None or any(d.failing for d in self.lost) or self.dropped_failing
+        )
+
+    @property
+    def dropped_failing(self) -> bool:
+        """A dropped donation fails under ``fail_new`` as a lost one does, and under ``fail``
+        (a donation that stopped is worse than one unused), unless accepted."""
+        failing = self.rule in (DonationRule.FAIL_NEW, DonationRule.FAIL)
+        return bool(self.dropped) and failing and not self.accepted
 
     @property
     def shown(self) -> bool:
         """Worth a line under the region's row: something changed, or nothing could be compared."""
-        return bool(self.lost or self.regained) or not self.compared
+        return bool(self.lost or self.regained or self.dropped) or not self.compared
 
     def lost_as(self, donation: UnusedDonation) -> UnusedDonation | None:
         """``donation`` (one of the head's) as this comparison judged it, if it is lost here."""
@@ -76,6 +90,12 @@ class DonationComparison:
             named = ", ".join(_named(d) for d in self.lost[:3])
             more = f" and {len(self.lost) - 3} more" if len(self.lost) > 3 else ""
             parts.append(f"{len(self.lost)} lost: {named}{more} ({self.against}: reused)")
+        if self.dropped:
+            named = ", ".join(f"{d.function}: '{d.argument}' {d.aval}" for d in self.dropped[:3])
+            more = f" and {len(self.dropped) - 3} more" if len(self.dropped) > 3 else ""
+            parts.append(
+                f"{len(self.dropped)} no longer donated: {named}{more} ({self.against}: reused)"
+            )
         if self.regained:
             named = ", ".join(_named(d) for d in self.regained[:3])
             parts.append(f"{len(self.regained)} reused now: {named} ({self.against}: unused)")
@@ -97,17 +117,23 @@ def compare_donations(
     *,
     against: str = "base",
     missing: str = "",
+    base_reused: Sequence[ReusedDonation] | None = None,
+    head_reused: Sequence[ReusedDonation] | None = None,
 ) -> DonationComparison | None:
-    """Each of the head's unused donations, lost or kept against ``base``; None under ``allow``.
+    """Each of the head's unused donations, lost or kept against ``base``, and the donations
+    ``base`` reused that the head no longer makes (``base_reused`` against the head's unused
+    and ``head_reused``); None under ``allow``.
 
     None for a side means its donations could not be read; ``missing`` says why when that
     side has no cost run at all. A head without unused donations needs no other side:
-    nothing of it can be lost.
+    nothing of it can be lost. A side whose reused donations were not read (a stored baseline
+    from before the gate kept them) drops none.
     """
     if rule is DonationRule.ALLOW:
         return None
+    dropped = _dropped(base_reused, head, head_reused)
     if head is not None and not head:
-        return DonationComparison(against, rule, regained=tuple(base or ()))
+        return DonationComparison(against, rule, regained=tuple(base or ()), dropped=dropped)
     if base is None or head is None:
         side = against if base is None else "head"
         why = missing or "its compiled programs were not read"
@@ -131,4 +157,42 @@ def compare_donations(
         if left[donation.identity()] > 0:
             left[donation.identity()] -= 1
             regained.append(donation)
-    return DonationComparison(against, rule, tuple(lost), tuple(kept), tuple(regained))
+    return DonationComparison(
+        against, rule, tuple(lost), tuple(kept), tuple(regained), dropped=dropped
+    )
+
+
+def _dropped(
+    base_reused: Sequence[ReusedDonation] | None,
+    head: Sequence[UnusedDonation] | None,
+    head_reused: Sequence[ReusedDonation] | None,
+) -> tuple[ReusedDonation, ...]:
+    """The other side's reused donations that the head does not donate, reused or not.
+
+    Matched by identity, counted (two reused of one identity, one donated now: one dropped);
+    what is left of the other side then by aval against what is left of the head's, in any
+    program: a jitted function or an argument renamed in the change is the same donation,
+    and a donation swapped for another of the same size keeps the step's memory as it was.
+    """
+    if base_reused is None or head is None or head_reused is None:
+        return ()
+    donated: list[UnusedDonation | ReusedDonation] = [*head, *head_reused]
+    unclaimed = Counter(d.identity() for d in donated)
+    left = []
+    for donation in base_reused:
+        if unclaimed[donation.identity()] > 0:
+            unclaimed[donation.identity()] -= 1
+        else:
+            left.append(donation)
+    avals: Counter[str] = Counter()
+    for other in donated:
+        if unclaimed[other.identity()] > 0:
+            unclaimed[other.identity()] -= 1
+            avals[other.aval] += 1
+    dropped = []
+    for donation in left:
+        if avals[donation.aval] > 0:
+            avals[donation.aval] -= 1
+        else:
+            dropped.append(donation)
+    return tuple(dropped)

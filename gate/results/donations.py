@@ -7,6 +7,10 @@ sees (`gate.witness.donations`): JAX's lowering drops a donation it can match to
 with a warning it gives once; XLA's compiled program lists each donation it received but did
 not alias (``buffer_donor``), which JAX never warns about (a same-size dtype change, any
 program on several devices without ``out_shardings``).
+
+The donations an output does reuse (`ReusedDonation`) are kept too: one the base's program
+reused that the head no longer donates at all (a ``donate_argnums`` dropped in a refactor)
+doubles that buffer as surely as one that stopped fitting, and no unused donation shows it.
 """
 
 from __future__ import annotations
@@ -54,8 +58,36 @@ class UnusedDonation:
         return f"{where}donated argument {what}{shape} is not reused ({why})"
 
 
+@dataclass(frozen=True)
+class ReusedDonation:
+    """One donated argument of one program that an output reuses (``input_output_alias``)."""
+
+    function: str  # the program, ``jit(train_step)``
+    argument: str  # its pytree path, ``grads``; ``parameter 2`` where XLA kept no name
+    aval: str  # ``float32[512,512]``: per device when the program spans several
+    per_device: bool = False
+
+    def identity(self) -> tuple[str, str]:
+        """`UnusedDonation.identity`'s: the same argument, reused or not."""
+        return (self.function, self.argument)
+
+    def dropped_text(self, against: str) -> str:
+        """``jit(fbo): argument 'grads' float32[512,512] is no longer donated (base: donated,
+        and an output reused its buffer)``."""
+        shape = f"{self.aval} per device" if self.per_device else self.aval
+        where = f"{self.function}: " if self.function else ""
+        return (
+            f"{where}argument '{self.argument}' {shape} is no longer donated ({against}: "
+            "donated, and an output reused its buffer)"
+        )
+
+
 DONATION_FIX = (
     "make the output that should reuse the buffer match the donated argument's shape and "
     "dtype (cast back before returning it), give a sharded jit out_shardings, or stop "
     "donating the argument"
+)
+DROPPED_FIX = (
+    "donate it again (donate_argnums or donate_argnames of the jitted function): without it "
+    "the step holds the argument's buffer and the output's at once"
 )

@@ -24,7 +24,7 @@ from gate.documents import Count, Record
 from gate.results.collectives import Collective, CollectiveKind, Communication
 from gate.results.constants import EmbeddedConstant
 from gate.results.costs import FunctionCost, StepCost, step_cost
-from gate.results.donations import JAX, XLA, UnusedDonation
+from gate.results.donations import JAX, XLA, ReusedDonation, UnusedDonation
 from gate.results.line_times import LineTime, OpTimes
 from gate.results.line_work import LineWork
 from gate.results.machine import Machine
@@ -151,6 +151,23 @@ class StoredDonation(Record, frozen=True, kw_only=True):
         )
 
 
+class StoredReused(Record, frozen=True, kw_only=True):
+    """One donated argument an output of the step's programs reused: a later run that no
+    longer donates it has dropped it (``donation: fail_new``)."""
+
+    function: str  # the program, ``jit(train_step)``
+    argument: str  # its pytree path
+    aval: str  # one device's on a mesh
+    per_device: bool = False
+
+    @classmethod
+    def of(cls, d: ReusedDonation) -> StoredReused:
+        return cls(function=d.function, argument=d.argument, aval=d.aval, per_device=d.per_device)
+
+    def donation(self) -> ReusedDonation:
+        return ReusedDonation(self.function, self.argument, self.aval, self.per_device)
+
+
 class StoredLine(Record, frozen=True, kw_only=True, omit_defaults=True):
     """One source line's work per step (`gate.results.line_work.LineWork`), every field, so a
     later run compares its lines with this baseline's exactly."""
@@ -262,6 +279,9 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
     functions: tuple[StoredFunction, ...]
     collectives: tuple[StoredCollective, ...] | None = None
     donations: tuple[StoredDonation, ...] | None = None
+    # The donations an output reused; absent in a file from before they were kept (then a
+    # dropped donation cannot be told, and is not).
+    reused: tuple[StoredReused, ...] | None = None
     lines: tuple[StoredLine, ...] | None = None  # work by source line
     # Op time by line; absent where the step was not traced or its trace had no op times.
     times: StoredOpTimes | None = None
@@ -296,6 +316,7 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
             functions=functions,
             collectives=None if kept is None else tuple(StoredCollective.of(c) for c in kept),
             donations=None if donations is None else tuple(StoredDonation.of(d) for d in donations),
+            reused=None if cost.reused is None else tuple(StoredReused.of(d) for d in cost.reused),
             lines=None if cost.lines is None else tuple(StoredLine.of(w) for w in cost.lines),
             times=_stored_times(cost.times),
             constants=None
@@ -321,7 +342,8 @@ class StoredCost(Record, frozen=True, kw_only=True, omit_defaults=True):
             functions, None, comm=comm, donations=donations, lines=lines, constants=constants
         )
         counted = self.loops_counted and self.trips_read
-        cost = replace(cost, loops_counted=counted, loops_added=self.loops_added)
+        reused = None if self.reused is None else tuple(d.donation() for d in self.reused)
+        cost = replace(cost, loops_counted=counted, loops_added=self.loops_added, reused=reused)
         if self.times is None:
             return cost
         kept = tuple(t.line_time() for t in self.times.lines)

@@ -2,7 +2,9 @@
 
 A constant's own metadata rarely survives XLA's passes (a folded transpose of it has none),
 so its line is the first line in the user's code of an op that reads it: where the closed-over
-array is used, the line a reader changes to pass it as an argument instead.
+array is used, the line a reader changes to pass it as an argument instead. A constant XLA
+folded from JAX's ops keeps the metadata of the op it replaced (its ``op_name``); one the
+function captured has none (`EmbeddedConstant.folded_from`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,14 @@ from gate.jaxhooks.executables import Executed
 from gate.results.constants import EmbeddedConstant
 from gate.user_code import SourceLocation, UserCode
 from gate.witness.collectives import line_text, user_location
-from gate.witness.hlo_text import HloModule, Instruction, array_bytes, arrays, shape_text
+from gate.witness.hlo_text import (
+    HloModule,
+    Instruction,
+    array_bytes,
+    arrays,
+    op_name,
+    shape_text,
+)
 
 
 def program_constants(
@@ -36,9 +45,16 @@ def program_constants(
                     location.path if location is not None else "",
                     location.line if location is not None else 0,
                     line_text(user, location),
+                    _folded_from(instruction),
                 )
             )
     return tuple(found)
+
+
+def _folded_from(constant: Instruction) -> str:
+    """The primitive XLA folded into ``constant`` (``reduce_window_sum``), from its own
+    ``op_name`` (``jit(step)/jvp(loss)/reduce_window_sum``); "" where it has none."""
+    return op_name(constant.attribute("metadata")).rsplit("/", 1)[-1]
 
 
 def _located(

@@ -29,8 +29,10 @@ from gate.jaxhooks.internals import InternalMissing, jax_version
 from gate.results.collectives import Communication
 from gate.results.constants import CONSTANT_BYTES, EmbeddedConstant
 from gate.results.costs import DevicePeak, FunctionCost, StepCost, not_measured, step_cost
+from gate.results.donations import ReusedDonation
 from gate.user_code import UserCode
 from gate.witness.constants import program_constants
+from gate.witness.donations import reused_donations
 from gate.witness.line_work import OpWork, line_table, program_ops
 from gate.witness.programs import parsed_programs, read_programs
 from gate.witness.trip_counts import loops_not_counted
@@ -107,18 +109,20 @@ def measure_step_ops(
             donations=(),
             lines=(),
         )
-        return nothing, ()
+        return replace(nothing, reused=()), ()
     modules = parsed_programs(executed)
     comm, donations = read_programs(executed, code, warned, modules)
     loops: dict[str, Loops] = {}
     ops: tuple[OpWork, ...] = ()
     constants: tuple[EmbeddedConstant, ...] = ()
+    reused: tuple[ReusedDonation, ...] = ()
     if not isinstance(modules, str):
         for module, program in modules:
             own = tuple(program_ops(module, program.runs, code))
             ops += own
             loops.setdefault(program.name, Loops()).add(own, loops_not_counted(module))
             constants += program_constants(module, program, code, constant_bytes)
+            reused += reused_donations(module, program)
     lines = None if isinstance(modules, str) else line_table(ops, code)
     functions = function_costs(executed, loops)
     added = any(one.work for one in loops.values())
@@ -130,7 +134,8 @@ def measure_step_ops(
         lines=lines,
         constants=None if isinstance(modules, str) else constants,
     )
-    return replace(cost, loops_added=added), ops
+    unread = isinstance(modules, str) or donations is None
+    return replace(cost, loops_added=added, reused=None if unread else reused), ops
 
 
 @dataclass

@@ -6,6 +6,9 @@
 - JAX: the lowering warning, caught with its program and argument
   (`gate.jaxhooks.donation_warnings`), for a donation JAX dropped before XLA saw it.
 
+The header's ``input_output_alias`` also names the donations an output reuses
+(`reused_donations`): what a head that no longer donates an argument is compared with.
+
 Only the programs the step ran count: a donation of setup's is not the step's.
 """
 
@@ -16,7 +19,7 @@ from collections.abc import Sequence
 
 from gate.jaxhooks.donation_warnings import WarnedDonation
 from gate.jaxhooks.executables import Executed
-from gate.results.donations import JAX, XLA, UnusedDonation
+from gate.results.donations import JAX, XLA, ReusedDonation, UnusedDonation
 from gate.witness.hlo_text import JAX_DTYPES, HloModule, arrays, op_name
 
 _PAIR = re.compile(r"\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}")
@@ -27,27 +30,43 @@ def header_donations(module: HloModule, program: Executed) -> tuple[UnusedDonati
     donors = _parameters(module.header_field("buffer_donor"))
     aliased = _parameters(module.header_field("input_output_alias"))
     unused = [d for d in donors if d not in aliased]
-    if not unused:
-        return ()
+    return tuple(
+        UnusedDonation(program.name, path, aval, XLA, module.devices > 1)
+        for path, aval in _described(module, unused)
+    )
+
+
+def reused_donations(module: HloModule, program: Executed) -> tuple[ReusedDonation, ...]:
+    """The entry parameters the program's header aliases to an output: donations it reuses."""
+    aliased = _parameters(module.header_field("input_output_alias"))
+    return tuple(
+        ReusedDonation(program.name, path, aval, module.devices > 1)
+        for path, aval in _described(module, aliased)
+    )
+
+
+def _described(
+    module: HloModule, pairs: list[tuple[int, tuple[int, ...]]]
+) -> list[tuple[str, str]]:
+    """Each ``(parameter, index within it)`` as its pytree path and aval, from the entry
+    parameter's ``op_name`` and shape."""
+    if not pairs:
+        return []
     parameters = {
         int(i.operands[0]): i
         for i in module.computations.get(module.entry, ())
         if i.opcode == "parameter" and i.operands and i.operands[0].isdigit()
     }
     found = []
-    for number, index in unused:
+    for number, index in pairs:
         parameter = parameters.get(number)
         path = op_name(parameter.attribute("metadata")) if parameter is not None else ""
         if index:
             path += "".join(f"[{i}]" for i in index)
         avals = arrays(parameter.shape) if parameter is not None else []
         aval = ", ".join(_aval(element, dims) for element, dims in avals) or "?"
-        found.append(
-            UnusedDonation(
-                program.name, path or f"parameter {number}", aval, XLA, module.devices > 1
-            )
-        )
-    return tuple(found)
+        found.append((path or f"parameter {number}", aval))
+    return found
 
 
 def _parameters(text: str | None) -> list[tuple[int, tuple[int, ...]]]:
