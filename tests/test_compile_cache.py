@@ -105,7 +105,8 @@ def test_the_base_reads_its_own_collectives_lines_whatever_the_cache_holds(
     Keyed with them, the base reads its own lines and the collective is simply unchanged."""
     repo = init(tmp_path / "repo")
     commit(repo, {"steps.py": STEPS, "policies/p.yaml": POLICY}, "base")
-    make_repo(repo, {"steps.py": "# a comment\n# and another\n" + STEPS.lstrip("\n")})
+    # Code, not comments: comments alone leave the code the base's, and the region runs once.
+    make_repo(repo, {"steps.py": "ONE = 1\nTWO = 2\n" + STEPS.lstrip("\n")})
     if env:
         env = {CACHE_DIR: str(tmp_path / "cache"), **env}
     run = run_gate(repo, "run", "--base", "HEAD", env=env)
