@@ -10,7 +10,9 @@ by phase there: the whole-run scenarios time the process, `region_phases` reads 
 `FLOOR_BOTH` is the floor for two trees (`run --base`): it imports a copy of the tree beside the
 repository under another module name, runs each region's phases for both trees, then 16 rounds
 of base, head, head, base turns of as many runs as fill 2 ms (the gate's first look, with the
-gate's turn length; the gate takes more rounds when 16 do not decide).
+gate's turn length; the gate takes more rounds when 16 do not decide). Given a second path, a
+JSON list of rounds by region (`GATE_ROUNDS`, what the gate's run took), it runs those
+instead: the same work as the gate's, so that what is left between them is the gate's own.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import itertools
 
 FLOOR_REGIONS = "floor.json"  # which steps the floor runs, beside it
+GATE_ROUNDS = "gate-rounds.json"  # the paired rounds a gate's run took, by region
 
 # The phases' names, as `region_phases` prints them beside the gate's stages.
 FIRST_CALL, WARMUP, GUARDED, REPEATS, FINITE = (
@@ -73,6 +76,7 @@ if len(sys.argv) > 1:
 FLOOR_BOTH = '''
 """The floor for two trees: both trees' phases by hand, then paired rounds, in one process."""
 import importlib.util
+import json
 import math
 import statistics
 import sys
@@ -92,6 +96,11 @@ def tree(name, path):
 
 
 head, base = tree("head_steps", "bench_steps.py"), tree("base_steps", sys.argv[1])
+if len(sys.argv) > 2:  # the rounds the gate took, region by region
+    with open(sys.argv[2]) as f:
+        rounds_of = [max(ROUNDS, n) for n in json.load(f)]
+else:
+    rounds_of = [ROUNDS] * head.N_REGIONS
 
 
 def phases(steps, i):
@@ -129,7 +138,7 @@ for i in range(head.N_REGIONS):
     base_step, base_s = phases(base, i)
     runs = max(1, min(MAX_TURN_RUNS, math.ceil(TURN_S / max(head_s, base_s))))
     ratios = []
-    for _ in range(ROUNDS):
+    for _ in range(rounds_of[i]):
         b1, h1 = turn(base, base_step, runs), turn(head, head_step, runs)
         h2, b2 = turn(head, head_step, runs), turn(base, base_step, runs)
         ratios.append(math.log(h1 * h2 / (b1 * b2)) / 2)

@@ -17,7 +17,9 @@ alike:
   `gate.compare.timing`; on a TPU chip, which admits one process, each tree's worker in
   turn, compared unpaired);
 - the floor for two trees (`benchmarks.floor`): the same by hand for a copy of the tree
-  beside the repository, then 16 paired rounds.
+  beside the repository, then 16 paired rounds; and again with each region's rounds as the
+  gate's last ``--base`` run took them (its JSON report), the row ``, the floor at its
+  rounds``: the gate's own cost, apart from how many rounds its verdicts needed.
 
 Prints one row per N (and one per N of ``--base-at`` with ``, --base HEAD``): the gate's
 seconds, the floor's seconds, their ratio (the medians over ``--rounds``), and the same for
@@ -57,7 +59,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.floor import region_seconds
+from benchmarks.floor import GATE_ROUNDS, region_seconds
 from benchmarks.processes import ROOT, gate_env, load_average, medians, timed
 from benchmarks.regions import build
 
@@ -66,6 +68,7 @@ from benchmarks.regions import build
 PLAIN_TARGET = 1.10  # plain `run` against the floor, at 20 regions and at 100
 BASE_TARGET = 2.0  # `run --base HEAD` against the one-tree floor, at 20 regions
 BOTH_TREES_TARGET = 1.15  # `run --base HEAD` against the two-tree floor, at 20 (issue 53)
+SAME_ROUNDS = "floor, two trees, the gate's rounds"
 GROWTH_TARGET = 1.10  # the last 20 regions against the first 20 (regions 2-21), by JUnit times
 FIRST = 20  # regions in each end of the growth rows
 
@@ -115,7 +118,15 @@ def main(argv: list[str] | None = None) -> None:
     one_tree = {case: f for case, _, f in rows if "--base" not in case}
     for case, g, f in rows:
         n = case.split(",")[0]
-        if "--base" in case and n == "20":
+        if "its rounds" in case and n == "20":
+            # The same target, what the gate adds to the work its verdicts took.
+            label = "the two-tree floor at the gate's rounds"
+            print(
+                _target(
+                    f"run --base at {n} regions, against {label}", g[0] / f[0], BOTH_TREES_TARGET
+                )
+            )
+        elif "--base" in case and n == "20":
             ratio = g[0] / one_tree[n][0]
             print(
                 _target(
@@ -125,11 +136,10 @@ def main(argv: list[str] | None = None) -> None:
             # What bounds it: the same runs and rounds for two trees, by hand, against one.
             floors = f[0] / one_tree[n][0]
             print(f"    (the two-tree floor itself: {floors:.2f}x the one-tree floor)")
+            label = "the two-tree floor"
             print(
                 _target(
-                    f"run --base at {n} regions, against the two-tree floor",
-                    g[0] / f[0],
-                    BOTH_TREES_TARGET,
+                    f"run --base at {n} regions, against {label}", g[0] / f[0], BOTH_TREES_TARGET
                 )
             )
         elif "--base" not in case and n in ("20", "100"):
@@ -151,8 +161,9 @@ def _ratio_rows(
     # Reports outside the repository: the head is the working tree, kept as committed.
     gate = [sys.executable, "-m", "gate", "run", "--junit", str(repo.parent / "r.xml")]
     cases = {f"{n}": gate}
+    report = repo.parent / "r.json"
     if with_base:
-        cases[f"{n}, --base HEAD"] = [*gate, "--base", "HEAD"]
+        cases[f"{n}, --base HEAD"] = [*gate, "--base", "HEAD", "--json", str(report)]
     # The base tree of the two-tree floor: a copy beside the repository, as the
     # gate's base is a worktree beside it (its module file under its own folder).
     base_copy = repo.parent / f"base{n}"
@@ -164,6 +175,9 @@ def _ratio_rows(
             "floor_both.py",
             str(base_copy / "bench_steps.py"),
         ]
+        # The same, with the rounds the gate's last run took (region by region): the work of
+        # the gate's verdicts, so that the ratio is the gate's own cost, not the rounds'.
+        floors[SAME_ROUNDS] = [*floors["floor, two trees"], str(repo.parent / GATE_ROUNDS)]
     seconds: dict[str, list[tuple[float, float]]] = {c: [] for c in [*cases, *floors]}
     for _ in range(rounds):
         for case, command in cases.items():
@@ -171,6 +185,8 @@ def _ratio_rows(
             # alarm, counted by base_load.py); the run's time is still the run's time.
             ok = (0, 1) if "--base" in command else (0,)
             seconds[case].append(timed(command, repo, env, ok))
+            if "--base" in command:
+                _keep_rounds(report, repo.parent / GATE_ROUNDS)
         for name, command in floors.items():
             seconds[name].append(timed(command, repo, env))
     rows = []
@@ -179,6 +195,8 @@ def _ratio_rows(
         f = medians(seconds[floor])
         g = medians(seconds[case])
         rows.append((case, g, f))
+        if "--base" in case:
+            rows.append((f"{case}, the floor at its rounds", g, medians(seconds[SAME_ROUNDS])))
         print(
             f"N={case}: gate {g[0]:.1f} s ({g[1]:.1f} s CPU), "
             f"floor {f[0]:.1f} s ({f[1]:.1f} s CPU)",
@@ -186,6 +204,14 @@ def _ratio_rows(
             flush=True,
         )
     return rows
+
+
+def _keep_rounds(report: Path, to: Path) -> None:
+    """The paired rounds each region of a ``run --base`` took (its JSON ``report``), in order,
+    written to ``to`` for the floor (0 for a region that took none)."""
+    regions = json.loads(report.read_text())["suites"][0]["regions"]
+    taken = [((r.get("base") or {}).get("timing") or {}).get("rounds", 0) for r in regions]
+    to.write_text(json.dumps(taken))
 
 
 @dataclass(frozen=True)
