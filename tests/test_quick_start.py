@@ -162,6 +162,40 @@ def test_init_warns_that_a_jitted_step_is_gated_without_its_loop(
     assert lines[3].strip().endswith("/README.md#what-to-gate"), done
 
 
+STEP_ALONE = JITTED_STEP[: JITTED_STEP.index("def train(")]
+
+
+@pytest.mark.parametrize(
+    ("files", "step", "module"),
+    [
+        # The step in a package's __init__.py, the loop in a module beside it.
+        (
+            {"mytrain/__init__.py": STEP_ALONE, "mytrain/loop.py": "LOOP"},
+            "mytrain:train_step",
+            "mytrain.loop",
+        ),
+        # The step in a module, the loop in its package's __init__.py.
+        (
+            {"mytrain/__init__.py": "LOOP", "mytrain/steps.py": STEP_ALONE},
+            "mytrain.steps:train_step",
+            "mytrain",
+        ),
+    ],
+    ids=["step in __init__", "loop in __init__"],
+)
+def test_init_names_the_loops_module_wherever_the_two_lie(
+    tmp_path: Path, files: dict[str, str], step: str, module: str
+) -> None:
+    # Read, not imported: init finds the loop in the step's folder by its source.
+    loop = JITTED_STEP[JITTED_STEP.index("def train(") :]
+    repo = make_repo(tmp_path, {k: v.replace("LOOP", loop) for k, v in files.items()})
+    done = run_gate(repo, "init", step)
+    assert done.returncode == 0, done
+    assert f"`transfer-gate init {module}:train_iteration --setup {module}:loop_state`" in (
+        done.stdout
+    ), done
+
+
 def test_init_says_nothing_of_jit_for_a_plain_function(tmp_path: Path) -> None:
     plain = JITTED_STEP.replace("@jax.jit\n", "")
     repo = make_repo(tmp_path, {"mytrain/__init__.py": "", "mytrain/steps.py": plain})

@@ -14,7 +14,7 @@ from gate.files import DEFAULT_POLICIES, write_text_atomically
 from gate.package import docs_url
 from gate.policy.problems import display_path
 from gate.policy.starter import is_callable_spec, setup_stub, starter_policy
-from gate.policy.step_source import jitted_by, loop_calls, read_step
+from gate.policy.step_source import jitted_by, loop_calls, module_file, read_step
 from gate.printable import say
 
 
@@ -104,10 +104,8 @@ def _jitted_step(step: str, repo_root: Path) -> str:
         if loops
         else "the loop that calls it"
     )
-    if loops and loops[0].path.stem != "__init__":
-        # The loop's own module: a sibling of the step's, in the same package folder.
-        package = module.rpartition(".")[0]
-        module = f"{package}.{loops[0].path.stem}" if package else loops[0].path.stem
+    if loops:
+        module = _loop_module(module, loops[0].path, repo_root)
     return (
         f"warning: {qualname} is itself a jitted function ({how}): gated alone, the region "
         "never sees what the loop around it moves (a NumPy batch from the loader, "
@@ -118,6 +116,17 @@ def _jitted_step(step: str, repo_root: Path) -> str:
         f"{module}:train_iteration --setup {module}:loop_state`.\n"
         f"  {docs_url('README.md', 'what-to-gate')}"
     )
+
+
+def _loop_module(step_module: str, loop_file: Path, repo_root: Path) -> str:
+    """The module name of ``loop_file``, a file in the folder of ``step_module``'s: its package
+    is the step's own where the step is a package's ``__init__.py``, else the step's parent."""
+    step_file = module_file(step_module, [repo_root])
+    in_init = step_file is not None and step_file.name == "__init__.py"
+    package = step_module if in_init else step_module.rpartition(".")[0]
+    if loop_file.name == "__init__.py":
+        return package or step_module
+    return f"{package}.{loop_file.stem}" if package else loop_file.stem
 
 
 def _step_needs(step: str, setup: str | None, repo_root: Path) -> tuple[tuple[str, ...], str]:
