@@ -5,6 +5,7 @@ the tests it marks (tests/jax_hooks.py) exercise every JAX internal the gate rea
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -111,6 +112,8 @@ INTERNAL = ("jax._src", "jaxlib", "jax.extend", "ctypes")
 GATE_SOURCES = sorted((ROOT / "gate").rglob("*.py"))
 
 
+# Once a process: each hook's test asks, and parsing gate/ takes ~2 s.
+@functools.cache
 def internals_the_gate_reaches() -> dict[str, str]:
     """Each internal module (or name in it) that gate/ imports or names, -> one file doing so."""
     found: dict[str, str] = {}
