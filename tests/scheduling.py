@@ -58,8 +58,12 @@ def auto_workers() -> int | None:
     xdist (PYTEST_XDIST_AUTO_NUM_WORKERS set).
 
     A test mostly waits: on the gate's workers it starts, on git, on a region's timeout. With a
-    worker per core, sampled every 0.1 s over 85 tests on 2 cores, the tests' processes had
-    none or one of them runnable 51% of the time: a core stood idle half the run.
+    worker per core, sampled every 0.1 s over 85 tests on 2 cores (test_isolation,
+    test_base_compare, test_run, test_recompiles: timeouts and sleeps among them), the tests'
+    processes had none or one of them runnable 51% of the time. The whole suite waits less:
+    `.ci/run` spent 2,060 s of CPU on a fresh clone (/usr/bin/time, 2026-12-07), so on 2 cores
+    it is mostly CPU-bound, and the worker more fills what idle time is left at the cost of one
+    more collection (~10 s of CPU).
     """
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
