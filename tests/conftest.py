@@ -19,6 +19,7 @@ import pytest
 from accelerator_rule import accelerator_rule, one_process_on_the_device
 from cli_helpers import validate_junit
 from jax_hooks import hook_tests
+from scheduling import auto_workers, heavy_first
 
 from gate.machine.devices import tpu_chip_files
 from gate.package import PACKAGE_DIR
@@ -56,6 +57,10 @@ def pytest_configure(config: pytest.Config) -> None:
     other tests' gates in-process on the CPU, must never be the one holding it.
     """
     _compile_the_gate()
+    # xdist's loadscope would deal modules by their count of tests alone; `heavy_first` orders
+    # them (tests/scheduling.py), and xdist keeps that order with its reordering off.
+    if getattr(config.option, "loadscopereorder", False):
+        config.option.loadscopereorder = False
     if _tpu_present():
         import jax
 
@@ -74,8 +79,10 @@ def _compile_the_gate() -> None:
 # Before `-m` deselects by marker, which is a collection_modifyitems hook too.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests of each JAX internal `jaxhooks`; skip tests marked `gpu` without JAX's CUDA
-    plugin and those marked `tpu` without a TPU (the CPU tests cover their logic)."""
+    """Order the modules for xdist (`heavy_first`); mark the tests of each JAX internal
+    `jaxhooks`; skip tests marked `gpu` without JAX's CUDA plugin and those marked `tpu` without
+    a TPU (the CPU tests cover their logic)."""
+    items[:] = heavy_first(items)
     hooked = hook_tests()
     for item in items:
         if item.nodeid.split("[", 1)[0] in hooked:
@@ -90,6 +97,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for item in items:
             if item.get_closest_marker(marker) is not None:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's; absent without it
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto`: a worker more than the cores (tests/scheduling.py says why)."""
+    return auto_workers()
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,12 @@ is gone from gate/, or when a listed test does not exist.
 
 from __future__ import annotations
 
+import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
 
 
 @dataclass(frozen=True)
@@ -319,3 +324,30 @@ HOOKS = (
 def hook_tests() -> frozenset[str]:
     """Every listed test, as "tests/file.py::test_name"."""
     return frozenset(f"tests/{test}" for hook in HOOKS for test in hook.tests)
+
+
+# A `pythons` mark in any form: `pytestmark = pytest.mark.pythons` or a test's decorator.
+_PYTHONS = re.compile(r"\bpytest\.mark\.pythons\b")
+
+
+def files_to_collect(tests: Path = TESTS) -> list[str]:
+    """The test modules that can hold a `jaxhooks` or `pythons` test: those HOOKS lists,
+    tests/test_jaxhooks.py (marked by hand), and every module that writes `pytest.mark.pythons`.
+
+    .ci/run's runs on the oldest and newest JAX collect these alone: pytest imports and
+    rewrites every module it is given before `-m` deselects, 10 s of CPU a worker process for
+    the whole suite, 5 s for these (`time pytest --collect-only -m ...`, 2 cores). A superset
+    does no harm: a module that only names the mark (tests/test_jax_range.py) adds its
+    collection, no test.
+    """
+    names = {test.split("::", 1)[0] for test in hook_tests()} | {"tests/test_jaxhooks.py"}
+    names |= {
+        f"tests/{path.name}"
+        for path in tests.glob("test_*.py")
+        if _PYTHONS.search(path.read_text())
+    }
+    return sorted(names)
+
+
+if __name__ == "__main__":  # `python tests/jax_hooks.py`: the files, one argument each
+    sys.stdout.write(" ".join(files_to_collect()) + "\n")

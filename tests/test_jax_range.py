@@ -5,11 +5,12 @@ the tests it marks (tests/jax_hooks.py) exercise every JAX internal the gate rea
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
 import pytest
-from jax_hooks import HOOKS, Hook, hook_tests
+from jax_hooks import HOOKS, Hook, files_to_collect, hook_tests
 
 ROOT = Path(__file__).resolve().parent.parent
 CI = (ROOT / ".ci" / "run").read_text()
@@ -111,6 +112,8 @@ INTERNAL = ("jax._src", "jaxlib", "jax.extend", "ctypes")
 GATE_SOURCES = sorted((ROOT / "gate").rglob("*.py"))
 
 
+# Once a process: each hook's test asks, and parsing gate/ takes ~2 s.
+@functools.cache
 def internals_the_gate_reaches() -> dict[str, str]:
     """Each internal module (or name in it) that gate/ imports or names, -> one file doing so."""
     found: dict[str, str] = {}
@@ -169,3 +172,18 @@ def test_the_jaxhooks_marker_comes_only_from_the_list_of_hooks() -> None:
         if path.name != "test_jaxhooks.py" and by_hand.search(path.read_text())
     ]
     assert not marked
+
+
+def test_the_jaxhooks_runs_collect_every_module_that_can_hold_their_tests(tmp_path: Path) -> None:
+    # .ci/run hands them these modules alone; a `pythons` mark, in either form, adds its module.
+    (tmp_path / "test_module_mark.py").write_text("pytestmark = pytest.mark.pythons\n")
+    (tmp_path / "test_one_test.py").write_text("@pytest.mark.pythons\ndef test_a(): pass\n")
+    (tmp_path / "test_other.py").write_text("@pytest.mark.gpu\ndef test_a(): pass\n")
+    listed = files_to_collect(tmp_path)
+    assert {"tests/test_module_mark.py", "tests/test_one_test.py"} <= set(listed)
+    assert "tests/test_other.py" not in listed
+    assert {test.split("::", 1)[0] for test in hook_tests()} <= set(listed)
+    assert "tests/test_jaxhooks.py" in listed  # marked by hand
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "hook_files=$(python3 tests/jax_hooks.py)" in ci
+    assert "--durations=10 $hook_files\n" in ci, "the jaxhooks runs' pytest gets the modules"
