@@ -19,7 +19,7 @@ import pytest
 from accelerator_rule import accelerator_rule, one_process_on_the_device
 from cli_helpers import validate_junit
 from jax_hooks import hook_tests
-from scheduling import auto_workers, heavy_first
+from scheduling import heavy_first
 
 from gate.machine.devices import tpu_chip_files
 from gate.package import PACKAGE_DIR
@@ -97,12 +97,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for item in items:
             if item.get_closest_marker(marker) is not None:
                 item.add_marker(pytest.mark.skip(reason=reason))
-
-
-@pytest.hookimpl(optionalhook=True)  # pytest-xdist's; absent without it
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """`-n auto`: a worker more than the cores (tests/scheduling.py says why)."""
-    return auto_workers()
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,7 @@
-"""How pytest-xdist spreads the suite over its workers: how many there are, and which modules
-they are dealt first. conftest.py wires these into pytest's hooks.
+"""How pytest-xdist spreads the suite over its workers: which modules they are dealt first.
+conftest.py wires it into pytest's hooks. ``-n auto`` keeps a worker per core: the suite is
+mostly CPU-bound (`.ci/run` spent 2,060 s of CPU on a fresh clone, 2026-12-07), and a third
+worker on CI's 2 cores, unmeasured against two, would load the tests that time things.
 
 The suite runs as ``pytest -n auto --dist loadscope`` (README.md, .ci/run): each module goes
 whole to one worker, so its module fixtures run once.
@@ -7,7 +9,6 @@ whole to one worker, so its module fixtures run once.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,24 +52,6 @@ class _Item(Protocol):
 
 
 T = TypeVar("T", bound=_Item)
-
-
-def auto_workers() -> int | None:
-    """``-n auto``: one worker more than this process may use cores, or None to leave it to
-    xdist (PYTEST_XDIST_AUTO_NUM_WORKERS set).
-
-    A test mostly waits: on the gate's workers it starts, on git, on a region's timeout. With a
-    worker per core, sampled every 0.1 s over 85 tests on 2 cores (test_isolation,
-    test_base_compare, test_run, test_recompiles: timeouts and sleeps among them), the tests'
-    processes had none or one of them runnable 51% of the time. The whole suite waits less:
-    `.ci/run` spent 2,060 s of CPU on a fresh clone (/usr/bin/time, 2026-12-07), so on 2 cores
-    it is mostly CPU-bound, and the worker more fills what idle time is left at the cost of one
-    more collection (~10 s of CPU).
-    """
-    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
-        return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (cores or 1) + 1
 
 
 def heavy_first(items: Sequence[T]) -> list[T]:

@@ -1,14 +1,13 @@
-"""How xdist spreads the suite (tests/scheduling.py): the slow few-test modules are dealt first,
-and `-n auto` starts a worker more than the cores."""
+"""How xdist spreads the suite (tests/scheduling.py): the slow few-test modules are dealt
+first."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from scheduling import HEAVY_MODULES, auto_workers, heavy_first
+from scheduling import HEAVY_MODULES, heavy_first
 
 TESTS = Path(__file__).resolve().parent
 
@@ -41,11 +40,3 @@ def test_every_heavy_module_is_a_test_module_here() -> None:
 def test_this_run_deals_modules_in_that_order(request: pytest.FixtureRequest) -> None:
     # xdist would reorder by count alone; conftest.py turns that off where xdist is loaded.
     assert getattr(request.config.option, "loadscopereorder", False) is False
-
-
-def test_auto_is_a_worker_more_than_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    assert auto_workers() == (cores or 1) + 1
-    monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "1")
-    assert auto_workers() is None  # xdist's own hook reads it
