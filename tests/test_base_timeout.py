@@ -26,7 +26,7 @@ def make():
 
 
 def step(x):
-    time.sleep(0.25)  # a slow step{edit}
+    time.sleep(0.25{edit})  # a slow step
     return x
 """
 
@@ -45,7 +45,8 @@ regions:
 def test_timeout_s_bounds_the_whole_region_under_base(tmp_path: Path) -> None:
     repo = init(tmp_path / "repo")
     commit(repo, {"steps.py": STEP.format(edit=""), "policies/p.yaml": POLICY}, "base")
-    make_repo(repo, {"steps.py": STEP.format(edit=", edited")})
+    # Code, not a comment: a comment alone leaves the code the base's, and it runs once.
+    make_repo(repo, {"steps.py": STEP.format(edit=" + 0.0")})
     began = time.monotonic()
     run = run_gate(repo, "run", "--base", "HEAD", timeout=300)
     took = time.monotonic() - began

@@ -467,7 +467,7 @@ def step(x):
 def _numpy_seeded_at_import(tmp_path: Path) -> Trees:
     repo = init(tmp_path / "repo")
     commit(repo, {"steps.py": MAKE + STEP_NUMPY_SEEDED, "policies/p.yaml": POLICY}, "base")
-    make_repo(repo, {"steps.py": MAKE + STEP_NUMPY_SEEDED + "# reviewed\n"})
+    make_repo(repo, {"steps.py": MAKE + STEP_NUMPY_SEEDED + "REVIEWED = True\n"})
     return Trees(repo)
 
 
@@ -486,7 +486,7 @@ def step(x):
 def _random_seeded_at_import(tmp_path: Path) -> Trees:
     repo = init(tmp_path / "repo")
     commit(repo, {"steps.py": MAKE + STEP_RANDOM_SEEDED, "policies/p.yaml": POLICY}, "base")
-    make_repo(repo, {"steps.py": MAKE + STEP_RANDOM_SEEDED + "# reviewed\n"})
+    make_repo(repo, {"steps.py": MAKE + STEP_RANDOM_SEEDED + "REVIEWED = True\n"})
     return Trees(repo)
 
 
@@ -513,7 +513,7 @@ def _counter_in_installed_module(tmp_path: Path) -> Trees:
     installed = _installed(tmp_path, {"step_counter.py": COUNTER})
     repo = init(tmp_path / "repo")
     commit(repo, {"steps.py": MAKE + STEP_COUNTED, "policies/p.yaml": POLICY}, "base")
-    make_repo(repo, {"steps.py": MAKE + STEP_COUNTED + "# reviewed\n"})
+    make_repo(repo, {"steps.py": MAKE + STEP_COUNTED + "REVIEWED = True\n"})
     return Trees(repo, Alone(pythonpath=(installed,)), Alone(pythonpath=(installed,)))
 
 
@@ -594,7 +594,7 @@ def _pytree_registered_by_both(tmp_path: Path) -> Trees:
     installed = _installed(tmp_path, {"pairs_lib.py": PAIRS})
     repo = init(tmp_path / "repo")
     commit(repo, {"steps.py": MAKE + STEP_PYTREE, "policies/p.yaml": POLICY}, "base")
-    make_repo(repo, {"steps.py": MAKE + STEP_PYTREE + "# reviewed\n"})
+    make_repo(repo, {"steps.py": MAKE + STEP_PYTREE + "REVIEWED = True\n"})
     return Trees(repo, Alone(pythonpath=(installed,)), Alone(pythonpath=(installed,)))
 
 
