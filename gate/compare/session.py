@@ -173,12 +173,14 @@ class _Session:
         change reaches does not wait for it. A change to prose alone waits for a footprint
         to need it."""
         for policy, _ in self.plan.first():
-            self._start_base(policy, scheduler)
+            if self._starts_base_early(policy):
+                _, base = self._sides(policy, scheduler, beside=True)
+                base.scheduler.start_early(base.policy)
 
-    def _start_base(self, policy: Policy, scheduler: Scheduler) -> None:
-        if self.tree.may_reach_regions and self._known_to_admit_two(policy):
-            _, base = self._sides(policy, scheduler, beside=True)
-            base.scheduler.start_early(base.policy)  # a no-op while one is up
+    def _starts_base_early(self, policy: Policy) -> bool:
+        """Whether ``policy``'s base worker starts before a footprint needs it: the device is
+        known to take both, and the change's files may reach a region."""
+        return self._known_to_admit_two(policy) and self.tree.may_reach_regions
 
     def compared(self, scheduler: Scheduler, policy: Policy, region: Region) -> RegionResult:
         scheduler.budgets = self._budgets
@@ -188,7 +190,8 @@ class _Session:
             return replace(result, base=BaseComparison(self.tree.describe(), BaseStatus.NEW_REGION))
         if self._admits_two(policy):
             sides = self._sides(policy, scheduler, beside=True)
-            self._start_base(policy, scheduler)  # another policy's first, or a new worker
+            if self._starts_base_early(policy):  # another policy's first, or a new worker
+                sides[1].scheduler.start_early(sides[1].policy)  # a no-op while one is up
             pair = _Pair(region, sides, self.tree, self.cancel)
             try:
                 result = pair.compare(self.head_root)

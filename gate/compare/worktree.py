@@ -18,6 +18,7 @@ not safe to reuse, gets a fresh folder, as before.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import shutil
@@ -77,7 +78,7 @@ class BaseTree:
     # base line each head line is, the identity of every finding's line.
     lines: LineMap = field(default=IDENTITY, compare=False)
 
-    @property
+    @functools.cached_property  # read for every region; it parses the changed Python files
     def may_reach_regions(self) -> bool:
         """Whether the change may reach a region, as far as its paths tell before anything
         runs: false only when every changed path is prose (README.md, docs), which no step
