@@ -277,17 +277,7 @@ def _by_lines(
         code = _code(lines, group, new=was is None or group.count > was.count)
         # None there, or more of them at the same place (a second psum on the line): new.
         if was is None or group.count > was.count:
-            changes.append(
-                CollectiveChange(
-                    NEW,
-                    was,
-                    group,
-                    against,
-                    failing=rule is CollectiveRule.FAIL,
-                    warning=rule is CollectiveRule.WARN,
-                    code=code,
-                )
-            )
+            changes.append(_new(was, group, rule, against, code))
             continue
         change = _change(was, group)
         if change is not None:
@@ -336,16 +326,7 @@ def _by_identity(
         was = old.get(key)
         # None there, or more of them at the same place (a second psum on the line): new.
         if was is None or group.count > was.count:
-            changes.append(
-                CollectiveChange(
-                    NEW,
-                    was,
-                    group,
-                    against,
-                    failing=rule is CollectiveRule.FAIL,
-                    warning=rule is CollectiveRule.WARN,
-                )
-            )
+            changes.append(_new(was, group, rule, against))
             continue
         change = _change(was, group)
         if change is not None:
@@ -364,6 +345,26 @@ def _by_identity(
     ]
     changes.extend(CollectiveChange(GONE, g, None, against) for g in gone if id(g) not in left)
     return changes
+
+
+def _new(
+    was: CollectiveGroup | None,
+    group: CollectiveGroup,
+    rule: CollectiveRule,
+    against: str,
+    code: str = "",
+) -> CollectiveChange:
+    """``group`` new against ``against`` (``was``: fewer of it there), failing or warned of as
+    the region's rule says."""
+    return CollectiveChange(
+        NEW,
+        was,
+        group,
+        against,
+        failing=rule is CollectiveRule.FAIL,
+        warning=rule is CollectiveRule.WARN,
+        code=code,
+    )
 
 
 def _change(base: CollectiveGroup, head: CollectiveGroup) -> str | None:
