@@ -28,7 +28,6 @@ import json
 import statistics
 import sys
 import tempfile
-import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -38,8 +37,8 @@ from benchmarks.processes import (
     busy_neighbour,
     commit_all,
     gate_env,
+    gate_regions,
     load_average,
-    run_grouped,
 )
 from benchmarks.regions import STEPS_MODULE, policy_text, steps_text
 
@@ -93,14 +92,15 @@ def build(repo: Path, small: int) -> None:
 
 
 def trial(repo: Path, report: Path, env: dict[str, str], timeout_s: float) -> list[dict]:
-    argv = [sys.executable, "-m", "gate", "run", "--base", "HEAD", "--json", str(report)]
-    argv += ["--junit", str(report.with_suffix(".xml"))]
-    report.unlink(missing_ok=True)
-    done = run_grouped(argv, repo, env, timeout_s, timeout_option="--timeout")
-    if done.returncode not in (0, 1) or not report.exists():
-        tail = textwrap.indent((done.stdout + done.stderr)[-3000:], "    ")
-        raise SystemExit(f"{' '.join(argv)} exited {done.returncode}:\n{tail}")
-    regions = json.loads(report.read_text())["suites"][0]["regions"]
+    junit = str(report.with_suffix(".xml"))
+    regions = gate_regions(
+        repo,
+        *("--base", "HEAD", "--junit", junit),
+        report=report,
+        env=env,
+        timeout_s=timeout_s,
+        timeout_option="--timeout",
+    )
     timings = [(r.get("base") or {}).get("timing") for r in regions]
     if any(t is None for t in timings):
         raise SystemExit(f"a region has no timing verdict: {report.read_text()[:3000]}")

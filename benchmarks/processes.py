@@ -125,16 +125,25 @@ def timed(
     return wall, cpu
 
 
-def gate_regions(repo: Path, *args: str, timeout_s: float = 900) -> list[dict[str, Any]]:
-    """The regions of ``python -m gate run ARGS --json`` in ``repo``, as its JSON report has them,
-    whatever the run's verdict; no report stops the benchmark with the gate's output."""
-    report = repo / ".gate-report.json"
+def gate_regions(
+    repo: Path,
+    *args: str,
+    report: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 900,
+    timeout_option: str | None = None,
+) -> list[dict[str, Any]]:
+    """The regions of ``python -m gate run ARGS --json REPORT`` in ``repo`` (``env``: this one's,
+    the checkout's gate first), as the report has them, whatever the run's verdict (exit 0 or 1);
+    any other exit, or no report, stops the benchmark with the gate's output."""
+    report = report or repo / ".gate-report.json"
+    report.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "gate", "run", *args, "--json", str(report)]
-    done = run_grouped(argv, repo, gate_env(), timeout_s, merge_stderr=True)
-    if not report.exists():
-        raise SystemExit(
-            f"no report: {' '.join(argv)} exited {done.returncode}:\n{done.stdout[-3000:]}"
-        )
+    environ = gate_env() if env is None else env
+    done = run_grouped(argv, repo, environ, timeout_s, timeout_option=timeout_option)
+    if done.returncode not in (0, 1) or not report.exists():
+        tail = textwrap.indent((done.stdout + done.stderr)[-3000:], "    ")
+        raise SystemExit(f"{' '.join(argv)} exited {done.returncode}, no report:\n{tail}")
     regions: list[dict[str, Any]] = json.loads(report.read_text())["suites"][0]["regions"]
     return regions
 
