@@ -13,6 +13,11 @@ of base, head, head, base turns of as many runs as fill 2 ms (the gate's first l
 gate's turn length; the gate takes more rounds when 16 do not decide). Given a second path, a
 JSON list of rounds by region (`GATE_ROUNDS`, what the gate's run took), it runs those
 instead: the same work as the gate's, so that what is left between them is the gate's own.
+
+`FLOOR_PROCESSES` does `FLOOR_BOTH`'s work with each tree in a process of its own, as issue
+53 has the gate do: paired rounds whose turn passes from one process to the other through a
+pipe, or, on a device that admits one process, each tree's process in turn. It is the least a
+process per tree costs, so what lies between it and the gate is the gate's own.
 """
 
 from __future__ import annotations
@@ -143,6 +148,142 @@ for i in range(head.N_REGIONS):
         h2, b2 = turn(head, head_step, runs), turn(base, base_step, runs)
         ratios.append(math.log(h1 * h2 / (b1 * b2)) / 2)
 '''
+
+
+FLOOR_PROCESSES = """
+\"\"\"The floor for two trees, each in a process of its own (what issue 53 asks of the gate).
+
+    python floor_processes.py paired BASE_STEPS [ROUNDS_JSON]
+    python floor_processes.py apart BASE_STEPS && python floor_processes.py apart-base BASE_STEPS
+
+``paired`` (a device two processes may hold: the CPU, a GPU): the head's process starts the
+base's, both import JAX at once; each region's phases run in the head's process, then the
+base's; then paired rounds, the turn handed straight from one process to the other through a
+pipe, with no parent in between: base, head, head, base, two hand-overs a round.
+``apart`` (a TPU chip, which admits one process): each tree's process runs every region's
+phases and a block of turns, two a round of the first look, the base's after the head's exits.
+The least any design with a process per tree can pay for the work `FLOOR_BOTH` does in one.
+\"\"\"
+import importlib.util
+import json
+import math
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import time
+
+WARMUP, GUARDED, REPEATS, ROUNDS, TURN_S, MAX_TURN_RUNS = 2, 3, 20, 16, 2e-3, 32
+MODE, BASE_STEPS = sys.argv[1], sys.argv[2]
+ROUNDS_JSON = sys.argv[3] if len(sys.argv) > 3 else ""
+BASE = MODE.endswith("-base")
+
+if MODE == "paired":  # the head: start the base's process first, so both import JAX at once
+    from_head, to_base = os.pipe()  # (read, write)
+    from_base, to_head = os.pipe()
+    peer = subprocess.Popen(
+        [sys.executable, sys.argv[0], "paired-base", BASE_STEPS, ROUNDS_JSON,
+         str(from_head), str(to_head)],
+        pass_fds=(from_head, to_head),
+    )
+    os.close(from_head)
+    os.close(to_head)
+    send_fd, receive_fd = to_base, from_base
+elif MODE == "paired-base":
+    receive_fd, send_fd = int(sys.argv[4]), int(sys.argv[5])
+
+import jax
+import numpy as np
+
+
+def send(*values):
+    os.write(send_fd, struct.pack(f"<{len(values)}d", *values))
+
+
+def receive(count):
+    data = b""
+    while len(data) < 8 * count:
+        chunk = os.read(receive_fd, 8 * count - len(data))
+        if not chunk:
+            sys.exit("the other tree's process is gone")
+        data += chunk
+    return struct.unpack(f"<{count}d", data)
+
+
+spec = importlib.util.spec_from_file_location("steps", BASE_STEPS if BASE else "bench_steps.py")
+steps = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(steps)
+if ROUNDS_JSON:  # the rounds the gate took, by region
+    with open(ROUNDS_JSON) as f:
+        rounds_of = [max(ROUNDS, n) for n in json.load(f)]
+else:
+    rounds_of = [ROUNDS] * steps.N_REGIONS
+
+
+def phases(i):
+    step = getattr(steps, f"step_{i}")
+    jax.block_until_ready(step(*steps.make_inputs()))  # first call
+    for _ in range(WARMUP):
+        jax.block_until_ready(step(*steps.make_inputs()))
+    for _ in range(GUARDED):
+        inputs = steps.make_inputs()
+        with jax.transfer_guard("disallow"):
+            jax.block_until_ready(step(*inputs))
+    times = []
+    for _ in range(REPEATS):
+        inputs = steps.make_inputs()
+        start = time.perf_counter()
+        out = jax.block_until_ready(step(*inputs))
+        times.append(time.perf_counter() - start)
+    if not all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree_util.tree_leaves(out)):
+        sys.exit(f"step_{i}: not finite")
+    return step, statistics.median(times)
+
+
+def turn(step, runs):
+    inputs = steps.make_inputs()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        jax.block_until_ready(step(*inputs))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def runs_for(*medians):
+    return max(1, min(MAX_TURN_RUNS, math.ceil(TURN_S / max(medians))))
+
+
+for i in range(steps.N_REGIONS):
+    if MODE.startswith("apart"):
+        step, own_s = phases(i)
+        block = [turn(step, runs_for(own_s)) for _ in range(2 * ROUNDS)]
+    elif BASE:
+        (rounds,) = receive(1)  # the head's phases are done
+        step, own_s = phases(i)
+        send(own_s)
+        (runs,) = receive(1)
+        for _ in range(int(rounds)):
+            send(turn(step, int(runs)))
+            receive(1)  # the head's two turns
+            send(turn(step, int(runs)))
+    else:
+        step, own_s = phases(i)
+        send(rounds_of[i])
+        (base_s,) = receive(1)
+        runs = runs_for(own_s, base_s)
+        send(runs)
+        ratios = []
+        for _ in range(rounds_of[i]):
+            (b1,) = receive(1)
+            h1, h2 = turn(step, runs), turn(step, runs)
+            send(h2)
+            (b2,) = receive(1)
+            ratios.append(math.log(h1 * h2 / (b1 * b2)) / 2)
+if MODE == "paired" and peer.wait(timeout=60) != 0:
+    sys.exit("the base's process failed")
+"""
 
 
 def region_seconds(spent: list[dict[str, float]]) -> list[float]:

@@ -19,7 +19,10 @@ alike:
 - the floor for two trees (`benchmarks.floor`): the same by hand for a copy of the tree
   beside the repository, then 16 paired rounds; and again with each region's rounds as the
   gate's last ``--base`` run took them (its JSON report), the row ``, the floor at its
-  rounds``: the gate's own cost, apart from how many rounds its verdicts needed.
+  rounds``: the gate's own cost, apart from how many rounds its verdicts needed;
+- the same at the gate's rounds with each tree in a process of its own, the turn handed over
+  through a pipe (``FLOOR_PROCESSES``): the least a process per tree (issue 53) can cost, and
+  how much of the gate's cost is that design's, not the gate's.
 
 Prints one row per N (and one per N of ``--base-at`` with ``, --base HEAD``): the gate's
 seconds, the floor's seconds, their ratio (the medians over ``--rounds``), and the same for
@@ -49,6 +52,7 @@ import argparse
 import compileall
 import contextlib
 import json
+import shlex
 import shutil
 import statistics
 import sys
@@ -62,6 +66,7 @@ from pathlib import Path
 from benchmarks.floor import GATE_ROUNDS, region_seconds
 from benchmarks.processes import ROOT, gate_env, load_average, medians, timed
 from benchmarks.regions import build
+from gate.isolation.device_pool import DevicePool
 
 # The issue's targets (#40): the gate's own cost against the floor, and per region as the
 # run goes on. Printed, met or missed, under the tables.
@@ -69,6 +74,9 @@ PLAIN_TARGET = 1.10  # plain `run` against the floor, at 20 regions and at 100
 BASE_TARGET = 2.0  # `run --base HEAD` against the one-tree floor, at 20 regions
 BOTH_TREES_TARGET = 1.15  # `run --base HEAD` against the two-tree floor, at 20 (issue 53)
 SAME_ROUNDS = "floor, two trees, the gate's rounds"
+# The same work with each tree in a process of its own, turns handed over by a pipe: what any
+# design with a process per tree (issue 53) pays at the least.
+PROCESSES = "floor, two trees, two processes, the gate's rounds"
 GROWTH_TARGET = 1.10  # the last 20 regions against the first 20 (regions 2-21), by JUnit times
 FIRST = 20  # regions in each end of the growth rows
 
@@ -116,9 +124,23 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\nload average: {load_before} before, {load_average()} after")
     print("\ntargets (issues 40 and 53):")
     one_tree = {case: f for case, _, f in rows if "--base" not in case}
+    same_rounds = {case.split(",")[0]: f for case, _, f in rows if "its rounds" in case}
     for case, g, f in rows:
         n = case.split(",")[0]
-        if "its rounds" in case and n == "20":
+        if PROCESSES in case and n == "20":
+            # What a process per tree costs by itself, apart from the gate's own work.
+            floors = f[0] / same_rounds[n][0]
+            print(
+                f"    (the floor with a process per tree: {floors:.2f}x the one-process "
+                "two-tree floor at the gate's rounds)"
+            )
+            label = "the floor with a process per tree at the gate's rounds"
+            print(
+                _target(
+                    f"run --base at {n} regions, against {label}", g[0] / f[0], BOTH_TREES_TARGET
+                )
+            )
+        elif "its rounds" in case and n == "20":
             # The same target, what the gate adds to the work its verdicts took.
             label = "the two-tree floor at the gate's rounds"
             print(
@@ -178,6 +200,7 @@ def _ratio_rows(
         # The same, with the rounds the gate's last run took (region by region): the work of
         # the gate's verdicts, so that the ratio is the gate's own cost, not the rounds'.
         floors[SAME_ROUNDS] = [*floors["floor, two trees"], str(repo.parent / GATE_ROUNDS)]
+        floors[PROCESSES] = _floor_processes(base_copy / "bench_steps.py", repo.parent, env)
     seconds: dict[str, list[tuple[float, float]]] = {c: [] for c in [*cases, *floors]}
     for _ in range(rounds):
         for case, command in cases.items():
@@ -197,6 +220,7 @@ def _ratio_rows(
         rows.append((case, g, f))
         if "--base" in case:
             rows.append((f"{case}, the floor at its rounds", g, medians(seconds[SAME_ROUNDS])))
+            rows.append((f"{case}, {PROCESSES}", g, medians(seconds[PROCESSES])))
         print(
             f"N={case}: gate {g[0]:.1f} s ({g[1]:.1f} s CPU), "
             f"floor {f[0]:.1f} s ({f[1]:.1f} s CPU)",
@@ -204,6 +228,19 @@ def _ratio_rows(
             flush=True,
         )
     return rows
+
+
+def _floor_processes(base_steps: Path, reports: Path, env: dict[str, str]) -> list[str]:
+    """The command of the floor with a process per tree: paired rounds where two processes
+    may hold the device, as the gate pairs them; else each tree's process in turn, the
+    base's once the head's has let the chip go, as the gate's workers take it."""
+    pool = DevicePool.for_environment(env)
+    if pool is None or pool.admits_two:
+        rounds = str(reports / GATE_ROUNDS)
+        return [sys.executable, "floor_processes.py", "paired", str(base_steps), rounds]
+    head = shlex.join([sys.executable, "floor_processes.py", "apart", str(base_steps)])
+    base = shlex.join([sys.executable, "floor_processes.py", "apart-base", str(base_steps)])
+    return ["sh", "-c", f"{head} && {base}"]
 
 
 def _keep_rounds(report: Path, to: Path) -> None:

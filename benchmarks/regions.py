@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.floor import FLOOR, FLOOR_BOTH, FLOOR_REGIONS
+from benchmarks.floor import FLOOR, FLOOR_BOTH, FLOOR_PROCESSES, FLOOR_REGIONS
 from benchmarks.processes import commit_all
 
 STEPS_MODULE = "bench_steps"  # the module the steps are written to
@@ -182,6 +182,7 @@ def build(repo: Path, regions: int) -> None:
     (repo / "policies" / "bench.yaml").write_text(policy_text(regions))
     write_floor(repo, STEPS_MODULE, [(f"step_{i}", "make_inputs") for i in range(regions)])
     (repo / "floor_both.py").write_text(FLOOR_BOTH)
+    (repo / "floor_processes.py").write_text(FLOOR_PROCESSES)
     commit_all(repo)
 
 
