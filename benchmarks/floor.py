@@ -23,6 +23,12 @@ process per tree costs, so what lies between it and the gate is the gate's own.
 from __future__ import annotations
 
 import itertools
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from gate.isolation.device_pool import DevicePool
 
 FLOOR_REGIONS = "floor.json"  # which steps the floor runs, beside it
 GATE_ROUNDS = "gate-rounds.json"  # the paired rounds a gate's run took, by region
@@ -297,3 +303,18 @@ def phase_means(spent: list[dict[str, float]], skip: int = 1) -> dict[str, float
     later = spent[skip:]
     names = dict.fromkeys(itertools.chain.from_iterable(later))
     return {name: sum(p.get(name, 0.0) for p in later) / len(later) for name in names}
+
+
+def processes_command(base_steps: Path, rounds: Path | None, env: Mapping[str, str]) -> list[str]:
+    """The command of `FLOOR_PROCESSES`, written as ``floor_processes.py`` beside the head's
+    ``bench_steps.py``, for the base's steps at ``base_steps``: paired rounds (at the gate's
+    ``rounds``, a `GATE_ROUNDS` file, else 16) where two processes may hold the device, as the
+    gate pairs them; else each tree's process in turn, the base's once the head's has let the
+    chip go, as the gate's workers take it."""
+    pool = DevicePool.for_environment(env)
+    if pool is None or pool.admits_two:
+        paired = [sys.executable, "floor_processes.py", "paired", str(base_steps)]
+        return paired + ([str(rounds)] if rounds is not None else [])
+    head = shlex.join([sys.executable, "floor_processes.py", "apart", str(base_steps)])
+    base = shlex.join([sys.executable, "floor_processes.py", "apart-base", str(base_steps)])
+    return ["sh", "-c", f"{head} && {base}"]

@@ -52,7 +52,6 @@ import argparse
 import compileall
 import contextlib
 import json
-import shlex
 import shutil
 import statistics
 import sys
@@ -63,10 +62,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.floor import GATE_ROUNDS, region_seconds
+from benchmarks.floor import GATE_ROUNDS, processes_command, region_seconds
 from benchmarks.processes import ROOT, gate_env, load_average, medians, timed
 from benchmarks.regions import build
-from gate.isolation.device_pool import DevicePool
 
 # The issue's targets (#40): the gate's own cost against the floor, and per region as the
 # run goes on. Printed, met or missed, under the tables.
@@ -200,7 +198,8 @@ def _ratio_rows(
         # The same, with the rounds the gate's last run took (region by region): the work of
         # the gate's verdicts, so that the ratio is the gate's own cost, not the rounds'.
         floors[SAME_ROUNDS] = [*floors["floor, two trees"], str(repo.parent / GATE_ROUNDS)]
-        floors[PROCESSES] = _floor_processes(base_copy / "bench_steps.py", repo.parent, env)
+        rounds = repo.parent / GATE_ROUNDS
+        floors[PROCESSES] = processes_command(base_copy / "bench_steps.py", rounds, env)
     seconds: dict[str, list[tuple[float, float]]] = {c: [] for c in [*cases, *floors]}
     for _ in range(rounds):
         for case, command in cases.items():
@@ -228,19 +227,6 @@ def _ratio_rows(
             flush=True,
         )
     return rows
-
-
-def _floor_processes(base_steps: Path, reports: Path, env: dict[str, str]) -> list[str]:
-    """The command of the floor with a process per tree: paired rounds where two processes
-    may hold the device, as the gate pairs them; else each tree's process in turn, the
-    base's once the head's has let the chip go, as the gate's workers take it."""
-    pool = DevicePool.for_environment(env)
-    if pool is None or pool.admits_two:
-        rounds = str(reports / GATE_ROUNDS)
-        return [sys.executable, "floor_processes.py", "paired", str(base_steps), rounds]
-    head = shlex.join([sys.executable, "floor_processes.py", "apart", str(base_steps)])
-    base = shlex.join([sys.executable, "floor_processes.py", "apart-base", str(base_steps)])
-    return ["sh", "-c", f"{head} && {base}"]
 
 
 def _keep_rounds(report: Path, to: Path) -> None:
