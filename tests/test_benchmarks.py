@@ -97,3 +97,26 @@ def test_the_cheapest_scenarios_run() -> None:
     )
     assert code == 0, out + err
     assert re.search(r"^\| 1 \| [\d.]+ \| [\d.]+ \| [\d.]+x \|", out, re.MULTILINE), out
+
+
+def test_the_floor_with_a_process_per_tree_runs_both_ways(tmp_path: Path) -> None:
+    """`FLOOR_PROCESSES`: paired rounds whose turn passes between two processes through pipes
+    (at the rounds a gate's run took, one more than the least here), and a tree's process on
+    its own; a lost turn would hang the first, so each run is bounded."""
+    from benchmarks.floor import GATE_ROUNDS, processes_command
+    from benchmarks.regions import build
+
+    repo = tmp_path / "repo"
+    build(repo, 1)
+    base = tmp_path / "base" / "bench_steps.py"
+    base.parent.mkdir()
+    base.write_text((repo / "bench_steps.py").read_text())
+    (repo / GATE_ROUNDS).write_text("[17]")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    paired = processes_command(base, repo / GATE_ROUNDS, env)
+    assert paired[1:3] == ["floor_processes.py", "paired"]  # the CPU admits two processes
+    # The base's side apart is the head's code on the base's module: the head's alone here.
+    apart = [sys.executable, "floor_processes.py", "apart", str(base)]
+    for command in (paired, apart):
+        done = run(command, timeout=120, cwd=repo, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
