@@ -160,7 +160,8 @@ FLOOR_PROCESSES = """
 \"\"\"The floor for two trees, each in a process of its own (what issue 53 asks of the gate).
 
     python floor_processes.py paired BASE_STEPS [ROUNDS_JSON]
-    python floor_processes.py apart BASE_STEPS && python floor_processes.py apart-base BASE_STEPS
+    python floor_processes.py apart BASE_STEPS [ROUNDS_JSON] &&
+        python floor_processes.py apart-base BASE_STEPS [ROUNDS_JSON]
 
 ``paired`` (a device two processes may hold: the CPU, a GPU): the head's process starts the
 base's, both import JAX at once; each region's phases run in the head's process, then the
@@ -168,7 +169,9 @@ base's; then paired rounds, the turn handed straight from one process to the oth
 pipe, with no parent in between: base, head, head, base, two hand-overs a round.
 ``apart`` (a TPU chip, which admits one process): each tree's process runs every region's
 phases and a block of turns, two a round of the first look, the base's after the head's exits.
-The least any design with a process per tree can pay for the work `FLOOR_BOTH` does in one.
+A region of ROUNDS_JSON with 0 rounds is not compared: only the head's process runs it, as the
+gate runs a region the change did not reach. The least any design with a process per tree can
+pay for the work `FLOOR_BOTH` does in one.
 \"\"\"
 import importlib.util
 import json
@@ -220,9 +223,9 @@ def receive(count):
 spec = importlib.util.spec_from_file_location("steps", BASE_STEPS if BASE else "bench_steps.py")
 steps = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(steps)
-if ROUNDS_JSON:  # the rounds the gate took, by region
+if ROUNDS_JSON:  # the rounds the gate took, by region; 0: not compared, the base's not run
     with open(ROUNDS_JSON) as f:
-        rounds_of = [max(ROUNDS, n) for n in json.load(f)]
+        rounds_of = [n and max(ROUNDS, n) for n in json.load(f)]
 else:
     rounds_of = [ROUNDS] * steps.N_REGIONS
 
@@ -263,10 +266,14 @@ def runs_for(*medians):
 
 for i in range(steps.N_REGIONS):
     if MODE.startswith("apart"):
+        if BASE and not rounds_of[i]:
+            continue
         step, own_s = phases(i)
-        block = [turn(step, runs_for(own_s)) for _ in range(2 * ROUNDS)]
+        block = [turn(step, runs_for(own_s)) for _ in range(2 * ROUNDS if rounds_of[i] else 0)]
     elif BASE:
         (rounds,) = receive(1)  # the head's phases are done
+        if not rounds:
+            continue
         step, own_s = phases(i)
         send(own_s)
         (runs,) = receive(1)
@@ -277,6 +284,8 @@ for i in range(steps.N_REGIONS):
     else:
         step, own_s = phases(i)
         send(rounds_of[i])
+        if not rounds_of[i]:
+            continue
         (base_s,) = receive(1)
         runs = runs_for(own_s, base_s)
         send(runs)
@@ -315,6 +324,7 @@ def processes_command(base_steps: Path, rounds: Path | None, env: Mapping[str, s
     if pool is None or pool.admits_two:
         paired = [sys.executable, "floor_processes.py", "paired", str(base_steps)]
         return paired + ([str(rounds)] if rounds is not None else [])
-    head = shlex.join([sys.executable, "floor_processes.py", "apart", str(base_steps)])
-    base = shlex.join([sys.executable, "floor_processes.py", "apart-base", str(base_steps)])
+    tail = [str(base_steps)] + ([str(rounds)] if rounds is not None else [])
+    head = shlex.join([sys.executable, "floor_processes.py", "apart", *tail])
+    base = shlex.join([sys.executable, "floor_processes.py", "apart-base", *tail])
     return ["sh", "-c", f"{head} && {base}"]

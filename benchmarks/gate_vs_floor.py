@@ -75,6 +75,12 @@ SAME_ROUNDS = "floor, two trees, the gate's rounds"
 # The same work with each tree in a process of its own, turns handed over by a pipe: what any
 # design with a process per tree (issue 53) pays at the least.
 PROCESSES = "floor, two trees, two processes, the gate's rounds"
+# Issue 55's case: one region of N compared (`compare: always`), the rest unchanged, run once;
+# the gate against its plain run, and the floor with a process per tree doing the same (the
+# base's process runs that region alone, at the gate's rounds) against the one-tree floor.
+ONE = "--base HEAD, one region compared"
+ONE_FLOOR = "floor, a process per tree, one region compared"
+ONE_TARGET = 1.25  # against the plain run (issue 55)
 GROWTH_TARGET = 1.10  # the last 20 regions against the first 20 (regions 2-21), by JUnit times
 FIRST = 20  # regions in each end of the growth rows
 
@@ -120,12 +126,19 @@ def main(argv: list[str] | None = None) -> None:
         for row in growth:
             print(row.markdown())
     print(f"\nload average: {load_before} before, {load_average()} after")
-    print("\ntargets (issues 40 and 53):")
+    print("\ntargets (issues 40, 53 and 55):")
     one_tree = {case: f for case, _, f in rows if "--base" not in case}
     same_rounds = {case.split(",")[0]: f for case, _, f in rows if "its rounds" in case}
     for case, g, f in rows:
         n = case.split(",")[0]
-        if PROCESSES in case and n == "20":
+        if ONE_FLOOR in case and n == "20":
+            # The least a process per tree adds for the one region, by hand.
+            ratio = g[0] / f[0]
+            print(f"    (the floor with a process per tree, the same: {ratio:.2f}x its floor)")
+        elif ONE in case and n == "20":
+            label = f"run --base at {n} regions, one compared, against the plain run"
+            print(_target(label, g[0] / f[0], ONE_TARGET))
+        elif PROCESSES in case and n == "20":
             # What a process per tree costs by itself, apart from the gate's own work.
             floors = f[0] / same_rounds[n][0]
             print(
@@ -179,45 +192,57 @@ def _ratio_rows(
     repo = scratch / f"repo{n}"
     build(repo, n)
     # Reports outside the repository: the head is the working tree, kept as committed.
-    gate = [sys.executable, "-m", "gate", "run", "--junit", str(repo.parent / "r.xml")]
-    cases = {f"{n}": gate}
-    report = repo.parent / "r.json"
-    if with_base:
-        cases[f"{n}, --base HEAD"] = [*gate, "--base", "HEAD", "--json", str(report)]
-    # The base tree of the two-tree floor: a copy beside the repository, as the
+    gate = [sys.executable, "-m", "gate", "run", "--junit", str(scratch / "r.xml")]
+    # Each case: its command, where it runs, and the file its run's rounds are kept in.
+    cases: dict[str, tuple[list[str], Path, Path | None]] = {f"{n}": (gate, repo, None)}
+    # The base tree of the two-tree floors: a copy beside the repository, as the
     # gate's base is a worktree beside it (its module file under its own folder).
-    base_copy = repo.parent / f"base{n}"
+    base_copy = scratch / f"base{n}"
     shutil.copytree(repo, base_copy, ignore=shutil.ignore_patterns(".git"))
-    floors = {"floor": [sys.executable, "floor.py"]}
+    base_steps = base_copy / "bench_steps.py"
+    floors: dict[str, tuple[list[str], Path]] = {"floor": ([sys.executable, "floor.py"], repo)}
     if with_base:
-        floors["floor, two trees"] = [
-            sys.executable,
-            "floor_both.py",
-            str(base_copy / "bench_steps.py"),
-        ]
+        kept = repo.parent / GATE_ROUNDS
+        based = [*gate, "--base", "HEAD", "--json", str(scratch / "r.json")]
+        cases[f"{n}, --base HEAD"] = (based, repo, kept)
+        both = [sys.executable, "floor_both.py", str(base_steps)]
+        floors["floor, two trees"] = (both, repo)
         # The same, with the rounds the gate's last run took (region by region): the work of
         # the gate's verdicts, so that the ratio is the gate's own cost, not the rounds'.
-        floors[SAME_ROUNDS] = [*floors["floor, two trees"], str(repo.parent / GATE_ROUNDS)]
-        rounds = repo.parent / GATE_ROUNDS
-        floors[PROCESSES] = processes_command(base_copy / "bench_steps.py", rounds, env)
+        floors[SAME_ROUNDS] = ([*both, str(kept)], repo)
+        floors[PROCESSES] = (processes_command(base_steps, kept, env), repo)
+        # Issue 55's case: the change reaches one region of N, the rest run once.
+        one = scratch / f"repo{n}-one"
+        build(one, n, compared=1)
+        kept_one = scratch / f"one-{GATE_ROUNDS}"
+        cases[f"{n}, {ONE}"] = (based, one, kept_one)
+        floors[ONE_FLOOR] = (processes_command(base_steps, kept_one, env), one)
     seconds: dict[str, list[tuple[float, float]]] = {c: [] for c in [*cases, *floors]}
     for _ in range(rounds):
-        for case, command in cases.items():
+        for case, (command, where, keep) in cases.items():
             # Exit 1 against the base: noise called the unchanged step slower (a false
             # alarm, counted by base_load.py); the run's time is still the run's time.
-            ok = (0, 1) if "--base" in command else (0,)
-            seconds[case].append(timed(command, repo, env, ok))
-            if "--base" in command:
-                _keep_rounds(report, repo.parent / GATE_ROUNDS)
-        for name, command in floors.items():
-            seconds[name].append(timed(command, repo, env))
+            ok = (0, 1) if keep is not None else (0,)
+            seconds[case].append(timed(command, where, env, ok))
+            if keep is not None:
+                _keep_rounds(scratch / "r.json", keep)
+        for name, (command, where) in floors.items():
+            seconds[name].append(timed(command, where, env))
     rows = []
-    for case in cases:
-        floor = "floor, two trees" if "--base" in case else "floor"
-        f = medians(seconds[floor])
+    for case, (_, _, keep) in cases.items():
         g = medians(seconds[case])
-        rows.append((case, g, f))
-        if "--base" in case:
+        if keep is None:
+            f = medians(seconds["floor"])
+            rows.append((case, g, f))
+        elif ONE in case:
+            # Against the plain run, as issue 55 states it; then the floors' own ratio.
+            f = medians(seconds[f"{n}"])
+            rows.append((case, g, f))
+            one_floor = medians(seconds[ONE_FLOOR])
+            rows.append((f"{n}, {ONE_FLOOR} / the floor", one_floor, medians(seconds["floor"])))
+        else:
+            f = medians(seconds["floor, two trees"])
+            rows.append((case, g, f))
             rows.append((f"{case}, the floor at its rounds", g, medians(seconds[SAME_ROUNDS])))
             rows.append((f"{case}, {PROCESSES}", g, medians(seconds[PROCESSES])))
         print(

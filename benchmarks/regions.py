@@ -155,31 +155,39 @@ def steps_text(regions: int) -> str:
     return f"N_REGIONS = {regions}\n" + STEPS
 
 
-def policy_text(regions: int, suite: str = "bench", phases: bool = True) -> str:
-    """The policy of ``regions`` steps, every one compared under ``--base``; with ``phases``,
-    the gate's phases and the finite check spelled out, as the floor does them."""
+def policy_text(
+    regions: int, suite: str = "bench", phases: bool = True, compared: int | None = None
+) -> str:
+    """The policy of ``regions`` steps, every one compared under ``--base`` (``compared``: the
+    first that many only, the rest unchanged); with ``phases``, the gate's phases and the
+    finite check spelled out, as the floor does them."""
     lines = ["version: 1", f"suite: {suite}", "defaults:", "  guard: disallow"]
     if phases:
         lines += ["  warmup: 2", "  guarded_runs: 3", "  repeats: 20"]
     # The same tree as its base would run once (its footprint unchanged): a scenario that
     # compares the tree with itself measures what comparing costs, so every region is compared.
-    lines += ["  compare: always", "regions:"]
+    if compared is None:
+        lines.append("  compare: always")
+    lines.append("regions:")
     for i in range(regions):
         lines += [
             f"  - name: step_{i}",
             f"    step: {STEPS_MODULE}:step_{i}",
             f"    setup: {STEPS_MODULE}:make_inputs",
         ]
+        if compared is not None and i < compared:
+            lines.append("    compare: always")
         if phases:
             lines.append("    checks: {finite: true}")
     return "\n".join(lines) + "\n"
 
 
-def build(repo: Path, regions: int) -> None:
-    """The repository of ``regions`` steps, its policy and the floor scripts, committed."""
+def build(repo: Path, regions: int, compared: int | None = None) -> None:
+    """The repository of ``regions`` steps, its policy (``compared``: `policy_text`) and the
+    floor scripts, committed."""
     (repo / "policies").mkdir(parents=True)
     (repo / f"{STEPS_MODULE}.py").write_text(steps_text(regions))
-    (repo / "policies" / "bench.yaml").write_text(policy_text(regions))
+    (repo / "policies" / "bench.yaml").write_text(policy_text(regions, compared=compared))
     write_floor(repo, STEPS_MODULE, [(f"step_{i}", "make_inputs") for i in range(regions)])
     (repo / "floor_both.py").write_text(FLOOR_BOTH)
     (repo / "floor_processes.py").write_text(FLOOR_PROCESSES)
