@@ -84,34 +84,10 @@ if len(sys.argv) > 1:
         json.dump(spent, f)
 '''
 
-FLOOR_BOTH = '''
-"""The floor for two trees: both trees' phases by hand, then paired rounds, in one process."""
-import importlib.util
-import json
-import math
-import statistics
-import sys
-import time
-
-import jax
-import numpy as np
-
+# Both two-tree floors' settings, a region's phases and a turn of timed runs: one text, spliced
+# into each script after its imports.
+_TWO_TREES = """
 WARMUP, GUARDED, REPEATS, ROUNDS, TURN_S, MAX_TURN_RUNS = 2, 3, 20, 16, 2e-3, 32
-
-
-def tree(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-head, base = tree("head_steps", "bench_steps.py"), tree("base_steps", sys.argv[1])
-if len(sys.argv) > 2:  # the rounds the gate took, region by region
-    with open(sys.argv[2]) as f:
-        rounds_of = [max(ROUNDS, n) for n in json.load(f)]
-else:
-    rounds_of = [ROUNDS] * head.N_REGIONS
 
 
 def phases(steps, i):
@@ -142,6 +118,37 @@ def turn(steps, step, runs):
         jax.block_until_ready(step(*inputs))
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+"""
+
+FLOOR_BOTH = (
+    '''
+"""The floor for two trees: both trees' phases by hand, then paired rounds, in one process."""
+import importlib.util
+import json
+import math
+import statistics
+import sys
+import time
+
+import jax
+import numpy as np
+'''
+    + _TWO_TREES
+    + """
+
+def tree(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+head, base = tree("head_steps", "bench_steps.py"), tree("base_steps", sys.argv[1])
+if len(sys.argv) > 2:  # the rounds the gate took, region by region
+    with open(sys.argv[2]) as f:
+        rounds_of = [max(ROUNDS, n) for n in json.load(f)]
+else:
+    rounds_of = [ROUNDS] * head.N_REGIONS
 
 
 for i in range(head.N_REGIONS):
@@ -153,10 +160,12 @@ for i in range(head.N_REGIONS):
         b1, h1 = turn(base, base_step, runs), turn(head, head_step, runs)
         h2, b2 = turn(head, head_step, runs), turn(base, base_step, runs)
         ratios.append(math.log(h1 * h2 / (b1 * b2)) / 2)
-'''
+"""
+)
 
 
-FLOOR_PROCESSES = """
+FLOOR_PROCESSES = (
+    """
 \"\"\"The floor for two trees, each in a process of its own (what issue 53 asks of the gate).
 
     python floor_processes.py paired BASE_STEPS [ROUNDS_JSON]
@@ -183,7 +192,6 @@ import subprocess
 import sys
 import time
 
-WARMUP, GUARDED, REPEATS, ROUNDS, TURN_S, MAX_TURN_RUNS = 2, 3, 20, 16, 2e-3, 32
 MODE, BASE_STEPS = sys.argv[1], sys.argv[2]
 ROUNDS_JSON = sys.argv[3] if len(sys.argv) > 3 else ""
 BASE = MODE.endswith("-base")
@@ -204,7 +212,9 @@ elif MODE == "paired-base":
 
 import jax
 import numpy as np
-
+"""
+    + _TWO_TREES
+    + """
 
 def send(*values):
     os.write(send_fd, struct.pack(f"<{len(values)}d", *values))
@@ -230,36 +240,6 @@ else:
     rounds_of = [ROUNDS] * steps.N_REGIONS
 
 
-def phases(i):
-    step = getattr(steps, f"step_{i}")
-    jax.block_until_ready(step(*steps.make_inputs()))  # first call
-    for _ in range(WARMUP):
-        jax.block_until_ready(step(*steps.make_inputs()))
-    for _ in range(GUARDED):
-        inputs = steps.make_inputs()
-        with jax.transfer_guard("disallow"):
-            jax.block_until_ready(step(*inputs))
-    times = []
-    for _ in range(REPEATS):
-        inputs = steps.make_inputs()
-        start = time.perf_counter()
-        out = jax.block_until_ready(step(*inputs))
-        times.append(time.perf_counter() - start)
-    if not all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree_util.tree_leaves(out)):
-        sys.exit(f"step_{i}: not finite")
-    return step, statistics.median(times)
-
-
-def turn(step, runs):
-    inputs = steps.make_inputs()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        jax.block_until_ready(step(*inputs))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def runs_for(*medians):
     return max(1, min(MAX_TURN_RUNS, math.ceil(TURN_S / max(medians))))
 
@@ -268,21 +248,22 @@ for i in range(steps.N_REGIONS):
     if MODE.startswith("apart"):
         if BASE and not rounds_of[i]:
             continue
-        step, own_s = phases(i)
-        block = [turn(step, runs_for(own_s)) for _ in range(2 * ROUNDS if rounds_of[i] else 0)]
+        step, own_s = phases(steps, i)
+        turns = 2 * ROUNDS if rounds_of[i] else 0  # the head's block, for a compared region
+        block = [turn(steps, step, runs_for(own_s)) for _ in range(turns)]
     elif BASE:
         (rounds,) = receive(1)  # the head's phases are done
         if not rounds:
             continue
-        step, own_s = phases(i)
+        step, own_s = phases(steps, i)
         send(own_s)
         (runs,) = receive(1)
         for _ in range(int(rounds)):
-            send(turn(step, int(runs)))
+            send(turn(steps, step, int(runs)))
             receive(1)  # the head's two turns
-            send(turn(step, int(runs)))
+            send(turn(steps, step, int(runs)))
     else:
-        step, own_s = phases(i)
+        step, own_s = phases(steps, i)
         send(rounds_of[i])
         if not rounds_of[i]:
             continue
@@ -292,13 +273,14 @@ for i in range(steps.N_REGIONS):
         ratios = []
         for _ in range(rounds_of[i]):
             (b1,) = receive(1)
-            h1, h2 = turn(step, runs), turn(step, runs)
+            h1, h2 = turn(steps, step, runs), turn(steps, step, runs)
             send(h2)
             (b2,) = receive(1)
             ratios.append(math.log(h1 * h2 / (b1 * b2)) / 2)
 if MODE == "paired" and peer.wait(timeout=60) != 0:
     sys.exit("the base's process failed")
 """
+)
 
 
 def region_seconds(spent: list[dict[str, float]]) -> list[float]:
