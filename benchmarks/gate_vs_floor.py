@@ -256,9 +256,15 @@ def _ratio_rows(
 
 def _keep_rounds(report: Path, to: Path) -> None:
     """The paired rounds each region of a ``run --base`` took (its JSON ``report``), in order,
-    written to ``to`` for the floor (0 for a region that took none)."""
+    written to ``to`` for the floors: 0 for a region the base did not run (unchanged), at
+    least 1 for one it did, paired rounds or not (a TPU's trees apart take none)."""
     regions = json.loads(report.read_text())["suites"][0]["regions"]
-    taken = [((r.get("base") or {}).get("timing") or {}).get("rounds", 0) for r in regions]
+    taken = [
+        max(1, (base.get("timing") or {}).get("rounds") or 0)
+        if (base := r.get("base") or {}).get("status") == "compared"
+        else 0
+        for r in regions
+    ]
     to.write_text(json.dumps(taken))
 
 
