@@ -31,6 +31,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from benchmarks.processes import (
     ROOT,
@@ -91,7 +92,7 @@ def build(repo: Path, small: int) -> None:
     commit_all(repo)
 
 
-def trial(repo: Path, report: Path, env: dict[str, str], timeout_s: float) -> list[dict]:
+def trial(repo: Path, report: Path, env: dict[str, str], timeout_s: float) -> list[dict[str, Any]]:
     junit = str(report.with_suffix(".xml"))
     regions = gate_regions(
         repo,
@@ -104,7 +105,7 @@ def trial(repo: Path, report: Path, env: dict[str, str], timeout_s: float) -> li
     timings = [(r.get("base") or {}).get("timing") for r in regions]
     if any(t is None for t in timings):
         raise SystemExit(f"a region has no timing verdict: {report.read_text()[:3000]}")
-    return [{"region": r["name"], **t} for r, t in zip(regions, timings, strict=True)]
+    return [{"region": r["name"], **(t or {})} for r, t in zip(regions, timings, strict=True)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, help="write every region's verdict here")
     args = parser.parse_args(argv)
     env = gate_env(args.gate)
-    runs: list[list[dict]] = []
+    runs: list[list[dict[str, Any]]] = []
     load_before = load_average()
     with tempfile.TemporaryDirectory() as scratch, busy_neighbour(args.neighbour):
         repo = Path(scratch) / "repo"

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 GATE = Path(sys.executable).parent / "transfer-gate"
@@ -70,7 +71,7 @@ var t1=performance.now();details.open=true;
 });</script>"""
 
 
-def template_report(work: Path) -> dict:
+def template_report(work: Path) -> dict[str, Any]:
     """One real report of the two regions, from a real run in a throwaway git repository."""
     repo = work / "repo"
     (repo / "policies").mkdir(parents=True)
@@ -85,10 +86,11 @@ def template_report(work: Path) -> dict:
         [GATE, "run", "-q", "--json", "map.json"], cwd=repo, env=env, capture_output=True,
         timeout=300, check=False,
     )  # fmt: skip
-    return json.loads((repo / "map.json").read_text())
+    report: dict[str, Any] = json.loads((repo / "map.json").read_text())
+    return report
 
 
-def make_reports(template: dict, folder: Path, reports: int, regions: int) -> int:
+def make_reports(template: dict[str, Any], folder: Path, reports: int, regions: int) -> int:
     """``reports`` reports of ``regions`` regions each; the bytes written."""
     noise = random.Random(0)
     [suite] = template["suites"]

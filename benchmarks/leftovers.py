@@ -65,7 +65,7 @@ def regions(mode: str, n: int) -> dict[str, object]:
             for _ in range(6):
                 with shared_programs():
                     inputs = bench_steps.make_inputs()
-                jax.block_until_ready(step(*inputs))  # type: ignore[operator]
+                jax.block_until_ready(step(*inputs))
         if mode == "leftovers":
             programs.let_go(step)  # as the engine, once the region is done with it
         cpu.append(time.process_time() - started)

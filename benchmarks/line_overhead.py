@@ -38,7 +38,7 @@ import jax
 from examples.mlp import make_inputs, train_step
 from gate.jaxhooks.executables import every_execution_seen
 from gate.user_code import UserCode
-from gate.witness.line_work import line_table, program_ops_of
+from gate.witness.line_work import line_table, program_ops
 from gate.witness.op_times import op_times
 from gate.witness.programs import parsed_programs
 
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
             ops: tuple[Any, ...] = ()
             for _ in range(args.runs):
                 start = time.perf_counter()
-                ops = program_ops_of(modules, user)
+                ops = tuple(o for m, p in modules for o in program_ops(m, p.runs, user))
                 lines = line_table(ops, user)
                 table_s.append(time.perf_counter() - start)
                 start = time.perf_counter()

@@ -23,6 +23,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 from benchmarks.history_scale import template_report
 
@@ -50,7 +51,7 @@ def junit_shards(folder: Path, properties: int, shards: int) -> list[Path]:
     return paths
 
 
-def json_shards(template: dict, folder: Path, regions: int, shards: int) -> list[Path]:
+def json_shards(template: dict[str, Any], folder: Path, regions: int, shards: int) -> list[Path]:
     """``shards`` JSON reports of one suite holding ``regions`` regions, one of them twice."""
     [suite] = template["suites"]
     kinds = suite["regions"]

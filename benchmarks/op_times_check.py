@@ -89,8 +89,8 @@ def in_process(size: int) -> bool:
         ops_events = [e for e in events if e.get("ph") == "X" and "hlo_op" in (e.get("args") or {})]
         print(f"  events with args.hlo_op: {len(ops_events)}; first: {ops_events[:2]}")
     print(f"  note: {times.note!r}")
-    for line in times.lines:
-        print(f"  time {line.where}: {line.seconds * 1e3:.3f} ms per step ({', '.join(line.ops)})")
+    for spent in times.lines:
+        print(f"  time {spent.where}: {spent.seconds * 1e3:.3f} ms a step ({', '.join(spent.ops)})")
     return not times.note and bool(times.lines)
 
 

@@ -50,7 +50,7 @@ def _child(started: float, repo: Path) -> None:
         mark("first worker started")
         return start(*args, **kwargs)
 
-    spawn.spawn = spawning  # type: ignore[assignment]
+    spawn.spawn = spawning
     sys.meta_path.insert(0, _ReadyWatch(lambda: mark("first worker ready")))
     from gate.cli.main import main
 

@@ -18,7 +18,7 @@ import contextlib
 import functools
 import sys
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -64,7 +64,7 @@ class Parts:
     """The seconds of each part, and how often it ran, counted only while `counting` is on."""
 
     def __init__(self) -> None:
-        self.spent: Counter[str] = Counter()
+        self.spent: dict[str, float] = defaultdict(float)
         self.calls: Counter[str] = Counter()
         self.counting = False
         self.phase = ""  # "first " or "steady " inside the mapped runs
@@ -172,9 +172,9 @@ def wrap_parts(parts: Parts) -> None:
     _replace(FetchWatch, "detector", functools.partial(timed_block, parts, "detector"))
     _replace(Leftovers, "between_regions", functools.partial(timed_call, parts, "between"))
 
-    def compiled(event: str, seconds: float, **_: Any) -> None:
+    def compiled(event: str, duration_secs: float, **_: str | int) -> None:
         if event == COMPILE_EVENT:
-            parts.compiled(seconds)
+            parts.compiled(duration_secs)
 
     jax.monitoring.register_event_duration_secs_listener(compiled)
 

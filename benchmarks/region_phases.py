@@ -36,7 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -59,7 +59,7 @@ def _at_once(release: Callable[[], None]) -> None:
 
 def _gate(
     repo: Path, profile: bool = False, parts: Parts | None = None
-) -> tuple[Counter[str], int]:
+) -> tuple[dict[str, float], int]:
     """Each stage's seconds over regions 2..N, run as a worker runs them, and N - 1; with
     ``profile``, regions 2..N under cProfile, its top functions printed; with ``parts``, every
     part of a region timed into it (`region_parts.wrap_parts`)."""
@@ -74,7 +74,7 @@ def _gate(
         wrap_parts(parts)
     leftovers = Leftovers()
     leftovers.after_startup()
-    spent: Counter[str] = Counter()
+    spent: dict[str, float] = defaultdict(float)
     profiler = cProfile.Profile() if profile else None
     for index, region in enumerate(policy.regions):
         if index == 1 and profiler is not None:
@@ -107,7 +107,7 @@ def _child(which: str, repo: Path) -> None:
         # The transfer map as on Python 3.11, on a Python that has sys.monitoring.
         from gate.witness import code_events
 
-        code_events._monitoring_tool = lambda: None  # type: ignore[assignment]
+        code_events._monitoring_tool = lambda: None
     if which == "gate-profiled":
         spent, regions = _gate(repo, profile=True)
     elif which == PARTS:
