@@ -120,3 +120,23 @@ def test_the_floor_with_a_process_per_tree_runs_both_ways(tmp_path: Path) -> Non
     for command in (paired, apart):
         done = run(command, timeout=120, cwd=repo, env=env)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_floors_run_the_base_for_each_region_the_gate_compared(tmp_path: Path) -> None:
+    """The rounds kept for the floors: 0 only for a region whose base did not run; a region
+    compared without paired rounds (a TPU's trees apart) still has its base run by them."""
+    import json
+
+    from benchmarks.gate_vs_floor import _keep_rounds
+
+    regions = [
+        {"base": {"status": "compared", "timing": {"rounds": 20}}},
+        {"base": {"status": "compared", "timing": {"verdict": "unchanged"}}},
+        {"base": {"status": "compared"}},  # timing: off
+        {"base": {"status": "unchanged"}},
+        {"base": None},  # a new region: no base at all
+    ]
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps({"suites": [{"regions": regions}]}))
+    _keep_rounds(report, tmp_path / "kept.json")
+    assert json.loads((tmp_path / "kept.json").read_text()) == [20, 1, 1, 0, 0]
