@@ -317,7 +317,9 @@ def test_the_gate_gets_the_accelerators_options_and_no_others(
     env = {"NVIDIA_VISIBLE_DEVICES": visible} if visible else {}
     host.env.update(env)
     assert set_up(host, SANDBOX_OPTIONS=given).returncode == 0
-    assert host.gate("doctor").returncode == 0
+    # Every gate command gets the same `docker run`: `--version` (0.3 s of CPU) serves as well
+    # as `doctor` (1.4 s: JAX's backend), which the test above runs in the sandbox.
+    assert host.gate("--version").returncode == 0
     argv = host.runs()[-1]
     start = argv.index("--security-opt") + 2
     assert argv[start : start + len(passed)] == passed

@@ -170,6 +170,7 @@ def test_the_kept_log_files_are_closed_when_the_process_exits(tmp_path: Path) ->
     assert closed is True
 
 
+@pytest.mark.once
 def test_baseline_accepts_then_tolerates_shifts_and_catches_new(repo: Path) -> None:
     made = run_gate(repo, "baseline")
     assert made.returncode == 0, made
