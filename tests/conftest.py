@@ -80,13 +80,17 @@ def _compile_the_gate() -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Order the modules for xdist (`heavy_first`); mark the tests of each JAX internal
-    `jaxhooks`; skip tests marked `gpu` without JAX's CUDA plugin and those marked `tpu` without
-    a TPU (the CPU tests cover their logic)."""
+    `jaxhooks`, and `pythons` too where it reaches Python's own machinery; skip tests marked
+    `gpu` without JAX's CUDA plugin and those marked `tpu` without a TPU (the CPU tests cover
+    their logic)."""
     items[:] = heavy_first(items)
-    hooked = hook_tests()
+    hooked, on_pythons = hook_tests(), hook_tests(python=True)
     for item in items:
-        if item.nodeid.split("[", 1)[0] in hooked:
+        test = item.nodeid.split("[", 1)[0]
+        if test in hooked:
             item.add_marker(pytest.mark.jaxhooks)
+        if test in on_pythons:  # the hook reaches Python's own machinery too
+            item.add_marker(pytest.mark.pythons)
     missing = {
         "gpu": None if _cuda_plugin_installed() else "needs a CUDA GPU and JAX's CUDA plugin",
         "tpu": None if _tpu_present() else "needs a TPU (/dev/accel* or /dev/vfio/N) and libtpu",

@@ -26,6 +26,11 @@ class Hook:
     # or text its source contains for a hook reached through a public name.
     evidence: tuple[str, ...]
     tests: tuple[str, ...]  # "file.py::test_name", every parameter of it
+    # The hook reaches Python's own machinery too (a frame and its locals, ctypes, the trace
+    # function), which a newer Python may change on the same JAX (3.13's frame locals, PEP
+    # 667): its tests are marked `pythons` as well, and run on every Python .ci/run tries. The
+    # others read JAX alone: on the newest JAX they run once, on the container's Python.
+    python: bool = False
 
 
 HOOKS = (
@@ -40,6 +45,7 @@ HOOKS = (
             "test_library_fixes.py::test_flax_266052cb_a_pmap_per_call_recompiles_and_its_pmean_"
             "only_moved",
         ),
+        python=True,
     ),
     Hook(
         "jax 0.12's tracing-cache key diff (partial_eval.diff_tracing_cache_keys) and flattree's "
@@ -77,6 +83,7 @@ HOOKS = (
             "test_detector.py::test_an_api_copy_of_a_tree_is_one_fetch_per_array",
             "test_detector.py::test_a_read_after_copy_to_host_async_reads_the_copy",
         ),
+        python=True,
     ),
     Hook(
         "the buffer-protocol slot of jaxlib's array type, swapped with ctypes",
@@ -85,6 +92,7 @@ HOOKS = (
             "test_jaxhooks.py::test_the_buffer_slot_is_found_only_where_it_is",
             "test_run.py::test_a_step_reading_through_the_buffer_protocol_is_told_why_it_raised",
         ),
+        python=True,
     ),
     Hook(
         "jax._src.config's State.__call__ and Config.update, so a step cannot lift its guard",
@@ -119,6 +127,7 @@ HOOKS = (
         "explicit transfers told apart by their frames in jax/_src (device_put, device_get)",
         ("Path('jax', '_src')",),
         ("test_run.py::test_boundary_is_honoured_under_both_import_styles",),
+        python=True,
     ),
     Hook(
         "the guard's log lines on fd 2, with the native thread id, and jaxlib's log level",
@@ -195,6 +204,7 @@ HOOKS = (
             "test_doctor.py::test_doctor_on_this_cpu_machine",
             "test_doctor.py::test_cuda_versions_come_from_the_plugins_versions_module",
         ),
+        python=True,
     ),
     Hook(
         "JAX's own functions nested in a step traced once per worker: pjit._infer_params "
@@ -209,6 +219,7 @@ HOOKS = (
             "test_programs.py::test_a_jax_without_the_hook_traces_its_own_functions_in_every_region",
             "test_programs.py::test_verdicts_do_not_depend_on_what_ran_before_in_the_worker",
         ),
+        python=True,
     ),
     Hook(
         "the transforms of JAX's own nested traces made once per worker: ad.linearize_jaxpr, "
@@ -237,6 +248,7 @@ HOOKS = (
             "test_unheard.py::test_what_jax_moves_while_lowering_is_charged_to_the_line_that_"
             "called_the_step",
         ),
+        python=True,
     ),
     Hook(
         "every program a step runs: jit's C++ fast path off for the cost run and the first call "
@@ -255,6 +267,7 @@ HOOKS = (
             "region",
             "test_real_models.py::test_every_move_of_flaxs_mnist_epoch_names_its_array",
         ),
+        python=True,
     ),
     Hook(
         "jax.Array's binary operators as Python functions of (self, other) "
@@ -312,6 +325,7 @@ HOOKS = (
             "test_donations_cli.py::test_a_donation_jax_drops_with_its_warning_follows_the_same_"
             "rule",
         ),
+        python=True,
     ),
     Hook(
         "the whole chain on real training steps (flax, optax, equinox pytrees of arrays)",
@@ -321,9 +335,12 @@ HOOKS = (
 )
 
 
-def hook_tests() -> frozenset[str]:
-    """Every listed test, as "tests/file.py::test_name"."""
-    return frozenset(f"tests/{test}" for hook in HOOKS for test in hook.tests)
+def hook_tests(*, python: bool = False) -> frozenset[str]:
+    """Every listed test, as "tests/file.py::test_name"; ``python``: those of the hooks that
+    reach Python's own machinery only (`Hook.python`)."""
+    return frozenset(
+        f"tests/{test}" for hook in HOOKS if hook.python or not python for test in hook.tests
+    )
 
 
 # A `pythons` mark in any form: `pytestmark = pytest.mark.pythons` or a test's decorator.

@@ -7,10 +7,12 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import sys
 from pathlib import Path
 
 import pytest
 from jax_hooks import HOOKS, Hook, files_to_collect, hook_tests
+from processes import run
 
 ROOT = Path(__file__).resolve().parent.parent
 CI = (ROOT / ".ci" / "run").read_text()
@@ -56,8 +58,63 @@ def test_ci_runs_the_marked_tests_on_both_ends_after_the_readme_command() -> Non
     # The newer Pythons also run what the gate does differently there (sys.monitoring).
     assert [line.split()[2] for line in installs[1:]] == ['"$newest"', '"$newest313"']
     assert [line.split()[1] for line in installs[1:]] == [line.split()[1] for line in newest]
-    # Each JAX internal's tests on every Python; the long sweeps (`once`) on the main one only.
-    assert all(line.endswith('"jaxhooks or (pythons and not once)"') for line in newest)
+    # Each JAX internal's tests on the container's Python; on the next Python, with the same
+    # JAX, what a Python can change: the `pythons` tests, the hooks into Python's own machinery
+    # among them. The long sweeps (`once`) on the main Python only.
+    container, *later = newest
+    assert container.endswith('"jaxhooks or (pythons and not once)"')
+    assert later
+    assert all(line.endswith('"pythons and not once"') for line in later)
+
+
+# What a hook into Python's own machinery uses: a frame or its locals, ctypes, the trace or
+# monitoring functions.
+PYTHONS_OWN = re.compile(
+    r"sys\._getframe|\bf_locals\b|\bf_back\b|\bctypes\.|settrace|sys\.monitoring|currentframe"
+)
+
+
+def functions_using_pythons_own_machinery() -> list[str]:
+    """The source of each function of gate/ that reaches Python's own machinery."""
+    found = []
+    for path in GATE_SOURCES:
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef):
+                source = ast.get_source_segment(text, node) or ""
+                if PYTHONS_OWN.search(source):
+                    found.append(source)
+    return found
+
+
+def test_a_hook_whose_code_reaches_pythons_own_machinery_runs_on_every_python() -> None:
+    # A hook read in the same function as a frame, ctypes or the trace function can change with
+    # the Python on the same JAX: .ci/run's later Pythons run only `pythons` tests.
+    functions = functions_using_pythons_own_machinery()
+    unmarked = [
+        hook.what[:60]
+        for hook in HOOKS
+        if not hook.python and any(e in f for e in hook.evidence for f in functions)
+    ]
+    assert not unmarked, f"set python=True in tests/jax_hooks.py for: {unmarked}"
+
+
+def test_the_later_pythons_run_the_tests_of_the_hooks_into_python_and_no_other() -> None:
+    # The buffer slot (ctypes), the frames of a pmap and of the donation warning among them.
+    for what in ("buffer-protocol slot", "pmap's trace info", "Some donated buffers"):
+        assert next(h for h in HOOKS if what in h.what).python, what
+    # What .ci/run's 3.13 run selects in a module of both kinds (conftest.py marks them).
+    module = "tests/test_jaxhooks.py"
+    options = ["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
+    selected_by = ["-m", "pythons and not once", module]
+    done = run([sys.executable, "-m", "pytest", *options, *selected_by], timeout=120, cwd=ROOT)
+    selected = {line for line in done.stdout.splitlines() if line.startswith(module)}
+    in_module = {t for t in hook_tests() if t.startswith(module)}
+    python = {t for t in hook_tests(python=True) if t.startswith(module)}
+    assert python, "the module no longer holds a hook into Python"
+    assert in_module - python, "the module no longer holds a hook into JAX alone"
+    assert python <= selected, done.stdout
+    assert not (in_module - python) & selected, done.stdout
 
 
 def test_ci_runs_the_newest_jax_on_every_newer_python_pyproject_claims() -> None:
