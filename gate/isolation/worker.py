@@ -84,12 +84,12 @@ def main(argv: list[str]) -> int:
     faulthandler.register(DUMP_SIGNAL, crash_log, all_threads=True)
 
     started = time.perf_counter()
-    import jax
-
-    jax.devices()  # backend start-up is paid once per worker, not per region
-    made_at_startup()  # before anything is traced: no program is traced twice for it
     leftovers = Leftovers()
-    leftovers.after_startup()
+    with leftovers.starting_up():
+        import jax
+
+        jax.devices()  # backend start-up is paid once per worker, not per region
+        made_at_startup()  # before anything is traced: no program is traced twice for it
     write_frame(results_fd, Ready(os.getpid(), time.perf_counter() - started))
 
     jobs: queue.Queue[Request | None] = queue.Queue()
