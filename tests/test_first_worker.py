@@ -15,7 +15,7 @@ from processes import process_gone
 from gate.cli.exit_codes import ExitCode
 from gate.isolation import spawn, worker_process
 from gate.isolation.environment import worker_environment
-from gate.isolation.protocol import Job, Request
+from gate.isolation.protocol import Check, Job, Request
 from gate.isolation.run_settings import RunSettings
 
 # Environment variables that once carried the run's settings to its workers.
@@ -140,11 +140,14 @@ def test_the_runs_settings_reach_the_worker_with_each_job_not_in_its_environment
 ) -> None:
     repo = make_repo(tmp_path, {"steps.py": STEPS, "policies/p.yaml": _policy("a")})
     sent: list[Job] = []
+    checks: list[Check] = []
     real = worker_process.WorkerProcess.send
 
     def recorded(self: worker_process.WorkerProcess, job: Request) -> bool:
         if isinstance(job, Job):
             sent.append(job)
+        elif isinstance(job, Check):
+            checks.append(job)
         return real(self, job)
 
     monkeypatch.setattr(worker_process.WorkerProcess, "send", recorded)
@@ -155,6 +158,10 @@ def test_the_runs_settings_reach_the_worker_with_each_job_not_in_its_environment
     assert run.returncode == ExitCode.OK, run
     [worker] = spawns  # the one started first: no second one for another environment
     [job] = sent
+    # A plain run records no footprint: its worker installs no audit hook to hear one.
+    [check] = checks
+    assert check.audited is False
+    assert job.audited is False
     # A plain run with no stored step times: traces kept beside the reports, none taken.
     assert job.settings == RunSettings(
         (repo / "reports" / "transfer-gate-traces").resolve(), frozenset()
