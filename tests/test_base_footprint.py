@@ -267,6 +267,8 @@ def _events(monkeypatch: pytest.MonkeyPatch, repo: Path) -> list[str]:
     def checked(self: Scheduler, *args: Any, **kwargs: Any) -> Any:
         done = check(self, *args, **kwargs)
         events.append("head checked")
+        if self.audited:  # its worker heard what the modules read as they were imported
+            events.append("head checked, listening")
         return done
 
     monkeypatch.setattr(Scheduler, "check", checked)
@@ -299,6 +301,7 @@ def test_a_change_to_prose_alone_starts_no_base_worker(
     events = _events(monkeypatch, repo)
     assert _statuses(repo) == {"a": "unchanged"}
     assert "spawn base" not in events, events
+    assert "head checked, listening" in events, events
 
 
 def test_a_change_to_comments_alone_starts_no_base_worker(

@@ -15,7 +15,7 @@ from processes import process_gone
 from gate.cli.exit_codes import ExitCode
 from gate.isolation import spawn, worker_process
 from gate.isolation.environment import worker_environment
-from gate.isolation.protocol import Job, Request
+from gate.isolation.protocol import Check, Job, Request
 from gate.isolation.run_settings import RunSettings
 
 # Environment variables that once carried the run's settings to its workers.
@@ -79,6 +79,25 @@ def recorded(repo_root, env, device):
 
 spawn.spawn = recorded
 """
+# After SPAWN_LOG: which of `ONLY_SOME_RUNS` the gate's process had imported when it ended (a
+# worker leaves by os._exit, past atexit).
+ENDED_LOG = """
+import atexit
+
+
+def ended():
+    imported = sorted(m for m in {only!r} if m in sys.modules)
+    with open({log!r}, "a") as out:
+        out.write(json.dumps({{"ended": True, "imported": imported}}) + "\\n")
+
+
+atexit.register(ended)
+"""
+
+
+# What only `run --base`, a stored baseline, `baseline` or `doctor` use: a plain run's own
+# process leaves them to its workers (numpy alone was ~0.1 CPU-s of its ~0.35).
+ONLY_SOME_RUNS = ("numpy", "packaging.requirements", "importlib.metadata")
 
 
 def test_the_first_worker_starts_before_the_gate_imports_the_rest_and_runs_every_region(
@@ -86,10 +105,12 @@ def test_the_first_worker_starts_before_the_gate_imports_the_rest_and_runs_every
 ) -> None:
     repo = make_repo(tmp_path / "repo", {"steps.py": STEPS, "policies/p.yaml": _policy("a", "b")})
     log = tmp_path / "spawns.jsonl"
-    site = make_repo(tmp_path / "site", {"sitecustomize.py": SPAWN_LOG.format(log=str(log))})
+    planted = SPAWN_LOG.format(log=str(log)) + ENDED_LOG.format(log=str(log), only=ONLY_SOME_RUNS)
+    site = make_repo(tmp_path / "site", {"sitecustomize.py": planted})
     run = run_gate(repo, "run", env={"PYTHONPATH": str(site)})
     assert run.returncode == ExitCode.OK, run
-    [spawned] = [json.loads(line) for line in log.read_text().splitlines()]
+    [spawned, ended] = [json.loads(line) for line in log.read_text().splitlines()]
+    assert ended == {"ended": True, "imported": []}, ended
     # Started by gate.cli.main before it imported any command, the policy reader or the
     # scheduler: what they cost overlaps the worker's own start.
     assert "gate.cli.run" not in spawned["imported"], spawned
@@ -119,11 +140,14 @@ def test_the_runs_settings_reach_the_worker_with_each_job_not_in_its_environment
 ) -> None:
     repo = make_repo(tmp_path, {"steps.py": STEPS, "policies/p.yaml": _policy("a")})
     sent: list[Job] = []
+    checks: list[Check] = []
     real = worker_process.WorkerProcess.send
 
     def recorded(self: worker_process.WorkerProcess, job: Request) -> bool:
         if isinstance(job, Job):
             sent.append(job)
+        elif isinstance(job, Check):
+            checks.append(job)
         return real(self, job)
 
     monkeypatch.setattr(worker_process.WorkerProcess, "send", recorded)
@@ -134,6 +158,10 @@ def test_the_runs_settings_reach_the_worker_with_each_job_not_in_its_environment
     assert run.returncode == ExitCode.OK, run
     [worker] = spawns  # the one started first: no second one for another environment
     [job] = sent
+    # A plain run records no footprint: its worker installs no audit hook to hear one.
+    [check] = checks
+    assert check.audited is False
+    assert job.audited is False
     # A plain run with no stored step times: traces kept beside the reports, none taken.
     assert job.settings == RunSettings(
         (repo / "reports" / "transfer-gate-traces").resolve(), frozenset()

@@ -109,3 +109,34 @@ def test_the_resident_memory_is_read_where_there_is_a_proc() -> None:
     found = resident_bytes()
     assert found is not None
     assert 10 * 2**20 < found < 64 * 2**30  # this test process: tens of MB to a few GB
+
+
+# A worker's start-up as `gate.isolation.worker` runs it, and one that fails (no backend).
+START_UP = """
+import gc, json
+from gate.isolation.leftovers import Leftovers
+
+seen = {}
+with Leftovers().starting_up():
+    kept = [[i] for i in range(20_000)]  # what importing jax allocates, and keeps
+    seen["inside"] = gc.isenabled()
+seen["after"], seen["frozen"] = gc.isenabled(), gc.get_freeze_count()
+try:
+    with Leftovers().starting_up():
+        raise RuntimeError("no backend")
+except RuntimeError:
+    seen["after_failure"] = gc.isenabled()
+print(json.dumps(seen))
+"""
+
+
+def test_a_workers_start_up_runs_without_the_collector_and_ends_with_it_on_and_frozen() -> None:
+    """What start-up allocates lives as long as the worker: no collection walks it then, and
+    it is out of the collector's sight after; the collector is on again whatever happened."""
+    done = run([sys.executable, "-c", START_UP], timeout=60, env=gate_env())
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["inside"] is False, seen
+    assert seen["after"] is True, seen
+    assert seen["after_failure"] is True, seen
+    assert seen["frozen"] >= 20_000, seen

@@ -14,7 +14,6 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from gate.compare.session import run_compared
 from gate.compare.worktree import BaseTree
 from gate.files import DEFAULT_POLICIES
 from gate.isolation.cancellation import Cancellation
@@ -237,6 +236,10 @@ def execute(
 
     try:
         if base is not None:
+            # Here, not at the top: a plain run compares nothing, and the comparison's modules
+            # (numpy among them) would cost its process more than the rest of its imports.
+            from gate.compare.session import run_compared
+
             return run_compared(
                 plan,
                 repo_root,

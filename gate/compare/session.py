@@ -102,7 +102,13 @@ def run_compared(
     env = _memory_for_two(dict(os.environ))
     with (
         schedulers(
-            plan, repo_root, cancel=cancel, watcher=watcher, environ=env, settings=settings
+            plan,
+            repo_root,
+            cancel=cancel,
+            watcher=watcher,
+            environ=env,
+            settings=settings,
+            audited=base.footprint_top is not None,
         ) as workers,
         contextlib.ExitStack() as bases,
     ):
@@ -251,6 +257,7 @@ class _Session:
                 settings=self.settings,
                 beside=beside,
                 moved_paths=self.tree.moved_paths,
+                audited=head.audited,  # both trees' steps timed under the hook alike
             )
             found.budgets = self._budgets
             self._bases[key] = self.stack.enter_context(found)
@@ -354,7 +361,7 @@ class _Pair:
     def _run(self, side: Side, region: Region) -> Held:
         scheduler = side.scheduler
         run = scheduler.run_held if self.region.timing.compare else scheduler.run_for_outputs
-        top = self.tree.head_top if side is self.head and self.tree.top is not None else None
+        top = self.tree.footprint_top if side is self.head else None
         return run(side.policy, region, side.name, top)
 
     def _footprinted(self, head: Held, head_root: Path) -> Held:

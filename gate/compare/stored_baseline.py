@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from gate.compare.timing import compare_unpaired
 from gate.plan import Plan, region_key
 from gate.policy.model import Region
 from gate.results.baseline import NEXT_STEP
@@ -118,6 +117,10 @@ def _timing_judged(
         )
     if entry.machine != region.machine:
         return _noted(region, f"timing not compared: {_elsewhere('timing', entry, region.machine)}")
+    # Here, not at the top: every run imports this module, and only a region with stored
+    # samples from this machine gets this far; the test's module brings numpy.
+    from gate.compare.timing import compare_unpaired
+
     comparison = compare_unpaired(
         entry.samples,
         region.timing_samples,

@@ -99,6 +99,12 @@ class BaseTree:
         return same_code(self.head_top / path, self.top / path)
 
     @property
+    def footprint_top(self) -> Path | None:
+        """The head's git top level, under which each head run records its region's footprint
+        (`Job.footprint_top`); None where the tops are not known: none is recorded."""
+        return self.head_top if self.top is not None else None
+
+    @property
     def moved_paths(self) -> tuple[tuple[Path, Path], ...]:
         """``(head's top level, base's top level)``, for the base's worker: the folders a
         sys.path entry is taken from in the base instead; () when the tops are not known."""

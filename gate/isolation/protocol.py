@@ -52,6 +52,9 @@ class Check:
     root: Path
     policies: tuple[Policy, ...]
     named: tuple[NamedCallables, ...] = ()
+    # The worker's audit hook listens before this check imports anything (`Job.audited`): the
+    # head's footprints then have what each module read as it was imported.
+    audited: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,11 @@ class Job:
     # The tree's git top level, to record the region's footprint under it (``run --base``'s
     # head, `gate.witness.footprint`); None: not recorded.
     footprint_top: Path | None = None
+    # The worker's audit hook listens before this job (`gate.witness.footprint`): in both trees
+    # of a ``run --base`` that records footprints, so that both time their steps under it
+    # alike. Never in a plain run: the hook hears every audit event after it, a Python call
+    # each (~16 ms a small region on the CPU, ~4 µs a call of a tiny step).
+    audited: bool = False
 
 
 @dataclass(frozen=True)

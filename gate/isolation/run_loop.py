@@ -58,14 +58,23 @@ def schedulers(
     watcher: RunWatcher | None,
     environ: Mapping[str, str] | None = None,
     settings: RunSettings = DEFAULT_SETTINGS,
+    audited: bool = False,
 ) -> Iterator[list[Scheduler]]:
     """As many schedulers as workers run at once (`side_by_side`), each stopped on leaving;
-    each sends ``settings`` with its jobs."""
+    each sends ``settings`` with its jobs; ``audited``: their workers' audit hook listens
+    (`Job.audited`)."""
     env = dict(os.environ if environ is None else environ)
     with contextlib.ExitStack() as stack:
         yield [
             stack.enter_context(
-                Scheduler(repo_root, cancel=cancel, watcher=watcher, environ=env, settings=settings)
+                Scheduler(
+                    repo_root,
+                    cancel=cancel,
+                    watcher=watcher,
+                    environ=env,
+                    settings=settings,
+                    audited=audited,
+                )
             )
             for _ in range(side_by_side(plan, env))
         ]

@@ -140,14 +140,17 @@ class Scheduler:
         settings: RunSettings = DEFAULT_SETTINGS,
         beside: bool = False,
         moved_paths: tuple[tuple[Path, Path], ...] = (),
+        audited: bool = False,
     ) -> None:
         """``settings``: the run's, sent with each job (`Job.settings`), never in a worker's
         environment (the worker the CLI started first has none, `gate.isolation.spawn`);
         ``beside``: its worker runs beside another scheduler's, which holds the device
         (``run --base``'s base tree, `WorkerStarts.beside`); ``moved_paths``: folders of the
-        head's checkout its worker takes in its own tree (`Job.moved_paths`)."""
+        head's checkout its worker takes in its own tree (`Job.moved_paths`); ``audited``: its
+        workers' audit hook listens from their first request (`Job.audited`)."""
         self.repo_root = repo_root
         self.moved_paths = moved_paths
+        self.audited = audited
         self.cancel = cancel
         self.watcher = watcher
         self.settings = settings
@@ -198,7 +201,7 @@ class Scheduler:
         label = firsts[0] if firsts else BETWEEN_REGIONS
         env = self.environment(policies[0] if policies else None)
         number = next(self._jobs)
-        request = Check(number, self.repo_root, tuple(policies), tuple(named))
+        request = Check(number, self.repo_root, tuple(policies), tuple(named), self.audited)
         timeout = max((r.timeout_s for p in policies for r in p.regions), default=600.0)
         for _ in range(START_ATTEMPTS):  # a worker that could not start gets one successor
             reply = self._request(request, env, label, timeout)
@@ -263,6 +266,7 @@ class Scheduler:
             self.settings,
             self.moved_paths,
             top,
+            self.audited,
         )
         limit = region.timeout_s
         reply = self._request(

@@ -84,12 +84,12 @@ def main(argv: list[str]) -> int:
     faulthandler.register(DUMP_SIGNAL, crash_log, all_threads=True)
 
     started = time.perf_counter()
-    import jax
-
-    jax.devices()  # backend start-up is paid once per worker, not per region
-    made_at_startup()  # before anything is traced: no program is traced twice for it
     leftovers = Leftovers()
-    leftovers.after_startup()
+    with leftovers.starting_up():
+        import jax
+
+        jax.devices()  # backend start-up is paid once per worker, not per region
+        made_at_startup()  # before anything is traced: no program is traced twice for it
     write_frame(results_fd, Ready(os.getpid(), time.perf_counter() - started))
 
     jobs: queue.Queue[Request | None] = queue.Queue()
@@ -99,7 +99,9 @@ def main(argv: list[str]) -> int:
     ).start()
     held = HeldRegions()
     footprints = FootprintRecorder()
-    footprints.install()  # before the policies are checked: what modules read at import
+    # A check imported modules before the recorder listened: what they read then is unheard,
+    # so no footprint this worker records is complete.
+    checked_unheard = False
     # A region ran since what regions leave was last collected (`Leftovers.between_regions`).
     left_over = False
     while True:
@@ -113,12 +115,17 @@ def main(argv: list[str]) -> int:
         elif isinstance(job, Trace):
             reply = Traced(job.number, held.trace())
         elif isinstance(job, Check):
+            if job.audited:  # before the policies are checked: what modules read at import
+                footprints.install()
+            checked_unheard = checked_unheard or not footprints.installed
             try:
                 reply = held.check(job)
             except Exception as exc:  # a gate bug: the parent raises it
                 fault = gate_fault("checking the policies", exc)
                 reply = Checked(job.number, (), fault=f"{fault.message}\n{fault.details}")
         else:
+            if job.audited:
+                footprints.install()
             held.release()
             # After a region, never while a held one still runs its programs: the first
             # region starts what the process starts once, which is no region's leftover.
@@ -134,7 +141,8 @@ def main(argv: list[str]) -> int:
             ):
                 result = run_job(job, held.keeper(job), let_go=done_with.append)
             if top is not None:  # after the job: hashing is never inside its timed runs
-                result = replace(result, footprint=_footprint(footprints, job, top))
+                footprint = None if checked_unheard else _footprint(footprints, job, top)
+                result = replace(result, footprint=footprint)
             reply = Done(job.number, result, held.take_outputs())
         _end_output(crash_log, job.number)
         write_all(results_fd, _encoded(job, reply))

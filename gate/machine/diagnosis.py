@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ctypes.util
 import enum
-import importlib.metadata
 import os
 import platform as python_platform
 import re
@@ -227,6 +226,10 @@ def processor_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
 
 def installed_plugins() -> tuple[tuple[str, str], ...]:
     """(distribution, version) of each installed plugin that gives jaxlib a GPU or TPU."""
+    # Here, not at the top: the gate's own process imports this module on every run but reads
+    # no distribution's metadata there, and importlib.metadata brings the email package.
+    import importlib.metadata
+
     found = []
     for name in PLUGIN_DISTRIBUTIONS:
         try:
@@ -238,6 +241,8 @@ def installed_plugins() -> tuple[tuple[str, str], ...]:
 
 def installed_jax() -> tuple[tuple[str, str], ...]:
     """(distribution, version) of jax and jaxlib as installed; readable when jax does not import."""
+    import importlib.metadata  # here, as in installed_plugins
+
     found = []
     for name in ("jax", "jaxlib"):
         try:
@@ -249,6 +254,8 @@ def installed_jax() -> tuple[tuple[str, str], ...]:
 
 def jaxlib_requirement() -> str | None:
     """jax's Requires-Dist on jaxlib without a marker: the jaxlib versions this jax works with."""
+    import importlib.metadata  # here, as in installed_plugins
+
     try:
         requires = importlib.metadata.requires("jax") or []
     except importlib.metadata.PackageNotFoundError:

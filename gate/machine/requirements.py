@@ -20,14 +20,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from packaging.requirements import InvalidRequirement
-from packaging.requirements import Requirement as Pep508
-from packaging.specifiers import SpecifierSet
-from packaging.utils import canonicalize_name
+from typing import TYPE_CHECKING, Any
 
 from gate.machine.diagnosis import PLUGIN_DISTRIBUTIONS
+
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
 
 JAX_DISTRIBUTIONS = frozenset({"jax", "jaxlib", *PLUGIN_DISTRIBUTIONS})
 
@@ -52,6 +50,13 @@ class Requirement:
 
 def parse_requirement(text: str, where: str) -> Requirement | None:
     """The requirement in ``text`` when it names a JAX distribution; None for any other."""
+    # packaging here, not at the top: every run imports this module (`gate.cli.errors` names
+    # RequirementsError), and only doctor --requirements parses a requirement.
+    from packaging.requirements import InvalidRequirement
+    from packaging.requirements import Requirement as Pep508
+    from packaging.specifiers import SpecifierSet
+    from packaging.utils import canonicalize_name
+
     try:
         parsed = Pep508(text)
     except InvalidRequirement as exc:

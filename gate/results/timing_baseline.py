@@ -18,7 +18,6 @@ from dataclasses import replace
 from typing import Annotated, Literal
 
 import msgspec
-import numpy as np
 
 from gate.documents import Count, Record
 from gate.results.collectives import Collective, CollectiveKind, Communication
@@ -399,6 +398,10 @@ def timing_of(region: RegionResult) -> StoredTiming | None:
     """The entry ``region`` gives the baseline: None without samples or a machine."""
     if region.machine is None or not region.timing_samples or region.error is not None:
         return None
+    # numpy here, not at the top: every run imports this module (the baseline file's schema),
+    # and only `baseline` makes an entry; numpy is most of what the gate's process imports.
+    import numpy as np
+
     samples = tuple(float(s) for s in region.timing_samples)
     p25, median, p75 = (float(q) for q in np.percentile(samples, [25, 50, 75]))
     cost = region.cost if region.cost is not None and region.cost.measured else None

@@ -64,6 +64,10 @@ class FootprintRecorder:
         finally:
             self._on = False
 
+    @property
+    def installed(self) -> bool:
+        return self._installed
+
     def install(self) -> None:
         """Listen from now on: what a module reads as it is imported (before any job, when
         the policies are checked) is kept by module, for every later region that reaches it."""
