@@ -302,11 +302,10 @@ def processes_command(base_steps: Path, rounds: Path | None, env: Mapping[str, s
     ``rounds``, a `GATE_ROUNDS` file, else 16) where two processes may hold the device, as the
     gate pairs them; else each tree's process in turn, the base's once the head's has let the
     chip go, as the gate's workers take it."""
+    script = [sys.executable, "floor_processes.py"]
+    trees = [str(base_steps)] + ([str(rounds)] if rounds is not None else [])
     pool = DevicePool.for_environment(env)
     if pool is None or pool.admits_two:
-        paired = [sys.executable, "floor_processes.py", "paired", str(base_steps)]
-        return paired + ([str(rounds)] if rounds is not None else [])
-    tail = [str(base_steps)] + ([str(rounds)] if rounds is not None else [])
-    head = shlex.join([sys.executable, "floor_processes.py", "apart", *tail])
-    base = shlex.join([sys.executable, "floor_processes.py", "apart-base", *tail])
+        return [*script, "paired", *trees]
+    head, base = (shlex.join([*script, mode, *trees]) for mode in ("apart", "apart-base"))
     return ["sh", "-c", f"{head} && {base}"]

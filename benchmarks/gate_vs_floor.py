@@ -202,7 +202,7 @@ def _ratio_rows(
     base_steps = base_copy / "bench_steps.py"
     floors: dict[str, tuple[list[str], Path]] = {"floor": ([sys.executable, "floor.py"], repo)}
     if with_base:
-        kept = repo.parent / GATE_ROUNDS
+        kept = scratch / GATE_ROUNDS
         based = [*gate, "--base", "HEAD", "--json", str(scratch / "r.json")]
         cases[f"{n}, --base HEAD"] = (based, repo, kept)
         both = [sys.executable, "floor_both.py", str(base_steps)]
