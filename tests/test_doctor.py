@@ -567,3 +567,24 @@ def test_doctor_refuses_a_missing_requirements_file(tmp_path: Path) -> None:
         "error: requirements-gpu.txt: no such file; name a requirements file or pyproject.toml "
         "with --requirements"
     ), run
+
+
+@pytest.mark.parametrize(
+    ("numpy", "ml_dtypes", "slow"),
+    [("2.4.6", "0.7.0", True), ("2.5.0", "0.7.0", False), ("2.4.6", "0.6.0", False)],
+)
+def test_doctor_notes_the_numpy_and_ml_dtypes_that_make_every_import_of_jax_slow(
+    tmp_path: Path, numpy: str, ml_dtypes: str, slow: bool
+) -> None:
+    # Fake metadata again: the versions doctor reads; the real (fast) ones are what imports.
+    fakes = site(tmp_path, {"numpy": numpy, "ml_dtypes": ml_dtypes})
+    run = run_gate(tmp_path, "doctor", "--expect", "cpu", env={"PYTHONPATH": fakes})
+    assert run.returncode == DoctorExitCode.OK, run  # a cost to know of, not a failure
+    note = (
+        f"note: ml_dtypes {ml_dtypes} with numpy {numpy}: each process that imports jax (each of "
+        "the gate's workers) spends ~0.6 s of CPU registering ml_dtypes' types"
+    )
+    assert (note in run.stdout) is slow, run.stdout
+    if slow:
+        fix = 'pip install "numpy>=2.5" (Python 3.12 and later) or "ml_dtypes<0.7"'
+        assert any(line.startswith(note) and line.endswith(fix) for line in run.stdout.splitlines())

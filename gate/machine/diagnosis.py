@@ -252,6 +252,36 @@ def installed_jax() -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
+def slow_jax_import() -> str | None:
+    """Why each ``import jax`` here is slow, when the installed numpy and ml_dtypes make it so.
+
+    ml_dtypes 0.7 registers its types' ufunc loops one at a time, and numpy before 2.5 checks each
+    new loop against every loop the ufunc already has: measured on Python 3.11 and 3.12 alike,
+    the import of ml_dtypes (which jax imports) takes 0.6-0.7 s of CPU instead of 5-20 ms. The
+    gate imports jax in every worker it starts, so a run pays it once per worker.
+    """
+    import importlib.metadata  # here, as in installed_plugins
+
+    try:
+        numpy, ml_dtypes = (importlib.metadata.version(name) for name in ("numpy", "ml_dtypes"))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    if not (_release(numpy) < (2, 5) and _release(ml_dtypes) >= (0, 7)):
+        return None
+    return (
+        f"ml_dtypes {ml_dtypes} with numpy {numpy}: each process that imports jax (each of the "
+        "gate's workers) spends ~0.6 s of CPU registering ml_dtypes' types, as numpy before 2.5 "
+        'adds them in quadratic time; pip install "numpy>=2.5" (Python 3.12 and later) or '
+        '"ml_dtypes<0.7"'
+    )
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The leading numbers of a version (``2.4.6rc1`` -> (2, 4, 6)); enough to order releases."""
+    numbers = re.match(r"\d+(?:\.\d+)*", version)
+    return tuple(int(part) for part in numbers.group().split(".")) if numbers else ()
+
+
 def jaxlib_requirement() -> str | None:
     """jax's Requires-Dist on jaxlib without a marker: the jaxlib versions this jax works with."""
     import importlib.metadata  # here, as in installed_plugins

@@ -50,6 +50,7 @@ from gate.machine.diagnosis import (
     likely_causes,
     not_installed,
     nvidia_device_files,
+    slow_jax_import,
     tpu_device_files,
 )
 from gate.machine.holders import busy_device_problem
@@ -96,6 +97,8 @@ class Diagnosis:
     jaxlib_requirement: str | None = None  # jax's own, e.g. "jaxlib<=0.10.2,>=0.10.1"
     # Another process holds the accelerator JAX tried: who, and what to do (`gate.machine.holders`).
     busy_device: str | None = None
+    # Why every worker's `import jax` is slow here, from the installed numpy and ml_dtypes.
+    slow_import: str | None = None
 
     @property
     def evidence(self) -> Evidence:
@@ -164,6 +167,7 @@ def collect(
         installed=installed_jax(),
         jaxlib_requirement=jaxlib_requirement(),
         busy_device=_busy_device([backend_error or "", *(why for _, why in backend_errors)]),
+        slow_import=slow_jax_import(),
     )
 
 
@@ -351,4 +355,7 @@ def format_diagnosis(diagnosis: Diagnosis, expect: Platform | None = None) -> st
             f"instead ({docs_url('docs/how-it-works.md')}), and each region's report says what "
             "judged it."
         )
+    if diagnosis.slow_import is not None:
+        lines.append("")
+        lines.append(f"note: {diagnosis.slow_import}")
     return "\n".join(lines)
