@@ -181,6 +181,9 @@ phases and a block of turns, two a round of the first look, the base's after the
 A region of ROUNDS_JSON with 0 rounds is not compared: only the head's process runs it, as the
 gate runs a region the change did not reach. The least any design with a process per tree can
 pay for the work `FLOOR_BOTH` does in one.
+FLOOR_PINNED=1 (``paired`` only): each round's turns on one core, both processes' threads moved
+there, the core rotating from round to round, as the gate pins them (`gate.region.cores`: a
+busy neighbour then meets both trees' turns of a round alike).
 \"\"\"
 import importlib.util
 import json
@@ -244,6 +247,34 @@ def runs_for(*medians):
     return max(1, min(MAX_TURN_RUNS, math.ceil(TURN_S / max(medians))))
 
 
+PINNED = os.environ.get("FLOOR_PINNED") == "1" and hasattr(os, "sched_setaffinity")
+CPUS = sorted(os.sched_getaffinity(0)) if PINNED else []
+pinned = {"cpu": None, "before": {}}
+
+
+def pin(round_):
+    \"\"\"Every thread of this process on the round's core (moved only when it changes).\"\"\"
+    if not PINNED or CPUS[round_ % len(CPUS)] == pinned["cpu"]:
+        return
+    pinned["cpu"] = CPUS[round_ % len(CPUS)]
+    for name in os.listdir("/proc/self/task"):
+        try:
+            pinned["before"].setdefault(int(name), os.sched_getaffinity(int(name)))
+            os.sched_setaffinity(int(name), {pinned["cpu"]})
+        except OSError:
+            pass
+
+
+def unpin():
+    \"\"\"Every thread back where it was: the next region compiles on every core.\"\"\"
+    for tid, cpus in pinned["before"].items():
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError:
+            pass
+    pinned["cpu"], pinned["before"] = None, {}
+
+
 for i in range(steps.N_REGIONS):
     if MODE.startswith("apart"):
         if BASE and not rounds_of[i]:
@@ -258,10 +289,12 @@ for i in range(steps.N_REGIONS):
         step, own_s = phases(steps, i)
         send(own_s)
         (runs,) = receive(1)
-        for _ in range(int(rounds)):
+        for round_ in range(int(rounds)):
+            pin(round_)
             send(turn(steps, step, int(runs)))
             receive(1)  # the head's two turns
             send(turn(steps, step, int(runs)))
+        unpin()
     else:
         step, own_s = phases(steps, i)
         send(rounds_of[i])
@@ -271,12 +304,14 @@ for i in range(steps.N_REGIONS):
         runs = runs_for(own_s, base_s)
         send(runs)
         ratios = []
-        for _ in range(rounds_of[i]):
+        for round_ in range(rounds_of[i]):
             (b1,) = receive(1)
+            pin(round_)
             h1, h2 = turn(steps, step, runs), turn(steps, step, runs)
             send(h2)
             (b2,) = receive(1)
             ratios.append(math.log(h1 * h2 / (b1 * b2)) / 2)
+        unpin()
 if MODE == "paired" and peer.wait(timeout=60) != 0:
     sys.exit("the base's process failed")
 """
@@ -296,16 +331,18 @@ def phase_means(spent: list[dict[str, float]], skip: int = 1) -> dict[str, float
     return {name: sum(p.get(name, 0.0) for p in later) / len(later) for name in names}
 
 
-def processes_command(base_steps: Path, rounds: Path | None, env: Mapping[str, str]) -> list[str]:
+def processes_command(
+    base_steps: Path, rounds: Path | None, env: Mapping[str, str], *, pinned: bool = False
+) -> list[str]:
     """The command of `FLOOR_PROCESSES`, written as ``floor_processes.py`` beside the head's
     ``bench_steps.py``, for the base's steps at ``base_steps``: paired rounds (at the gate's
     ``rounds``, a `GATE_ROUNDS` file, else 16) where two processes may hold the device, as the
-    gate pairs them; else each tree's process in turn, the base's once the head's has let the
-    chip go, as the gate's workers take it."""
+    gate pairs them, each round on one core when ``pinned``; else each tree's process in turn,
+    the base's once the head's has let the chip go, as the gate's workers take it."""
     script = [sys.executable, "floor_processes.py"]
     trees = [str(base_steps)] + ([str(rounds)] if rounds is not None else [])
     pool = DevicePool.for_environment(env)
     if pool is None or pool.admits_two:
-        return [*script, "paired", *trees]
+        return ["env", f"FLOOR_PINNED={int(pinned)}", *script, "paired", *trees]
     head, base = (shlex.join([*script, mode, *trees]) for mode in ("apart", "apart-base"))
     return ["sh", "-c", f"{head} && {base}"]

@@ -22,7 +22,8 @@ alike:
   rounds``: the gate's own cost, apart from how many rounds its verdicts needed;
 - the same at the gate's rounds with each tree in a process of its own, the turn handed over
   through a pipe (``FLOOR_PROCESSES``): the least a process per tree (issue 53) can cost, and
-  how much of the gate's cost is that design's, not the gate's.
+  how much of the gate's cost is that design's, not the gate's; and once more with each
+  round's turns pinned to one core as the gate pins them (``FLOOR_PINNED``).
 
 Prints one row per N (and one per N of ``--base-at`` with ``, --base HEAD``): the gate's
 seconds, the floor's seconds, their ratio (the medians over ``--rounds``), and the same for
@@ -75,6 +76,9 @@ SAME_ROUNDS = "floor, two trees, the gate's rounds"
 # The same work with each tree in a process of its own, turns handed over by a pipe: what any
 # design with a process per tree (issue 53) pays at the least.
 PROCESSES = "floor, two trees, two processes, the gate's rounds"
+# The same with each round's turns on one core, rotating, as the gate pins them (issue 20's
+# busy neighbour): how much of what lies between the two is that pinning.
+PINNED = "floor, two trees, two processes pinned as the gate pins, the gate's rounds"
 # Issue 55's case: one region of N compared (`compare: always`), the rest unchanged, run once;
 # the gate against its plain run, and the floor with a process per tree doing the same (the
 # base's process runs that region alone, at the gate's rounds) against the one-tree floor.
@@ -138,6 +142,9 @@ def main(argv: list[str] | None = None) -> None:
         elif ONE in case and n == "20":
             label = f"run --base at {n} regions, one compared, against the plain run"
             print(_target(label, g[0] / f[0], ONE_TARGET))
+        elif PINNED in case and n == "20":
+            label = "the floor with a process per tree, pinned as the gate pins"
+            print(f"    (run --base at {n} regions, against {label}: {g[0] / f[0]:.2f}x)")
         elif PROCESSES in case and n == "20":
             # What a process per tree costs by itself, apart from the gate's own work.
             floors = f[0] / same_rounds[n][0]
@@ -211,6 +218,7 @@ def _ratio_rows(
         # the gate's verdicts, so that the ratio is the gate's own cost, not the rounds'.
         floors[SAME_ROUNDS] = ([*both, str(kept)], repo)
         floors[PROCESSES] = (processes_command(base_steps, kept, env), repo)
+        floors[PINNED] = (processes_command(base_steps, kept, env, pinned=True), repo)
         # Issue 55's case: the change reaches one region of N, the rest run once.
         one = scratch / f"repo{n}-one"
         build(one, n, compared=1)
@@ -245,6 +253,7 @@ def _ratio_rows(
             rows.append((case, g, f))
             rows.append((f"{case}, the floor at its rounds", g, medians(seconds[SAME_ROUNDS])))
             rows.append((f"{case}, {PROCESSES}", g, medians(seconds[PROCESSES])))
+            rows.append((f"{case}, {PINNED}", g, medians(seconds[PINNED])))
         print(
             f"N={case}: gate {g[0]:.1f} s ({g[1]:.1f} s CPU), "
             f"floor {f[0]:.1f} s ({f[1]:.1f} s CPU)",

@@ -114,10 +114,12 @@ def test_the_floor_with_a_process_per_tree_runs_both_ways(tmp_path: Path) -> Non
     (repo / GATE_ROUNDS).write_text("[17]")
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
     paired = processes_command(base, repo / GATE_ROUNDS, env)
-    assert paired[1:3] == ["floor_processes.py", "paired"]  # the CPU admits two processes
+    assert paired[3:5] == ["floor_processes.py", "paired"]  # the CPU admits two processes
+    pinned = processes_command(base, repo / GATE_ROUNDS, env, pinned=True)
+    assert (paired[1], pinned[1]) == ("FLOOR_PINNED=0", "FLOOR_PINNED=1")
     # The base's side apart is the head's code on the base's module: the head's alone here.
     apart = [sys.executable, "floor_processes.py", "apart", str(base)]
-    for command in (paired, apart):
+    for command in (paired, pinned, apart):
         done = run(command, timeout=120, cwd=repo, env=env)
         assert done.returncode == 0, done.stdout + done.stderr
 
