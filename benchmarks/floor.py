@@ -331,6 +331,13 @@ def phase_means(spent: list[dict[str, float]], skip: int = 1) -> dict[str, float
     return {name: sum(p.get(name, 0.0) for p in later) / len(later) for name in names}
 
 
+def paired(env: Mapping[str, str]) -> bool:
+    """Whether two processes may hold the device ``env`` names, so that the floor with a
+    process per tree pairs its rounds (the CPU, a GPU; not a TPU chip)."""
+    pool = DevicePool.for_environment(env)
+    return pool is None or pool.admits_two
+
+
 def processes_command(
     base_steps: Path, rounds: Path | None, env: Mapping[str, str], *, pinned: bool = False
 ) -> list[str]:
@@ -341,8 +348,7 @@ def processes_command(
     the base's once the head's has let the chip go, as the gate's workers take it."""
     script = [sys.executable, "floor_processes.py"]
     trees = [str(base_steps)] + ([str(rounds)] if rounds is not None else [])
-    pool = DevicePool.for_environment(env)
-    if pool is None or pool.admits_two:
+    if paired(env):
         return ["env", f"FLOOR_PINNED={int(pinned)}", *script, "paired", *trees]
     head, base = (shlex.join([*script, mode, *trees]) for mode in ("apart", "apart-base"))
     return ["sh", "-c", f"{head} && {base}"]

@@ -63,7 +63,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.floor import GATE_ROUNDS, processes_command, region_seconds
+from benchmarks.floor import GATE_ROUNDS, paired, processes_command, region_seconds
 from benchmarks.processes import ROOT, gate_env, load_average, medians, timed
 from benchmarks.regions import build
 
@@ -218,7 +218,8 @@ def _ratio_rows(
         # the gate's verdicts, so that the ratio is the gate's own cost, not the rounds'.
         floors[SAME_ROUNDS] = ([*both, str(kept)], repo)
         floors[PROCESSES] = (processes_command(base_steps, kept, env), repo)
-        floors[PINNED] = (processes_command(base_steps, kept, env, pinned=True), repo)
+        if paired(env):  # where the trees run apart, neither pins
+            floors[PINNED] = (processes_command(base_steps, kept, env, pinned=True), repo)
         # Issue 55's case: the change reaches one region of N, the rest run once.
         one = scratch / f"repo{n}-one"
         build(one, n, compared=1)
@@ -253,7 +254,8 @@ def _ratio_rows(
             rows.append((case, g, f))
             rows.append((f"{case}, the floor at its rounds", g, medians(seconds[SAME_ROUNDS])))
             rows.append((f"{case}, {PROCESSES}", g, medians(seconds[PROCESSES])))
-            rows.append((f"{case}, {PINNED}", g, medians(seconds[PINNED])))
+            if PINNED in seconds:
+                rows.append((f"{case}, {PINNED}", g, medians(seconds[PINNED])))
         print(
             f"N={case}: gate {g[0]:.1f} s ({g[1]:.1f} s CPU), "
             f"floor {f[0]:.1f} s ({f[1]:.1f} s CPU)",

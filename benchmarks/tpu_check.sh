@@ -24,10 +24,13 @@
 #  11. (sections `diff` and `loops`, not run by default) the cost verdict against the base heads
 #      with the grown line, never "(no source line)" (diff_headline, issue 56), and a loop's
 #      work counted by its trip count, not twice (loop_work, issue 57).
+#  12. (sections `reach` and `reach-cpu`, not run by default) run --base against a plain run
+#      when the change reaches no region's files, or one region's (base_reach, issue 55), on
+#      the chip and on the host's CPU.
 # Every benchmark is a scenario of `python -m benchmarks` (`python -m benchmarks` lists them);
 # the one-off investigations this script once ran (`turns`, `probe`, `costrun`, `textopts`,
 # `wait`) are retired, their findings in docs/performance-log.md.
-# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [trees] [growth] [lines] [map] [floor] [phases] [start] [diff] [loops]`
+# Sections: `bash benchmarks/tpu_check.sh [checks] [figures] [trees] [growth] [lines] [map] [floor] [phases] [start] [diff] [loops] [reach] [reach-cpu]`
 # (default: checks and figures; `lines`, `map` (the example policies: the transfer map works on
 # the chip) and `floor` are parts of them that fit one device call). Logs go to
 # reports/tpu-check/, and as one archive to $OUT (the device tool's folder) when it is set. Needs junit-xml, msgspec, xmlschema and
@@ -171,6 +174,10 @@ only phases "a region's stages against the floor's phases (region_phases)" \
     python3 -m benchmarks region_phases --regions 20 --rounds 2 --parts
 only start "what a run costs before its first worker starts (parent_start)" \
     python3 -m benchmarks parent_start --rounds 5
+only reach "run --base when the change reaches no region, or one (issue 55), on the chip" \
+    env JAX_PLATFORMS=tpu python3 -m benchmarks base_reach --rounds "${REACH_ROUNDS:-1}"
+only reach-cpu "the same on the host's CPU" \
+    python3 -m benchmarks base_reach --rounds "${REACH_ROUNDS:-2}"
 
 if [[ " $sections " == *" growth "* ]]; then
     # Issue 40: the last 20 regions against the first 20 by their JUnit times (target 1.10x),
