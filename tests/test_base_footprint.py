@@ -314,3 +314,76 @@ def test_a_change_to_comments_alone_starts_no_base_worker(
     events = _events(monkeypatch, repo)
     assert _statuses(repo) == {"a": "unchanged"}
     assert "spawn base" not in events, events
+
+
+# Setup that counts its calls, one character a call, in a file of its own process beside the
+# tree (written: no footprint hears a write), and raises past LIMIT calls when that is set.
+COUNTED = STEP.replace(
+    "def make():\n",
+    "def make():\n"
+    "    import os\n"
+    "    log = os.path.join(os.environ['SETUP_LOG'], str(os.getpid()))\n"
+    "    with open(log, 'a') as out:\n"
+    "        out.write('x')\n"
+    "    limit = os.environ.get('SETUP_LIMIT')\n"
+    "    if limit and os.path.getsize(log) > int(limit):\n"
+    "        raise RuntimeError('setup broke as it repeated')\n",
+)
+
+
+def _setup_calls(folder: Path) -> list[int]:
+    return sorted(path.stat().st_size for path in folder.iterdir())
+
+
+def test_an_unchanged_region_is_not_made_again_for_a_comparison_it_does_not_need(
+    tmp_path: Path,
+) -> None:
+    """The head leaves its outputs in its worker until the footprint says the base must run
+    (`Job.fetch_later`): a region the base has unchanged calls setup only for its own run,
+    never twice more to fetch and check its outputs; a compared one still fetches them."""
+    module = COUNTED.format(imports="\nSCALE = 1.0\n", body="")
+    repo = _repo(tmp_path, {"a.py": module, "policies/p.yaml": _policy("a")})
+    plain, based, compared = (tmp_path / name for name in ("plain", "based", "compared"))
+    for folder in (plain, based, compared):
+        folder.mkdir()
+    run = run_gate(repo, "run", env={"SETUP_LOG": str(plain)})
+    assert run.returncode == 0, run
+    [own] = _setup_calls(plain)  # the calls of the region's own run
+    make_repo(repo, {"README.md": "a repo, changed\n"})
+    run = run_gate(
+        repo, "run", "--base", "HEAD", "--json", "out/r.json", env={"SETUP_LOG": str(based)}
+    )
+    assert run.returncode == 0, run
+    assert _regions(repo)["a"]["base"]["status"] == "unchanged", run
+    assert _setup_calls(based) == [own], run  # the head's worker alone, its own run alone
+    make_repo(repo, {"a.py": module.replace("x @ w * SCALE", "SCALE * (w.T @ x.T).T")})
+    run = run_gate(
+        repo, "run", "--base", "HEAD", "--json", "out/r.json", env={"SETUP_LOG": str(compared)}
+    )
+    assert run.returncode == 0, run
+    assert _regions(repo)["a"]["base"]["results"]["status"] == "matches", run
+    # Each tree's worker: its run, and setup twice more for its outputs (then its turns).
+    assert all(calls >= own + 2 for calls in _setup_calls(compared)), run
+
+
+def test_setup_failing_as_the_heads_outputs_are_fetched_is_the_heads_error(
+    tmp_path: Path,
+) -> None:
+    """Fetched after the footprint, the outputs still need setup to repeat: when it raises
+    then, the head's region fails with setup's error, as it did when fetched in its run."""
+    module = COUNTED.format(imports="\nSCALE = 1.0\n", body="")
+    repo = _repo(tmp_path, {"a.py": module, "policies/p.yaml": _policy("a")})
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    run = run_gate(repo, "run", env={"SETUP_LOG": str(plain)})
+    assert run.returncode == 0, run
+    [own] = _setup_calls(plain)
+    make_repo(repo, {"a.py": module.replace("x @ w * SCALE", "SCALE * (w.T @ x.T).T")})
+    based = tmp_path / "based"
+    based.mkdir()
+    env = {"SETUP_LOG": str(based), "SETUP_LIMIT": str(own)}
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "out/r.json", env=env)
+    assert run.returncode == 1, run
+    a = _regions(repo)["a"]
+    assert a["error"]["kind"] == "setup", a["error"]
+    assert "setup broke as it repeated" in a["error"]["message"], a["error"]

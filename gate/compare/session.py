@@ -327,6 +327,9 @@ class _Pair:
         head = self._footprinted(head, head_root)
         if head[0].base is not None:  # unchanged: the base is not run
             return head[0]
+        head = self._with_outputs(head)
+        if head[0].error is not None:
+            return _not_compared(head[0])
         return self._judged(head, self._base_run(head_root), head_root)
 
     def head_alone(self, head_root: Path) -> Held:
@@ -335,6 +338,8 @@ class _Pair:
         head = self._run(self.head, self.region)
         if head[0].error is None:
             head = self._footprinted(head, head_root)
+        if head[0].error is None and head[0].base is None:
+            head = self._with_outputs(head)  # now: the head's worker goes before the base runs
         if head[0].error is None and head[0].base is None and self.region.timing.compare:
             self.turn_runs = turn_runs(self.region.timing.round_runs, head[0])
             block = timed_block(self.head, self.region, self.turn_runs)
@@ -363,6 +368,19 @@ class _Pair:
         run = scheduler.run_held if self.region.timing.compare else scheduler.run_for_outputs
         top = self.tree.footprint_top if side is self.head else None
         return run(side.policy, region, side.name, top)
+
+    def _with_outputs(self, head: Held) -> Held:
+        """``head`` with its outputs on the host: a run that recorded its footprint left them
+        in its worker (`Job.fetch_later`), to be fetched only for a region the base does not
+        have unchanged. A fetch that fails is the head's error, as it was in its run."""
+        result, outputs = head
+        if outputs is not None or result.error is not None or self.tree.footprint_top is None:
+            return head
+        side = self.head
+        fetched = side.scheduler.fetch_outputs(side.policy, self.region, tree=side.name)
+        if isinstance(fetched, RegionError):
+            return replace(result, error=fetched), None
+        return result, fetched
 
     def _footprinted(self, head: Held, head_root: Path) -> Held:
         """``head`` with its footprint's policy entry, and, when the base has that footprint

@@ -1,4 +1,5 @@
-"""What a worker keeps between requests: the region it holds, and its outputs until they are sent.
+"""What a worker keeps between requests: the region it holds, and its outputs until they are sent
+(on the host with the job's reply, or on the device until `Fetch` asks, `Job.fetch_later`).
 
 A worker runs one tree's code (``run --base`` starts the base's regions in workers of their own,
 `gate.compare.session`), each request with the tree's root and its policy's python_path first
@@ -18,7 +19,7 @@ from gate.region.cores import unpin
 if TYPE_CHECKING:  # the region engine is imported only when a region runs
     from gate.region.held import HeldRegion, Keep
 from gate.results.comparison import StepOutputs, StepSamples
-from gate.results.errors import gate_fault
+from gate.results.errors import RegionError, gate_fault
 from gate.results.line_times import OpTimes
 from gate.user_code import UserCode
 
@@ -29,9 +30,13 @@ class HeldRegions:
     def __init__(self) -> None:
         self.region: HeldRegion | None = None
         self._outputs: StepOutputs | None = None
+        # A `fetch_later` job's region and its outputs as the step returned them, until
+        # `fetch` or the next job.
+        self._unfetched: tuple[HeldRegion, object] | None = None
 
     def release(self) -> None:
         """Let go of the held region, if any: a new job replaces it (the gate is done with it)."""
+        self._unfetched = None
         region, self.region = self.region, None
         if region is not None:
             region.programs.let_go(region.code.callables.step)
@@ -43,14 +48,35 @@ class HeldRegions:
             return None
 
         def keep(region: HeldRegion, outputs: object) -> None:
-            """Hold ``region`` with its outputs on the host. Raises what fetching them raises:
-            the user's setup failing is the region's error (`RegionAbort`), anything else a
-            gate fault (`run_job`), never a comparison quietly not made."""
-            self._outputs = region.outputs(outputs)
+            """Hold ``region`` with its outputs on the host (or as they are, for `fetch`).
+            Raises what fetching them raises: the user's setup failing is the region's error
+            (`RegionAbort`), anything else a gate fault (`run_job`), never a comparison
+            quietly not made."""
+            if job.fetch_later:
+                self._unfetched = (region, outputs)
+            else:
+                self._outputs = region.outputs(outputs)
             if job.hold:
                 self.region = region
 
         return keep
+
+    def fetch(self) -> tuple[StepOutputs | None, RegionError | None]:
+        """The kept outputs on the host, as `keep` would have fetched them: with the region's
+        tree on `sys.path` and its own programs; the user's setup failing as it repeats is
+        the region's error. (None, None) when none are kept (a gate bug, said by the parent)."""
+        from gate.region.errors import RegionAbort
+
+        if self._unfetched is None:
+            return None, None
+        (region, outputs), self._unfetched = self._unfetched, None
+        try:
+            with _running(region), region.programs.entered():
+                return region.outputs(outputs), None
+        except RegionAbort as abort:
+            return None, abort.error
+        except Exception as exc:  # a gate bug: the comparison says so, never passes quietly
+            return None, gate_fault("fetching this region's outputs", exc)
 
     def take_outputs(self) -> StepOutputs | None:
         """The held region's outputs, until they are sent."""

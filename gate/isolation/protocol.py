@@ -8,7 +8,9 @@ at a time on its jobs pipe, and the worker answers each on its results pipe:
   stage, for the gate's live line);
 - `Turns`: more timed runs of the held region, answered with `Timed`;
 - `Trace`: the held region's traced runs, which a slower verdict names its lines from,
-  answered with `Traced`.
+  answered with `Traced`;
+- `Fetch`: the outputs of the last region a `Job` with ``fetch_later`` ran, on the host,
+  answered with `Fetched`.
 Both are pipes of their own, so nothing the code under test prints to stdout or stderr can
 corrupt the protocol. A frame is an 8-byte big-endian length and a pickle; the parent and
 the worker are the same program, so pickling between them trusts nothing the code under
@@ -28,6 +30,7 @@ from gate.isolation.run_settings import DEFAULT_SETTINGS, RunSettings
 from gate.policy.model import NamedCallables, Policy, Region
 from gate.policy.problems import Problem
 from gate.results.comparison import StepOutputs, StepSamples
+from gate.results.errors import RegionError
 from gate.results.line_times import OpTimes
 from gate.results.records import RegionResult
 
@@ -93,6 +96,11 @@ class Job:
     # alike. Never in a plain run: the hook hears every audit event after it, a Python call
     # each (~16 ms a small region on the CPU, ~4 µs a call of a tiny step).
     audited: bool = False
+    # With `hold` or `outputs`: keep the outputs as they are, on the device, and send them only
+    # when `Fetch` asks (``run --base``'s head, whose footprint may show the base has the region
+    # unchanged: then nothing is fetched, setup does not run twice more, no array is hashed or
+    # sent). The next job lets them go.
+    fetch_later: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,6 +122,13 @@ class Turns:
 @dataclass(frozen=True)
 class Trace:
     """The traced runs of the region the worker holds."""
+
+    number: int
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """The outputs a `Job` with ``fetch_later`` kept, on the host."""
 
     number: int
 
@@ -161,8 +176,18 @@ class Traced:
     times: OpTimes | None
 
 
-Request = Check | Job | Turns | Trace
-Message = Request | Checked | Ready | Entered | Done | Timed | Traced
+@dataclass(frozen=True)
+class Fetched:
+    """What `Fetch` asked for: the outputs on the host, or why there are none (the user's
+    setup failing as it repeats is the region's error, as in the job itself)."""
+
+    number: int
+    outputs: StepOutputs | None
+    error: RegionError | None = None
+
+
+Request = Check | Job | Turns | Trace | Fetch
+Message = Request | Checked | Ready | Entered | Done | Timed | Traced | Fetched
 
 
 def encode(message: Message) -> bytes:

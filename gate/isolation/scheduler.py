@@ -42,6 +42,8 @@ from gate.isolation.protocol import (
     Checked,
     Done,
     Entered,
+    Fetch,
+    Fetched,
     Job,
     Message,
     Request,
@@ -59,7 +61,7 @@ from gate.plan import region_key
 from gate.policy.model import NamedCallables, Policy, Region
 from gate.region.cores import usable_cpus
 from gate.results.comparison import StepOutputs, StepSamples
-from gate.results.errors import ErrorKind, RegionError
+from gate.results.errors import ErrorKind, RegionError, gate_fault
 from gate.results.line_times import OpTimes
 from gate.results.records import RegionResult
 from gate.user_code import UserCode
@@ -230,7 +232,8 @@ class Scheduler:
         """`run`, and the worker keeps the region loaded for `time_turns`; with the result,
         its outputs on the host (None when it did not run to its end). The worker holds one
         region: the next job lets it go. ``footprint_top``: record the region's footprint
-        under this git top level (`Job.footprint_top`)."""
+        under this git top level (`Job.footprint_top`), and leave the outputs in the worker
+        until `fetch_outputs` asks (`Job.fetch_later`): the reply has None for them."""
         return self._dispatch(policy, region, tree, hold=True, outputs=True, top=footprint_top)
 
     def run_for_outputs(
@@ -240,7 +243,8 @@ class Scheduler:
         tree: str | None = None,
         footprint_top: Path | None = None,
     ) -> tuple[RegionResult, StepOutputs | None]:
-        """`run`, with the region's outputs on the host (None when it did not run to its end)."""
+        """`run`, with the region's outputs on the host (None when it did not run to its end);
+        ``footprint_top`` as in `run_held`."""
         return self._dispatch(policy, region, tree, hold=False, outputs=True, top=footprint_top)
 
     def _dispatch(
@@ -267,6 +271,7 @@ class Scheduler:
             self.moved_paths,
             top,
             self.audited,
+            fetch_later=top is not None,
         )
         limit = region.timeout_s
         reply = self._request(
@@ -313,20 +318,43 @@ class Scheduler:
         """The traced runs of the region the worker holds (`run_held`): its `OpTimes`, None
         where it has none; a worker lost meanwhile is a note in them."""
         request = Trace(next(self._jobs))
-        label = region_key(policy, region)
-        timeout = region.timeout_s
-        reply: Message | RegionError
-        if self._worker is None:
-            reply = RegionError(ErrorKind.CRASH, "the worker that ran this region is gone", "")
-        else:
-            reply = self._request(
-                request, self._worker.env, label, timeout, tree, start=False, limit_s=timeout
-            )
+        reply = self._ask_holder(request, policy, region, tree)
         if isinstance(reply, RegionError):
             return OpTimes.not_traced(reply.message)
         if isinstance(reply, Traced) and reply.number == request.number:
             return reply.times
         raise RuntimeError(f"worker answered trace {request.number} with {reply!r:.300}")
+
+    def fetch_outputs(
+        self, policy: Policy, region: Region, *, tree: str | None = None
+    ) -> StepOutputs | RegionError:
+        """The outputs the worker kept of the region it last ran with a footprint
+        (`run_held`, `run_for_outputs`), on the host; or the error that kept them from it
+        (the user's setup failing as it repeats, a worker lost meanwhile)."""
+        request = Fetch(next(self._jobs))
+        reply = self._ask_holder(request, policy, region, tree)
+        if isinstance(reply, RegionError):
+            return reply
+        if isinstance(reply, Fetched) and reply.number == request.number:
+            if reply.error is not None:
+                return reply.error
+            if reply.outputs is None:
+                return gate_fault("comparing with the base: the head's outputs were not kept")
+            return reply.outputs
+        raise RuntimeError(f"worker answered fetch {request.number} with {reply!r:.300}")
+
+    def _ask_holder(
+        self, request: Request, policy: Policy, region: Region, tree: str | None
+    ) -> Message | RegionError:
+        """``request``'s reply from the worker that ran ``region`` last, within its timeout;
+        the worker gone is a crash."""
+        if self._worker is None:
+            return RegionError(ErrorKind.CRASH, "the worker that ran this region is gone", "")
+        timeout = region.timeout_s
+        label = region_key(policy, region)
+        return self._request(
+            request, self._worker.env, label, timeout, tree, start=False, limit_s=timeout
+        )
 
     def _request(
         self,

@@ -41,6 +41,8 @@ from gate.isolation.protocol import (
     Checked,
     Done,
     Entered,
+    Fetch,
+    Fetched,
     FrameBuffer,
     Job,
     Message,
@@ -114,6 +116,8 @@ def main(argv: list[str]) -> int:
             reply: Message = Timed(job.number, held.time(job))
         elif isinstance(job, Trace):
             reply = Traced(job.number, held.trace())
+        elif isinstance(job, Fetch):
+            reply = Fetched(job.number, *held.fetch())
         elif isinstance(job, Check):
             if job.audited:  # before the policies are checked: what modules read at import
                 footprints.install()
@@ -212,6 +216,8 @@ def _encoded(request: Request, reply: Message) -> bytes:
             return encode(Timed(request.number, (StepSamples((), error=error),)))
         if isinstance(request, Trace):
             return encode(Traced(request.number, OpTimes.not_traced(error.message)))
+        if isinstance(request, Fetch):
+            return encode(Fetched(request.number, None, error))
         problem = Problem("", None, "", error.message)
         return encode(Checked(request.number, (problem,)))
 
