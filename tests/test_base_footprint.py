@@ -387,3 +387,37 @@ def test_setup_failing_as_the_heads_outputs_are_fetched_is_the_heads_error(
     a = _regions(repo)["a"]
     assert a["error"]["kind"] == "setup", a["error"]
     assert "setup broke as it repeated" in a["error"]["message"], a["error"]
+
+
+# Planted in the gate's process: whether it had imported numpy when it ended (its workers leave
+# by os._exit, past atexit, so only the gate's own process writes).
+NUMPY_AT_EXIT = """
+import atexit
+import sys
+
+
+def _ended():
+    with open({log!r}, "w") as out:
+        out.write("numpy" if "numpy" in sys.modules else "none")
+
+
+atexit.register(_ended)
+"""
+
+
+def test_a_change_that_reaches_no_region_leaves_numpy_out_of_the_gates_process(
+    tmp_path: Path,
+) -> None:
+    """Nothing is compared, so nothing needs numpy: no output arrives, no statistic is taken
+    (~0.07 s of the gate's process, as in a plain run); a compared region does need it."""
+    repo = _repo(tmp_path, {"a.py": _module(), "policies/p.yaml": _policy("a")})
+    log = tmp_path / "numpy.txt"
+    site = make_repo(tmp_path / "site", {"sitecustomize.py": NUMPY_AT_EXIT.format(log=str(log))})
+    make_repo(repo, {"README.md": "a repo, changed\n"})
+    run = run_gate(repo, "run", "--base", "HEAD", env={"PYTHONPATH": str(site)})
+    assert run.returncode == 0, run
+    assert log.read_text() == "none", run
+    make_repo(repo, {"a.py": _module(scale="2.0 / 2")})
+    run = run_gate(repo, "run", "--base", "HEAD", env={"PYTHONPATH": str(site)})
+    assert run.returncode == 0, run
+    assert log.read_text() == "numpy", run

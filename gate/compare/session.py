@@ -38,10 +38,8 @@ from gate.compare.acceptance import accepted, base_accept
 from gate.compare.base_policy import base_entry, for_base, head_entry, regions_in_base
 from gate.compare.communication import compare_sides, program_names
 from gate.compare.footprint import in_base
-from gate.compare.outputs import compare_outputs
 from gate.compare.own_definition import own_definition
 from gate.compare.rounds import PairedRounds, Side, timed_block, turn_runs
-from gate.compare.timing import compare_unpaired
 from gate.compare.worktree import BaseTree
 from gate.isolation.cancellation import Cancellation
 from gate.isolation.device_pool import DevicePool
@@ -438,6 +436,8 @@ class _Pair:
         return base_result, base_outputs
 
     def _judged(self, head: Held, base: Held, head_root: Path) -> RegionResult:
+        from gate.compare.outputs import compare_outputs  # numpy: see `PairedRounds.run`
+
         (head_result, head_outputs), (base_result, base_outputs) = head, base
         if base_result.error is not None:
             return replace(head_result, base=self._failed(base_result.error))
@@ -591,6 +591,8 @@ def _unpaired(
     """The step times of trees run apart: each tree's block of turns, compared unpaired."""
     if not base or not head:
         return None
+    from gate.compare.timing import compare_unpaired  # numpy: see `PairedRounds.run`
+
     rule = region.timing
     return compare_unpaired(
         base,
