@@ -17,6 +17,7 @@ from gate.ci.__main__ import main
 from gate.ci.cache_scope import cache_scope
 from gate.ci.history import add_report, prune, stored
 from gate.ci.inputs import InputError, Inputs, check_inputs
+from gate.ci.paths import check_paths
 from gate.ci.verdict import Jobs, verdict
 
 DIGEST = "sha256:" + "a" * 64
@@ -54,6 +55,75 @@ def test_a_wrong_input_is_one_error_that_names_it_on_one_line(given: Inputs, nam
     assert "\n" not in str(raised.value)
 
 
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """A caller's repository: policies/, train.yaml, requirements.txt, and a folder deps/."""
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "train.yaml").write_text("version: 1\n")
+    (tmp_path / "requirements.txt").write_text("jax\n")
+    (tmp_path / "deps").mkdir()
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("policies", "requirements"),
+    [
+        ("policies/", ""),
+        ("  policies/\t train.yaml ", "requirements.txt"),
+        ("train.yaml", "requirements.txt  requirements.txt"),
+    ],
+)
+def test_paths_in_the_callers_checkout_pass(
+    checkout: Path, policies: str, requirements: str
+) -> None:
+    check_paths(str(checkout), policies, requirements)
+
+
+@pytest.mark.parametrize(
+    ("policies", "requirements", "message"),
+    [
+        ("", "", "input 'policies' is empty: name the policy files or folders"),
+        (" \t ", "", "input 'policies' is empty"),
+        (
+            "policies/\ntrain.yaml",
+            "",
+            "input 'policies': write the policy files and folders on one",
+        ),
+        ("policies/ polices/", "", "input 'policies': 'polices/' is not in the repository; name"),
+        # The first wrong input, the policies before the requirements.
+        ("nowhere/", "nothing.txt", "input 'policies': 'nowhere/' is not in the repository"),
+        ("policies/", "a.txt\nb.txt", "input 'requirements': write the requirements files on"),
+        ("policies/", "requirement.txt", "input 'requirements': 'requirement.txt' is not a file"),
+        # doctor reads files, not folders.
+        ("policies/", "deps/", "input 'requirements': 'deps/' is not a file in the repository"),
+        # A non-breaking space is no separator for the shell that splits the input later.
+        ("policies/\xa0train.yaml", "", "input 'policies': 'policies/\xa0train.yaml' is not in"),
+    ],
+)
+def test_a_wrong_path_is_one_error_that_names_the_input(
+    checkout: Path, policies: str, requirements: str, message: str
+) -> None:
+    with pytest.raises(InputError) as raised:
+        check_paths(str(checkout), policies, requirements)
+    assert str(raised.value).startswith(message), raised.value
+    assert "\n" not in str(raised.value)
+
+
+def test_paths_are_looked_up_in_the_checkout_not_the_working_directory(
+    checkout: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The step runs in the gate's checkout; the caller's lies beside it (CHECKOUT).
+    gate = tmp_path_factory.mktemp("gate")
+    (gate / "gate").mkdir()
+    (gate / "pyproject.toml").write_text("")
+    monkeypatch.chdir(gate)
+    check_paths(str(checkout), "policies/", "requirements.txt")
+    with pytest.raises(InputError, match="'gate/' is not in the repository"):
+        check_paths(str(checkout), "gate/", "")
+    with pytest.raises(InputError, match=r"'pyproject\.toml' is not a file in the repository"):
+        check_paths(str(checkout), "policies/", "pyproject.toml")
+
+
 @pytest.mark.parametrize(
     ("event", "ref", "head", "scope"),
     [
@@ -85,6 +155,27 @@ def test_the_verdict_repeats_the_inputs_error_alone() -> None:
     )
     assert why == [
         "The job 'transfer-gate inputs' ended with result 'failure': input 'image': pin it"
+    ]
+
+
+def test_the_cpu_job_skipped_after_a_failed_inputs_job_is_no_second_reason() -> None:
+    # Both gate jobs need the inputs job, which checks the policies' paths.
+    failed = Jobs(
+        inputs_result="failure",
+        inputs_error="input 'policies': 'polices/' is not in the repository",
+        cpu=True,
+        cpu_result="skipped",
+    )
+    why, _ = verdict(failed)
+    assert why == [
+        "The job 'transfer-gate inputs' ended with result 'failure': input 'policies': "
+        "'polices/' is not in the repository"
+    ]
+    # After a passing inputs job, a skipped CPU job that should have run is a failure.
+    why, _ = verdict(Jobs(inputs_result="success", cpu=True, cpu_result="skipped"))
+    assert why == [
+        "The CPU job ended with result 'skipped': see the job 'transfer-gate CPU' and the "
+        "check 'transfer-gate report (CPU)'."
     ]
 
 
@@ -129,11 +220,12 @@ def test_an_empty_history_starts_at_one(tmp_path: Path) -> None:
 def test_an_unknown_step_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["nothing"], {}) == 2
     assert (
-        "usage: python -m gate.ci {inputs,cache-scope,history,verdict}" in capsys.readouterr().err
+        "usage: python -m gate.ci {inputs,paths,cache-scope,history,verdict}"
+        in capsys.readouterr().err
     )
 
 
-@pytest.mark.parametrize("step", ["inputs", "cache-scope", "verdict"])
+@pytest.mark.parametrize("step", ["inputs", "paths", "cache-scope", "verdict"])
 def test_the_steps_without_an_install_need_only_the_standard_library(
     tmp_path: Path, step: str
 ) -> None:
@@ -145,6 +237,8 @@ def test_the_steps_without_an_install_need_only_the_standard_library(
         cwd=ROOT,
         env={
             "GITHUB_OUTPUT": str(output),
+            "CHECKOUT": str(ROOT),
+            "GATE_POLICIES": "policies/",
             "TIMEOUT_MINUTES": "60",
             "TIME_BUDGET": "60",
             "INPUTS_RESULT": "success",

@@ -1,7 +1,7 @@
 """``python -m gate.ci STEP``: one step of the reusable workflow (.github/workflows/gate.yml).
 
 Each step reads its ``env:`` and writes its outputs and summary where GitHub says; the exit
-status is the step's. `inputs`, `cache-scope` and `verdict` need nothing but the standard
+status is the step's. `inputs`, `paths`, `cache-scope` and `verdict` need nothing but the standard
 library: their jobs run them from the gate's checkout, with no install.
 """
 
@@ -14,11 +14,13 @@ from collections.abc import Callable, Mapping, Sequence
 from gate.ci.cache_scope import cache_scope_step
 from gate.ci.history import history_step
 from gate.ci.inputs import inputs_step
+from gate.ci.paths import paths_step
 from gate.ci.verdict import verdict_step
 from gate.printable import say
 
 STEPS: dict[str, Callable[[Mapping[str, str]], int]] = {
     "inputs": inputs_step,
+    "paths": paths_step,
     "cache-scope": cache_scope_step,
     "history": history_step,
     "verdict": verdict_step,

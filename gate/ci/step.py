@@ -42,6 +42,14 @@ def error(title: str, message: str) -> None:
     say_command(f"::error title={title}::{one_line(message)}")
 
 
+def fail(environ: Mapping[str, str], title: str, message: str) -> int:
+    """A step's one error: the ``::error`` line, the same words as its output ``error`` (which
+    the job's output carries to the verdict), and the exit status 1."""
+    error(title, message)
+    set_outputs(environ, error=message)
+    return 1
+
+
 def tell(text: str) -> None:
     """A line of the step's log; never one the runner takes as a command (`gate.printable`)."""
     say(text)
