@@ -4,6 +4,7 @@ workflow's YAML."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 from cli_helpers import ROOT
 
 from gate.ci.__main__ import main
+from gate.ci.cache_key import cache_key
 from gate.ci.cache_scope import cache_scope
 from gate.ci.history import add_report, prune, stored
 from gate.ci.inputs import InputError, Inputs, check_inputs
@@ -138,6 +140,15 @@ def test_the_cache_scope(event: str, ref: str, head: str, scope: str) -> None:
     assert cache_scope(event, ref, "main", head, "owner/repo") == scope
 
 
+def test_the_cpu_cache_key_names_jax_the_device_and_the_processor() -> None:
+    key = cache_key("0.10.2", "TPU v5 lite", "AMD EPYC 7B13")
+    assert key == "jax-0.10.2-TPU_v5_lite-" + hashlib.sha256(b"AMD EPYC 7B13").hexdigest()[:12]
+    # Another runner's processor: another key, so its programs are never loaded here.
+    assert cache_key("0.10.2", "cpu", "Intel(R) Xeon(R) Platinum 8370C") != cache_key(
+        "0.10.2", "cpu", "AMD EPYC 7763 64-Core Processor"
+    )
+
+
 def test_no_default_branch_is_never_mains_scope() -> None:
     assert cache_scope("push", "refs/heads/", "", "", "owner/repo") == "pull-requests"
 
@@ -220,7 +231,7 @@ def test_an_empty_history_starts_at_one(tmp_path: Path) -> None:
 def test_an_unknown_step_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["nothing"], {}) == 2
     assert (
-        "usage: python -m gate.ci {inputs,paths,cache-scope,history,verdict}"
+        "usage: python -m gate.ci {inputs,paths,cache-scope,cache-key,history,verdict}"
         in capsys.readouterr().err
     )
 

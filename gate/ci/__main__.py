@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
+from gate.ci.cache_key import cache_key_step
 from gate.ci.cache_scope import cache_scope_step
 from gate.ci.history import history_step
 from gate.ci.inputs import inputs_step
@@ -22,6 +23,7 @@ STEPS: dict[str, Callable[[Mapping[str, str]], int]] = {
     "inputs": inputs_step,
     "paths": paths_step,
     "cache-scope": cache_scope_step,
+    "cache-key": cache_key_step,
     "history": history_step,
     "verdict": verdict_step,
 }

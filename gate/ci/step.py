@@ -1,7 +1,8 @@
-"""A GitHub Actions step's own files: its outputs, its job summary, and its error lines.
+"""A GitHub Actions step's own files: its outputs, its job's environment, its job summary, and
+its error lines.
 
-GitHub hands a step the paths in ``GITHUB_OUTPUT`` and ``GITHUB_STEP_SUMMARY``; a line
-``::error title=T::M`` on stdout becomes an annotation. Nothing here but the standard library
+GitHub hands a step the paths in ``GITHUB_OUTPUT``, ``GITHUB_ENV`` and ``GITHUB_STEP_SUMMARY``;
+a line ``::error title=T::M`` on stdout becomes an annotation. Nothing here but the standard library
 and `gate.printable`: the workflow's jobs without the gate installed run these steps from its
 checkout.
 """
@@ -30,6 +31,11 @@ def _append(environ: Mapping[str, str], name: str, text: str) -> None:
 def set_outputs(environ: Mapping[str, str], **values: str) -> None:
     """The step's outputs, one ``name=value`` line each (every value one line)."""
     _append(environ, "GITHUB_OUTPUT", "".join(f"{k}={one_line(v)}\n" for k, v in values.items()))
+
+
+def set_env(environ: Mapping[str, str], **values: str) -> None:
+    """Environment variables for the job's later steps, one ``NAME=value`` line each."""
+    _append(environ, "GITHUB_ENV", "".join(f"{k}={one_line(v)}\n" for k, v in values.items()))
 
 
 def add_summary(environ: Mapping[str, str], text: str) -> None:
