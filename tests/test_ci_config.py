@@ -912,17 +912,21 @@ def beside_the_gates_checkout(checkout: Mapping[str, Any]) -> bool:
 
 def in_the_gates_own_checkout(workflow: Mapping[str, Any]) -> set[str]:
     """The `run:` steps (as `run_scripts` names them) that run in the gate's own checkout, in a
-    job whose checkouts of the caller's repository (if any) lie beside it: there
-    `python3 -m gate.ci` imports the gate from its working directory, which holds this
-    workflow's commit and nothing of the caller's."""
+    job whose checkouts of the caller's repository (if any) lie beside it, or come before the
+    gate's: actions/checkout empties a folder that holds no clone before it clones into it (as
+    `uses: ./.transfer-gate/...` relies on too). There `python3 -m gate.ci` imports the gate
+    from its working directory, which holds this workflow's commit and nothing of the
+    caller's."""
     found = set()
     for job_name, job in workflow.get("jobs", {}).items():
-        checkouts = [s for s in job.get("steps", []) if "actions/checkout@" in s.get("uses", "")]
-        if not any("repository" in s.get("with", {}) for s in checkouts):
+        steps = job.get("steps", [])
+        checkouts = [i for i, s in enumerate(steps) if "actions/checkout@" in s.get("uses", "")]
+        gates = [i for i in checkouts if "repository" in steps[i].get("with", {})]
+        if not gates:
             continue  # no checkout of the gate
-        callers = [s for s in checkouts if "repository" not in s.get("with", {})]
-        if not all(beside_the_gates_checkout(s) for s in callers):
-            continue  # the caller's repository is checked out around the gate's
+        callers = [i for i in checkouts if i not in gates]
+        if not all(beside_the_gates_checkout(steps[i]) or i < min(gates) for i in callers):
+            continue  # the caller's repository is checked out over the gate's
         for step in job["steps"]:
             if "run" in step and step.get("working-directory") == ".transfer-gate":
                 found.add(f"{job_name}: {step.get('name', '')}")
@@ -944,6 +948,7 @@ def test_the_steps_in_python_run_in_the_gates_checkout_where_nothing_of_the_call
         "inputs: Check the inputs",
         "inputs: Decide the cache's scope",
         "inputs: Check the policies and requirements",
+        "accelerator: Set up the gate on the TPU VM",
         "verdict: Require the gate jobs to pass",
     }
 
@@ -962,6 +967,17 @@ def test_a_callers_checkout_around_the_gates_takes_its_python_steps_off_the_list
     else:
         checkout["with"]["path"] = folder
     assert not [step for step in in_the_gates_own_checkout(workflow) if step.startswith("inputs:")]
+
+
+def test_a_callers_checkout_after_the_gates_takes_its_python_steps_off_the_list() -> None:
+    # The caller's checkout at the root after the gate's would lay its own `.transfer-gate/`
+    # over the gate's: the TPU set-up would import the caller's `gate`.
+    workflow = load_yaml(REUSABLE)
+    steps = workflow["jobs"]["accelerator"]["steps"]
+    assert [s["name"] for s in steps[:2]] == ["Check out", "Check out the gate"]
+    assert "accelerator: Set up the gate on the TPU VM" in in_the_gates_own_checkout(workflow)
+    steps[0], steps[1] = steps[1], steps[0]
+    assert "accelerator: Set up the gate on the TPU VM" not in in_the_gates_own_checkout(workflow)
 
 
 @pytest.mark.parametrize("job", ["cpu", "history"])
@@ -1171,68 +1187,33 @@ def test_gate_jobs_name_the_install_input_when_its_command_fails(
     assert f"exit code {code}" in error
 
 
-def runner_scripts(tmp_path: Path, has_jax: bool, python_ok: bool = True) -> Path:
-    """A `python3` that records what the TPU set-up step asks of it: its version check, the
-    virtual environment (whose `python` is the same recorder), `import jax` and pip."""
-    bin_dir = tmp_path / "runner-bin"
-    bin_dir.mkdir()
-    python = bin_dir / "python3"
-    python.write_text(
-        "#!/bin/bash\n"
-        'echo "$(basename "$0") $*" >> "$CALLS"\n'
-        '[ "$1" = -I ] || { echo "not isolated: $*" >&2; exit 9; }\n'
-        "shift\n"
-        'if [ "$1 $2" = "-m venv" ]; then mkdir -p "$4/bin" && cp "$0" "$4/bin/python"; exit; fi\n'
-        'case "$2" in\n'
-        f"  *version_info*) exit {0 if python_ok else 1} ;;\n"
-        f"  'import jax') exit {0 if has_jax else 1} ;;\n"
-        "  *__version__*) echo 0.10.2 ;;\n"
-        "esac\n"
-    )
-    python.chmod(python.stat().st_mode | stat.S_IXUSR)
-    return bin_dir
-
-
-@pytest.mark.parametrize("has_jax", [True, False], ids=["runner's JAX", "jax[tpu] installed"])
-def test_a_tpu_job_on_the_vm_installs_the_gate_and_jax_unless_the_runner_has_it(
-    reusable: dict[str, Any], tmp_path: Path, *, has_jax: bool
-) -> None:
-    step = step_named(reusable["jobs"]["accelerator"]["steps"], "Set up the gate on the TPU VM")
-    assert step["id"] == "setup"
-    assert "env" not in step  # it reads no input
-    calls, github_path = tmp_path / "calls", tmp_path / "github_path"
-    env = {
-        "CALLS": str(calls),
-        "RUNNER_TEMP": str(tmp_path / "temp"),
-        "GITHUB_PATH": str(github_path),
-    }
-    bin_dir = runner_scripts(tmp_path, has_jax)
-    proc, output, _ = run_step_script(step["run"], env, tmp_path, path_prefix=bin_dir)
-    assert proc.returncode == 0, shown(proc)
-    venv = tmp_path / "temp" / "transfer-gate-venv"
-    pip = [line for line in calls.read_text().splitlines() if " -m pip install " in line]
-    # The runner's own JAX (and libtpu) are seen through --system-site-packages, never replaced.
-    assert f"python3 -I -m venv --system-site-packages {venv}" in calls.read_text()
-    assert pip == [
-        *([] if has_jax else ["python -I -m pip install jax[tpu]"]),
-        "python -I -m pip install ./.transfer-gate",
-    ]
-    assert github_path.read_text() == f"{venv}/bin\n"
-    assert output == ""
-
-
-def test_a_tpu_vm_with_an_old_python_fails_the_set_up_with_one_error(
+def test_a_tpu_job_on_the_vm_sets_up_the_gate_with_the_runners_python3(
     reusable: dict[str, Any], tmp_path: Path
 ) -> None:
     step = step_named(reusable["jobs"]["accelerator"]["steps"], "Set up the gate on the TPU VM")
-    env = {"CALLS": str(tmp_path / "calls"), "RUNNER_TEMP": str(tmp_path / "temp")}
-    bin_dir = runner_scripts(tmp_path, has_jax=True, python_ok=False)
-    proc, output, _ = run_step_script(step["run"], env, tmp_path, path_prefix=bin_dir)
+    assert step["id"] == "setup"
+    assert step["if"] == "needs.inputs.outputs.image == ''"
+    assert "env" not in step  # it reads no input
+    # From the gate's checkout (gate/ci/tpu_vm.py, tested in tests/test_ci_steps.py), with the
+    # runner's python3, whose version it checks first.
+    assert step["working-directory"] == ".transfer-gate"
+    assert step["run"] == "python3 -m gate.ci tpu-vm"
+    # Run as the job runs it, up to a virtual environment that cannot be made: nothing is
+    # installed, and the error names the fix.
+    temp = tmp_path / "runner-temp"
+    temp.write_text("a file where the runner's temporary folder should be")
+    gate = tmp_path / ".transfer-gate"
+    gate.mkdir()
+    env = {"RUNNER_TEMP": str(temp), "GITHUB_PATH": str(tmp_path / "github_path")}
+    proc, output, _ = run_step_script(step["run"], env, gate)
     assert proc.returncode == 1, shown(proc)
     (error,) = error_lines(proc.stdout)
-    assert "the gate needs Python 3.11 or newer" in error
-    assert "input 'tpu-image'" in error  # the other way
+    assert error == (
+        "::error title=transfer-gate setup::making the virtual environment failed (its output "
+        "is above): install python3-venv on the runner."
+    )
     assert output == f"error={error.split('::', 2)[2]}\n"
+    assert not (tmp_path / "github_path").exists()
 
 
 @pytest.mark.parametrize(

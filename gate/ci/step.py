@@ -1,10 +1,11 @@
-"""A GitHub Actions step's own files: its outputs, its job's environment, its job summary, and
-its error lines.
+"""A GitHub Actions step's own files: its outputs, its job's environment and PATH, its job
+summary, and its error lines.
 
-GitHub hands a step the paths in ``GITHUB_OUTPUT``, ``GITHUB_ENV`` and ``GITHUB_STEP_SUMMARY``;
-a line ``::error title=T::M`` on stdout becomes an annotation. Nothing here but the standard library
-and `gate.printable`: the workflow's jobs without the gate installed run these steps from its
-checkout.
+GitHub hands a step the paths in ``GITHUB_OUTPUT``, ``GITHUB_ENV``, ``GITHUB_PATH`` and
+``GITHUB_STEP_SUMMARY``; a line ``::error title=T::M`` on stdout becomes an annotation. Nothing
+here but the standard library and `gate.printable`: the workflow's jobs without the gate
+installed run these steps from its checkout (a TPU VM's python3 too, which may be older than
+the gate's 3.11: see gate/ci/tpu_vm.py).
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ def set_outputs(environ: Mapping[str, str], **values: str) -> None:
 def set_env(environ: Mapping[str, str], **values: str) -> None:
     """Environment variables for the job's later steps, one ``NAME=value`` line each."""
     _append(environ, "GITHUB_ENV", "".join(f"{k}={one_line(v)}\n" for k, v in values.items()))
+
+
+def add_path(environ: Mapping[str, str], folder: str) -> None:
+    """``folder`` in front of PATH for the job's later steps."""
+    _append(environ, "GITHUB_PATH", one_line(folder) + "\n")
 
 
 def add_summary(environ: Mapping[str, str], text: str) -> None:
