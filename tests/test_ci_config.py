@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import hashlib
 import json
 import os
+import posixpath
 import re
 import shutil
 import signal
@@ -686,7 +688,9 @@ def test_inputs_job_fails_a_bad_input_with_one_error_that_names_it(
     step = step_named(job["steps"], "Check the inputs")
     proc, output, _ = run_step_script(step["run"], inputs_env(reusable, step, given), tmp_path)
     one_input_error(proc, output, names)
-    assert job["outputs"]["error"] == "${{ steps.check.outputs.error }}"
+    assert job["outputs"]["error"] == (
+        "${{ steps.check.outputs.error || steps.paths.outputs.error }}"
+    )
 
 
 # The sandbox's accelerator options (.github/actions/sandbox): never a user, a volume or a socket.
@@ -754,10 +758,12 @@ def test_cpu_job_runs_on_a_hosted_runner_and_installs_the_gate_from_this_commit(
 ) -> None:
     job = reusable["jobs"]["cpu"]
     assert job["if"] == "inputs.cpu"
-    # GitHub-hosted, no container, no secrets, needs no other job: safe for a fork's pull request.
+    # GitHub-hosted, no container, no secrets: safe for a fork's pull request. After the inputs
+    # job, which checks the policies and requirements paths (no status function: a failed inputs
+    # job skips it, as it skips the accelerator job).
     assert job["runs-on"] == "ubuntu-latest"
     assert "container" not in job
-    assert "needs" not in job
+    assert job["needs"] == ["inputs"]
     assert "secrets." not in json.dumps(job)
     assert job["env"] == {"JAX_PLATFORMS": "cpu"}
     steps = job["steps"]
@@ -765,8 +771,6 @@ def test_cpu_job_runs_on_a_hosted_runner_and_installs_the_gate_from_this_commit(
     assert names == [
         "Check out",
         "Check out the gate",
-        "Check the policies",
-        "Check the requirements",
         "Set up Python",
         "Install the gate",
         "Install the dependencies",
@@ -797,10 +801,7 @@ def test_cpu_job_runs_on_a_hosted_runner_and_installs_the_gate_from_this_commit(
     # stored ones (the baseline's accepted transfers still apply).
     assert gate["with"]["args"] == "--no-timing-baseline ${{ inputs.args }}"
     assert "require-platform" not in gate["with"]  # the policies' own `platform:` stands
-    assert job["outputs"]["error"] == (
-        "${{ steps.policies.outputs.error || steps.requirements.outputs.error "
-        "|| steps.install.outputs.error }}"
-    )
+    assert job["outputs"]["error"] == "${{ steps.install.outputs.error }}"
 
 
 def test_accelerator_job_runs_on_the_self_hosted_runner_with_its_code_in_the_sandbox(
@@ -818,8 +819,6 @@ def test_accelerator_job_runs_on_the_self_hosted_runner_with_its_code_in_the_san
     assert [s["name"] for s in steps] == [
         "Check out",
         "Check out the gate",
-        "Check the policies",
-        "Check the requirements",
         "Point JAX at the compilation cache",
         "Set up the sandbox",
         "Set up the gate on the TPU VM",
@@ -871,8 +870,7 @@ def test_accelerator_job_runs_on_the_self_hosted_runner_with_its_code_in_the_san
         "if-no-files-found": "error",
     }
     assert job["outputs"]["error"] == (
-        "${{ steps.policies.outputs.error || steps.requirements.outputs.error "
-        "|| steps.setup.outputs.error || steps.install.outputs.error }}"
+        "${{ steps.setup.outputs.error || steps.install.outputs.error }}"
     )
 
 
@@ -904,15 +902,31 @@ def test_the_isolation_rule_catches_a_python_that_reads_the_working_directory() 
         assert not NOT_ISOLATED.search(line), line
 
 
-def in_the_gates_own_checkout(path: Path) -> set[str]:
+def beside_the_gates_checkout(checkout: Mapping[str, Any]) -> bool:
+    """Whether a checkout of the caller's repository lies beside `.transfer-gate`: in a folder
+    of its own, which neither holds `.transfer-gate` nor lies in it."""
+    folder = posixpath.normpath(str(checkout.get("with", {}).get("path", "."))) + "/"
+    gate = ".transfer-gate/"
+    return folder != "./" and not gate.startswith(folder) and not folder.startswith(gate)
+
+
+def in_the_gates_own_checkout(workflow: Mapping[str, Any]) -> set[str]:
     """The `run:` steps (as `run_scripts` names them) that run in the gate's own checkout, in a
-    job that checks out nothing of the caller's: there `python3 -m gate.ci` imports the gate
-    from its working directory, which holds this workflow's commit and nothing else."""
+    job whose checkouts of the caller's repository (if any) lie beside it, or come before the
+    gate's: actions/checkout empties a folder that holds no clone before it clones into it (as
+    `uses: ./.transfer-gate/...` relies on too). There `python3 -m gate.ci` imports the gate
+    from its working directory, which holds this workflow's commit and nothing of the
+    caller's."""
     found = set()
-    for job_name, job in load_yaml(path).get("jobs", {}).items():
-        checkouts = [s for s in job.get("steps", []) if "actions/checkout@" in s.get("uses", "")]
-        if not checkouts or any("repository" not in s.get("with", {}) for s in checkouts):
-            continue  # the caller's repository is checked out in this job
+    for job_name, job in workflow.get("jobs", {}).items():
+        steps = job.get("steps", [])
+        checkouts = [i for i, s in enumerate(steps) if "actions/checkout@" in s.get("uses", "")]
+        gates = [i for i in checkouts if "repository" in steps[i].get("with", {})]
+        if not gates:
+            continue  # no checkout of the gate
+        callers = [i for i in checkouts if i not in gates]
+        if not all(beside_the_gates_checkout(steps[i]) or i < min(gates) for i in callers):
+            continue  # the caller's repository is checked out over the gate's
         for step in job["steps"]:
             if "run" in step and step.get("working-directory") == ".transfer-gate":
                 found.add(f"{job_name}: {step.get('name', '')}")
@@ -921,7 +935,7 @@ def in_the_gates_own_checkout(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("path", [REUSABLE, SHARDED_WORKFLOW, ACTION], ids=lambda p: p.name)
 def test_every_python_in_a_checkout_runs_isolated(path: Path) -> None:
-    own = in_the_gates_own_checkout(path)
+    own = in_the_gates_own_checkout(load_yaml(path))
     for where, script in run_scripts(path):
         for line in script.splitlines():
             if where in own and line.startswith("python3 -m gate.ci "):
@@ -930,11 +944,40 @@ def test_every_python_in_a_checkout_runs_isolated(path: Path) -> None:
 
 
 def test_the_steps_in_python_run_in_the_gates_checkout_where_nothing_of_the_callers_is() -> None:
-    assert in_the_gates_own_checkout(REUSABLE) == {
+    assert in_the_gates_own_checkout(load_yaml(REUSABLE)) == {
         "inputs: Check the inputs",
         "inputs: Decide the cache's scope",
+        "inputs: Check the policies and requirements",
+        "accelerator: Set up the gate on the TPU VM",
         "verdict: Require the gate jobs to pass",
     }
+
+
+@pytest.mark.parametrize("folder", [None, ".", "./", ".transfer-gate", "x/..", ".transfer-gate/x"])
+def test_a_callers_checkout_around_the_gates_takes_its_python_steps_off_the_list(
+    folder: str | None,
+) -> None:
+    # At the root (the default) or around `.transfer-gate`, the caller's files could stand in
+    # for the gate's: `python3 -m gate.ci` there would import them.
+    workflow = load_yaml(REUSABLE)
+    (checkout,) = (s for s in workflow["jobs"]["inputs"]["steps"] if s["name"] == "Check out")
+    assert beside_the_gates_checkout(checkout)
+    if folder is None:
+        del checkout["with"]["path"]
+    else:
+        checkout["with"]["path"] = folder
+    assert not [step for step in in_the_gates_own_checkout(workflow) if step.startswith("inputs:")]
+
+
+def test_a_callers_checkout_after_the_gates_takes_its_python_steps_off_the_list() -> None:
+    # The caller's checkout at the root after the gate's would lay its own `.transfer-gate/`
+    # over the gate's: the TPU set-up would import the caller's `gate`.
+    workflow = load_yaml(REUSABLE)
+    steps = workflow["jobs"]["accelerator"]["steps"]
+    assert [s["name"] for s in steps[:2]] == ["Check out", "Check out the gate"]
+    assert "accelerator: Set up the gate on the TPU VM" in in_the_gates_own_checkout(workflow)
+    steps[0], steps[1] = steps[1], steps[0]
+    assert "accelerator: Set up the gate on the TPU VM" not in in_the_gates_own_checkout(workflow)
 
 
 @pytest.mark.parametrize("job", ["cpu", "history"])
@@ -952,15 +995,23 @@ def test_a_pip_folder_in_the_checkout_never_runs_instead_of_pip(
     assert "is not installable" in proc.stderr, shown(proc)
 
 
-def test_both_gate_jobs_check_the_policies_and_install_alike(reusable: dict[str, Any]) -> None:
+def test_both_gate_jobs_install_alike_after_the_inputs_job_checked_the_paths(
+    reusable: dict[str, Any],
+) -> None:
     cpu, gpu = (reusable["jobs"][name]["steps"] for name in ("cpu", "accelerator"))
-    for name in ("Check the policies", "Check the requirements", "Install the dependencies"):
-        assert step_named(cpu, name) == step_named(gpu, name)
+    assert step_named(cpu, "Install the dependencies") == step_named(
+        gpu, "Install the dependencies"
+    )
     assert step_named(cpu, "Install the dependencies")["if"] == "inputs.install != ''"
-    assert step_named(cpu, "Check the requirements")["if"] == "inputs.requirements != ''"
-    # The paths are checked before the install; doctor, in the action, checks the JAX after it.
-    names = [s["name"] for s in cpu]
-    assert names.index("Check the requirements") < names.index("Install the dependencies")
+    # The paths are checked before either job starts (the inputs job, which both need), so
+    # before the install; doctor, in the action, checks the JAX after it.
+    assert step_named(reusable["jobs"]["inputs"]["steps"], PATHS_STEP)["env"] == {
+        "GATE_POLICIES": "${{ inputs.policies }}",
+        "GATE_REQUIREMENTS": "${{ inputs.requirements }}",
+        "CHECKOUT": "../repository",
+    }
+    for name in ("cpu", "accelerator"):
+        assert reusable["jobs"][name]["needs"] == ["inputs"]
     for steps in (cpu, gpu):
         gate = step_named(steps, "Run transfer gate")
         assert gate["with"]["requirements"] == "${{ inputs.requirements }}"
@@ -997,6 +1048,8 @@ def test_reusable_workflows_cpu_cache_key_names_jax_and_the_device(
     reusable: dict[str, Any], tmp_path: Path
 ) -> None:
     step = step_named(reusable["jobs"]["cpu"]["steps"], "Read the JAX version and device")
+    # After the gate's install, in its environment: isolated, so nothing of the checkout runs.
+    assert step["run"] == "python -I -m gate.ci cache-key"
     github_env = tmp_path / "github_env"
     github_env.write_text("")
     scripts = Path(sysconfig.get_path("scripts"))
@@ -1005,10 +1058,38 @@ def test_reusable_workflows_cpu_cache_key_names_jax_and_the_device(
     assert proc.returncode == 0, shown(proc)
     import jax
 
-    assert re.fullmatch(rf"key=jax-{re.escape(jax.__version__)}-cpu-[0-9a-f]{{12}}\n", output)
+    from gate.machine.diagnosis import processor_model
+
+    model = hashlib.sha256(processor_model().encode()).hexdigest()[:12]
+    assert output == f"key=jax-{jax.__version__}-cpu-{model}\n"
     assert (
         github_env.read_text() == f"JAX_COMPILATION_CACHE_DIR={tmp_path}/.cache/transfer-gate-jax\n"
     )
+
+
+PATHS_STEP = "Check the policies and requirements"
+
+
+def run_paths_step(
+    reusable: Mapping[str, Any], tmp_path: Path, given: Mapping[str, Any]
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """The inputs job's step that checks the paths, as the job runs it: in the gate's checkout
+    (`.transfer-gate`), the caller's beside it in ``tmp_path / "repository"``."""
+    job = reusable["jobs"]["inputs"]
+    step = step_named(job["steps"], PATHS_STEP)
+    assert step["id"] == "paths"
+    assert step["working-directory"] == ".transfer-gate"
+    checkout = step_named(job["steps"], "Check out")
+    assert checkout["with"] == {"path": "repository", "persist-credentials": False}
+    env = dict(step["env"])
+    folder = env.pop("CHECKOUT")
+    assert folder == "../repository"
+    rendered = {**inputs_env(reusable, {"env": env}, given), "CHECKOUT": folder}
+    gate = tmp_path / ".transfer-gate"
+    gate.mkdir(exist_ok=True)
+    (tmp_path / "repository").mkdir(exist_ok=True)
+    proc, output, _ = run_step_script(step["run"], rendered, gate)
+    return proc, output
 
 
 @pytest.mark.parametrize(
@@ -1020,21 +1101,23 @@ def test_reusable_workflows_cpu_cache_key_names_jax_and_the_device(
         ("", "input 'policies' is empty"),
         ("   ", "input 'policies' is empty"),
         ("policies/\nmore/train.yaml", "on one line"),
+        ("policies/\r", "on one line"),
         # Never shell: the path stays one literal word.
         ("$(touch${IFS}pwned)", "is not in the repository"),
+        # The caller's checkout, not the gate's, which also has a policies/ folder.
+        ("gate/", "'gate/' is not in the repository"),
     ],
 )
-def test_gate_jobs_refuse_an_unknown_policy_path_with_one_error(
+def test_the_inputs_job_refuses_an_unknown_policy_path_with_one_error(
     reusable: dict[str, Any], tmp_path: Path, policies: str, names: str | None
 ) -> None:
-    step = step_named(reusable["jobs"]["cpu"]["steps"], "Check the policies")
-    assert step["id"] == "policies"
-    (tmp_path / "policies").mkdir()
-    (tmp_path / "more").mkdir()
-    (tmp_path / "more" / "train.yaml").write_text("version: 1\n")
-    env = inputs_env(reusable, step, {"policies": policies})
-    proc, output, _ = run_step_script(step["run"], env, tmp_path)
-    assert not (tmp_path / "pwned").exists()
+    repository = tmp_path / "repository"
+    (repository / "policies").mkdir(parents=True)
+    (repository / "more").mkdir()
+    (repository / "more" / "train.yaml").write_text("version: 1\n")
+    (tmp_path / ".transfer-gate" / "gate").mkdir(parents=True)
+    proc, output = run_paths_step(reusable, tmp_path, {"policies": policies})
+    assert not list(tmp_path.rglob("pwned"))
     if names is None:
         assert proc.returncode == 0, shown(proc)
         assert (output, error_lines(proc.stdout)) == ("", [])
@@ -1054,20 +1137,20 @@ def test_gate_jobs_refuse_an_unknown_policy_path_with_one_error(
         ("requirements.txt\npyproject.toml", "on one line"),
         # Never shell: the path stays one literal word.
         ("$(touch${IFS}pwned)", "is not a file in the repository"),
+        # None named: no check (the default).
+        ("", None),
     ],
 )
-def test_gate_jobs_refuse_an_unknown_requirements_file_with_one_error(
+def test_the_inputs_job_refuses_an_unknown_requirements_file_with_one_error(
     reusable: dict[str, Any], tmp_path: Path, requirements: str, names: str | None
 ) -> None:
-    step = step_named(reusable["jobs"]["cpu"]["steps"], "Check the requirements")
-    assert step["id"] == "requirements"
-    (tmp_path / "requirements.txt").write_text("jax>=0.10.1\n")
-    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'model'\n")
-    (tmp_path / "deps").mkdir()
-    env = inputs_env(reusable, step, {"requirements": requirements})
-    assert env == {"GATE_REQUIREMENTS": requirements}
-    proc, output, _ = run_step_script(step["run"], env, tmp_path)
-    assert not (tmp_path / "pwned").exists()
+    repository = tmp_path / "repository"
+    (repository / "policies").mkdir(parents=True)
+    (repository / "requirements.txt").write_text("jax>=0.10.1\n")
+    (repository / "pyproject.toml").write_text("[project]\nname = 'model'\n")
+    (repository / "deps").mkdir()
+    proc, output = run_paths_step(reusable, tmp_path, {"requirements": requirements})
+    assert not list(tmp_path.rglob("pwned"))
     if names is None:
         assert proc.returncode == 0, shown(proc)
         assert (output, error_lines(proc.stdout)) == ("", [])
@@ -1104,68 +1187,33 @@ def test_gate_jobs_name_the_install_input_when_its_command_fails(
     assert f"exit code {code}" in error
 
 
-def runner_scripts(tmp_path: Path, has_jax: bool, python_ok: bool = True) -> Path:
-    """A `python3` that records what the TPU set-up step asks of it: its version check, the
-    virtual environment (whose `python` is the same recorder), `import jax` and pip."""
-    bin_dir = tmp_path / "runner-bin"
-    bin_dir.mkdir()
-    python = bin_dir / "python3"
-    python.write_text(
-        "#!/bin/bash\n"
-        'echo "$(basename "$0") $*" >> "$CALLS"\n'
-        '[ "$1" = -I ] || { echo "not isolated: $*" >&2; exit 9; }\n'
-        "shift\n"
-        'if [ "$1 $2" = "-m venv" ]; then mkdir -p "$4/bin" && cp "$0" "$4/bin/python"; exit; fi\n'
-        'case "$2" in\n'
-        f"  *version_info*) exit {0 if python_ok else 1} ;;\n"
-        f"  'import jax') exit {0 if has_jax else 1} ;;\n"
-        "  *__version__*) echo 0.10.2 ;;\n"
-        "esac\n"
-    )
-    python.chmod(python.stat().st_mode | stat.S_IXUSR)
-    return bin_dir
-
-
-@pytest.mark.parametrize("has_jax", [True, False], ids=["runner's JAX", "jax[tpu] installed"])
-def test_a_tpu_job_on_the_vm_installs_the_gate_and_jax_unless_the_runner_has_it(
-    reusable: dict[str, Any], tmp_path: Path, *, has_jax: bool
-) -> None:
-    step = step_named(reusable["jobs"]["accelerator"]["steps"], "Set up the gate on the TPU VM")
-    assert step["id"] == "setup"
-    assert "env" not in step  # it reads no input
-    calls, github_path = tmp_path / "calls", tmp_path / "github_path"
-    env = {
-        "CALLS": str(calls),
-        "RUNNER_TEMP": str(tmp_path / "temp"),
-        "GITHUB_PATH": str(github_path),
-    }
-    bin_dir = runner_scripts(tmp_path, has_jax)
-    proc, output, _ = run_step_script(step["run"], env, tmp_path, path_prefix=bin_dir)
-    assert proc.returncode == 0, shown(proc)
-    venv = tmp_path / "temp" / "transfer-gate-venv"
-    pip = [line for line in calls.read_text().splitlines() if " -m pip install " in line]
-    # The runner's own JAX (and libtpu) are seen through --system-site-packages, never replaced.
-    assert f"python3 -I -m venv --system-site-packages {venv}" in calls.read_text()
-    assert pip == [
-        *([] if has_jax else ["python -I -m pip install jax[tpu]"]),
-        "python -I -m pip install ./.transfer-gate",
-    ]
-    assert github_path.read_text() == f"{venv}/bin\n"
-    assert output == ""
-
-
-def test_a_tpu_vm_with_an_old_python_fails_the_set_up_with_one_error(
+def test_a_tpu_job_on_the_vm_sets_up_the_gate_with_the_runners_python3(
     reusable: dict[str, Any], tmp_path: Path
 ) -> None:
     step = step_named(reusable["jobs"]["accelerator"]["steps"], "Set up the gate on the TPU VM")
-    env = {"CALLS": str(tmp_path / "calls"), "RUNNER_TEMP": str(tmp_path / "temp")}
-    bin_dir = runner_scripts(tmp_path, has_jax=True, python_ok=False)
-    proc, output, _ = run_step_script(step["run"], env, tmp_path, path_prefix=bin_dir)
+    assert step["id"] == "setup"
+    assert step["if"] == "needs.inputs.outputs.image == ''"
+    assert "env" not in step  # it reads no input
+    # From the gate's checkout (gate/ci/tpu_vm.py, tested in tests/test_ci_steps.py), with the
+    # runner's python3, whose version it checks first.
+    assert step["working-directory"] == ".transfer-gate"
+    assert step["run"] == "python3 -m gate.ci tpu-vm"
+    # Run as the job runs it, up to a virtual environment that cannot be made: nothing is
+    # installed, and the error names the fix.
+    temp = tmp_path / "runner-temp"
+    temp.write_text("a file where the runner's temporary folder should be")
+    gate = tmp_path / ".transfer-gate"
+    gate.mkdir()
+    env = {"RUNNER_TEMP": str(temp), "GITHUB_PATH": str(tmp_path / "github_path")}
+    proc, output, _ = run_step_script(step["run"], env, gate)
     assert proc.returncode == 1, shown(proc)
     (error,) = error_lines(proc.stdout)
-    assert "the gate needs Python 3.11 or newer" in error
-    assert "input 'tpu-image'" in error  # the other way
+    assert error == (
+        "::error title=transfer-gate setup::making the virtual environment failed (its output "
+        "is above): install python3-venv on the runner."
+    )
     assert output == f"error={error.split('::', 2)[2]}\n"
+    assert not (tmp_path / "github_path").exists()
 
 
 @pytest.mark.parametrize(
@@ -1436,13 +1484,18 @@ VERDICT_CASES = [
     # A bad input: the GPU job skips, and the verdict repeats the inputs job's error.
     (
         "bad input",
-        Run(inputs_result="failure", inputs_error="input 'image': pin it", gpu_result="skipped"),
+        Run(
+            inputs_result="failure",
+            inputs_error="input 'image': pin it",
+            cpu_result="skipped",
+            gpu_result="skipped",
+        ),
         1,
         "input 'image': pin it",
     ),
     (
         "bad input, no output",
-        Run(inputs_result="failure", gpu_result="skipped"),
+        Run(inputs_result="failure", cpu_result="skipped", gpu_result="skipped"),
         1,
         "'transfer-gate inputs' ended with result 'failure': see its log.",
     ),
@@ -1499,11 +1552,11 @@ def test_docs_tell_the_verdict_for_each_case() -> None:
     ("given", "job", "step_name", "names"),
     [
         ({"accelerator": "gpu"}, "inputs", "Check the inputs", "input 'image'"),
-        ({**GPU, "policies": "polices/"}, "cpu", "Check the policies", "input 'policies'"),
+        ({**GPU, "policies": "polices/"}, "inputs", PATHS_STEP, "input 'policies'"),
         (
             {**GPU, "requirements": "requirement.txt"},
-            "accelerator",
-            "Check the requirements",
+            "inputs",
+            PATHS_STEP,
             "input 'requirements'",
         ),
         (
@@ -1524,18 +1577,24 @@ def test_a_bad_input_from_the_failing_job_to_the_verdict(
     names: str,
 ) -> None:
     # The job fails with one error naming the input, and the verdict still says why.
-    (tmp_path / "policies").mkdir()
+    (tmp_path / "repository" / "policies").mkdir(parents=True)
     script = step_named(reusable["jobs"][job]["steps"], step_name)
     # The failing step's output is the job's output `error`, which the verdict reads.
-    step_id = script["id"] if job != "inputs" else "check"
-    assert f"steps.{step_id}.outputs.error" in reusable["jobs"][job]["outputs"]["error"]
-    env = inputs_env(reusable, script, given)
-    proc, output, _ = run_step_script(script["run"], env, tmp_path)
+    assert f"steps.{script['id']}.outputs.error" in reusable["jobs"][job]["outputs"]["error"]
+    if step_name == PATHS_STEP:
+        proc, output = run_paths_step(reusable, tmp_path, given)
+    else:
+        proc, output, _ = run_step_script(
+            script["run"], inputs_env(reusable, script, given), tmp_path
+        )
     assert proc.returncode == 1, shown(proc)
     error = output.removeprefix("error=").rstrip("\n")
     assert error.startswith(names)
     run = {
-        "inputs": Run(inputs_result="failure", inputs_error=error, gpu_result="skipped"),
+        # Both gate jobs need the inputs job: a failed one skips them.
+        "inputs": Run(
+            inputs_result="failure", inputs_error=error, cpu_result="skipped", gpu_result="skipped"
+        ),
         "cpu": Run(cpu_result="failure", cpu_error=error),
         "accelerator": Run(gpu_result="failure", gpu_error=error),
     }[job]

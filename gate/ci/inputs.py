@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gate.ci.step import env, error, one_line, set_outputs
+from gate.ci.step import env, fail, one_line, set_outputs
 
 # An image pinned by digest: a tag can change what runs on the runner.
 _DIGEST = re.compile(r"[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}")
@@ -150,8 +150,6 @@ def inputs_step(environ: Mapping[str, str]) -> int:
     try:
         outputs = check_inputs(Inputs.from_env(environ))
     except InputError as exc:
-        error("transfer-gate inputs", str(exc))
-        set_outputs(environ, error=str(exc))
-        return 1
+        return fail(environ, "transfer-gate inputs", str(exc))
     set_outputs(environ, **outputs)
     return 0
