@@ -30,9 +30,10 @@ class HeldRegions:
     def __init__(self) -> None:
         self.region: HeldRegion | None = None
         self._outputs: StepOutputs | None = None
-        # A `fetch_later` job's region and its outputs as the step returned them, until
-        # `fetch` or the next job.
-        self._unfetched: tuple[HeldRegion, object] | None = None
+        # A `fetch_later` job's region, its outputs as the step returned them, and the index of
+        # the run they came from (the region's later phases call setup again), until `fetch`
+        # or the next job.
+        self._unfetched: tuple[HeldRegion, object, int | None] | None = None
 
     def release(self) -> None:
         """Let go of the held region, if any: a new job replaces it (the gate is done with it)."""
@@ -53,7 +54,7 @@ class HeldRegions:
             (`RegionAbort`), anything else a gate fault (`run_job`), never a comparison
             quietly not made."""
             if job.fetch_later:
-                self._unfetched = (region, outputs)
+                self._unfetched = (region, outputs, region.inputs.last)
             else:
                 self._outputs = region.outputs(outputs)
             if job.hold:
@@ -69,10 +70,10 @@ class HeldRegions:
 
         if self._unfetched is None:
             return None, None
-        (region, outputs), self._unfetched = self._unfetched, None
+        (region, outputs, run), self._unfetched = self._unfetched, None
         try:
             with _running(region), region.programs.entered():
-                return region.outputs(outputs), None
+                return region.outputs(outputs, run), None
         except RegionAbort as abort:
             return None, abort.error
         except Exception as exc:  # a gate bug: the comparison says so, never passes quietly

@@ -94,12 +94,13 @@ class HeldRegion:
             tuple((name, tuple(v)) for name, v in sorted(boundary_s.items())),
         )
 
-    def outputs(self, outputs: Any) -> StepOutputs:
-        """``outputs`` (one run's, from setup's inputs) on the host, and whether setup repeats."""
+    def outputs(self, outputs: Any, run: int | None = None) -> StepOutputs:
+        """``outputs`` (one run's, from setup's inputs) on the host, and whether setup repeats;
+        ``run``: that run's index, where setup has made others since (`Inputs.again`)."""
         _, leaves = host_leaves(outputs)
         # The inputs of the run whose outputs these are, twice: the same when setup repeats.
-        first, count = _digest(self.inputs.again())
-        second, _ = _digest(self.inputs.again())
+        first, count = _digest(self.inputs.again(run))
+        second, _ = _digest(self.inputs.again(run))
         module = sys.modules.get(self.code.region.step.module)
         step_file = getattr(module, "__file__", None)
         return StepOutputs(

@@ -96,10 +96,11 @@ class StepInputs:
             while batch:
                 yield batch.pop()
 
-    def again(self) -> Inputs:
-        """The inputs of the last run made again, for the same run index: two such calls give
-        the same arrays when setup is deterministic, as the comparison with the base needs."""
-        return self._made(watched=True, index=self.last)
+    def again(self, index: int | None = None) -> Inputs:
+        """The inputs of the last run made again, for the same run index (or of run ``index``,
+        one read from `last` earlier): two such calls give the same arrays when setup is
+        deterministic, as the comparison with the base needs."""
+        return self._made(watched=True, index=self.last if index is None else index)
 
     def _made(self, *, watched: bool, index: int | None = None) -> Inputs:
         setup = self.code.callables.setup
