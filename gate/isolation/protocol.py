@@ -96,11 +96,14 @@ class Job:
     # alike. Never in a plain run: the hook hears every audit event after it, a Python call
     # each (~16 ms a small region on the CPU, ~4 µs a call of a tiny step).
     audited: bool = False
-    # With `hold` or `outputs`: keep the outputs as they are, on the device, and send them only
-    # when `Fetch` asks (``run --base``'s head, whose footprint may show the base has the region
-    # unchanged: then nothing is fetched, setup does not run twice more, no array is hashed or
-    # sent). The next job lets them go.
-    fetch_later: bool = False
+
+    @property
+    def fetch_later(self) -> bool:
+        """Keep the outputs (`hold`, `outputs`) as they are, on the device, and send them only
+        when `Fetch` asks: a job that records its footprint (``run --base``'s head), since the
+        footprint may show the base has the region unchanged, and then nothing is fetched,
+        setup does not run twice more, no array is hashed or sent. The next job lets them go."""
+        return self.footprint_top is not None
 
 
 @dataclass(frozen=True)

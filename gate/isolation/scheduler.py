@@ -271,7 +271,6 @@ class Scheduler:
             self.moved_paths,
             top,
             self.audited,
-            fetch_later=top is not None,
         )
         limit = region.timeout_s
         reply = self._request(
