@@ -2,10 +2,10 @@
 
 The comparison with the base interleaves the two trees' timed runs in rounds
 (`gate.compare.session`), so after its normal run a region stays in its worker,
-imported and warmed up, and times as many more runs as each round asks for,
-exactly as the engine's own timed runs do (fresh inputs from setup, untimed;
-the call blocks on the outputs; boundaries interposed and timed), on the core the
-round names (`gate.region.cores`).
+imported and warmed up, and times as many more runs as each round asks for, as the
+engine's own timed runs do (the call blocks on the outputs; boundaries interposed and
+timed; setup untimed), on the core the round names (`gate.region.cores`), except that
+setup runs once for all of them (`HeldRegion.sample`).
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ class HeldRegion:
     programs: RegionPrograms  # the region's own jit cache context, as in its run
     # The step deleted an input of a turn's first run (it donates it): setup for every run.
     donates: bool = False
+    # The inputs every turn's runs take, made by setup for the first turn (unless it donates).
+    turn_inputs: Inputs | None = None
     # Its traced runs, left for when the comparison asks (`gate.region.cost_phase`); None
     # when its step time is not compared or its cost run measured nothing.
     traced_later: Callable[[], OpTimes] | None = None
@@ -56,11 +58,14 @@ class HeldRegion:
     def sample(self, runs: int, cpu: int | None = None) -> StepSamples:
         """``runs`` more timed runs on ``cpu`` (None: any); an error of the step ends the round.
 
-        The runs of one turn share one call of setup, unless the step donates its inputs
-        (JAX deletes a donated array): a run times the step, and setup for each of a
-        turn's runs cost a short step several times its own time (on the 2-core machine,
-        setup's ~1.1 ms against a 0.1 ms step). Both trees' turns are timed alike, so the
-        comparison is unchanged; the watched runs, not these, are what need fresh inputs.
+        Every turn's runs share one call of setup, the first turn's, unless the step donates
+        its inputs (JAX deletes a donated array): a run times the step, and setup cost a
+        short step several times its own time (on the 2-core machine, setup's ~1.1 ms
+        against a 0.1 ms step; once a turn, after the other tree's turn had the core, 1.3 ms
+        against a turn's 1.9 ms of runs, docs/performance-log.md). Both trees' turns are
+        timed alike, so the comparison is unchanged; the watched runs, not these, are what
+        need fresh inputs. The inputs live as long as the region is held: one set of them,
+        which its turns needed anyway.
         """
         step_s: list[float] = []
         names = [name for name, _ in self.code.callables.boundaries]
@@ -71,10 +76,10 @@ class HeldRegion:
                 self.programs.entered(),
                 self.monitor.installed(self.code.callables.boundaries),
             ):
-                inputs: Inputs | None = None
                 for run in range(runs):
-                    if inputs is None or self.donates:
-                        inputs = self.inputs.for_timing()
+                    if self.turn_inputs is None or self.donates:
+                        self.turn_inputs = self.inputs.for_timing()
+                    inputs = self.turn_inputs
                     if names:  # a boundary's own times, run by run; none to reset else
                         self.monitor.reset_costs()
                     start = time.perf_counter()
