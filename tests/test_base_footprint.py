@@ -304,6 +304,21 @@ def test_a_change_to_prose_alone_starts_no_base_worker(
     assert "head checked, listening" in events, events
 
 
+def test_a_region_always_compared_starts_the_bases_worker_early_whatever_the_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``compare: always`` runs the region from the base even for a change to prose alone: its
+    worker starts as the head's does, not when the first region needs it (waiting cost the
+    first region the base worker's start)."""
+    policy = _policy("a") + _policy("b", extra=", compare: always").removeprefix(POLICY_HEAD)
+    repo = _repo(tmp_path, {"a.py": _module(), "b.py": _module(), "policies/p.yaml": policy})
+    make_repo(repo, {"README.md": "a repo, changed\n"})
+    events = _events(monkeypatch, repo)
+    assert _statuses(repo) == {"a": "unchanged", "b": "compared"}
+    assert events.count("spawn base") == 1, events
+    assert events.index("spawn base") < events.index("head checked"), events
+
+
 def test_a_change_to_comments_alone_starts_no_base_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

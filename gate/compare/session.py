@@ -172,10 +172,10 @@ class _Session:
 
     def start_base(self, scheduler: Scheduler) -> None:
         """The base's worker for the first region, started as the head's first worker starts,
-        where the change may reach a region and the device is known to take both: it imports
-        JAX while the head's imports and checks the policies, so that a first region the
-        change reaches does not wait for it. A change to prose alone waits for a footprint
-        to need it."""
+        where the change may reach a region (or a region is always compared) and the device
+        is known to take both: it imports JAX while the head's imports and checks the
+        policies, so that a first region the base runs does not wait for it. A change to
+        prose alone waits for a footprint to need it."""
         for policy, _ in self.plan.first():
             if self._starts_base_early(policy):
                 _, base = self._sides(policy, scheduler, beside=True)
@@ -183,8 +183,18 @@ class _Session:
 
     def _starts_base_early(self, policy: Policy) -> bool:
         """Whether ``policy``'s base worker starts before a footprint needs it: the device is
-        known to take both, and the change's files may reach a region."""
-        return self._known_to_admit_two(policy) and self.tree.may_reach_regions
+        known to take both, and the change's files may reach a region, or one of its regions
+        runs from the base whatever the change (``compare: always``; waiting for it cost the
+        first such region the base worker's start, ~1.3 s of a 13 s run on the 2-core
+        machine, docs/performance-log.md)."""
+        if not self._known_to_admit_two(policy):
+            return False
+        return self.tree.may_reach_regions or any(
+            region.compare is CompareRule.ALWAYS
+            for planned, regions in self.plan.steps
+            if planned is policy
+            for region in regions
+        )
 
     def compared(self, scheduler: Scheduler, policy: Policy, region: Region) -> RegionResult:
         scheduler.budgets = self._budgets
