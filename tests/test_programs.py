@@ -127,6 +127,42 @@ def test_jaxs_own_nested_functions_are_traced_once_the_users_in_every_region(
     assert traced == {"step": 2, "users_helper": 2}
 
 
+def test_a_held_regions_hooks_stay_installed_until_it_is_let_go_of(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A region entered again and again (a held region's turns) keeps JAX's hooks installed
+    between entries, sharing JAX's own traces as `entered` alone does, and lets them go with
+    its programs: nothing of the gate's stays patched in JAX after the region."""
+    jax.clear_caches()
+    traced = _traces_by_name(monkeypatch)
+
+    def made(k: int) -> Callable[[jax.Array], jax.Array]:
+        @jax.jit
+        def step(x: jax.Array) -> jax.Array:
+            return jnp.mean(jnp.sin(x) * 2) + users_helper(x).sum() + k
+
+        return step  # a new function each time: traced afresh, as a region's first call is
+
+    _regions(made(0), 1)  # JAX's own functions traced once, shared from now on
+    traced.clear()
+    held = RegionPrograms()
+    hooks = (programs._jax_own_shared, programs._transforms_shared)
+    try:
+        held.keep_hooks()
+        held.keep_hooks()  # once is enough: the second keeps nothing more
+        assert all(len(h.logs()) == 1 for h in hooks)
+        for k in range(1, 4):
+            with held.entered():
+                jax.block_until_ready(made(k)(_INPUT))
+        assert all(len(h.logs()) == 1 for h in hooks)  # each entry added one, took it away
+        # Nothing of JAX's traced again; the user's helper once, in this region's programs.
+        assert traced == {"step": 3, "users_helper": 1}
+    finally:
+        held.let_go(made(4))
+    assert all(h.logs() == [] for h in hooks)
+    assert all(h._installed is None for h in hooks), "JAX is left patched"
+
+
 def test_a_jax_function_handed_the_users_functions_is_traced_in_every_region(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

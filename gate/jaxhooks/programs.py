@@ -91,6 +91,7 @@ class RegionPrograms:
 
     def __init__(self) -> None:
         self._value = (_REGION, next(_numbers))
+        self._kept: ExitStack | None = None  # the hooks `keep_hooks` keeps installed
 
     @contextlib.contextmanager
     def entered(self) -> Iterator[None]:
@@ -100,15 +101,21 @@ class RegionPrograms:
         context.set_global(self._value)
         try:
             with ExitStack() as stack:
-                # Where this JAX lacks the hook its nested functions are traced in every
-                # region, slower and as correct.
-                with contextlib.suppress(InternalMissing):
-                    stack.enter_context(_jax_own_shared.active(lambda _: None))
-                with contextlib.suppress(InternalMissing):
-                    stack.enter_context(_transforms_shared.active(lambda _: None))
+                _hooked(stack)
                 yield
         finally:
             context.set_global(previous)
+
+    def keep_hooks(self) -> None:
+        """Keep JAX's hooks that `entered` needs installed until `let_go`, for a region entered
+        again and again: a held region's turns in `run --base`'s rounds (dozens a region).
+        Installing them for each turn cost ~0.2 ms once the other tree's turn had had the core
+        (~45 µs in a loop), a tenth of a short step's turn; entering installed ones costs a
+        lock. Installed, they change nothing outside a region's programs: what they share is
+        already shared there."""
+        if self._kept is None:
+            self._kept = ExitStack()
+            _hooked(self._kept)
 
     def let_go(self, step: object) -> None:
         """The region is done with its programs: a jitted step's own go now.
@@ -119,13 +126,26 @@ class RegionPrograms:
         recompiling of setup's programs that comes with it. ``clear_cache`` (public, on a
         ``jax.jit`` function) lets go of the step's alone: under 0.1 MB a region left
         (docs/performance-log.md). A step that is no jitted function leaves its programs to the
-        release.
+        release. The hooks `keep_hooks` kept are removed.
         """
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            kept.close()
         if jit_info(step) is None:
             return
         clear = getattr(step, "clear_cache", None)
         if callable(clear):
             clear()
+
+
+def _hooked(stack: ExitStack) -> None:
+    """JAX's hooks that trace its own nested functions and transforms under the shared value,
+    active until ``stack`` closes. Where this JAX lacks one, its nested functions are traced in
+    every region, slower and as correct."""
+    with contextlib.suppress(InternalMissing):
+        stack.enter_context(_jax_own_shared.active(lambda _: None))
+    with contextlib.suppress(InternalMissing):
+        stack.enter_context(_transforms_shared.active(lambda _: None))
 
 
 def gates_value(value: object) -> bool:

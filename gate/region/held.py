@@ -72,6 +72,7 @@ class HeldRegion:
         boundary_s: dict[str, list[float]] = {name: [] for name in names}
         try:
             pin(cpu)
+            self.programs.keep_hooks()  # until the region is let go of
             with (
                 self.programs.entered(),
                 self.monitor.installed(self.code.callables.boundaries),
