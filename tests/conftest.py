@@ -1,6 +1,6 @@
 """Suite-wide rules: `gpu` and `tpu` tests run only where such a device can, the tests of each
-JAX internal (tests/jax_hooks.py) are marked `jaxhooks`, and every JUnit report left in a test's
-tmp_path must be valid.
+JAX internal (tests/jax_hooks.py) are marked `jaxhooks`, every JUnit report left in a test's
+tmp_path must be valid, and SIGINT reaches what the tests start however the suite was started.
 
 Tests that assert on a report validate it themselves (`GateRun.junit`); the
 net catches the reports of tests that only look at an exit code or the log.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import compileall
 import importlib.metadata
 import importlib.util
+import signal
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,13 @@ from gate.machine.devices import tpu_chip_files
 from gate.package import PACKAGE_DIR
 
 __all__ = ["accelerator_rule", "one_process_on_the_device"]  # fixtures for every module
+
+# A suite started in the background by a script (`bash .ci/run &`, `nohup`) inherits SIGINT
+# ignored, and so would every process it starts: the gate would never hear the runner's
+# cancelling SIGINT, and each test of it would wait out its timeout (six failed so, a minute
+# each). A handler of Python's own is not inherited across exec; the default is.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _cuda_plugin_installed() -> bool:
