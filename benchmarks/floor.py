@@ -110,13 +110,16 @@ def phases(steps, i):
     return step, statistics.median(times)
 
 
-held_inputs = {}  # by step: every turn of a region takes the inputs of its first, as the gate's
+# By tree: the region its turns time now and the inputs of its first turn, which every later
+# turn of the region takes, as the gate's held region does; a new region's turns replace them.
+held_inputs = {}
 
 
 def turn(steps, step, runs):
-    inputs = held_inputs.get(step)
-    if inputs is None:
-        inputs = held_inputs[step] = steps.make_inputs()
+    held = held_inputs.get(steps)
+    if held is None or held[0] is not step:
+        held = held_inputs[steps] = (step, steps.make_inputs())
+    inputs = held[1]
     times = []
     for _ in range(runs):
         start = time.perf_counter()
