@@ -53,6 +53,7 @@ from benchmarks.processes import (
     load_average,
     run_grouped,
 )
+from gate.machine.diagnosis import CPU_ASYNC_DISPATCH
 
 SIZE = 64  # the matrix is SIZE x SIZE float32 (``--size``)
 TARGET_S = 1e-3  # the base step's median
@@ -99,6 +100,7 @@ import statistics, sys, time
 
 import jax
 
+jax.config.update({dispatch!r}, False)  # a CPU computation inline, as the gate's workers run it
 namespace = {{}}
 exec({steps!r}, namespace)
 step, inputs = namespace["step"], namespace["make"]()
@@ -120,7 +122,10 @@ def step_s(k: int, size: int, quantile: float = 0.5, calls: int = 200) -> float:
     one would hold it while the gate's workers need it.
     """
     code = MEASURE.format(
-        steps=STEPS.format(size=size, k=k), calls=calls, index=round(quantile * 100) - 1
+        steps=STEPS.format(size=size, k=k),
+        calls=calls,
+        index=round(quantile * 100) - 1,
+        dispatch=CPU_ASYNC_DISPATCH,
     )
     done = run_grouped([sys.executable, "-c", code], ROOT, os.environ, 600)
     if done.returncode != 0:

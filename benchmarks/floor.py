@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gate.isolation.device_pool import DevicePool
+from gate.machine.diagnosis import CPU_ASYNC_DISPATCH
 
 FLOOR_REGIONS = "floor.json"  # which steps the floor runs, beside it
 GATE_ROUNDS = "gate-rounds.json"  # the paired rounds a gate's run took, by region
@@ -42,7 +43,15 @@ FIRST_CALL, WARMUP, GUARDED, REPEATS, FINITE = (
     "finite check",
 )
 
-FLOOR = '''
+# Every floor's JAX runs a CPU computation inline, as the gate's workers do
+# (`gate.isolation.backend`): the same work, so what lies between a floor and the gate is the
+# gate's own. Spliced in after each script's imports, before anything starts the backend.
+_AS_THE_WORKERS = f"""
+jax.config.update("{CPU_ASYNC_DISPATCH}", False)
+"""
+
+FLOOR = (
+    '''
 """The floor: the gate's phases by hand, region after region, in one process."""
 import importlib
 import json
@@ -51,7 +60,9 @@ import time
 
 import jax
 import numpy as np
-
+'''
+    + _AS_THE_WORKERS
+    + """
 WARMUP, GUARDED, REPEATS = 2, 3, 20
 
 with open("floor.json") as f:
@@ -82,11 +93,14 @@ for step_name, setup_name in plan["regions"]:
 if len(sys.argv) > 1:
     with open(sys.argv[1], "w") as f:
         json.dump(spent, f)
-'''
+"""
+)
 
 # Both two-tree floors' settings, a region's phases and a turn of timed runs: one text, spliced
 # into each script after its imports.
-_TWO_TREES = """
+_TWO_TREES = (
+    _AS_THE_WORKERS
+    + """
 WARMUP, GUARDED, REPEATS, ROUNDS, TURN_S, MAX_TURN_RUNS = 2, 3, 20, 16, 2e-3, 32
 
 
@@ -127,6 +141,7 @@ def turn(steps, step, runs):
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 """
+)
 
 FLOOR_BOTH = (
     '''

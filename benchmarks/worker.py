@@ -1,8 +1,8 @@
 """The worker set-up: a scenario that runs regions inside its own process runs them as the
 gate's worker does (`gate.isolation.worker`).
 
-`as_a_worker` prepares the environment before JAX starts, starts the backend and makes the
-gate's jit context, in that order; `steps_in_a_worker` does that and writes the regions' steps
+`as_a_worker` prepares the environment before JAX starts, then starts it as a worker does
+(`gate.isolation.backend`); `steps_in_a_worker` does that and writes the regions' steps
 (`benchmarks.regions`) where ``import bench_steps`` finds them.
 """
 
@@ -22,12 +22,9 @@ def as_a_worker() -> None:
     from gate.isolation.environment import prepare_environment
 
     prepare_environment(os.environ)
-    import jax
+    from gate.isolation.backend import start_backend
 
-    from gate.jaxhooks.programs import made_at_startup
-
-    jax.devices()  # the backend up, as a worker's start leaves it
-    made_at_startup()
+    start_backend()
 
 
 def steps_in_a_worker(count: int, prefix: str) -> Path:

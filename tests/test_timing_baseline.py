@@ -20,6 +20,7 @@ from result_samples import MACHINE, region_error, run_of
 from result_samples import region as sample_region
 
 import gate.cli.run
+from gate import __version__
 from gate.compare.stored_baseline import compare_with_baseline
 from gate.levels import GuardLevel, GuardSpec
 from gate.machine.diagnosis import processor_model
@@ -131,6 +132,8 @@ def test_baseline_records_each_regions_timing_and_the_machine(repo: Path) -> Non
     assert machine["transfer_gate"] == "0.1.0"
     assert machine["cuda_driver"] is machine["libtpu"] is None
     assert machine["processor"] == processor_model()
+    # The worker ran each computation on the calling thread (gate/isolation/backend.py).
+    assert machine["cpu_dispatch"] == "inline"
     # A region of its own: re-baselining one keeps the other's timing.
     before = document["timing"]["p.quick"]
     one = run_gate(repo, "baseline", "--region", "sleepy")
@@ -212,6 +215,24 @@ def test_a_baseline_from_another_machine_is_not_compared_and_one_line_names_both
     )
     assert f"; this run: {here}" in note
     assert "\n" not in note
+
+
+def test_a_timing_recorded_before_the_workers_ran_cpu_computations_inline_is_not_compared(
+    repo: Path, written: list[RunResult]
+) -> None:
+    # Such a record has no cpu_dispatch: its step was handed to one of XLA's threads, which
+    # costs a small step more than the step itself, so its times say nothing of today's.
+    assert run_gate(repo, "baseline").returncode == 0
+    document = stored(repo)
+    del document["timing"]["p.sleepy"]["machine"]["cpu_dispatch"]
+    (repo / BASELINE).write_text(json.dumps(document))
+    run = run_gate(repo, "run", env={"STEP_SLEEP_S": "0.012"})
+    assert run.returncode == 0, run
+    sleepy = region(written, "sleepy")
+    assert sleepy.timing_vs_baseline is None
+    [note] = [n for n in sleepy.notes if n.startswith("timing not compared")]
+    assert "on another machine (cpu_dispatch differ)" in note
+    assert note.endswith(f", CPU dispatch inline, transfer-gate {__version__}")
 
 
 def test_a_version_2_baseline_still_loads_and_says_it_has_no_timing(

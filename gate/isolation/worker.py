@@ -31,6 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
+from gate.isolation.backend import start_backend
 from gate.isolation.held_regions import HeldRegions
 from gate.isolation.leftovers import Leftovers
 from gate.isolation.own_tree import take_from_own_tree
@@ -56,7 +57,6 @@ from gate.isolation.protocol import (
     write_all,
     write_frame,
 )
-from gate.jaxhooks.programs import made_at_startup
 from gate.policy.problems import Problem
 from gate.policy.resolve import running_from
 from gate.region.stages import Stage, listening
@@ -88,10 +88,7 @@ def main(argv: list[str]) -> int:
     started = time.perf_counter()
     leftovers = Leftovers()
     with leftovers.starting_up():
-        import jax
-
-        jax.devices()  # backend start-up is paid once per worker, not per region
-        made_at_startup()  # before anything is traced: no program is traced twice for it
+        start_backend()
     write_frame(results_fd, Ready(os.getpid(), time.perf_counter() - started))
 
     jobs: queue.Queue[Request | None] = queue.Queue()

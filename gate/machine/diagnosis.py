@@ -82,6 +82,10 @@ PLUGIN_DISTRIBUTIONS = (
 _GPU_PLUGIN_PREFIXES = ("jax-cuda", "jax-rocm")
 _TPU_PLUGINS = frozenset({"libtpu", "libtpu-nightly"})
 
+# JAX's option, read once, as the CPU backend is made: False runs each computation on the
+# thread that calls it (`gate.isolation.backend` sets it so in every worker).
+CPU_ASYNC_DISPATCH = "jax_cpu_enable_async_dispatch"
+
 
 @dataclass(frozen=True)
 class Evidence:
@@ -120,6 +124,7 @@ class PlatformInfo:
     cores: int = 1  # the host's logical CPUs
     cuda_driver: str | None = None  # the newest CUDA the NVIDIA driver supports, e.g. "12.8"
     libtpu_version: str | None = None
+    cpu_dispatch: str | None = None  # on the CPU: "inline" or "async" (`cpu_dispatch`)
 
     def describe(self) -> str:
         """``gpu (NVIDIA H200 x1), jax 0.11.2, jaxlib 0.11.2, CUDA 12.8``."""
@@ -144,6 +149,7 @@ class PlatformInfo:
             cuda_driver=self.cuda_driver,
             cuda_runtime=self.cuda_version,
             libtpu=self.libtpu_version,
+            cpu_dispatch=self.cpu_dispatch,
             transfer_gate=__version__,
         )
 
@@ -178,8 +184,9 @@ def detect() -> PlatformInfo:
     versions = dict(installed_plugins())
     plugins = tuple(versions)
     nvidia = nvidia_device_files()
+    platform = str(jax.default_backend())
     return PlatformInfo(
-        platform=str(jax.default_backend()),
+        platform=platform,
         device_kind=", ".join(kinds),
         device_count=len(devices),
         jax_version=str(jax.__version__),
@@ -200,7 +207,15 @@ def detect() -> PlatformInfo:
         cores=os.cpu_count() or 1,
         cuda_driver=_cuda_version_from("cuda_driver_get_version"),
         libtpu_version=versions.get("libtpu") or versions.get("libtpu-nightly"),
+        cpu_dispatch=cpu_dispatch() if platform == "cpu" else None,
     )
+
+
+def cpu_dispatch() -> str:
+    """How this process's CPU backend runs a computation: "inline" or "async"."""
+    import jax
+
+    return "async" if jax.config.read(CPU_ASYNC_DISPATCH) else "inline"
 
 
 def processor_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:

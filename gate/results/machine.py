@@ -31,16 +31,22 @@ class Machine(Record, frozen=True, kw_only=True):
     cuda_driver: str | None = None  # "12.8": the newest CUDA the NVIDIA driver supports
     cuda_runtime: str | None = None  # the CUDA runtime JAX loaded
     libtpu: str | None = None  # the libtpu distribution's version
+    # How JAX ran a computation on the CPU: "inline" on the calling thread, as the gate's
+    # workers run it (`gate.isolation.backend`), or "async" on one of XLA's; None on another
+    # platform, and in a record made before the gate kept it.
+    cpu_dispatch: str | None = None
     transfer_gate: str  # the gate's version: its timed loop may change between versions
 
     def describe(self) -> str:
-        """``Intel Xeon x8 cores, cpu x1 (cpu), jax 0.10.2, jaxlib 0.10.2, transfer-gate 0.1.0``."""
+        """``Intel Xeon x8 cores, cpu x1 (cpu), jax 0.10.2, jaxlib 0.10.2, CPU dispatch inline,
+        transfer-gate 0.1.0``."""
         extras = [
             f"{name} {value}"
             for name, value in (
                 ("CUDA driver", self.cuda_driver),
                 ("CUDA", self.cuda_runtime),
                 ("libtpu", self.libtpu),
+                ("CPU dispatch", self.cpu_dispatch),
             )
             if value
         ]
