@@ -12,6 +12,7 @@ limits, with ``compare: always`` as their way out.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -255,8 +256,10 @@ def _events(monkeypatch: pytest.MonkeyPatch, repo: Path) -> list[str]:
     monkeypatch.setattr(worker_process, "spawn", spy(worker_process.spawn))
     run_held = Scheduler.run_held
 
-    def held(self: Scheduler, policy: Any, region: Any, tree: Any = None, *rest: Any) -> Any:
-        done = run_held(self, policy, region, tree, *rest)
+    def held(
+        self: Scheduler, policy: Any, region: Any, tree: Any = None, *rest: Any, **named: Any
+    ) -> Any:
+        done = run_held(self, policy, region, tree, *rest, **named)
         if tree == "head":
             events.append(f"head ran {region.name}")
         return done
@@ -436,3 +439,35 @@ def test_a_change_that_reaches_no_region_leaves_numpy_out_of_the_gates_process(
     run = run_gate(repo, "run", "--base", "HEAD", env={"PYTHONPATH": str(site)})
     assert run.returncode == 0, run
     assert log.read_text() == "numpy", run
+
+
+def _spans(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, float, float]]:
+    """Each region's run in each tree: (tree, region, when it started, when it returned)."""
+    spans: list[tuple[str, str, float, float]] = []
+    run_held = Scheduler.run_held
+
+    def held(
+        self: Scheduler, policy: Any, region: Any, tree: Any = None, *rest: Any, **named: Any
+    ) -> Any:
+        began = time.monotonic()
+        done = run_held(self, policy, region, tree, *rest, **named)
+        spans.append((tree, region.name, began, time.monotonic()))
+        return done
+
+    monkeypatch.setattr(Scheduler, "run_held", held)
+    return spans
+
+
+def test_on_the_cpu_a_region_the_base_runs_whatever_its_footprint_runs_in_both_trees_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``compare: always`` (or a changed policy entry): the base's run does not wait for the
+    head's; one the footprint decides waits for it, since it may not run at all."""
+    policy = _policy("a") + _policy("b", extra=", compare: always").removeprefix(POLICY_HEAD)
+    repo = _repo(tmp_path, {"a.py": _module(), "b.py": _module(), "policies/p.yaml": policy})
+    make_repo(repo, {"a.py": _module(scale="2.0 / 2")})  # a's code changed, its work not
+    spans = _spans(monkeypatch)
+    assert _statuses(repo) == {"a": "compared", "b": "compared"}
+    runs = {(tree, name): (began, ended) for tree, name, began, ended in spans}
+    assert runs[("base", "b")][0] < runs[("head", "b")][1], spans  # at once
+    assert runs[("base", "a")][0] >= runs[("head", "a")][1], spans  # after its footprint

@@ -7,6 +7,8 @@ timed runs, a step that dies in the middle of one, and its outputs on the host.
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +21,7 @@ from gate.compare.outputs import compare_outputs
 from gate.compare.rounds import MAX_TURN_RUNS, turn_runs
 from gate.isolation.held_regions import HeldRegions
 from gate.isolation.protocol import Job
-from gate.isolation.scheduler import Scheduler, Turn, usable_cpus
+from gate.isolation.scheduler import Scheduler, TimingCue, Turn, usable_cpus
 from gate.isolation.worker import run_job
 from gate.policy.load import load_policy
 from gate.policy.model import Checks, Policy
@@ -399,3 +401,70 @@ def test_a_turns_runs_share_one_setup_unless_the_step_donates(
     assert len(samples.step_s) == 5
     # A donated input is deleted by the run: each run needs setup's new one.
     assert made[0] - before == setups
+
+
+LOGGED_STEP = """
+import os
+import time
+
+import jax
+import numpy as np
+
+
+@jax.jit
+def double(x):
+    return x * 2.0
+
+
+def make():
+    return (jax.device_put(np.arange(4, dtype=np.float32)),)
+
+
+def step(x):
+    with open(os.environ["CALL_LOG"], "a") as log:
+        log.write(f"{time.time()}\\n")
+    return double(x)
+"""
+
+
+def test_a_jobs_timed_runs_wait_for_its_cue_and_its_other_runs_do_not(tmp_path: Path) -> None:
+    """`run --base` on the CPU runs a region in both trees' workers at once; the head's timed
+    runs wait until the base's run has ended (`TimingCue`), its first call does not."""
+    repo = make_repo(
+        tmp_path,
+        {
+            "src/steps.py": LOGGED_STEP,
+            "policies/p.yaml": POLICY.replace("- {name: dies", "# - {name: dies"),
+        },
+    )
+    policy = _policy(repo)
+    log = tmp_path / "calls.log"
+    cue = TimingCue()
+    with Scheduler(repo, environ={**gate_env(), "CALL_LOG": str(log)}) as scheduler:
+        done: list[RegionResult] = []
+        running = threading.Thread(
+            target=lambda: done.append(scheduler.run_held(policy, policy.regions[0], cue=cue)[0])
+        )
+        running.start()
+        deadline = time.monotonic() + 60
+        while not (log.exists() and log.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # the region's runs up to its timed ones take ~0.1 s
+        assert running.is_alive(), "the timed runs did not wait for the cue"
+        given = time.time()
+        cue.give()
+        running.join(timeout=60)
+        assert not running.is_alive()
+    [result] = done
+    assert result.passed, result
+    calls = [float(line) for line in log.read_text().split()]
+    assert [t < given for t in calls].count(True) >= 3, calls  # first call, warm-up, watched
+    assert [t > given for t in calls].count(True) >= 2, calls  # its 2 timed runs
+
+
+def test_a_cue_given_before_anything_waits_lets_it_through_at_once() -> None:
+    cue, heard = TimingCue(), []
+    cue.on_given(lambda: heard.append("before"))
+    cue.give()
+    cue.on_given(lambda: heard.append("after"))
+    assert heard == ["before", "after"]

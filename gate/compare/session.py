@@ -31,6 +31,7 @@ import os
 import re
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -45,7 +46,7 @@ from gate.isolation.cancellation import Cancellation
 from gate.isolation.device_pool import DevicePool
 from gate.isolation.run_loop import begin, schedulers
 from gate.isolation.run_settings import DEFAULT_SETTINGS, RunSettings
-from gate.isolation.scheduler import RegionBudgets, Scheduler, worker_environment
+from gate.isolation.scheduler import RegionBudgets, Scheduler, TimingCue, worker_environment
 from gate.isolation.watcher import RunWatcher
 from gate.isolation.worker_start import DeviceBusy
 from gate.plan import Plan
@@ -206,7 +207,7 @@ class _Session:
             sides = self._sides(policy, scheduler, beside=True)
             if self._starts_base_early(policy):  # another policy's first, or a new worker
                 sides[1].scheduler.start_early(sides[1].policy)  # a no-op while one is up
-            pair = _Pair(region, sides, self.tree, self.cancel)
+            pair = _Pair(region, sides, self.tree, self.cancel, at_once=self._on_the_cpu(policy))
             try:
                 result = pair.compare(self.head_root)
                 self._side_by_side.add((policy.path, region.name))
@@ -242,6 +243,13 @@ class _Session:
         if pool is not None:
             return pool.admits_two
         return env.get("JAX_PLATFORMS", "").strip().lower() == "cpu"
+
+    def _on_the_cpu(self, policy: Policy) -> bool:
+        """Whether ``policy``'s workers run on the CPU by name, where each tree's run of a
+        region may go at once, on cores of its own (`_Pair.at_once`); not on a device two
+        workers share (a GPU), where the base's runs would run on the head's device."""
+        env = worker_environment(self.environ, policy)
+        return DevicePool.for_environment(env) is None and self._known_to_admit_two(policy)
 
     def _sides(self, policy: Policy, scheduler: Scheduler, *, beside: bool) -> tuple[Side, Side]:
         base_policy = for_base(policy, self.head_root, self.tree.root)
@@ -317,6 +325,10 @@ class _Pair:
     head_block: tuple[float, ...] = ()
     base_block: tuple[float, ...] = ()
     turn_runs: int = 1
+    # Both trees on the CPU: a region whose base runs whatever the head's footprint says runs
+    # in both workers at once, the head's timed runs after the base's run has ended
+    # (`_both_at_once`).
+    at_once: bool = False
 
     @property
     def head(self) -> Side:
@@ -329,7 +341,11 @@ class _Pair:
     def compare(self, head_root: Path) -> RegionResult:
         """Both trees' runs, each in its worker, which then holds it for the paired rounds
         (only when the step's time is compared: otherwise each run is let go as it ends)."""
-        head = self._run(self.head, self.region)
+        base: Held | None = None
+        if self.at_once and self._base_runs_anyway(head_root):
+            head, base = self._both_at_once(head_root)
+        else:
+            head = self._run(self.head, self.region)
         if head[0].error is not None:
             return _not_compared(head[0])
         head = self._footprinted(head, head_root)
@@ -338,7 +354,32 @@ class _Pair:
         head = self._with_outputs(head)
         if head[0].error is not None:
             return _not_compared(head[0])
-        return self._judged(head, self._base_run(head_root), head_root)
+        return self._judged(head, self._base_run(head_root) if base is None else base, head_root)
+
+    def _both_at_once(self, head_root: Path) -> tuple[Held, Held]:
+        """The head's run and the base's at once, each in its worker on the CPU's cores: the
+        two trees' imports, first calls and checks overlap, where one after the other they
+        cost the run twice (on the 2-core machine ~40% of `run --base` when every region is
+        compared, docs/performance-log.md). The head's timed runs, which a stored baseline
+        may judge, wait for the base's run to end (`TimingCue`): nothing of the base's runs
+        beside them. The base's own timed runs may meet the head's first call: no verdict
+        rests on them (the paired rounds judge the step, and only a tree run alone times
+        its region unpaired, `compare_apart`)."""
+        cue = TimingCue()
+
+        def base_then_cue() -> Held:
+            try:
+                return self._base_run(head_root)
+            finally:
+                cue.give()
+
+        with ThreadPoolExecutor(1, thread_name_prefix="transfer-gate-base") as pool:
+            base = pool.submit(base_then_cue)
+            try:
+                head = self._run(self.head, self.region, cue)
+            finally:
+                cue.give()  # a head that failed before its timed runs: nothing waits
+            return head, base.result()
 
     def head_alone(self, head_root: Path) -> Held:
         """The head's run, and its block of timed turns (`timed_block`), while its worker
@@ -371,11 +412,23 @@ class _Pair:
             self.base_block = block
         return self._judged(head, base, head_root)
 
-    def _run(self, side: Side, region: Region) -> Held:
+    def _run(self, side: Side, region: Region, cue: TimingCue | None = None) -> Held:
         scheduler = side.scheduler
         run = scheduler.run_held if self.region.timing.compare else scheduler.run_for_outputs
         top = self.tree.footprint_top if side is self.head else None
-        return run(side.policy, region, side.name, top)
+        return run(side.policy, region, side.name, top, cue=cue)
+
+    def _base_runs_anyway(self, head_root: Path) -> bool:
+        """Whether the base runs this region whatever the head's footprint will say: no
+        footprint is recorded, the region is always compared, or its policy entry is not the
+        base's (a footprint covers the entry, `gate.compare.base_policy`)."""
+        if self.tree.footprint_top is None or self.tree.top is None or self.tree.head_top is None:
+            return True
+        if self.region.compare is CompareRule.ALWAYS:
+            return True
+        policy, name = self.head.policy, self.region.name
+        entry = head_entry(policy, head_root, name)
+        return not entry or entry != base_entry(policy, head_root, self.tree.root, name)
 
     def _with_outputs(self, head: Held) -> Held:
         """``head`` with its outputs on the host: a run that recorded its footprint left them
@@ -397,14 +450,9 @@ class _Pair:
         footprint, base_top, head_top = result.footprint, self.tree.top, self.tree.head_top
         if footprint is None or base_top is None or head_top is None:
             return head
-        policy, name = self.head.policy, self.region.name
-        entry = head_entry(policy, head_root, name)
+        entry = head_entry(self.head.policy, head_root, self.region.name)
         result = replace(result, footprint=replace(footprint, policy=entry))
-        if (
-            self.region.compare is CompareRule.ALWAYS
-            or not entry
-            or entry != base_entry(policy, head_root, self.tree.root, name)
-        ):
+        if self._base_runs_anyway(head_root):
             return result, outputs
         has = in_base(footprint, base_top, head_top)
         if has is None:

@@ -10,7 +10,9 @@ at a time on its jobs pipe, and the worker answers each on its results pipe:
 - `Trace`: the held region's traced runs, which a slower verdict names its lines from,
   answered with `Traced`;
 - `Fetch`: the outputs of the last region a `Job` with ``fetch_later`` ran, on the host,
-  answered with `Fetched`.
+  answered with `Fetched`;
+- `Go`: the job running now (one with ``times_after_go``) may start its timed runs; no
+  answer, and it may come while the job runs.
 Both are pipes of their own, so nothing the code under test prints to stdout or stderr can
 corrupt the protocol. A frame is an 8-byte big-endian length and a pickle; the parent and
 the worker are the same program, so pickling between them trusts nothing the code under
@@ -96,6 +98,10 @@ class Job:
     # alike. Never in a plain run: the hook hears every audit event after it, a Python call
     # each (~16 ms a small region on the CPU, ~4 µs a call of a tiny step).
     audited: bool = False
+    # The head's run while the base's runs beside it on the other cores (``run --base`` on the
+    # CPU, `gate.compare.session`): its timed runs wait for `Go`, sent once the base's run has
+    # ended, so that nothing of the base's (compiling, above all) runs beside them.
+    times_after_go: bool = False
 
     @property
     def fetch_later(self) -> bool:
@@ -132,6 +138,14 @@ class Trace:
 @dataclass(frozen=True)
 class Fetch:
     """The outputs a `Job` with ``fetch_later`` kept, on the host."""
+
+    number: int
+
+
+@dataclass(frozen=True)
+class Go:
+    """Job ``number``'s timed runs may start (`Job.times_after_go`). Not a request: the worker
+    takes it as it arrives, while that job runs, and answers nothing."""
 
     number: int
 
@@ -190,7 +204,7 @@ class Fetched:
 
 
 Request = Check | Job | Turns | Trace | Fetch
-Message = Request | Checked | Ready | Entered | Done | Timed | Traced | Fetched
+Message = Request | Go | Checked | Ready | Entered | Done | Timed | Traced | Fetched
 
 
 def encode(message: Message) -> bytes:

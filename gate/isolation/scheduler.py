@@ -20,12 +20,13 @@ process holds the device) is `gate.isolation.worker_start`'s.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import signal
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,7 @@ from gate.isolation.protocol import (
     Entered,
     Fetch,
     Fetched,
+    Go,
     Job,
     Message,
     Request,
@@ -100,6 +102,31 @@ class _Running:
         return RegionResult.of(
             self.policy, self.region, wall_s=time.monotonic() - self.started, error=error
         )
+
+
+class TimingCue:
+    """When a job's timed runs may start (`Job.times_after_go`): given once, from any thread
+    (``run --base`` gives it as the base's run beside the head's ends); what waits for it
+    runs then, or at once where it was given already, whichever comes first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._given = False
+        self._waiting: list[Callable[[], object]] = []
+
+    def give(self) -> None:
+        with self._lock:
+            self._given = True
+            waiting, self._waiting = self._waiting, []
+        for then in waiting:
+            then()
+
+    def on_given(self, then: Callable[[], object]) -> None:
+        with self._lock:
+            if not self._given:
+                self._waiting.append(then)
+                return
+        then()
 
 
 class RegionBudgets:
@@ -228,13 +255,24 @@ class Scheduler:
         region: Region,
         tree: str | None = None,
         footprint_top: Path | None = None,
+        *,
+        cue: TimingCue | None = None,
     ) -> tuple[RegionResult, StepOutputs | None]:
         """`run`, and the worker keeps the region loaded for `time_turns`; with the result,
         its outputs on the host (None when it did not run to its end). The worker holds one
         region: the next job lets it go. ``footprint_top``: record the region's footprint
         under this git top level (`Job.footprint_top`), and leave the outputs in the worker
-        until `fetch_outputs` asks (`Job.fetch_later`): the reply has None for them."""
-        return self._dispatch(policy, region, tree, hold=True, outputs=True, top=footprint_top)
+        until `fetch_outputs` asks (`Job.fetch_later`): the reply has None for them.
+        ``cue``: its timed runs wait for it to be given (`Job.times_after_go`)."""
+        return self._dispatch(
+            policy,
+            region,
+            tree,
+            hold=True,
+            outputs=True,
+            top=footprint_top,
+            cue=cue,
+        )
 
     def run_for_outputs(
         self,
@@ -242,10 +280,20 @@ class Scheduler:
         region: Region,
         tree: str | None = None,
         footprint_top: Path | None = None,
+        *,
+        cue: TimingCue | None = None,
     ) -> tuple[RegionResult, StepOutputs | None]:
         """`run`, with the region's outputs on the host (None when it did not run to its end);
-        ``footprint_top`` as in `run_held`."""
-        return self._dispatch(policy, region, tree, hold=False, outputs=True, top=footprint_top)
+        ``footprint_top`` and ``cue`` as in `run_held`."""
+        return self._dispatch(
+            policy,
+            region,
+            tree,
+            hold=False,
+            outputs=True,
+            top=footprint_top,
+            cue=cue,
+        )
 
     def _dispatch(
         self,
@@ -256,6 +304,7 @@ class Scheduler:
         hold: bool,
         outputs: bool,
         top: Path | None = None,
+        cue: TimingCue | None = None,
     ) -> tuple[RegionResult, StepOutputs | None]:
         running = _Running(policy, region, time.monotonic(), 0)
         if self.cancel is not None and self.cancel.requested:
@@ -271,10 +320,11 @@ class Scheduler:
             self.moved_paths,
             top,
             self.audited,
+            times_after_go=cue is not None,
         )
         limit = region.timeout_s
         reply = self._request(
-            job, self.environment(policy), running.label, limit, tree, limit_s=limit
+            job, self.environment(policy), running.label, limit, tree, limit_s=limit, cue=cue
         )
         if isinstance(reply, RegionError):
             return running.result(reply), None
@@ -365,6 +415,7 @@ class Scheduler:
         *,
         start: bool = True,
         limit_s: float | None = None,
+        cue: TimingCue | None = None,
     ) -> Message | RegionError:
         """``request``'s reply from a worker started with ``env`` (started, or replaced by
         one, if need be); or the error that says why none came (the worker is then gone).
@@ -384,7 +435,7 @@ class Scheduler:
         began = time.monotonic()
         try:
             return self._send_and_wait(
-                request, env, label, timeout_s, tree=tree, start=start, in_all=in_all
+                request, env, label, timeout_s, tree=tree, start=start, in_all=in_all, cue=cue
             )
         except BaseException:
             # A gate bug: leave no worker behind, and start afresh next time.
@@ -406,6 +457,7 @@ class Scheduler:
         tree: str | None,
         start: bool,
         in_all: float | None = None,
+        cue: TimingCue | None = None,
     ) -> Message | RegionError:
         worker: WorkerProcess | None = None
         mark = 0
@@ -424,6 +476,8 @@ class Scheduler:
             mark = worker.output.count
             worker.output.start_job(request.number, label)
             if worker.send(request):
+                if cue is not None:  # now, or once given, from the thread that gives it
+                    cue.on_given(functools.partial(worker.send, Go(request.number)))
                 break
             # It died while idle, between regions: not this region's doing.
             self.close()

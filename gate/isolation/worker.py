@@ -45,6 +45,7 @@ from gate.isolation.protocol import (
     Fetch,
     Fetched,
     FrameBuffer,
+    Go,
     Job,
     Message,
     Ready,
@@ -93,8 +94,9 @@ def main(argv: list[str]) -> int:
 
     jobs: queue.Queue[Request | None] = queue.Queue()
     busy = threading.Event()
+    go = _GoSignal()
     threading.Thread(
-        target=_read_jobs, args=(jobs_fd, jobs, busy), name="gate-jobs", daemon=True
+        target=_read_jobs, args=(jobs_fd, jobs, busy, go), name="gate-jobs", daemon=True
     ).start()
     held = HeldRegions()
     footprints = FootprintRecorder()
@@ -135,8 +137,11 @@ def main(argv: list[str]) -> int:
             left_over = True
             take_from_own_tree(job.moved_paths)
             top = job.footprint_top
+            entered = functools.partial(_stage_entered, results_fd, job.number)
+            if job.times_after_go:
+                entered = functools.partial(_timing_after_go, entered, go, job.number)
             with (
-                listening(functools.partial(_stage_entered, results_fd, job.number)),
+                listening(entered),
                 running_from(job.repo_root, job.policy.python_path),
                 footprints.recording() if top is not None else contextlib.nullcontext(),
             ):
@@ -200,6 +205,37 @@ def _stage_entered(fd: int, number: int, stage: Stage) -> None:
     write_frame(fd, Entered(number, stage.value))
 
 
+class _GoSignal:
+    """The highest job number a `Go` has come for, which the job's timed runs wait for
+    (`Job.times_after_go`). Numbers only grow, so a `Go` for a job that ended before it came
+    never lets a later job's timed runs start."""
+
+    def __init__(self) -> None:
+        self._given = -1
+        self._changed = threading.Condition()
+
+    def give(self, number: int) -> None:
+        with self._changed:
+            self._given = max(self._given, number)
+            self._changed.notify_all()
+
+    def wait(self, number: int) -> None:
+        # Unbounded: the parent stops this worker when the region's timeout_s runs out, and
+        # a parent that is gone closes the jobs pipe, which kills it (`_read_jobs`).
+        with self._changed:
+            self._changed.wait_for(lambda: self._given >= number)
+
+
+def _timing_after_go(
+    entered: Callable[[Stage], None], go: _GoSignal, number: int, stage: Stage
+) -> None:
+    """``entered``, and, as job ``number`` enters its timed runs, the wait for its `Go`: the
+    base's run beside it has ended (`Job.times_after_go`)."""
+    if stage is Stage.TIMING:
+        go.wait(number)
+    entered(stage)
+
+
 def _encoded(request: Request, reply: Message) -> bytes:
     """``reply`` as a frame; a reply that does not pickle is a gate bug, said as the region's
     error (or the check's problem) instead of a worker that dies."""
@@ -219,11 +255,16 @@ def _encoded(request: Request, reply: Message) -> bytes:
         return encode(Checked(request.number, (problem,)))
 
 
-def _read_jobs(fd: int, jobs: queue.Queue[Request | None], busy: threading.Event) -> None:
+def _read_jobs(
+    fd: int, jobs: queue.Queue[Request | None], busy: threading.Event, go: _GoSignal
+) -> None:
     frames = FrameBuffer()
     try:
         while chunk := os.read(fd, 1 << 16):
             for message in frames.feed(chunk):
+                if isinstance(message, Go):  # for the job running now: not queued behind it
+                    go.give(message.number)
+                    continue
                 if not isinstance(message, Request):
                     raise TypeError(f"expected a request, got {type(message).__name__}")
                 jobs.put(message)

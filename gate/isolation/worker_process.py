@@ -13,6 +13,7 @@ import contextlib
 import enum
 import os
 import selectors
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from gate.isolation.device_pool import HeldSlot
 from gate.isolation.protocol import (
     DUMP_SIGNAL,
     FrameBuffer,
+    Go,
     Message,
     Request,
     write_frame,
@@ -58,6 +60,7 @@ class WorkerProcess:
         self.device = spawned.device
         self.output = WorkerOutput(spawned.output, watcher)
         self._jobs: int | None = spawned.jobs
+        self._sending = threading.Lock()  # a frame at a time; never one to a closed pipe
         self._results: int | None = spawned.results
         self._frames = FrameBuffer()
         self._pending: collections.deque[Message] = collections.deque()
@@ -91,15 +94,17 @@ class WorkerProcess:
         except ChildProcessError:
             return True
 
-    def send(self, job: Request) -> bool:
-        """Hand ``job`` to the worker; False when it is already gone."""
-        if self._jobs is None:
-            return False
-        try:
-            write_frame(self._jobs, job)
-        except BrokenPipeError:
-            return False
-        return True
+    def send(self, job: Request | Go) -> bool:
+        """Hand ``job`` to the worker; False when it is already gone. A `Go` may come from
+        another thread than the requests' (`gate.compare.session`): one frame at a time."""
+        with self._sending:
+            if self._jobs is None:
+                return False
+            try:
+                write_frame(self._jobs, job)
+            except BrokenPipeError:
+                return False
+            return True
 
     def wait(self, deadline: float, cancel: Cancellation | None) -> Message | WaitEvent:
         """The worker's next message, or why none came before ``deadline``."""
@@ -159,9 +164,10 @@ class WorkerProcess:
         self.stop(dump=False)
 
     def _close_jobs(self) -> None:
-        if self._jobs is not None:
-            os.close(self._jobs)
-            self._jobs = None
+        with self._sending:
+            if self._jobs is not None:
+                os.close(self._jobs)
+                self._jobs = None
 
     def _close_results(self) -> None:
         if self._results is not None:
