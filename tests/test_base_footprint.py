@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -254,17 +255,12 @@ def _events(monkeypatch: pytest.MonkeyPatch, repo: Path) -> list[str]:
 
     monkeypatch.setattr(spawn_module, "spawn", spy(spawn_module.spawn))
     monkeypatch.setattr(worker_process, "spawn", spy(worker_process.spawn))
-    run_held = Scheduler.run_held
 
-    def held(
-        self: Scheduler, policy: Any, region: Any, tree: Any = None, *rest: Any, **named: Any
-    ) -> Any:
-        done = run_held(self, policy, region, tree, *rest, **named)
+    def ran(tree: str, name: str, began: float, ended: float) -> None:
         if tree == "head":
-            events.append(f"head ran {region.name}")
-        return done
+            events.append(f"head ran {name}")
 
-    monkeypatch.setattr(Scheduler, "run_held", held)
+    _each_run(monkeypatch, ran)
     check = Scheduler.check
 
     def checked(self: Scheduler, *args: Any, **kwargs: Any) -> Any:
@@ -441,9 +437,11 @@ def test_a_change_that_reaches_no_region_leaves_numpy_out_of_the_gates_process(
     assert log.read_text() == "numpy", run
 
 
-def _spans(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, float, float]]:
-    """Each region's run in each tree: (tree, region, when it started, when it returned)."""
-    spans: list[tuple[str, str, float, float]] = []
+def _each_run(
+    monkeypatch: pytest.MonkeyPatch, heard: Callable[[str, str, float, float], None]
+) -> None:
+    """``heard`` each region's run in each tree as it returns: the tree, the region, when it
+    started and when it returned."""
     run_held = Scheduler.run_held
 
     def held(
@@ -451,11 +449,10 @@ def _spans(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, float, float
     ) -> Any:
         began = time.monotonic()
         done = run_held(self, policy, region, tree, *rest, **named)
-        spans.append((tree, region.name, began, time.monotonic()))
+        heard(tree, region.name, began, time.monotonic())
         return done
 
     monkeypatch.setattr(Scheduler, "run_held", held)
-    return spans
 
 
 def test_on_the_cpu_a_region_the_base_runs_whatever_its_footprint_runs_in_both_trees_at_once(
@@ -466,8 +463,8 @@ def test_on_the_cpu_a_region_the_base_runs_whatever_its_footprint_runs_in_both_t
     policy = _policy("a") + _policy("b", extra=", compare: always").removeprefix(POLICY_HEAD)
     repo = _repo(tmp_path, {"a.py": _module(), "b.py": _module(), "policies/p.yaml": policy})
     make_repo(repo, {"a.py": _module(scale="2.0 / 2")})  # a's code changed, its work not
-    spans = _spans(monkeypatch)
+    runs: dict[tuple[str, str], tuple[float, float]] = {}
+    _each_run(monkeypatch, lambda tree, name, *span: runs.setdefault((tree, name), span))
     assert _statuses(repo) == {"a": "compared", "b": "compared"}
-    runs = {(tree, name): (began, ended) for tree, name, began, ended in spans}
-    assert runs[("base", "b")][0] < runs[("head", "b")][1], spans  # at once
-    assert runs[("base", "a")][0] >= runs[("head", "a")][1], spans  # after its footprint
+    assert runs[("base", "b")][0] < runs[("head", "b")][1], runs  # at once
+    assert runs[("base", "a")][0] >= runs[("head", "a")][1], runs  # after its footprint

@@ -32,6 +32,7 @@ from gate.results.records import RegionResult, TimingStats
 
 STEPS = """
 import os
+import time
 
 import jax
 import numpy as np
@@ -50,6 +51,12 @@ def make():
 
 def step(x):
     return {"y": double(x)}
+
+
+def logged(x):
+    with open(os.environ["CALL_LOG"], "a") as log:
+        log.write(f"{time.time()}\\n")
+    return double(x)
 
 
 def dies_on_the_fourteenth_call(x):
@@ -403,38 +410,15 @@ def test_a_turns_runs_share_one_setup_unless_the_step_donates(
     assert made[0] - before == setups
 
 
-LOGGED_STEP = """
-import os
-import time
-
-import jax
-import numpy as np
-
-
-@jax.jit
-def double(x):
-    return x * 2.0
-
-
-def make():
-    return (jax.device_put(np.arange(4, dtype=np.float32)),)
-
-
-def step(x):
-    with open(os.environ["CALL_LOG"], "a") as log:
-        log.write(f"{time.time()}\\n")
-    return double(x)
-"""
-
-
 def test_a_jobs_timed_runs_wait_for_its_cue_and_its_other_runs_do_not(tmp_path: Path) -> None:
     """`run --base` on the CPU runs a region in both trees' workers at once; the head's timed
     runs wait until the base's run has ended (`TimingCue`), its first call does not."""
     repo = make_repo(
         tmp_path,
         {
-            "src/steps.py": LOGGED_STEP,
-            "policies/p.yaml": POLICY.replace("- {name: dies", "# - {name: dies"),
+            "src/steps.py": STEPS,
+            "policies/p.yaml": POLICY
+            + '  - {name: logged, step: "steps:logged", setup: "steps:make"}\n',
         },
     )
     policy = _policy(repo)
@@ -443,7 +427,7 @@ def test_a_jobs_timed_runs_wait_for_its_cue_and_its_other_runs_do_not(tmp_path: 
     with Scheduler(repo, environ={**gate_env(), "CALL_LOG": str(log)}) as scheduler:
         done: list[RegionResult] = []
         running = threading.Thread(
-            target=lambda: done.append(scheduler.run_held(policy, policy.regions[0], cue=cue)[0])
+            target=lambda: done.append(scheduler.run_held(policy, policy.regions[2], cue=cue)[0])
         )
         running.start()
         deadline = time.monotonic() + 60
