@@ -329,6 +329,7 @@ class _Pair:
     # in both workers at once, the head's timed runs after the base's run has ended
     # (`_both_at_once`).
     at_once: bool = False
+    ran_at_once: bool = False  # this region's two runs went at once
 
     @property
     def head(self) -> Side:
@@ -344,6 +345,7 @@ class _Pair:
         base: Held | None = None
         if self.at_once and self._base_runs_anyway(head_root):
             head, base = self._both_at_once(head_root)
+            self.ran_at_once = True
         else:
             head = self._run(self.head, self.region)
         if head[0].error is not None:
@@ -351,6 +353,10 @@ class _Pair:
         head = self._footprinted(head, head_root)
         if head[0].base is not None:  # unchanged: the base is not run
             return head[0]
+        if base is not None and base[0].error is not None:
+            # The base's run beside it failed (ran out of timeout_s, say): there is nothing
+            # to compare the head's outputs with, and no time left to fetch them.
+            return self._judged(head, base, head_root)
         head = self._with_outputs(head)
         if head[0].error is not None:
             return _not_compared(head[0])
@@ -358,13 +364,15 @@ class _Pair:
 
     def _both_at_once(self, head_root: Path) -> tuple[Held, Held]:
         """The head's run and the base's at once, each in its worker on the CPU's cores: the
-        two trees' imports, first calls and checks overlap, where one after the other they
-        cost the run twice (on the 2-core machine ~40% of `run --base` when every region is
-        compared, docs/performance-log.md). The head's timed runs, which a stored baseline
-        may judge, wait for the base's run to end (`TimingCue`): nothing of the base's runs
-        beside them. The base's own timed runs may meet the head's first call: no verdict
-        rests on them (the paired rounds judge the step, and only a tree run alone times
-        its region unpaired, `compare_apart`)."""
+        two trees' imports, first calls, warm-ups and watched runs overlap, where one after
+        the other they cost the run twice (on the 2-core machine ~40% of `run --base` when
+        every region is compared, docs/performance-log.md). The head's timed runs, which a
+        stored baseline may judge, wait for the base's run to end (`TimingCue`): nothing of
+        the base's runs beside them, and the head's clock stands still meanwhile, so a base
+        that is slow or hangs is the base's timeout. The base's own timed runs may meet the
+        head's first call: no verdict rests on them (the paired rounds judge the step, their
+        runs a turn come from the head's median alone, and only a tree run alone times its
+        region unpaired, `compare_apart`)."""
         cue = TimingCue()
 
         def base_then_cue() -> Held:
@@ -514,7 +522,10 @@ class _Pair:
         if self.region.timing.compare and self.apart:
             timing = _unpaired(self.region, self.base_block, self.head_block)
         elif self.region.timing.compare:
-            runs = turn_runs(self.region.timing.round_runs, head_result, base_result)
+            # A base run beside the head's timed its runs beside the head's first call: its
+            # median would cut the turns short (`_both_at_once`), so the head's decides.
+            alone = (head_result,) if self.ran_at_once else (head_result, base_result)
+            runs = turn_runs(self.region.timing.round_runs, *alone)
             rounds = PairedRounds(self.region, self.head, self.base, self.cancel)
             rounds.turn_runs = runs
             failed = rounds.run()

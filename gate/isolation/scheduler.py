@@ -80,6 +80,8 @@ __all__ = [
 # After a job's reply, how long its last output lines may take to be read (they come on another
 # pipe, marked at their end): then the region's output is complete when its row is written.
 _OUTPUT_LAG_S = 1.0
+# While a job waits for its cue (`TimingCue`), how often its clock is stopped and looked at again.
+_CUE_POLL_S = 0.05
 
 
 # -- the scheduler ---------------------------------------------------------------
@@ -113,6 +115,11 @@ class TimingCue:
         self._lock = threading.Lock()
         self._given = False
         self._waiting: list[Callable[[], object]] = []
+
+    @property
+    def given(self) -> bool:
+        with self._lock:
+            return self._given
 
     def give(self) -> None:
         with self._lock:
@@ -190,6 +197,7 @@ class Scheduler:
         self.startups = self._starts.startups  # every worker started, for benchmarks and tests
         self._worker: WorkerProcess | None = None
         self._jobs = itertools.count(1)
+        self._paused_s = 0.0  # how long the request now in flight waited for its cue (`_wait`)
         # Set by ``run --base`` (`gate.compare.session`): each region's requests in both
         # trees draw on one ``timeout_s``. None: each request has the region's whole timeout.
         self.budgets: RegionBudgets | None = None
@@ -433,6 +441,7 @@ class Scheduler:
             if left <= 0:
                 return _out_of_time(limit_s)
         began = time.monotonic()
+        self._paused_s = 0.0
         try:
             return self._send_and_wait(
                 request, env, label, timeout_s, tree=tree, start=start, in_all=in_all, cue=cue
@@ -444,8 +453,8 @@ class Scheduler:
                 worker.stop(dump=False)
             raise
         finally:
-            if budgets is not None:
-                budgets.spend(label, time.monotonic() - began)
+            if budgets is not None:  # a job's wait for its cue is the base's time, paid there
+                budgets.spend(label, time.monotonic() - began - self._paused_s)
 
     def _send_and_wait(
         self,
@@ -484,7 +493,7 @@ class Scheduler:
             if attempt:
                 return self._lost(worker, mark, timeout_s, WaitEvent.EXITED)
         assert worker is not None
-        event = self._wait(worker, time.monotonic() + timeout_s, label, tree)
+        event = self._wait(worker, time.monotonic() + timeout_s, label, tree, cue)
         if isinstance(event, WaitEvent):
             self._worker = None
             return self._lost(worker, mark, timeout_s, event, in_all)
@@ -544,11 +553,29 @@ class Scheduler:
             self.watcher.stage(label, f"{tree}: {stage}" if tree else stage)
 
     def _wait(
-        self, worker: WorkerProcess, deadline: float, label: str, tree: str | None
+        self,
+        worker: WorkerProcess,
+        deadline: float,
+        label: str,
+        tree: str | None,
+        cue: TimingCue | None = None,
     ) -> Message | WaitEvent:
-        """The worker's next message but a stage, which goes to the watcher on the way."""
+        """The worker's next message but a stage, which goes to the watcher on the way.
+
+        With ``cue``, the job's clock stands still until the cue is given (`_paused_s` says how
+        long): the job's own runs then overlap the base's run, whose request pays for that
+        time, and a base that is slow or hangs is the base's timeout, never this job's."""
         while True:
-            event = worker.wait(deadline, self.cancel)
+            if cue is not None and not cue.given:
+                began = time.monotonic()
+                event = worker.wait(began + _CUE_POLL_S, self.cancel)
+                paused = time.monotonic() - began
+                self._paused_s += paused
+                deadline += paused
+                if event is WaitEvent.TIMED_OUT:
+                    continue
+            else:
+                event = worker.wait(deadline, self.cancel)
             if not isinstance(event, Entered):
                 return event
             self.announce(label, event.stage, tree)
