@@ -441,3 +441,44 @@ def test_a_device_that_refuses_the_second_worker_runs_the_trees_in_turn(repo: Pa
     for region in regions.values():
         apart = region["base"]["apart"]
         assert "the device refused the base's worker beside the head's" in apart, apart
+
+
+GROWS = """
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def step(x, w):
+    h = x @ w
+    h = jnp.tanh(h) * 2.0 + 1.0
+    return h.sum()
+
+
+def batch():
+    return (jnp.ones((256, 256), jnp.float32), jnp.ones((256, 256), jnp.float32))
+"""
+
+
+@pytest.mark.chips(1)
+@pytest.mark.usefixtures("one_process_on_the_device")
+def test_on_a_tpu_a_slower_step_names_the_line_whose_op_time_grew(tmp_path: Path) -> None:
+    """The trees apart, the head's worker has let its region go by the time the base's run
+    finds the step slower: the head runs it again, traced, and the verdict lists the line."""
+    policy = 'version: 1\nregions:\n  - {name: step, step: "steps:step", setup: "steps:batch"}\n'
+    repo = init(tmp_path / "repo")
+    commit(repo, {"steps.py": GROWS, "policies/p.yaml": policy}, "base")
+    grown = GROWS.replace("    h = x @ w\n", "    h = ((x @ w) @ w) @ w @ w\n")
+    make_repo(repo, {"steps.py": grown})
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json", timeout=300)
+    assert run.returncode == 1, run
+    [region] = json.loads((repo / "r.json").read_text())["suites"][0]["regions"]
+    assert region["base"]["timing"]["verdict"] == "slower", region["base"]["timing"]
+    assert "admits one process at a time" in region["base"]["apart"], region["base"]
+    times = region["cost"]["times"]
+    assert times is not None, run
+    assert not times["note"], times
+    matmul = grown.lstrip().splitlines().index("    h = ((x @ w) @ w) @ w @ w") + 1
+    by_line = [line for line in run.stdout.splitlines() if "slower by line:" in line]
+    assert by_line, run.stdout
+    assert f"steps.py:{matmul}:" in by_line[0], run.stdout

@@ -303,6 +303,14 @@ class _Session:
             pair, held = heads[region.name]
             self._ran_apart[(policy.path, region.name)] = pair.compare_apart(held, self.head_root)
         base.scheduler.close()
+        # A slower step's lines need the head's traced runs, and its worker let the region go
+        # when the base's took the device: the head runs each such region again, traced.
+        for region in regions:
+            pair, _ = heads[region.name]
+            if pair.head_traced_later:
+                key = (policy.path, region.name)
+                self._ran_apart[key] = pair.traced_again(self.head_root)
+        head.scheduler.close()
 
 
 # A region held in a tree's worker: its result, and its outputs on the host (None: it did not
@@ -330,6 +338,39 @@ class _Pair:
     # (`_both_at_once`).
     at_once: bool = False
     ran_at_once: bool = False  # this region's two runs went at once
+    # A slower step's op times by line, (head's, base's), once traced (`_traced`); and, trees
+    # apart, what the verdict was judged from, to judge it again with the head's traced later.
+    traced_times: tuple[OpTimes | None, OpTimes | None] | None = None
+    judged_from: tuple[Held, Held] | None = None
+
+    @property
+    def head_traced_later(self) -> bool:
+        """Trees apart, a slower step whose head's traced runs are still to be made: the
+        head's worker let its region go when the base's took the device."""
+        return (
+            self.judged_from is not None
+            and self.traced_times is not None
+            and (self.traced_times[0] is None)
+        )
+
+    def traced_again(self, head_root: Path) -> RegionResult:
+        """The verdict judged again with the head's op times by line, from the head's region
+        run again, held, in a worker of its own, and traced (the base's worker is gone: one
+        process on the device). Only for a slower step, which fails the run anyway: what it
+        costs (the device opened once more, the region run again) is paid by no passing run."""
+        assert self.judged_from is not None
+        assert self.traced_times is not None
+        side = self.head
+        again, _ = side.scheduler.run_held(side.policy, self.region, side.name)
+        times: OpTimes | None
+        if again.error is not None:
+            message = again.error.message
+            times = OpTimes.not_traced(f"the head's region, run again to trace it: {message}")
+        else:
+            times = side.scheduler.trace_held(side.policy, self.region, tree=side.name)
+        missing = OpTimes.not_traced("the head's traced runs measured nothing")
+        self.traced_times = (times or missing, self.traced_times[1])
+        return self._judged(*self.judged_from, head_root)
 
     @property
     def head(self) -> Side:
@@ -504,6 +545,8 @@ class _Pair:
     def _judged(self, head: Held, base: Held, head_root: Path) -> RegionResult:
         from gate.compare.outputs import compare_outputs  # numpy: see `PairedRounds.run`
 
+        if self.apart:
+            self.judged_from = (head, base)
         (head_result, head_outputs), (base_result, base_outputs) = head, base
         if base_result.error is not None:
             return replace(head_result, base=self._failed(base_result.error))
@@ -535,8 +578,8 @@ class _Pair:
                     return replace(head_result, base=self._failed(error))
                 return replace(head_result, error=error)
             timing, boundary_timing = rounds.judged()
-            if timing is not None and timing.verdict is TimingVerdict.SLOWER:
-                head_result, base_result = self._traced(head_result, base_result)
+        if timing is not None and timing.verdict is TimingVerdict.SLOWER:
+            head_result, base_result = self._traced(head_result, base_result)
         comparison = BaseComparison(
             self.tree.describe(),
             BaseStatus.COMPARED,
@@ -569,9 +612,18 @@ class _Pair:
     def _traced(self, head: RegionResult, base: RegionResult) -> tuple[RegionResult, RegionResult]:
         """Both with their op times by line, from traced runs of the regions the workers still
         hold: made only for a slower step, the one verdict that lists lines (a trace costs
-        ~0.9 s a tree on a TPU, `gate.region.cost_phase`). A region with none keeps none."""
-        head_times = self.head.scheduler.trace_held(self.head.policy, self.region, tree="head")
-        base_times = self.base.scheduler.trace_held(self.base.policy, self.region, tree="base")
+        ~0.9 s a tree on a TPU, `gate.region.cost_phase`). A region with none keeps none.
+        Trees apart, the head's worker is gone by now: its times come later
+        (`traced_again`)."""
+        if self.traced_times is None:
+            head_times = (
+                None
+                if self.apart
+                else self.head.scheduler.trace_held(self.head.policy, self.region, tree="head")
+            )
+            base_times = self.base.scheduler.trace_held(self.base.policy, self.region, tree="base")
+            self.traced_times = (head_times, base_times)
+        head_times, base_times = self.traced_times
         return _with_times(head, head_times), _with_times(base, base_times)
 
     def _own_definition(self, region: Region, failed: RegionResult, head_root: Path) -> Held:
