@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from gate.compare.rounds import MAX_TURN_RUNS, turn_runs
 from gate.isolation.held_regions import HeldRegions
 from gate.isolation.protocol import Job
 from gate.isolation.scheduler import Scheduler, TimingCue, Turn, usable_cpus
-from gate.isolation.worker import run_job
+from gate.isolation.worker import WAITING_FOR_THE_BASE, run_job
 from gate.policy.load import load_policy
 from gate.policy.model import Checks, Policy
 from gate.region.errors import RegionAbort
@@ -424,7 +425,9 @@ def test_a_jobs_timed_runs_wait_for_its_cue_and_its_other_runs_do_not(tmp_path: 
     policy = _policy(repo)
     log = tmp_path / "calls.log"
     cue = TimingCue()
-    with Scheduler(repo, environ={**gate_env(), "CALL_LOG": str(log)}) as scheduler:
+    stages = _Stages()
+    environ = {**gate_env(), "CALL_LOG": str(log)}
+    with Scheduler(repo, environ=environ, watcher=stages) as scheduler:
         done: list[RegionResult] = []
         running = threading.Thread(
             target=lambda: done.append(scheduler.run_held(policy, policy.regions[2], cue=cue)[0])
@@ -435,6 +438,8 @@ def test_a_jobs_timed_runs_wait_for_its_cue_and_its_other_runs_do_not(tmp_path: 
             time.sleep(0.05)
         time.sleep(1.0)  # the region's runs up to its timed ones take ~0.1 s
         assert running.is_alive(), "the timed runs did not wait for the cue"
+        # The live line says what it waits for, not the stage before.
+        assert stages.heard[-1] == WAITING_FOR_THE_BASE, stages.heard
         given = time.time()
         cue.give()
         running.join(timeout=60)
@@ -444,6 +449,20 @@ def test_a_jobs_timed_runs_wait_for_its_cue_and_its_other_runs_do_not(tmp_path: 
     calls = [float(line) for line in log.read_text().split()]
     assert [t < given for t in calls].count(True) >= 3, calls  # first call, warm-up, watched
     assert [t > given for t in calls].count(True) >= 2, calls  # its 2 timed runs
+    assert stages.heard.index(WAITING_FOR_THE_BASE) < stages.heard.index("timing"), stages.heard
+
+
+class _Stages:
+    """A watcher that keeps the stages it hears, in order."""
+
+    def __init__(self) -> None:
+        self.heard: list[str] = []
+
+    def stage(self, label: str, stage: str) -> None:
+        self.heard.append(stage)
+
+    def output(self, label: str, lines: Sequence[str]) -> None:
+        pass
 
 
 def test_a_cue_given_before_anything_waits_lets_it_through_at_once() -> None:

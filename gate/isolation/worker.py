@@ -139,7 +139,7 @@ def main(argv: list[str]) -> int:
             top = job.footprint_top
             entered = functools.partial(_stage_entered, results_fd, job.number)
             if job.times_after_go:
-                entered = functools.partial(_timing_after_go, entered, go, job.number)
+                entered = functools.partial(_timing_after_go, results_fd, go, job.number, entered)
             with (
                 listening(entered),
                 running_from(job.repo_root, job.policy.python_path),
@@ -226,12 +226,18 @@ class _GoSignal:
             self._changed.wait_for(lambda: self._given >= number)
 
 
+# The stage the live line shows while a job's timed runs wait for its `Go`.
+WAITING_FOR_THE_BASE = "waiting for the base's run"
+
+
 def _timing_after_go(
-    entered: Callable[[Stage], None], go: _GoSignal, number: int, stage: Stage
+    fd: int, go: _GoSignal, number: int, entered: Callable[[Stage], None], stage: Stage
 ) -> None:
     """``entered``, and, as job ``number`` enters its timed runs, the wait for its `Go`: the
-    base's run beside it has ended (`Job.times_after_go`)."""
+    base's run beside it has ended (`Job.times_after_go`). The wait is a stage of its own on
+    the live line, not the end of the one before."""
     if stage is Stage.TIMING:
+        write_frame(fd, Entered(number, WAITING_FOR_THE_BASE))
         go.wait(number)
     entered(stage)
 
