@@ -45,6 +45,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from benchmarks.floor import AS_THE_WORKERS
 from benchmarks.processes import (
     ROOT,
     busy_neighbour,
@@ -53,7 +54,6 @@ from benchmarks.processes import (
     load_average,
     run_grouped,
 )
-from gate.machine.diagnosis import CPU_ASYNC_DISPATCH
 
 SIZE = 64  # the matrix is SIZE x SIZE float32 (``--size``)
 TARGET_S = 1e-3  # the base step's median
@@ -95,12 +95,14 @@ class Trial:
     head_samples: tuple[float, ...]
 
 
-MEASURE = """
+MEASURE = (
+    """
 import statistics, sys, time
 
 import jax
-
-jax.config.update({dispatch!r}, False)  # a CPU computation inline, as the gate's workers run it
+"""
+    + AS_THE_WORKERS
+    + """
 namespace = {{}}
 exec({steps!r}, namespace)
 step, inputs = namespace["step"], namespace["make"]()
@@ -113,6 +115,7 @@ for _ in range({calls}):
     times.append(time.perf_counter() - start)
 print(statistics.quantiles(times, n=100)[{index}])
 """
+)
 
 
 def step_s(k: int, size: int, quantile: float = 0.5, calls: int = 200) -> float:
@@ -125,7 +128,6 @@ def step_s(k: int, size: int, quantile: float = 0.5, calls: int = 200) -> float:
         steps=STEPS.format(size=size, k=k),
         calls=calls,
         index=round(quantile * 100) - 1,
-        dispatch=CPU_ASYNC_DISPATCH,
     )
     done = run_grouped([sys.executable, "-c", code], ROOT, os.environ, 600)
     if done.returncode != 0:

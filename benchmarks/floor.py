@@ -45,8 +45,9 @@ FIRST_CALL, WARMUP, GUARDED, REPEATS, FINITE = (
 
 # Every floor's JAX runs a CPU computation inline, as the gate's workers do
 # (`gate.isolation.backend`): the same work, so what lies between a floor and the gate is the
-# gate's own. Spliced in after each script's imports, before anything starts the backend.
-_AS_THE_WORKERS = f"""
+# gate's own. Spliced in after each script's imports, before anything starts the backend (and
+# into the other scripts that time a step by hand, `benchmarks.base_power`).
+AS_THE_WORKERS = f"""
 jax.config.update("{CPU_ASYNC_DISPATCH}", False)
 """
 
@@ -61,7 +62,7 @@ import time
 import jax
 import numpy as np
 '''
-    + _AS_THE_WORKERS
+    + AS_THE_WORKERS
     + """
 WARMUP, GUARDED, REPEATS = 2, 3, 20
 
@@ -99,7 +100,7 @@ if len(sys.argv) > 1:
 # Both two-tree floors' settings, a region's phases and a turn of timed runs: one text, spliced
 # into each script after its imports.
 _TWO_TREES = (
-    _AS_THE_WORKERS
+    AS_THE_WORKERS
     + """
 WARMUP, GUARDED, REPEATS, ROUNDS, TURN_S, MAX_TURN_RUNS = 2, 3, 20, 16, 2e-3, 32
 
