@@ -242,14 +242,14 @@ class _Session:
         pool = DevicePool.for_environment(env)
         if pool is not None:
             return pool.admits_two
-        return env.get("JAX_PLATFORMS", "").strip().lower() == "cpu"
+        return _cpu_by_name(env)
 
     def _on_the_cpu(self, policy: Policy) -> bool:
         """Whether ``policy``'s workers run on the CPU by name, where each tree's run of a
         region may go at once, on cores of its own (`_Pair.at_once`); not on a device two
         workers share (a GPU), where the base's runs would run on the head's device."""
         env = worker_environment(self.environ, policy)
-        return DevicePool.for_environment(env) is None and self._known_to_admit_two(policy)
+        return DevicePool.for_environment(env) is None and _cpu_by_name(env)
 
     def _sides(self, policy: Policy, scheduler: Scheduler, *, beside: bool) -> tuple[Side, Side]:
         base_policy = for_base(policy, self.head_root, self.tree.root)
@@ -339,7 +339,8 @@ class _Pair:
     at_once: bool = False
     ran_at_once: bool = False  # this region's two runs went at once
     # A slower step's op times by line, (head's, base's), once traced (`_traced`); and, trees
-    # apart, what the verdict was judged from, to judge it again with the head's traced later.
+    # apart, what its verdict was judged from, to judge it again with the head's traced later
+    # (kept for a slower step only: both trees' outputs on the host).
     traced_times: tuple[OpTimes | None, OpTimes | None] | None = None
     judged_from: tuple[Held, Held] | None = None
 
@@ -545,8 +546,6 @@ class _Pair:
     def _judged(self, head: Held, base: Held, head_root: Path) -> RegionResult:
         from gate.compare.outputs import compare_outputs  # numpy: see `PairedRounds.run`
 
-        if self.apart:
-            self.judged_from = (head, base)
         (head_result, head_outputs), (base_result, base_outputs) = head, base
         if base_result.error is not None:
             return replace(head_result, base=self._failed(base_result.error))
@@ -579,6 +578,8 @@ class _Pair:
                 return replace(head_result, error=error)
             timing, boundary_timing = rounds.judged()
         if timing is not None and timing.verdict is TimingVerdict.SLOWER:
+            if self.apart:  # kept to be judged again once the head is traced (`traced_again`)
+                self.judged_from = (head, base)
             head_result, base_result = self._traced(head_result, base_result)
         comparison = BaseComparison(
             self.tree.describe(),
@@ -659,6 +660,11 @@ class _Pair:
             renamed=self.renamed,
             apart=self.apart,
         )
+
+
+def _cpu_by_name(env: dict[str, str]) -> bool:
+    """Whether a worker started with ``env`` is pinned to the CPU (``JAX_PLATFORMS=cpu``)."""
+    return env.get("JAX_PLATFORMS", "").strip().lower() == "cpu"
 
 
 class _NoRoomBeside(Exception):
