@@ -321,6 +321,28 @@ def test_a_slower_step_lists_the_lines_whose_op_time_grew_and_keeps_its_traces(
     assert _region(repo)["cost"]["times"] is None
 
 
+@pytest.mark.chips(1)
+@pytest.mark.usefixtures("one_process_on_the_device")
+def test_with_the_trees_apart_a_slower_step_still_lists_the_lines_whose_op_time_grew(
+    tmp_path: Path,
+) -> None:
+    """On a device that admits one process (a TPU chip) the head's worker has let its region
+    go by the time the base's run finds the step slower: the head runs it again, traced."""
+    repo = init(tmp_path / "repo")
+    commit(repo, {"steps.py": BASE_TREE, "policies/p.yaml": TIMED_POLICY}, "base")
+    make_repo(repo, {"steps.py": SLOWER_HEAD})
+    run = run_gate(repo, "run", "--base", "HEAD", "--json", "r.json", timeout=300)
+    assert run.returncode == 1, run
+    grown = line_of(repo / "steps.py", "jnp.sin(h @ w)")
+    region = _region(repo)
+    assert "admits one process at a time" in region["base"]["apart"], region["base"]
+    assert region["base"]["timing"]["verdict"] == "slower", region["base"]["timing"]
+    assert region["cost"]["times"]["note"] == "", region["cost"]["times"]
+    by_line = [line.strip() for line in run.stdout.splitlines() if "slower by line:" in line]
+    assert by_line, run
+    assert by_line[0].startswith(f"slower by line: new at steps.py:{grown}: "), run
+
+
 def test_a_step_no_slower_than_the_base_is_not_traced(tmp_path: Path) -> None:
     """Against a base the traced runs are made only once the rounds found the step slower, the
     one verdict that lists lines: on a TPU a trace costs ~0.9 s a region and tree."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from importlib.metadata import version as jax_version
 from pathlib import Path
 from typing import Any
@@ -195,19 +196,27 @@ def test_unchanged_code_passes_3_runs_of_3(repo: Path, written: list[RunResult])
         assert not comparison.failing
 
 
-def test_a_baseline_from_another_machine_is_not_compared_and_one_line_names_both(
-    repo: Path, written: list[RunResult]
-) -> None:
+def _not_compared_with(
+    repo: Path, written: list[RunResult], edit: Callable[[dict[str, Any]], None]
+) -> str:
+    """A baseline recorded here with ``edit`` made to its machine, then a run 3x slower: the
+    timing is not compared, the run passes, and one note says why (returned)."""
     assert run_gate(repo, "baseline").returncode == 0
     document = stored(repo)
-    laptop = {**document["timing"]["p.sleepy"]["machine"], "processor": "Apple M3", "cores": 8}
-    document["timing"]["p.sleepy"]["machine"] = laptop
+    edit(document["timing"]["p.sleepy"]["machine"])
     (repo / BASELINE).write_text(json.dumps(document))
     run = run_gate(repo, "run", env={"STEP_SLEEP_S": "0.012"})
     assert run.returncode == 0, run
     sleepy = region(written, "sleepy")
     assert sleepy.timing_vs_baseline is None
     [note] = [n for n in sleepy.notes if n.startswith("timing not compared")]
+    return note
+
+
+def test_a_baseline_from_another_machine_is_not_compared_and_one_line_names_both(
+    repo: Path, written: list[RunResult]
+) -> None:
+    note = _not_compared_with(repo, written, lambda m: m.update(processor="Apple M3", cores=8))
     here = f"{processor_model()} x{os.cpu_count()} cores, cpu x1 (cpu), jax "
     assert note.startswith(
         "timing not compared: the baseline's timing was measured on another machine "
@@ -222,15 +231,7 @@ def test_a_timing_recorded_before_the_workers_ran_cpu_computations_inline_is_not
 ) -> None:
     # Such a record has no cpu_dispatch: its step was handed to one of XLA's threads, which
     # costs a small step more than the step itself, so its times say nothing of today's.
-    assert run_gate(repo, "baseline").returncode == 0
-    document = stored(repo)
-    del document["timing"]["p.sleepy"]["machine"]["cpu_dispatch"]
-    (repo / BASELINE).write_text(json.dumps(document))
-    run = run_gate(repo, "run", env={"STEP_SLEEP_S": "0.012"})
-    assert run.returncode == 0, run
-    sleepy = region(written, "sleepy")
-    assert sleepy.timing_vs_baseline is None
-    [note] = [n for n in sleepy.notes if n.startswith("timing not compared")]
+    note = _not_compared_with(repo, written, lambda machine: machine.pop("cpu_dispatch"))
     assert "on another machine (cpu_dispatch differ)" in note
     assert note.endswith(f", CPU dispatch inline, transfer-gate {__version__}")
 
