@@ -384,15 +384,18 @@ def test_setup_failing_as_the_heads_outputs_are_fetched_is_the_heads_error(
     tmp_path: Path,
 ) -> None:
     """Fetched after the footprint, the outputs still need setup to repeat: when it raises
-    then, the head's region fails with setup's error, as it did when fetched in its run."""
-    module = COUNTED.format(imports="\nSCALE = 1.0\n", body="")
-    repo = _repo(tmp_path, {"a.py": module, "policies/p.yaml": _policy("a")})
+    then, the head's region fails with setup's error, as it did when fetched in its run. (The
+    change is to a helper, which only the footprint finds: a change to the region's own module
+    would run the base's at once, whose setup, counted alike, would break first.)"""
+    module = COUNTED.format(imports="\nfrom helper import SCALE\n", body="")
+    files = {"a.py": module, "helper.py": "SCALE = 1.0\n", "policies/p.yaml": _policy("a")}
+    repo = _repo(tmp_path, files)
     plain = tmp_path / "plain"
     plain.mkdir()
     run = run_gate(repo, "run", env={"SETUP_LOG": str(plain)})
     assert run.returncode == 0, run
     [own] = _setup_calls(plain)
-    make_repo(repo, {"a.py": module.replace("x @ w * SCALE", "SCALE * (w.T @ x.T).T")})
+    make_repo(repo, {"helper.py": "SCALE = 2.0 / 2\n"})
     based = tmp_path / "based"
     based.mkdir()
     env = {"SETUP_LOG": str(based), "SETUP_LIMIT": str(own)}
@@ -458,13 +461,43 @@ def _each_run(
 def test_on_the_cpu_a_region_the_base_runs_whatever_its_footprint_runs_in_both_trees_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``compare: always`` (or a changed policy entry): the base's run does not wait for the
-    head's; one the footprint decides waits for it, since it may not run at all."""
-    policy = _policy("a") + _policy("b", extra=", compare: always").removeprefix(POLICY_HEAD)
-    repo = _repo(tmp_path, {"a.py": _module(), "b.py": _module(), "policies/p.yaml": policy})
-    make_repo(repo, {"a.py": _module(scale="2.0 / 2")})  # a's code changed, its work not
+    """``compare: always`` (or a changed policy entry), or a change to the region's own module,
+    which its footprint will hold: the base's run does not wait for the head's. One that only
+    the footprint finds reached (a helper module's change) waits for it: it may not run at
+    all."""
+    policy = _policy("a", "c") + _policy("b", extra=", compare: always").removeprefix(POLICY_HEAD)
+    repo = _repo(
+        tmp_path,
+        {
+            "a.py": _module(),
+            "b.py": _module(),
+            "c.py": _module("from helper import K\n"),
+            "helper.py": "K = 1\n",
+            "policies/p.yaml": policy,
+        },
+    )
+    # a's code changed, its work not; c's helper changed, which c's module does not show.
+    make_repo(repo, {"a.py": _module(scale="2.0 / 2"), "helper.py": "K = 2\n"})
     runs: dict[tuple[str, str], tuple[float, float]] = {}
     _each_run(monkeypatch, lambda tree, name, *span: runs.setdefault((tree, name), span))
-    assert _statuses(repo) == {"a": "compared", "b": "compared"}
+    assert _statuses(repo) == {"a": "compared", "b": "compared", "c": "compared"}
     assert runs[("base", "b")][0] < runs[("head", "b")][1], runs  # at once
-    assert runs[("base", "a")][0] >= runs[("head", "a")][1], runs  # after its footprint
+    assert runs[("base", "a")][0] < runs[("head", "a")][1], runs  # at once
+    assert runs[("base", "c")][0] >= runs[("head", "c")][1], runs  # after its footprint
+
+
+def test_a_guess_that_a_change_reaches_a_region_leaves_the_verdict_to_its_footprint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module by the step's name changed at the repository's root, but the policy's
+    python_path imports the step from src/, unchanged: the base's run started at once on the
+    guess, and the verdict is still the footprint's."""
+    policy = POLICY_HEAD.replace("version: 1\n", "version: 1\npython_path: [../src]\n")
+    policy += _policy("a").removeprefix(POLICY_HEAD)
+    repo = _repo(tmp_path, {"a.py": _module(), "src/a.py": _module(), "policies/p.yaml": policy})
+    make_repo(repo, {"a.py": _module(scale="2.0 / 2")})
+    runs: dict[tuple[str, str], tuple[float, float]] = {}
+    _each_run(monkeypatch, lambda tree, name, *span: runs.setdefault((tree, name), span))
+    assert _statuses(repo) == {"a": "unchanged"}
+    assert runs[("base", "a")][0] < runs[("head", "a")][1], runs  # the guess ran it at once
+    assert _regions(repo)["a"]["footprint"]["files"][0][0] == "src/a.py"

@@ -38,7 +38,7 @@ from pathlib import Path
 from gate.compare.acceptance import accepted, base_accept
 from gate.compare.base_policy import base_entry, for_base, head_entry, regions_in_base
 from gate.compare.communication import compare_sides, program_names
-from gate.compare.footprint import in_base
+from gate.compare.footprint import in_base, module_files
 from gate.compare.own_definition import own_definition
 from gate.compare.rounds import PairedRounds, Side, timed_block, turn_runs
 from gate.compare.worktree import BaseTree
@@ -385,7 +385,9 @@ class _Pair:
         """Both trees' runs, each in its worker, which then holds it for the paired rounds
         (only when the step's time is compared: otherwise each run is let go as it ends)."""
         base: Held | None = None
-        if self.at_once and self._base_runs_anyway(head_root):
+        if self.at_once and (
+            self._base_runs_anyway(head_root) or self._own_modules_changed(head_root)
+        ):
             head, base = self._both_at_once(head_root)
             self.ran_at_once = True
         else:
@@ -479,6 +481,18 @@ class _Pair:
         policy, name = self.head.policy, self.region.name
         entry = head_entry(policy, head_root, name)
         return not entry or entry != base_entry(policy, head_root, self.tree.root, name)
+
+    def _own_modules_changed(self, head_root: Path) -> bool:
+        """Whether the change's code reaches a module the region names (its step's, setup's
+        or a boundary's, or a package above one), under the policy's python_path or the
+        tree's root: its footprint will hold that file, so the base will run it, and may as
+        well start at once (`_both_at_once`). Only a guess, made before the head runs: where
+        the footprint then says the base has the region unchanged, the base's run is not
+        used (a module imported from elsewhere), and the verdict is the footprint's."""
+        region = self.region
+        named = (region.step, *((region.setup,) if region.setup else ()), *region.boundaries)
+        roots = (*self.head.policy.python_path, head_root)
+        return self.tree.changes_any(module_files({ref.module for ref in named}, roots))
 
     def _with_outputs(self, head: Held) -> Held:
         """``head`` with its outputs on the host: a run that recorded its footprint left them

@@ -25,7 +25,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import hexdigits
@@ -88,6 +88,22 @@ class BaseTree:
         if self.changed is None:
             return True
         return any(not self._only_words(path) for path in self.changed)
+
+    @functools.cached_property
+    def _code_changes(self) -> frozenset[str]:
+        """The changed paths whose change may reach a region (`_only_words` says which not)."""
+        return frozenset(p for p in self.changed or () if not self._only_words(p))
+
+    def changes_any(self, files: Iterable[Path]) -> bool:
+        """Whether the change's code reaches any of ``files`` (paths in the head's tree): a
+        guess of what a region's footprint will find, from its paths alone, before it runs."""
+        if self.head_top is None or not self._code_changes:
+            return False
+        for file in files:
+            relative = os.path.relpath(file, self.head_top)
+            if Path(relative).as_posix() in self._code_changes:
+                return True
+        return False
 
     def _only_words(self, path: str) -> bool:
         """Whether the change to ``path`` can change no region's run: prose, or a Python source
