@@ -385,17 +385,18 @@ def test_setup_failing_as_the_heads_outputs_are_fetched_is_the_heads_error(
 ) -> None:
     """Fetched after the footprint, the outputs still need setup to repeat: when it raises
     then, the head's region fails with setup's error, as it did when fetched in its run. (The
-    change is to a helper, which only the footprint finds: a change to the region's own module
-    would run the base's at once, whose setup, counted alike, would break first.)"""
-    module = COUNTED.format(imports="\nfrom helper import SCALE\n", body="")
-    files = {"a.py": module, "helper.py": "SCALE = 1.0\n", "policies/p.yaml": _policy("a")}
+    change is to a file the step reads as it runs, which only the footprint at the head's end
+    finds: a change to the region's code would start the base's run beside the head's, whose
+    setup, counted alike, would break first.)"""
+    module = COUNTED.format(imports="\nSCALE = 1.0\n", body="    open('data.txt').read()\n")
+    files = {"a.py": module, "data.txt": "1\n", "policies/p.yaml": _policy("a")}
     repo = _repo(tmp_path, files)
     plain = tmp_path / "plain"
     plain.mkdir()
     run = run_gate(repo, "run", env={"SETUP_LOG": str(plain)})
     assert run.returncode == 0, run
     [own] = _setup_calls(plain)
-    make_repo(repo, {"helper.py": "SCALE = 2.0 / 2\n"})
+    make_repo(repo, {"data.txt": "2\n"})
     based = tmp_path / "based"
     based.mkdir()
     env = {"SETUP_LOG": str(based), "SETUP_LIMIT": str(own)}
@@ -461,11 +462,12 @@ def _each_run(
 def test_on_the_cpu_a_region_the_base_runs_whatever_its_footprint_runs_in_both_trees_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``compare: always`` (or a changed policy entry), or a change to the region's own module,
-    which its footprint will hold: the base's run does not wait for the head's. One that only
-    the footprint finds reached (a helper module's change) waits for it: it may not run at
-    all."""
-    policy = _policy("a", "c") + _policy("b", extra=", compare: always").removeprefix(POLICY_HEAD)
+    """``compare: always`` (or a changed policy entry), a change to the region's own module, or
+    to a helper its code imports (its footprint so far, once the head's code is imported):
+    the base's run does not wait for the head's to end. One whose change only the rest of the
+    footprint finds (a file the step reads as it runs) waits for it: it may not run at all."""
+    policy = _policy("a", "c", "d")
+    policy += _policy("b", extra=", compare: always").removeprefix(POLICY_HEAD)
     repo = _repo(
         tmp_path,
         {
@@ -473,17 +475,21 @@ def test_on_the_cpu_a_region_the_base_runs_whatever_its_footprint_runs_in_both_t
             "b.py": _module(),
             "c.py": _module("from helper import K\n"),
             "helper.py": "K = 1\n",
+            "d.py": _module(body="    open('d.txt').read()\n"),
+            "d.txt": "1\n",
             "policies/p.yaml": policy,
         },
     )
-    # a's code changed, its work not; c's helper changed, which c's module does not show.
-    make_repo(repo, {"a.py": _module(scale="2.0 / 2"), "helper.py": "K = 2\n"})
+    # a's code changed, its work not; c's helper, which c's module does not show; d's data.
+    make_repo(repo, {"a.py": _module(scale="2.0 / 2"), "helper.py": "K = 2\n", "d.txt": "2\n"})
     runs: dict[tuple[str, str], tuple[float, float]] = {}
     _each_run(monkeypatch, lambda tree, name, *span: runs.setdefault((tree, name), span))
-    assert _statuses(repo) == {"a": "compared", "b": "compared", "c": "compared"}
+    statuses = _statuses(repo)
+    assert statuses == {"a": "compared", "b": "compared", "c": "compared", "d": "compared"}
     assert runs[("base", "b")][0] < runs[("head", "b")][1], runs  # at once
     assert runs[("base", "a")][0] < runs[("head", "a")][1], runs  # at once
-    assert runs[("base", "c")][0] >= runs[("head", "c")][1], runs  # after its footprint
+    assert runs[("base", "c")][0] < runs[("head", "c")][1], runs  # once c's code is imported
+    assert runs[("base", "d")][0] >= runs[("head", "d")][1], runs  # after its footprint
 
 
 def test_a_guess_that_a_change_reaches_a_region_leaves_the_verdict_to_its_footprint(

@@ -465,6 +465,43 @@ class _Stages:
         pass
 
 
+def test_a_job_says_what_it_reached_as_its_first_call_starts(tmp_path: Path) -> None:
+    """With a cue that listens (`TimingCue.reached`), the job's footprint so far comes as its
+    code is imported: the step's module among it. Given then, nothing waits, and the live
+    line never says it waits for the base."""
+    repo = make_repo(tmp_path, {"src/steps.py": STEPS, "policies/p.yaml": POLICY})
+    policy = _policy(repo)
+    heard: list[tuple[str, ...]] = []
+
+    def reached(paths: tuple[str, ...]) -> None:
+        heard.append(paths)
+        cue.give()
+
+    cue = TimingCue(reached)
+    assert not cue.holds  # the job's clock runs until the base's run starts beside it
+    stages = _Stages()
+    with Scheduler(repo, environ=gate_env(), watcher=stages) as scheduler:
+        result, _ = scheduler.run_held(policy, policy.regions[0], footprint_top=repo, cue=cue)
+    assert result.passed, result
+    [paths] = heard
+    assert "src/steps.py" in paths, paths
+    assert WAITING_FOR_THE_BASE not in stages.heard, stages.heard
+    assert stages.heard.index("importing") < stages.heard.index("compiling"), stages.heard
+
+
+def test_a_cue_holds_the_jobs_clock_only_while_the_bases_run_is_under_way() -> None:
+    beside = TimingCue()  # the base's run starts with the job's
+    assert beside.holds
+    beside.give()
+    assert not beside.holds
+    later = TimingCue(lambda paths: None)  # the base's run starts once the job's reach says
+    assert not later.holds
+    later.hold()
+    assert later.holds
+    later.give()
+    assert not later.holds
+
+
 def test_a_cue_given_before_anything_waits_lets_it_through_at_once() -> None:
     cue, heard = TimingCue(), []
     cue.on_given(lambda: heard.append("before"))

@@ -31,7 +31,7 @@ import os
 import re
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -333,11 +333,11 @@ class _Pair:
     head_block: tuple[float, ...] = ()
     base_block: tuple[float, ...] = ()
     turn_runs: int = 1
-    # Both trees on the CPU: a region whose base runs whatever the head's footprint says runs
-    # in both workers at once, the head's timed runs after the base's run has ended
-    # (`_both_at_once`).
+    # Both trees on the CPU: the base's run goes beside the head's as soon as the base is
+    # known to run (at the start, or once the head's code is imported), the head's timed runs
+    # after it has ended (`_beside`).
     at_once: bool = False
-    ran_at_once: bool = False  # this region's two runs went at once
+    ran_at_once: bool = False  # this region's two runs went at once, from the start or not
     # A slower step's op times by line, (head's, base's), once traced (`_traced`); and, trees
     # apart, what its verdict was judged from, to judge it again with the head's traced later
     # (kept for a slower step only: both trees' outputs on the host).
@@ -388,8 +388,9 @@ class _Pair:
         if self.at_once and (
             self._base_runs_anyway(head_root) or self._own_modules_changed(head_root)
         ):
-            head, base = self._both_at_once(head_root)
-            self.ran_at_once = True
+            head, base = self._beside(head_root, now=True)
+        elif self.at_once and self.tree.may_reach_regions:
+            head, base = self._beside(head_root, now=False)
         else:
             head = self._run(self.head, self.region)
         if head[0].error is not None:
@@ -406,32 +407,54 @@ class _Pair:
             return _not_compared(head[0])
         return self._judged(head, self._base_run(head_root) if base is None else base, head_root)
 
-    def _both_at_once(self, head_root: Path) -> tuple[Held, Held]:
-        """The head's run and the base's at once, each in its worker on the CPU's cores: the
-        two trees' imports, first calls, warm-ups and watched runs overlap, where one after
-        the other they cost the run twice (on the 2-core machine ~40% of `run --base` when
-        every region is compared, docs/performance-log.md). The head's timed runs, which a
-        stored baseline may judge, wait for the base's run to end (`TimingCue`): nothing of
-        the base's runs beside them, and the head's clock stands still meanwhile, so a base
-        that is slow or hangs is the base's timeout. The base's own timed runs may meet the
-        head's first call: no verdict rests on them (the paired rounds judge the step, their
-        runs a turn come from the head's median alone, and only a tree run alone times its
-        region unpaired, `compare_apart`)."""
-        cue = TimingCue()
+    def _beside(self, head_root: Path, *, now: bool) -> tuple[Held, Held | None]:
+        """The head's run, and the base's beside it in its worker on the CPU's other cores:
+        the two trees' imports, first calls, warm-ups and watched runs overlap, where one
+        after the other they cost the run twice (on the 2-core machine ~40% of `run --base`
+        when every region is compared, docs/performance-log.md).
 
-        def base_then_cue() -> Held:
-            try:
-                return self._base_run(head_root)
-            finally:
-                cue.give()
+        ``now``: the base's run starts with the head's (the base runs whatever the footprint
+        says, `_base_runs_anyway`, `_own_modules_changed`). Otherwise the head says what its
+        footprint holds once its code is imported (`Reached`): where the change's code
+        touched one of those files (a helper module, a config read at import), the footprint
+        can only grow from there, the base will run, and it starts then; where it touched
+        none, the base's run is None and the head's footprint at its end decides.
 
+        The head's timed runs, which a stored baseline may judge, wait for the base's run to
+        end (`TimingCue`): nothing of the base's runs beside them, and the head's clock stands
+        still meanwhile, so a base that is slow or hangs is the base's timeout. The base's own
+        timed runs may meet the head's first call: no verdict rests on them (the paired rounds
+        judge the step, their runs a turn come from the head's median alone, and only a tree
+        run alone times its region unpaired, `compare_apart`)."""
+        top = self.tree.footprint_top
         with ThreadPoolExecutor(1, thread_name_prefix="transfer-gate-base") as pool:
-            base = pool.submit(base_then_cue)
+            started: list[Future[Held]] = []
+
+            def base_then_cue() -> Held:
+                try:
+                    return self._base_run(head_root)
+                finally:
+                    cue.give()
+
+            def start() -> None:
+                cue.hold()
+                self.ran_at_once = True
+                started.append(pool.submit(base_then_cue))
+
+            def reached(paths: tuple[str, ...]) -> None:  # in this thread, as the head runs
+                if top is not None and self.tree.changes_any(top / path for path in paths):
+                    start()
+                else:
+                    cue.give()
+
+            cue = TimingCue(None if now else reached)
+            if now:
+                start()
             try:
                 head = self._run(self.head, self.region, cue)
             finally:
                 cue.give()  # a head that failed before its timed runs: nothing waits
-            return head, base.result()
+            return head, (started[0].result() if started else None)
 
     def head_alone(self, head_root: Path) -> Held:
         """The head's run, and its block of timed turns (`timed_block`), while its worker
@@ -486,7 +509,7 @@ class _Pair:
         """Whether the change's code reaches a module the region names (its step's, setup's
         or a boundary's, or a package above one), under the policy's python_path or the
         tree's root: its footprint will hold that file, so the base will run it, and may as
-        well start at once (`_both_at_once`). Only a guess, made before the head runs: where
+        well start at once (`_beside`). Only a guess, made before the head runs: where
         the footprint then says the base has the region unchanged, the base's run is not
         used (a module imported from elsewhere), and the verdict is the footprint's."""
         region = self.region
@@ -579,7 +602,7 @@ class _Pair:
             timing = _unpaired(self.region, self.base_block, self.head_block)
         elif self.region.timing.compare:
             # A base run beside the head's timed its runs beside the head's first call: its
-            # median would cut the turns short (`_both_at_once`), so the head's decides.
+            # median would cut the turns short (`_beside`), so the head's decides.
             alone = (head_result,) if self.ran_at_once else (head_result, base_result)
             runs = turn_runs(self.region.timing.round_runs, *alone)
             rounds = PairedRounds(self.region, self.head, self.base, self.cancel)

@@ -12,7 +12,8 @@ at a time on its jobs pipe, and the worker answers each on its results pipe:
 - `Fetch`: the outputs of the last region a `Job` with ``fetch_later`` ran, on the host,
   answered with `Fetched`;
 - `Go`: the job running now (one with ``times_after_go``) may start its timed runs; no
-  answer, and it may come while the job runs.
+  answer, and it may come while the job runs. A job with ``reports_reach`` sends `Reached`
+  as its first call starts, so that the parent may start the base's run beside it then.
 Both are pipes of their own, so nothing the code under test prints to stdout or stderr can
 corrupt the protocol. A frame is an 8-byte big-endian length and a pickle; the parent and
 the worker are the same program, so pickling between them trusts nothing the code under
@@ -102,6 +103,10 @@ class Job:
     # CPU, `gate.compare.session`): its timed runs wait for `Go`, sent once the base's run has
     # ended, so that nothing of the base's (compiling, above all) runs beside them.
     times_after_go: bool = False
+    # Send `Reached` once the region's code is imported, as its first call starts: what its
+    # footprint holds so far (``run --base``'s head on the CPU, with ``times_after_go``: the
+    # parent starts the base's run beside it there when the change reached those files).
+    reports_reach: bool = False
 
     @property
     def fetch_later(self) -> bool:
@@ -167,6 +172,16 @@ class Entered:
 
 
 @dataclass(frozen=True)
+class Reached:
+    """The paths under the tree's top level that the running job's region has reached once its
+    code is imported: its footprint so far, the files and the absent paths (`Job.reports_reach`).
+    The footprint only grows from here: a change to any of them is a change to the region."""
+
+    number: int
+    paths: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Done:
     """A region's result."""
 
@@ -204,7 +219,7 @@ class Fetched:
 
 
 Request = Check | Job | Turns | Trace | Fetch
-Message = Request | Go | Checked | Ready | Entered | Done | Timed | Traced | Fetched
+Message = Request | Go | Checked | Ready | Entered | Reached | Done | Timed | Traced | Fetched
 
 
 def encode(message: Message) -> bytes:

@@ -48,6 +48,7 @@ from gate.isolation.protocol import (
     Go,
     Job,
     Message,
+    Reached,
     Request,
     Timed,
     Trace,
@@ -109,12 +110,34 @@ class _Running:
 class TimingCue:
     """When a job's timed runs may start (`Job.times_after_go`): given once, from any thread
     (``run --base`` gives it as the base's run beside the head's ends); what waits for it
-    runs then, or at once where it was given already, whichever comes first."""
+    runs then, or at once where it was given already, whichever comes first.
 
-    def __init__(self) -> None:
+    ``reached``: the job sends `Reached` as its first call starts (`Job.reports_reach`), and
+    this hears its paths, in the thread that waits for the job: where the change reached
+    none, it gives the cue; otherwise it starts the base's run (`hold`), which gives it as it
+    ends."""
+
+    def __init__(self, reached: Callable[[tuple[str, ...]], object] | None = None) -> None:
         self._lock = threading.Lock()
         self._given = False
+        # The base's run is under way beside the job: from the start, or once `reached` starts it.
+        self._held = reached is None
         self._waiting: list[Callable[[], object]] = []
+        self.reached = reached
+
+    @property
+    def holds(self) -> bool:
+        """Whether the job's clock stands still (`Scheduler._wait`): the base's run beside it is
+        under way, and the cue not given yet. Never before then: the job's own import and
+        inputs, until `Reached`, are the job's time, and a job that hangs there times out."""
+        with self._lock:
+            return self._held and not self._given
+
+    def hold(self) -> None:
+        """The base's run has started beside the job, after `reached`: the job's clock stands
+        still until the cue is given."""
+        with self._lock:
+            self._held = True
 
     @property
     def given(self) -> bool:
@@ -329,6 +352,7 @@ class Scheduler:
             top,
             self.audited,
             times_after_go=cue is not None,
+            reports_reach=cue is not None and cue.reached is not None,
         )
         limit = region.timeout_s
         reply = self._request(
@@ -562,11 +586,11 @@ class Scheduler:
     ) -> Message | WaitEvent:
         """The worker's next message but a stage, which goes to the watcher on the way.
 
-        With ``cue``, the job's clock stands still until the cue is given (`_paused_s` says how
-        long): the job's own runs then overlap the base's run, whose request pays for that
-        time, and a base that is slow or hangs is the base's timeout, never this job's."""
+        With ``cue``, the job's clock stands still while it holds (`_paused_s` says how long):
+        the job's own runs then overlap the base's run, whose request pays for that time, and a
+        base that is slow or hangs is the base's timeout, never this job's."""
         while True:
-            if cue is not None and not cue.given:
+            if cue is not None and cue.holds:
                 began = time.monotonic()
                 event = worker.wait(began + _CUE_POLL_S, self.cancel)
                 paused = time.monotonic() - began
@@ -576,6 +600,10 @@ class Scheduler:
                     continue
             else:
                 event = worker.wait(deadline, self.cancel)
+            if isinstance(event, Reached):
+                if cue is not None and cue.reached is not None:
+                    cue.reached(event.paths)
+                continue
             if not isinstance(event, Entered):
                 return event
             self.announce(label, event.stage, tree)

@@ -48,6 +48,7 @@ from gate.isolation.protocol import (
     Go,
     Job,
     Message,
+    Reached,
     Ready,
     Request,
     Timed,
@@ -140,6 +141,9 @@ def main(argv: list[str]) -> int:
             entered = functools.partial(_stage_entered, results_fd, job.number)
             if job.times_after_go:
                 entered = functools.partial(_timing_after_go, results_fd, go, job.number, entered)
+            if job.reports_reach and top is not None:
+                reach = functools.partial(_reach, footprints, job, top, checked_unheard)
+                entered = functools.partial(_reach_as_first_call_starts, results_fd, reach, entered)
             with (
                 listening(entered),
                 running_from(job.repo_root, job.policy.python_path),
@@ -177,6 +181,26 @@ def _footprint(recorder: FootprintRecorder, job: Job, top: Path) -> Footprint | 
     except Exception:
         traceback.print_exc()
         return None
+
+
+def _reach(recorder: FootprintRecorder, job: Job, top: Path, unheard: bool) -> Reached:
+    """What ``job``'s region has reached so far (`Job.reports_reach`): its footprint's files
+    and absent paths; none where its footprint will be None (``unheard``, or recording it
+    failed), so the parent waits for the job's end, where the region is compared in full."""
+    footprint = None if unheard else _footprint(recorder, job, top)
+    if footprint is None:
+        return Reached(job.number, ())
+    return Reached(job.number, (*(path for path, _ in footprint.files), *footprint.absent))
+
+
+def _reach_as_first_call_starts(
+    fd: int, reach: Callable[[], Reached], entered: Callable[[Stage], None], stage: Stage
+) -> None:
+    """``entered``, and, as the job's first call starts (its code imported, its inputs made),
+    `Reached`: the parent may start the base's run beside it now, not at its end."""
+    if stage is Stage.COMPILING:
+        write_frame(fd, reach())
+    entered(stage)
 
 
 def _exit_now() -> NoReturn:
@@ -219,6 +243,10 @@ class _GoSignal:
             self._given = max(self._given, number)
             self._changed.notify_all()
 
+    def given_for(self, number: int) -> bool:
+        with self._changed:
+            return self._given >= number
+
     def wait(self, number: int) -> None:
         # Unbounded: the parent stops this worker when the region's timeout_s runs out, and
         # a parent that is gone closes the jobs pipe, which kills it (`_read_jobs`).
@@ -236,7 +264,7 @@ def _timing_after_go(
     """``entered``, and, as job ``number`` enters its timed runs, the wait for its `Go`: the
     base's run beside it has ended (`Job.times_after_go`). The wait is a stage of its own on
     the live line, not the end of the one before."""
-    if stage is Stage.TIMING:
+    if stage is Stage.TIMING and not go.given_for(number):
         write_frame(fd, Entered(number, WAITING_FOR_THE_BASE))
         go.wait(number)
     entered(stage)
