@@ -175,7 +175,8 @@ only phases "a region's stages against the floor's phases (region_phases)" \
 only start "what a run costs before its first worker starts (parent_start)" \
     python3 -m benchmarks parent_start --rounds 5
 only reach "run --base when the change reaches no region, or one (issue 55), on the chip" \
-    env JAX_PLATFORMS=tpu python3 -m benchmarks base_reach --rounds "${REACH_ROUNDS:-1}"
+    env JAX_PLATFORMS=tpu python3 -m benchmarks base_reach --rounds "${REACH_ROUNDS:-1}" \
+    --changes readme comment code
 only reach-cpu "the same on the host's CPU" \
     python3 -m benchmarks base_reach --rounds "${REACH_ROUNDS:-2}"
 
