@@ -507,3 +507,30 @@ def test_a_guess_that_a_change_reaches_a_region_leaves_the_verdict_to_its_footpr
     assert _statuses(repo) == {"a": "unchanged"}
     assert runs[("base", "a")][0] < runs[("head", "a")][1], runs  # the guess ran it at once
     assert _regions(repo)["a"]["footprint"]["files"][0][0] == "src/a.py"
+
+
+def test_a_job_that_says_what_it_reached_hashes_each_file_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The footprint so far (`Reached`) and the one at the job's end come from one recording:
+    a file is hashed once for both, on the head's clock (a large data file read at import
+    would otherwise be read twice), and again only where it changed in between."""
+    from gate.witness import footprint as recorded
+
+    hashed: list[str] = []
+    real = recorded.file_sha256
+    monkeypatch.setattr(recorded, "file_sha256", lambda path: hashed.append(path) or real(path))
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"x" * 1000)
+    recorder = recorded.FootprintRecorder()
+    with recorder.recording(), open(data, "rb") as file:
+        file.read()
+    first = recorder.footprint(tmp_path, [tmp_path], [])
+    again = recorder.footprint(tmp_path, [tmp_path], [])
+    assert first == again
+    assert first.files == (("data.bin", real(str(data))),), first
+    assert hashed == [str(data)], hashed
+    data.write_bytes(b"y" * 2000)  # another file now: hashed anew
+    changed = recorder.footprint(tmp_path, [tmp_path], [])
+    assert changed.files == (("data.bin", real(str(data))),), changed
+    assert hashed == [str(data)] * 2, hashed

@@ -102,14 +102,18 @@ def test_the_base_reads_its_own_collectives_lines_whatever_the_cache_holds(
     another checkout, its lines two further up. Keyed without its source lines, the base read
     back the head's executable, lines and all: the unchanged collective was then at another
     line than the base's own (once "new" and "gone"; since issue 37 "moved", which passes).
-    Keyed with them, the base reads its own lines and the collective is simply unchanged."""
+    Keyed with them, the base reads its own lines and the collective is simply unchanged.
+
+    The trees run one after the other, as on an accelerator: JAX_PLATFORMS is left unset (the
+    CPU all the same, but not by name), where with ``cpu`` a change to the region's own module
+    runs both at once, and which compiles first would be a race."""
     repo = init(tmp_path / "repo")
     commit(repo, {"steps.py": STEPS, "policies/p.yaml": POLICY}, "base")
     # Code, not comments: comments alone leave the code the base's, and the region runs once.
     make_repo(repo, {"steps.py": "ONE = 1\nTWO = 2\n" + STEPS.lstrip("\n")})
     if env:
         env = {CACHE_DIR: str(tmp_path / "cache"), **env}
-    run = run_gate(repo, "run", "--base", "HEAD", env=env)
+    run = run_gate(repo, "run", "--base", "HEAD", env={**env, "JAX_PLATFORMS": None})
     moved = "not new (same kind, shapes and groups)"
     assert (moved in run.stdout) is head_lines, run
     assert "new all-reduce" not in run.stdout, run

@@ -442,6 +442,8 @@ class _Pair:
                 started.append(pool.submit(base_then_cue))
 
             def reached(paths: tuple[str, ...]) -> None:  # in this thread, as the head runs
+                if started:  # heard once: a second first call (the step calls the gate) is not
+                    return
                 if top is not None and self.tree.changes_any(top / path for path in paths):
                     start()
                 else:
@@ -506,14 +508,15 @@ class _Pair:
         return not entry or entry != base_entry(policy, head_root, self.tree.root, name)
 
     def _own_modules_changed(self, head_root: Path) -> bool:
-        """Whether the change's code reaches a module the region names (its step's, setup's
-        or a boundary's, or a package above one), under the policy's python_path or the
-        tree's root: its footprint will hold that file, so the base will run it, and may as
-        well start at once (`_beside`). Only a guess, made before the head runs: where
-        the footprint then says the base has the region unchanged, the base's run is not
-        used (a module imported from elsewhere), and the verdict is the footprint's."""
+        """Whether the change's code reaches a module the region names (its step's, setup's,
+        a boundary's or its custom check's, or a package above one), under the policy's
+        python_path or the tree's root: its footprint will hold that file, so the base will run
+        it, and may as well start at once (`_beside`). Only a guess, made before the head
+        runs: where the footprint then says the base has the region unchanged, the base's run
+        is not used (a module imported from elsewhere), and the verdict is the footprint's."""
         region = self.region
-        named = (region.step, *((region.setup,) if region.setup else ()), *region.boundaries)
+        optional = (region.setup, region.checks.custom)
+        named = (region.step, *(ref for ref in optional if ref is not None), *region.boundaries)
         roots = (*self.head.policy.python_path, head_root)
         return self.tree.changes_any(module_files({ref.module for ref in named}, roots))
 

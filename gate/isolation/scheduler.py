@@ -352,7 +352,9 @@ class Scheduler:
             top,
             self.audited,
             times_after_go=cue is not None,
-            reports_reach=cue is not None and cue.reached is not None,
+            # Only a job that records its footprint can say what it reached: any other would
+            # leave the cue to its end, its timed runs waiting for a Go that never came.
+            reports_reach=cue is not None and cue.reached is not None and top is not None,
         )
         limit = region.timeout_s
         reply = self._request(
@@ -601,7 +603,7 @@ class Scheduler:
             else:
                 event = worker.wait(deadline, self.cancel)
             if isinstance(event, Reached):
-                if cue is not None and cue.reached is not None:
+                if cue is not None and cue.reached is not None and not cue.given:
                     cue.reached(event.paths)
                 continue
             if not isinstance(event, Entered):

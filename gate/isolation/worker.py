@@ -196,8 +196,9 @@ def _reach(recorder: FootprintRecorder, job: Job, top: Path, unheard: bool) -> R
 def _reach_as_first_call_starts(
     fd: int, reach: Callable[[], Reached], entered: Callable[[Stage], None], stage: Stage
 ) -> None:
-    """``entered``, and, as the job's first call starts (its code imported, its inputs made),
-    `Reached`: the parent may start the base's run beside it now, not at its end."""
+    """``entered``, and, as the job's first call starts (its code imported; setup has not
+    made its inputs yet, so what setup reads is not in it), `Reached`: the parent may start
+    the base's run beside it now, not at its end."""
     if stage is Stage.COMPILING:
         write_frame(fd, reach())
     entered(stage)

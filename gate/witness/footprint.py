@@ -24,7 +24,7 @@ import hashlib
 import importlib
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -52,12 +52,15 @@ class FootprintRecorder:
         self._at_import: dict[str, list[tuple[str, str]]] = {}
         # A module file's imports by (path, sha256): parsed once per worker.
         self._imports: dict[tuple[str, str], tuple[tuple[str, bool], ...]] = {}
+        # Each file's sha256 by the file as it stands (`_digest`), for the job being recorded.
+        self._digests: dict[tuple[str, int, int, int], str] = {}
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[None]:
         """Hear the block's opens, listings and imports (the hook is installed on first use)."""
         self.install()
         self._opened, self._listed, self._imported = [], [], []
+        self._digests = {}
         self._on = True
         try:
             yield
@@ -110,7 +113,7 @@ class FootprintRecorder:
     ) -> Footprint:
         """What the last recorded job reached under ``top``, its region's callables being
         in ``modules``; ``import_roots``: the tree's folders on `sys.path` (python_path, root)."""
-        tree = _Tree(top, tuple(import_roots), self._imports, self._at_import)
+        tree = _Tree(top, tuple(import_roots), self._imports, self._at_import, self._digest)
         for path in self._opened:
             tree.opened(path)
         for name in (*modules, *self._imported):
@@ -123,6 +126,20 @@ class FootprintRecorder:
             listed=tuple(sorted(tree.listed.items())),
         )
 
+    def _digest(self, path: str) -> str:
+        """`file_sha256` of ``path``, once in a job for the file as it stands (its inode, size
+        and modification time): a job that says what it reached so far (`Job.reports_reach`)
+        hashes each file once, not again for the footprint at its end."""
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return ""
+        key = (os.path.realpath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        found = self._digests.get(key)
+        if found is None:
+            found = self._digests[key] = file_sha256(path)
+        return found
+
 
 class _Tree:
     """A footprint being gathered: the tree's files, hashed, and its modules' closure."""
@@ -133,7 +150,9 @@ class _Tree:
         roots: tuple[Path, ...],
         imports: dict[tuple[str, str], tuple[tuple[str, bool], ...]],
         at_import: dict[str, list[tuple[str, str]]],
+        digest: Callable[[str], str],
     ) -> None:
+        self._digest = digest
         self._at_import = at_import
         self.top = os.path.realpath(top)
         self.roots = roots
@@ -160,7 +179,7 @@ class _Tree:
         if relative is None or relative in self.files:
             return
         if os.path.isfile(path):
-            self.files[relative] = file_sha256(path)
+            self.files[relative] = self._digest(path)
         elif not os.path.exists(path):
             self.absent.add(relative)
 
@@ -197,7 +216,7 @@ class _Tree:
         self._inside.add(name)
         relative = self.relative(file)
         assert relative is not None
-        digest = self.files.get(relative) or file_sha256(file)
+        digest = self.files.get(relative) or self._digest(file)
         self.files[relative] = digest
         for kind, path in self._at_import.get(os.path.abspath(file), ()):
             self.opened(path) if kind == "open" else self.folder(path)
