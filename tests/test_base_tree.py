@@ -22,10 +22,10 @@ from result_samples import STEPS, policy
 
 from gate.cli.exit_codes import ExitCode
 from gate.compare import worktree
-from gate.compare.footprint import module_files
 from gate.compare.worktree import TEMP_PREFIX, BaseRefError, BaseTree, check_base, checked_out
 from gate.isolation.cancellation import cancel_on_signals
 from gate.isolation.compile_cache import CACHE_DIR
+from gate.witness.footprint import package_paths
 
 
 @pytest.fixture
@@ -426,20 +426,20 @@ def test_only_a_change_to_prose_alone_is_known_to_reach_no_region(repo: Path) ->
 
 
 def test_a_changed_module_a_region_names_is_known_before_it_runs(repo: Path) -> None:
-    """`module_files`: where ``pkg.sub.mod`` would be imported from, packages above it
+    """`package_paths`: where ``pkg.sub.mod`` would be imported from, packages above it
     included, under each root; `changes_any`: whether the change's code reaches one of them
     (prose and a comment do not)."""
     roots = (repo / "src", repo)
-    files = {p.relative_to(repo).as_posix() for p in module_files(["pkg.sub.mod"], roots)}
+    files = {p.relative_to(repo).as_posix() for p in package_paths(["pkg.sub.mod"], roots)}
     assert files >= {"pkg/__init__.py", "pkg/sub/__init__.py", "pkg/sub/mod.py"}, files
     assert files >= {"src/pkg/__init__.py", "src/pkg/sub/mod.py", "src/pkg/sub/mod/__init__.py"}
     commit(repo, {"pkg/__init__.py": "", "pkg/sub/mod.py": "X = 1\n", "doc.md": "a\n"}, "pkg")
     (repo / "doc.md").write_text("b\n")
     (repo / "pkg" / "sub" / "mod.py").write_text("X = 1  # a comment\n")
     with checked_out(repo, "HEAD") as base:
-        assert not base.changes_any(module_files(["pkg.sub.mod"], roots))
+        assert not base.changes_any(package_paths(["pkg.sub.mod"], roots))
     (repo / "pkg" / "__init__.py").write_text("Y = 2\n")  # a package above it
     with checked_out(repo, "HEAD") as base:
-        assert base.changes_any(module_files(["pkg.sub.mod"], roots))
-        assert not base.changes_any(module_files(["other"], roots))
+        assert base.changes_any(package_paths(["pkg.sub.mod"], roots))
+        assert not base.changes_any(package_paths(["other"], roots))
     assert not BaseTree("HEAD", "0" * 40, "0000000", repo, changed=None).changes_any([repo / "a"])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,16 +76,3 @@ def same_code(head: Path, base: Path) -> bool:
         return False
     first, second = (ast.dump(tree, include_attributes=False) for tree in trees)
     return first == second
-
-
-def module_files(modules: Iterable[str], roots: Sequence[Path]) -> Iterator[Path]:
-    """Where ``modules`` and the packages above them would be imported from under ``roots``
-    (a policy's python_path, then the tree's root, as a worker puts them first on `sys.path`),
-    known before the region runs: ``a/b.py`` and ``a/b/__init__.py``, with ``a/__init__.py``,
-    in each root. Files that may not exist; a guess a footprint makes exact."""
-    for module in modules:
-        parts = module.split(".")
-        for root in roots:
-            for depth in range(1, len(parts) + 1):
-                yield root.joinpath(*parts[:depth], "__init__.py")
-            yield root.joinpath(*parts[:-1], parts[-1] + ".py")

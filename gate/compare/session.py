@@ -38,7 +38,7 @@ from pathlib import Path
 from gate.compare.acceptance import accepted, base_accept
 from gate.compare.base_policy import base_entry, for_base, head_entry, regions_in_base
 from gate.compare.communication import compare_sides, program_names
-from gate.compare.footprint import in_base, module_files
+from gate.compare.footprint import in_base
 from gate.compare.own_definition import own_definition
 from gate.compare.rounds import PairedRounds, Side, timed_block, turn_runs
 from gate.compare.worktree import BaseTree
@@ -68,6 +68,7 @@ from gate.results.line_map import IDENTITY, LineMap
 from gate.results.line_times import OpTimes
 from gate.results.recompile_changes import after_warmup_vs_base
 from gate.results.records import RegionResult, RunResult
+from gate.witness.footprint import package_paths
 from gate.witness.recompiles import startup_recompiles
 
 # Why the trees of a device that admits one process run apart (`BaseComparison.apart`).
@@ -518,7 +519,7 @@ class _Pair:
         optional = (region.setup, region.checks.custom)
         named = (region.step, *(ref for ref in optional if ref is not None), *region.boundaries)
         roots = (*self.head.policy.python_path, head_root)
-        return self.tree.changes_any(module_files({ref.module for ref in named}, roots))
+        return self.tree.changes_any(package_paths({ref.module for ref in named}, roots))
 
     def _with_outputs(self, head: Held) -> Held:
         """``head`` with its outputs on the host: a run that recorded its footprint left them

@@ -225,24 +225,11 @@ class _Tree:
                 self.module(imported, optional=maybe)
 
     def _candidates(self, name: str) -> list[str]:
-        parts = name.split(".")
-        found = []
-        for root in self.roots:
-            base = Path(root, *parts)
-            for path in (base.with_name(base.name + ".py"), base / "__init__.py"):
-                relative = self.relative(str(path))
-                if relative is not None:
-                    found.append(relative)
-        return found
+        found = (self.relative(str(path)) for path in module_paths(name, self.roots))
+        return [relative for relative in found if relative is not None]
 
     def _candidate(self, name: str) -> str | None:
-        parts = name.split(".")
-        for root in self.roots:
-            base = Path(root, *parts)
-            for path in (base.with_name(base.name + ".py"), base / "__init__.py"):
-                if path.is_file():
-                    return str(path)
-        return None
+        return next((str(p) for p in module_paths(name, self.roots) if p.is_file()), None)
 
     def _imported_by(self, file: str, digest: str, name: str) -> tuple[tuple[str, bool], ...]:
         key = (file, digest)
@@ -250,6 +237,26 @@ class _Tree:
             is_package = os.path.basename(file) == "__init__.py"
             self._imports[key] = _imports(file, name if is_package else name.rpartition(".")[0])
         return self._imports[key]
+
+
+def module_paths(name: str, roots: Sequence[Path]) -> Iterator[Path]:
+    """Where module ``name`` would be imported from under each of ``roots`` in turn (a tree's
+    folders on `sys.path`): ``a/b.py``, then ``a/b/__init__.py``. Paths that may not exist."""
+    parts = name.split(".")
+    for root in roots:
+        base = Path(root, *parts)
+        yield base.with_name(base.name + ".py")
+        yield base / "__init__.py"
+
+
+def package_paths(modules: Iterable[str], roots: Sequence[Path]) -> Iterator[Path]:
+    """`module_paths` of ``modules`` and of every package above each: the files a footprint
+    of a region that imports them will hold, where they are in the tree, known before the
+    region runs (``run --base`` guesses from them when the base's run may start)."""
+    for module in modules:
+        parts = module.split(".")
+        for depth in range(1, len(parts) + 1):
+            yield from module_paths(".".join(parts[:depth]), roots)
 
 
 def _importing(frame: FrameType | None) -> str | None:
