@@ -453,10 +453,13 @@ def test_the_readmes_venv_in_the_repository_serves_both_trees_workers(
 ) -> None:
     """jax, an extension module and a source checkout, all in the repository's ``.venv`` (which
     git ignores: the base's checkout has none): none is the head's own code, so each tree's
-    worker imports them from that ``.venv``, as each tree run alone with its Python does."""
+    worker imports them from that ``.venv``, as each tree run alone with its Python does; nor
+    is any in the region's footprint, so a change to prose alone runs the region once."""
     repo = init(tmp_path / "repo")
     (repo / ".gitignore").write_text(".venv/\n")
-    commit(repo, {"steps.py": MAKE + STEP_VENV, "policies/p.yaml": POLICY}, "base")
+    policy = POLICY.replace("timing: off}", "timing: off, compare: always}")
+    assert policy != POLICY
+    commit(repo, {"steps.py": MAKE + STEP_VENV, "policies/p.yaml": policy}, "base")
     python = _readme_venv(repo)
     assert _alone(repo, python=python) == _alone(_base_tree(repo, tmp_path), python=python)
     log = tmp_path / "special.log"
@@ -476,3 +479,16 @@ def test_the_readmes_venv_in_the_repository_serves_both_trees_workers(
     venv = str((repo / ".venv").resolve()) + os.sep
     files = {file for _, *found in runs for file in found}
     assert all(os.path.realpath(f).startswith(venv) for f in files), log.read_text()
+
+    # Compared only when the change reaches it: the .venv is the environment's, not the tree's.
+    commit(repo, {"policies/p.yaml": POLICY}, "the default rule")
+    (repo / "README.md").write_text("changed\n")
+    log.unlink()
+    done = run(gate, cwd=repo, env=gate_env(), timeout=240)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    (region,) = (
+        r for s in json.loads((repo / "r.json").read_text())["suites"] for r in s["regions"]
+    )
+    assert region["base"]["status"] == "unchanged", region["base"]
+    assert not [f for f, _ in region["footprint"]["files"] if f.startswith(".venv/")], region
+    assert len({line.split()[0] for line in log.read_text().splitlines()}) == 1, log.read_text()

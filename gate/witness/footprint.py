@@ -10,8 +10,8 @@ Two sources, because neither alone is enough:
   earlier region, or the policy check, already imported raises no event now; and every tree
   module in `sys.modules` would be far more than this region reached.
 
-Only paths under the tree's git top level count: installed packages are the same for both
-trees. A name that resolves outside the tree, or nowhere, leaves the paths where the tree
+Only paths under the tree's git top level count, and not an installed package's there (a
+``.venv`` in the repository): installed packages are the same for both trees. A name that resolves outside the tree, or nowhere, leaves the paths where the tree
 would have shadowed it as absent. What Python does not see is not recorded: a file read by
 native code, a path only tested with ``os.path.exists`` or ``os.stat`` (docs/compare.md).
 """
@@ -29,6 +29,7 @@ from pathlib import Path
 from types import FrameType
 
 from gate.results.footprint import Footprint
+from gate.user_code import owning_root
 
 _EVENTS = frozenset({"open", "os.listdir", "os.scandir", "import"})
 # Opened with any of these, a file is written, not (only) read: a region's own output.
@@ -163,10 +164,17 @@ class _Tree:
         self._seen: set[str] = set()
         self._inside: set[str] = set()  # modules whose file is in the tree
 
-    def relative(self, path: str) -> str | None:
-        """``path`` relative to the top, or None outside it (or in git's or Python's caches)."""
+    def relative(self, path: str, *, folder: bool = False) -> str | None:
+        """``path`` (a ``folder``'s) relative to the top, or None outside it, in git's or
+        Python's caches, or in an installed package: a virtual environment in the repository
+        (the README's ``.venv``, git-ignored) is the environment both trees' workers import
+        from alike (`gate.isolation.own_tree`), by the rule that says whose code a file is."""
         real = os.path.realpath(path)
         if real != self.top and not real.startswith(self.top + os.sep):
+            return None
+        # A folder is told by a stand-in file in it, as `own_tree` tells sys.path entries.
+        told = os.path.join(real, "__init__.py") if folder else real
+        if real != self.top and owning_root(told, (self.top + os.sep,)) is None:
             return None
         relative = Path(os.path.relpath(real, self.top)).as_posix()
         parts = relative.split("/")
@@ -184,7 +192,7 @@ class _Tree:
             self.absent.add(relative)
 
     def folder(self, path: str) -> None:
-        relative = self.relative(path)
+        relative = self.relative(path, folder=True)
         if relative is None or relative in self.listed:
             return
         try:
