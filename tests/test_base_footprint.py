@@ -240,6 +240,24 @@ def test_on_a_tpu_an_unchanged_policy_starts_no_base_worker(
     assert len(workers) == 1, workers  # the head's only
 
 
+@pytest.mark.chips(1)
+def test_on_a_tpu_a_region_that_reads_the_changed_prose_is_compared_apart(
+    tmp_path: Path, accelerator_rule: AcceleratorRule
+) -> None:
+    """The head's first run of a region that reads the changed README is a plain run's; its
+    footprint sends the region again, held, through a fresh head worker (one process on the
+    chip at a time), then the base's: the trees compared apart, the other region unchanged."""
+    reads = _module(
+        "import os\n", "    open(os.path.join(os.path.dirname(__file__), 'README.md'))\n"
+    )
+    repo = _repo(tmp_path, {"a.py": reads, "b.py": _module(), "policies/p.yaml": _policy("a", "b")})
+    make_repo(repo, {"README.md": "changed\n"})
+    assert _statuses(repo) == {"a": "compared", "b": "unchanged"}
+    assert "one process at a time" in _regions(repo)["a"]["base"]["apart"]
+    workers = [s for s in accelerator_rule.starts() if s.is_worker]
+    assert len(workers) == 3, workers  # the head's first, the head's again, the base's
+
+
 def _events(monkeypatch: pytest.MonkeyPatch, repo: Path) -> list[str]:
     """What this test's gate does, in order: each worker spawned (``spawn head``/``spawn
     base``, by the tree it starts in), the head's check of the policies' callables, and each
@@ -369,7 +387,9 @@ def test_an_unchanged_region_is_not_made_again_for_a_comparison_it_does_not_need
     )
     assert run.returncode == 0, run
     assert _regions(repo)["a"]["base"]["status"] == "unchanged", run
-    assert _setup_calls(based) == [own], run  # the head's worker alone, its own run alone
+    # The head's worker alone, its own run alone: untraced (a trace's folder in the tree would
+    # have made its footprint differ from the base's, and the region run again).
+    assert _setup_calls(based) == [own], run
     make_repo(repo, {"a.py": module.replace("x @ w * SCALE", "SCALE * (w.T @ x.T).T")})
     run = run_gate(
         repo, "run", "--base", "HEAD", "--json", "out/r.json", env={"SETUP_LOG": str(compared)}
@@ -378,6 +398,37 @@ def test_an_unchanged_region_is_not_made_again_for_a_comparison_it_does_not_need
     assert _regions(repo)["a"]["base"]["results"]["status"] == "matches", run
     # Each tree's worker: its run, and setup twice more for its outputs (then its turns).
     assert all(calls >= own + 2 for calls in _setup_calls(compared)), run
+
+
+def test_a_region_that_reads_the_changed_prose_runs_again_held_and_is_compared(
+    tmp_path: Path,
+) -> None:
+    """A change to prose alone reaches no region by its paths, so each head's run is made as a
+    plain run's: let go of as it ends, untraced (`_Pair._unheld_first`). A region whose
+    footprint then holds the changed README runs again, held, from a fresh worker, and is
+    compared in full, paired rounds and all; the others are unchanged from their one run."""
+    reads = COUNTED.format(
+        imports="\nSCALE = 1.0\n",
+        body="    open(os.path.join(os.path.dirname(__file__), 'README.md')).read()\n",
+    ).replace("import jax\n", "import os\n\nimport jax\n", 1)
+    repo = _repo(tmp_path, {"a.py": reads, "b.py": _module(), "policies/p.yaml": _policy("a", "b")})
+    make_repo(repo, {"README.md": "a repo, changed\n"})
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    run = run_gate(
+        repo, "run", "--base", "HEAD", "--json", "out/r.json", env={"SETUP_LOG": str(calls)}
+    )
+    assert run.returncode == 0, run
+    regions = _regions(repo)
+    assert {n: r["base"]["status"] for n, r in regions.items()} == {
+        "a": "compared",
+        "b": "unchanged",
+    }, run
+    assert "README.md" in dict(regions["a"]["footprint"]["files"]), regions["a"]["footprint"]
+    assert regions["a"]["base"]["timing"]["rounds"] >= 4, regions["a"]["base"]
+    assert regions["a"]["base"]["results"]["status"] == "matches", regions["a"]["base"]
+    # Setup ran in three workers: the head's first, the head's fresh one, the base's.
+    assert len(_setup_calls(calls)) == 3, run
 
 
 def test_setup_failing_as_the_heads_outputs_are_fetched_is_the_heads_error(

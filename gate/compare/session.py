@@ -339,6 +339,9 @@ class _Pair:
     # after it has ended (`_beside`).
     at_once: bool = False
     ran_at_once: bool = False  # this region's two runs went at once, from the start or not
+    # The head's first run was a plain run's, whose footprint then held a changed file: the
+    # base runs, and the head runs again held (`_unheld_first`).
+    ran_unheld: bool = False
     # A slower step's op times by line, (head's, base's), once traced (`_traced`); and, trees
     # apart, what its verdict was judged from, to judge it again with the head's traced later
     # (kept for a slower step only: both trees' outputs on the host).
@@ -385,9 +388,14 @@ class _Pair:
     def compare(self, head_root: Path) -> RegionResult:
         """Both trees' runs, each in its worker, which then holds it for the paired rounds
         (only when the step's time is compared: otherwise each run is let go as it ends)."""
+        decided = self._unheld_first(head_root)
+        if decided is not None:
+            return _not_compared(decided) if decided.error is not None else decided
         base: Held | None = None
         if self.at_once and (
-            self._base_runs_anyway(head_root) or self._own_modules_changed(head_root)
+            self.ran_unheld
+            or self._base_runs_anyway(head_root)
+            or self._own_modules_changed(head_root)
         ):
             head, base = self._beside(head_root, now=True)
         elif self.at_once and self.tree.may_reach_regions:
@@ -462,6 +470,9 @@ class _Pair:
     def head_alone(self, head_root: Path) -> Held:
         """The head's run, and its block of timed turns (`timed_block`), while its worker
         holds the device alone; none for a region the base has unchanged."""
+        decided = self._unheld_first(head_root)
+        if decided is not None:
+            return decided, None
         head = self._run(self.head, self.region)
         if head[0].error is None:
             head = self._footprinted(head, head_root)
@@ -489,6 +500,33 @@ class _Pair:
                 return replace(head[0], base=self._failed(block))
             self.base_block = block
         return self._judged(head, base, head_root)
+
+    def _unheld_first(self, head_root: Path) -> RegionResult | None:
+        """Where the change's paths reach no region (prose, comments alone:
+        `BaseTree.may_reach_regions`) and the base does not run this one anyway, the head's
+        run made as a plain run makes it (`Scheduler.run_footprinted`): let go of as it ends,
+        untraced, where a held run keeps the worker waiting for the gate's verdict on its
+        footprint and lets go only at the next job (~5 ms a region on the CPU, ~10% of a
+        README-only `run --base`, docs/performance-log.md).
+
+        Its result where it decides the region: the base has its footprint unchanged, or it
+        failed (nothing is compared). Otherwise None, its worker stopped: the region runs again,
+        held, from a fresh worker (a program the first run compiled would be the second's
+        cache miss), the base's beside it where the trees go at once (`ran_unheld`). Only a
+        region that reads a changed file of prose pays that second run."""
+        top = self.tree.footprint_top
+        if top is None or self.tree.may_reach_regions or self._base_runs_anyway(head_root):
+            return None
+        side = self.head
+        looked = side.scheduler.run_footprinted(side.policy, self.region, side.name, top)
+        if looked.error is not None:
+            return looked
+        looked, _ = self._footprinted((looked, None), head_root)
+        if looked.base is not None:
+            return looked
+        side.scheduler.close()
+        self.ran_unheld = True
+        return None
 
     def _run(self, side: Side, region: Region, cue: TimingCue | None = None) -> Held:
         scheduler = side.scheduler

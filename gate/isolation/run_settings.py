@@ -10,7 +10,7 @@ and nothing exported in the shell makes the gate's workers differ from the one i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -31,6 +31,10 @@ class RunSettings:
     def traces_region(self, key: str) -> bool:
         """Whether the region ``key`` (``suite.region``) gets traced runs in this run."""
         return self.compared is None or key in self.compared
+
+    def untraced(self) -> RunSettings:
+        """These settings for a job whose step times nothing compares: no region traced."""
+        return replace(self, compared=frozenset())
 
 
 # A run that decided nothing for its workers: the gate's commands but ``run``, and tests.

@@ -305,6 +305,17 @@ class Scheduler:
             cue=cue,
         )
 
+    def run_footprinted(
+        self, policy: Policy, region: Region, tree: str | None, footprint_top: Path
+    ) -> RegionResult:
+        """`run`, recording the region's footprint under ``footprint_top`` (`Job.footprint_top`):
+        let go of as it ends, as in a plain run, and untraced (its step times are compared with
+        nothing: a region compared after all runs again, held, `run_held`)."""
+        result, _ = self._dispatch(
+            policy, region, tree, hold=False, outputs=False, top=footprint_top, traced=False
+        )
+        return result
+
     def run_for_outputs(
         self,
         policy: Policy,
@@ -336,6 +347,7 @@ class Scheduler:
         outputs: bool,
         top: Path | None = None,
         cue: TimingCue | None = None,
+        traced: bool = True,
     ) -> tuple[RegionResult, StepOutputs | None]:
         running = _Running(policy, region, time.monotonic(), 0)
         if self.cancel is not None and self.cancel.requested:
@@ -347,7 +359,7 @@ class Scheduler:
             self.repo_root,
             hold,
             outputs,
-            self.settings,
+            self.settings if traced else self.settings.untraced(),
             self.moved_paths,
             top,
             self.audited,
