@@ -7,10 +7,10 @@ module (the same code: its footprint is unchanged), one that changes that module
 computing the same (``jnp.matmul`` for ``@``: compared in full, paired rounds and all), and
 one that changes the helper's code, computing the same (every region compared: on the CPU
 each base's run starts once the head's code is imported, `gate.compare.session._Pair`). Each
-is timed as ``transfer-gate run --base HEAD`` and as a plain ``transfer-gate run``,
-alternately, and the medians' ratio printed (targets: 1.10x, 1.25x; none for the helper, the
-case of issue 53's two-tree floor), with the regions the base ran and their paired rounds
-(from the JSON report).
+is timed as ``transfer-gate run --base HEAD`` and as a plain ``transfer-gate run``, each
+writing a JSON report too, alternately, and the medians' ratio printed (targets: 1.10x,
+1.25x; none for the helper, the case of issue 53's two-tree floor), with the regions the base
+ran and their paired rounds (from the JSON report).
 
     python -m benchmarks base_reach [--regions 20] [--rounds 3] \
         [--changes readme comment code helper]
@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> None:
             based: list[float] = []
             compared: list[list[str]] = []
             for _ in range(options.rounds):
-                plain.append(run(repo))
+                # Both write the same reports: what --base costs, not what a JSON report does.
+                plain.append(run(repo, "--json", str(report)))
                 based.append(run(repo, "--base", "HEAD", "--json", str(report)))
                 compared.append(_compared(report))
             p, b = statistics.median(plain), statistics.median(based)

@@ -11,9 +11,10 @@ Two sources, because neither alone is enough:
   module in `sys.modules` would be far more than this region reached.
 
 Only paths under the tree's git top level count, and not an installed package's there (a
-``.venv`` in the repository): installed packages are the same for both trees. A name that resolves outside the tree, or nowhere, leaves the paths where the tree
-would have shadowed it as absent. What Python does not see is not recorded: a file read by
-native code, a path only tested with ``os.path.exists`` or ``os.stat`` (docs/compare.md).
+``.venv`` in the repository): installed packages are the same for both trees. A name that
+resolves outside the tree, or nowhere, leaves the paths where the tree would have shadowed it
+as absent. What Python does not see is not recorded: a file read by native code, a path only
+tested with ``os.path.exists`` or ``os.stat`` (docs/compare.md).
 """
 
 from __future__ import annotations
@@ -76,18 +77,16 @@ class FootprintRecorder:
         """Listen from now on: what a module reads as it is imported (before any job, when
         the policies are checked) is kept by module, for every later region that reaches it."""
         if not self._installed:
-            sys.addaudithook(self._hook)
+            sys.addaudithook(_listening(self._heard))
             self._installed = True
 
-    def _hook(self, event: str, args: tuple[object, ...]) -> None:
-        if event not in _EVENTS:
-            return
+    def _heard(self, event: str, args: tuple[object, ...]) -> None:
         try:
             if event == "import":
                 if self._on:
                     self._imported.append(str(args[0]))
                 return
-            caller = sys._getframe(1)
+            caller = sys._getframe(2)  # past `_listening`'s hook: what raised the event
             if event == "open":
                 path = _path(args[0])
                 if path is None or _writes(args):
@@ -140,6 +139,20 @@ class FootprintRecorder:
         if found is None:
             found = self._digests[key] = file_sha256(path)
         return found
+
+
+def _listening(heard: Callable[[str, tuple[object, ...]], None]) -> Callable[..., None]:
+    """The audit hook: ``heard`` for the footprint's events alone. A plain function, where a
+    bound method as the hook costs every audit event of the worker's life (~5,000 a small
+    region, most of them the transfer map's trace function reading ``frame.f_code``) ~0.7 µs
+    instead of ~0.2 µs on CPython 3.11 and 3.12: ~3 ms a region on the CPU."""
+    events = _EVENTS
+
+    def hook(event: str, args: tuple[object, ...]) -> None:
+        if event in events:
+            heard(event, args)
+
+    return hook
 
 
 class _Tree:
