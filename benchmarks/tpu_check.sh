@@ -26,7 +26,8 @@
 #      work counted by its trip count, not twice (loop_work, issue 57).
 #  12. (sections `reach` and `reach-cpu`, not run by default) run --base against a plain run
 #      when the change reaches no region's files, or one region's (base_reach, issue 55), on
-#      the chip and on the host's CPU.
+#      the chip and on the host's CPU (`REACH_ROUNDS`, and `REACH_CHANGES` for the chip's:
+#      base_reach's words, "readme comment code" by default).
 # Every benchmark is a scenario of `python -m benchmarks` (`python -m benchmarks` lists them);
 # the one-off investigations this script once ran (`turns`, `probe`, `costrun`, `textopts`,
 # `wait`) are retired, their findings in docs/performance-log.md.
@@ -176,7 +177,7 @@ only start "what a run costs before its first worker starts (parent_start)" \
     python3 -m benchmarks parent_start --rounds 5
 only reach "run --base when the change reaches no region, or one (issue 55), on the chip" \
     env JAX_PLATFORMS=tpu python3 -m benchmarks base_reach --rounds "${REACH_ROUNDS:-1}" \
-    --changes readme comment code
+    --changes ${REACH_CHANGES:-readme comment code}
 only reach-cpu "the same on the host's CPU" \
     python3 -m benchmarks base_reach --rounds "${REACH_ROUNDS:-2}"
 
