@@ -110,7 +110,7 @@ def _holds_venv(folder: str) -> bool:
     return os.path.isfile(os.path.join(folder, "pyvenv.cfg"))
 
 
-def _in_venv_below(resolved: str, root: str) -> bool:
+def in_venv_below(resolved: str, root: str) -> bool:
     """Whether a folder between ``root`` (excluded: ``python -m venv .`` in a repository
     still leaves its own files the user's) and the file ``resolved`` is a virtual environment."""
     folder = os.path.dirname(resolved)
@@ -132,7 +132,7 @@ def owning_root(filename: str, roots: Iterable[str]) -> str | None:
         return None
     resolved = _real(filename)
     owner = max((r for r in roots if resolved.startswith(r)), key=len, default=None)
-    if owner is None or _in_venv_below(resolved, owner):
+    if owner is None or in_venv_below(resolved, owner):
         return None
     return owner
 

@@ -149,6 +149,18 @@ def test_a_change_to_code_beside_its_layout_is_compared(tmp_path: Path, what: st
 
 # Each way a region reaches a file, as (base files, head's change): the change must be compared.
 READS = {
+    "a module in a tracked folder named site-packages (vendored, not installed)": (
+        {
+            "a.py": _module(
+                "import os, sys\n"
+                "_HERE = os.path.dirname(__file__)\n"
+                "sys.path.insert(0, os.path.join(_HERE, 'vendor', 'site-packages'))\n"
+                "import helperlib\n"
+            ),
+            "vendor/site-packages/helperlib.py": "X = 1\n",
+        },
+        {"vendor/site-packages/helperlib.py": "X = 2 - 1\n"},
+    ),
     "a data file loaded beside the module (open)": (
         {
             "a.py": _module(
@@ -256,6 +268,7 @@ def test_on_a_tpu_a_region_that_reads_the_changed_prose_is_compared_apart(
     assert "one process at a time" in _regions(repo)["a"]["base"]["apart"]
     workers = [s for s in accelerator_rule.starts() if s.is_worker]
     assert len(workers) == 3, workers  # the head's first, the head's again, the base's
+    accelerator_rule.assert_only_workers_held_the_device()
 
 
 def _events(monkeypatch: pytest.MonkeyPatch, repo: Path) -> list[str]:

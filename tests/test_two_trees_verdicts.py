@@ -481,13 +481,16 @@ def test_the_readmes_venv_in_the_repository_serves_both_trees_workers(
     assert all(os.path.realpath(f).startswith(venv) for f in files), log.read_text()
 
     # Compared only when the change reaches it: the .venv is the environment's, not the tree's.
+    # The reports outside the repository: git's changed paths are README.md's alone.
     commit(repo, {"policies/p.yaml": POLICY}, "the default rule")
     (repo / "README.md").write_text("changed\n")
     log.unlink()
-    done = run(gate, cwd=repo, env=gate_env(), timeout=240)
+    outside = [*gate[:-2], "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "r.xml")]
+    done = run(outside, cwd=repo, env=gate_env(), timeout=240)
     assert done.returncode == 0, (done.stdout, done.stderr)
+    assert git(repo, "status", "--porcelain").split()[1:] == ["README.md"]
     (region,) = (
-        r for s in json.loads((repo / "r.json").read_text())["suites"] for r in s["regions"]
+        r for s in json.loads((tmp_path / "r.json").read_text())["suites"] for r in s["regions"]
     )
     assert region["base"]["status"] == "unchanged", region["base"]
     assert not [f for f, _ in region["footprint"]["files"] if f.startswith(".venv/")], region

@@ -10,8 +10,8 @@ Two sources, because neither alone is enough:
   earlier region, or the policy check, already imported raises no event now; and every tree
   module in `sys.modules` would be far more than this region reached.
 
-Only paths under the tree's git top level count, and not an installed package's there (a
-``.venv`` in the repository): installed packages are the same for both trees. A name that
+Only paths under the tree's git top level count, and not those in a virtual environment there
+(a ``.venv`` in the repository): installed packages are the same for both trees. A name that
 resolves outside the tree, or nowhere, leaves the paths where the tree would have shadowed it
 as absent. What Python does not see is not recorded: a file read by native code, a path only
 tested with ``os.path.exists`` or ``os.stat`` (docs/compare.md).
@@ -30,7 +30,7 @@ from pathlib import Path
 from types import FrameType
 
 from gate.results.footprint import Footprint
-from gate.user_code import owning_root
+from gate.user_code import in_venv_below
 
 _EVENTS = frozenset({"open", "os.listdir", "os.scandir", "import"})
 # Opened with any of these, a file is written, not (only) read: a region's own output.
@@ -86,13 +86,16 @@ class FootprintRecorder:
                 if self._on:
                     self._imported.append(str(args[0]))
                 return
-            caller = sys._getframe(2)  # past `_listening`'s hook: what raised the event
+            try:
+                caller: FrameType | None = sys._getframe(2)  # past `_listening`'s hook
+            except ValueError:  # raised where no Python frame is (a thread of native code)
+                caller = None
             if event == "open":
                 path = _path(args[0])
                 if path is None or _writes(args):
                     return
                 heard = (self._opened, "open")
-            elif caller.f_code.co_filename.startswith(_IMPORT_SYSTEM):
+            elif caller is not None and caller.f_code.co_filename.startswith(_IMPORT_SYSTEM):
                 return
             else:
                 path = _path("." if args[0] is None else args[0])
@@ -179,15 +182,16 @@ class _Tree:
 
     def relative(self, path: str, *, folder: bool = False) -> str | None:
         """``path`` (a ``folder``'s) relative to the top, or None outside it, in git's or
-        Python's caches, or in an installed package: a virtual environment in the repository
-        (the README's ``.venv``, git-ignored) is the environment both trees' workers import
-        from alike (`gate.isolation.own_tree`), by the rule that says whose code a file is."""
+        Python's caches, or in a virtual environment (a folder holding ``pyvenv.cfg``: the
+        README's ``.venv``, git-ignored), whose packages both trees' workers import alike
+        (`gate.isolation.own_tree`). Only there: a tracked folder of installed packages (a
+        vendored ``site-packages``) is the tree's, and each tree has its own copy."""
         real = os.path.realpath(path)
         if real != self.top and not real.startswith(self.top + os.sep):
             return None
         # A folder is told by a stand-in file in it, as `own_tree` tells sys.path entries.
         told = os.path.join(real, "__init__.py") if folder else real
-        if real != self.top and owning_root(told, (self.top + os.sep,)) is None:
+        if real != self.top and in_venv_below(told, self.top + os.sep):
             return None
         relative = Path(os.path.relpath(real, self.top)).as_posix()
         parts = relative.split("/")
