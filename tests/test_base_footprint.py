@@ -444,6 +444,42 @@ def test_a_region_that_reads_the_changed_prose_runs_again_held_and_is_compared(
     assert len(_setup_calls(calls)) == 3, run
 
 
+def test_after_one_region_runs_twice_the_rest_of_its_policy_are_held_from_the_start(
+    tmp_path: Path,
+) -> None:
+    """Regions that read git-ignored data, which the base's checkout lacks, are compared
+    whatever the change. Under a change to prose alone the first of them is run as a plain
+    run's, then again, held; the second is held from its first run: setup ran in three
+    workers (the head's first, the head's fresh one, the base's), not four."""
+    reads = COUNTED.format(
+        imports="\nSCALE = 1.0\n",
+        body="    data = os.path.join(os.path.dirname(__file__), 'data', 'x.txt')\n"
+        "    if os.path.exists(data):  # the base's checkout has none\n"
+        "        open(data).read()\n",
+    ).replace("import jax\n", "import os\n\nimport jax\n", 1)
+    repo = _repo(
+        tmp_path,
+        {
+            "a.py": reads,
+            "b.py": reads,
+            "policies/p.yaml": _policy("a", "b"),
+            ".gitignore": "data/\n",
+        },
+    )
+    make_repo(repo, {"README.md": "a repo, changed\n", "data/x.txt": "1\n"})
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    run = run_gate(
+        repo, "run", "--base", "HEAD", "--json", "out/r.json", env={"SETUP_LOG": str(calls)}
+    )
+    assert run.returncode == 0, run
+    assert {n: r["base"]["status"] for n, r in _regions(repo).items()} == {
+        "a": "compared",
+        "b": "compared",
+    }, run
+    assert len(_setup_calls(calls)) == 3, run
+
+
 def test_setup_failing_as_the_heads_outputs_are_fetched_is_the_heads_error(
     tmp_path: Path,
 ) -> None:

@@ -22,8 +22,9 @@ from gate.compare.outputs import compare_outputs
 from gate.compare.rounds import MAX_TURN_RUNS, turn_runs
 from gate.isolation.held_regions import HeldRegions
 from gate.isolation.protocol import Job
-from gate.isolation.scheduler import Scheduler, TimingCue, Turn, usable_cpus
+from gate.isolation.scheduler import RegionBudgets, Scheduler, TimingCue, Turn, usable_cpus
 from gate.isolation.worker import WAITING_FOR_THE_BASE, run_job
+from gate.plan import region_key
 from gate.policy.load import load_policy
 from gate.policy.model import Checks, Policy
 from gate.region.errors import RegionAbort
@@ -109,6 +110,29 @@ def test_a_held_region_times_more_runs_and_hands_over_its_outputs(repo: Path) ->
         (let_go,) = scheduler.time_turns(policy, policy.regions[0], [Turn(1)])
         assert let_go.error is not None
         assert "does not hold" in let_go.error.message
+
+
+def test_a_footprinted_run_holds_nothing_and_takes_nothing_from_the_regions_budget(
+    repo: Path,
+) -> None:
+    """`run_footprinted`, a README-only change's first run of a head region: its footprint,
+    nothing left to time, and the region's ``timeout_s`` left whole for the runs a comparison
+    needs, should its footprint send it to the base after all; a held run spends it."""
+    policy = _policy(repo)
+    region = policy.regions[0]
+    label = region_key(policy, region)
+    with Scheduler(repo, environ=gate_env(), audited=True) as scheduler:
+        scheduler.budgets = RegionBudgets()
+        result = scheduler.run_footprinted(policy, region, "head", repo)
+        assert result.passed, result
+        assert result.footprint is not None
+        assert "src/steps.py" in dict(result.footprint.files), result.footprint
+        assert scheduler.budgets.left_s(label, region.timeout_s) == region.timeout_s
+        (nothing,) = scheduler.time_turns(policy, region, [Turn(1)])
+        assert nothing.error is not None
+        assert "does not hold" in nothing.error.message
+        scheduler.run_held(policy, region, "head", repo)
+        assert scheduler.budgets.left_s(label, region.timeout_s) < region.timeout_s
 
 
 def test_a_worker_lost_during_a_round_is_that_rounds_error(repo: Path) -> None:

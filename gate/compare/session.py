@@ -171,6 +171,10 @@ class _Session:
     # a second worker: their verdicts stand, and they do not run again apart.
     _side_by_side: set[tuple[Path, str]] = field(default_factory=set)
     _deciding: threading.Lock = field(default_factory=threading.Lock)
+    # Policies a region of which ran unheld first and then had to run again (`_Pair.unheld`):
+    # what made it (git-ignored data read, a folder listed) may well be every region's, so
+    # the rest of the policy's regions are held from their first run, as before.
+    _held_again: set[Path] = field(default_factory=set)
 
     def start_base(self, scheduler: Scheduler) -> None:
         """The base's worker for the first region, started as the head's first worker starts,
@@ -208,14 +212,25 @@ class _Session:
             sides = self._sides(policy, scheduler, beside=True)
             if self._starts_base_early(policy):  # another policy's first, or a new worker
                 sides[1].scheduler.start_early(sides[1].policy)  # a no-op while one is up
-            pair = _Pair(region, sides, self.tree, self.cancel, at_once=self._on_the_cpu(policy))
+            pair = _Pair(
+                region,
+                sides,
+                self.tree,
+                self.cancel,
+                at_once=self._on_the_cpu(policy),
+                unheld=policy.path not in self._held_again,
+            )
             try:
                 result = pair.compare(self.head_root)
                 self._side_by_side.add((policy.path, region.name))
+                if pair.ran_unheld:
+                    self._held_again.add(policy.path)
                 return result
             except _NoRoomBeside as refused:
                 with self._deciding:  # this region, and every one after it, run apart
                     self._refused = self._refused or refused.why
+                    if pair.ran_unheld:
+                        self._held_again.add(policy.path)
                 # Its head's run goes with its worker: the region runs again from a fresh
                 # one, as every region apart does (a program compiled in the first run would
                 # otherwise be the second's cache miss).
@@ -297,8 +312,11 @@ class _Session:
         base.scheduler.close()
         heads = {}
         for region in regions:
-            pair = _Pair(region, sides, self.tree, self.cancel, apart=why)
+            unheld = policy.path not in self._held_again
+            pair = _Pair(region, sides, self.tree, self.cancel, apart=why, unheld=unheld)
             heads[region.name] = (pair, pair.head_alone(self.head_root))
+            if pair.ran_unheld:
+                self._held_again.add(policy.path)
         head.scheduler.close()
         for region in regions:
             pair, held = heads[region.name]
@@ -339,7 +357,10 @@ class _Pair:
     # after it has ended (`_beside`).
     at_once: bool = False
     ran_at_once: bool = False  # this region's two runs went at once, from the start or not
-    # The head's first run was a plain run's, whose footprint then held a changed file: the
+    # Whether the head's run may first be made as a plain run's (`_unheld_first`): not once a
+    # region of the policy had to run again (`_Session._held_again`).
+    unheld: bool = True
+    # The head's first run was a plain run's, whose footprint the base then did not have: the
     # base runs, and the head runs again held (`_unheld_first`).
     ran_unheld: bool = False
     # A slower step's op times by line, (head's, base's), once traced (`_traced`); and, trees
@@ -512,10 +533,16 @@ class _Pair:
         Its result where it decides the region: the base has its footprint unchanged, or it
         failed (nothing is compared). Otherwise None, its worker stopped: the region runs again,
         held, from a fresh worker (a program the first run compiled would be the second's
-        cache miss), the base's beside it where the trees go at once (`ran_unheld`). Only a
-        region that reads a changed file of prose pays that second run."""
+        cache miss), the base's beside it where the trees go at once (`ran_unheld`); its first
+        run's time is not the region's `timeout_s` budget. A region whose footprint holds a
+        changed file of prose pays that second run, and so does one that reads what the base's
+        checkout lacks (git-ignored data) or lists a folder whose names differ: after the
+        first such region, the rest of its policy's are held from the start
+        (`_Session._held_again`)."""
         top = self.tree.footprint_top
-        if top is None or self.tree.may_reach_regions or self._base_runs_anyway(head_root):
+        if not self.unheld or top is None or self.tree.may_reach_regions:
+            return None
+        if self._base_runs_anyway(head_root):
             return None
         side = self.head
         looked = side.scheduler.run_footprinted(side.policy, self.region, side.name, top)

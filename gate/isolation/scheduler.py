@@ -310,9 +310,18 @@ class Scheduler:
     ) -> RegionResult:
         """`run`, recording the region's footprint under ``footprint_top`` (`Job.footprint_top`):
         let go of as it ends, as in a plain run, and untraced (its step times are compared with
-        nothing: a region compared after all runs again, held, `run_held`)."""
+        nothing: a region compared after all runs again, held, `run_held`). Its time is not
+        taken from the region's budget (`budgets`): ``timeout_s`` bounds this run, and then
+        bounds in all the runs a comparison needs, as without it."""
         result, _ = self._dispatch(
-            policy, region, tree, hold=False, outputs=False, top=footprint_top, traced=False
+            policy,
+            region,
+            tree,
+            hold=False,
+            outputs=False,
+            top=footprint_top,
+            traced=False,
+            budgeted=False,
         )
         return result
 
@@ -348,6 +357,7 @@ class Scheduler:
         top: Path | None = None,
         cue: TimingCue | None = None,
         traced: bool = True,
+        budgeted: bool = True,
     ) -> tuple[RegionResult, StepOutputs | None]:
         running = _Running(policy, region, time.monotonic(), 0)
         if self.cancel is not None and self.cancel.requested:
@@ -370,7 +380,13 @@ class Scheduler:
         )
         limit = region.timeout_s
         reply = self._request(
-            job, self.environment(policy), running.label, limit, tree, limit_s=limit, cue=cue
+            job,
+            self.environment(policy),
+            running.label,
+            limit,
+            tree,
+            limit_s=limit if budgeted else None,
+            cue=cue,
         )
         if isinstance(reply, RegionError):
             return running.result(reply), None
