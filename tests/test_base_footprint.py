@@ -203,6 +203,22 @@ READS = {
 }
 
 
+def test_a_module_the_tree_has_but_that_came_from_elsewhere_is_not_absent(
+    tmp_path: Path,
+) -> None:
+    """The worker imports jax before the tree is on sys.path, so a ``jax.py`` in the tree
+    shadows nothing, in either tree: it is not one of the footprint's absent paths, which the
+    base's copy of it would contradict (every region compared, as the gate's own repository's
+    were: its ``gate/__init__.py`` and the gate imported from the README's ``.venv``)."""
+    shadow = "raise ImportError('the tree's jax.py is never imported')\n"
+    repo = _repo(tmp_path, {"a.py": _module(), "jax.py": shadow, "policies/p.yaml": _policy("a")})
+    make_repo(repo, {"README.md": "a repo, changed\n"})
+    assert _statuses(repo) == {"a": "unchanged"}
+    footprint = _regions(repo)["a"]["footprint"]
+    assert "jax.py" not in footprint["absent"], footprint
+    assert "jax/__init__.py" in footprint["absent"], footprint
+
+
 @pytest.mark.parametrize("what", READS)
 def test_a_change_to_what_a_region_reads_is_compared(tmp_path: Path, what: str) -> None:
     base, change = READS[what]

@@ -233,10 +233,17 @@ class _Tree:
             file = None if found is not None else self._candidate(name)
         if file is None or self.relative(file) is None:
             # Found outside the tree, or nowhere: where the tree would shadow it must stay empty.
+            # A place the head's tree already fills did not shadow it (the module was imported
+            # before the tree was on sys.path: the gate's own package, imported from a .venv,
+            # in the gate's repository), nor would the base's: it is not absent.
             if found is None and optional:
                 return
             if not package or package in self._inside:
-                self.absent.update(self._candidates(name))
+                self.absent.update(
+                    relative
+                    for relative in self._candidates(name)
+                    if not os.path.lexists(os.path.join(self.top, relative))
+                )
             return
         self._inside.add(name)
         relative = self.relative(file)
