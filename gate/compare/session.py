@@ -171,9 +171,9 @@ class _Session:
     # a second worker: their verdicts stand, and they do not run again apart.
     _side_by_side: set[tuple[Path, str]] = field(default_factory=set)
     _deciding: threading.Lock = field(default_factory=threading.Lock)
-    # Policies a region of which ran unheld first and then had to run again (`_Pair.unheld`):
-    # what made it (git-ignored data read, a folder listed) may well be every region's, so
-    # the rest of the policy's regions are held from their first run, as before.
+    # Policies a region of which ran unheld first and then had to run again (`_Pair.held_again`,
+    # shared by every pair): what made it (git-ignored data read, a folder listed) may well be
+    # every region's, so the rest of the policy's regions are held from their first run.
     _held_again: set[Path] = field(default_factory=set)
 
     def start_base(self, scheduler: Scheduler) -> None:
@@ -218,19 +218,15 @@ class _Session:
                 self.tree,
                 self.cancel,
                 at_once=self._on_the_cpu(policy),
-                unheld=policy.path not in self._held_again,
+                held_again=self._held_again,
             )
             try:
                 result = pair.compare(self.head_root)
                 self._side_by_side.add((policy.path, region.name))
-                if pair.ran_unheld:
-                    self._held_again.add(policy.path)
                 return result
             except _NoRoomBeside as refused:
                 with self._deciding:  # this region, and every one after it, run apart
                     self._refused = self._refused or refused.why
-                    if pair.ran_unheld:
-                        self._held_again.add(policy.path)
                 # Its head's run goes with its worker: the region runs again from a fresh
                 # one, as every region apart does (a program compiled in the first run would
                 # otherwise be the second's cache miss).
@@ -312,11 +308,9 @@ class _Session:
         base.scheduler.close()
         heads = {}
         for region in regions:
-            unheld = policy.path not in self._held_again
-            pair = _Pair(region, sides, self.tree, self.cancel, apart=why, unheld=unheld)
+            again = self._held_again
+            pair = _Pair(region, sides, self.tree, self.cancel, apart=why, held_again=again)
             heads[region.name] = (pair, pair.head_alone(self.head_root))
-            if pair.ran_unheld:
-                self._held_again.add(policy.path)
         head.scheduler.close()
         for region in regions:
             pair, held = heads[region.name]
@@ -357,9 +351,9 @@ class _Pair:
     # after it has ended (`_beside`).
     at_once: bool = False
     ran_at_once: bool = False  # this region's two runs went at once, from the start or not
-    # Whether the head's run may first be made as a plain run's (`_unheld_first`): not once a
-    # region of the policy had to run again (`_Session._held_again`).
-    unheld: bool = True
+    # The policies (their paths) whose regions no longer run unheld first (`_unheld_first`):
+    # one of them had to run again. The session's own set (`_Session._held_again`).
+    held_again: set[Path] = field(default_factory=set)
     # The head's first run was a plain run's, whose footprint the base then did not have: the
     # base runs, and the head runs again held (`_unheld_first`).
     ran_unheld: bool = False
@@ -539,12 +533,11 @@ class _Pair:
         checkout lacks (git-ignored data) or lists a folder whose names differ: after the
         first such region, the rest of its policy's are held from the start
         (`_Session._held_again`)."""
-        top = self.tree.footprint_top
-        if not self.unheld or top is None or self.tree.may_reach_regions:
+        side, top = self.head, self.tree.footprint_top
+        if top is None or self.tree.may_reach_regions or side.policy.path in self.held_again:
             return None
         if self._base_runs_anyway(head_root):
             return None
-        side = self.head
         looked = side.scheduler.run_footprinted(side.policy, self.region, side.name, top)
         if looked.error is not None:
             return looked
@@ -553,6 +546,7 @@ class _Pair:
             return looked
         side.scheduler.close()
         self.ran_unheld = True
+        self.held_again.add(side.policy.path)
         return None
 
     def _run(self, side: Side, region: Region, cue: TimingCue | None = None) -> Held:
